@@ -1,0 +1,45 @@
+# Headrace developer targets. Everything runs from a project-local virtualenv (.venv),
+# created and filled on first use, so a fresh clone needs only python3 (3.11+) and make.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+EXTRAS ?= dev
+
+.PHONY: setup run test lint fmt bench proto proto-check clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]'
+	touch $(STAMP)
+
+setup: $(STAMP)  ## create .venv and install the project with its dev tools
+
+# Until the broker lands, the main job is the WAL benchmark in quick mode.
+run: setup  ## run the main job on the embedded default (a local ./data directory)
+	@echo "headrace: the broker is not built yet; running the write-ahead log benchmark (quick)."
+	$(BIN)/python -m bench wal --quick --dir ./data/bench
+
+lint: setup  ## ruff, formatting, mypy --strict, generated-code staleness
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy .
+	$(BIN)/python -m proto.generate --check
+
+fmt: setup
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+test: lint  ## lint, then the whole test suite
+	$(BIN)/python -m pytest
+
+bench: setup  ## full WAL benchmark; JSON lines with BENCH_ARGS=--json
+	$(BIN)/python -m bench wal $(BENCH_ARGS)
+
+proto: setup  ## regenerate protobuf/gRPC code from proto/*.proto
+	$(BIN)/python -m proto.generate
+
+clean:
+	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache ./data/bench

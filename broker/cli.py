@@ -1,0 +1,67 @@
+"""The ``headrace`` command line.
+
+Role: one entry point with subcommands. Today it offers ``--version``, ``--help`` and the
+offline ``wal inspect`` tool; ``serve`` and the client commands arrive with the broker.
+
+Conventions (DESIGN section 4): exit code 0 on success, 1 on error, 2 on usage errors;
+errors are one clear line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict
+from importlib.metadata import PackageNotFoundError, version
+
+import click
+
+from wal.inspect import inspect_dir
+
+
+def _version() -> str:
+    try:
+        return version("headrace")
+    except PackageNotFoundError:  # running from a source tree that is not installed
+        return "0+unknown"
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(_version(), "-V", "--version", prog_name="headrace")
+def cli() -> None:
+    """Headrace: a durable message broker."""
+
+
+@cli.group()
+def wal() -> None:
+    """Offline tools for a partition's write-ahead log (read-only)."""
+
+
+@wal.command("inspect")
+@click.argument("directory", type=click.Path(exists=True, file_okay=False, readable=True))
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON array.")
+def wal_inspect(directory: str, as_json: bool) -> None:
+    """Scan every segment in DIRECTORY fully and report damage. Changes nothing.
+
+    Exits 1 when any segment is damaged.
+    """
+    try:
+        reports = inspect_dir(directory)
+    except OSError as exc:
+        raise click.ClickException(f"cannot read {directory}: {exc.strerror or exc}") from exc
+    if as_json:
+        click.echo(json.dumps([asdict(r) | {"clean": r.is_clean} for r in reports]))
+    else:
+        click.echo(f"{'segment':<26}{'bytes':>12}{'valid':>12}{'batches':>9}"
+                   f"{'records':>10}{'next offset':>13}  status")
+        for r in reports:
+            status = "ok" if r.is_clean else f"DAMAGED: {r.problem}"
+            click.echo(f"{r.name:<26}{r.size_bytes:>12}{r.valid_bytes:>12}{r.batches:>9}"
+                       f"{r.records:>10}{r.next_offset:>13}  {status}")
+    if not all(r.is_clean for r in reports):
+        sys.exit(1)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="headrace")
