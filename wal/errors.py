@@ -1,0 +1,164 @@
+"""Every error the write-ahead log raises, under one root: :class:`WalError`.
+
+Role: the typed vocabulary of failure for ``wal``. Callers (the broker's status table, the
+CLI) branch on these classes and read their fields; they never parse messages.
+
+Invariants:
+- Each class is raised for exactly one cause, named in its docstring.
+- Errors carry the facts as fields (offsets, positions, sizes, limits), and the message says
+  what was wrong and what to do about it.
+- Foreign exceptions (``OSError``) are translated once, at the layer edge, with
+  ``raise WalIOError(...) from exc``.
+
+Pure module: imports neither ``asyncio``, ``os`` nor ``time``.
+"""
+
+from __future__ import annotations
+
+
+class WalError(Exception):
+    """Root of every error raised by the ``wal`` package."""
+
+
+class WalConfigError(WalError, ValueError):
+    """Raised when a configuration value is out of range or of the wrong kind."""
+
+    def __init__(self, field: str, value: object, requirement: str) -> None:
+        self.field = field
+        self.value = value
+        self.requirement = requirement
+        super().__init__(f"invalid WAL setting {field}={value!r}: {requirement}")
+
+
+class InvalidBatchError(WalError):
+    """Raised when a batch offered for append is malformed; nothing was appended."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"invalid record batch: {reason}; nothing was appended")
+
+
+class EmptyBatchError(InvalidBatchError):
+    """Raised when a batch holds no records."""
+
+    def __init__(self) -> None:
+        super().__init__("a batch must hold at least one record")
+
+
+class RecordTooLargeError(InvalidBatchError):
+    """Raised when one record's key, value and headers exceed ``max_record_bytes``."""
+
+    def __init__(self, index: int, size: int, limit: int) -> None:
+        self.index = index
+        self.size = size
+        self.limit = limit
+        WalError.__init__(
+            self,
+            f"record {index} of the batch is {size} bytes, over the limit of {limit} bytes "
+            "(max_record_bytes); split the value or raise the limit; nothing was appended",
+        )
+        self.reason = "record too large"
+
+
+class BatchTooLargeError(InvalidBatchError):
+    """Raised when an encoded batch exceeds ``max_batch_bytes``."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        self.size = size
+        self.limit = limit
+        WalError.__init__(
+            self,
+            f"record batch is {size} bytes, over the limit of {limit} bytes "
+            "(max_batch_bytes); send smaller batches; nothing was appended",
+        )
+        self.reason = "batch too large"
+
+
+class CorruptBatchError(WalError):
+    """Raised when bytes that should hold a batch fail the magic, length, CRC or layout check.
+
+    ``position`` is the byte position of the batch in the buffer or file that was decoded.
+    ``expected_crc`` / ``actual_crc`` are set when the checksum did not match.
+    """
+
+    def __init__(
+        self,
+        position: int,
+        reason: str,
+        *,
+        expected_crc: int | None = None,
+        actual_crc: int | None = None,
+    ) -> None:
+        self.position = position
+        self.reason = reason
+        self.expected_crc = expected_crc
+        self.actual_crc = actual_crc
+        detail = reason
+        if expected_crc is not None and actual_crc is not None:
+            detail = f"{reason} (stored crc32c {expected_crc:#010x}, computed {actual_crc:#010x})"
+        super().__init__(f"corrupt record batch at byte {position}: {detail}")
+
+
+class CorruptSegmentError(WalError):
+    """Raised when a read meets damaged data inside a segment; reads stop there.
+
+    The log never skips past damage silently. Run ``headrace wal inspect`` on the partition
+    directory to see the damage, then restore the segment or truncate the log deliberately.
+    """
+
+    def __init__(self, path: str, base_offset: int, position: int, reason: str) -> None:
+        self.path = path
+        self.base_offset = base_offset
+        self.position = position
+        self.reason = reason
+        super().__init__(
+            f"segment {path} (base offset {base_offset}) is damaged at byte {position}: "
+            f"{reason}; reads stop here; restore the segment from a replica or backup"
+        )
+
+
+class OffsetOutOfRangeError(WalError):
+    """Raised when a read asks for an offset below the first retained offset or past the head."""
+
+    def __init__(self, offset: int, first_offset: int, head: int) -> None:
+        self.offset = offset
+        self.first_offset = first_offset
+        self.head = head
+        super().__init__(
+            f"offset {offset} is out of range: the log holds offsets [{first_offset}, {head}); "
+            "seek to a retained offset"
+        )
+
+
+class WalClosedError(WalError):
+    """Raised when an operation is attempted on a log or writer that has been closed."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        super().__init__(f"log {path} is closed")
+
+
+class WalIOError(WalError):
+    """Raised when the filesystem reports an error (EIO, ENOSPC, ...) outside the append path."""
+
+    def __init__(self, op: str, path: str, errno: int | None, detail: str) -> None:
+        self.op = op
+        self.path = path
+        self.errno = errno
+        super().__init__(f"{op} failed on {path}: {detail}")
+
+
+class WalFailedError(WalError):
+    """Raised by every append after an I/O error latched the log as failed.
+
+    Nothing half-written was acknowledged. Reopening the log recovers it (the torn tail is
+    cut and kept in a ``.broken`` file); free disk space or replace the disk first.
+    """
+
+    def __init__(self, path: str, cause: str) -> None:
+        self.path = path
+        self.cause = cause
+        super().__init__(
+            f"log {path} failed and refuses writes: {cause}; fix the disk, then reopen the log "
+            "(restart the broker) to recover"
+        )
