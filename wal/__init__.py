@@ -1,0 +1,109 @@
+"""Headrace's segmented write-ahead log: the storage every guarantee stands on.
+
+Modules (layered frame -> index -> segment -> log -> async writer):
+    errors    every error, one root (``WalError``), fields not strings  [pure]
+    record    ``Record``: key, value, headers, timestamp                 [pure]
+    batch     record batch codec: encode, decode (batch | None | error), validate  [pure]
+    naming    segment file names and suffixes                            [pure]
+    index     ``OffsetIndex``: sparse offset -> position, a rebuildable cache  [pure]
+    policy    when to roll; which segments retention deletes             [pure]
+    recovery  ``scan``: where valid bytes end, and why                   [pure]
+    config    ``LogConfig``, ``FsyncPolicy``: validated settings         [pure]
+    fs        the only module touching ``os``; ``FaultyFs`` injects faults  [sync I/O]
+    segment   ``Segment``: one .log + .index pair                         [sync I/O]
+    log       ``Log``: segments, offsets, append/read/roll/retention/recovery  [sync I/O]
+    writer    ``LogWriter``: the one task owning a log; group commit      [asyncio]
+
+On-disk layout of one partition directory::
+
+    00000000000000000000.log     batches with offsets [0, 1200)     (sealed)
+    00000000000000000000.index   sparse index of that segment
+    00000000000000001200.log     the active segment: the only one written
+    00000000000000001200.index
+
+A segment is named by its base offset, zero-padded to 20 digits. A ``.log`` is record
+batches laid end to end (layout in :mod:`wal.batch`: a 56-byte header with base offset,
+length and CRC-32C, then columnar keys, values, timestamps and headers). An ``.index`` is
+8-byte entries ``(offset - base: u32, position: u32)`` added every ``index_interval_bytes``;
+it has no checksum because it is a cache, rebuilt from the log whenever it is missing or
+implausible.
+
+Write protocol: the writer task gathers queued batches, writes them with one ``pwritev``
+into the active segment, then one ``fdatasync`` (policy ``always``), then advances the
+high-water mark, then acknowledges. Index entries are written after the data they point at,
+never synced except when a segment is sealed.
+
+Multi-file changes: a roll syncs the old segment and its index, creates the new pair, then
+fsyncs the directory. Retention renames a segment's files to ``.deleted``, fsyncs the
+directory, then unlinks. A rebuilt index is written to ``.tmp``, synced and renamed. Opening
+the log discards every ``.tmp`` and ``.deleted`` leftover, and a stray ``.index``.
+
+Recovery rule: only the active segment's tail is scanned, from its newest index entry whose
+header checks out (data before it was durable before the entry was written). The scan
+stops at the first batch whose magic, length, CRC or layout fails, or whose base offset does
+not follow on; everything from there is cut, copied first to
+``<segment>.log.<position>.broken``, and the count is logged. Damage inside a sealed
+segment is never cut: reads that reach it raise ``CorruptSegmentError`` and stop there.
+"""
+
+from wal.batch import (
+    BatchLimits,
+    RecordBatch,
+    decode_batch,
+    encode_columns,
+    encode_records,
+    iter_batches,
+    validate_batch,
+)
+from wal.config import FsyncPolicy, LogConfig
+from wal.errors import (
+    BatchTooLargeError,
+    CorruptBatchError,
+    CorruptSegmentError,
+    EmptyBatchError,
+    InvalidBatchError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+    WalClosedError,
+    WalConfigError,
+    WalError,
+    WalFailedError,
+    WalIOError,
+)
+from wal.fs import Fault, FaultyFs, FileSystem, SimulatedCrash
+from wal.log import AppendResult, Log, RecoveryReport
+from wal.record import Record
+from wal.writer import LogWriter
+
+__all__ = [
+    "AppendResult",
+    "BatchLimits",
+    "BatchTooLargeError",
+    "CorruptBatchError",
+    "CorruptSegmentError",
+    "EmptyBatchError",
+    "Fault",
+    "FaultyFs",
+    "FileSystem",
+    "FsyncPolicy",
+    "InvalidBatchError",
+    "Log",
+    "LogConfig",
+    "LogWriter",
+    "OffsetOutOfRangeError",
+    "Record",
+    "RecordBatch",
+    "RecordTooLargeError",
+    "RecoveryReport",
+    "SimulatedCrash",
+    "WalClosedError",
+    "WalConfigError",
+    "WalError",
+    "WalFailedError",
+    "WalIOError",
+    "decode_batch",
+    "encode_columns",
+    "encode_records",
+    "iter_batches",
+    "validate_batch",
+]

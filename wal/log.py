@@ -1,0 +1,422 @@
+"""The log of one topic partition: an ordered run of segments.
+
+Role: assign offsets, append batches to the active segment (rolling by size and age), read
+from any retained offset, apply retention, and recover on open. Synchronous: the async
+:class:`wal.writer.LogWriter` drives it; tools and tests may use it directly.
+
+Invariants:
+- Offsets are dense: segment ``i+1`` starts where segment ``i`` ends.
+- Only the newest segment (the active one) is ever written.
+- After an I/O error in an append, flush or roll the log is *failed*: every later write
+  raises :class:`~wal.errors.WalFailedError` until the log is reopened, which recovers.
+  Nothing half-written is acknowledged, because acknowledgement follows a successful sync.
+
+Not task-safe: one owner (a ``LogWriter``) issues writes, one at a time. Reads of offsets
+below :attr:`Log.head` as observed before a write began are safe from another thread while
+that write runs (see :class:`wal.writer.LogWriter`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from bisect import bisect_right
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+from typing import NamedTuple
+
+from wal.batch import RecordBatch, validate_batch
+from wal.config import LogConfig
+from wal.errors import (
+    OffsetOutOfRangeError,
+    WalClosedError,
+    WalFailedError,
+    WalIOError,
+)
+from wal.fs import FileSystem
+from wal.naming import INDEX_SUFFIX, LOG_SUFFIX, is_leftover, parse_segment_name, segment_name
+from wal.policy import SegmentInfo, segments_to_delete, should_roll
+from wal.segment import Segment, TailRecovery
+
+logger = logging.getLogger(__name__)
+
+Clock = Callable[[], int]
+
+
+def wall_clock_ms() -> int:
+    """Milliseconds since the Unix epoch: the production clock for rolling and retention."""
+    return time.time_ns() // 1_000_000
+
+
+class AppendResult(NamedTuple):
+    """Where an appended batch landed: offsets ``first_offset`` .. ``last_offset``.
+
+    A ``NamedTuple``: one is built per appended batch, on the hot path.
+    """
+
+    first_offset: int
+    last_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryReport:
+    """What :meth:`Log.open` found and repaired.
+
+    Attributes:
+        segments: Segments in the log after opening.
+        leftovers_removed: Temp and ``.deleted`` files discarded.
+        tail: The active segment's tail check (bytes scanned and cut, ``.broken`` file).
+    """
+
+    segments: int
+    leftovers_removed: list[str]
+    tail: TailRecovery
+
+    @property
+    def truncated_bytes(self) -> int:
+        """Bytes cut from a torn tail (0 when clean)."""
+        return self.tail.truncated_bytes
+
+
+class Log:
+    """All segments of one partition. Not task-safe: owned by one ``LogWriter``."""
+
+    def __init__(
+        self,
+        path: str,
+        config: LogConfig,
+        *,
+        fs: FileSystem,
+        clock: Clock,
+        segments: list[Segment],
+        recovery: RecoveryReport,
+    ) -> None:
+        self.path = path
+        self.config = config
+        self.recovery = recovery
+        self._fs = fs
+        self._clock = clock
+        self._segments = segments
+        self._failure: str | None = None
+        self._closed = False
+
+    # -- opening ----------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        path: str,
+        config: LogConfig | None = None,
+        *,
+        fs: FileSystem | None = None,
+        clock: Clock | None = None,
+    ) -> Log:
+        """Open (or create) the log in directory ``path``, recovering as needed.
+
+        Leftover temp and ``.deleted`` files are discarded; the active segment's tail is
+        checked and a torn tail is cut (kept in a ``.broken`` file).
+
+        Raises:
+            WalIOError: the directory or a file could not be read or repaired.
+        """
+        config = config or LogConfig()
+        fs = fs or FileSystem()
+        try:
+            return cls._open(path, config, fs, clock or wall_clock_ms)
+        except OSError as exc:
+            raise WalIOError("open", path, exc.errno, str(exc)) from exc
+
+    @classmethod
+    def _open(cls, path: str, config: LogConfig, fs: FileSystem, clock: Clock) -> Log:
+        fs.makedirs(path)
+        names = fs.listdir(path)
+        leftovers = [n for n in names if is_leftover(n)]
+        for name in leftovers:
+            fs.remove(os.path.join(path, name))
+        bases = sorted({p[0] for n in names if (p := parse_segment_name(n)) and p[1] == LOG_SUFFIX})
+        for name in names:
+            parsed = parse_segment_name(name)
+            if parsed and parsed[1] == INDEX_SUFFIX and parsed[0] not in bases:
+                fs.remove(os.path.join(path, name))
+                leftovers.append(name)
+        if len(bases) > 1 and cls._is_empty(fs, path, bases[-1]):
+            # An empty newest segment is what a roll leaves before any append; appending
+            # into the previous one again is equivalent and keeps offsets dense.
+            for suffix in (LOG_SUFFIX, INDEX_SUFFIX):
+                fs.remove(os.path.join(path, segment_name(bases[-1], suffix)))
+            bases.pop()
+        segments = [
+            Segment.open_sealed(fs, path, base, nxt, config.index_interval_bytes)
+            for base, nxt in pairwise(bases)
+        ]
+        active, tail = Segment.open_active(
+            fs, path, bases[-1] if bases else 0, config.index_interval_bytes
+        )
+        segments.append(active)
+        if leftovers or not bases:
+            fs.fsync_dir(path)
+        report = RecoveryReport(len(segments), leftovers, tail)
+        logger.info(
+            "log %s opened: %d segments, offsets [%d, %d), scanned %d tail bytes, cut %d",
+            path,
+            len(segments),
+            segments[0].base_offset,
+            active.next_offset,
+            tail.scanned_bytes,
+            tail.truncated_bytes,
+        )
+        return cls(path, config, fs=fs, clock=clock, segments=segments, recovery=report)
+
+    @staticmethod
+    def _is_empty(fs: FileSystem, path: str, base: int) -> bool:
+        return fs.file_size(os.path.join(path, segment_name(base, LOG_SUFFIX))) == 0
+
+    # -- state ------------------------------------------------------------------------
+
+    @property
+    def head(self) -> int:
+        """The next offset to be written."""
+        return self._segments[-1].next_offset
+
+    @property
+    def first_offset(self) -> int:
+        """The first retained offset."""
+        return self._segments[0].base_offset
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes in all segment logs."""
+        return sum(s.size for s in self._segments)
+
+    @property
+    def failure(self) -> str | None:
+        """Why the log latched as failed, or ``None`` while healthy."""
+        return self._failure
+
+    def segment_infos(self) -> list[SegmentInfo]:
+        """Facts about every segment, oldest first (the last is the active one)."""
+        return [
+            SegmentInfo(s.base_offset, s.next_offset, s.size, s.max_timestamp_ms())
+            for s in self._segments
+        ]
+
+    # -- writing ----------------------------------------------------------------------
+
+    def validate(self, data: bytes | bytearray | memoryview | RecordBatch) -> RecordBatch:
+        """Check a batch against this log's limits. Pure: nothing is written.
+
+        Raises:
+            InvalidBatchError: (and subclasses) the batch is malformed or too large.
+        """
+        if isinstance(data, RecordBatch):
+            return data
+        return validate_batch(data, self.config.limits)
+
+    def append(self, data: bytes | bytearray | memoryview | RecordBatch) -> AppendResult:
+        """Validate and write one batch (not synced: call :meth:`flush`)."""
+        return self.append_many([self.validate(data)])[0]
+
+    def append_many(self, batches: Sequence[RecordBatch]) -> list[AppendResult]:
+        """Write validated batches in order, rolling segments as needed (not synced).
+
+        Raises:
+            WalFailedError: the log is failed, or this write failed and latched it.
+            WalClosedError: the log is closed.
+        """
+        self._check_writable()
+        now = self._clock()  # one reading per group: rolling by age needs no finer grain
+        results: list[AppendResult] = []
+        group: list[tuple[int, RecordBatch]] = []
+        group_bytes = 0
+        offset = self.head
+        try:
+            for batch in batches:
+                if self._needs_roll(self._segments[-1], group_bytes, batch.size, now):
+                    if group:
+                        self._segments[-1].append(group, now)
+                        group, group_bytes = [], 0
+                    self._roll()
+                group.append((offset, batch))
+                group_bytes += batch.size
+                nxt = offset + batch.record_count
+                results.append(AppendResult(offset, nxt - 1))
+                offset = nxt
+            if group:
+                self._segments[-1].append(group, now)
+                self._fs.crash_point("append.after_write")
+        except OSError as exc:
+            raise self._latch("append", exc) from exc
+        return results
+
+    def _needs_roll(self, active: Segment, unwritten: int, incoming: int, now: int) -> bool:
+        """Whether ``incoming`` bytes must go to a new segment; ``unwritten`` bytes of this
+        group are already bound for the active one."""
+        cfg = self.config
+        size = active.size + unwritten
+        if size + incoming <= cfg.segment_bytes and cfg.segment_ms is None:
+            return False  # the common case, decided without building the policy's inputs
+        age = None if active.first_append_ms is None else now - active.first_append_ms
+        return should_roll(
+            segment_size=size,
+            incoming_bytes=incoming,
+            segment_age_ms=age,
+            segment_bytes=cfg.segment_bytes,
+            segment_ms=cfg.segment_ms,
+        )
+
+    def flush(self) -> None:
+        """fdatasync the active segment: everything appended so far becomes durable."""
+        self._check_writable()
+        try:
+            self._segments[-1].flush()
+            self._fs.crash_point("append.after_sync")
+        except OSError as exc:
+            raise self._latch("fdatasync", exc) from exc
+
+    def roll(self) -> None:
+        """Seal the active segment and start a new one (no-op when the active one is empty)."""
+        self._check_writable()
+        if self._segments[-1].size == 0:
+            return
+        try:
+            self._roll()
+        except OSError as exc:
+            raise self._latch("roll", exc) from exc
+
+    def _roll(self) -> None:
+        old = self._segments[-1]
+        old.seal()
+        self._fs.crash_point("roll.after_seal")
+        new = Segment.create(self._fs, self.path, old.next_offset, self.config.index_interval_bytes)
+        self._fs.crash_point("roll.after_create")
+        self._fs.fsync_dir(self.path)
+        self._segments.append(new)
+        logger.info(
+            "log %s rolled segment %d at offset %d (%d bytes)",
+            self.path,
+            old.base_offset,
+            new.base_offset,
+            old.size,
+        )
+
+    def _check_writable(self) -> None:
+        if self._closed:
+            raise WalClosedError(self.path)
+        if self._failure is not None:
+            raise WalFailedError(self.path, self._failure)
+
+    def _latch(self, op: str, exc: OSError) -> WalFailedError:
+        self._failure = f"{op} failed: {exc.strerror or exc} (errno {exc.errno})"
+        logger.error("log %s latched as failed: %s", self.path, self._failure)
+        return WalFailedError(self.path, self._failure)
+
+    # -- retention --------------------------------------------------------------------
+
+    def apply_retention(self, floor_offset: int | None = None) -> list[int]:
+        """Delete whole sealed segments that retention allows; return their base offsets.
+
+        Args:
+            floor_offset: Never delete a segment holding this offset or later; ``None`` for
+                no floor (the broker passes the minimum subscription cursor).
+
+        Raises:
+            WalIOError: a rename or unlink failed (the log stays usable).
+        """
+        cfg = self.config
+        if cfg.retention_ms is None and cfg.retention_bytes is None:
+            return []
+        doomed = segments_to_delete(
+            self.segment_infos(),
+            now_ms=self._clock(),
+            retention_ms=cfg.retention_ms,
+            retention_bytes=cfg.retention_bytes,
+            floor_offset=floor_offset,
+        )
+        for base in doomed:
+            self._delete_oldest(base)
+        return doomed
+
+    def _delete_oldest(self, base: int) -> None:
+        seg = self._segments[0]
+        assert seg.base_offset == base, (seg.base_offset, base)
+        assert len(self._segments) > 1, "the active segment is never deleted"
+        # Drop it from view first, so that no read can reach a closed file.
+        self._segments = self._segments[1:]
+        try:
+            renamed = seg.rename_deleted()
+            self._fs.fsync_dir(self.path)
+            self._fs.crash_point("retention.after_rename")
+            for path in renamed:
+                self._fs.remove(path)
+        except OSError as exc:
+            raise WalIOError("delete segment", seg.path, exc.errno, str(exc)) from exc
+        logger.info(
+            "log %s deleted segment %d (retention); first offset now %d",
+            self.path,
+            base,
+            self.first_offset,
+        )
+
+    # -- reading ----------------------------------------------------------------------
+
+    def read(
+        self, offset: int, max_bytes: int = 1 << 20, *, upper: int | None = None
+    ) -> list[RecordBatch]:
+        """Batches from the one holding ``offset`` onwards, up to ``max_bytes``.
+
+        At least one whole batch is returned when ``offset`` is below ``upper``, even if it
+        is larger than ``max_bytes``; the first batch may start before ``offset``.
+
+        Args:
+            offset: First offset wanted.
+            max_bytes: Soft limit on the bytes returned.
+            upper: Return no batch starting at or past this offset (default: the head).
+
+        Raises:
+            OffsetOutOfRangeError: ``offset`` is below the first retained offset or past
+                the head.
+            CorruptSegmentError: damaged data where the read starts.
+        """
+        if self._closed:
+            raise WalClosedError(self.path)
+        segments = self._segments  # a snapshot: retention swaps in a new list
+        head = segments[-1].next_offset
+        upper = head if upper is None else min(upper, head)
+        if offset < segments[0].base_offset or offset > head:
+            raise OffsetOutOfRangeError(offset, segments[0].base_offset, head)
+        i = bisect_right([s.base_offset for s in segments], offset) - 1
+        out: list[RecordBatch] = []
+        budget = max_bytes
+        try:
+            for seg in segments[i:]:
+                if offset >= upper or (out and budget <= 0):
+                    break
+                got = seg.read(offset, budget, upper)
+                if not got:
+                    continue
+                out += got
+                budget -= sum(b.size for b in got)
+                offset = got[-1].next_offset
+                if seg.next_offset > offset:
+                    break  # this segment has more; the budget ran out
+        except OSError as exc:
+            raise WalIOError("read", self.path, exc.errno, str(exc)) from exc
+        return out
+
+    # -- closing ----------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Sync (unless failed) and close every file. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._failure is None:
+                self._segments[-1].seal()
+        except OSError as exc:
+            logger.error("log %s: sync on close failed: %s", self.path, exc)
+        finally:
+            for seg in self._segments:
+                seg.close()
