@@ -52,12 +52,16 @@ def wal_inspect(directory: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([asdict(r) | {"clean": r.is_clean} for r in reports]))
     else:
-        click.echo(f"{'segment':<26}{'bytes':>12}{'valid':>12}{'batches':>9}"
-                   f"{'records':>10}{'next offset':>13}  status")
+        click.echo(
+            f"{'segment':<26}{'bytes':>12}{'valid':>12}{'batches':>9}"
+            f"{'records':>10}{'next offset':>13}  status"
+        )
         for r in reports:
             status = "ok" if r.is_clean else f"DAMAGED: {r.problem}"
-            click.echo(f"{r.name:<26}{r.size_bytes:>12}{r.valid_bytes:>12}{r.batches:>9}"
-                       f"{r.records:>10}{r.next_offset:>13}  {status}")
+            click.echo(
+                f"{r.name:<26}{r.size_bytes:>12}{r.valid_bytes:>12}{r.batches:>9}"
+                f"{r.records:>10}{r.next_offset:>13}  {status}"
+            )
     if not all(r.is_clean for r in reports):
         sys.exit(1)
 

@@ -15,14 +15,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+from grpc_tools import protoc  # a dev dependency: this script runs only at development time
+
 PROTO_DIR = Path(__file__).resolve().parent
 _SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
 
 
 def generate(out_dir: Path) -> list[Path]:
     """Run protoc over every .proto in this package; return the files written."""
-    from grpc_tools import protoc  # dev dependency: imported only when generating
-
     sources = sorted(PROTO_DIR.glob("*.proto"))
     if not sources:
         return []
@@ -40,8 +40,9 @@ def generate(out_dir: Path) -> list[Path]:
         raise SystemExit("protoc failed; see the messages above")
     written = sorted(p for p in out_dir.iterdir() if p.name.endswith(_SUFFIXES))
     for path in written:
-        text = re.sub(r"^import (\w+_pb2)", r"from proto import \1", path.read_text(),
-                      flags=re.MULTILINE)
+        text = re.sub(
+            r"^import (\w+_pb2)", r"from proto import \1", path.read_text(), flags=re.MULTILINE
+        )
         path.write_text(text)
     return written
 
@@ -59,13 +60,19 @@ def main(argv: list[str] | None = None) -> int:
         fresh = {p.name: p for p in generate(Path(tmp))}
         committed = {p.name: p for p in PROTO_DIR.iterdir() if p.name.endswith(_SUFFIXES)}
         stale = sorted(
-            n for n in fresh.keys() | committed.keys()
-            if n not in fresh or n not in committed
+            n
+            for n in fresh.keys() | committed.keys()
+            if n not in fresh
+            or n not in committed
             or not filecmp.cmp(fresh[n], committed[n], shallow=False)
         )
     if stale:
-        print("generated protobuf code is stale: " + ", ".join(stale) +
-              "; run `make proto` and commit the result", file=sys.stderr)
+        print(
+            "generated protobuf code is stale: "
+            + ", ".join(stale)
+            + "; run `make proto` and commit the result",
+            file=sys.stderr,
+        )
         return 1
     print("generated protobuf code is current")
     return 0
