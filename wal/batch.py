@@ -180,7 +180,8 @@ class RecordBatch(NamedTuple):
 
     def key_data(self) -> memoryview:
         """All keys, concatenated."""
-        return self.buffer[self.layout.key_data : self.layout.value_offsets]
+        start = self.layout.key_data
+        return self.buffer[start : start + self.key_offsets()[-1]]
 
     def value_offsets(self) -> memoryview:
         """``i32[n+1]`` offsets into :meth:`value_data`."""
@@ -294,12 +295,16 @@ def encode_columns(
 
     Raises:
         EmptyBatchError: ``values`` is empty.
-        InvalidBatchError: lengths disagree, or a section exceeds 2 GiB.
+        InvalidBatchError: lengths disagree, a section exceeds 2 GiB, or a field is out of
+            range for its column (timestamps i64, producer_id i64, base_sequence i32).
     """
     n = len(values)
     if n == 0:
         raise EmptyBatchError()
-    ts = array("q", [timestamps_ms] * n if isinstance(timestamps_ms, int) else timestamps_ms)
+    try:
+        ts = array("q", [timestamps_ms] * n if isinstance(timestamps_ms, int) else timestamps_ms)
+    except OverflowError as exc:
+        raise InvalidBatchError("timestamps must fit in a signed 64-bit integer (ms)") from exc
     _check_len("timestamps_ms", len(ts), n)
     parts: list[bytes | memoryview] = [b"", ts.tobytes()]
     parts += _encode_keys(keys, n)
@@ -311,9 +316,15 @@ def encode_columns(
         parts += _encode_headers(headers)
     body_len = sum(len(p) for p in parts)
     total = HEADER_SIZE + body_len
-    head_rest = HEADER.pack(
-        0, total, 0, MAGIC, VERSION, flags, n, ts[0], max(ts), producer_id, base_sequence, 0
-    )
+    try:
+        head_rest = HEADER.pack(
+            0, total, 0, MAGIC, VERSION, flags, n, ts[0], max(ts), producer_id, base_sequence, 0
+        )
+    except struct.error as exc:
+        raise InvalidBatchError(
+            f"producer_id must fit in i64 and base_sequence in i32 "
+            f"(got {producer_id}, {base_sequence})"
+        ) from exc
     parts[0] = head_rest
     out = bytearray().join(parts)
     crc = _crc_view(memoryview(out)[CRC_START:])
@@ -432,13 +443,17 @@ def _layout(view: memoryview, n: int, flags: int, pos: int) -> Layout:
     kd = ko + _align(4 * (n + 1))
     if kd > length:
         raise CorruptBatchError(pos, "key offsets run past the end of the batch")
-    vo = kd + _align(unpack(view, kd - _align(4 * (n + 1)) + 4 * n)[0])
+    klen = unpack(view, ko + 4 * n)[0]
+    if klen < 0:
+        raise CorruptBatchError(pos, f"key data has a negative length {klen}")
+    vo = kd + _align(klen)
     vd = vo + _align(4 * (n + 1))
-    if vd > length or vo < kd:
+    if vd > length:
         raise CorruptBatchError(pos, "value offsets run past the end of the batch")
-    end = vd + _align(unpack(view, vo + 4 * n)[0])
-    if end < vd:
-        raise CorruptBatchError(pos, "value data has a negative length")
+    vlen = unpack(view, vo + 4 * n)[0]
+    if vlen < 0:
+        raise CorruptBatchError(pos, f"value data has a negative length {vlen}")
+    end = vd + _align(vlen)
     ho = hko = hkd = hvo = hvd = -1
     m = 0
     if flags & FLAG_HAS_HEADERS:
@@ -511,6 +526,7 @@ def validate_batch(data: bytes | bytearray | memoryview, limits: BatchLimits) ->
             f"(the header announces {read_length(data)})"
         )
     _check_offsets(batch)
+    _check_timestamps(batch)
     if batch.size - HEADER_SIZE > limits.max_record_bytes:
         _check_record_sizes(batch, limits.max_record_bytes)
     return batch
@@ -544,11 +560,23 @@ def _check_offsets(batch: RecordBatch) -> None:
         _check_monotonic(
             batch._i32(lay.header_value_offsets, lay.header_count + 1), "header values"
         )
-        names = batch.buffer[lay.header_key_data : lay.header_value_offsets]
+        offs = batch._i32(lay.header_key_offsets, lay.header_count + 1).tolist()
+        names = bytes(batch.buffer[lay.header_key_data : lay.header_key_data + offs[-1]])
         try:
-            bytes(names).decode()
+            for a, b in pairwise(offs):  # each name on its own: a split code point is invalid
+                names[a:b].decode()
         except UnicodeDecodeError as exc:
-            raise InvalidBatchError("header names must be UTF-8") from exc
+            raise InvalidBatchError("every header name must be valid UTF-8") from exc
+
+
+def _check_timestamps(batch: RecordBatch) -> None:
+    """The header's first and max timestamps drive retention: they must not lie."""
+    ts = batch.timestamps()
+    if batch.first_timestamp_ms != ts[0] or batch.max_timestamp_ms != max(ts):
+        raise InvalidBatchError(
+            f"header timestamps (first {batch.first_timestamp_ms}, max "
+            f"{batch.max_timestamp_ms}) do not match the records' timestamps"
+        )
 
 
 def _check_bitmap_tail(batch: RecordBatch) -> None:

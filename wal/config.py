@@ -60,7 +60,8 @@ class LogConfig:
         max_batch_bytes: Largest encoded batch, bytes. Default 16 MiB.
         retention_ms: Delete sealed segments whose newest record is older, ms; ``None``
             (default) keeps them.
-        retention_bytes: Delete oldest sealed segments while the log is larger, bytes;
+        retention_bytes: Delete oldest sealed segments while the log without them still
+            holds at least this many bytes (Kafka's rule: never below the limit);
             ``None`` (default) keeps them.
         fsync: When data is forced to disk; see :class:`FsyncPolicy`. Default ``ALWAYS``.
         fsync_interval_ms: Period of the ``INTERVAL`` policy, ms. Default 100.

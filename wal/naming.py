@@ -34,7 +34,7 @@ def segment_name(base_offset: int, suffix: str) -> str:
 def parse_segment_name(name: str) -> tuple[int, str] | None:
     """Return ``(base_offset, suffix)`` for a live segment file name, else ``None``."""
     stem, dot, ext = name.partition(".")
-    if len(stem) != _DIGITS or not stem.isdigit() or not dot:
+    if len(stem) != _DIGITS or not (stem.isascii() and stem.isdigit()) or not dot:
         return None
     suffix = "." + ext
     if suffix not in (LOG_SUFFIX, INDEX_SUFFIX):

@@ -8,10 +8,13 @@ Invariants:
 - Retention deletes a prefix of the sealed segments, oldest first, never the active one, and
   never a segment holding an offset at or above the caller's ``floor_offset``.
 
-Example: segments [0..100) 10 MiB, [100..200) 10 MiB, active [200..) 1 MiB, retention_bytes
-15 MiB, floor 150: the first segment goes (21 - 10 = 11 MiB >= 15? no: it goes because the
-total 21 MiB exceeds 15 MiB and dropping it leaves 11 MiB); the second would be next by size
-but holds offset 150 >= floor, so it stays.
+Size retention follows Kafka's rule: a segment is deleted only if the log would still hold
+at least ``retention_bytes`` without it, so the log never shrinks below the limit.
+
+Example: sealed [0..100) 10 MiB, sealed [100..200) 10 MiB, active [200..) 6 MiB (26 MiB),
+retention_bytes 15 MiB, floor 250: the first segment goes (26 - 10 = 16 >= 15), the second
+stays (16 - 10 = 6 < 15). With floor 150 the first still goes (it ends at 100 <= 150) and
+the second would be protected by the floor anyway (it holds offset 150).
 
 Pure module: imports neither ``asyncio``, ``os`` nor ``time``.
 """
@@ -77,7 +80,8 @@ def segments_to_delete(
         segments: Every segment, oldest first; the last is the active one.
         now_ms: Current wall-clock time, ms since the epoch.
         retention_ms: Delete segments whose newest record is older than this; ``None`` = keep.
-        retention_bytes: Delete oldest segments while the log exceeds this; ``None`` = keep.
+        retention_bytes: Delete oldest segments while the log without them still holds at
+            least this many bytes; ``None`` = keep.
         floor_offset: Never delete a segment holding this offset or a later one (the minimum
             cursor of the subscriptions); ``None`` = no floor.
     """

@@ -59,7 +59,8 @@ class ScanResult:
 
     Attributes:
         end: Position just past the last valid batch.
-        next_offset: Offset just past the last valid batch.
+        next_offset: Offset just past the last valid batch; when no batch was valid, the
+            ``expected_offset`` given, or -1 if that was ``None``.
         stop: Why scanning stopped.
         detail: Human-readable reason (the corruption message, the gap).
         batches: Every valid batch found, in order.
