@@ -23,7 +23,9 @@ Threading contract: the writer task is the only writer. It runs writes and syncs
 thread while reads run on the event loop; that is safe because bytes below the high-water
 mark never change and segment bookkeeping is published only after the bytes are written.
 Retention runs on the event loop itself (between group commits), so a read never meets a
-segment whose file is being closed.
+segment whose file is being closed. Under ``INTERVAL`` a second worker thread runs the
+periodic ``fdatasync`` while writes continue; ``pwritev`` and ``fdatasync`` on one
+descriptor are safe together, and the mark only claims what was written before the sync.
 """
 
 from __future__ import annotations
@@ -107,6 +109,7 @@ class LogWriter:
         self._closing = False
         self._task: asyncio.Task[None] | None = None
         self._ticker: asyncio.Task[None] | None = None
+        self._stop = asyncio.Event()
 
     @classmethod
     async def open(
@@ -218,9 +221,8 @@ class LogWriter:
         task, self._task = self._task, None
         await task
         if self._ticker is not None:
-            self._ticker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._ticker
+            self._stop.set()  # never cancel it mid-sync: the thread would outlive the files
+            await self._ticker
         await asyncio.to_thread(self._log.close)
 
     async def __aenter__(self) -> Self:
@@ -347,11 +349,26 @@ class LogWriter:
                 _fail(cmd.future, exc)
 
     async def _tick(self) -> None:
+        """``INTERVAL`` policy: fdatasync beside the writer, never in its way.
+
+        The sync runs on its own worker thread while group commits go on, so appends never
+        wait behind it. The mark advances to the head as it was *before* the sync began:
+        everything below it was written to the segment being synced, or to an older one
+        that rolling already synced.
+        """
         interval = self._log.config.fsync_interval_ms / 1000
-        while True:
-            await asyncio.sleep(interval)
-            if self._hwm < self._written and not self._closing:
-                await self._queue.put(Flush(None))
+        while not self._stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), interval)
+            target = self._written
+            if self._stop.is_set() or target <= self._hwm or self._log.failure is not None:
+                continue
+            try:
+                await asyncio.to_thread(self._log.flush)
+            except WalError as exc:
+                logger.error("log %s: periodic fsync failed: %s", self._log.path, exc)
+                continue
+            self._advance(target)
 
 
 def _size(cmd: Command) -> int:
