@@ -1,0 +1,189 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class SubscriptionType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SUBSCRIPTION_TYPE_UNSPECIFIED: _ClassVar[SubscriptionType]
+    EXCLUSIVE: _ClassVar[SubscriptionType]
+    FAILOVER: _ClassVar[SubscriptionType]
+    SHARED: _ClassVar[SubscriptionType]
+    KEY_SHARED: _ClassVar[SubscriptionType]
+
+class InitialPosition(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    INITIAL_POSITION_UNSPECIFIED: _ClassVar[InitialPosition]
+    EARLIEST: _ClassVar[InitialPosition]
+    LATEST: _ClassVar[InitialPosition]
+SUBSCRIPTION_TYPE_UNSPECIFIED: SubscriptionType
+EXCLUSIVE: SubscriptionType
+FAILOVER: SubscriptionType
+SHARED: SubscriptionType
+KEY_SHARED: SubscriptionType
+INITIAL_POSITION_UNSPECIFIED: InitialPosition
+EARLIEST: InitialPosition
+LATEST: InitialPosition
+
+class PublishRequest(_message.Message):
+    __slots__ = ("topic", "partition", "batch", "request_id")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    batch: bytes
+    request_id: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., batch: _Optional[bytes] = ..., request_id: _Optional[int] = ...) -> None: ...
+
+class PublishResponse(_message.Message):
+    __slots__ = ("request_id", "partition", "base_offset", "last_offset", "duplicate", "error_code", "error_message")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    BASE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    partition: int
+    base_offset: int
+    last_offset: int
+    duplicate: bool
+    error_code: int
+    error_message: str
+    def __init__(self, request_id: _Optional[int] = ..., partition: _Optional[int] = ..., base_offset: _Optional[int] = ..., last_offset: _Optional[int] = ..., duplicate: _Optional[bool] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class SubscribeRequest(_message.Message):
+    __slots__ = ("open", "credit", "ack")
+    OPEN_FIELD_NUMBER: _ClassVar[int]
+    CREDIT_FIELD_NUMBER: _ClassVar[int]
+    ACK_FIELD_NUMBER: _ClassVar[int]
+    open: OpenSubscription
+    credit: int
+    ack: Acks
+    def __init__(self, open: _Optional[_Union[OpenSubscription, _Mapping]] = ..., credit: _Optional[int] = ..., ack: _Optional[_Union[Acks, _Mapping]] = ...) -> None: ...
+
+class OpenSubscription(_message.Message):
+    __slots__ = ("topic", "subscription", "type", "initial_position", "consumer_name", "initial_credit")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    INITIAL_POSITION_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_NAME_FIELD_NUMBER: _ClassVar[int]
+    INITIAL_CREDIT_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    subscription: str
+    type: SubscriptionType
+    initial_position: InitialPosition
+    consumer_name: str
+    initial_credit: int
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., type: _Optional[_Union[SubscriptionType, str]] = ..., initial_position: _Optional[_Union[InitialPosition, str]] = ..., consumer_name: _Optional[str] = ..., initial_credit: _Optional[int] = ...) -> None: ...
+
+class Acks(_message.Message):
+    __slots__ = ("offsets", "up_to")
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    UP_TO_FIELD_NUMBER: _ClassVar[int]
+    offsets: _containers.RepeatedCompositeFieldContainer[PartitionOffset]
+    up_to: _containers.RepeatedCompositeFieldContainer[PartitionOffset]
+    def __init__(self, offsets: _Optional[_Iterable[_Union[PartitionOffset, _Mapping]]] = ..., up_to: _Optional[_Iterable[_Union[PartitionOffset, _Mapping]]] = ...) -> None: ...
+
+class PartitionOffset(_message.Message):
+    __slots__ = ("partition", "offset")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    offset: int
+    def __init__(self, partition: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class SubscribeResponse(_message.Message):
+    __slots__ = ("subscribed", "delivery")
+    SUBSCRIBED_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_FIELD_NUMBER: _ClassVar[int]
+    subscribed: Subscribed
+    delivery: Delivery
+    def __init__(self, subscribed: _Optional[_Union[Subscribed, _Mapping]] = ..., delivery: _Optional[_Union[Delivery, _Mapping]] = ...) -> None: ...
+
+class Subscribed(_message.Message):
+    __slots__ = ("topic", "subscription", "partitions", "consumer_id")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    subscription: str
+    partitions: int
+    consumer_id: str
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., partitions: _Optional[int] = ..., consumer_id: _Optional[str] = ...) -> None: ...
+
+class Delivery(_message.Message):
+    __slots__ = ("topic", "partition", "batch", "from_offset", "to_offset", "redeliveries")
+    class RedeliveriesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    FROM_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TO_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    REDELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    batch: bytes
+    from_offset: int
+    to_offset: int
+    redeliveries: _containers.ScalarMap[int, int]
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., batch: _Optional[bytes] = ..., from_offset: _Optional[int] = ..., to_offset: _Optional[int] = ..., redeliveries: _Optional[_Mapping[int, int]] = ...) -> None: ...
+
+class FetchRequest(_message.Message):
+    __slots__ = ("topic", "partition", "offset", "max_bytes", "end_offset", "max_wait_ms")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    offset: int
+    max_bytes: int
+    end_offset: int
+    max_wait_ms: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., max_bytes: _Optional[int] = ..., end_offset: _Optional[int] = ..., max_wait_ms: _Optional[int] = ...) -> None: ...
+
+class FetchResponse(_message.Message):
+    __slots__ = ("batches", "high_water_mark", "first_offset")
+    BATCHES_FIELD_NUMBER: _ClassVar[int]
+    HIGH_WATER_MARK_FIELD_NUMBER: _ClassVar[int]
+    FIRST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    batches: _containers.RepeatedScalarFieldContainer[bytes]
+    high_water_mark: int
+    first_offset: int
+    def __init__(self, batches: _Optional[_Iterable[bytes]] = ..., high_water_mark: _Optional[int] = ..., first_offset: _Optional[int] = ...) -> None: ...
+
+class AckUpToRequest(_message.Message):
+    __slots__ = ("topic", "subscription", "partition", "offset")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    subscription: str
+    partition: int
+    offset: int
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class AckUpToResponse(_message.Message):
+    __slots__ = ("cursor",)
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
+    cursor: int
+    def __init__(self, cursor: _Optional[int] = ...) -> None: ...
