@@ -1,9 +1,14 @@
 """Sparse offset index of one segment: offset -> byte position of the batch holding it.
 
-Role: a cache that turns ``read(offset)`` into a bisect plus a short forward scan. Entries
-are ``(relative_offset: u32, position: u32)`` pairs, 8 bytes each, appended in order. An
-entry is added when at least ``index_interval_bytes`` were written since the last one, so
-the scan after a lookup covers at most that many bytes plus one batch.
+Role: a cache that turns ``read(offset)`` into a bisect plus a short forward scan, and that
+remembers the segment's newest record timestamp. Entries are
+``(relative_offset: u32, position: u32, max_timestamp_before: i64)``, 16 bytes each,
+appended in order. An entry is added when at least ``index_interval_bytes`` were written
+since the last one, so the scan after a lookup covers at most that many bytes plus one
+batch. ``max_timestamp_before`` is the largest record timestamp in the segment *before* the
+entry's batch (``NO_TIMESTAMP`` if none), so the newest entry plus a scan of the tail after
+it give the segment's largest timestamp exactly, which retention by age needs, even though
+producer timestamps need not increase (the role of Kafka's time index).
 
 Invariants:
 - Relative offsets and positions both strictly increase.
@@ -11,7 +16,7 @@ Invariants:
 - The index holds no checksum: if it is missing, torn or implausible it is rebuilt from the
   log (``IndexCorruptError`` tells the caller to do so).
 
-Example: base 100, entries [(0, 0), (40, 4096)]: ``lookup(139)`` -> (100, 0);
+Example: base 100, entries [(140, 4096, ts), ...]: ``lookup(139)`` -> (100, 0);
 ``lookup(140)`` -> (140, 4096); ``lookup(99)`` -> ``None`` (below the segment).
 
 Pure module: imports neither ``asyncio``, ``os`` nor ``time``.
@@ -23,8 +28,10 @@ import struct
 from array import array
 from bisect import bisect_right
 
-ENTRY = struct.Struct("<II")
+ENTRY = struct.Struct("<IIq")
 ENTRY_SIZE = ENTRY.size
+#: ``max_timestamp_before`` of an entry with no record before it.
+NO_TIMESTAMP = -(2**63)
 
 
 class IndexCorruptError(Exception):
@@ -34,17 +41,18 @@ class IndexCorruptError(Exception):
 class OffsetIndex:
     """In-memory sparse index of one segment. Not task-safe: owned by its ``Segment``."""
 
-    __slots__ = ("_offsets", "_positions", "base_offset")
+    __slots__ = ("_max_ts", "_offsets", "_positions", "base_offset")
 
     def __init__(self, base_offset: int) -> None:
         self.base_offset = base_offset
         self._offsets = array("Q")
         self._positions = array("Q")
+        self._max_ts = array("q")
 
     def __len__(self) -> int:
         return len(self._offsets)
 
-    def append(self, offset: int, position: int) -> None:
+    def append(self, offset: int, position: int, max_timestamp_before: int = NO_TIMESTAMP) -> None:
         """Add an entry. Offsets and positions must strictly increase."""
         if self._offsets and (offset <= self._offsets[-1] or position <= self._positions[-1]):
             raise ValueError(
@@ -53,8 +61,11 @@ class OffsetIndex:
             )
         if offset < self.base_offset or offset - self.base_offset > 0xFFFFFFFF:
             raise ValueError(f"offset {offset} does not fit segment base {self.base_offset}")
+        if position > 0xFFFFFFFF:
+            raise ValueError(f"position {position} does not fit in a u32")
         self._offsets.append(offset)
         self._positions.append(position)
+        self._max_ts.append(max_timestamp_before)
 
     def lookup(self, offset: int) -> tuple[int, int] | None:
         """Return the last entry at or below ``offset`` as ``(offset, position)``.
@@ -79,23 +90,31 @@ class OffsetIndex:
             return None
         return self._offsets[-1], self._positions[-1]
 
+    def last_max_timestamp(self) -> int:
+        """``max_timestamp_before`` of the newest entry (``NO_TIMESTAMP`` when empty)."""
+        return self._max_ts[-1] if self._max_ts else NO_TIMESTAMP
+
     def truncate_entries(self, count: int) -> None:
         """Keep only the first ``count`` entries."""
         del self._offsets[count:]
         del self._positions[count:]
+        del self._max_ts[count:]
 
     def truncate_to_position(self, position: int) -> None:
         """Drop entries at or beyond ``position`` (the log was cut there)."""
         i = bisect_right(self._positions, position - 1) if position > 0 else 0
         self.truncate_entries(i)
 
-    def encode_entry(self, offset: int, position: int) -> bytes:
-        """The 8 on-disk bytes of one entry."""
-        return ENTRY.pack(offset - self.base_offset, position)
+    def encode_entry(self, offset: int, position: int, max_timestamp_before: int) -> bytes:
+        """The 16 on-disk bytes of one entry."""
+        return ENTRY.pack(offset - self.base_offset, position, max_timestamp_before)
 
     def to_bytes(self) -> bytes:
         """The whole index as stored on disk."""
-        return b"".join(self.encode_entry(o, p) for o, p in self.entries())
+        return b"".join(
+            self.encode_entry(o, p, t)
+            for o, p, t in zip(self._offsets, self._positions, self._max_ts, strict=True)
+        )
 
     @classmethod
     def from_bytes(
@@ -117,17 +136,16 @@ class OffsetIndex:
             if strict:
                 raise IndexCorruptError(f"index size {len(data)} is not a multiple of {ENTRY_SIZE}")
             data = data[: len(data) - len(data) % ENTRY_SIZE]
-        raw = array("I")
-        raw.frombytes(data)
-        rel, pos = raw[0::2], raw[1::2]
+        rows = list(ENTRY.iter_unpack(data))
+        rel = [r[0] for r in rows]
+        pos = [r[1] for r in rows]
         if not strict:
-            keep = bisect_right(pos, log_size - 1) if list(pos) == sorted(pos) else len(pos)
-            rel, pos = rel[:keep], pos[:keep]
+            keep = bisect_right(pos, log_size - 1) if pos == sorted(pos) else len(pos)
+            rows, rel, pos = rows[:keep], rel[:keep], pos[:keep]
         index = cls(base_offset)
-        if rel and (
-            list(rel) != sorted(set(rel)) or list(pos) != sorted(set(pos)) or pos[-1] >= log_size
-        ):
+        if rel and (rel != sorted(set(rel)) or pos != sorted(set(pos)) or pos[-1] >= log_size):
             raise IndexCorruptError("index entries do not increase or point past the log")
         index._offsets = array("Q", (base_offset + r for r in rel))
         index._positions = array("Q", pos)
+        index._max_ts = array("q", (r[2] for r in rows))
         return index

@@ -147,13 +147,19 @@ class Log:
             for suffix in (LOG_SUFFIX, INDEX_SUFFIX):
                 fs.remove(os.path.join(path, segment_name(bases[-1], suffix)))
             bases.pop()
-        segments = [
-            Segment.open_sealed(fs, path, base, nxt, config.index_interval_bytes)
-            for base, nxt in pairwise(bases)
-        ]
-        active, tail = Segment.open_active(
-            fs, path, bases[-1] if bases else 0, config.index_interval_bytes
-        )
+        segments: list[Segment] = []
+        try:
+            for base, nxt in pairwise(bases):
+                segments.append(
+                    Segment.open_sealed(fs, path, base, nxt, config.index_interval_bytes)
+                )
+            active, tail = Segment.open_active(
+                fs, path, bases[-1] if bases else 0, config.index_interval_bytes
+            )
+        except BaseException:
+            for seg in segments:
+                seg.close()
+            raise
         segments.append(active)
         if leftovers or not bases:
             fs.fsync_dir(path)
@@ -393,9 +399,9 @@ class Log:
             for seg in segments[i:]:
                 if offset >= upper or (out and budget <= 0):
                     break
-                got = seg.read(offset, budget, upper)
+                got = seg.read(offset, budget, upper, min_one=not out)
                 if not got:
-                    continue
+                    break  # the budget is spent (or upper reached): never skip ahead
                 out += got
                 budget -= sum(b.size for b in got)
                 offset = got[-1].next_offset

@@ -42,9 +42,11 @@ def parse_segment_name(name: str) -> tuple[int, str] | None:
     return int(stem), suffix
 
 
-def broken_name(base_offset: int, position: int) -> str:
-    """Name of the file that keeps the bytes cut from a segment's tail at ``position``."""
-    return f"{segment_name(base_offset, LOG_SUFFIX)}.{position}{BROKEN_SUFFIX}"
+def broken_name(base_offset: int, position: int, attempt: int = 0) -> str:
+    """Name of the file that keeps the bytes cut from a segment's tail at ``position``;
+    ``attempt`` > 0 tells apart a later cut at the same place."""
+    again = f".{attempt}" if attempt else ""
+    return f"{segment_name(base_offset, LOG_SUFFIX)}.{position}{again}{BROKEN_SUFFIX}"
 
 
 def is_leftover(name: str) -> bool:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from wal.batch import HEADER_SIZE, MAGIC, RecordBatch, decode_batch, read_length
 from wal.errors import CorruptBatchError, CorruptSegmentError
 from wal.fs import FileSystem
-from wal.index import ENTRY_SIZE, IndexCorruptError, OffsetIndex
+from wal.index import ENTRY_SIZE, NO_TIMESTAMP, IndexCorruptError, OffsetIndex
 from wal.naming import INDEX_SUFFIX, LOG_SUFFIX, broken_name, segment_name
 from wal.recovery import BatchPos, ScanResult, StopReason, scan
 
@@ -83,6 +83,8 @@ class Segment:
         self._interval = index_interval
         self._since_index = 0
         self._max_ts: int | None = None
+        # (first offset not readable, byte position, reason) once damage is known.
+        self._damage: tuple[int, int, str] | None = None
 
     # -- life cycle -------------------------------------------------------------------
 
@@ -92,9 +94,13 @@ class Segment:
     ) -> Segment:
         """Create an empty segment (the caller fsyncs the directory)."""
         seg = cls._open_files(fs, directory, base_offset, index_interval, create=True)
-        seg._index = OffsetIndex(base_offset)
-        fs.truncate(seg._fd, 0)
-        seg._open_index_for_append(truncate=True)
+        try:
+            seg._index = OffsetIndex(base_offset)
+            fs.truncate(seg._fd, 0)
+            seg._open_index_for_append(truncate=True)
+        except BaseException:
+            seg.close()
+            raise
         return seg
 
     @classmethod
@@ -118,8 +124,12 @@ class Segment:
     ) -> tuple[Segment, TailRecovery]:
         """Open the newest segment, checking only its tail and cutting a torn one."""
         seg = cls._open_files(fs, directory, base_offset, index_interval, create=True)
-        report = seg._recover_tail()
-        seg._open_index_for_append(truncate=False)
+        try:
+            report = seg._recover_tail()
+            seg._open_index_for_append(truncate=False)
+        except BaseException:
+            seg.close()
+            raise
         return seg, report
 
     @classmethod
@@ -162,13 +172,13 @@ class Segment:
         """
         index = self._loaded_index()
         buffers: list[bytes | memoryview] = []
-        entries: list[tuple[int, int]] = []
+        entries: list[tuple[int, int, int]] = []
         pos = self.size
         since = self._since_index
         max_ts = self._max_ts
         for base, batch in items:
             if since >= self._interval:
-                entries.append((base, pos))
+                entries.append((base, pos, NO_TIMESTAMP if max_ts is None else max_ts))
                 since = 0
             buffers += (_BASE.pack(base), batch.buffer[8:])
             pos += batch.size
@@ -186,10 +196,10 @@ class Segment:
         if entries:
             assert self._index_fd is not None
             at = len(index) * ENTRY_SIZE
-            for offset, position in entries:
-                index.append(offset, position)
+            for offset, position, ts in entries:
+                index.append(offset, position, ts)
             self.fs.write_all(
-                self._index_fd, [b"".join(index.encode_entry(o, p) for o, p in entries)], at
+                self._index_fd, [b"".join(index.encode_entry(*e) for e in entries)], at
             )
 
     def flush(self) -> None:
@@ -217,20 +227,24 @@ class Segment:
 
     # -- reading ----------------------------------------------------------------------
 
-    def read(self, offset: int, max_bytes: int, upper: int) -> list[RecordBatch]:
-        """Batches from the one holding ``offset``, up to ``max_bytes`` (at least one batch),
-        stopping before any batch at or past ``upper``.
+    def read(
+        self, offset: int, max_bytes: int, upper: int, *, min_one: bool = True
+    ) -> list[RecordBatch]:
+        """Batches from the one holding ``offset``, stopping before any batch at or past
+        ``upper``, within ``max_bytes`` (``min_one``: the first batch may exceed it).
+
+        Returns consecutive batches only: a batch whose base offset does not follow on ends
+        the reply, and the read that starts there raises.
 
         Raises:
-            CorruptSegmentError: damage at the first batch to return (batches before damage
-                are returned; the next read starting at the damage raises).
+            CorruptSegmentError: damage where the read starts.
         """
         if offset >= self.next_offset or offset >= upper:
             return []
         pos = self._locate(offset)
-        if pos is None:
-            return []
         first_len = read_length(self.fs.pread(self._fd, 12, pos)) or 0
+        if not min_one and first_len > max_bytes:
+            return []
         data = self.fs.pread(self._fd, min(max(max_bytes, first_len), self.size - pos), pos)
         batches: list[RecordBatch] = []
         p = 0
@@ -240,47 +254,81 @@ class Segment:
             except CorruptBatchError as exc:
                 if batches:
                     break
-                raise self._damage(pos + p, exc.reason) from exc
-            if batch is None or batch.base_offset >= upper:
-                if batch is None and not batches and pos + p < self.size:
-                    raise self._damage(pos + p, "batch runs past the end of the segment")
+                raise self._damage_error(pos + p, exc.reason) from exc
+            if batch is None:
+                if not batches:
+                    raise self._damage_error(pos, "batch runs past the end of the segment")
+                break
+            if batch.base_offset >= upper or (
+                batches and batch.base_offset != batches[-1].next_offset
+            ):
                 break
             batches.append(batch)
             p += batch.size
         return batches
 
-    def _damage(self, position: int, reason: str) -> CorruptSegmentError:
+    def _damage_error(self, position: int, reason: str) -> CorruptSegmentError:
         logger.error("segment %s damaged at byte %d: %s", self.path, position, reason)
         return CorruptSegmentError(self.path, self.base_offset, position, reason)
 
-    def _locate(self, offset: int) -> int | None:
-        """Position of the batch holding ``offset``, walking headers from the index entry."""
-        entry = self._loaded_index().lookup(offset)
+    def _locate(self, offset: int) -> int:
+        """Position of the batch holding ``offset``.
+
+        Walks batch headers from the nearest index entry. If the walk does not check out,
+        the index may be wrong rather than the log: rebuild it from the log and walk again;
+        a second failure is damage.
+
+        Raises:
+            CorruptSegmentError: the log is damaged at or before ``offset``.
+        """
+        index = self._loaded_index()
+        if self._damage is not None and offset >= self._damage[0]:
+            raise self._damage_error(self._damage[1], self._damage[2])
+        try:
+            return self._walk(index, offset)
+        except _WalkFailedError:
+            index = self._rebuild_index()
+        try:
+            return self._walk(index, offset)
+        except _WalkFailedError as exc:
+            raise self._damage_error(exc.position, exc.reason) from exc
+
+    def _walk(self, index: OffsetIndex, offset: int) -> int:
+        entry = index.lookup(offset)
         if entry is None:
-            return None
+            raise _WalkFailedError(0, f"offset {offset} is below the segment base")
         expected, pos = entry
         chunk, chunk_pos = b"", pos
         while pos + HEADER_SIZE <= self.size:
             if pos + HEADER_SIZE > chunk_pos + len(chunk):
                 chunk_pos = pos
-                chunk = self.fs.pread(self._fd, self._interval + HEADER_SIZE, pos)
+                want = min(self._interval + HEADER_SIZE, self.size - pos)
+                chunk = self.fs.pread(self._fd, want, pos)
             base, length, _crc, magic, _v, _f, count = _PEEK.unpack_from(chunk, pos - chunk_pos)
-            if magic != MAGIC or base != expected or length < HEADER_SIZE or count == 0:
-                raise self._damage(
-                    pos,
-                    f"batch header does not follow on (expected offset {expected}, found {base})",
+            if magic != MAGIC or length < HEADER_SIZE or count == 0:
+                raise _WalkFailedError(pos, "not a batch header (bad magic, length or count)")
+            if base != expected:
+                raise _WalkFailedError(
+                    pos, f"batch base offset {base} does not follow on (expected {expected})"
                 )
             if offset < base + count:
                 return pos
             pos += length
             expected = base + count
-        return None
+        raise _WalkFailedError(
+            pos, f"segment ends at offset {expected} but should hold up to {self.next_offset}"
+        )
 
     # -- index ------------------------------------------------------------------------
 
     def _loaded_index(self) -> OffsetIndex:
         if self._index is None:
-            self._index = self._load_or_rebuild_index()
+            index = self._load_or_rebuild_index()
+            if self.sealed and not self._check_sealed_tail(index, record=False):
+                # Suspect the index before the log: rebuild it, then judge the log.
+                index = self._rebuild_index()
+                self._check_sealed_tail(index, record=True)
+            self._index = index
         return self._index
 
     def _load_or_rebuild_index(self) -> OffsetIndex:
@@ -292,34 +340,70 @@ class Segment:
         except IndexCorruptError as exc:
             reason = str(exc)
         logger.warning("segment %s: index %s; rebuilding it from the log", self.path, reason)
+        return self._rebuild_index()
+
+    def _rebuild_index(self) -> OffsetIndex:
+        """A fresh index from a full scan of the log. It is written back only for a sealed
+        segment whose log scans clean: the active segment's index file belongs to the writer
+        (the next open repairs it), and a damaged segment's files are left as they are."""
         result = self._scan_from(0, self.base_offset)
-        index = self._index_from(OffsetIndex(self.base_offset), result.batches, 0)
-        if not result.stop.is_clean():
-            logger.error(
-                "sealed segment %s is damaged at byte %d (%s); reads stop there",
-                self.path,
-                result.end,
-                result.detail,
-            )
-        self.fs.atomic_write(self.index_path, index.to_bytes())
+        index = OffsetIndex(self.base_offset)
+        self._index_from(index, result.batches, 0, NO_TIMESTAMP)
+        if self.sealed and result.stop.is_clean():
+            self.fs.atomic_write(self.index_path, index.to_bytes())
+        self._index = index
         return index
 
-    def _index_from(self, index: OffsetIndex, batches: list[BatchPos], since: int) -> OffsetIndex:
+    def _index_from(
+        self, index: OffsetIndex, batches: list[BatchPos], since: int, running: int
+    ) -> tuple[int, int]:
+        """Add entries for ``batches`` (``since`` bytes after the last entry, ``running``
+        the largest timestamp before them); return the updated (since, running)."""
         for b in batches:
             if since >= self._interval:
-                index.append(b.base_offset, b.position)
+                index.append(b.base_offset, b.position, running)
                 since = 0
             since += b.size
-        self._since_index = since
-        return index
+            running = max(running, b.max_timestamp_ms)
+        return since, running
+
+    def _check_sealed_tail(self, index: OffsetIndex, *, record: bool) -> bool:
+        """A sealed segment must end exactly where the next begins: scan after its newest
+        index entry once, learning its largest timestamp and any damage at its end.
+
+        Returns whether the tail checked out; damage is remembered only when ``record``.
+        """
+        offset, position = index.last() or (self.base_offset, 0)
+        result = self._scan_from(position, offset)
+        running = index.last_max_timestamp() if index.last() else NO_TIMESTAMP
+        for b in result.batches:
+            running = max(running, b.max_timestamp_ms)
+        self._max_ts = None if running == NO_TIMESTAMP else running
+        if not result.stop.is_clean():
+            reason = result.detail
+        elif result.next_offset != self.next_offset:
+            reason = (
+                f"segment ends at offset {result.next_offset} but the next segment starts at "
+                f"{self.next_offset}"
+            )
+        else:
+            return True
+        if not record:
+            return False
+        valid = result.next_offset if result.batches else offset
+        self._damage = (valid, result.end, reason)
+        logger.error(
+            "sealed segment %s is damaged at byte %d (%s); reads stop at offset %d",
+            self.path,
+            result.end,
+            reason,
+            valid,
+        )
+        return False
 
     def max_timestamp_ms(self) -> int | None:
-        """Largest record timestamp in the segment (scans the tail once when sealed)."""
-        if self._max_ts is None and self.size:
-            start = self._loaded_index().last() or (self.base_offset, 0)
-            result = self._scan_from(start[1], start[0])
-            if result.batches:
-                self._max_ts = max(b.max_timestamp_ms for b in result.batches)
+        """Largest record timestamp in the segment, or ``None`` when it holds none."""
+        self._loaded_index()
         return self._max_ts
 
     # -- recovery ---------------------------------------------------------------------
@@ -328,17 +412,18 @@ class Segment:
         """Scan from ``pos`` to the end of the file."""
         return scan_file(self.fs, self._fd, pos, self.size, expected)
 
-    def _tail_start(self) -> tuple[OffsetIndex, int, int, bool]:
-        """Choose where to start checking: the newest index entry that points at a valid
-        batch with the offset it claims. Returns (index, entry count kept, position, rebuilt)."""
+    def _tail_start(self) -> tuple[OffsetIndex, bool, int, bool]:
+        """Choose where to start checking: the newest index entry that points at a batch
+        header with the offset it claims. Returns (index, kept an entry, position, rebuilt)."""
+        exists = self.fs.exists(self.index_path)
         try:
-            data = self.fs.read_file(self.index_path) if self.fs.exists(self.index_path) else b""
+            data = self.fs.read_file(self.index_path) if exists else b""
             index = OffsetIndex.from_bytes(data, self.base_offset, self.size, strict=False)
         except IndexCorruptError as exc:
             logger.warning(
                 "segment %s: index unusable (%s); scanning the whole segment", self.path, exc
             )
-            return OffsetIndex(self.base_offset), 0, 0, True
+            return OffsetIndex(self.base_offset), False, 0, True
         entries = index.entries()
         for i in range(len(entries) - 1, -1, -1):
             offset, pos = entries[i]
@@ -347,29 +432,30 @@ class Segment:
                 base, _len, _crc, magic, _v, _f, _n = _PEEK.unpack_from(head)
                 if magic == MAGIC and base == offset:
                     index.truncate_entries(i + 1)
-                    return index, i + 1, pos, False
+                    return index, True, pos, False
         index.truncate_entries(0)
-        return index, 0, 0, bool(entries)
+        return index, False, 0, bool(entries) or (not exists and self.size > 0)
 
     def _recover_tail(self) -> TailRecovery:
         """Check the tail from the newest trustworthy index entry; cut whatever is invalid.
 
         Data before that entry was durable before the entry was written, so it is trusted:
-        only the tail is scanned, which keeps opening a large log fast.
+        only the tail is scanned, which keeps opening a large log fast. The entry's
+        ``max_timestamp_before`` plus the scanned tail give the segment's newest timestamp.
         """
         index, kept, start, rebuilt = self._tail_start()
         last = index.last()
         expected = last[0] if kept and last is not None else self.base_offset
         result = self._scan_from(start, expected)
-        if kept and result.batches:
-            # The kept entry already indexes the first scanned batch.
-            self._index_from(index, result.batches[1:], result.batches[0].size)
-        else:
-            self._index_from(index, result.batches, 0)
+        running = index.last_max_timestamp() if kept else NO_TIMESTAMP
+        since, batches = 0, result.batches
+        if kept and batches:  # the kept entry already indexes the first scanned batch
+            since, running = batches[0].size, max(running, batches[0].max_timestamp_ms)
+            batches = batches[1:]
+        self._since_index, running = self._index_from(index, batches, since, running)
         self._index = index
+        self._max_ts = None if running == NO_TIMESTAMP else running
         self.next_offset = result.next_offset if result.batches else expected
-        if result.batches:
-            self._max_ts = max(b.max_timestamp_ms for b in result.batches)
         scanned = self.size - start
         cut = self.size - result.end
         broken = self._cut_tail(result.end, result.detail) if cut else None
@@ -377,13 +463,12 @@ class Segment:
 
     def _cut_tail(self, end: int, reason: str) -> str:
         dropped = self.fs.pread(self._fd, self.size - end, end)
-        broken = os.path.join(os.path.dirname(self.path), broken_name(self.base_offset, end))
+        directory = os.path.dirname(self.path)
         n = 0
-        while self.fs.exists(broken):
+        broken = os.path.join(directory, broken_name(self.base_offset, end))
+        while self.fs.exists(broken):  # an earlier recovery cut here too: keep both
             n += 1
-            broken = os.path.join(
-                os.path.dirname(self.path), f"{broken_name(self.base_offset, end)}.{n}"
-            )
+            broken = os.path.join(directory, broken_name(self.base_offset, end, n))
         self.fs.write_new(broken, dropped)
         self.fs.crash_point("recovery.after_broken")
         self.fs.truncate(self._fd, end)
@@ -427,3 +512,12 @@ def scan_file(fs: FileSystem, fd: int, pos: int, size: int, expected: int) -> Sc
             return total
         pos, expected = pos + part.end, part.next_offset
     return total
+
+
+class _WalkFailedError(Exception):
+    """Internal: a header walk did not check out at ``position``."""
+
+    def __init__(self, position: int, reason: str) -> None:
+        self.position = position
+        self.reason = reason
+        super().__init__(reason)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from wal.index import ENTRY_SIZE, IndexCorruptError, OffsetIndex
+from wal.index import ENTRY_SIZE, NO_TIMESTAMP, IndexCorruptError, OffsetIndex
 
 _U32_MAX = 0xFFFFFFFF
 
@@ -21,9 +21,9 @@ def _index(base: int, entries: list[tuple[int, int]]) -> OffsetIndex:
     return index
 
 
-def _raw(entries: list[tuple[int, int]]) -> bytes:
-    """Stored bytes of ``(relative_offset, position)`` entries."""
-    return b"".join(struct.pack("<II", rel, pos) for rel, pos in entries)
+def _raw(entries: list[tuple[int, int]], max_ts: int = NO_TIMESTAMP) -> bytes:
+    """Stored bytes of ``(relative_offset, position)`` entries, each with ``max_ts``."""
+    return b"".join(struct.pack("<IIq", rel, pos, max_ts) for rel, pos in entries)
 
 
 # ---------------------------------------------------------------------------------------
@@ -176,11 +176,27 @@ def test_truncate_entries(count: int, kept: int) -> None:
 
 
 def test_to_bytes_layout() -> None:
-    """Each entry is 8 bytes: u32 relative offset, u32 position, little-endian."""
+    """Each entry is 16 bytes: u32 relative offset, u32 position, i64 largest timestamp
+    before the entry's batch, little-endian."""
     index = _index(1000, [(1000, 0), (1040, 4096)])
-    assert ENTRY_SIZE == 8
+    assert ENTRY_SIZE == 16
     assert index.to_bytes() == _raw([(0, 0), (40, 4096)])
-    assert index.encode_entry(1040, 4096) == b"\x28\x00\x00\x00\x00\x10\x00\x00"
+    assert index.encode_entry(1040, 4096, 7) == (
+        b"\x28\x00\x00\x00\x00\x10\x00\x00\x07\x00\x00\x00\x00\x00\x00\x00"
+    )
+
+
+def test_max_timestamp_before_survives_a_round_trip() -> None:
+    """The newest entry's max_timestamp_before comes back from the stored bytes; an empty
+    index reports NO_TIMESTAMP."""
+    index = OffsetIndex(0)
+    assert index.last_max_timestamp() == NO_TIMESTAMP
+    index.append(10, 100, 500)
+    index.append(20, 200, 900)
+    loaded = OffsetIndex.from_bytes(index.to_bytes(), 0, 1000)
+    assert loaded.last_max_timestamp() == 900
+    loaded.truncate_entries(1)
+    assert loaded.last_max_timestamp() == 500
 
 
 @given(

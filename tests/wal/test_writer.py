@@ -1,0 +1,369 @@
+"""Async tests of :class:`wal.LogWriter`: group commit, acknowledgement order, the
+high-water mark under each fsync policy, listeners, bounded reads, and closing.
+
+The durability claims (``DESIGN.md`` section 2, rules 1-2) are checked against what the
+filesystem was actually asked to do: :class:`DurableFs` records, at each successful
+``fdatasync`` of a ``.log``, the offset just past the last whole batch in that file.
+An acknowledgement or a high-water mark beyond that frontier is a durability bug.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import threading
+from collections.abc import Sequence
+
+import pytest
+
+from wal import (
+    AppendResult,
+    FaultyFs,
+    FsyncPolicy,
+    Log,
+    LogConfig,
+    LogWriter,
+    OffsetOutOfRangeError,
+    WalClosedError,
+    encode_columns,
+    iter_batches,
+)
+
+
+def value_for(i: int) -> bytes:
+    """A payload that names its record id and whose content can be checked."""
+    return b"%08d:" % i + hashlib.sha256(b"%d" % i).digest()[: i % 29]
+
+
+def batch_bytes(ids: Sequence[int]) -> bytes:
+    """An encoded batch holding the records with these ids."""
+    return encode_columns([value_for(i) for i in ids])
+
+
+class DurableFs(FaultyFs):
+    """A FaultyFs that knows how far the log is durable: after each successful fdatasync of
+    a ``.log`` file it parses the file and raises ``durable`` to the offset just past its
+    last whole batch. Segments are synced in order, so the maximum is the frontier."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.durable = 0
+        self._names: dict[int, str] = {}
+
+    def open(self, path: str, *, create: bool = False) -> int:
+        fd = super().open(path, create=create)
+        self._names[fd] = path
+        return fd
+
+    def fdatasync(self, fd: int) -> None:
+        super().fdatasync(fd)
+        path = self._names.get(fd, "")
+        if path.endswith(".log"):
+            for batch in iter_batches(self.read_file(path)):
+                self.durable = max(self.durable, batch.next_offset)
+
+
+class HeldFs(FaultyFs):
+    """Blocks one fdatasync, *before* it runs, while ``hold`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hold = False
+        self.entered = threading.Event()
+        self.released = threading.Event()
+
+    def fdatasync(self, fd: int) -> None:
+        if self.hold:
+            self.hold = False
+            self.entered.set()
+            self.released.wait(10)
+        super().fdatasync(fd)
+
+
+async def appender(writer: LogWriter, ids: Sequence[int]) -> list[AppendResult]:
+    """Append one single-record batch per id, in order, each awaited."""
+    return [await writer.append(batch_bytes([i])) for i in ids]
+
+
+def stored_values(path: str) -> list[bytes]:
+    """Every value in the closed log at ``path``, in offset order."""
+    log = Log.open(path)
+    try:
+        return [v for b in log.read(0, 1 << 30) for v in b.values()]
+    finally:
+        log.close()
+
+
+@pytest.mark.asyncio
+async def test_group_commit_coalesces_concurrent_appends(wal_dir: str) -> None:
+    """Scenario: 16 tasks each append 25 single-record batches, awaiting each. Expected:
+    far fewer fdatasync calls than appends (at most one per eight); 400 distinct dense
+    offsets; each task's records in its own order; everything reads back."""
+    fs = FaultyFs()
+    writer = await LogWriter.open(wal_dir, LogConfig(), fs=fs)
+    syncs_before = fs.calls.get("fdatasync", 0)
+    tasks = [appender(writer, range(t * 1000, t * 1000 + 25)) for t in range(16)]
+    results = await asyncio.gather(*tasks)
+    syncs = fs.calls.get("fdatasync", 0) - syncs_before
+    assert syncs <= 400 // 8, f"{syncs} fdatasync calls for 400 appends"
+    offsets = sorted(r.first_offset for rs in results for r in rs)
+    assert offsets == list(range(400))
+    for rs in results:
+        assert [r.first_offset for r in rs] == sorted(r.first_offset for r in rs)
+    assert writer.high_water_mark == writer.head == 400
+    await writer.aclose()
+    by_offset = {
+        r.first_offset: t * 1000 + k for t, rs in enumerate(results) for k, r in enumerate(rs)
+    }
+    assert stored_values(wal_dir) == [value_for(by_offset[o]) for o in range(400)]
+
+
+@pytest.mark.asyncio
+async def test_always_acks_and_hwm_only_over_synced_data(wal_dir: str) -> None:
+    """Scenario: fsync ALWAYS, 8 concurrent appenders of 10 batches each, rolling 4 KiB
+    segments; a listener and every acknowledgement compare against the durable frontier.
+    Expected: every acknowledged offset is below the frontier when its future resolves,
+    the high-water mark already covers it (persist, notify, then ack), and no listener call
+    ever sees a mark beyond the frontier."""
+    fs = DurableFs()
+    config = LogConfig(segment_bytes=4096, index_interval_bytes=512)
+    writer = await LogWriter.open(wal_dir, config, fs=fs)
+    late_acks: list[tuple[int, int]] = []
+    early_marks: list[tuple[int, int]] = []
+    stale_marks: list[tuple[int, int]] = []
+
+    def on_mark(hwm: int) -> None:
+        if hwm > fs.durable:
+            early_marks.append((hwm, fs.durable))
+
+    writer.add_listener(on_mark)
+
+    async def checked(ids: range) -> None:
+        for i in ids:
+            result = await writer.append(batch_bytes([i, i + 500_000]))
+            if result.last_offset >= fs.durable:
+                late_acks.append((result.last_offset, fs.durable))
+            if writer.high_water_mark <= result.last_offset:
+                stale_marks.append((result.last_offset, writer.high_water_mark))
+
+    await asyncio.gather(*(checked(range(t * 100, t * 100 + 10)) for t in range(8)))
+    assert writer.head == 160
+    assert late_acks == [], "acknowledged before fdatasync"
+    assert early_marks == [], "high-water mark advanced over unsynced data"
+    assert stale_marks == [], "acknowledged before the high-water mark covered it"
+    assert fs.durable == 160
+    await writer.aclose()
+
+
+@pytest.mark.asyncio
+async def test_always_future_waits_for_fdatasync(wal_dir: str) -> None:
+    """Scenario: fsync ALWAYS; the fdatasync of an append is held before it runs. Expected:
+    while held, the append's future is pending and the high-water mark has not moved; once
+    released, the append is acknowledged and the mark covers it."""
+    fs = HeldFs()
+    writer = await LogWriter.open(wal_dir, LogConfig(), fs=fs)
+    await writer.append(batch_bytes([0]))
+    fs.hold = True
+    task = asyncio.create_task(writer.append(batch_bytes([1])))
+    assert await asyncio.to_thread(fs.entered.wait, 10)
+    await asyncio.sleep(0.05)
+    assert not task.done()
+    assert writer.high_water_mark == 1
+    assert writer.read(1) == []
+    fs.released.set()
+    result = await task
+    assert result.first_offset == 1
+    assert writer.high_water_mark == 2
+    await writer.aclose()
+
+
+@pytest.mark.asyncio
+async def test_interval_acks_before_sync_and_hwm_after_flush(wal_dir: str) -> None:
+    """Scenario: fsync INTERVAL with a one-hour period (the timer never fires here); three
+    appends, then writer.flush(). Expected: the appends are acknowledged with nothing
+    synced; the high-water mark stays at 0, no listener call, writer.read sees nothing
+    while the log itself holds the data; after flush() the data is durable, the mark is
+    the head, the listener got exactly that, and writer.read returns all three."""
+    fs = DurableFs()
+    config = LogConfig(fsync=FsyncPolicy.INTERVAL, fsync_interval_ms=3_600_000)
+    writer = await LogWriter.open(wal_dir, config, fs=fs)
+    marks: list[int] = []
+    writer.add_listener(marks.append)
+    results = [await writer.append(batch_bytes([i, i + 100])) for i in range(3)]
+    assert [r.first_offset for r in results] == [0, 2, 4]
+    assert writer.head == 6
+    assert fs.durable == 0, "INTERVAL must not fdatasync per append"
+    assert writer.high_water_mark == 0
+    assert marks == []
+    assert writer.read(0) == []
+    assert len(writer.log.read(0)) == 3
+    await writer.flush()
+    assert fs.durable == 6
+    assert writer.high_water_mark == 6
+    assert marks == [6]
+    assert [b.base_offset for b in writer.read(0)] == [0, 2, 4]
+    await writer.aclose()
+
+
+@pytest.mark.asyncio
+async def test_interval_timer_advances_hwm(wal_dir: str) -> None:
+    """Scenario: fsync INTERVAL every 20 ms; one append, no explicit flush. Expected: the
+    append is acknowledged at once; within a few periods the timer's fdatasync makes it
+    durable and the high-water mark reaches the head."""
+    fs = DurableFs()
+    config = LogConfig(fsync=FsyncPolicy.INTERVAL, fsync_interval_ms=20)
+    writer = await LogWriter.open(wal_dir, config, fs=fs)
+    marks: list[int] = []
+    writer.add_listener(marks.append)
+    await writer.append(batch_bytes([1, 2, 3]))
+    for _ in range(500):
+        if writer.high_water_mark == 3:
+            break
+        await asyncio.sleep(0.01)
+    assert writer.high_water_mark == 3
+    assert fs.durable == 3
+    assert marks == [3]
+    await writer.aclose()
+
+
+@pytest.mark.asyncio
+async def test_never_advances_hwm_after_write_without_sync(wal_dir: str) -> None:
+    """Scenario: fsync NEVER; five appends. Expected: no fdatasync during them; after each
+    acknowledgement the high-water mark already equals the head, and each advance reached
+    the listener."""
+    fs = FaultyFs()
+    config = LogConfig(fsync=FsyncPolicy.NEVER)
+    writer = await LogWriter.open(wal_dir, config, fs=fs)
+    marks: list[int] = []
+    writer.add_listener(marks.append)
+    syncs = fs.calls.get("fdatasync", 0)
+    for i in range(5):
+        result = await writer.append(batch_bytes([i]))
+        assert writer.high_water_mark == writer.head == result.last_offset + 1
+    assert fs.calls.get("fdatasync", 0) == syncs
+    assert marks == [1, 2, 3, 4, 5]
+    await writer.aclose()
+
+
+@pytest.mark.asyncio
+async def test_roll_makes_data_durable_and_advances_hwm(wal_dir: str) -> None:
+    """Scenario: fsync INTERVAL (timer idle), two appends, then writer.roll(). Expected: the
+    roll seals (syncs) the segment, so the data is durable and the high-water mark moves to
+    the head."""
+    fs = DurableFs()
+    config = LogConfig(fsync=FsyncPolicy.INTERVAL, fsync_interval_ms=3_600_000)
+    writer = await LogWriter.open(wal_dir, config, fs=fs)
+    await writer.append(batch_bytes([0]))
+    await writer.append(batch_bytes([1]))
+    assert writer.high_water_mark == 0
+    await writer.roll()
+    assert fs.durable == 2
+    assert writer.high_water_mark == 2
+    await writer.aclose()
+
+
+@pytest.mark.asyncio
+async def test_listeners_see_strictly_increasing_batch_boundaries(wal_dir: str) -> None:
+    """Scenario: 16 concurrent appenders of multi-record batches; two listeners, the first
+    of which always raises. Expected: the good listener sees strictly increasing marks,
+    each the end of an acknowledged batch, ending at the head; a failing listener does not
+    stop the writer or the others; a removed listener hears nothing more."""
+    writer = await LogWriter.open(wal_dir, LogConfig())
+    marks: list[int] = []
+
+    def broken(hwm: int) -> None:
+        raise RuntimeError(f"listener bug at {hwm}")
+
+    writer.add_listener(broken)
+    writer.add_listener(marks.append)
+
+    async def many(t: int) -> list[AppendResult]:
+        return [
+            await writer.append(batch_bytes(range(t * 100 + k * 3, t * 100 + k * 3 + 3)))
+            for k in range(5)
+        ]
+
+    results = await asyncio.gather(*(many(t) for t in range(16)))
+    ends = {r.last_offset + 1 for rs in results for r in rs}
+    assert marks
+    assert marks == sorted(set(marks))
+    assert set(marks) <= ends
+    assert marks[-1] == writer.head == 240
+    writer.remove_listener(marks.append)
+    await writer.append(batch_bytes([9999]))
+    assert marks[-1] == 240
+    await writer.aclose()
+
+
+@pytest.mark.asyncio
+async def test_writer_read_is_bounded_by_hwm(wal_dir: str) -> None:
+    """Scenario: fsync ALWAYS, 10 appends. Expected: reads return only batches ending at or
+    below the mark; a read at the mark is empty; below the first offset raises."""
+    config = LogConfig(segment_bytes=512, index_interval_bytes=100, retention_bytes=1)
+    writer = await LogWriter.open(wal_dir, config)
+    for i in range(30):
+        await writer.append(batch_bytes([i]))
+    hwm = writer.high_water_mark
+    assert hwm == 30
+    got = writer.read(0, 1 << 20)
+    assert got[-1].next_offset == hwm
+    assert [v for b in got for v in b.values()] == [value_for(i) for i in range(30)]
+    assert writer.read(hwm) == []
+    deleted = await writer.apply_retention()
+    assert deleted
+    assert writer.first_offset > 0
+    with pytest.raises(OffsetOutOfRangeError):
+        writer.read(writer.first_offset - 1)
+    await writer.aclose()
+
+
+@pytest.mark.asyncio
+async def test_aclose_drains_queued_appends_then_refuses(wal_dir: str) -> None:
+    """Scenario: 50 appends are queued (each task has enqueued its command), then aclose().
+    Expected: all 50 are acknowledged with dense offsets; afterwards append, flush, roll
+    and retention raise WalClosedError; a second aclose() is harmless; the reopened log
+    holds all 50 records and its high-water mark equals its head."""
+    writer = await LogWriter.open(wal_dir, LogConfig())
+    tasks = [asyncio.create_task(writer.append(batch_bytes([i]))) for i in range(50)]
+    await asyncio.sleep(0)  # every task runs up to awaiting its future
+    await writer.aclose()
+    results = [t.result() for t in tasks]
+    assert [r.first_offset for r in results] == list(range(50))
+    with pytest.raises(WalClosedError):
+        await writer.append(batch_bytes([50]))
+    with pytest.raises(WalClosedError):
+        await writer.flush()
+    with pytest.raises(WalClosedError):
+        await writer.roll()
+    with pytest.raises(WalClosedError):
+        await writer.apply_retention()
+    await writer.aclose()
+    assert stored_values(wal_dir) == [value_for(i) for i in range(50)]
+    async with await LogWriter.open(wal_dir, LogConfig()) as again:
+        assert again.high_water_mark == again.head == 50
+
+
+@pytest.mark.asyncio
+async def test_appends_after_aclose_started_are_refused(wal_dir: str) -> None:
+    """Scenario: aclose() is started; then a new append is attempted before it finishes.
+    Expected: WalClosedError at once, and the writer still closes cleanly."""
+    writer = await LogWriter.open(wal_dir, LogConfig())
+    await writer.append(batch_bytes([0]))
+    closing = asyncio.create_task(writer.aclose())
+    await asyncio.sleep(0)
+    with pytest.raises(WalClosedError):
+        await writer.append(batch_bytes([1]))
+    await closing
+    assert stored_values(wal_dir) == [value_for(0)]
+
+
+@pytest.mark.asyncio
+async def test_full_queue_applies_backpressure_without_losing_appends(wal_dir: str) -> None:
+    """Scenario: a writer with a command queue of 2 and 40 concurrent appends. Expected:
+    appenders wait for room instead of failing; all 40 are acknowledged, dense and stored."""
+    writer = await LogWriter.open(wal_dir, LogConfig(), queue_size=2)
+    results = await asyncio.gather(*(writer.append(batch_bytes([i])) for i in range(40)))
+    assert sorted(r.first_offset for r in results) == list(range(40))
+    await writer.aclose()
+    by_offset = {r.first_offset: i for i, r in enumerate(results)}
+    assert stored_values(wal_dir) == [value_for(by_offset[o]) for o in range(40)]
