@@ -3,7 +3,8 @@
 Modules (layered frame -> index -> segment -> log -> async writer):
     errors    every error, one root (``WalError``), fields not strings  [pure]
     record    ``Record``: key, value, headers, timestamp                 [pure]
-    batch     record batch codec: encode, decode (batch | None | error), validate  [pure]
+    batch     record batch codec: encode, decode (batch | None | error)   [pure]
+    validate  the full check of untrusted batches, and the size limits  [pure]
     naming    segment file names and suffixes                            [pure]
     index     ``OffsetIndex``: sparse offset -> position, a rebuildable cache  [pure]
     policy    when to roll; which segments retention deletes             [pure]
@@ -47,13 +48,11 @@ segment is never cut: reads that reach it raise ``CorruptSegmentError`` and stop
 """
 
 from wal.batch import (
-    BatchLimits,
     RecordBatch,
     decode_batch,
     encode_columns,
     encode_records,
     iter_batches,
-    validate_batch,
 )
 from wal.config import FsyncPolicy, LogConfig
 from wal.errors import (
@@ -73,6 +72,7 @@ from wal.errors import (
 from wal.fs import Fault, FaultyFs, FileSystem, SimulatedCrash
 from wal.log import AppendResult, Log, RecoveryReport
 from wal.record import Record
+from wal.validate import BatchLimits, validate_batch
 from wal.writer import LogWriter
 
 __all__ = [

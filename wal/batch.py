@@ -2,8 +2,8 @@
 
 Role: pure functions between records and the bytes of one batch. ``encode_*`` build a batch;
 :func:`decode_batch` has exactly three outcomes (a :class:`RecordBatch`, ``None`` for "need
-more bytes", or :class:`~wal.errors.CorruptBatchError`); :func:`validate_batch` is the
-stricter check applied to untrusted input before it is appended.
+more bytes", or :class:`~wal.errors.CorruptBatchError`). The stricter check applied to
+untrusted input before it is appended lives in :mod:`wal.validate`.
 
 Layout (all integers little-endian; every section starts 8-byte aligned and the batch length
 is a multiple of 8, so batches laid end to end stay aligned)::
@@ -52,18 +52,15 @@ import struct
 import sys
 from array import array
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from itertools import accumulate, pairwise
 from typing import NamedTuple
 
 import crc32c as _crc32c
 
 from wal.errors import (
-    BatchTooLargeError,
     CorruptBatchError,
     EmptyBatchError,
     InvalidBatchError,
-    RecordTooLargeError,
 )
 from wal.record import Record
 
@@ -80,7 +77,7 @@ HEADER_SIZE = HEADER.size  # 56
 CRC_START = 16
 _PREFIX = struct.Struct("<QII")  # base_offset, batch_length, crc32c
 _BASE_OFFSET = struct.Struct("<Q")
-_I32 = struct.Struct("<i")
+I32 = struct.Struct("<i")
 _I32_MAX = 2**31 - 1
 
 #: Largest batch the decoder will consider before calling the length field corrupt.
@@ -161,7 +158,8 @@ class RecordBatch(NamedTuple):
         """Whether the headers section is present."""
         return bool(self.flags & FLAG_HAS_HEADERS)
 
-    def _i32(self, start: int, count: int) -> memoryview:
+    def int32s(self, start: int, count: int) -> memoryview:
+        """``count`` little-endian i32 values starting at byte ``start`` of the batch."""
         return self.buffer[start : start + 4 * count].cast("i")
 
     def timestamps(self) -> memoryview:
@@ -176,7 +174,7 @@ class RecordBatch(NamedTuple):
 
     def key_offsets(self) -> memoryview:
         """``i32[n+1]`` offsets into :meth:`key_data`."""
-        return self._i32(self.layout.key_offsets, self.record_count + 1)
+        return self.int32s(self.layout.key_offsets, self.record_count + 1)
 
     def key_data(self) -> memoryview:
         """All keys, concatenated."""
@@ -185,7 +183,7 @@ class RecordBatch(NamedTuple):
 
     def value_offsets(self) -> memoryview:
         """``i32[n+1]`` offsets into :meth:`value_data`."""
-        return self._i32(self.layout.value_offsets, self.record_count + 1)
+        return self.int32s(self.layout.value_offsets, self.record_count + 1)
 
     def value_data(self) -> memoryview:
         """All values, concatenated."""
@@ -216,9 +214,9 @@ class RecordBatch(NamedTuple):
             return [{} for _ in range(n)]
         lay = self.layout
         m = lay.header_count
-        per = self._i32(lay.header_offsets, n + 1).tolist()
-        ko = self._i32(lay.header_key_offsets, m + 1).tolist()
-        vo = self._i32(lay.header_value_offsets, m + 1).tolist()
+        per = self.int32s(lay.header_offsets, n + 1).tolist()
+        ko = self.int32s(lay.header_key_offsets, m + 1).tolist()
+        vo = self.int32s(lay.header_value_offsets, m + 1).tolist()
         kd = bytes(self.buffer[lay.header_key_data : lay.header_key_data + ko[-1]])
         vd = bytes(self.buffer[lay.header_value_data : lay.header_value_data + vo[-1]])
         names = [kd[ko[j] : ko[j + 1]].decode() for j in range(m)]
@@ -438,7 +436,7 @@ def _layout(view: memoryview, n: int, flags: int, pos: int) -> Layout:
     single-record batches its cost is a visible share of the append path.
     """
     length = len(view)
-    unpack = _I32.unpack_from
+    unpack = I32.unpack_from
     ko = HEADER_SIZE + 8 * n + _align((n + 7) // 8)
     kd = ko + _align(4 * (n + 1))
     if kd > length:
@@ -468,7 +466,7 @@ def _header_layout(
 ) -> tuple[int, int, int, int, int, int, int]:
     """Positions of the header sections that begin at ``start``."""
     length = len(view)
-    unpack = _I32.unpack_from
+    unpack = I32.unpack_from
 
     def offsets(at: int, count: int, what: str) -> tuple[int, int]:
         end = at + _align(4 * (count + 1))
@@ -484,130 +482,6 @@ def _header_layout(
     hvo = hkd + _align(klen)
     hvd, vlen = offsets(hvo, m, "header value offsets")
     return start, hko, hkd, hvo, hvd, m, hvd + _align(vlen)
-
-
-# ---------------------------------------------------------------------------------------
-# Validation of untrusted batches
-
-
-@dataclass(frozen=True, slots=True)
-class BatchLimits:
-    """Limits applied to a batch before append.
-
-    Attributes:
-        max_record_bytes: Largest key + value + headers of one record, in bytes.
-        max_batch_bytes: Largest encoded batch, in bytes.
-    """
-
-    max_record_bytes: int
-    max_batch_bytes: int
-
-
-def validate_batch(data: bytes | bytearray | memoryview, limits: BatchLimits) -> RecordBatch:
-    """Check an untrusted batch completely: framing, CRC, offsets, limits.
-
-    Per-record work is limited to C-level passes over the offset arrays, and skipped when
-    the whole body is within ``max_record_bytes``.
-
-    Raises:
-        BatchTooLargeError: the batch exceeds ``max_batch_bytes``.
-        RecordTooLargeError: a record exceeds ``max_record_bytes``.
-        InvalidBatchError: anything else; the message names the problem.
-    """
-    if len(data) > limits.max_batch_bytes:
-        raise BatchTooLargeError(len(data), limits.max_batch_bytes)
-    try:
-        batch = decode_batch(data)
-    except CorruptBatchError as exc:
-        raise InvalidBatchError(exc.reason) from exc
-    if batch is None or batch.size != len(data):
-        raise InvalidBatchError(
-            f"expected exactly one whole batch, got {len(data)} bytes "
-            f"(the header announces {read_length(data)})"
-        )
-    _check_offsets(batch)
-    _check_timestamps(batch)
-    if batch.size - HEADER_SIZE > limits.max_record_bytes:
-        _check_record_sizes(batch, limits.max_record_bytes)
-    return batch
-
-
-def _check_monotonic(offs: memoryview, what: str) -> None:
-    seq = offs.tolist()
-    if seq[0] != 0 or seq != sorted(seq):
-        raise InvalidBatchError(f"{what} must start at 0 and never decrease")
-
-
-def _check_offsets(batch: RecordBatch) -> None:
-    if batch.record_count == 1 and not batch.has_headers:
-        # Decoding proved each section's length is not negative; with one record the
-        # offsets are [0, length], so only the leading zeros remain to check.
-        lay = batch.layout
-        if (
-            _I32.unpack_from(batch.buffer, lay.key_offsets)[0]
-            or _I32.unpack_from(batch.buffer, lay.value_offsets)[0]
-        ):
-            raise InvalidBatchError("key offsets and value offsets must start at 0")
-        _check_bitmap_tail(batch)
-        return
-    _check_monotonic(batch.key_offsets(), "key offsets")
-    _check_monotonic(batch.value_offsets(), "value offsets")
-    _check_bitmap_tail(batch)
-    if batch.has_headers:
-        lay = batch.layout
-        _check_monotonic(batch._i32(lay.header_offsets, batch.record_count + 1), "header offsets")
-        _check_monotonic(batch._i32(lay.header_key_offsets, lay.header_count + 1), "header names")
-        _check_monotonic(
-            batch._i32(lay.header_value_offsets, lay.header_count + 1), "header values"
-        )
-        offs = batch._i32(lay.header_key_offsets, lay.header_count + 1).tolist()
-        names = bytes(batch.buffer[lay.header_key_data : lay.header_key_data + offs[-1]])
-        try:
-            for a, b in pairwise(offs):  # each name on its own: a split code point is invalid
-                names[a:b].decode()
-        except UnicodeDecodeError as exc:
-            raise InvalidBatchError("every header name must be valid UTF-8") from exc
-
-
-def _check_timestamps(batch: RecordBatch) -> None:
-    """The header's first and max timestamps drive retention: they must not lie."""
-    ts = batch.timestamps()
-    if batch.first_timestamp_ms != ts[0] or batch.max_timestamp_ms != max(ts):
-        raise InvalidBatchError(
-            f"header timestamps (first {batch.first_timestamp_ms}, max "
-            f"{batch.max_timestamp_ms}) do not match the records' timestamps"
-        )
-
-
-def _check_bitmap_tail(batch: RecordBatch) -> None:
-    spare = (-batch.record_count) % 8
-    if spare and batch.buffer[batch.layout.key_validity + (batch.record_count - 1) // 8] >> (
-        8 - spare
-    ):
-        raise InvalidBatchError("key validity bitmap has bits set past the last record")
-
-
-def _sizes(offs: memoryview) -> list[int]:
-    seq = offs.tolist()
-    return [b - a for a, b in pairwise(seq)]
-
-
-def _check_record_sizes(batch: RecordBatch, limit: int) -> None:
-    sizes = [
-        k + v
-        for k, v in zip(_sizes(batch.key_offsets()), _sizes(batch.value_offsets()), strict=True)
-    ]
-    if batch.has_headers:
-        lay = batch.layout
-        per = batch._i32(lay.header_offsets, batch.record_count + 1).tolist()
-        hk = batch._i32(lay.header_key_offsets, lay.header_count + 1).tolist()
-        hv = batch._i32(lay.header_value_offsets, lay.header_count + 1).tolist()
-        for i in range(batch.record_count):
-            a, b = per[i], per[i + 1]
-            sizes[i] += hk[b] - hk[a] + hv[b] - hv[a]
-    worst = max(range(len(sizes)), key=sizes.__getitem__)
-    if sizes[worst] > limit:
-        raise RecordTooLargeError(worst, sizes[worst], limit)
 
 
 def iter_batches(buf: bytes | bytearray | memoryview, pos: int = 0) -> Iterator[RecordBatch]:

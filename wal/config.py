@@ -11,8 +11,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from wal.batch import HEADER_SIZE, BatchLimits
+from wal.batch import HEADER_SIZE
 from wal.errors import WalConfigError
+from wal.validate import BatchLimits
 
 KIB = 1024
 MIB = 1024 * KIB

@@ -16,7 +16,7 @@ from itertools import pairwise
 
 from wal.fs import FileSystem
 from wal.naming import LOG_SUFFIX, parse_segment_name, segment_name
-from wal.segment import scan_file
+from wal.recovery import scan_file
 
 
 @dataclass(frozen=True, slots=True)

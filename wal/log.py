@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import NamedTuple
 
-from wal.batch import RecordBatch, validate_batch
+from wal.batch import RecordBatch
 from wal.config import LogConfig
 from wal.errors import (
     OffsetOutOfRangeError,
@@ -39,6 +39,7 @@ from wal.fs import FileSystem
 from wal.naming import INDEX_SUFFIX, LOG_SUFFIX, is_leftover, parse_segment_name, segment_name
 from wal.policy import SegmentInfo, segments_to_delete, should_roll
 from wal.segment import Segment, TailRecovery
+from wal.validate import validate_batch
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,8 @@ Example: batches at positions 0 (offsets 0-9) and 96 (offsets 10-19), then 40 by
 third batch at 192 when the file ends: ``scan(buf, 0, 0)`` returns ``end=192``,
 ``next_offset=20``, ``stop=INCOMPLETE``.
 
-Pure module: imports neither ``asyncio``, ``os`` nor ``time``.
+:func:`scan` is pure; :func:`scan_file` runs it over a file in chunks, through the
+:class:`wal.fs.FileSystem` layer (so it imports neither ``asyncio``, ``os`` nor ``time``).
 """
 
 from __future__ import annotations
@@ -25,8 +26,11 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from wal.batch import decode_batch
+from wal.batch import decode_batch, read_length
 from wal.errors import CorruptBatchError
+from wal.fs import FileSystem
+
+_SCAN_CHUNK = 4 << 20
 
 
 class StopReason(enum.Enum):
@@ -106,3 +110,31 @@ def scan(buf: bytes | bytearray | memoryview, pos: int, expected_offset: int | N
         expected_offset = batch.next_offset
         result.end, result.next_offset = pos, expected_offset
     return result
+
+
+def scan_file(fs: FileSystem, fd: int, pos: int, size: int, expected: int) -> ScanResult:
+    """Run :func:`wal.recovery.scan` over bytes ``[pos, size)`` of a file, in chunks.
+
+    A batch that straddles a chunk boundary is re-read whole, so chunking never changes the
+    answer.
+    """
+    total = ScanResult(pos, expected, StopReason.END)
+    while pos < size:
+        length = read_length(fs.pread(fd, 12, pos)) or 0
+        chunk = fs.pread(fd, min(max(_SCAN_CHUNK, length), size - pos), pos)
+        part = scan(chunk, 0, expected)
+        total.batches += [
+            BatchPos(b.position + pos, b.base_offset, b.next_offset, b.size, b.max_timestamp_ms)
+            for b in part.batches
+        ]
+        if part.batches:
+            total.end, total.next_offset = pos + part.end, part.next_offset
+        more = pos + len(chunk) < size
+        if part.stop is StopReason.INCOMPLETE and more and part.end > 0:
+            pos, expected = pos + part.end, part.next_offset
+            continue
+        if not part.stop.is_clean():
+            total.stop, total.detail = part.stop, part.detail
+            return total
+        pos, expected = pos + part.end, part.next_offset
+    return total

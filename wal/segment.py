@@ -27,13 +27,12 @@ from wal.errors import CorruptBatchError, CorruptSegmentError
 from wal.fs import FileSystem
 from wal.index import ENTRY_SIZE, NO_TIMESTAMP, IndexCorruptError, OffsetIndex
 from wal.naming import INDEX_SUFFIX, LOG_SUFFIX, broken_name, segment_name
-from wal.recovery import BatchPos, ScanResult, StopReason, scan
+from wal.recovery import BatchPos, ScanResult, scan_file
 
 logger = logging.getLogger(__name__)
 
 _BASE = struct.Struct("<Q")
 _PEEK = struct.Struct("<QIIBBHI")  # base, length, crc, magic, version, flags, count
-_SCAN_CHUNK = 4 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -484,34 +483,6 @@ class Segment:
         self.size = end
         self._loaded_index().truncate_to_position(end)
         return broken
-
-
-def scan_file(fs: FileSystem, fd: int, pos: int, size: int, expected: int) -> ScanResult:
-    """Run :func:`wal.recovery.scan` over bytes ``[pos, size)`` of a file, in chunks.
-
-    A batch that straddles a chunk boundary is re-read whole, so chunking never changes the
-    answer.
-    """
-    total = ScanResult(pos, expected, StopReason.END)
-    while pos < size:
-        length = read_length(fs.pread(fd, 12, pos)) or 0
-        chunk = fs.pread(fd, min(max(_SCAN_CHUNK, length), size - pos), pos)
-        part = scan(chunk, 0, expected)
-        total.batches += [
-            BatchPos(b.position + pos, b.base_offset, b.next_offset, b.size, b.max_timestamp_ms)
-            for b in part.batches
-        ]
-        if part.batches:
-            total.end, total.next_offset = pos + part.end, part.next_offset
-        more = pos + len(chunk) < size
-        if part.stop is StopReason.INCOMPLETE and more and part.end > 0:
-            pos, expected = pos + part.end, part.next_offset
-            continue
-        if not part.stop.is_clean():
-            total.stop, total.detail = part.stop, part.detail
-            return total
-        pos, expected = pos + part.end, part.next_offset
-    return total
 
 
 class _WalkFailedError(Exception):

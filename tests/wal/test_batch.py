@@ -27,7 +27,6 @@ from wal.batch import (
     MAGIC,
     MAX_BATCH_LENGTH,
     VERSION,
-    BatchLimits,
     RecordBatch,
     crc32c,
     decode_batch,
@@ -35,7 +34,6 @@ from wal.batch import (
     encode_records,
     iter_batches,
     read_length,
-    validate_batch,
 )
 from wal.errors import (
     BatchTooLargeError,
@@ -46,6 +44,7 @@ from wal.errors import (
     WalError,
 )
 from wal.record import Record
+from wal.validate import BatchLimits, validate_batch
 
 _I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from wal import CorruptSegmentError, FileSystem, LogConfig, RecordBatch, encode_columns
-from wal.batch import validate_batch
 from wal.index import ENTRY
 from wal.segment import Segment
+from wal.validate import validate_batch
 
 BASE = 1000
 INTERVAL = 100
