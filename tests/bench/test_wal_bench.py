@@ -36,6 +36,8 @@ EXPECTED: dict[str, tuple[str, str, set[str]]] = {
     "records_s_100b_batch1000_always": ("headrace", "records/s", GOAL_PARAMS),
     "group_commit_speedup": ("headrace", "x", GOAL_PARAMS),
     "group_commit_vs_one_appender": ("headrace", "x", {"appenders", "vs"}),
+    "paired_disk_seq_write_mb_s": ("disk", "MiB/s", {"rounds", "pair_bytes"}),
+    "paired_append_mb_s": ("headrace", "MiB/s", {"rounds", "pair_bytes"}),
     "group_commit_vs_fdatasync": ("headrace", "x", {"appenders", "vs"}),
 }
 
@@ -49,6 +51,8 @@ TINY_SIZES = wal.Sizes(
     fdatasync_seconds=0.05,
     encode_seconds=0.02,
     reopen_log_bytes=8 << 20,
+    pair_rounds=2,
+    pair_bytes=2 << 20,
 )
 
 
@@ -152,5 +156,6 @@ def test_group_commit_is_compared_with_one_fdatasync_per_record(
     assert baseline, "no single-fdatasync-per-record baseline cell"
     assert all(line["params"]["batch"] == 1 for line in baseline)
     assert all(line["params"]["appenders"] > 1 for line in baseline)
-    whens = {line["params"]["when"] for line in lines if line["system"] == "disk"}
+    baselines = ("disk_seq_write_mb_s", "disk_fdatasync_s")
+    whens = {line["params"]["when"] for line in lines if line["metric"] in baselines}
     assert whens == {"start", "end"}
