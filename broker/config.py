@@ -1,0 +1,184 @@
+"""Broker configuration: a frozen, validated value built from TOML, then flags.
+
+Role: one place that knows every setting, its unit and its default, and turns bad input into
+:class:`ConfigError` naming the setting and what is allowed. Precedence: defaults < TOML
+file < ``HEADRACE_*`` environment variables < command-line flags.
+
+TOML layout (every key optional)::
+
+    [broker]
+    data_dir = "./data"              # where topics live
+    listen = "127.0.0.1:50051"       # gRPC, host:port
+    metrics_listen = "127.0.0.1:9464"  # Prometheus /metrics, host:port
+    auto_create_topics = false       # create a topic on its first publish
+    default_partitions = 1           # partitions of an auto-created topic
+    max_request_bytes = 17825792     # largest gRPC message accepted, bytes (17 MiB)
+
+    [wal]                            # every wal.LogConfig field, same names and units
+    segment_bytes = 134217728
+    fsync = "always"                 # always | interval | never
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from wal import FsyncPolicy, LogConfig, WalConfigError
+
+MIB = 1 << 20
+
+
+class ConfigError(ValueError):
+    """Raised when a setting is unknown, of the wrong type or out of range."""
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    """Settings of one broker.
+
+    Attributes:
+        data_dir: Directory holding every topic. Default ``./data``.
+        listen: gRPC address, ``host:port``. Default ``127.0.0.1:50051``; port 0 picks one.
+        metrics_listen: Prometheus address, ``host:port``. Default ``127.0.0.1:9464``;
+            empty disables the metrics listener.
+        auto_create_topics: Create a topic on its first publish. Default off.
+        default_partitions: Partitions of an auto-created topic. Default 1.
+        max_request_bytes: Largest gRPC message accepted, bytes. Default 17 MiB (a 16 MiB
+            batch plus framing).
+        grace_seconds: How long shutdown lets in-flight calls finish, seconds. Default 5.
+        wal: Settings of every partition's log (:class:`wal.LogConfig`).
+    """
+
+    data_dir: str = "./data"
+    listen: str = "127.0.0.1:50051"
+    metrics_listen: str = "127.0.0.1:9464"
+    auto_create_topics: bool = False
+    default_partitions: int = 1
+    max_request_bytes: int = 17 * MIB
+    grace_seconds: float = 5.0
+    wal: LogConfig = field(default_factory=LogConfig)
+
+    def __post_init__(self) -> None:
+        _address("listen", self.listen, allow_empty=False)
+        _address("metrics_listen", self.metrics_listen, allow_empty=True)
+        _int_range("default_partitions", self.default_partitions, 1, 10_000)
+        _int_range("max_request_bytes", self.max_request_bytes, 1024, 1 << 30)
+        if not isinstance(self.auto_create_topics, bool):
+            raise ConfigError("auto_create_topics must be true or false")
+        if not isinstance(self.data_dir, str) or not self.data_dir:
+            raise ConfigError("data_dir must be a non-empty path")
+        if not isinstance(self.grace_seconds, int | float) or not 0 <= self.grace_seconds <= 600:
+            raise ConfigError("grace_seconds must be a number of seconds from 0 to 600")
+
+    def replace(self, **changes: Any) -> BrokerConfig:
+        """A copy with ``changes`` applied (``None`` values are ignored)."""
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    @classmethod
+    def load(
+        cls,
+        path: str | None = None,
+        *,
+        env: Mapping[str, str] | None = None,
+        **flags: Any,
+    ) -> BrokerConfig:
+        """Build the config: defaults, then the TOML file, then env, then ``flags``.
+
+        Raises:
+            ConfigError: the file is unreadable or invalid, or a value is out of range.
+        """
+        config = cls.from_toml(path) if path else cls()
+        env = os.environ if env is None else env
+        from_env = {
+            key: env[var]
+            for key, var in (
+                ("data_dir", "HEADRACE_DATA_DIR"),
+                ("listen", "HEADRACE_LISTEN"),
+                ("metrics_listen", "HEADRACE_METRICS_LISTEN"),
+            )
+            if var in env
+        }
+        return config.replace(**from_env).replace(**flags)
+
+    @classmethod
+    def from_toml(cls, path: str) -> BrokerConfig:
+        """Parse a TOML config file.
+
+        Raises:
+            ConfigError: the file is missing, not TOML, or holds an invalid setting.
+        """
+        try:
+            with open(path, "rb") as f:
+                doc = tomllib.load(f)
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+        return cls.from_mapping(doc, source=path)
+
+    @classmethod
+    def from_mapping(cls, doc: Mapping[str, Any], *, source: str = "config") -> BrokerConfig:
+        """Build from a parsed document with ``[broker]`` and ``[wal]`` tables."""
+        _known(doc, {"broker", "wal"}, source)
+        broker = dict(doc.get("broker", {}))
+        names = {f.name for f in dataclasses.fields(cls)} - {"wal"}
+        _known(broker, names, f"{source} [broker]")
+        wal_doc = dict(doc.get("wal", {}))
+        _known(wal_doc, {f.name for f in dataclasses.fields(LogConfig)}, f"{source} [wal]")
+        if "fsync" in wal_doc:
+            wal_doc["fsync"] = _fsync(wal_doc["fsync"])
+        try:
+            return cls(**broker, wal=LogConfig(**wal_doc))
+        except WalConfigError as exc:
+            raise ConfigError(f"{source} [wal]: {exc}") from exc
+        except TypeError as exc:
+            raise ConfigError(f"{source}: {exc}") from exc
+
+
+def _known(table: Mapping[str, Any], names: set[str], where: str) -> None:
+    unknown = sorted(set(table) - names)
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}"
+        )
+
+
+def _fsync(value: object) -> FsyncPolicy:
+    try:
+        return FsyncPolicy(value)
+    except ValueError as exc:
+        choices = ", ".join(p.value for p in FsyncPolicy)
+        raise ConfigError(f"[wal] fsync = {value!r}: must be one of {choices}") from exc
+
+
+def _int_range(name: str, value: object, lo: int, hi: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+        raise ConfigError(f"{name} = {value!r}: must be an integer from {lo} to {hi}")
+
+
+def parse_address(value: str) -> tuple[str, int]:
+    """Split ``host:port`` (IPv6 hosts in brackets).
+
+    Raises:
+        ConfigError: not ``host:port`` with a port from 0 to 65535.
+    """
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"{value!r} is not host:port (for example 127.0.0.1:50051)")
+    return host.strip("[]"), int(port)
+
+
+def _address(name: str, value: object, *, allow_empty: bool) -> None:
+    if not isinstance(value, str):
+        raise ConfigError(f"{name} must be a string host:port")
+    if allow_empty and value == "":
+        return
+    try:
+        parse_address(value)
+    except ConfigError as exc:
+        raise ConfigError(f"{name}: {exc}") from exc

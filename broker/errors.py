@@ -1,0 +1,47 @@
+"""Errors of the broker's own domain, under one root: :class:`BrokerError`.
+
+Role: what the services raise for requests that cannot be served; :mod:`broker.status` maps
+each class (and the ``wal`` errors) to one gRPC status code. Messages say what was wrong and
+what to do.
+"""
+
+from __future__ import annotations
+
+
+class BrokerError(Exception):
+    """Root of every error raised by the ``broker`` package."""
+
+
+class InvalidRequestError(BrokerError):
+    """Raised when a request field is missing or out of range."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field = field
+        self.problem = problem
+        super().__init__(f"{field}: {problem}")
+
+
+class TopicNotFoundError(BrokerError):
+    """Raised when a request names a topic that does not exist."""
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        super().__init__(
+            f"topic {topic!r} does not exist; create it with `headrace topics create {topic} "
+            "--partitions N`"
+        )
+
+
+class TopicExistsError(BrokerError):
+    """Raised when creating a topic whose name is taken."""
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        super().__init__(f"topic {topic!r} already exists")
+
+
+class ShuttingDownError(BrokerError):
+    """Raised when a request arrives while the broker shuts down."""
+
+    def __init__(self) -> None:
+        super().__init__("the broker is shutting down; retry against it once it is back")
