@@ -1,7 +1,8 @@
 """The ``headrace`` command line.
 
-Role: one entry point with subcommands. Today it offers ``--version``, ``--help`` and the
-offline ``wal inspect`` tool; ``serve`` and the client commands arrive with the broker.
+Role: one entry point with subcommands: ``serve`` runs a broker; ``wal inspect`` reads a
+partition directory offline. The client commands (topics, produce, consume, lag) arrive
+with the client library.
 
 Conventions (DESIGN section 4): exit code 0 on success, 1 on error, 2 on usage errors;
 errors are one clear line on stderr, never a traceback.
@@ -9,13 +10,18 @@ errors are one clear line on stderr, never a traceback.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import sys
 from dataclasses import asdict
 from importlib.metadata import PackageNotFoundError, version
 
 import click
+import uvloop
 
+from broker.app import serve as run_broker
+from broker.config import BrokerConfig, ConfigError
 from wal.inspect import inspect_dir
 
 
@@ -30,6 +36,40 @@ def _version() -> str:
 @click.version_option(_version(), "-V", "--version", prog_name="headrace")
 def cli() -> None:
     """Headrace: a durable message broker."""
+
+
+@cli.command()
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML file.")
+@click.option("--data-dir", help="Where topics live. [default: ./data]")
+@click.option("--listen", help="gRPC host:port. [default: 127.0.0.1:50051]")
+@click.option("--metrics-listen", help="Prometheus host:port. [default: 127.0.0.1:9464]")
+@click.option(
+    "--log-level",
+    default="INFO",
+    show_default=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]),
+)
+def serve(
+    config_path: str | None,
+    data_dir: str | None,
+    listen: str | None,
+    metrics_listen: str | None,
+    log_level: str,
+) -> None:
+    """Run a broker until SIGINT or SIGTERM."""
+    try:
+        config = BrokerConfig.load(
+            config_path, data_dir=data_dir, listen=listen, metrics_listen=metrics_listen
+        )
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
+    logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
+    try:
+        with runner:
+            runner.run(run_broker(config))
+    except OSError as exc:
+        raise click.ClickException(f"cannot serve: {exc.strerror or exc}") from exc
 
 
 @cli.group()
