@@ -18,7 +18,7 @@ from proto import admin_pb2_grpc as _grpc
 def _topic_info(topic: Topic) -> _admin.TopicInfo:
     return _admin.TopicInfo(
         name=topic.name,
-        partitions=[partition_info(i, w.log) for i, w in enumerate(topic.partitions)],
+        partitions=[partition_info(p.index, p.log) for p in topic.partitions],
     )
 
 

@@ -40,6 +40,20 @@ class TopicExistsError(BrokerError):
         super().__init__(f"topic {topic!r} already exists")
 
 
+class ProducerSequenceError(BrokerError):
+    """Raised when an idempotent producer's batch leaves a sequence gap, or retries a batch
+    older than the broker remembers."""
+
+    def __init__(self, producer_id: int, expected: int, got: int) -> None:
+        self.producer_id = producer_id
+        self.expected = expected
+        self.got = got
+        super().__init__(
+            f"producer {producer_id}: batch sequence {got} is out of order (expected "
+            f"{expected}); restart the producer to get a new producer id"
+        )
+
+
 class ShuttingDownError(BrokerError):
     """Raised when a request arrives while the broker shuts down."""
 

@@ -60,10 +60,11 @@ class BrokerService(_grpc.BrokerServicer):
         if not request.batch:
             raise InvalidRequestError("batch", "is empty; send one encoded record batch")
         topic = await self._topic(request.topic)
-        partition, writer = topic.partition(request.partition)
-        result = await writer.append(request.batch)
-        self._metrics.published(request.topic, partition, result, len(request.batch))
-        return publish_response(request.request_id, partition, result)
+        partition = topic.partition(request.partition)
+        result, duplicate = await partition.append(request.batch)
+        if not duplicate:
+            self._metrics.published(request.topic, partition.index, result, len(request.batch))
+        return publish_response(request.request_id, partition.index, result, duplicate=duplicate)
 
     async def Publish(  # noqa: N802 - gRPC method name
         self,
@@ -111,7 +112,8 @@ class BrokerService(_grpc.BrokerServicer):
     ) -> _pb.FetchResponse:
         """Batches from ``offset`` (waiting up to ``max_wait_ms`` for data)."""
         try:
-            _, writer = self._topics.get(request.topic).partition(_fetch_partition(request))
+            partition = self._topics.get(request.topic).partition(_fetch_partition(request))
+            writer = partition.writer
             await _wait_for_data(writer, request.offset, request.max_wait_ms)
             max_bytes = min(request.max_bytes or 1 << 20, _MAX_FETCH_BYTES)
             batches = writer.read(request.offset, max_bytes)

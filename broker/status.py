@@ -14,6 +14,7 @@ import grpc
 
 from broker.errors import (
     InvalidRequestError,
+    ProducerSequenceError,
     ShuttingDownError,
     TopicExistsError,
     TopicNotFoundError,
@@ -38,6 +39,7 @@ STATUS_TABLE: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (InvalidRequestError, grpc.StatusCode.INVALID_ARGUMENT),
     (TopicNotFoundError, grpc.StatusCode.NOT_FOUND),
     (TopicExistsError, grpc.StatusCode.ALREADY_EXISTS),
+    (ProducerSequenceError, grpc.StatusCode.FAILED_PRECONDITION),
     (OffsetOutOfRangeError, grpc.StatusCode.OUT_OF_RANGE),
     (CorruptSegmentError, grpc.StatusCode.DATA_LOSS),
     (WalFailedError, grpc.StatusCode.UNAVAILABLE),

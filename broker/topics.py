@@ -7,6 +7,7 @@ On-disk layout::
 
     <data_dir>/topics/<name>/topic.json      {"name": ..., "partitions": N}: the commit point
     <data_dir>/topics/<name>/<partition>/    one WAL directory per partition
+    <data_dir>/topics/<name>/<partition>.producers.json   idempotent-producer snapshot
 
 Invariants:
 - A topic exists exactly when its ``topic.json`` exists. It is written last, atomically
@@ -30,7 +31,8 @@ import shutil
 from dataclasses import dataclass, field
 
 from broker.errors import InvalidRequestError, TopicExistsError, TopicNotFoundError
-from wal import FileSystem, LogConfig, LogWriter
+from broker.partition import Partition
+from wal import FileSystem, LogConfig
 
 logger = logging.getLogger(__name__)
 
@@ -51,17 +53,17 @@ def check_topic_name(name: str) -> None:
 
 @dataclass
 class Topic:
-    """One topic and its partitions' writers."""
+    """One topic and its partitions."""
 
     name: str
-    partitions: list[LogWriter]
+    partitions: list[Partition]
     _round_robin: itertools.cycle[int] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._round_robin = itertools.cycle(range(len(self.partitions)))
 
-    def partition(self, index: int) -> tuple[int, LogWriter]:
-        """Partition ``index`` and its writer; -1 picks the next one round robin.
+    def partition(self, index: int) -> Partition:
+        """Partition ``index``; -1 picks the next one round robin.
 
         Raises:
             InvalidRequestError: ``index`` is out of range.
@@ -73,7 +75,7 @@ class Topic:
                 "partition",
                 f"topic {self.name!r} has partitions 0-{len(self.partitions) - 1}, not {index}",
             )
-        return index, self.partitions[index]
+        return self.partitions[index]
 
 
 class TopicRegistry:
@@ -115,16 +117,16 @@ class TopicRegistry:
         return partitions
 
     async def _open_topic(self, name: str, partitions: int) -> Topic:
-        writers: list[LogWriter] = []
+        opened: list[Partition] = []
+        topic_dir = os.path.join(self._root, name)
         try:
             for p in range(partitions):
-                path = os.path.join(self._root, name, str(p))
-                writers.append(await LogWriter.open(path, self._wal_config, fs=self._fs))
+                opened.append(await Partition.open(p, topic_dir, self._wal_config, self._fs))
         except BaseException:
-            for w in writers:
-                await w.aclose()
+            for partition in opened:
+                await partition.aclose()
             raise
-        return Topic(name, writers)
+        return Topic(name, opened)
 
     def get(self, name: str) -> Topic:
         """The topic called ``name``.
@@ -185,8 +187,8 @@ class TopicRegistry:
         async with self._lock:
             topic = self.get(name)
             del self._topics[name]
-            for writer in topic.partitions:
-                await writer.aclose()
+            for partition in topic.partitions:
+                await partition.aclose()
             doomed = os.path.join(self._root, f".{name}.deleting")
             await asyncio.to_thread(self._fs.rename, os.path.join(self._root, name), doomed)
             await asyncio.to_thread(self._fs.fsync_dir, self._root)
@@ -194,8 +196,8 @@ class TopicRegistry:
         logger.info("deleted topic %s", name)
 
     async def aclose(self) -> None:
-        """Close every partition's log (each syncs first)."""
+        """Close every partition (each settles its appends, syncs, snapshots)."""
         topics, self._topics = list(self._topics.values()), {}
         for topic in topics:
-            for writer in topic.partitions:
-                await writer.aclose()
+            for partition in topic.partitions:
+                await partition.aclose()
