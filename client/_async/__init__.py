@@ -1,0 +1,1 @@
+"""The async-first client classes (the sync twins wrap these)."""

@@ -1,0 +1,338 @@
+"""AsyncProducer: batching, pipelined, retrying, idempotent publishing.
+
+Role: turn ``send(topic, value, key=...)`` calls into record batches, one accumulator per
+topic partition, and publish them. Work per record (encoding) happens here, in the client,
+so the broker only checks and appends whole batches.
+
+How a record travels: ``send`` picks the partition (``crc32c(key) % partitions`` for a
+key; for no key, a sticky partition that moves on after each batch), adds the record to
+that partition's accumulator and returns a future. The accumulator's sender task waits up
+to ``linger_ms`` for more records (or until ``batch_max_bytes``), encodes one batch with the
+producer id and the next sequence number, publishes it, and resolves every record's future
+with its offset. Each partition has one batch in flight, so records keep their order, and
+records that arrive meanwhile form the next, larger batch.
+
+Retries: UNAVAILABLE and DEADLINE_EXCEEDED are retried with exponential backoff and full
+jitter until ``delivery_timeout_s``; the same bytes are resent, so the broker's dedup turns
+a retry of an appended batch into its original offsets. Other errors fail the batch's
+records at once. After a failure whose outcome is unknown (timeout), the partition moves to
+a fresh producer id, so later batches never hit a sequence gap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import secrets
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Self
+
+import grpc
+
+from client._types import DEFAULT_BROKER, RecordMetadata
+from client._wire.batch import crc32c, encode_columns
+from client.errors import ClientClosed, ClientError, NotFound, from_rpc_error
+from proto import admin_pb2 as _admin
+from proto import admin_pb2_grpc, broker_pb2_grpc
+from proto import broker_pb2 as _pb
+
+logger = logging.getLogger(__name__)
+
+_MAX_MESSAGE = 64 << 20
+_BACKOFF_BASE_S = 0.05
+_BACKOFF_MAX_S = 2.0
+
+
+def partition_for(key: bytes, partitions: int) -> int:
+    """The partition of a keyed record: stable across clients and restarts."""
+    return crc32c(key) % partitions
+
+
+def backoff_s(attempt: int, rng: random.Random) -> float:
+    """Full-jitter exponential backoff: uniform in [0, min(max, base * 2**attempt)]."""
+    return rng.uniform(0, min(_BACKOFF_MAX_S, _BACKOFF_BASE_S * 2**attempt))
+
+
+@dataclass(slots=True)
+class _Pending:
+    values: list[bytes] = field(default_factory=list)
+    keys: list[bytes | None] = field(default_factory=list)
+    headers: list[Mapping[str, bytes]] = field(default_factory=list)
+    timestamps: list[int] = field(default_factory=list)
+    futures: list[asyncio.Future[RecordMetadata]] = field(default_factory=list)
+    size: int = 0
+    has_headers: bool = False
+
+
+class _Accumulator:
+    """Records bound for one partition, and the task that publishes them in batches."""
+
+    def __init__(self, producer: AsyncProducer, topic: str, partition: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self._producer = producer
+        self._pending = _Pending()
+        self._arrived = asyncio.Event()
+        self._full = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._producer_id = producer.new_producer_id()
+        self._sequence = 0
+        self._task = asyncio.create_task(self._run(), name=f"producer:{topic}/{partition}")
+
+    def add(
+        self,
+        value: bytes,
+        key: bytes | None,
+        headers: Mapping[str, bytes] | None,
+        timestamp_ms: int,
+    ) -> asyncio.Future[RecordMetadata]:
+        p = self._pending
+        future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+        p.values.append(value)
+        p.keys.append(key)
+        p.headers.append(headers or {})
+        p.has_headers = p.has_headers or bool(headers)
+        p.timestamps.append(timestamp_ms)
+        p.futures.append(future)
+        p.size += len(value) + (len(key) if key else 0) + 16
+        self._idle.clear()
+        self._arrived.set()
+        if p.size >= self._producer.batch_max_bytes:
+            self._full.set()
+        return future
+
+    async def flush(self) -> None:
+        """Wait until every record added so far is acknowledged or failed."""
+        self._full.set()
+        await self._idle.wait()
+
+    async def aclose(self) -> None:
+        await self.flush()
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+    async def _run(self) -> None:
+        while True:
+            await self._arrived.wait()
+            if not self._full.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._full.wait(), self._producer.linger_s)
+            batch, self._pending = self._pending, _Pending()
+            self._arrived.clear()
+            self._full.clear()
+            self._producer.batch_taken(self.topic, self.partition)
+            await self._publish(batch)
+            if not self._pending.values:
+                self._idle.set()
+
+    async def _publish(self, p: _Pending) -> None:
+        try:
+            data = encode_columns(
+                p.values,
+                keys=p.keys,
+                timestamps_ms=p.timestamps,
+                headers=p.headers if p.has_headers else None,
+                producer_id=self._producer_id,
+                base_sequence=self._sequence if self._producer_id >= 0 else -1,
+            )
+        except Exception as exc:  # the wire codec's own errors: a field out of range
+            _fail(p.futures, ClientError(f"cannot encode the batch: {exc}"))
+            return
+        try:
+            response = await self._producer.publish_batch(self.topic, self.partition, data)
+        except ClientError as exc:
+            self._after_failure(exc)
+            _fail(p.futures, exc)
+            return
+        self._sequence += len(p.values)
+        for i, future in enumerate(p.futures):
+            if not future.done():
+                future.set_result(
+                    RecordMetadata(
+                        self.topic, response.partition, response.base_offset + i, response.duplicate
+                    )
+                )
+
+    def _after_failure(self, exc: ClientError) -> None:
+        if exc.retryable:
+            # Unknown outcome: the batch may be in the log. Continue under a new producer id
+            # so the next batch cannot collide with, or leave a gap after, this one.
+            self._producer_id = self._producer.new_producer_id()
+            self._sequence = 0
+        # Otherwise the broker refused the batch: its sequence numbers are free again.
+
+
+def _fail(futures: list[asyncio.Future[RecordMetadata]], exc: ClientError) -> None:
+    for future in futures:
+        if not future.done():
+            future.set_exception(exc)
+
+
+class AsyncProducer:
+    """Publishes records; batches, pipelines per partition, retries, and is idempotent.
+
+    Task-safe on one event loop; an async context manager (closing flushes).
+
+    Args:
+        broker: ``host:port`` of the broker.
+        linger_ms: How long a partition's batch waits for more records. Default 5 ms.
+        batch_max_bytes: Send a batch once its records reach this size. Default 1 MiB.
+        delivery_timeout_s: Give up retrying a batch after this long. Default 30 s.
+        idempotent: Stamp batches with a producer id and sequence numbers so the broker
+            drops retried duplicates. Default on.
+        channel: An existing channel to use (not closed by the producer).
+    """
+
+    def __init__(
+        self,
+        broker: str = DEFAULT_BROKER,
+        *,
+        linger_ms: float = 5.0,
+        batch_max_bytes: int = 1 << 20,
+        delivery_timeout_s: float = 30.0,
+        idempotent: bool = True,
+        channel: grpc.aio.Channel | None = None,
+    ) -> None:
+        if linger_ms < 0 or batch_max_bytes < 1 or delivery_timeout_s <= 0:
+            raise ValueError("linger_ms >= 0, batch_max_bytes >= 1 and delivery_timeout_s > 0")
+        self.linger_s = linger_ms / 1000
+        self.batch_max_bytes = batch_max_bytes
+        self._timeout = delivery_timeout_s
+        self._idempotent = idempotent
+        self._owns_channel = channel is None
+        self._channel = channel or grpc.aio.insecure_channel(
+            broker,
+            options=[
+                ("grpc.max_send_message_length", _MAX_MESSAGE),
+                ("grpc.max_receive_message_length", _MAX_MESSAGE),
+            ],
+        )
+        self._stub = broker_pb2_grpc.BrokerStub(self._channel)
+        self._admin = admin_pb2_grpc.AdminStub(self._channel)
+        self._partitions: dict[str, int] = {}
+        self._sticky: dict[str, int] = {}
+        self._accumulators: dict[tuple[str, int], _Accumulator] = {}
+        self._rng = random.Random()
+        self._closed = False
+
+    def new_producer_id(self) -> int:
+        """A fresh random producer id (-1 when not idempotent)."""
+        return secrets.randbits(62) if self._idempotent else -1
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> asyncio.Future[RecordMetadata]:
+        """Queue one record; the future resolves once the broker acknowledged it.
+
+        Raises:
+            NotFound: the topic does not exist.
+            ClientClosed: the producer is closed.
+        """
+        if self._closed:
+            raise ClientClosed("the producer is closed")
+        count = await self._partition_count(topic)
+        if partition is None:
+            partition = (
+                partition_for(key, count) if key is not None else self._sticky_for(topic, count)
+            )
+        elif not 0 <= partition < count:
+            raise ValueError(f"topic {topic!r} has partitions 0-{count - 1}, not {partition}")
+        acc = self._accumulators.get((topic, partition))
+        if acc is None:
+            acc = self._accumulators[(topic, partition)] = _Accumulator(self, topic, partition)
+        ts = timestamp_ms if timestamp_ms is not None else time.time_ns() // 1_000_000
+        return acc.add(value, key, headers, ts)
+
+    async def publish(self, topic: str, value: bytes, **kwargs: object) -> RecordMetadata:
+        """Send one record and wait for its acknowledgement."""
+        return await (await self.send(topic, value, **kwargs))  # type: ignore[arg-type]
+
+    async def flush(self) -> None:
+        """Wait until every record sent so far is acknowledged or failed."""
+        await asyncio.gather(*(acc.flush() for acc in list(self._accumulators.values())))
+
+    async def aclose(self) -> None:
+        """Flush, stop the sender tasks, close the channel (if the producer opened it)."""
+        if self._closed:
+            return
+        self._closed = True
+        for acc in list(self._accumulators.values()):
+            await acc.aclose()
+        if self._owns_channel:
+            await self._channel.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    # -- used by the accumulators -----------------------------------------------------
+
+    def batch_taken(self, topic: str, partition: int) -> None:
+        """A batch left ``partition``: unkeyed records move to the next partition."""
+        if self._sticky.get(topic) == partition:
+            self._sticky[topic] = (partition + 1) % self._partitions[topic]
+
+    async def publish_batch(self, topic: str, partition: int, data: bytes) -> _pb.PublishResponse:
+        """Publish one batch, retrying retryable errors until the delivery timeout."""
+        request = _pb.PublishRequest(topic=topic, partition=partition, batch=data)
+        deadline = time.monotonic() + self._timeout
+        attempt = 0
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                response: _pb.PublishResponse = await self._stub.Publish(
+                    request, timeout=max(remaining, 0.001)
+                )
+                return response
+            except grpc.RpcError as exc:
+                error = from_rpc_error(exc)
+                pause = backoff_s(attempt, self._rng)
+                if not error.retryable or time.monotonic() + pause >= deadline:
+                    raise error from exc
+                logger.info(
+                    "publish to %s/%d failed (%s); retrying in %.3f s",
+                    topic,
+                    partition,
+                    error,
+                    pause,
+                )
+                await asyncio.sleep(pause)
+                attempt += 1
+
+    async def _partition_count(self, topic: str) -> int:
+        count = self._partitions.get(topic)
+        if count is None:
+            try:
+                info = await self._admin.DescribeTopic(
+                    _admin.DescribeTopicRequest(name=topic), timeout=self._timeout
+                )
+            except grpc.RpcError as exc:
+                raise from_rpc_error(exc) from exc
+            count = len(info.partitions)
+            if count == 0:
+                raise NotFound(f"topic {topic!r} has no partitions")
+            self._partitions[topic] = count
+        return count
+
+    def _sticky_for(self, topic: str, count: int) -> int:
+        if topic not in self._sticky:
+            self._sticky[topic] = self._rng.randrange(count)
+        return self._sticky[topic]

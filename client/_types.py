@@ -1,0 +1,39 @@
+"""Plain values the client returns: topics, partitions, acknowledged records.
+
+Pure module: imports neither ``asyncio``, ``os`` nor ``time``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_BROKER = "127.0.0.1:50051"
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    """One partition: retained offsets ``[first_offset, head)``, bytes and segments."""
+
+    partition: int
+    first_offset: int
+    head: int
+    size_bytes: int
+    segments: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    """A topic and its partitions."""
+
+    name: str
+    partitions: tuple[PartitionInfo, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RecordMetadata:
+    """Where an acknowledged record was stored. ``duplicate``: the broker had it already."""
+
+    topic: str
+    partition: int
+    offset: int
+    duplicate: bool = False

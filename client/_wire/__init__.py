@@ -1,0 +1,1 @@
+"""Generated copy of the wal record batch codec; see client/_codegen.py."""

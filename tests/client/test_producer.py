@@ -1,0 +1,199 @@
+"""AsyncProducer and AsyncAdminClient against a real broker over real gRPC on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+import pytest_asyncio
+
+from broker.app import Broker
+from client import (
+    AlreadyExists,
+    AsyncAdminClient,
+    AsyncProducer,
+    ClientClosed,
+    NotFound,
+    ResourceExhausted,
+    Unavailable,
+    partition_for,
+)
+from client._async.producer import backoff_s
+from client._wire.batch import decode_batch
+from proto import broker_pb2 as pb
+from proto import broker_pb2_grpc
+from tests.broker.conftest import broker_config
+
+
+@pytest_asyncio.fixture
+async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
+    async with Broker(broker_config(tmp_path / "data")) as running:
+        yield running
+
+
+def address(broker: Broker) -> str:
+    return f"127.0.0.1:{broker.port}"
+
+
+async def read_partition(
+    broker: Broker, topic: str, partition: int
+) -> list[tuple[int, bytes, bytes | None]]:
+    """Every (offset, value, key) of a partition, fetched over gRPC."""
+    out: list[tuple[int, bytes, bytes | None]] = []
+    async with grpc.aio.insecure_channel(address(broker)) as channel:
+        stub = broker_pb2_grpc.BrokerStub(channel)
+        offset = 0
+        while True:
+            got = await stub.Fetch(pb.FetchRequest(topic=topic, partition=partition, offset=offset))
+            if not got.batches:
+                return out
+            for raw in got.batches:
+                b = decode_batch(raw)
+                assert b is not None
+                out += zip(b.offsets(), b.values(), b.keys(), strict=True)
+                offset = b.next_offset
+
+
+@pytest.mark.asyncio
+async def test_admin_client_round_trip(broker: Broker) -> None:
+    """Create, list, describe, delete through AsyncAdminClient; errors are typed."""
+    async with AsyncAdminClient(address(broker)) as admin:
+        created = await admin.create_topic("events", 3)
+        assert (created.name, len(created.partitions)) == ("events", 3)
+        with pytest.raises(AlreadyExists, match="already exists"):
+            await admin.create_topic("events", 1)
+        assert [t.name for t in await admin.list_topics()] == ["events"]
+        assert (await admin.describe_topic("events")).partitions[2].head == 0
+        await admin.delete_topic("events")
+        with pytest.raises(NotFound, match="does not exist"):
+            await admin.describe_topic("events")
+
+
+@pytest.mark.asyncio
+async def test_keyed_records_land_by_hash_in_order(broker: Broker) -> None:
+    """Scenario: 600 records over 20 keys to a 4-partition topic, sent without waiting.
+    Expected: every record acknowledged; each is in partition crc32c(key) % 4; per key the
+    offsets increase in send order; each partition's log holds exactly its records."""
+    async with AsyncAdminClient(address(broker)) as admin:
+        await admin.create_topic("keyed", 4)
+    async with AsyncProducer(address(broker), linger_ms=2) as producer:
+        futures = [
+            await producer.send("keyed", f"v{i}".encode(), key=f"k{i % 20}".encode())
+            for i in range(600)
+        ]
+        acks = await asyncio.gather(*futures)
+    for i, ack in enumerate(acks):
+        assert ack.partition == partition_for(f"k{i % 20}".encode(), 4)
+    for k in range(20):
+        offsets = [a.offset for i, a in enumerate(acks) if i % 20 == k]
+        assert offsets == sorted(offsets)
+    for p in range(4):
+        stored = await read_partition(broker, "keyed", p)
+        expected = sorted(
+            (a.offset, f"v{i}".encode(), f"k{i % 20}".encode())
+            for i, a in enumerate(acks)
+            if a.partition == p
+        )
+        assert stored == expected
+
+
+@pytest.mark.asyncio
+async def test_records_are_batched(broker: Broker) -> None:
+    """Scenario: 1,000 unkeyed records sent at once to one partition with linger 20 ms.
+    Expected: far fewer batches than records in the log (a handful)."""
+    async with AsyncAdminClient(address(broker)) as admin:
+        await admin.create_topic("batched", 1)
+    async with AsyncProducer(address(broker), linger_ms=20) as producer:
+        futures = [await producer.send("batched", b"x" * 100) for _ in range(1000)]
+        await asyncio.gather(*futures)
+    async with grpc.aio.insecure_channel(address(broker)) as channel:
+        got = await broker_pb2_grpc.BrokerStub(channel).Fetch(
+            pb.FetchRequest(topic="batched", max_bytes=16 << 20)
+        )
+    decoded = [decode_batch(raw) for raw in got.batches]
+    assert sum(b.record_count for b in decoded if b is not None) == 1000
+    assert len(got.batches) <= 10
+
+
+@pytest.mark.asyncio
+async def test_unknown_topic_and_closed_producer_are_typed_errors(broker: Broker) -> None:
+    """send to a missing topic raises NotFound; send after close raises ClientClosed."""
+    producer = AsyncProducer(address(broker))
+    with pytest.raises(NotFound):
+        await producer.send("nope", b"x")
+    await producer.aclose()
+    with pytest.raises(ClientClosed):
+        await producer.send("nope", b"x")
+
+
+@pytest.mark.asyncio
+async def test_oversized_record_fails_its_future_not_the_producer(broker: Broker) -> None:
+    """Scenario: a 2 MiB record (over the broker's 1 MiB record limit), then a small one.
+    Expected: the big one fails with ResourceExhausted naming the limit; the small one is
+    acknowledged."""
+    async with AsyncAdminClient(address(broker)) as admin:
+        await admin.create_topic("limits", 1)
+    async with AsyncProducer(address(broker), linger_ms=0) as producer:
+        with pytest.raises(ResourceExhausted, match="max_record_bytes"):
+            await producer.publish("limits", b"x" * (2 << 20))
+        ok = await producer.publish("limits", b"fine")
+        assert ok.offset == 0
+
+
+@pytest.mark.asyncio
+async def test_retries_through_a_broker_restart_without_duplicates(tmp_path: Path) -> None:
+    """Scenario: publish, stop the broker, publish again (the producer retries while the
+    broker is down), start the broker on the same port and data. Expected: the pending
+    record is acknowledged after the restart, and the log holds each record once."""
+    config = broker_config(tmp_path / "d")
+    first = Broker(config)
+    await first.start()
+    port = first.port
+    config = config.replace(listen=f"127.0.0.1:{port}")
+    async with AsyncAdminClient(f"127.0.0.1:{port}") as admin:
+        await admin.create_topic("r", 1)
+    async with AsyncProducer(f"127.0.0.1:{port}", linger_ms=0, delivery_timeout_s=20) as prod:
+        assert (await prod.publish("r", b"before")).offset == 0
+        await first.aclose()
+        pending = asyncio.ensure_future(prod.publish("r", b"during"))
+        await asyncio.sleep(0.3)
+        assert not pending.done()
+        second = Broker(config)
+        await second.start()
+        try:
+            ack = await asyncio.wait_for(pending, 15)
+            assert ack.offset == 1
+            assert [v for _, v, _ in await read_partition(second, "r", 0)] == [b"before", b"during"]
+        finally:
+            await second.aclose()
+
+
+@pytest.mark.asyncio
+async def test_gives_up_after_the_delivery_timeout(tmp_path: Path) -> None:
+    """Scenario: a producer whose broker goes away for good, delivery_timeout 1 s.
+    Expected: the record fails with Unavailable after about a second, not forever."""
+    config = broker_config(tmp_path / "d")
+    running = Broker(config)
+    await running.start()
+    async with AsyncAdminClient(address(running)) as admin:
+        await admin.create_topic("gone", 1)
+    async with AsyncProducer(address(running), linger_ms=0, delivery_timeout_s=1) as producer:
+        await producer.publish("gone", b"ok")
+        await running.aclose()
+        with pytest.raises(Unavailable):
+            await asyncio.wait_for(producer.publish("gone", b"lost"), 10)
+
+
+def test_backoff_is_full_jitter_and_capped() -> None:
+    """Backoff is uniform in [0, min(2 s, 50 ms * 2**attempt)]: never above the cap, and
+    spread out rather than constant."""
+    rng = random.Random(1)
+    for attempt in range(12):
+        samples = [backoff_s(attempt, rng) for _ in range(200)]
+        cap = min(2.0, 0.05 * 2**attempt)
+        assert all(0 <= s <= cap for s in samples)
+        assert max(samples) > cap / 2
