@@ -1,8 +1,8 @@
 """The ``headrace`` command line.
 
-Role: one entry point with subcommands: ``serve`` runs a broker; ``wal inspect`` reads a
-partition directory offline. The client commands (topics, produce, consume, lag) arrive
-with the client library.
+Role: one entry point with subcommands: ``serve`` runs a broker; ``topics`` and ``produce``
+talk to one (:mod:`broker.cli_client`); ``wal inspect`` reads a partition directory
+offline. ``consume`` and ``lag`` arrive with subscriptions.
 
 Conventions (DESIGN section 4): exit code 0 on success, 1 on error, 2 on usage errors;
 errors are one clear line on stderr, never a traceback.
@@ -21,6 +21,7 @@ import click
 import uvloop
 
 from broker.app import serve as run_broker
+from broker.cli_client import produce, topics
 from broker.config import BrokerConfig, ConfigError
 from wal.inspect import inspect_dir
 
@@ -104,6 +105,10 @@ def wal_inspect(directory: str, as_json: bool) -> None:
             )
     if not all(r.is_clean for r in reports):
         sys.exit(1)
+
+
+cli.add_command(topics)
+cli.add_command(produce)
 
 
 def main() -> None:
