@@ -30,5 +30,5 @@ def partition_info(partition: int, log: Log) -> _admin.PartitionInfo:
         first_offset=log.first_offset,
         head=log.head,
         size_bytes=log.size_bytes,
-        segments=len(log.segment_infos()),
+        segments=log.segment_count,
     )

@@ -202,6 +202,11 @@ class Log:
         """Why the log latched as failed, or ``None`` while healthy."""
         return self._failure
 
+    @property
+    def segment_count(self) -> int:
+        """How many segments the log holds (no I/O, unlike :meth:`segment_infos`)."""
+        return len(self._segments)
+
     def segment_infos(self) -> list[SegmentInfo]:
         """Facts about every segment, oldest first (the last is the active one)."""
         return [
