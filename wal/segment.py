@@ -22,7 +22,7 @@ import os
 import struct
 from dataclasses import dataclass
 
-from wal.batch import HEADER_SIZE, MAGIC, RecordBatch, decode_batch, read_length
+from wal.batch import HEADER_SIZE, MAGIC, RecordBatch, decode_batch
 from wal.errors import CorruptBatchError, CorruptSegmentError
 from wal.fs import FileSystem
 from wal.index import ENTRY_SIZE, NO_TIMESTAMP, IndexCorruptError, OffsetIndex
@@ -240,8 +240,7 @@ class Segment:
         """
         if offset >= self.next_offset or offset >= upper:
             return []
-        pos = self._locate(offset)
-        first_len = read_length(self.fs.pread(self._fd, 12, pos)) or 0
+        pos, first_len = self._locate(offset)
         if not min_one and first_len > max_bytes:
             return []
         data = self.fs.pread(self._fd, min(max(max_bytes, first_len), self.size - pos), pos)
@@ -270,8 +269,8 @@ class Segment:
         logger.error("segment %s damaged at byte %d: %s", self.path, position, reason)
         return CorruptSegmentError(self.path, self.base_offset, position, reason)
 
-    def _locate(self, offset: int) -> int:
-        """Position of the batch holding ``offset``.
+    def _locate(self, offset: int) -> tuple[int, int]:
+        """Position and length of the batch holding ``offset``.
 
         Walks batch headers from the nearest index entry. If the walk does not check out,
         the index may be wrong rather than the log: rebuild it from the log and walk again;
@@ -292,7 +291,7 @@ class Segment:
         except _WalkFailedError as exc:
             raise self._damage_error(exc.position, exc.reason) from exc
 
-    def _walk(self, index: OffsetIndex, offset: int) -> int:
+    def _walk(self, index: OffsetIndex, offset: int) -> tuple[int, int]:
         entry = index.lookup(offset)
         if entry is None:
             raise _WalkFailedError(0, f"offset {offset} is below the segment base")
@@ -311,7 +310,7 @@ class Segment:
                     pos, f"batch base offset {base} does not follow on (expected {expected})"
                 )
             if offset < base + count:
-                return pos
+                return pos, length
             pos += length
             expected = base + count
         raise _WalkFailedError(
