@@ -135,11 +135,10 @@ def _rebuild(log: Log, snapshot: str, fs: FileSystem) -> ProducerTable:
                 )
         except (ValueError, KeyError, TypeError) as exc:
             logger.warning("%s is unusable (%s); rescanning the log", snapshot, exc)
-    offset = start
+    offset = start  # a batch boundary: the head at the snapshot, or the first offset
     while offset < log.head:
         batches = log.read(offset, _SCAN_BYTES)
         for b in batches:
-            if b.next_offset > offset:
-                table.observe(b.producer_id, b.base_sequence, b.base_offset, b.last_offset)
+            table.observe(b.producer_id, b.base_sequence, b.base_offset, b.last_offset)
         offset = batches[-1].next_offset
     return table
