@@ -89,9 +89,6 @@ def crc32c(data: bytes | bytearray | memoryview) -> int:
     return int(_crc32c.crc32c(data))
 
 
-_crc_view = crc32c
-
-
 def _pad(n: int) -> int:
     return (-n) & 7
 
@@ -325,7 +322,7 @@ def encode_columns(
         ) from exc
     parts[0] = head_rest
     out = bytearray().join(parts)
-    crc = _crc_view(memoryview(out)[CRC_START:])
+    crc = crc32c(memoryview(out)[CRC_START:])
     _PREFIX.pack_into(out, 0, 0, total, crc)
     return bytes(out)
 
@@ -416,7 +413,7 @@ def decode_batch(
         return None
     view = memoryview(buf)[pos : pos + length]
     if verify_crc:
-        actual = _crc_view(view[CRC_START:])
+        actual = crc32c(view[CRC_START:])
         if actual != crc:
             raise CorruptBatchError(pos, "checksum mismatch", expected_crc=crc, actual_crc=actual)
     if n == 0 or flags & ~_KNOWN_FLAGS:
