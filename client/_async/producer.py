@@ -257,9 +257,26 @@ class AsyncProducer:
         ts = timestamp_ms if timestamp_ms is not None else time.time_ns() // 1_000_000
         return acc.add(value, key, headers, ts)
 
-    async def publish(self, topic: str, value: bytes, **kwargs: object) -> RecordMetadata:
-        """Send one record and wait for its acknowledgement."""
-        return await (await self.send(topic, value, **kwargs))  # type: ignore[arg-type]
+    async def publish(
+        self,
+        topic: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> RecordMetadata:
+        """Send one record and wait for its acknowledgement (see :meth:`send`)."""
+        future = await self.send(
+            topic,
+            value,
+            key=key,
+            headers=headers,
+            partition=partition,
+            timestamp_ms=timestamp_ms,
+        )
+        return await future
 
     async def flush(self) -> None:
         """Wait until every record sent so far is acknowledged or failed."""
