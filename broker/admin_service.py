@@ -6,10 +6,8 @@ Role: thin, like :mod:`broker.service`: pb -> registry -> pb, errors through
 
 from __future__ import annotations
 
-import grpc
-
 from broker.convert import partition_info
-from broker.status import abort_for
+from broker.status import Context, rpc
 from broker.topics import Topic, TopicRegistry
 from proto import admin_pb2 as _admin
 from proto import admin_pb2_grpc as _grpc
@@ -28,48 +26,40 @@ class AdminService(_grpc.AdminServicer):
     def __init__(self, topics: TopicRegistry) -> None:
         self._topics = topics
 
+    @rpc
     async def CreateTopic(  # noqa: N802 - gRPC method name
         self,
         request: _admin.CreateTopicRequest,
-        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+        context: Context,
     ) -> _admin.TopicInfo:
         """Create a topic; ALREADY_EXISTS if the name is taken."""
-        try:
-            return _topic_info(await self._topics.create(request.name, request.partitions))
-        except Exception as exc:
-            await abort_for(exc, context)
+        return _topic_info(await self._topics.create(request.name, request.partitions))
 
+    @rpc
     async def ListTopics(  # noqa: N802 - gRPC method name
         self,
         request: _admin.ListTopicsRequest,
-        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+        context: Context,
     ) -> _admin.ListTopicsResponse:
         """Every topic with its partitions."""
-        try:
-            topics = [_topic_info(self._topics.get(n)) for n in self._topics.names()]
-            return _admin.ListTopicsResponse(topics=topics)
-        except Exception as exc:
-            await abort_for(exc, context)
+        topics = [_topic_info(self._topics.get(n)) for n in self._topics.names()]
+        return _admin.ListTopicsResponse(topics=topics)
 
+    @rpc
     async def DescribeTopic(  # noqa: N802 - gRPC method name
         self,
         request: _admin.DescribeTopicRequest,
-        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+        context: Context,
     ) -> _admin.TopicInfo:
         """One topic's partitions: heads, sizes, segments."""
-        try:
-            return _topic_info(self._topics.get(request.name))
-        except Exception as exc:
-            await abort_for(exc, context)
+        return _topic_info(self._topics.get(request.name))
 
+    @rpc
     async def DeleteTopic(  # noqa: N802 - gRPC method name
         self,
         request: _admin.DeleteTopicRequest,
-        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+        context: Context,
     ) -> _admin.DeleteTopicResponse:
         """Delete a topic and its data."""
-        try:
-            await self._topics.delete(request.name)
-            return _admin.DeleteTopicResponse()
-        except Exception as exc:
-            await abort_for(exc, context)
+        await self._topics.delete(request.name)
+        return _admin.DeleteTopicResponse()

@@ -17,12 +17,10 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
-import grpc
-
 from broker.convert import publish_response
 from broker.errors import InvalidRequestError
 from broker.metrics import BrokerMetrics
-from broker.status import abort_for, status_for
+from broker.status import Context, rpc, status_for
 from broker.topics import Topic, TopicRegistry
 from proto import broker_pb2 as _pb
 from proto import broker_pb2_grpc as _grpc
@@ -66,21 +64,19 @@ class BrokerService(_grpc.BrokerServicer):
             self._metrics.published(request.topic, partition.index, result, len(request.batch))
         return publish_response(request.request_id, partition.index, result, duplicate=duplicate)
 
+    @rpc
     async def Publish(  # noqa: N802 - gRPC method name
         self,
         request: _pb.PublishRequest,
-        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+        context: Context,
     ) -> _pb.PublishResponse:
         """Append one batch; answer after it is durable."""
-        try:
-            return await self._publish(request)
-        except Exception as exc:
-            await abort_for(exc, context)
+        return await self._publish(request)
 
     async def PublishStream(  # noqa: N802 - gRPC method name
         self,
         request_iterator: AsyncIterator[_pb.PublishRequest],
-        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+        context: Context,
     ) -> AsyncIterator[_pb.PublishResponse]:
         """Pipeline publishes: up to ``_STREAM_WINDOW`` in flight, answered in order, each
         with its own status, so one bad batch does not end the stream."""
@@ -105,27 +101,25 @@ class BrokerService(_grpc.BrokerServicer):
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
 
+    @rpc
     async def Fetch(  # noqa: N802 - gRPC method name
         self,
         request: _pb.FetchRequest,
-        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+        context: Context,
     ) -> _pb.FetchResponse:
         """Batches from ``offset`` (waiting up to ``max_wait_ms`` for data)."""
-        try:
-            partition = self._topics.get(request.topic).partition(_fetch_partition(request))
-            writer = partition.writer
-            await _wait_for_data(writer, request.offset, request.max_wait_ms)
-            max_bytes = min(request.max_bytes or 1 << 20, _MAX_FETCH_BYTES)
-            batches = writer.read(request.offset, max_bytes)
-            if request.end_offset > 0:
-                batches = [b for b in batches if b.base_offset < request.end_offset]
-            return _pb.FetchResponse(
-                batches=[bytes(b.buffer) for b in batches],
-                high_water_mark=writer.high_water_mark,
-                first_offset=writer.first_offset,
-            )
-        except Exception as exc:
-            await abort_for(exc, context)
+        partition = self._topics.get(request.topic).partition(_fetch_partition(request))
+        writer = partition.writer
+        await _wait_for_data(writer, request.offset, request.max_wait_ms)
+        max_bytes = min(request.max_bytes or 1 << 20, _MAX_FETCH_BYTES)
+        batches = writer.read(request.offset, max_bytes)
+        if request.end_offset > 0:
+            batches = [b for b in batches if b.base_offset < request.end_offset]
+        return _pb.FetchResponse(
+            batches=[bytes(b.buffer) for b in batches],
+            high_water_mark=writer.high_water_mark,
+            first_offset=writer.first_offset,
+        )
 
 
 async def _stream_response(task: asyncio.Task[_pb.PublishResponse]) -> _pb.PublishResponse:

@@ -1,14 +1,17 @@
 """The one table from domain errors to gRPC status codes, and its use in servicers.
 
-Role: servicers catch nothing themselves; :func:`abort_for` turns any known error into
+Role: servicers catch nothing themselves; their unary methods are decorated with
+:func:`rpc`, which hands any error to :func:`abort_for`, which turns it into
 ``context.abort(code, message)`` with the error's own actionable message. Unknown errors are
 logged with their traceback and reported as ``INTERNAL`` without internals.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-from typing import NoReturn
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 
@@ -57,8 +60,29 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     return grpc.StatusCode.INTERNAL, "internal broker error; see the broker log"
 
 
-async def abort_for(exc: BaseException, context: grpc.aio.ServicerContext) -> NoReturn:  # type: ignore[type-arg]
+async def abort_for(exc: BaseException, context: grpc.aio.ServicerContext[Any, Any]) -> NoReturn:
     """End the call with the status that the table gives ``exc``."""
     code, message = status_for(exc)
     await context.abort(code, message)
     raise AssertionError("context.abort returned")  # pragma: no cover
+
+
+S = TypeVar("S")
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+def rpc(
+    handler: Callable[[S, Req, Context], Awaitable[Resp]],
+) -> Callable[[S, Req, Context], Coroutine[Any, Any, Resp]]:
+    """Decorate a unary servicer method: any error ends the call through :func:`abort_for`."""
+
+    @functools.wraps(handler)
+    async def wrapper(self: S, request: Req, context: Context) -> Resp:
+        try:
+            return await handler(self, request, context)
+        except Exception as exc:
+            await abort_for(exc, context)
+
+    return wrapper
