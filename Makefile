@@ -17,9 +17,11 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)  ## create .venv and install the project with its dev tools
 
-# Until the broker lands, the main job is the WAL benchmark in quick mode.
+# Until subscriptions land (nothing can consume yet), the main job is the WAL benchmark in
+# quick mode; `headrace serve` already runs the broker.
 run: setup  ## run the main job on the embedded default (a local ./data directory)
-	@echo "headrace: the broker is not built yet; running the write-ahead log benchmark (quick)."
+	@echo "headrace: consuming is not built yet, so this runs the write-ahead log benchmark (quick)."
+	@echo "          The broker itself runs with: .venv/bin/headrace serve"
 	$(BIN)/python -m bench wal --quick --dir ./data/bench
 
 lint: setup  ## ruff, formatting, mypy --strict, generated-code staleness
