@@ -1,5 +1,48 @@
-"""Subscription dispatch: notifier fast path, heartbeat lag monitor, acks and redelivery.
+"""Subscription dispatch: cursors, acks, consumers and the task that feeds them.
 
-Imports ``wal`` only. The modules arrive with the dispatch issue; this package is part of
-the fixed layout (DESIGN section 1) so that the import graph is in place from the start.
+Modules:
+    acks          AckRanges: the cursor plus out-of-order acks above it (pure)
+    subscription  Subscription, ConsumerSession, Delivery: the notifier-driven dispatch task
+    registry      SubscriptionRegistry: create, find, drop, and persist cursors atomically
+    errors        DispatchError and its subclasses
+
+Imports ``wal`` only (DESIGN section 1). The heartbeat lag monitor, the other subscription
+types, redelivery with backoff and the dead-letter queue arrive with the dispatch issue.
 """
+
+from dispatcher.acks import AckRanges
+from dispatcher.errors import (
+    DispatchError,
+    InvalidAckError,
+    InvalidSubscriptionError,
+    SubscriptionBusyError,
+    SubscriptionNotFoundError,
+)
+from dispatcher.registry import SubscriptionRegistry, check_subscription_name
+from dispatcher.subscription import (
+    ConsumerSession,
+    Delivery,
+    InitialPosition,
+    PartitionStatus,
+    Subscription,
+    SubscriptionStatus,
+    SubscriptionType,
+)
+
+__all__ = [
+    "AckRanges",
+    "ConsumerSession",
+    "Delivery",
+    "DispatchError",
+    "InitialPosition",
+    "InvalidAckError",
+    "InvalidSubscriptionError",
+    "PartitionStatus",
+    "Subscription",
+    "SubscriptionBusyError",
+    "SubscriptionNotFoundError",
+    "SubscriptionRegistry",
+    "SubscriptionStatus",
+    "SubscriptionType",
+    "check_subscription_name",
+]

@@ -1,0 +1,56 @@
+"""Errors of subscription dispatch, under one root: :class:`DispatchError`.
+
+Role: what the dispatcher raises for requests it cannot serve. The broker maps each class to
+one gRPC status code (``broker.status``). Messages say what was wrong and what to do.
+"""
+
+from __future__ import annotations
+
+
+class DispatchError(Exception):
+    """Root of every error raised by the ``dispatcher`` package."""
+
+
+class InvalidSubscriptionError(DispatchError):
+    """Raised for a bad subscription name, type, position or partition."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field = field
+        self.problem = problem
+        super().__init__(f"{field}: {problem}")
+
+
+class SubscriptionNotFoundError(DispatchError):
+    """Raised when a request names a subscription that does not exist."""
+
+    def __init__(self, topic: str, subscription: str) -> None:
+        self.topic = topic
+        self.subscription = subscription
+        super().__init__(
+            f"subscription {subscription!r} on topic {topic!r} does not exist; a consumer "
+            f"creates it: `headrace consume {topic} --subscription {subscription}`"
+        )
+
+
+class SubscriptionBusyError(DispatchError):
+    """Raised when a consumer joins an exclusive subscription that already has one."""
+
+    def __init__(self, topic: str, subscription: str, holder: str) -> None:
+        self.topic = topic
+        self.subscription = subscription
+        super().__init__(
+            f"subscription {subscription!r} on topic {topic!r} is exclusive and consumer "
+            f"{holder!r} holds it; stop that consumer or use another subscription name"
+        )
+
+
+class InvalidAckError(DispatchError):
+    """Raised when a consumer acknowledges offsets that were never delivered to it."""
+
+    def __init__(self, partition: int, offset: int, delivered: int) -> None:
+        self.partition = partition
+        self.offset = offset
+        super().__init__(
+            f"ack of offset {offset} on partition {partition}: only offsets below "
+            f"{delivered} were delivered; ack only offsets of messages you received"
+        )

@@ -1,0 +1,316 @@
+"""Subscription dispatch over real logs: credit, the unacked cap, acks, redelivery, seek,
+and cursors that survive a reopen of the registry (real files)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from dispatcher import (
+    ConsumerSession,
+    Delivery,
+    InitialPosition,
+    InvalidAckError,
+    InvalidSubscriptionError,
+    Subscription,
+    SubscriptionBusyError,
+    SubscriptionNotFoundError,
+    SubscriptionRegistry,
+)
+from wal import LogWriter, decode_batch, encode_columns
+
+pytestmark = pytest.mark.asyncio(loop_scope="function")
+
+
+@pytest_asyncio.fixture
+async def writers(tmp_path: Path) -> AsyncIterator[list[LogWriter]]:
+    opened = [await LogWriter.open(str(tmp_path / "logs" / str(p))) for p in range(2)]
+    yield opened
+    for w in opened:
+        await w.aclose()
+
+
+async def _append(writer: LogWriter, *values: bytes) -> None:
+    await writer.append(encode_columns(list(values)))
+
+
+async def _take(session: ConsumerSession, records: int) -> list[Delivery]:
+    """Deliveries until ``records`` records arrived."""
+    out: list[Delivery] = []
+    async with asyncio.timeout(5):
+        while sum(d.count for d in out) < records:
+            delivery = await session.next()
+            assert delivery is not None
+            out.append(delivery)
+    return out
+
+
+def _values(deliveries: list[Delivery]) -> list[tuple[int, int, bytes]]:
+    """(partition, offset, value) of every delivered record."""
+    out = []
+    for d in deliveries:
+        batch = decode_batch(d.batch)
+        assert batch is not None
+        assert not isinstance(batch, Exception)
+        values = batch.values()
+        for offset in range(d.from_offset, d.to_offset):
+            out.append((d.partition, offset, values[offset - batch.base_offset]))
+    return out
+
+
+async def _nothing_more(session: ConsumerSession) -> None:
+    await asyncio.sleep(0.05)
+    assert session.outbox.empty()
+
+
+@pytest_asyncio.fixture
+async def registry(tmp_path: Path) -> AsyncIterator[SubscriptionRegistry]:
+    reg = SubscriptionRegistry(str(tmp_path / "data"), flush_interval_s=0.01)
+    await reg.open({})
+    yield reg
+    await reg.aclose()
+
+
+async def test_delivers_records_appended_before_and_after_attach(
+    writers: list[LogWriter], registry: SubscriptionRegistry
+) -> None:
+    await _append(writers[0], b"a", b"b")
+    sub = await registry.subscribe("t", "s", writers)
+    session = sub.attach("c", 100)
+    await _append(writers[1], b"c")
+    await _append(writers[0], b"d")
+    got = _values(await _take(session, 4))
+    assert sorted(got) == [(0, 0, b"a"), (0, 1, b"b"), (0, 2, b"d"), (1, 0, b"c")]
+    assert [o for p, o, _ in got if p == 0] == [0, 1, 2]  # per-partition order
+
+
+async def test_credit_bounds_what_is_sent(
+    writers: list[LogWriter], registry: SubscriptionRegistry
+) -> None:
+    await _append(writers[0], *[bytes([i]) for i in range(10)])
+    sub = await registry.subscribe("t", "s", writers)
+    session = sub.attach("c", 3)
+    first = await _take(session, 3)
+    assert [(d.from_offset, d.to_offset) for d in first] == [(0, 3)]
+    await _nothing_more(session)
+    sub.grant(session, 4)
+    second = await _take(session, 4)
+    assert [(d.from_offset, d.to_offset) for d in second] == [(3, 7)]
+    assert session.credit == 0
+    await _nothing_more(session)
+
+
+async def test_unacked_cap_holds_until_acks_free_room(
+    tmp_path: Path, writers: list[LogWriter]
+) -> None:
+    reg = SubscriptionRegistry(str(tmp_path / "d"), max_unacked=4)
+    await reg.open({})
+    try:
+        await _append(writers[0], *[bytes([i]) for i in range(10)])
+        sub = await reg.subscribe("t", "s", writers)
+        session = sub.attach("c", 1000)
+        assert [(d.from_offset, d.to_offset) for d in await _take(session, 4)] == [(0, 4)]
+        await _nothing_more(session)
+        assert sub.status().partitions[0].in_flight == 4
+        sub.ack(0, 0, 2)
+        assert [(d.from_offset, d.to_offset) for d in await _take(session, 2)] == [(4, 6)]
+        await _nothing_more(session)
+    finally:
+        await reg.aclose()
+
+
+async def test_out_of_order_acks_and_redelivery_to_the_next_consumer(
+    writers: list[LogWriter], registry: SubscriptionRegistry
+) -> None:
+    await _append(writers[0], *[bytes([i]) for i in range(6)])
+    sub = await registry.subscribe("t", "s", writers)
+    first = sub.attach("one", 100)
+    await _take(first, 6)
+    sub.ack(0, 1, 2)
+    sub.ack(0, 3, 5)
+    status = sub.status().partitions[0]
+    assert (status.cursor, status.lag, status.in_flight) == (0, 3, 3)
+    sub.detach(first)
+    second = sub.attach("two", 100)
+    again = await _take(second, 3)
+    assert [(d.from_offset, d.to_offset) for d in again] == [(0, 1), (2, 3), (5, 6)]
+    assert [d.redeliveries for d in again] == [{0: 1}, {2: 1}, {5: 1}]
+    sub.ack_up_to(0, 6)
+    assert sub.status().partitions[0].cursor == 6
+    assert sub.status().lag == 0
+
+
+async def test_exclusive_refuses_a_second_consumer(
+    writers: list[LogWriter], registry: SubscriptionRegistry
+) -> None:
+    sub = await registry.subscribe("t", "s", writers)
+    sub.attach("one", 1)
+    with pytest.raises(SubscriptionBusyError, match="'one' holds it"):
+        sub.attach("two", 1)
+
+
+async def test_acks_of_undelivered_offsets_are_refused(
+    writers: list[LogWriter], registry: SubscriptionRegistry
+) -> None:
+    await _append(writers[0], b"a", b"b", b"c")
+    sub = await registry.subscribe("t", "s", writers)
+    session = sub.attach("c", 2)
+    await _take(session, 2)
+    with pytest.raises(InvalidAckError, match="only offsets below 2 were delivered"):
+        sub.ack(0, 0, 3)
+    with pytest.raises(InvalidAckError):
+        sub.ack_up_to(0, 3)
+    with pytest.raises(InvalidSubscriptionError, match="partition: 7 does not exist"):
+        sub.ack(7, 0, 1)
+    with pytest.raises(InvalidSubscriptionError, match="not an offset range"):
+        sub.ack(0, 2, 1)
+    assert sub.status().partitions[0].cursor == 0  # nothing was acknowledged
+
+
+async def test_latest_starts_at_the_head(
+    writers: list[LogWriter], registry: SubscriptionRegistry
+) -> None:
+    await _append(writers[0], b"old")
+    sub = await registry.subscribe("t", "s", writers, initial=InitialPosition.LATEST)
+    session = sub.attach("c", 10)
+    await _append(writers[0], b"new")
+    assert _values(await _take(session, 1)) == [(0, 1, b"new")]
+
+
+async def test_commit_moves_the_cursor_without_delivery(
+    writers: list[LogWriter], registry: SubscriptionRegistry
+) -> None:
+    await _append(writers[0], b"a", b"b", b"c")
+    sub = await registry.subscribe("t", "s", writers)
+    assert sub.commit(0, 2) == 2
+    assert sub.commit(0, 1) == 2  # never backwards
+    with pytest.raises(InvalidSubscriptionError, match=r"outside \[0, 3\]"):
+        sub.commit(0, 4)
+    session = sub.attach("c", 10)
+    assert _values(await _take(session, 1)) == [(0, 2, b"c")]
+
+
+async def test_seek_resends_from_the_new_position(
+    writers: list[LogWriter], registry: SubscriptionRegistry
+) -> None:
+    await _append(writers[0], b"a", b"b", b"c")
+    sub = await registry.subscribe("t", "s", writers)
+    session = sub.attach("c", 100)
+    await _take(session, 3)
+    sub.ack_up_to(0, 3)
+    sub.seek([1, 0])
+    assert _values(await _take(session, 2)) == [(0, 1, b"b"), (0, 2, b"c")]
+    sub.seek([99, 99])  # clamped to the head
+    assert [p.cursor for p in sub.status().partitions] == [3, 0]
+
+
+async def test_cursor_and_ack_holes_survive_a_reopen(
+    tmp_path: Path, writers: list[LogWriter]
+) -> None:
+    data = str(tmp_path / "data")
+    await _append(writers[0], *[bytes([i]) for i in range(8)])
+    reg = SubscriptionRegistry(data)
+    await reg.open({})
+    sub = await reg.subscribe("t", "s", writers)
+    session = sub.attach("c", 100)
+    await _take(session, 8)
+    sub.ack_up_to(0, 2)
+    sub.ack(0, 4, 6)
+    await reg.aclose()
+
+    again = SubscriptionRegistry(data)
+    await again.open({"t": writers})
+    try:
+        sub = again.get("t", "s")
+        assert sub.status().partitions[0].cursor == 2
+        assert sub.acked_state()[0] == (2, [(4, 6)])
+        session = sub.attach("c", 100)
+        got = await _take(session, 4)
+        assert [(d.from_offset, d.to_offset) for d in got] == [(2, 4), (6, 8)]
+    finally:
+        await again.aclose()
+
+
+async def test_background_flush_saves_acks(tmp_path: Path, writers: list[LogWriter]) -> None:
+    data = str(tmp_path / "data")
+    await _append(writers[0], b"a", b"b")
+    reg = SubscriptionRegistry(data, flush_interval_s=0.01)
+    await reg.open({})
+    try:
+        sub = await reg.subscribe("t", "s", writers)
+        await _take(sub.attach("c", 10), 2)
+        sub.ack_up_to(0, 2)
+        path = os.path.join(data, "subscriptions", "t", "s.json")
+        async with asyncio.timeout(5):
+            while b'"cursor":2' not in Path(path).read_bytes():  # noqa: ASYNC110 - a file
+                await asyncio.sleep(0.01)
+    finally:
+        await reg.aclose()
+
+
+async def test_damaged_file_restarts_at_earliest_and_is_kept(
+    tmp_path: Path, writers: list[LogWriter]
+) -> None:
+    data = str(tmp_path / "data")
+    await _append(writers[0], b"a", b"b")
+    reg = SubscriptionRegistry(data)
+    await reg.open({})
+    sub = await reg.subscribe("t", "s", writers)
+    sub.commit(0, 2)
+    await reg.save(sub)
+    await reg.aclose()
+    path = Path(data, "subscriptions", "t", "s.json")
+    path.write_bytes(b'{"version": 1, "topic": "t", "subscr')  # torn
+
+    again = SubscriptionRegistry(data)
+    await again.open({"t": writers})
+    try:
+        assert again.get("t", "s").status().partitions[0].cursor == 0
+        assert Path(str(path) + ".corrupt").exists()
+    finally:
+        await again.aclose()
+
+
+async def test_subscriptions_of_deleted_topics_are_dropped(
+    tmp_path: Path, writers: list[LogWriter]
+) -> None:
+    data = str(tmp_path / "data")
+    reg = SubscriptionRegistry(data)
+    await reg.open({})
+    await reg.subscribe("gone", "s", writers)
+    await reg.subscribe("kept", "s", writers)
+    await reg.drop_topic("kept")
+    with pytest.raises(SubscriptionNotFoundError, match="consume kept --subscription s"):
+        reg.get("kept", "s")
+    await reg.aclose()
+    again = SubscriptionRegistry(data)
+    await again.open({"kept": writers})
+    try:
+        assert again.subscriptions() == []
+        assert not Path(data, "subscriptions", "gone").exists()
+    finally:
+        await again.aclose()
+
+
+async def test_bad_names_are_refused(
+    writers: list[LogWriter], registry: SubscriptionRegistry
+) -> None:
+    with pytest.raises(InvalidSubscriptionError, match="not a valid subscription name"):
+        await registry.subscribe("t", "../etc", writers)
+    with pytest.raises(InvalidSubscriptionError):
+        await registry.subscribe("t", "", writers)
+
+
+async def test_a_subscription_closes_its_consumer(writers: list[LogWriter]) -> None:
+    from dispatcher.acks import AckRanges
+
+    sub = Subscription("t", "s", writers, [AckRanges(), AckRanges()])
+    sub.start()
+    session = sub.attach("c", 1)
+    await sub.aclose()
+    assert await session.next() is None
