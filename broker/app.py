@@ -4,8 +4,10 @@ Role: build the topic registry, the gRPC server (data plane, admin plane, the st
 ``grpc.health.v1`` service and server reflection) and the Prometheus listener from a
 :class:`BrokerConfig`, and run them.
 
-Order of shutdown (STYLE rule 39): health goes to NOT_SERVING, the server stops accepting
-and lets in-flight calls finish for ``grace_seconds``, then every log syncs and closes.
+Order of shutdown (STYLE rule 39): health goes to NOT_SERVING; subscriptions stop
+dispatching, end their consumer streams (``UNAVAILABLE``: consumers reconnect elsewhere or
+later) and save their cursors; the server stops accepting and lets in-flight calls finish
+for ``grace_seconds``; then every log syncs and closes.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from broker.config import BrokerConfig, parse_address
 from broker.metrics import BrokerMetrics
 from broker.service import BrokerService
 from broker.topics import TopicRegistry
+from dispatcher import SubscriptionRegistry
 from proto import admin_pb2 as _admin
 from proto import admin_pb2_grpc, broker_pb2_grpc
 from proto import broker_pb2 as _pb
@@ -45,6 +48,11 @@ class Broker:
         self.config = config
         self.metrics = metrics or BrokerMetrics()
         self.topics = TopicRegistry(config.data_dir, config.wal)
+        self.subscriptions = SubscriptionRegistry(
+            config.data_dir,
+            max_unacked=config.max_unacked,
+            flush_interval_s=config.cursor_flush_interval_ms / 1000,
+        )
         self.port = 0
         self.metrics_port = 0
         self._server: grpc.aio.Server | None = None
@@ -52,8 +60,11 @@ class Broker:
         self._metrics_http: object | None = None
 
     async def start(self) -> None:
-        """Open the topics, then start serving gRPC and metrics."""
+        """Open the topics and subscriptions, then start serving gRPC and metrics."""
         await self.topics.open()
+        await self.subscriptions.open(
+            {n: [p.writer for p in self.topics.get(n).partitions] for n in self.topics.names()}
+        )
         limit = self.config.max_request_bytes
         server = grpc.aio.server(
             options=[
@@ -64,13 +75,16 @@ class Broker:
         broker_pb2_grpc.add_BrokerServicer_to_server(
             BrokerService(
                 self.topics,
+                self.subscriptions,
                 self.metrics,
                 auto_create=self.config.auto_create_topics,
                 default_partitions=self.config.default_partitions,
             ),
             server,
         )
-        admin_pb2_grpc.add_AdminServicer_to_server(AdminService(self.topics), server)
+        admin_pb2_grpc.add_AdminServicer_to_server(
+            AdminService(self.topics, self.subscriptions), server
+        )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(
             (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
@@ -93,10 +107,13 @@ class Broker:
         self._metrics_http = http
 
     async def aclose(self) -> None:
-        """Shut down in order: NOT_SERVING, drain calls, close the logs. Idempotent."""
+        """Shut down in order: NOT_SERVING, end consumer streams and save cursors, drain
+        calls, close the logs. Idempotent."""
         server, self._server = self._server, None
         if server is not None:
             await self._health.enter_graceful_shutdown()
+        await self.subscriptions.aclose()
+        if server is not None:
             await server.stop(self.config.grace_seconds)
         await self.topics.aclose()
         http, self._metrics_http = self._metrics_http, None

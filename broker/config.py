@@ -13,6 +13,9 @@ TOML layout (every key optional)::
     auto_create_topics = false       # create a topic on its first publish
     default_partitions = 1           # partitions of an auto-created topic
     max_request_bytes = 17825792     # largest gRPC message accepted, bytes (17 MiB)
+    grace_seconds = 5.0              # how long shutdown lets calls finish, seconds
+    max_unacked = 1000               # records in flight per subscription, at most
+    cursor_flush_interval_ms = 100   # how often consumer acks are saved, milliseconds
 
     [wal]                            # every wal.LogConfig field, same names and units
     segment_bytes = 134217728
@@ -51,6 +54,11 @@ class BrokerConfig:
         max_request_bytes: Largest gRPC message accepted, bytes. Default 17 MiB (a 16 MiB
             batch plus framing).
         grace_seconds: How long shutdown lets in-flight calls finish, seconds. Default 5.
+        max_unacked: Records sent to a subscription's consumers and not yet acknowledged,
+            at most; the broker stops sending at this cap. Default 1,000.
+        cursor_flush_interval_ms: How often consumer acks are saved, milliseconds. Acks not
+            yet saved when the broker dies are redelivered (never skipped). Seeks and
+            ``AckUpTo`` commits are saved before they are answered. Default 100.
         wal: Settings of every partition's log (:class:`wal.LogConfig`).
     """
 
@@ -61,6 +69,8 @@ class BrokerConfig:
     default_partitions: int = 1
     max_request_bytes: int = 17 * MIB
     grace_seconds: float = 5.0
+    max_unacked: int = 1_000
+    cursor_flush_interval_ms: int = 100
     wal: LogConfig = field(default_factory=LogConfig)
 
     def __post_init__(self) -> None:
@@ -68,6 +78,8 @@ class BrokerConfig:
         _address("metrics_listen", self.metrics_listen, allow_empty=True)
         _int_range("default_partitions", self.default_partitions, 1, 10_000)
         _int_range("max_request_bytes", self.max_request_bytes, 1024, 1 << 30)
+        _int_range("max_unacked", self.max_unacked, 1, 10_000_000)
+        _int_range("cursor_flush_interval_ms", self.cursor_flush_interval_ms, 1, 60_000)
         if not isinstance(self.auto_create_topics, bool):
             raise ConfigError("auto_create_topics must be true or false")
         if not isinstance(self.data_dir, str) or not self.data_dir:

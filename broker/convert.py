@@ -5,9 +5,17 @@ Role: keep servicers thin (pb -> domain -> pb). No I/O, no asyncio.
 
 from __future__ import annotations
 
+from broker.errors import InvalidRequestError
+from dispatcher import Delivery, InitialPosition, SubscriptionStatus, SubscriptionType
 from proto import admin_pb2 as _admin
 from proto import broker_pb2 as _pb
 from wal import AppendResult, Log
+
+_TYPES: dict[int, SubscriptionType] = {
+    _pb.SUBSCRIPTION_TYPE_UNSPECIFIED: SubscriptionType.EXCLUSIVE,
+    _pb.EXCLUSIVE: SubscriptionType.EXCLUSIVE,
+}
+_TYPE_PB = {SubscriptionType.EXCLUSIVE: _pb.EXCLUSIVE}
 
 
 def publish_response(
@@ -31,4 +39,60 @@ def partition_info(partition: int, log: Log) -> _admin.PartitionInfo:
         head=log.head,
         size_bytes=log.size_bytes,
         segments=log.segment_count,
+    )
+
+
+def subscription_type(value: int) -> SubscriptionType:
+    """The subscription type a request asks for.
+
+    Raises:
+        InvalidRequestError: a type this broker does not offer.
+    """
+    try:
+        return _TYPES[value]
+    except KeyError:
+        name = _pb.SubscriptionType.Name(value) if value in _pb.SubscriptionType.values() else value
+        raise InvalidRequestError(
+            "type", f"subscription type {name} is not available yet; use EXCLUSIVE"
+        ) from None
+
+
+def initial_position(value: int) -> InitialPosition:
+    """Where a new subscription starts (``earliest`` unless ``LATEST``)."""
+    if value not in _pb.InitialPosition.values():
+        raise InvalidRequestError("initial_position", f"{value} is not EARLIEST or LATEST")
+    return InitialPosition.LATEST if value == _pb.LATEST else InitialPosition.EARLIEST
+
+
+def delivery(topic: str, d: Delivery) -> _pb.SubscribeResponse:
+    """One delivery on a Subscribe stream."""
+    return _pb.SubscribeResponse(
+        delivery=_pb.Delivery(
+            topic=topic,
+            partition=d.partition,
+            batch=d.batch,
+            from_offset=d.from_offset,
+            to_offset=d.to_offset,
+            redeliveries=d.redeliveries,
+        )
+    )
+
+
+def subscription_info(status: SubscriptionStatus) -> _admin.SubscriptionInfo:
+    """A subscription's cursors, heads and lag."""
+    return _admin.SubscriptionInfo(
+        topic=status.topic,
+        subscription=status.name,
+        type=_TYPE_PB[status.type],
+        consumers=status.consumers,
+        partitions=[
+            _admin.PartitionLag(
+                partition=p.partition,
+                cursor=p.cursor,
+                head=p.head,
+                lag=p.lag,
+                in_flight=p.in_flight,
+            )
+            for p in status.partitions
+        ],
     )

@@ -1,4 +1,4 @@
-"""The data-plane servicer: Publish, PublishStream and Fetch.
+"""The data-plane servicer: Publish, PublishStream, Subscribe, Fetch and AckUpTo.
 
 Role: thin. Each RPC turns the request into calls on the topic registry and the partition's
 ``LogWriter``, and errors into status codes through :mod:`broker.status`. A batch is
@@ -8,6 +8,9 @@ Invariants:
 - A publish is answered only after the log acknowledged it (durable under the topic's
   fsync policy).
 - Fetch returns only batches below the high-water mark (durable data).
+- A Subscribe stream is one consumer session: it ends when the client half-closes, when a
+  request is bad (with that request's status), or when the broker shuts down
+  (``UNAVAILABLE``). Whatever it did not acknowledge goes to the next consumer.
 """
 
 from __future__ import annotations
@@ -17,11 +20,12 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
-from broker.convert import publish_response
-from broker.errors import InvalidRequestError
+from broker.convert import delivery, initial_position, publish_response, subscription_type
+from broker.errors import InvalidRequestError, ShuttingDownError
 from broker.metrics import BrokerMetrics
-from broker.status import Context, rpc, status_for
+from broker.status import Context, abort_for, rpc, status_for
 from broker.topics import Topic, TopicRegistry
+from dispatcher import ConsumerSession, Subscription, SubscriptionRegistry
 from proto import broker_pb2 as _pb
 from proto import broker_pb2_grpc as _grpc
 from wal import LogWriter
@@ -34,17 +38,20 @@ _STREAM_WINDOW = 256  # publishes in flight per PublishStream
 
 
 class BrokerService(_grpc.BrokerServicer):
-    """Publish and Fetch over a :class:`TopicRegistry`. Task-safe (no state of its own)."""
+    """The data plane over a :class:`TopicRegistry` and a :class:`SubscriptionRegistry`.
+    Task-safe (no state of its own)."""
 
     def __init__(
         self,
         topics: TopicRegistry,
+        subscriptions: SubscriptionRegistry,
         metrics: BrokerMetrics,
         *,
         auto_create: bool = False,
         default_partitions: int = 1,
     ) -> None:
         self._topics = topics
+        self._subscriptions = subscriptions
         self._metrics = metrics
         self._auto_create = auto_create
         self._default_partitions = default_partitions
@@ -101,6 +108,72 @@ class BrokerService(_grpc.BrokerServicer):
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
 
+    async def Subscribe(  # noqa: N802 - gRPC method name
+        self,
+        request_iterator: AsyncIterator[_pb.SubscribeRequest],
+        context: Context,
+    ) -> AsyncIterator[_pb.SubscribeResponse]:
+        """One consumer session: ``open`` first, then credits and acks in, deliveries out."""
+        requests = aiter(request_iterator)
+        try:
+            first = await anext(requests, None)
+            if first is None:
+                return
+            sub, session = await self._open(first)
+        except Exception as exc:
+            await abort_for(exc, context)
+        reader = asyncio.create_task(_read_subscribe(requests, sub, session))
+        try:
+            yield _pb.SubscribeResponse(
+                subscribed=_pb.Subscribed(
+                    topic=sub.topic,
+                    subscription=sub.name,
+                    partitions=len(sub.status().partitions),
+                    consumer_id=session.consumer_id,
+                    max_unacked=sub.max_unacked,
+                )
+            )
+            while (item := await session.next()) is not None:
+                yield delivery(sub.topic, item)
+        finally:
+            sub.detach(session)
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+        if reader.done() and not reader.cancelled() and reader.exception() is None:
+            return  # the client half-closed
+        failure = reader.exception() if reader.done() and not reader.cancelled() else None
+        await abort_for(failure or ShuttingDownError(), context)
+
+    async def _open(self, request: _pb.SubscribeRequest) -> tuple[Subscription, ConsumerSession]:
+        if request.WhichOneof("kind") != "open":
+            raise InvalidRequestError("open", "the first request on a stream must open it")
+        o = request.open
+        topic = self._topics.get(o.topic)
+        sub = await self._subscriptions.subscribe(
+            topic.name,
+            o.subscription,
+            [p.writer for p in topic.partitions],
+            initial=initial_position(o.initial_position),
+            type_=subscription_type(o.type),
+        )
+        return sub, sub.attach(o.consumer_name, o.initial_credit)
+
+    @rpc
+    async def AckUpTo(  # noqa: N802 - gRPC method name
+        self,
+        request: _pb.AckUpToRequest,
+        context: Context,
+    ) -> _pb.AckUpToResponse:
+        """Commit a reader's position: the cursor becomes max(cursor, offset), saved."""
+        topic = self._topics.get(request.topic)
+        sub = await self._subscriptions.subscribe(
+            topic.name, request.subscription, [p.writer for p in topic.partitions]
+        )
+        cursor = sub.commit(request.partition, request.offset)
+        await self._subscriptions.save(sub)
+        return _pb.AckUpToResponse(cursor=cursor)
+
     @rpc
     async def Fetch(  # noqa: N802 - gRPC method name
         self,
@@ -120,6 +193,29 @@ class BrokerService(_grpc.BrokerServicer):
             high_water_mark=writer.high_water_mark,
             first_offset=writer.first_offset,
         )
+
+
+async def _read_subscribe(
+    requests: AsyncIterator[_pb.SubscribeRequest], sub: Subscription, session: ConsumerSession
+) -> None:
+    """Apply a session's credits and acks; on the stream's end or a bad request, let the
+    session go (the exception, if any, stays on this task for the caller to report)."""
+    try:
+        async for request in requests:
+            kind = request.WhichOneof("kind")
+            if kind == "credit":
+                sub.grant(session, request.credit)
+            elif kind == "ack":
+                for r in request.ack.ranges:
+                    sub.ack(r.partition, r.begin, r.end)
+                for u in request.ack.up_to:
+                    sub.ack_up_to(u.partition, u.offset)
+            elif kind == "open":
+                raise InvalidRequestError("open", "this stream's subscription is already open")
+            else:
+                raise InvalidRequestError("kind", "empty request; send credit or ack")
+    finally:
+        session.outbox.put_nowait(None)
 
 
 async def _stream_response(task: asyncio.Task[_pb.PublishResponse]) -> _pb.PublishResponse:

@@ -22,6 +22,13 @@ from broker.errors import (
     TopicExistsError,
     TopicNotFoundError,
 )
+from dispatcher import (
+    DispatcherClosedError,
+    InvalidAckError,
+    InvalidSubscriptionError,
+    SubscriptionBusyError,
+    SubscriptionNotFoundError,
+)
 from wal import (
     BatchTooLargeError,
     CorruptSegmentError,
@@ -42,12 +49,17 @@ STATUS_TABLE: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (InvalidRequestError, grpc.StatusCode.INVALID_ARGUMENT),
     (TopicNotFoundError, grpc.StatusCode.NOT_FOUND),
     (TopicExistsError, grpc.StatusCode.ALREADY_EXISTS),
+    (InvalidSubscriptionError, grpc.StatusCode.INVALID_ARGUMENT),
+    (InvalidAckError, grpc.StatusCode.INVALID_ARGUMENT),
+    (SubscriptionNotFoundError, grpc.StatusCode.NOT_FOUND),
+    (SubscriptionBusyError, grpc.StatusCode.FAILED_PRECONDITION),
     (ProducerSequenceError, grpc.StatusCode.FAILED_PRECONDITION),
     (OffsetOutOfRangeError, grpc.StatusCode.OUT_OF_RANGE),
     (CorruptSegmentError, grpc.StatusCode.DATA_LOSS),
     (WalFailedError, grpc.StatusCode.UNAVAILABLE),
     (WalClosedError, grpc.StatusCode.UNAVAILABLE),
     (ShuttingDownError, grpc.StatusCode.UNAVAILABLE),
+    (DispatcherClosedError, grpc.StatusCode.UNAVAILABLE),
 )
 
 

@@ -1,10 +1,12 @@
-"""The Headrace Python client: async-first producers and admin, with sync twins to come.
+"""The Headrace Python client: async-first producers, consumers and admin.
 
 Modules:
     errors          ClientError and one class per gRPC status code; from_rpc_error
     _types          TopicInfo, PartitionInfo, RecordMetadata
     _async.producer AsyncProducer: batching, per-partition pipelining, retries, idempotence
-    _async.admin    AsyncAdminClient: topics
+    _async.consumer AsyncConsumer: credits, batched acks, reconnects
+    _async.admin    AsyncAdminClient: topics and subscriptions
+    _message        Message: a lazy view of one received record
     _wire           generated copy of the wal batch codec (python -m client._codegen)
     _codegen        the generator of _wire, with a --check mode for CI
 
@@ -12,8 +14,17 @@ Imports ``proto`` only (DESIGN section 1).
 """
 
 from client._async.admin import AsyncAdminClient
+from client._async.consumer import AsyncConsumer
 from client._async.producer import AsyncProducer, partition_for
-from client._types import DEFAULT_BROKER, PartitionInfo, RecordMetadata, TopicInfo
+from client._message import Message
+from client._types import (
+    DEFAULT_BROKER,
+    PartitionInfo,
+    PartitionLag,
+    RecordMetadata,
+    SubscriptionInfo,
+    TopicInfo,
+)
 from client.errors import (
     AlreadyExists,
     ClientClosed,
@@ -34,6 +45,7 @@ __all__ = [
     "DEFAULT_BROKER",
     "AlreadyExists",
     "AsyncAdminClient",
+    "AsyncConsumer",
     "AsyncProducer",
     "ClientClosed",
     "ClientError",
@@ -41,12 +53,15 @@ __all__ = [
     "DeadlineExceeded",
     "FailedPrecondition",
     "InvalidArgument",
+    "Message",
     "NotFound",
     "OutOfRange",
     "PartitionInfo",
+    "PartitionLag",
     "PermissionDenied",
     "RecordMetadata",
     "ResourceExhausted",
+    "SubscriptionInfo",
     "TopicInfo",
     "Unauthenticated",
     "Unavailable",

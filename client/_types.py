@@ -37,3 +37,35 @@ class RecordMetadata:
     partition: int
     offset: int
     duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLag:
+    """One partition of a subscription.
+
+    ``cursor`` is the first offset not yet acknowledged, ``head`` the next offset to be
+    written, ``lag`` the records at or above the cursor not yet acknowledged, and
+    ``in_flight`` those sent to a consumer and not yet acknowledged.
+    """
+
+    partition: int
+    cursor: int
+    head: int
+    lag: int
+    in_flight: int
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionInfo:
+    """A subscription: its type, attached consumers and per-partition lag."""
+
+    topic: str
+    subscription: str
+    type: str
+    consumers: tuple[str, ...]
+    partitions: tuple[PartitionLag, ...]
+
+    @property
+    def lag(self) -> int:
+        """Records not yet acknowledged, over every partition."""
+        return sum(p.lag for p in self.partitions)

@@ -12,6 +12,7 @@ types, redelivery with backoff and the dead-letter queue arrive with the dispatc
 
 from dispatcher.acks import AckRanges
 from dispatcher.errors import (
+    DispatcherClosedError,
     DispatchError,
     InvalidAckError,
     InvalidSubscriptionError,
@@ -34,6 +35,7 @@ __all__ = [
     "ConsumerSession",
     "Delivery",
     "DispatchError",
+    "DispatcherClosedError",
     "InitialPosition",
     "InvalidAckError",
     "InvalidSubscriptionError",

@@ -54,3 +54,10 @@ class InvalidAckError(DispatchError):
             f"ack of offset {offset} on partition {partition}: only offsets below "
             f"{delivered} were delivered; ack only offsets of messages you received"
         )
+
+
+class DispatcherClosedError(DispatchError):
+    """Raised when a subscription is wanted while the broker shuts down."""
+
+    def __init__(self) -> None:
+        super().__init__("the broker is shutting down; reconnect once it is back")

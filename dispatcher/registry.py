@@ -34,7 +34,11 @@ from collections.abc import Mapping, Sequence
 import msgspec
 
 from dispatcher.acks import AckRanges
-from dispatcher.errors import InvalidSubscriptionError, SubscriptionNotFoundError
+from dispatcher.errors import (
+    DispatcherClosedError,
+    InvalidSubscriptionError,
+    SubscriptionNotFoundError,
+)
 from dispatcher.subscription import InitialPosition, Subscription, SubscriptionType
 from wal import FileSystem, LogWriter
 
@@ -98,6 +102,7 @@ class SubscriptionRegistry:
         self._dirty: set[tuple[str, str]] = set()
         self._save_lock = asyncio.Lock()
         self._flusher: asyncio.Task[None] | None = None
+        self._closed = False
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -112,6 +117,7 @@ class SubscriptionRegistry:
 
     async def aclose(self) -> None:
         """Stop every subscription and save its state. Idempotent."""
+        self._closed = True
         flusher, self._flusher = self._flusher, None
         if flusher is not None:
             flusher.cancel()
@@ -139,7 +145,10 @@ class SubscriptionRegistry:
 
         Raises:
             InvalidSubscriptionError: a bad name, or it exists with another type.
+            DispatcherClosedError: the registry is closed (the broker is shutting down).
         """
+        if self._closed:
+            raise DispatcherClosedError()
         check_subscription_name(name)
         sub = self._subs.get((topic, name))
         if sub is not None:

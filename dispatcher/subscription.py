@@ -179,6 +179,11 @@ class Subscription:
         self._task: asyncio.Task[None] | None = None
         self._next_partition = 0
 
+    @property
+    def max_unacked(self) -> int:
+        """The most records in flight at once."""
+        return self._max_unacked
+
     # -- lifecycle --------------------------------------------------------------------
 
     def start(self) -> None:

@@ -94,8 +94,8 @@ class SubscriptionInfo(_message.Message):
     subscription: str
     type: _broker_pb2.SubscriptionType
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionLag]
-    consumers: int
-    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., type: _Optional[_Union[_broker_pb2.SubscriptionType, str]] = ..., partitions: _Optional[_Iterable[_Union[PartitionLag, _Mapping]]] = ..., consumers: _Optional[int] = ...) -> None: ...
+    consumers: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., type: _Optional[_Union[_broker_pb2.SubscriptionType, str]] = ..., partitions: _Optional[_Iterable[_Union[PartitionLag, _Mapping]]] = ..., consumers: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ListSubscriptionsResponse(_message.Message):
     __slots__ = ("subscriptions",)

@@ -86,12 +86,22 @@ class OpenSubscription(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., type: _Optional[_Union[SubscriptionType, str]] = ..., initial_position: _Optional[_Union[InitialPosition, str]] = ..., consumer_name: _Optional[str] = ..., initial_credit: _Optional[int] = ...) -> None: ...
 
 class Acks(_message.Message):
-    __slots__ = ("offsets", "up_to")
-    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    __slots__ = ("ranges", "up_to")
+    RANGES_FIELD_NUMBER: _ClassVar[int]
     UP_TO_FIELD_NUMBER: _ClassVar[int]
-    offsets: _containers.RepeatedCompositeFieldContainer[PartitionOffset]
+    ranges: _containers.RepeatedCompositeFieldContainer[OffsetRange]
     up_to: _containers.RepeatedCompositeFieldContainer[PartitionOffset]
-    def __init__(self, offsets: _Optional[_Iterable[_Union[PartitionOffset, _Mapping]]] = ..., up_to: _Optional[_Iterable[_Union[PartitionOffset, _Mapping]]] = ...) -> None: ...
+    def __init__(self, ranges: _Optional[_Iterable[_Union[OffsetRange, _Mapping]]] = ..., up_to: _Optional[_Iterable[_Union[PartitionOffset, _Mapping]]] = ...) -> None: ...
+
+class OffsetRange(_message.Message):
+    __slots__ = ("partition", "begin", "end")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    BEGIN_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    begin: int
+    end: int
+    def __init__(self, partition: _Optional[int] = ..., begin: _Optional[int] = ..., end: _Optional[int] = ...) -> None: ...
 
 class PartitionOffset(_message.Message):
     __slots__ = ("partition", "offset")
@@ -110,16 +120,18 @@ class SubscribeResponse(_message.Message):
     def __init__(self, subscribed: _Optional[_Union[Subscribed, _Mapping]] = ..., delivery: _Optional[_Union[Delivery, _Mapping]] = ...) -> None: ...
 
 class Subscribed(_message.Message):
-    __slots__ = ("topic", "subscription", "partitions", "consumer_id")
+    __slots__ = ("topic", "subscription", "partitions", "consumer_id", "max_unacked")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
+    MAX_UNACKED_FIELD_NUMBER: _ClassVar[int]
     topic: str
     subscription: str
     partitions: int
     consumer_id: str
-    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., partitions: _Optional[int] = ..., consumer_id: _Optional[str] = ...) -> None: ...
+    max_unacked: int
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., partitions: _Optional[int] = ..., consumer_id: _Optional[str] = ..., max_unacked: _Optional[int] = ...) -> None: ...
 
 class Delivery(_message.Message):
     __slots__ = ("topic", "partition", "batch", "from_offset", "to_offset", "redeliveries")

@@ -27,10 +27,10 @@ import logging
 import random
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Self
+from typing import Self, TypeVar
 
 import grpc
 
@@ -46,6 +46,7 @@ logger = logging.getLogger(__name__)
 _MAX_MESSAGE = 64 << 20
 _BACKOFF_BASE_S = 0.05
 _BACKOFF_MAX_S = 2.0
+R = TypeVar("R")
 
 
 def partition_for(key: bytes, partitions: int) -> int:
@@ -310,39 +311,37 @@ class AsyncProducer:
     async def publish_batch(self, topic: str, partition: int, data: bytes) -> _pb.PublishResponse:
         """Publish one batch, retrying retryable errors until the delivery timeout."""
         request = _pb.PublishRequest(topic=topic, partition=partition, batch=data)
+        response: _pb.PublishResponse = await self._retrying(
+            self._stub.Publish, request, f"publish to {topic}/{partition}"
+        )
+        return response
+
+    async def _retrying(self, method: Callable[..., Awaitable[R]], request: object, what: str) -> R:
+        """Call ``method``, retrying retryable errors with backoff until the delivery
+        timeout (a broker that restarts answers UNAVAILABLE for a moment)."""
         deadline = time.monotonic() + self._timeout
         attempt = 0
         while True:
             remaining = deadline - time.monotonic()
             try:
-                response: _pb.PublishResponse = await self._stub.Publish(
-                    request, timeout=max(remaining, 0.001)
-                )
-                return response
+                return await method(request, timeout=max(remaining, 0.001))
             except grpc.RpcError as exc:
                 error = from_rpc_error(exc)
                 pause = backoff_s(attempt, self._rng)
                 if not error.retryable or time.monotonic() + pause >= deadline:
                     raise error from exc
-                logger.info(
-                    "publish to %s/%d failed (%s); retrying in %.3f s",
-                    topic,
-                    partition,
-                    error,
-                    pause,
-                )
+                logger.info("%s failed (%s); retrying in %.3f s", what, error, pause)
                 await asyncio.sleep(pause)
                 attempt += 1
 
     async def _partition_count(self, topic: str) -> int:
         count = self._partitions.get(topic)
         if count is None:
-            try:
-                info = await self._admin.DescribeTopic(
-                    _admin.DescribeTopicRequest(name=topic), timeout=self._timeout
-                )
-            except grpc.RpcError as exc:
-                raise from_rpc_error(exc) from exc
+            info = await self._retrying(
+                self._admin.DescribeTopic,
+                _admin.DescribeTopicRequest(name=topic),
+                f"looking up topic {topic}",
+            )
             count = len(info.partitions)
             if count == 0:
                 raise NotFound(f"topic {topic!r} has no partitions")

@@ -1,0 +1,353 @@
+"""AsyncConsumer: a subscription's messages, with credits, batched acks and reconnects.
+
+Role: one Subscribe stream at a time (a "session"). The consumer opens the subscription,
+grants the broker ``receive_queue`` records of credit, and cuts each delivered batch into
+:class:`~client._message.Message` views that decode only what is read. As the application
+takes messages, credit is given back in chunks of half the queue, so the broker never sends
+more than the queue holds.
+
+Acks are batched behind the scenes: acked offsets are coalesced into ranges per partition
+(in-order acks make one range per batch) and sent when a quarter of the broker's unacked
+cap is pending, or ``ack_interval_ms`` after the first pending ack, or on close.
+
+Reconnects: when the stream breaks after it was open (the broker restarted, the network
+dropped), the consumer opens a new session with backoff and full jitter, and the broker
+resumes at the subscription's saved cursor. Messages buffered from the old session are
+dropped, and acks of messages from it are ignored: the broker redelivers them (at least
+once). Errors on the first open (no such topic, bad name, an exclusive subscription held by
+another consumer) are raised to the caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections import deque
+from collections.abc import AsyncIterator
+from types import TracebackType
+from typing import Self
+
+import grpc
+
+from client._async.producer import backoff_s
+from client._message import DeliveredBatch, Message
+from client._types import DEFAULT_BROKER
+from client.errors import ClientClosed, ClientError, FailedPrecondition, from_rpc_error
+from proto import broker_pb2 as _pb
+from proto import broker_pb2_grpc
+
+logger = logging.getLogger(__name__)
+
+_MAX_MESSAGE = 64 << 20
+_TYPES = {
+    "exclusive": _pb.EXCLUSIVE,
+    "failover": _pb.FAILOVER,
+    "shared": _pb.SHARED,
+    "key_shared": _pb.KEY_SHARED,
+}
+_POSITIONS = {"earliest": _pb.EARLIEST, "latest": _pb.LATEST}
+
+_Requests = asyncio.Queue[_pb.SubscribeRequest | None]
+
+
+class AsyncConsumer:
+    """Receives a subscription's messages; ``async for message in consumer``.
+
+    Task-safe on one event loop; an async context manager (closing sends pending acks).
+
+    Args:
+        topic: The topic to read.
+        subscription: The subscription's name; created on first use.
+        broker: ``host:port`` of the broker.
+        type: ``exclusive`` (one consumer at a time), ``failover``, ``shared`` or
+            ``key_shared``.
+        initial_position: Where a new subscription starts: ``earliest`` or ``latest``.
+        consumer_name: How this consumer shows in ``headrace lag``.
+        receive_queue: Records the broker may send ahead of the application. Default 1,000.
+        ack_interval_ms: The longest an ack waits to be sent. Default 20 ms.
+        channel: An existing channel to use (not closed by the consumer).
+    """
+
+    def __init__(
+        self,
+        topic: str,
+        subscription: str,
+        *,
+        broker: str = DEFAULT_BROKER,
+        type: str = "exclusive",  # the name DESIGN gives it
+        initial_position: str = "earliest",
+        consumer_name: str = "",
+        receive_queue: int = 1_000,
+        ack_interval_ms: float = 20.0,
+        channel: grpc.aio.Channel | None = None,
+    ) -> None:
+        if type not in _TYPES:
+            raise ValueError(f"type must be one of {', '.join(_TYPES)}, not {type!r}")
+        if initial_position not in _POSITIONS:
+            raise ValueError(
+                f"initial_position must be earliest or latest, not {initial_position!r}"
+            )
+        if receive_queue < 1 or ack_interval_ms < 0:
+            raise ValueError("receive_queue >= 1 and ack_interval_ms >= 0")
+        self.topic = topic
+        self.subscription = subscription
+        self._open = _pb.OpenSubscription(
+            topic=topic,
+            subscription=subscription,
+            type=_TYPES[type],
+            initial_position=_POSITIONS[initial_position],
+            consumer_name=consumer_name,
+            initial_credit=receive_queue,
+        )
+        self._credit_chunk = max(1, receive_queue // 2)
+        self._ack_interval_s = ack_interval_ms / 1000
+        self._owns_channel = channel is None
+        self._channel = channel or grpc.aio.insecure_channel(
+            broker,
+            options=[
+                ("grpc.max_send_message_length", _MAX_MESSAGE),
+                ("grpc.max_receive_message_length", _MAX_MESSAGE),
+            ],
+        )
+        self._stub = broker_pb2_grpc.BrokerStub(self._channel)
+        self._rng = random.Random()
+        self._buffer: deque[Message] = deque()
+        self._ready = asyncio.Event()
+        self._subscribed = asyncio.Event()
+        self._error: ClientError | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+        # Session state: replaced on every reconnect.
+        self._epoch = 0
+        self._requests: _Requests = asyncio.Queue()
+        self._taken = 0
+        self._ranges: dict[int, list[list[int]]] = {}
+        self._up_to: dict[int, int] = {}
+        self._pending = 0
+        self._ack_threshold = 1
+        self._ack_timer: asyncio.TimerHandle | None = None
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open the subscription (done by the first receive, too). Idempotent.
+
+        Raises:
+            ClientError: the broker refused it (no such topic, bad name, held by another
+                consumer, ...).
+        """
+        if self._closed:
+            raise ClientClosed("the consumer is closed")
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name=f"consumer {self.subscription}")
+        subscribed = asyncio.ensure_future(self._subscribed.wait())
+        try:
+            await asyncio.wait([subscribed, self._task], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            subscribed.cancel()
+        if not self._subscribed.is_set():
+            self._raise()
+
+    async def aclose(self) -> None:
+        """Send pending acks, end the session, close the channel (if the consumer opened
+        it). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        task, self._task = self._task, None
+        if task is not None:
+            self._flush_acks()
+            self._requests.put_nowait(None)  # half-close: the broker ends the stream
+            try:
+                await asyncio.wait_for(asyncio.shield(task), 5)
+            except (TimeoutError, ClientError):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, ClientError):
+                    await task
+        self._ready.set()
+        if self._owns_channel:
+            await self._channel.close()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    # -- receiving --------------------------------------------------------------------
+
+    def __aiter__(self) -> AsyncIterator[Message]:
+        return self
+
+    async def __anext__(self) -> Message:
+        try:
+            return await self.receive()
+        except ClientClosed:
+            raise StopAsyncIteration from None
+
+    async def receive(self) -> Message:
+        """The next message, waiting for one as long as it takes.
+
+        Raises:
+            ClientClosed: the consumer was closed.
+            ClientError: the session failed for good (see the message).
+        """
+        if not self._buffer:
+            await self._wait_for_messages()
+        self._took(1)
+        return self._buffer.popleft()
+
+    async def receive_batch(self, max_messages: int = 1_000) -> list[Message]:
+        """The messages that are ready (at least one, at most ``max_messages``)."""
+        if not self._buffer:
+            await self._wait_for_messages()
+        count = min(max_messages, len(self._buffer))
+        buffer = self._buffer
+        out = [buffer.popleft() for _ in range(count)]
+        self._took(count)
+        return out
+
+    async def _wait_for_messages(self) -> None:
+        if self._task is None:
+            await self.start()
+        while not self._buffer:
+            self._raise()
+            self._ready.clear()
+            await self._ready.wait()
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            raise self._error
+        if self._closed:
+            raise ClientClosed("the consumer is closed")
+        if self._task is not None and self._task.done() and not self._buffer:
+            raise ClientClosed("the subscription stream ended")
+
+    def _took(self, count: int) -> None:
+        self._taken += count
+        if self._taken >= self._credit_chunk:
+            self._requests.put_nowait(_pb.SubscribeRequest(credit=self._taken))
+            self._taken = 0
+
+    # -- acknowledging ----------------------------------------------------------------
+
+    def ack(self, message: Message) -> None:
+        """Acknowledge one message (sent in a batch shortly)."""
+        if message.epoch != self._epoch:
+            return  # from a broken session: the broker will deliver it again
+        ranges = self._ranges.setdefault(message.partition, [])
+        offset = message.offset
+        if ranges and ranges[-1][1] == offset:
+            ranges[-1][1] = offset + 1
+        else:
+            ranges.append([offset, offset + 1])
+        self._acked(1)
+
+    def ack_cumulative(self, message: Message) -> None:
+        """Acknowledge ``message`` and every earlier message of its partition."""
+        if message.epoch != self._epoch:
+            return
+        p = message.partition
+        self._up_to[p] = max(self._up_to.get(p, 0), message.offset + 1)
+        self._acked(1)
+
+    def _acked(self, count: int) -> None:
+        self._pending += count
+        if self._pending >= self._ack_threshold:
+            self._flush_acks()
+        elif self._ack_timer is None:
+            loop = asyncio.get_running_loop()
+            self._ack_timer = loop.call_later(self._ack_interval_s, self._flush_acks)
+
+    def _flush_acks(self) -> None:
+        if self._ack_timer is not None:
+            self._ack_timer.cancel()
+            self._ack_timer = None
+        if not self._pending:
+            return
+        acks = _pb.Acks(
+            ranges=[
+                _pb.OffsetRange(partition=p, begin=b, end=e)
+                for p, ranges in self._ranges.items()
+                for b, e in ranges
+            ],
+            up_to=[_pb.PartitionOffset(partition=p, offset=o) for p, o in self._up_to.items()],
+        )
+        self._requests.put_nowait(_pb.SubscribeRequest(ack=acks))
+        self._ranges, self._up_to, self._pending = {}, {}, 0
+
+    # -- sessions ---------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        attempt = 0
+        while not self._closed:
+            try:
+                await self._session()
+                return  # the stream ended because we half-closed it
+            except grpc.aio.AioRpcError as exc:
+                error = from_rpc_error(exc)
+            except ClientError as exc:
+                error = exc
+            if not self._subscribed.is_set() or not _reconnectable(error) or self._closed:
+                self._error = error
+                self._ready.set()
+                return
+            pause = backoff_s(attempt, self._rng)
+            logger.warning(
+                "subscription %s of %s: stream broke (%s); reconnecting in %.2f s",
+                self.subscription,
+                self.topic,
+                error,
+                pause,
+            )
+            await asyncio.sleep(pause)
+            attempt = min(attempt + 1, 10)
+
+    def _new_session(self) -> _Requests:
+        self._epoch += 1
+        self._buffer.clear()
+        if self._ack_timer is not None:
+            self._ack_timer.cancel()
+            self._ack_timer = None
+        self._ranges, self._up_to, self._pending, self._taken = {}, {}, 0, 0
+        self._requests = asyncio.Queue()
+        self._requests.put_nowait(_pb.SubscribeRequest(open=self._open))
+        return self._requests
+
+    async def _session(self) -> None:
+        requests = self._new_session()
+        epoch = self._epoch
+        call = self._stub.Subscribe(_drain(requests))
+        try:
+            async for response in call:
+                if response.HasField("delivery"):
+                    d = response.delivery
+                    batch = DeliveredBatch(d.topic, d.batch)
+                    self._buffer.extend(
+                        batch.messages(
+                            d.partition, d.from_offset, d.to_offset, dict(d.redeliveries), epoch
+                        )
+                    )
+                    self._ready.set()
+                elif response.HasField("subscribed"):
+                    cap = response.subscribed.max_unacked or 1_000
+                    self._ack_threshold = max(1, min(cap // 4, self._credit_chunk))
+                    self._subscribed.set()
+        finally:
+            call.cancel()
+
+
+async def _drain(requests: _Requests) -> AsyncIterator[_pb.SubscribeRequest]:
+    while (request := await requests.get()) is not None:
+        yield request
+
+
+def _reconnectable(error: ClientError) -> bool:
+    """Whether a broken session is worth reopening: the broker went away, or it still
+    holds our previous session of an exclusive subscription (it lets go when it notices)."""
+    return error.retryable or isinstance(error, FailedPrecondition)
