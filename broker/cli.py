@@ -1,8 +1,8 @@
 """The ``headrace`` command line.
 
-Role: one entry point with subcommands: ``serve`` runs a broker; ``topics`` and ``produce``
-talk to one (:mod:`broker.cli_client`); ``wal inspect`` reads a partition directory
-offline. ``consume`` and ``lag`` arrive with subscriptions.
+Role: one entry point with subcommands: ``serve`` runs a broker; ``topics``, ``produce``,
+``consume``, ``lag`` and ``seek`` talk to one (:mod:`broker.cli_client`); ``wal inspect``
+reads a partition directory offline.
 
 Conventions (DESIGN section 4): exit code 0 on success, 1 on error, 2 on usage errors;
 errors are one clear line on stderr, never a traceback.
@@ -21,7 +21,7 @@ import click
 import uvloop
 
 from broker.app import serve as run_broker
-from broker.cli_client import produce, topics
+from broker.cli_client import consume, lag, produce, seek, topics
 from broker.config import BrokerConfig, ConfigError
 from wal.inspect import inspect_dir
 
@@ -109,6 +109,9 @@ def wal_inspect(directory: str, as_json: bool) -> None:
 
 cli.add_command(topics)
 cli.add_command(produce)
+cli.add_command(consume)
+cli.add_command(lag)
+cli.add_command(seek)
 
 
 def main() -> None:

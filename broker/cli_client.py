@@ -1,4 +1,5 @@
-"""The ``headrace`` commands that talk to a broker as a client: ``topics`` and ``produce``.
+"""The ``headrace`` commands that talk to a broker as a client: ``topics``, ``produce``,
+``consume``, ``lag`` and ``seek``.
 
 Role: parse arguments, call the :mod:`client` library, print. Every command takes
 ``--broker HOST:PORT`` (env ``HEADRACE_BROKER``). Client errors print one line on stderr and
@@ -8,15 +9,28 @@ exit 1; usage errors exit 2 (click).
 from __future__ import annotations
 
 import asyncio
+import base64
+import contextlib
 import json
 import sys
+import time
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import asdict
+from datetime import datetime
 from typing import Any, TypeVar
 
 import click
 
-from client import DEFAULT_BROKER, AsyncAdminClient, AsyncProducer, ClientError, TopicInfo
+from client import (
+    DEFAULT_BROKER,
+    AsyncAdminClient,
+    AsyncConsumer,
+    AsyncProducer,
+    ClientError,
+    Message,
+    SubscriptionInfo,
+    TopicInfo,
+)
 
 T = TypeVar("T")
 
@@ -35,6 +49,8 @@ def run(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
         return asyncio.run(make())
     except ClientError as exc:
         raise click.ClickException(str(exc)) from exc
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None
 
 
 @click.group()
@@ -139,3 +155,230 @@ def produce(topic: str, key: str | None, count: int | None, broker: str) -> None
 def _stdin_lines() -> Iterator[bytes]:
     for line in sys.stdin.buffer:
         yield line.rstrip(b"\r\n")
+
+
+@click.command()
+@click.argument("topic")
+@click.option("--subscription", "-s", required=True, help="Subscription name (created if new).")
+@click.option(
+    "--type",
+    "type_",
+    type=click.Choice(["exclusive", "failover", "shared", "key_shared"]),
+    default="exclusive",
+    show_default=True,
+)
+@click.option(
+    "--from",
+    "start",
+    type=click.Choice(["earliest", "latest"]),
+    default="earliest",
+    show_default=True,
+    help="Where a new subscription starts.",
+)
+@click.option("--count", type=click.IntRange(1), help="Exit after N records.")
+@click.option("--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@broker_option
+def consume(  # noqa: PLR0917 - click passes every option as an argument
+    topic: str,
+    subscription: str,
+    type_: str,
+    start: str,
+    count: int | None,
+    output: str,
+    broker: str,
+) -> None:
+    """Print records of TOPIC through a subscription, one value per line, and ack them.
+
+    A record is acknowledged only after it was written to stdout. Runs until --count
+    records were printed, or until interrupted (Ctrl-C acks what was printed, then exits).
+    """
+    out = sys.stdout.buffer
+    printed = 0
+
+    async def go() -> None:
+        nonlocal printed
+        async with AsyncConsumer(
+            topic, subscription, broker=broker, type=type_, initial_position=start
+        ) as consumer:
+            while count is None or printed < count:
+                batch = await consumer.receive_batch(
+                    count - printed if count is not None else 1_000
+                )
+                for message in batch:
+                    out.write(_render(message, output))
+                out.flush()
+                for message in batch:
+                    consumer.ack(message)
+                printed += len(batch)
+
+    run(go)
+    click.echo(f"consumed {printed} record(s) from {topic}", err=True)
+
+
+def _render(message: Message, output: str) -> bytes:
+    if output == "text":
+        return message.value + b"\n"
+    doc: dict[str, Any] = {
+        "topic": message.topic,
+        "partition": message.partition,
+        "offset": message.offset,
+        "timestamp_ms": message.timestamp_ms,
+        "redelivery_count": message.redelivery_count,
+    }
+    for name, raw in (("key", message.key), ("value", message.value)):
+        doc[name] = _text(raw)
+        if raw is not None and doc[name] is None:
+            doc[f"{name}_base64"] = base64.b64encode(raw).decode()
+    doc["headers"] = {k: _text(v) for k, v in message.headers.items()}
+    return json.dumps(doc).encode() + b"\n"
+
+
+def _text(raw: bytes | None) -> str | None:
+    """``raw`` as text when it is UTF-8; None otherwise (the caller adds base64)."""
+    if raw is None:
+        return None
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        return None
+
+
+LAG_FIELDS = (
+    "topic",
+    "partition",
+    "subscription",
+    "type",
+    "cursor",
+    "head",
+    "lag",
+    "oldest_unacked_age_s",
+    "consumers",
+    "in_flight",
+    "state",
+    "reason",
+)
+
+
+@click.command()
+@click.option("--topic", "-t", help="Only this topic.")
+@click.option("--subscription", "-s", help="Only this subscription.")
+@click.option("--watch", is_flag=True, help="Refresh every second until interrupted.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON array.")
+@broker_option
+def lag(
+    topic: str | None, subscription: str | None, watch: bool, as_json: bool, broker: str
+) -> None:
+    """Show each subscription's cursor, head and lag per partition."""
+
+    async def rows() -> list[dict[str, Any]]:
+        async with AsyncAdminClient(broker) as admin:
+            subs = await admin.list_subscriptions(topic)
+        return lag_rows(s for s in subs if subscription in (None, s.subscription))
+
+    while True:
+        table = run(rows)
+        if as_json:
+            click.echo(json.dumps(table))
+        else:
+            if watch:
+                click.clear()
+            click.echo(_lag_table(table))
+        if not watch:
+            return
+        try:
+            time.sleep(1)
+        except KeyboardInterrupt:
+            return
+
+
+def lag_rows(subs: Iterator[SubscriptionInfo] | list[SubscriptionInfo]) -> list[dict[str, Any]]:
+    """One row per (topic, partition, subscription), with the fields of DESIGN section 4."""
+    return [
+        {
+            "topic": s.topic,
+            "partition": p.partition,
+            "subscription": s.subscription,
+            "type": s.type,
+            "cursor": p.cursor,
+            "head": p.head,
+            "lag": p.lag,
+            "oldest_unacked_age_s": round(p.oldest_unacked_age_s, 3),
+            "consumers": len(s.consumers),
+            "in_flight": p.in_flight,
+            "state": p.state,
+            "reason": p.reason,
+        }
+        for s in subs
+        for p in s.partitions
+    ]
+
+
+def _lag_table(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "no subscriptions"
+    widths = {f: max(len(f), *(len(str(r[f])) for r in rows)) for f in LAG_FIELDS}
+    lines = ["  ".join(f.upper().ljust(widths[f]) for f in LAG_FIELDS).rstrip()]
+    for r in rows:
+        lines.append("  ".join(str(r[f]).ljust(widths[f]) for f in LAG_FIELDS).rstrip())
+    return "\n".join(lines)
+
+
+@click.command()
+@click.argument("topic", required=False)
+@click.option("--subscription", "-s", required=True)
+@click.option(
+    "--to",
+    "target",
+    required=True,
+    help="earliest, latest, an OFFSET (same on every partition), or an ISO-8601 TIMESTAMP "
+    "such as 2026-11-21T10:00:00Z.",
+)
+@broker_option
+def seek(topic: str | None, subscription: str, target: str, broker: str) -> None:
+    """Move a subscription's cursors. TOPIC may be left out when the subscription name is
+    used by one topic only."""
+    kwargs = _seek_target(target)
+
+    async def go() -> SubscriptionInfo:
+        async with AsyncAdminClient(broker) as admin:
+            name = topic or await _topic_of(admin, subscription)
+            return await admin.seek(name, subscription, **kwargs)
+
+    info = run(go)
+    cursors = ", ".join(f"{p.partition}:{p.cursor}" for p in info.partitions)
+    click.echo(f"{info.topic}/{info.subscription} now at partition:cursor {cursors}")
+
+
+def _seek_target(target: str) -> dict[str, Any]:
+    if target in ("earliest", "latest"):
+        return {target: True}
+    with contextlib.suppress(ValueError):
+        offset = int(target)
+        if offset < 0:
+            raise click.BadParameter(f"offset {offset} is negative", param_hint="--to")
+        return {"offset": offset}
+    try:
+        when = datetime.fromisoformat(target)
+    except ValueError:
+        raise click.BadParameter(
+            f"{target!r} is not earliest, latest, an offset or an ISO-8601 time",
+            param_hint="--to",
+        ) from None
+    if when.tzinfo is None:
+        raise click.BadParameter(
+            f"{target!r} has no time zone; add one, e.g. Z or +01:00", param_hint="--to"
+        )
+    return {"timestamp_ms": int(when.timestamp() * 1000)}
+
+
+async def _topic_of(admin: AsyncAdminClient, subscription: str) -> str:
+    topics = sorted(
+        {s.topic for s in await admin.list_subscriptions() if s.subscription == subscription}
+    )
+    if len(topics) == 1:
+        return topics[0]
+    if not topics:
+        raise click.ClickException(f"no topic has a subscription named {subscription!r}")
+    raise click.ClickException(
+        f"subscription {subscription!r} exists on topics {', '.join(topics)}; name the topic"
+    )

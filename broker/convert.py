@@ -92,6 +92,9 @@ def subscription_info(status: SubscriptionStatus) -> _admin.SubscriptionInfo:
                 head=p.head,
                 lag=p.lag,
                 in_flight=p.in_flight,
+                oldest_unacked_age_s=p.oldest_unacked_age_s,
+                state=p.state,
+                reason=p.reason,
             )
             for p in status.partitions
         ],

@@ -138,8 +138,7 @@ class BrokerService(_grpc.BrokerServicer):
         finally:
             sub.detach(session)
             reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reader
+            await asyncio.wait([reader])  # its failure, if any, is reported below
         if reader.done() and not reader.cancelled() and reader.exception() is None:
             return  # the client half-closed
         failure = reader.exception() if reader.done() and not reader.cancelled() else None

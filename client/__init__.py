@@ -1,4 +1,4 @@
-"""The Headrace Python client: async-first producers, consumers and admin.
+"""The Headrace Python client: async-first producers, consumers and admin, with sync twins.
 
 Modules:
     errors          ClientError and one class per gRPC status code; from_rpc_error
@@ -7,6 +7,7 @@ Modules:
     _async.consumer AsyncConsumer: credits, batched acks, reconnects
     _async.admin    AsyncAdminClient: topics and subscriptions
     _message        Message: a lazy view of one received record
+    _sync           Producer, Consumer, AdminClient: blocking twins over a loop thread
     _wire           generated copy of the wal batch codec (python -m client._codegen)
     _codegen        the generator of _wire, with a --check mode for CI
 
@@ -17,6 +18,9 @@ from client._async.admin import AsyncAdminClient
 from client._async.consumer import AsyncConsumer
 from client._async.producer import AsyncProducer, partition_for
 from client._message import Message
+from client._sync.admin import AdminClient
+from client._sync.consumer import Consumer
+from client._sync.producer import Producer
 from client._types import (
     DEFAULT_BROKER,
     PartitionInfo,
@@ -43,12 +47,14 @@ from client.errors import (
 
 __all__ = [
     "DEFAULT_BROKER",
+    "AdminClient",
     "AlreadyExists",
     "AsyncAdminClient",
     "AsyncConsumer",
     "AsyncProducer",
     "ClientClosed",
     "ClientError",
+    "Consumer",
     "DataLoss",
     "DeadlineExceeded",
     "FailedPrecondition",
@@ -59,6 +65,7 @@ __all__ = [
     "PartitionInfo",
     "PartitionLag",
     "PermissionDenied",
+    "Producer",
     "RecordMetadata",
     "ResourceExhausted",
     "SubscriptionInfo",

@@ -45,7 +45,9 @@ class PartitionLag:
 
     ``cursor`` is the first offset not yet acknowledged, ``head`` the next offset to be
     written, ``lag`` the records at or above the cursor not yet acknowledged, and
-    ``in_flight`` those sent to a consumer and not yet acknowledged.
+    ``in_flight`` those sent to a consumer and not yet acknowledged. ``state`` is one of
+    ``CAUGHT_UP``, ``LAGGING``, ``STALLED``, ``NO_CONSUMER`` or ``BLOCKED``; ``reason`` says
+    why in words.
     """
 
     partition: int
@@ -53,6 +55,9 @@ class PartitionLag:
     head: int
     lag: int
     in_flight: int
+    oldest_unacked_age_s: float
+    state: str
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ import contextlib
 import enum
 import itertools
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -81,6 +82,9 @@ class PartitionStatus:
     head: int  # the next offset to be written (durable records lie below it)
     lag: int  # records at or above the cursor not yet acknowledged
     in_flight: int  # sent and not yet acknowledged
+    oldest_unacked_age_s: float  # age of the record at the cursor (0 when caught up)
+    state: str  # CAUGHT_UP | LAGGING | NO_CONSUMER
+    reason: str  # why, in words
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +153,7 @@ class Subscription:
         max_unacked: The most records in flight at once.
         max_batch_bytes: Soft limit on the bytes one read takes from a log.
         on_change: Called (on the loop) when acknowledged state changed and needs saving.
+        clock: Wall-clock seconds, for the age of the oldest unacknowledged record.
     """
 
     def __init__(
@@ -162,6 +167,7 @@ class Subscription:
         max_unacked: int = 1_000,
         max_batch_bytes: int = 1 << 20,
         on_change: Callable[[Subscription], None] = lambda _s: None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         if len(writers) != len(acks):
             raise ValueError(f"{len(writers)} partitions but {len(acks)} cursors")
@@ -173,6 +179,7 @@ class Subscription:
         self._max_unacked = max_unacked
         self._max_batch_bytes = max_batch_bytes
         self._on_change = on_change
+        self._clock = clock
         self._in_flight = 0
         self._session: ConsumerSession | None = None
         self._wake = asyncio.Event()
@@ -333,14 +340,24 @@ class Subscription:
         return out
 
     def status(self) -> SubscriptionStatus:
-        """Cursor, head, lag and in-flight records per partition."""
+        """Cursor, head, lag, in-flight records and state per partition."""
+        consumers = (self._session.name,) if self._session is not None else ()
+        now_ms = self._clock() * 1000
         parts = []
         for i, (part, writer) in enumerate(zip(self._parts, self._writers, strict=True)):
             head = writer.high_water_mark
             cursor = part.acks.cursor
             lag = max(0, head - cursor - part.acks.acked_count(head))
-            parts.append(PartitionStatus(i, cursor, head, lag, part.in_flight))
-        consumers = (self._session.name,) if self._session is not None else ()
+            age = 0.0
+            if lag == 0:
+                state, reason = "CAUGHT_UP", ""
+            else:
+                age = max(0.0, (now_ms - _timestamp_at(writer, cursor)) / 1000)
+                if consumers:
+                    state, reason = "LAGGING", f"{lag} records not yet acknowledged"
+                else:
+                    state, reason = "NO_CONSUMER", f"{lag} records wait for a consumer"
+            parts.append(PartitionStatus(i, cursor, head, lag, part.in_flight, age, state, reason))
         return SubscriptionStatus(self.topic, self.name, self.type, consumers, tuple(parts))
 
     # -- dispatch ---------------------------------------------------------------------
@@ -428,3 +445,15 @@ class Subscription:
         part.sent_mark = max(part.sent_mark, first)
         self._in_flight += part.recount()
         self._on_change(self)
+
+
+def _timestamp_at(writer: LogWriter, offset: int) -> float:
+    """The publish time (ms) of the record at ``offset``; now when it cannot be read."""
+    try:
+        batches = writer.read(offset, 1)
+    except Exception:  # a damaged or deleted segment: report no age rather than fail
+        logger.debug("cannot read offset %d for its timestamp", offset, exc_info=True)
+        return time.time() * 1000
+    if not batches or not batches[0].base_offset <= offset < batches[0].next_offset:
+        return time.time() * 1000
+    return float(batches[0].timestamps()[offset - batches[0].base_offset])

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from proto import broker_pb2 as broker__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0b\x61\x64min.proto\x12\x0bheadrace.v1\x1a\x0c\x62roker.proto\"6\n\x12\x43reateTopicRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x01(\x05\"l\n\rPartitionInfo\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x14\n\x0c\x66irst_offset\x18\x02 \x01(\x03\x12\x0c\n\x04head\x18\x03 \x01(\x03\x12\x12\n\nsize_bytes\x18\x04 \x01(\x03\x12\x10\n\x08segments\x18\x05 \x01(\x05\"I\n\tTopicInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12.\n\npartitions\x18\x02 \x03(\x0b\x32\x1a.headrace.v1.PartitionInfo\"\x13\n\x11ListTopicsRequest\"<\n\x12ListTopicsResponse\x12&\n\x06topics\x18\x01 \x03(\x0b\x32\x16.headrace.v1.TopicInfo\"$\n\x14\x44\x65scribeTopicRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\"\n\x12\x44\x65leteTopicRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x15\n\x13\x44\x65leteTopicResponse\")\n\x18ListSubscriptionsRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"_\n\x0cPartitionLag\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x0e\n\x06\x63ursor\x18\x02 \x01(\x03\x12\x0c\n\x04head\x18\x03 \x01(\x03\x12\x0b\n\x03lag\x18\x04 \x01(\x03\x12\x11\n\tin_flight\x18\x05 \x01(\r\"\xa6\x01\n\x10SubscriptionInfo\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12+\n\x04type\x18\x03 \x01(\x0e\x32\x1d.headrace.v1.SubscriptionType\x12-\n\npartitions\x18\x04 \x03(\x0b\x32\x19.headrace.v1.PartitionLag\x12\x11\n\tconsumers\x18\x05 \x03(\t\"Q\n\x19ListSubscriptionsResponse\x12\x34\n\rsubscriptions\x18\x01 \x03(\x0b\x32\x1d.headrace.v1.SubscriptionInfo\"B\n\x1b\x44\x65scribeSubscriptionRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\"\x8c\x01\n\x0bSeekRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\x12\n\x08\x65\x61rliest\x18\x03 \x01(\x08H\x00\x12\x10\n\x06latest\x18\x04 \x01(\x08H\x00\x12\x10\n\x06offset\x18\x05 \x01(\x03H\x00\x12\x16\n\x0ctimestamp_ms\x18\x06 \x01(\x03H\x00\x42\x08\n\x06target2\xc2\x04\n\x05\x41\x64min\x12\x46\n\x0b\x43reateTopic\x12\x1f.headrace.v1.CreateTopicRequest\x1a\x16.headrace.v1.TopicInfo\x12M\n\nListTopics\x12\x1e.headrace.v1.ListTopicsRequest\x1a\x1f.headrace.v1.ListTopicsResponse\x12J\n\rDescribeTopic\x12!.headrace.v1.DescribeTopicRequest\x1a\x16.headrace.v1.TopicInfo\x12P\n\x0b\x44\x65leteTopic\x12\x1f.headrace.v1.DeleteTopicRequest\x1a .headrace.v1.DeleteTopicResponse\x12\x62\n\x11ListSubscriptions\x12%.headrace.v1.ListSubscriptionsRequest\x1a&.headrace.v1.ListSubscriptionsResponse\x12_\n\x14\x44\x65scribeSubscription\x12(.headrace.v1.DescribeSubscriptionRequest\x1a\x1d.headrace.v1.SubscriptionInfo\x12?\n\x04Seek\x12\x18.headrace.v1.SeekRequest\x1a\x1d.headrace.v1.SubscriptionInfob\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0b\x61\x64min.proto\x12\x0bheadrace.v1\x1a\x0c\x62roker.proto\"6\n\x12\x43reateTopicRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x01(\x05\"l\n\rPartitionInfo\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x14\n\x0c\x66irst_offset\x18\x02 \x01(\x03\x12\x0c\n\x04head\x18\x03 \x01(\x03\x12\x12\n\nsize_bytes\x18\x04 \x01(\x03\x12\x10\n\x08segments\x18\x05 \x01(\x05\"I\n\tTopicInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12.\n\npartitions\x18\x02 \x03(\x0b\x32\x1a.headrace.v1.PartitionInfo\"\x13\n\x11ListTopicsRequest\"<\n\x12ListTopicsResponse\x12&\n\x06topics\x18\x01 \x03(\x0b\x32\x16.headrace.v1.TopicInfo\"$\n\x14\x44\x65scribeTopicRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\"\n\x12\x44\x65leteTopicRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x15\n\x13\x44\x65leteTopicResponse\")\n\x18ListSubscriptionsRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"\x9c\x01\n\x0cPartitionLag\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x0e\n\x06\x63ursor\x18\x02 \x01(\x03\x12\x0c\n\x04head\x18\x03 \x01(\x03\x12\x0b\n\x03lag\x18\x04 \x01(\x03\x12\x11\n\tin_flight\x18\x05 \x01(\r\x12\x1c\n\x14oldest_unacked_age_s\x18\x06 \x01(\x01\x12\r\n\x05state\x18\x07 \x01(\t\x12\x0e\n\x06reason\x18\x08 \x01(\t\"\xa6\x01\n\x10SubscriptionInfo\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12+\n\x04type\x18\x03 \x01(\x0e\x32\x1d.headrace.v1.SubscriptionType\x12-\n\npartitions\x18\x04 \x03(\x0b\x32\x19.headrace.v1.PartitionLag\x12\x11\n\tconsumers\x18\x05 \x03(\t\"Q\n\x19ListSubscriptionsResponse\x12\x34\n\rsubscriptions\x18\x01 \x03(\x0b\x32\x1d.headrace.v1.SubscriptionInfo\"B\n\x1b\x44\x65scribeSubscriptionRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\"\x8c\x01\n\x0bSeekRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\x12\n\x08\x65\x61rliest\x18\x03 \x01(\x08H\x00\x12\x10\n\x06latest\x18\x04 \x01(\x08H\x00\x12\x10\n\x06offset\x18\x05 \x01(\x03H\x00\x12\x16\n\x0ctimestamp_ms\x18\x06 \x01(\x03H\x00\x42\x08\n\x06target2\xc2\x04\n\x05\x41\x64min\x12\x46\n\x0b\x43reateTopic\x12\x1f.headrace.v1.CreateTopicRequest\x1a\x16.headrace.v1.TopicInfo\x12M\n\nListTopics\x12\x1e.headrace.v1.ListTopicsRequest\x1a\x1f.headrace.v1.ListTopicsResponse\x12J\n\rDescribeTopic\x12!.headrace.v1.DescribeTopicRequest\x1a\x16.headrace.v1.TopicInfo\x12P\n\x0b\x44\x65leteTopic\x12\x1f.headrace.v1.DeleteTopicRequest\x1a .headrace.v1.DeleteTopicResponse\x12\x62\n\x11ListSubscriptions\x12%.headrace.v1.ListSubscriptionsRequest\x1a&.headrace.v1.ListSubscriptionsResponse\x12_\n\x14\x44\x65scribeSubscription\x12(.headrace.v1.DescribeSubscriptionRequest\x1a\x1d.headrace.v1.SubscriptionInfo\x12?\n\x04Seek\x12\x18.headrace.v1.SeekRequest\x1a\x1d.headrace.v1.SubscriptionInfob\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -50,16 +50,16 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DELETETOPICRESPONSE']._serialized_end=461
   _globals['_LISTSUBSCRIPTIONSREQUEST']._serialized_start=463
   _globals['_LISTSUBSCRIPTIONSREQUEST']._serialized_end=504
-  _globals['_PARTITIONLAG']._serialized_start=506
-  _globals['_PARTITIONLAG']._serialized_end=601
-  _globals['_SUBSCRIPTIONINFO']._serialized_start=604
-  _globals['_SUBSCRIPTIONINFO']._serialized_end=770
-  _globals['_LISTSUBSCRIPTIONSRESPONSE']._serialized_start=772
-  _globals['_LISTSUBSCRIPTIONSRESPONSE']._serialized_end=853
-  _globals['_DESCRIBESUBSCRIPTIONREQUEST']._serialized_start=855
-  _globals['_DESCRIBESUBSCRIPTIONREQUEST']._serialized_end=921
-  _globals['_SEEKREQUEST']._serialized_start=924
-  _globals['_SEEKREQUEST']._serialized_end=1064
-  _globals['_ADMIN']._serialized_start=1067
-  _globals['_ADMIN']._serialized_end=1645
+  _globals['_PARTITIONLAG']._serialized_start=507
+  _globals['_PARTITIONLAG']._serialized_end=663
+  _globals['_SUBSCRIPTIONINFO']._serialized_start=666
+  _globals['_SUBSCRIPTIONINFO']._serialized_end=832
+  _globals['_LISTSUBSCRIPTIONSRESPONSE']._serialized_start=834
+  _globals['_LISTSUBSCRIPTIONSRESPONSE']._serialized_end=915
+  _globals['_DESCRIBESUBSCRIPTIONREQUEST']._serialized_start=917
+  _globals['_DESCRIBESUBSCRIPTIONREQUEST']._serialized_end=983
+  _globals['_SEEKREQUEST']._serialized_start=986
+  _globals['_SEEKREQUEST']._serialized_end=1126
+  _globals['_ADMIN']._serialized_start=1129
+  _globals['_ADMIN']._serialized_end=1707
 # @@protoc_insertion_point(module_scope)

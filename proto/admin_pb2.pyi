@@ -70,18 +70,24 @@ class ListSubscriptionsRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ...) -> None: ...
 
 class PartitionLag(_message.Message):
-    __slots__ = ("partition", "cursor", "head", "lag", "in_flight")
+    __slots__ = ("partition", "cursor", "head", "lag", "in_flight", "oldest_unacked_age_s", "state", "reason")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     CURSOR_FIELD_NUMBER: _ClassVar[int]
     HEAD_FIELD_NUMBER: _ClassVar[int]
     LAG_FIELD_NUMBER: _ClassVar[int]
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_UNACKED_AGE_S_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
     partition: int
     cursor: int
     head: int
     lag: int
     in_flight: int
-    def __init__(self, partition: _Optional[int] = ..., cursor: _Optional[int] = ..., head: _Optional[int] = ..., lag: _Optional[int] = ..., in_flight: _Optional[int] = ...) -> None: ...
+    oldest_unacked_age_s: float
+    state: str
+    reason: str
+    def __init__(self, partition: _Optional[int] = ..., cursor: _Optional[int] = ..., head: _Optional[int] = ..., lag: _Optional[int] = ..., in_flight: _Optional[int] = ..., oldest_unacked_age_s: _Optional[float] = ..., state: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class SubscriptionInfo(_message.Message):
     __slots__ = ("topic", "subscription", "type", "partitions", "consumers")

@@ -38,7 +38,17 @@ def _subscription(info: _admin.SubscriptionInfo) -> SubscriptionInfo:
         "exclusive" if name == "subscription_type_unspecified" else name,
         tuple(info.consumers),
         tuple(
-            PartitionLag(p.partition, p.cursor, p.head, p.lag, p.in_flight) for p in info.partitions
+            PartitionLag(
+                p.partition,
+                p.cursor,
+                p.head,
+                p.lag,
+                p.in_flight,
+                p.oldest_unacked_age_s,
+                p.state,
+                p.reason,
+            )
+            for p in info.partitions
         ),
     )
 

@@ -190,35 +190,45 @@ class AsyncConsumer:
         except ClientClosed:
             raise StopAsyncIteration from None
 
-    async def receive(self) -> Message:
-        """The next message, waiting for one as long as it takes.
+    async def receive(self, timeout: float | None = None) -> Message:  # noqa: ASYNC109
+        """The next message, waiting up to ``timeout`` seconds (None: as long as it takes).
+
+        ``timeout`` is a parameter (not only ``asyncio.timeout`` around the call) so that
+        the blocking twin has the same signature.
 
         Raises:
+            TimeoutError: no message arrived in time.
             ClientClosed: the consumer was closed.
             ClientError: the session failed for good (see the message).
         """
         if not self._buffer:
-            await self._wait_for_messages()
+            await self._wait_for_messages(timeout)
         self._took(1)
         return self._buffer.popleft()
 
-    async def receive_batch(self, max_messages: int = 1_000) -> list[Message]:
-        """The messages that are ready (at least one, at most ``max_messages``)."""
+    async def receive_batch(
+        self,
+        max_messages: int = 1_000,
+        timeout: float | None = None,  # noqa: ASYNC109 - the sync twin's signature
+    ) -> list[Message]:
+        """The messages that are ready: at least one (waiting up to ``timeout`` seconds
+        for it), at most ``max_messages``."""
         if not self._buffer:
-            await self._wait_for_messages()
+            await self._wait_for_messages(timeout)
         count = min(max_messages, len(self._buffer))
         buffer = self._buffer
         out = [buffer.popleft() for _ in range(count)]
         self._took(count)
         return out
 
-    async def _wait_for_messages(self) -> None:
-        if self._task is None:
-            await self.start()
-        while not self._buffer:
-            self._raise()
-            self._ready.clear()
-            await self._ready.wait()
+    async def _wait_for_messages(self, timeout: float | None) -> None:  # noqa: ASYNC109
+        async with asyncio.timeout(timeout):
+            if self._task is None:
+                await self.start()
+            while not self._buffer:
+                self._raise()
+                self._ready.clear()
+                await self._ready.wait()
 
     def _raise(self) -> None:
         if self._error is not None:

@@ -1,4 +1,5 @@
-"""`headrace topics` and `headrace produce` as real processes against a real broker."""
+"""`headrace topics`, `produce`, `consume`, `lag` and `seek` as real processes against a
+real broker."""
 
 from __future__ import annotations
 
@@ -82,8 +83,26 @@ def test_create_produce_describe_delete(broker_address: str) -> None:
         (("topics", "create", "bad/name"), 1, "not a valid topic name"),
         (("topics", "create", "x", "--partitions", "0"), 2, "--partitions"),
         (("produce", "x", "--count", "zero"), 2, "--count"),
+        (("consume", "no-such-topic", "-s", "s", "--count", "1"), 1, "does not exist"),
+        (("consume", "x"), 2, "--subscription"),
+        (("consume", "x", "-s", "s", "--from", "middle"), 2, "--from"),
+        (("seek", "x", "-s", "s", "--to", "yesterday"), 2, "ISO-8601"),
+        (("seek", "x", "-s", "s", "--to", "2026-11-21T10:00:00"), 2, "no time zone"),
+        (("seek", "-s", "nobody-has-this", "--to", "earliest"), 1, "no topic has"),
     ],
-    ids=["missing-describe", "missing-produce", "bad-name", "zero-partitions", "bad-count"],
+    ids=[
+        "missing-describe",
+        "missing-produce",
+        "bad-name",
+        "zero-partitions",
+        "bad-count",
+        "consume-missing-topic",
+        "consume-no-subscription",
+        "consume-bad-from",
+        "seek-bad-time",
+        "seek-naive-time",
+        "seek-unknown-subscription",
+    ],
 )
 def test_errors_are_one_line_with_the_right_exit_code(
     broker_address: str, args: tuple[str, ...], code: int, words: str
@@ -102,3 +121,42 @@ def test_unreachable_broker_is_a_clear_error() -> None:
     assert done.returncode == 1
     assert done.stderr.startswith("Error:")
     assert "Traceback" not in done.stderr
+
+
+def test_consume_lag_and_seek(broker_address: str) -> None:
+    """Scenario: produce 5 records, consume 3, check lag, consume the rest, seek back to
+    offset 1 and consume again. Expected: values in order, acks move the cursor, lag JSON
+    carries every DESIGN field, the seek replays from offset 1."""
+    assert headrace(broker_address, "topics", "create", "cli-walk").returncode == 0
+    lines = "".join(f"line-{i}\n" for i in range(5))
+    assert headrace(broker_address, "produce", "cli-walk", stdin=lines).returncode == 0
+
+    got = headrace(broker_address, "consume", "cli-walk", "-s", "walk", "--count", "3")
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.splitlines() == ["line-0", "line-1", "line-2"]
+
+    shown = headrace(broker_address, "lag", "--topic", "cli-walk", "--json")
+    assert shown.returncode == 0, shown.stderr
+    [row] = json.loads(shown.stdout)
+    assert set(row) == {
+        "topic", "partition", "subscription", "type", "cursor", "head", "lag",
+        "oldest_unacked_age_s", "consumers", "in_flight", "state", "reason",
+    }  # fmt: skip
+    assert (row["cursor"], row["head"], row["lag"], row["state"]) == (3, 5, 2, "NO_CONSUMER")
+    assert row["oldest_unacked_age_s"] >= 0
+    table = headrace(broker_address, "lag", "-s", "walk")
+    assert "NO_CONSUMER" in table.stdout
+    assert "CURSOR" in table.stdout
+
+    rest = headrace(
+        broker_address, "consume", "cli-walk", "-s", "walk", "--count", "2", "--output", "json"
+    )
+    assert [json.loads(x)["value"] for x in rest.stdout.splitlines()] == ["line-3", "line-4"]
+    [row] = json.loads(headrace(broker_address, "lag", "-s", "walk", "--json").stdout)
+    assert (row["lag"], row["state"]) == (0, "CAUGHT_UP")
+
+    moved = headrace(broker_address, "seek", "-s", "walk", "--to", "1")
+    assert moved.returncode == 0, moved.stderr
+    assert "partition:cursor 0:1" in moved.stdout
+    again = headrace(broker_address, "consume", "cli-walk", "-s", "walk", "--count", "1")
+    assert again.stdout.splitlines() == ["line-1"]
