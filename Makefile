@@ -17,12 +17,17 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)  ## create .venv and install the project with its dev tools
 
-# Until subscriptions land (nothing can consume yet), the main job is the WAL benchmark in
-# quick mode; `headrace serve` already runs the broker.
-run: setup  ## run the main job on the embedded default (a local ./data directory)
-	@echo "headrace: consuming is not built yet, so this runs the write-ahead log benchmark (quick)."
-	@echo "          The broker itself runs with: .venv/bin/headrace serve"
-	$(BIN)/python -m bench wal --quick --dir ./data/bench
+# The main job: the broker on its embedded default (./data, 127.0.0.1:50051, metrics on
+# :9464), in the foreground until Ctrl-C. It prints how to produce and consume first.
+run: setup  ## start the broker on ./data and print how to produce and consume
+	@echo "headrace: starting the broker on 127.0.0.1:50051 with its data in ./data (Ctrl-C stops it)."
+	@echo "  In another terminal:"
+	@echo "    $(BIN)/headrace topics create orders --partitions 3"
+	@echo "    seq 5 | $(BIN)/headrace produce orders"
+	@echo "    $(BIN)/headrace consume orders --subscription billing --count 5"
+	@echo "    $(BIN)/headrace lag"
+	@echo "  Metrics: http://127.0.0.1:9464/metrics"
+	$(BIN)/headrace serve --data-dir ./data
 
 lint: setup  ## ruff, formatting, mypy --strict, generated-code staleness
 	$(BIN)/ruff check .
