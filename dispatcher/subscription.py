@@ -13,8 +13,10 @@ works is never lost, and many wake-ups coalesce into one pass.
 
 Invariants:
 - A record is sent only below the partition's high-water mark (durable, DESIGN section 2).
-- At most ``credit`` records are sent to a consumer beyond what it asked for: never more.
-- At most ``max_unacked`` records are in flight (sent, not acknowledged).
+- Batches are never split to fit: credit and the ``max_unacked`` cap are checked before each
+  batch, and the rest of that batch goes whole. So a consumer gets at most one batch more
+  than its credit, and at most one batch more than the cap is in flight. Splitting would
+  send (and make the client decode) the same batch bytes once per slice.
 - The cursor of a partition is its first unacknowledged offset; records at or above it
   that were not acknowledged are sent again to the next consumer, flagged as redeliveries.
 """
@@ -151,7 +153,8 @@ class Subscription:
         writers: The topic's partitions, in order.
         acks: Acknowledged state per partition (restored, or new at the initial position).
         max_unacked: The most records in flight at once.
-        max_batch_bytes: Soft limit on the bytes one read takes from a log.
+        max_batch_bytes: Soft limit on the bytes one read takes from a log (at least one
+            batch is read).
         on_change: Called (on the loop) when acknowledged state changed and needs saving.
         clock: Wall-clock seconds, for the age of the oldest unacknowledged record.
     """
@@ -165,7 +168,7 @@ class Subscription:
         *,
         type_: SubscriptionType = SubscriptionType.EXCLUSIVE,
         max_unacked: int = 1_000,
-        max_batch_bytes: int = 1 << 20,
+        max_batch_bytes: int = 256 << 10,
         on_change: Callable[[Subscription], None] = lambda _s: None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -402,15 +405,12 @@ class Subscription:
             self._skip_deleted(p, part, writer.first_offset)
         sent = False
         for batch in writer.read(part.read_pos, self._max_batch_bytes):
-            data = bytes(batch.buffer)
+            if self._room(session) <= 0:
+                break
+            data = b""
             start = max(part.read_pos, batch.base_offset)
             for lo, hi in list(part.acks.unacked(start, batch.next_offset)):
-                room = self._room(session)
-                if room < hi - lo:  # out of credit or room: send what fits, stop there
-                    if room > 0:
-                        self._send(session, p, data, lo, lo + room)
-                    part.read_pos = lo + max(room, 0)
-                    return sent or room > 0
+                data = data or bytes(batch.buffer)
                 self._send(session, p, data, lo, hi)
                 sent = True
             part.read_pos = batch.next_offset

@@ -126,20 +126,21 @@ async def test_exclusive_subscription_refuses_a_second_stream(client: Client) ->
     first.cancel()
 
 
-async def test_stream_delivers_slices_within_credit(client: Client) -> None:
+async def test_stream_delivers_whole_batches_or_the_unacked_part(client: Client) -> None:
     await create(client, "t")
     await client.broker.Publish(
         pb.PublishRequest(topic="t", partition=0, batch=batch(b"a", b"b", b"c"))
     )
+    await client.broker.AckUpTo(pb.AckUpToRequest(topic="t", subscription="s", offset=1))
     small = pb.SubscribeRequest(
-        open=pb.OpenSubscription(topic="t", subscription="s", initial_credit=2)
+        open=pb.OpenSubscription(topic="t", subscription="s", initial_credit=1)
     )
     call = client.broker.Subscribe(_requests(small))
     subscribed = await call.read()
     assert subscribed.subscribed.partitions == 1
     assert subscribed.subscribed.max_unacked == 1_000
     got = await call.read()
-    assert (got.delivery.from_offset, got.delivery.to_offset) == (0, 2)
+    assert (got.delivery.from_offset, got.delivery.to_offset) == (1, 3)  # not split to 1
     call.cancel()
 
 

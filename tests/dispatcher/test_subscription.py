@@ -89,20 +89,41 @@ async def test_delivers_records_appended_before_and_after_attach(
     assert [o for p, o, _ in got if p == 0] == [0, 1, 2]  # per-partition order
 
 
+async def _singles(writer: LogWriter, count: int) -> None:
+    """``count`` one-record batches."""
+    for i in range(count):
+        await _append(writer, bytes([i]))
+
+
 async def test_credit_bounds_what_is_sent(
     writers: list[LogWriter], registry: SubscriptionRegistry
 ) -> None:
-    await _append(writers[0], *[bytes([i]) for i in range(10)])
+    await _singles(writers[0], 10)
     sub = await registry.subscribe("t", "s", writers)
     session = sub.attach("c", 3)
     first = await _take(session, 3)
-    assert [(d.from_offset, d.to_offset) for d in first] == [(0, 3)]
+    assert [(d.from_offset, d.to_offset) for d in first] == [(0, 1), (1, 2), (2, 3)]
     await _nothing_more(session)
     sub.grant(session, 4)
     second = await _take(session, 4)
-    assert [(d.from_offset, d.to_offset) for d in second] == [(3, 7)]
+    assert [d.from_offset for d in second] == [3, 4, 5, 6]
     assert session.credit == 0
     await _nothing_more(session)
+
+
+async def test_a_batch_is_never_split_to_fit_the_credit(
+    writers: list[LogWriter], registry: SubscriptionRegistry
+) -> None:
+    await _append(writers[0], *[bytes([i]) for i in range(10)])
+    await _append(writers[0], b"next")
+    sub = await registry.subscribe("t", "s", writers)
+    session = sub.attach("c", 3)
+    got = await _take(session, 10)
+    assert [(d.from_offset, d.to_offset) for d in got] == [(0, 10)]  # whole, once
+    assert session.credit == -7
+    await _nothing_more(session)  # no more until the credit is back above zero
+    sub.grant(session, 8)
+    assert [(d.from_offset, d.to_offset) for d in await _take(session, 1)] == [(10, 11)]
 
 
 async def test_unacked_cap_holds_until_acks_free_room(
@@ -111,14 +132,14 @@ async def test_unacked_cap_holds_until_acks_free_room(
     reg = SubscriptionRegistry(str(tmp_path / "d"), max_unacked=4)
     await reg.open({})
     try:
-        await _append(writers[0], *[bytes([i]) for i in range(10)])
+        await _singles(writers[0], 10)
         sub = await reg.subscribe("t", "s", writers)
         session = sub.attach("c", 1000)
-        assert [(d.from_offset, d.to_offset) for d in await _take(session, 4)] == [(0, 4)]
+        assert [d.from_offset for d in await _take(session, 4)] == [0, 1, 2, 3]
         await _nothing_more(session)
         assert sub.status().partitions[0].in_flight == 4
         sub.ack(0, 0, 2)
-        assert [(d.from_offset, d.to_offset) for d in await _take(session, 2)] == [(4, 6)]
+        assert [d.from_offset for d in await _take(session, 2)] == [4, 5]
         await _nothing_more(session)
     finally:
         await reg.aclose()
@@ -157,7 +178,8 @@ async def test_exclusive_refuses_a_second_consumer(
 async def test_acks_of_undelivered_offsets_are_refused(
     writers: list[LogWriter], registry: SubscriptionRegistry
 ) -> None:
-    await _append(writers[0], b"a", b"b", b"c")
+    await _append(writers[0], b"a", b"b")
+    await _append(writers[0], b"c")
     sub = await registry.subscribe("t", "s", writers)
     session = sub.attach("c", 2)
     await _take(session, 2)

@@ -1,0 +1,155 @@
+"""Headrace as a system of the ``pubsub`` scenario.
+
+Owns :class:`HeadraceSystem`: a real ``headrace serve`` process (fsync ``always``, the
+default) on a free loopback port, driven through the public client library only
+(``AsyncProducer``, ``AsyncConsumer``, ``AsyncAdminClient``), as a user would.
+
+- ``publish``: one producer, records queued with ``send`` as fast as the loop allows; it
+  batches per partition (up to 1 MiB, ``linger_ms`` 5) with one batch in flight per
+  partition, and every record is acknowledged after fsync.
+- ``consume``: one exclusive subscription from ``earliest``; every message is acked
+  individually (the client coalesces the acks into ranges).
+- ``e2e``: ``publish`` (one record, awaited) with ``linger_ms`` 0 against a consumer that
+  subscribed at ``latest``.
+- ``kill_and_restart``: SIGKILL, then a fresh gRPC channel (its own subchannel pool, so no
+  backoff is inherited) publishes one record until it is acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import time
+from pathlib import Path
+
+import grpc
+
+from bench._pubsub_system import (
+    LatencyRecorder,
+    ServerProcess,
+    free_port,
+    measure_e2e,
+    restart_to_serving,
+    rss_mib,
+    wait_until_serving,
+)
+from client import AsyncAdminClient, AsyncConsumer, AsyncProducer
+from client._wire.batch import encode_columns
+from proto import broker_pb2 as _pb
+from proto import broker_pb2_grpc
+
+TOPIC = "bench"
+E2E_TOPIC = "bench-e2e"
+PARTITIONS = 4
+
+
+class HeadraceSystem:
+    """``headrace serve`` with fsync ``always``, measured through the Python client."""
+
+    system = "headrace"
+    fsync = "always"
+
+    def __init__(self, data_dir: Path) -> None:
+        self._dir = data_dir
+        self._port = free_port()
+        self._address = f"127.0.0.1:{self._port}"
+        self._process = ServerProcess(
+            [
+                sys.executable,
+                "-c",
+                "from broker.cli import main; main()",
+                "serve",
+                "--data-dir",
+                str(data_dir / "data"),
+                "--listen",
+                self._address,
+                "--metrics-listen",
+                "",
+                "--log-level",
+                "WARNING",
+            ],
+            data_dir / "headrace.log",
+        )
+
+    async def start(self) -> None:
+        self._process.start()
+        await wait_until_serving(self._probe_admin, timeout_s=60, process=self._process)
+        async with AsyncAdminClient(self._address) as admin:
+            await admin.create_topic(TOPIC, PARTITIONS)
+            await admin.create_topic(E2E_TOPIC, 1)
+
+    async def _probe_admin(self) -> None:
+        async with AsyncAdminClient(self._address, channel=_fresh_channel(self._address)) as a:
+            await a.list_topics()
+
+    async def publish(self, count: int, payload: bytes) -> float:
+        async with AsyncProducer(self._address) as producer:
+            started = time.perf_counter()
+            last = None
+            for _ in range(count):
+                last = await producer.send(TOPIC, payload)
+            await producer.flush()
+            elapsed = time.perf_counter() - started
+        if last is not None:
+            last.result()  # every future settled; a failure would have raised here
+        return elapsed
+
+    async def consume(self, count: int) -> float:
+        async with AsyncConsumer(TOPIC, "bench-consume", broker=self._address) as consumer:
+            started = time.perf_counter()
+            taken = 0
+            while taken < count:
+                batch = await consumer.receive_batch(10_000, timeout=30)
+                for message in batch:
+                    consumer.ack(message)
+                taken += len(batch)
+            return time.perf_counter() - started
+
+    async def e2e(self, rate: float, seconds: float) -> list[float]:
+        async with AsyncProducer(self._address, linger_ms=0) as producer:
+
+            async def send(payload: bytes) -> None:
+                await producer.publish(E2E_TOPIC, payload)
+
+            async def consume(recorder: LatencyRecorder) -> None:
+                async with AsyncConsumer(
+                    E2E_TOPIC,
+                    "bench-e2e",
+                    broker=self._address,
+                    initial_position="latest",
+                    ack_interval_ms=1,
+                ) as consumer:
+                    recorder.set_ready()
+                    while True:
+                        for message in await consumer.receive_batch():
+                            recorder.record(message.value)
+                            consumer.ack(message)
+
+            return await measure_e2e(rate, seconds, send, consume)
+
+    async def kill_and_restart(self) -> float:
+        return await restart_to_serving(self._process, self._probe_publish)
+
+    async def _probe_publish(self) -> None:
+        channel = _fresh_channel(self._address)
+        try:
+            stub = broker_pb2_grpc.BrokerStub(channel)
+            request = _pb.PublishRequest(
+                topic=TOPIC, partition=0, batch=encode_columns([b"probe"])
+            )
+            await stub.Publish(request, timeout=1)
+        finally:
+            await channel.close()
+
+    def rss_mib(self) -> float:
+        return rss_mib(self._process.pid)
+
+    async def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            await asyncio.to_thread(self._process.stop)
+
+
+def _fresh_channel(address: str) -> grpc.aio.Channel:
+    """A channel with its own subchannel pool: no connection backoff left by a dead server."""
+    return grpc.aio.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1)])
