@@ -27,6 +27,7 @@ import logging
 import random
 import secrets
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -78,6 +79,7 @@ class _Accumulator:
         self.partition = partition
         self._producer = producer
         self._pending = _Pending()
+        self._sealed: deque[_Pending] = deque()  # full batches, oldest first
         self._arrived = asyncio.Event()
         self._full = asyncio.Event()
         self._idle = asyncio.Event()
@@ -101,10 +103,14 @@ class _Accumulator:
         p.has_headers = p.has_headers or bool(headers)
         p.timestamps.append(timestamp_ms)
         p.futures.append(future)
-        p.size += len(value) + (len(key) if key else 0) + 16
+        size = len(value) + (len(key) if key else 0) + 16
+        p.size += size
+        self._producer.buffered(size)
         self._idle.clear()
         self._arrived.set()
         if p.size >= self._producer.batch_max_bytes:
+            self._sealed.append(p)  # a batch never grows past batch_max_bytes (one record)
+            self._pending = _Pending()
             self._full.set()
         return future
 
@@ -122,16 +128,23 @@ class _Accumulator:
     async def _run(self) -> None:
         while True:
             await self._arrived.wait()
-            if not self._full.is_set():
+            if not self._sealed and not self._pending.values:
+                self._arrived.clear()
+                self._full.clear()
+                self._idle.set()
+                continue
+            if not self._sealed and not self._full.is_set():
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._full.wait(), self._producer.linger_s)
-            batch, self._pending = self._pending, _Pending()
-            self._arrived.clear()
-            self._full.clear()
+            if self._sealed:
+                batch = self._sealed.popleft()
+            else:
+                batch, self._pending = self._pending, _Pending()
             self._producer.batch_taken(self.topic, self.partition)
-            await self._publish(batch)
-            if not self._pending.values:
-                self._idle.set()
+            try:
+                await self._publish(batch)
+            finally:
+                self._producer.buffered(-batch.size)
 
     async def _publish(self, p: _Pending) -> None:
         try:
@@ -186,6 +199,8 @@ class AsyncProducer:
         linger_ms: How long a partition's batch waits for more records. Default 5 ms.
         batch_max_bytes: Send a batch once its records reach this size. Default 1 MiB.
         delivery_timeout_s: Give up retrying a batch after this long. Default 30 s.
+        buffer_max_bytes: Records waiting to be acknowledged, at most, in bytes; ``send``
+            waits for room beyond it (backpressure). Default 64 MiB.
         idempotent: Stamp batches with a producer id and sequence numbers so the broker
             drops retried duplicates. Default on.
         channel: An existing channel to use (not closed by the producer).
@@ -198,11 +213,18 @@ class AsyncProducer:
         linger_ms: float = 5.0,
         batch_max_bytes: int = 1 << 20,
         delivery_timeout_s: float = 30.0,
+        buffer_max_bytes: int = 64 << 20,
         idempotent: bool = True,
         channel: grpc.aio.Channel | None = None,
     ) -> None:
         if linger_ms < 0 or batch_max_bytes < 1 or delivery_timeout_s <= 0:
             raise ValueError("linger_ms >= 0, batch_max_bytes >= 1 and delivery_timeout_s > 0")
+        if buffer_max_bytes < batch_max_bytes:
+            raise ValueError("buffer_max_bytes must be at least batch_max_bytes")
+        self.buffer_max_bytes = buffer_max_bytes
+        self._buffered = 0
+        self._room = asyncio.Event()
+        self._room.set()
         self.linger_s = linger_ms / 1000
         self.batch_max_bytes = batch_max_bytes
         self._timeout = delivery_timeout_s
@@ -245,6 +267,8 @@ class AsyncProducer:
         """
         if self._closed:
             raise ClientClosed("the producer is closed")
+        while not self._room.is_set():
+            await self._room.wait()  # backpressure: buffer_max_bytes are waiting for acks
         count = await self._partition_count(topic)
         if partition is None:
             partition = (
@@ -302,6 +326,14 @@ class AsyncProducer:
         await self.aclose()
 
     # -- used by the accumulators -----------------------------------------------------
+
+    def buffered(self, change: int) -> None:
+        """Account ``change`` bytes added to (or, negative, leaving) the buffers."""
+        self._buffered += change
+        if self._buffered >= self.buffer_max_bytes:
+            self._room.clear()
+        else:
+            self._room.set()
 
     def batch_taken(self, topic: str, partition: int) -> None:
         """A batch left ``partition``: unkeyed records move to the next partition."""

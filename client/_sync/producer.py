@@ -44,6 +44,8 @@ class Producer:
         delivery_timeout_s: Give up retrying a batch after this long, seconds. Default 30.
             It also bounds the retries behind ``publish`` and ``flush``, so they do not
             block forever on a broker that cannot be reached.
+        buffer_max_bytes: Records waiting to be acknowledged, at most, in bytes; ``send``
+            blocks for room beyond it (backpressure). Default 64 MiB.
         idempotent: Stamp batches with a producer id and sequence numbers, so the broker
             drops retried duplicates. Default on.
 
@@ -61,6 +63,7 @@ class Producer:
         linger_ms: float = 5.0,
         batch_max_bytes: int = 1 << 20,
         delivery_timeout_s: float = 30.0,
+        buffer_max_bytes: int = 64 << 20,
         idempotent: bool = True,
     ) -> None:
         self._bridge = LoopThread("Producer", "AsyncProducer")
@@ -70,6 +73,7 @@ class Producer:
             linger_ms=linger_ms,
             batch_max_bytes=batch_max_bytes,
             delivery_timeout_s=delivery_timeout_s,
+            buffer_max_bytes=buffer_max_bytes,
             idempotent=idempotent,
         )
 

@@ -120,6 +120,30 @@ async def test_records_are_batched(broker: Broker) -> None:
 
 
 @pytest.mark.asyncio
+async def test_a_tight_send_loop_cuts_batches_and_waits_for_room(broker: Broker) -> None:
+    """Scenario: 3,000 records of 100 B queued in a loop that never yields to the sender
+    task, with batch_max_bytes 20 KB and buffer_max_bytes 40 KB. Expected: no batch holds
+    more than batch_max_bytes of records (one record over at most), and every record is
+    acknowledged: send waited for room instead of growing the buffer without bound."""
+    async with AsyncAdminClient(address(broker)) as admin:
+        await admin.create_topic("tight", 1)
+    async with AsyncProducer(
+        address(broker), linger_ms=50, batch_max_bytes=20_000, buffer_max_bytes=40_000
+    ) as producer:
+        futures = [await producer.send("tight", b"y" * 100) for _ in range(3000)]
+        done = await asyncio.gather(*futures)
+        assert producer._buffered == 0
+    assert [m.offset for m in done] == list(range(3000))
+    async with grpc.aio.insecure_channel(address(broker)) as channel:
+        got = await broker_pb2_grpc.BrokerStub(channel).Fetch(
+            pb.FetchRequest(topic="tight", max_bytes=16 << 20)
+        )
+    counts = [b.record_count for b in (decode_batch(raw) for raw in got.batches) if b]
+    assert sum(counts) == 3000
+    assert max(counts) <= 20_000 // 116 + 1  # 100 B value + 16 B accounting per record
+
+
+@pytest.mark.asyncio
 async def test_unknown_topic_and_closed_producer_are_typed_errors(broker: Broker) -> None:
     """send to a missing topic raises NotFound; send after close raises ClientClosed."""
     producer = AsyncProducer(address(broker))
