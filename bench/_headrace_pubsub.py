@@ -135,9 +135,7 @@ class HeadraceSystem:
         channel = _fresh_channel(self._address)
         try:
             stub = broker_pb2_grpc.BrokerStub(channel)
-            request = _pb.PublishRequest(
-                topic=TOPIC, partition=0, batch=encode_columns([b"probe"])
-            )
+            request = _pb.PublishRequest(topic=TOPIC, partition=0, batch=encode_columns([b"probe"]))
             await stub.Publish(request, timeout=1)
         finally:
             await channel.close()
