@@ -34,7 +34,16 @@ import grpc
 from client._async.producer import backoff_s
 from client._message import DeliveredBatch, Message
 from client._types import DEFAULT_BROKER
-from client.errors import ClientClosed, ClientError, FailedPrecondition, from_rpc_error
+from client.errors import (
+    ClientClosed,
+    ClientError,
+    DataLoss,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    Unauthenticated,
+    from_rpc_error,
+)
 from proto import broker_pb2 as _pb
 from proto import broker_pb2_grpc
 
@@ -50,6 +59,7 @@ _TYPES = {
 _POSITIONS = {"earliest": _pb.EARLIEST, "latest": _pb.LATEST}
 
 _Requests = asyncio.Queue[_pb.SubscribeRequest | None]
+_PERMANENT = (InvalidArgument, NotFound, PermissionDenied, Unauthenticated, DataLoss)
 
 
 class AsyncConsumer:
@@ -358,6 +368,12 @@ async def _drain(requests: _Requests) -> AsyncIterator[_pb.SubscribeRequest]:
 
 
 def _reconnectable(error: ClientError) -> bool:
-    """Whether a broken session is worth reopening: the broker went away, or it still
-    holds our previous session of an exclusive subscription (it lets go when it notices)."""
-    return error.retryable or isinstance(error, FailedPrecondition)
+    """Whether a broken session (one that was open) is worth reopening.
+
+    Everything is, except what a new session would meet again: a bad request, a deleted
+    topic, missing rights, damaged data. A connection that dies mid-stream surfaces as
+    UNAVAILABLE, CANCELLED, UNKNOWN or even INTERNAL ("Internal error from Core"); an
+    exclusive subscription still held by our previous session is FAILED_PRECONDITION
+    until the broker notices that session is gone.
+    """
+    return not isinstance(error, _PERMANENT)
