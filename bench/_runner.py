@@ -49,8 +49,14 @@ def _wal(options: RunOptions) -> Iterator[Result]:
     return wal.run(options)
 
 
-#: Every scenario by name. ``pubsub`` and ``dispatch`` will register here.
-SCENARIOS: dict[str, Scenario] = {"wal": _wal}
+def _pubsub(options: RunOptions) -> Iterator[Result]:
+    from bench import pubsub
+
+    return pubsub.run(options)
+
+
+#: Every scenario by name. ``dispatch`` will register here.
+SCENARIOS: dict[str, Scenario] = {"wal": _wal, "pubsub": _pubsub}
 
 
 def filesystem_type(path: Path) -> str:

@@ -1,0 +1,472 @@
+"""What a system measured by the ``pubsub`` scenario implements, and the helpers they share.
+
+Owns the :class:`PubSubSystem` protocol (Headrace and every peer implement it), and the
+machinery every implementation needs so that all of them are measured the same way:
+
+- server processes: :func:`free_port`, :class:`ServerProcess` (start with its output in a
+  log file, SIGKILL, SIGTERM-then-SIGKILL), :func:`wait_until_serving` (poll a client
+  operation until it succeeds or a deadline passes), :func:`restart_to_serving` (the
+  ``restart_to_serving_s`` convention) and :func:`rss_mib` (VmRSS from /proc);
+- end-to-end latency without coordinated omission: :func:`paced_send_times` (the
+  schedule), :func:`pace` (an open-loop publisher), :func:`stamp_payload` /
+  :func:`read_stamp` (the scheduled send time carried in the payload),
+  :class:`LatencyRecorder` and :func:`measure_e2e`, which runs a paced publisher and a
+  concurrent consumer and returns one latency per message received;
+- :class:`FakeSystem`, an in-memory stand-in for tests of the scenario's driver.
+
+Invariants:
+    - Latency is measured from the *scheduled* send time, never the actual one: a publisher
+      that falls behind (a slow ack, a busy loop) shows up as latency instead of silently
+      sending less (no coordinated omission). Example: at 2,000 msg/s message 10 is due
+      5 ms after the start; if it leaves at 7 ms and arrives at 7.4 ms, it counts 2.4 ms.
+    - Publisher and consumer share one process and ``time.perf_counter_ns``.
+    - ``restart_to_serving`` times from the spawn of the new process (the old one already
+      reaped) to the first successful client operation against it.
+
+Depends on nothing of Headrace's and on no client library: each system brings its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from pathlib import Path
+from typing import IO, Protocol
+
+#: Size of an e2e message (the protocol's ``e2e`` takes none: every system sends these).
+E2E_PAYLOAD_BYTES = 100
+#: Bytes of the stamp at the start of an e2e payload: the scheduled send time in ns.
+STAMP_BYTES = 8
+_FILLER = os.urandom(1 << 12)  # incompressible padding after the stamp
+
+Probe = Callable[[], Awaitable[object]]
+
+
+class PubSubSystem(Protocol):
+    """A message broker under test, with its server process and its Python clients.
+
+    Implementations take ``(data_dir: Path)`` (a fresh directory they own) and start their
+    server on a free 127.0.0.1 port. They are driven by one task; they are not task-safe.
+    """
+
+    system: str  # "headrace" | "nats-jetstream" | "redis-streams"
+    fsync: str  # "always" | "everysec" | "default"
+
+    async def start(self) -> None:
+        """Start the server in the data dir on a free 127.0.0.1 port; return when serving."""
+        ...
+
+    async def publish(self, count: int, payload: bytes) -> float:
+        """Seconds to publish ``count`` messages, all acknowledged by the server."""
+        ...
+
+    async def consume(self, count: int) -> float:
+        """Seconds to consume and ack ``count`` previously published messages."""
+        ...
+
+    async def e2e(self, rate: float, seconds: float) -> list[float]:
+        """Latencies in ms: open-loop paced publisher plus a concurrent consumer."""
+        ...
+
+    async def kill_and_restart(self) -> float:
+        """SIGKILL the server, restart it; seconds until a client operation succeeds."""
+        ...
+
+    def rss_mib(self) -> float:
+        """The server process's resident set size, MiB."""
+        ...
+
+    async def stop(self) -> None:
+        """Stop the server and the clients; always safe to call, also twice."""
+        ...
+
+
+class ServerFailedError(RuntimeError):
+    """Raised when a server process exits early or never starts serving."""
+
+
+# ---------------------------------------------------------------------------------------
+# Server processes
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class ServerProcess:
+    """One server child process, its stdout and stderr appended to ``log_path``.
+
+    Can be started again after it stopped (same argv, same log). Not task-safe: owned by
+    the system that runs it.
+    """
+
+    def __init__(self, argv: Sequence[str], log_path: Path) -> None:
+        self.argv = list(argv)
+        self.log_path = log_path
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    def start(self) -> None:
+        """Spawn the process (it must not be running)."""
+        if self.is_running:
+            raise ServerFailedError(f"{self.argv[0]} is already running")
+        self._close_log()
+        self._log = self.log_path.open("ab")
+        self._proc = subprocess.Popen(
+            self.argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT
+        )
+
+    @property
+    def pid(self) -> int:
+        """The running process's id."""
+        if self._proc is None or self._proc.poll() is not None:
+            raise ServerFailedError(f"{self.argv[0]} is not running")
+        return self._proc.pid
+
+    @property
+    def is_running(self) -> bool:
+        """Whether the process was started and has not exited."""
+        return self._proc is not None and self._proc.poll() is None
+
+    def exit_code(self) -> int | None:
+        """The exit status once the process has exited; ``None`` while it runs or before it ran."""
+        return None if self._proc is None else self._proc.poll()
+
+    def kill(self) -> None:
+        """SIGKILL the process and reap it."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGKILL)
+            self._proc.wait()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """SIGTERM, then SIGKILL after ``timeout_s``; safe to call when not running."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self._close_log()
+
+    def log_tail(self, lines: int = 10) -> str:
+        """The last ``lines`` lines the process printed."""
+        try:
+            text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def _close_log(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+async def wait_until_serving(
+    probe: Probe,
+    *,
+    timeout_s: float,
+    process: ServerProcess | None = None,
+    interval_s: float = 0.002,
+) -> float:
+    """Call ``probe`` until it returns without raising; return the seconds that took.
+
+    Args:
+        probe: One client operation with its own short timeout; raising means "not yet".
+        timeout_s: Give up after this many seconds.
+        process: When given, fail at once if it exits.
+        interval_s: Pause between attempts, seconds.
+
+    Raises:
+        ServerFailedError: ``process`` exited, or ``timeout_s`` passed without success.
+    """
+    start = time.perf_counter()
+    last: Exception | None = None
+    while True:
+        if process is not None and process.exit_code() is not None:
+            raise ServerFailedError(
+                f"{process.argv[0]} exited with status {process.exit_code()}:\n"
+                + process.log_tail()
+            )
+        try:
+            await probe()
+        except Exception as exc:  # any failure of the probe means "not serving yet"
+            last = exc
+        else:
+            return time.perf_counter() - start
+        if time.perf_counter() - start >= timeout_s:
+            raise ServerFailedError(f"not serving after {timeout_s:g} s: {last!r}") from last
+        await asyncio.sleep(interval_s)
+
+
+async def restart_to_serving(
+    process: ServerProcess, probe: Probe, *, timeout_s: float = 60.0
+) -> float:
+    """SIGKILL ``process``, start it again and return the seconds from its spawn until
+    ``probe`` (a client operation on a fresh connection) first succeeds."""
+    process.kill()
+    start = time.perf_counter()
+    process.start()
+    await wait_until_serving(probe, timeout_s=timeout_s, process=process)
+    return time.perf_counter() - start
+
+
+def parse_vmrss_mib(status: str) -> float:
+    """The ``VmRSS`` of a /proc/<pid>/status text, in MiB (the kernel reports kB)."""
+    for line in status.splitlines():
+        if line.startswith("VmRSS:"):
+            fields = line.split()
+            return int(fields[1]) / 1024
+    raise ValueError("no VmRSS line (is the process a zombie?)")
+
+
+def rss_mib(pid: int) -> float:
+    """The resident set size of process ``pid``, MiB."""
+    return parse_vmrss_mib(Path(f"/proc/{pid}/status").read_text(encoding="ascii"))
+
+
+# ---------------------------------------------------------------------------------------
+# Open-loop pacing and end-to-end latency
+
+
+def paced_send_times(rate: float, seconds: float) -> list[float]:
+    """When an open-loop publisher at ``rate`` msg/s for ``seconds`` sends: offsets in
+    seconds from its start, ``i / rate`` for each of ``round(rate * seconds)`` messages."""
+    if rate <= 0 or seconds < 0:
+        raise ValueError(f"bad pace: {rate} msg/s for {seconds} s")
+    return [i / rate for i in range(round(rate * seconds))]
+
+
+def stamp_payload(sent_ns: int, size: int) -> bytes:
+    """A ``size``-byte payload that starts with ``sent_ns`` (big-endian, 8 bytes)."""
+    if not STAMP_BYTES <= size <= STAMP_BYTES + len(_FILLER):
+        raise ValueError(f"payload of {size} B cannot carry a stamp")
+    return sent_ns.to_bytes(STAMP_BYTES, "big") + _FILLER[: size - STAMP_BYTES]
+
+
+def read_stamp(payload: bytes) -> int:
+    """The send time (ns) :func:`stamp_payload` put in ``payload``."""
+    return int.from_bytes(payload[:STAMP_BYTES], "big")
+
+
+async def pace(
+    rate: float,
+    seconds: float,
+    send: Callable[[int], Awaitable[object]],
+    *,
+    clock_ns: Callable[[], int] = time.perf_counter_ns,
+) -> int:
+    """Call ``send(scheduled_ns)`` at ``rate`` msg/s for ``seconds``, open loop.
+
+    Each call runs as its own task, so a slow acknowledgement never delays the next send;
+    after a late wake-up every message already due is started at once. Returns the number
+    of messages sent once every send has finished.
+
+    Raises:
+        Exception: The first exception a send raised (after all of them finished).
+    """
+    start = clock_ns()
+    tasks: list[asyncio.Future[object]] = []
+    for offset in paced_send_times(rate, seconds):
+        due = start + round(offset * 1e9)
+        wait_ns = due - clock_ns()
+        if wait_ns > 0:
+            await asyncio.sleep(wait_ns / 1e9)
+        tasks.append(asyncio.ensure_future(send(due)))
+    outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            raise outcome
+    return len(tasks)
+
+
+class LatencyRecorder:
+    """Collects one latency per received e2e message; owned by the consumer's task.
+
+    The consumer calls :meth:`set_ready` once it is subscribed, then :meth:`record` with
+    each payload it receives (and acks it), for as long as :attr:`running` is true.
+    """
+
+    def __init__(self, expected: int, clock_ns: Callable[[], int] = time.perf_counter_ns):
+        self.expected = expected
+        self.latencies_ms: list[float] = []
+        self._clock_ns = clock_ns
+        self._ready = asyncio.Event()
+        self._complete = asyncio.Event()
+        self._stopped = False
+
+    @property
+    def running(self) -> bool:
+        """Whether the consumer should go on: messages are missing and no stop was asked."""
+        return not (self._stopped or self._complete.is_set())
+
+    def set_ready(self) -> None:
+        """Tell the publisher it may start: the consumer is subscribed."""
+        self._ready.set()
+
+    def record(self, payload: bytes) -> None:
+        """Record a received payload's latency: now minus its scheduled send time."""
+        self.latencies_ms.append((self._clock_ns() - read_stamp(payload)) / 1e6)
+        if len(self.latencies_ms) >= self.expected:
+            self._complete.set()
+
+    def stop(self) -> None:
+        """Ask the consumer to return (it sees :attr:`running` turn false)."""
+        self._stopped = True
+
+    async def wait_ready(self) -> None:
+        """Return once the consumer called :meth:`set_ready`."""
+        await self._ready.wait()
+
+    async def wait_complete(self) -> None:
+        """Return once ``expected`` messages were recorded."""
+        await self._complete.wait()
+
+
+#: How long an e2e consumer gets to return once told to stop, before it is cancelled.
+CONSUMER_STOP_S = 5.0
+
+
+async def measure_e2e(
+    rate: float,
+    seconds: float,
+    send: Callable[[bytes], Awaitable[object]],
+    consume: Callable[[LatencyRecorder], Coroutine[object, object, None]],
+    *,
+    payload_bytes: int = E2E_PAYLOAD_BYTES,
+    grace_s: float = 10.0,
+) -> list[float]:
+    """Run ``consume`` as a task and a paced publisher beside it; return latencies in ms.
+
+    The consumer is stopped by asking, not by cancelling: some clients (redis-py) can lose
+    a cancellation that lands mid-command and then never return.
+
+    Args:
+        rate: Messages per second the publisher sends.
+        seconds: How long it sends.
+        send: Publishes one payload and returns once the server acknowledged it.
+        consume: Loops while ``recorder.running``: calls ``recorder.set_ready()`` once
+            subscribed, then ``recorder.record(payload)`` for each message it receives,
+            and acks it. Each wait for messages must be short (about 0.1 s) so that it
+            returns soon after being told to stop; it is cancelled after
+            :data:`CONSUMER_STOP_S`.
+        payload_bytes: Size of each payload, stamp included.
+        grace_s: How long to wait, after the last send, and for the consumer to be ready.
+
+    Returns:
+        One latency per message received, in ms, in arrival order; fewer than sent if some
+        did not arrive within ``grace_s`` (the caller decides what that means).
+
+    Raises:
+        ServerFailedError: The consumer did not return even when cancelled.
+    """
+    recorder = LatencyRecorder(len(paced_send_times(rate, seconds)))
+    consumer = asyncio.create_task(consume(recorder))
+    try:
+        await _until(recorder.wait_ready(), consumer, grace_s, "the e2e consumer is not ready")
+        await pace(rate, seconds, lambda due: send(stamp_payload(due, payload_bytes)))
+        with contextlib.suppress(TimeoutError):
+            await _until(recorder.wait_complete(), consumer, grace_s, "")
+    finally:
+        recorder.stop()
+        await _stop_consumer(consumer)
+    return recorder.latencies_ms
+
+
+async def _until(
+    event: Awaitable[None], consumer: asyncio.Task[None], timeout_s: float, what: str
+) -> None:
+    """Wait for ``event``, or for the consumer to end (re-raising its error).
+
+    Raises:
+        TimeoutError: ``timeout_s`` passed first (with ``what`` as the message).
+    """
+    waiter = asyncio.ensure_future(event)
+    try:
+        done, _ = await asyncio.wait(
+            {waiter, consumer}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
+        )
+    finally:
+        waiter.cancel()
+    if consumer in done:
+        consumer.result()  # raises the consumer's error, if it had one
+    elif waiter not in done:
+        raise TimeoutError(what)
+
+
+async def _stop_consumer(consumer: asyncio.Task[None]) -> None:
+    """Give a consumer told to stop :data:`CONSUMER_STOP_S` to return, then cancel it."""
+    done, _ = await asyncio.wait({consumer}, timeout=CONSUMER_STOP_S)
+    if not done:
+        consumer.cancel()
+        done, _ = await asyncio.wait({consumer}, timeout=CONSUMER_STOP_S)
+    if not done:
+        raise ServerFailedError("the e2e consumer does not stop, not even when cancelled")
+    if not consumer.cancelled():
+        consumer.result()  # raises the consumer's error, if it had one
+
+
+# ---------------------------------------------------------------------------------------
+# A fake for tests
+
+
+class FakeSystem:
+    """A :class:`PubSubSystem` without a server: fixed rates and latencies, optional failure.
+
+    Args:
+        system: The name it reports.
+        fsync: The fsync policy it reports.
+        msgs_s: The publish and consume rate it pretends to reach.
+        fail_in: The name of a method that raises ``RuntimeError`` (e.g. ``"consume"``).
+    """
+
+    def __init__(
+        self, system: str, fsync: str, *, msgs_s: float = 1e6, fail_in: str | None = None
+    ) -> None:
+        self.system = system
+        self.fsync = fsync
+        self.msgs_s = msgs_s
+        self.fail_in = fail_in
+        self.calls: list[str] = []
+
+    def _call(self, name: str) -> None:
+        self.calls.append(name)
+        if name == self.fail_in:
+            raise RuntimeError(f"{self.system} failed in {name}")
+
+    async def start(self) -> None:
+        self._call("start")
+
+    async def publish(self, count: int, payload: bytes) -> float:
+        self._call("publish")
+        return count / self.msgs_s
+
+    async def consume(self, count: int) -> float:
+        self._call("consume")
+        return count / self.msgs_s
+
+    async def e2e(self, rate: float, seconds: float) -> list[float]:
+        self._call("e2e")
+        count = round(rate * seconds)
+        return [0.1 + 4.0 * i / max(count - 1, 1) for i in range(count)]
+
+    async def kill_and_restart(self) -> float:
+        self._call("kill_and_restart")
+        return 0.25
+
+    def rss_mib(self) -> float:
+        self._call("rss_mib")
+        return 42.0
+
+    async def stop(self) -> None:
+        self.calls.append("stop")

@@ -1,0 +1,363 @@
+"""Scenario ``pubsub``: Headrace beside NATS JetStream and Redis Streams, in one run.
+
+Owns the order of the systems, the phases each goes through, the results, the goals and
+the latency chart. Every system (a :class:`~bench._pubsub_system.PubSubSystem`) gets a
+fresh data dir and its own event loop (uvloop when importable) and runs on loopback with
+its Python client, in this order: ``headrace``, ``nats-jetstream``, ``redis-streams``
+with ``appendfsync always``, then with ``everysec``. Each goes through, with 100 B
+payloads and 200,000 messages (20,000 and 2 s of e2e with ``--quick``):
+
+1. ``publish_msgs_s``: publish the messages with the best batching or pipelining its
+   client allows, every one acknowledged by the server.
+2. ``consume_msgs_s``: consume and ack those messages.
+3. ``e2e_latency_p50_ms``, ``e2e_latency_p99_ms``: an open-loop publisher at 2,000 msg/s
+   for 10 s and a concurrent consumer; latency from each message's scheduled send time
+   to its receipt (no coordinated omission).
+4. ``rss_mib``: the server's RSS after those phases.
+5. ``restart_to_serving_s``: SIGKILL the server, restart it, time from the spawn to the
+   first successful client operation.
+
+Every result's params carry ``fsync``, ``payload_bytes``, ``messages``, ``e2e_rate_msg_s``,
+``e2e_seconds`` and ``loop``. Headrace's results are then judged against its goals. A peer
+whose server is missing is installed with apt-get when the bench runs as root, else it is
+skipped with the reason on stderr; a system that fails midway is reported on stderr,
+stopped, and the run goes on with the next one.
+
+Environment:
+    HEADRACE_BENCH_SYSTEMS: Comma-separated system names to run, e.g.
+        ``nats-jetstream,redis-streams`` (default: all three).
+    HEADRACE_BENCH_CHART: Where the latency chart goes (default
+        ``docs/bench/pubsub_latency.png``); empty for no chart. Needs matplotlib.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench._measure import new_runner, per_second, percentile
+from bench._output import Goal, Params, Result
+from bench._pubsub_system import E2E_PAYLOAD_BYTES, PubSubSystem, ServerFailedError
+from bench._runner import RunOptions
+
+BENCH = "pubsub"
+SYSTEMS = ("headrace", "nats-jetstream", "redis-streams")
+SYSTEMS_ENV = "HEADRACE_BENCH_SYSTEMS"
+CHART_ENV = "HEADRACE_BENCH_CHART"
+DEFAULT_CHART = Path("docs") / "bench" / "pubsub_latency.png"
+
+#: Headrace's targets. ``Goal`` knows ``>=`` and ``<``; "p50 <= 1 ms" is judged as < 1 ms.
+GOALS: dict[str, Goal] = {
+    "publish_msgs_s": Goal(">=", 1_000_000),
+    "consume_msgs_s": Goal(">=", 1_000_000),
+    "e2e_latency_p50_ms": Goal("<", 1.0),
+    "e2e_latency_p99_ms": Goal("<", 5.0),
+    "restart_to_serving_s": Goal("<", 0.5),
+    "rss_mib": Goal("<", 150),
+}
+
+Warn = Callable[[str], None]
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Sizes:
+    """How much work each system does.
+
+    Attributes:
+        messages: Messages published, then consumed.
+        e2e_rate: Messages per second of the paced e2e publisher.
+        e2e_seconds: How long it publishes.
+        payload_bytes: Size of every payload.
+    """
+
+    messages: int
+    e2e_rate: float = 2000.0
+    e2e_seconds: float = 10.0
+    payload_bytes: int = E2E_PAYLOAD_BYTES
+
+    @property
+    def e2e_messages(self) -> int:
+        """Messages the e2e publisher sends."""
+        return round(self.e2e_rate * self.e2e_seconds)
+
+    def params(self, fsync: str, loop: str) -> Params:
+        """The params of every result of a system with this ``fsync`` on this ``loop``."""
+        return {
+            "fsync": fsync,
+            "payload_bytes": self.payload_bytes,
+            "messages": self.messages,
+            "e2e_rate_msg_s": self.e2e_rate,
+            "e2e_seconds": self.e2e_seconds,
+            "loop": loop,
+        }
+
+
+FULL = Sizes(200_000)
+QUICK = Sizes(20_000, e2e_seconds=2.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One system to measure: the name it is selected by, and how to build it in a dir."""
+
+    name: str
+    build: Callable[[Path], PubSubSystem]
+
+
+# ---------------------------------------------------------------------------------------
+# Which systems run
+
+
+def select_systems(value: str | None) -> tuple[list[str], list[str]]:
+    """Parse ``HEADRACE_BENCH_SYSTEMS``: (known names in run order, unknown names).
+
+    Empty or unset selects every system.
+    """
+    names = [n.strip() for n in (value or "").split(",") if n.strip()]
+    if not names:
+        return list(SYSTEMS), []
+    return [s for s in SYSTEMS if s in names], [n for n in names if n not in SYSTEMS]
+
+
+def default_entries(selected: Sequence[str], *, warn: Warn = _stderr) -> list[Entry]:
+    """The entries of the ``selected`` systems that can run here; the others are skipped
+    with the reason on stderr."""
+    from bench import _peers
+
+    entries: list[Entry] = []
+    if "headrace" in selected:
+        try:
+            from bench._headrace_pubsub import HeadraceSystem
+        except ImportError as exc:
+            warn(f"bench: pubsub: headrace system not available yet ({exc}); skipping it")
+        else:
+            entries.append(Entry("headrace", HeadraceSystem))
+    peers = [p for p in _peers.PEERS if p.system in selected]
+    servers = _peers.find_servers(peers, warn=warn) if peers else {}
+    if nats := servers.get("nats-jetstream"):
+        entries.append(Entry("nats-jetstream", lambda d: _peers.NatsJetStream(d, binary=nats)))
+    if redis := servers.get("redis-streams"):
+        for fsync in _peers.REDIS_FSYNC:
+            entries.append(Entry("redis-streams", _redis_builder(redis, fsync)))
+    return entries
+
+
+def _redis_builder(binary: str, fsync: str) -> Callable[[Path], PubSubSystem]:
+    from bench._peers import RedisStreams
+
+    return lambda data_dir: RedisStreams(data_dir, fsync, binary=binary)
+
+
+def _entries_from_env(warn: Warn) -> list[Entry]:
+    selected, unknown = select_systems(os.environ.get(SYSTEMS_ENV))
+    for name in unknown:
+        warn(f"bench: pubsub: unknown system {name!r} in {SYSTEMS_ENV} (known: {SYSTEMS})")
+    return default_entries(selected, warn=warn)
+
+
+def chart_path_from_env() -> Path | None:
+    """Where the chart goes: ``HEADRACE_BENCH_CHART``, else the default; None when empty."""
+    value = os.environ.get(CHART_ENV)
+    if value is None:
+        return DEFAULT_CHART
+    return Path(value) if value.strip() else None
+
+
+# ---------------------------------------------------------------------------------------
+# Running
+
+
+def run(
+    options: RunOptions,
+    *,
+    entries: Sequence[Entry] | None = None,
+    sizes: Sizes | None = None,
+    chart_path: Path | None = None,
+    warn: Warn = _stderr,
+) -> Iterator[Result]:
+    """Measure every system in turn, yielding results as they come, then draw the chart
+    and yield Headrace's goals. ``entries`` and ``chart_path`` default to the environment's
+    choice (see the module docstring)."""
+    sizes = sizes or (QUICK if options.quick else FULL)
+    entries = entries if entries is not None else _entries_from_env(warn)
+    if not entries:
+        warn("bench: pubsub: no system to measure")
+    measured: list[Result] = []
+    latencies: dict[str, list[float]] = {}
+    for index, entry in enumerate(entries):
+        data_dir = options.data_dir / f"{index}-{entry.name}"
+        for result in measure_system(entry, data_dir, sizes, latencies, warn=warn):
+            measured.append(result)
+            yield result
+    path = chart_path if chart_path is not None else chart_path_from_env()
+    if latencies and path is not None:
+        write_chart_or_say(latencies, path, sizes, warn=warn)
+    yield from derive_goals(measured)
+
+
+def measure_system(
+    entry: Entry,
+    data_dir: Path,
+    sizes: Sizes,
+    latencies: dict[str, list[float]],
+    *,
+    warn: Warn = _stderr,
+) -> Iterator[Result]:
+    """Build the system in ``data_dir`` and run its phases on a fresh event loop. A failure
+    is reported with ``warn`` and ends this system's run, never the scenario's; the system
+    is always stopped and ``data_dir`` removed. Its e2e latencies go into ``latencies``."""
+    data_dir.mkdir(parents=True)
+    loop, runner = new_runner()
+    system: PubSubSystem | None = None
+    try:
+        with runner:
+            try:
+                system = entry.build(data_dir)
+                yield from _phases(runner, system, sizes, loop=loop, latencies=latencies, warn=warn)
+            except Exception as exc:  # one system's failure must not end the others' run
+                warn(f"bench: pubsub: {entry.name} failed, skipping the rest of it: {exc!r}")
+            finally:
+                if system is not None:
+                    _stop(runner, system, warn)
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def _stop(runner: asyncio.Runner, system: PubSubSystem, warn: Warn) -> None:
+    try:
+        runner.run(system.stop())
+    except Exception as exc:  # report, and go on with the next system
+        warn(f"bench: pubsub: stopping {system.system} failed: {exc!r}")
+
+
+def _phases(
+    runner: asyncio.Runner,
+    system: PubSubSystem,
+    sizes: Sizes,
+    *,
+    loop: str,
+    latencies: dict[str, list[float]],
+    warn: Warn,
+) -> Iterator[Result]:
+    """The phases of one system, in order (see the module docstring)."""
+    params = sizes.params(system.fsync, loop)
+    count = sizes.messages
+
+    def result(metric: str, value: float, unit: str) -> Result:
+        return Result(BENCH, system.system, metric, value, unit, dict(params))
+
+    payload = os.urandom(sizes.payload_bytes)
+    runner.run(system.start())
+    seconds = runner.run(system.publish(count, payload))
+    yield result("publish_msgs_s", per_second(count, seconds), "msgs/s")
+    seconds = runner.run(system.consume(count))
+    yield result("consume_msgs_s", per_second(count, seconds), "msgs/s")
+    label = f"{system.system} (fsync={system.fsync})"
+    samples = runner.run(system.e2e(sizes.e2e_rate, sizes.e2e_seconds))
+    ordered = e2e_samples(samples, sizes.e2e_messages, label, warn)
+    latencies[label] = ordered
+    yield result("e2e_latency_p50_ms", percentile(ordered, 50), "ms")
+    yield result("e2e_latency_p99_ms", percentile(ordered, 99), "ms")
+    rss = system.rss_mib()  # before the restart: the RSS the load left behind
+    yield result("restart_to_serving_s", runner.run(system.kill_and_restart()), "s")
+    yield result("rss_mib", rss, "MiB")
+
+
+def e2e_samples(samples: Sequence[float], sent: int, label: str, warn: Warn) -> list[float]:
+    """The e2e latencies in ascending order; says on stderr when some messages never
+    arrived (their latency is unknown, so the percentiles flatter the system).
+
+    Raises:
+        ServerFailedError: No message arrived at all.
+    """
+    if not samples:
+        raise ServerFailedError(f"none of the {sent} e2e messages arrived")
+    if len(samples) < sent:
+        warn(
+            f"bench: pubsub: {label}: {sent - len(samples)} of {sent} e2e messages did not "
+            "arrive in time; its percentiles cover the others only"
+        )
+    return sorted(samples)
+
+
+# ---------------------------------------------------------------------------------------
+# Goals
+
+
+def derive_goals(results: Sequence[Result]) -> Iterator[Result]:
+    """Each of Headrace's measured results that has a goal, judged (params gain ``goal``
+    and ``met``). Nothing when Headrace was not measured."""
+    for r in results:
+        goal = GOALS.get(r.metric)
+        if r.system == "headrace" and goal is not None and not r.is_goal:
+            yield Result(
+                r.bench, r.system, r.metric, r.value, r.unit, {**r.params, **goal.params(r.value)}
+            )
+
+
+# ---------------------------------------------------------------------------------------
+# The latency chart
+
+
+def write_chart_or_say(
+    latencies: Mapping[str, Sequence[float]], path: Path, sizes: Sizes, *, warn: Warn = _stderr
+) -> bool:
+    """Draw the chart at ``path`` and say where on stderr, or say why not. Returns whether
+    a chart was written."""
+    try:
+        write_latency_chart(latencies, path, title=chart_title(sizes))
+    except ImportError:
+        warn("bench: pubsub: no latency chart: matplotlib is missing (pip install -e '.[bench]')")
+        return False
+    except OSError as exc:
+        warn(f"bench: pubsub: no latency chart: {exc}")
+        return False
+    warn(f"bench: pubsub: latency chart written to {path}")
+    return True
+
+
+def chart_title(sizes: Sizes) -> str:
+    """The chart's title: the conditions the latencies were measured under."""
+    return (
+        f"pubsub end-to-end latency: {sizes.e2e_rate:,.0f} msg/s for {sizes.e2e_seconds:g} s, "
+        f"{sizes.payload_bytes} B, loopback"
+    )
+
+
+def write_latency_chart(
+    latencies: Mapping[str, Sequence[float]], path: Path, *, title: str
+) -> None:
+    """A PNG of each system's latency distribution: a CDF on log-scaled ms against a logit
+    percentile axis, so the median and the tail are both readable.
+
+    Raises:
+        ImportError: matplotlib is not installed.
+    """
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(9, 5.5), layout="constrained")
+    axes = figure.add_subplot()
+    for label, samples in latencies.items():
+        ordered = sorted(samples)
+        n = len(ordered)
+        fractions = [(i + 0.5) / n for i in range(n)]
+        p50, p99 = percentile(ordered, 50), percentile(ordered, 99)
+        axes.plot(ordered, fractions, label=f"{label}: p50 {p50:.3g} ms, p99 {p99:.3g} ms")
+    axes.set_xscale("log")
+    axes.set_yscale("logit")
+    axes.set_xlabel("latency, publish to receipt (ms, log scale)")
+    axes.set_ylabel("fraction of messages at or below")
+    axes.set_title(title)
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend(loc="lower right")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
