@@ -121,8 +121,12 @@ class HeadraceSystem:
                     ack_interval_ms=1,
                 ) as consumer:
                     recorder.set_ready()
-                    while True:
-                        for message in await consumer.receive_batch():
+                    while recorder.running:
+                        try:
+                            batch = await consumer.receive_batch(timeout=0.1)
+                        except TimeoutError:
+                            continue
+                        for message in batch:
                             recorder.record(message.value)
                             consumer.ack(message)
 

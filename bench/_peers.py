@@ -1,15 +1,17 @@
 """The peers of the ``pubsub`` scenario: NATS JetStream and Redis Streams, and their servers.
 
 Owns the two :class:`~bench._pubsub_system.PubSubSystem` implementations a user would
-pick instead of Headrace, each driven by its usual Python client on loopback, and
-:func:`find_servers`, which locates their Debian servers, installs them with apt-get when
-it can, and says on stderr why a peer is skipped when it cannot.
+pick instead of Headrace, each driven by its usual Python client on loopback, and the
+:class:`Peer` records saying what each needs on the machine (``bench.pubsub`` finds or
+installs it).
 
 - :class:`NatsJetStream`: Debian's ``nats-server -js`` with file storage in the system's
   data dir; ``nats-py``; a durable pull consumer with explicit acks. JetStream does not
   fsync each message by default (its ``sync_interval`` is 2 minutes): ``fsync="default"``.
   Publishing keeps a window of ``publish_async`` futures in flight, each resolved by the
-  server's ack; consuming fetches in batches and acks every message.
+  server's ack. Consuming keeps pull requests outstanding on an inbox (JetStream's pull
+  API, as newer NATS clients' ``consume()`` does; nats-py's ``fetch`` waits a round trip
+  per batch, and for a whole batch once the stream is drained) and acks every message.
 - :class:`RedisStreams`: Debian's ``redis-server`` with AOF (``appendfsync always`` or
   ``everysec``) and RDB snapshots off; ``redis-py`` asyncio with the hiredis parser;
   ``XADD`` in pipelines, ``XREADGROUP`` and multi-id ``XACK``.
@@ -22,13 +24,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
-import os
-import shutil
-import subprocess
-import sys
+import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,7 +49,7 @@ _E2E_POLL_S = 0.1
 
 
 # ---------------------------------------------------------------------------------------
-# Finding and installing the servers
+# What each peer needs
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,89 +75,6 @@ NATS = Peer("nats-jetstream", "nats-server", "nats-server", "nats", "nats-py")
 REDIS = Peer("redis-streams", "redis-server", "redis-server", "redis", "redis")
 PEERS = (NATS, REDIS)
 
-Which = Callable[[str], str | None]
-#: Installs Debian packages; returns whether it succeeded.
-Installer = Callable[[Sequence[str]], bool]
-
-
-def _stderr(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def apt_install(packages: Sequence[str]) -> bool:
-    """``apt-get update && apt-get install -y packages``, output on stderr (stdout may be
-    JSON lines). Returns whether both succeeded."""
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for argv in (["apt-get", "update"], ["apt-get", "install", "-y", *packages]):
-        if subprocess.run(argv, stdout=sys.stderr, env=env, check=False).returncode != 0:
-            return False
-    return True
-
-
-def default_installer(
-    which: Which = shutil.which, euid: Callable[[], int] = os.geteuid
-) -> Installer | str:
-    """:func:`apt_install` when this process may use it, else the reason it may not."""
-    if euid() != 0:
-        return "not running as root"
-    if which("apt-get") is None:
-        return "apt-get is not available"
-    return apt_install
-
-
-def find_servers(
-    peers: Sequence[Peer],
-    *,
-    which: Which = shutil.which,
-    installer: Installer | str | None = None,
-    has_module: Callable[[str], bool] | None = None,
-    warn: Callable[[str], None] = _stderr,
-) -> dict[str, str]:
-    """The peers that can run here, by system name, with the path of their server.
-
-    Installs missing servers with ``installer`` (default: :func:`default_installer`).
-    For every peer that still cannot run it calls ``warn`` with the reason and the fix.
-
-    Args:
-        peers: The peers wanted.
-        which: Finds an executable on ``PATH``.
-        installer: Installs packages, or a string saying why nothing can be installed.
-        has_module: Whether a Python module can be imported (default: importlib's finder).
-        warn: Where the messages go (default: stderr).
-    """
-    has_module = has_module or (lambda name: importlib.util.find_spec(name) is not None)
-    runnable: list[Peer] = []
-    for peer in peers:
-        if has_module(peer.client_module):
-            runnable.append(peer)
-        else:
-            warn(
-                f"bench: pubsub: skipping {peer.system}: its Python client {peer.client_dist} "
-                "is not installed (pip install -e '.[bench]')"
-            )
-    found = {p.system: path for p in runnable if (path := which(p.binary)) is not None}
-    missing = [p for p in runnable if p.system not in found]
-    if not missing:
-        return found
-    installer = installer if installer is not None else default_installer(which)
-    packages = [p.package for p in missing]
-    if isinstance(installer, str):
-        reason = f"cannot install it here: {installer}"
-    else:
-        warn(f"bench: pubsub: installing {' '.join(packages)} with apt-get")
-        ok = installer(packages)
-        reason = "apt-get install failed" if not ok else "it is still not on PATH after install"
-    for peer in missing:
-        path = which(peer.binary)
-        if path is not None:
-            found[peer.system] = path
-        else:
-            warn(
-                f"bench: pubsub: skipping {peer.system}: {peer.binary} is not installed and "
-                f"{reason}; install it with: apt-get install -y {peer.package}"
-            )
-    return found
-
 
 async def _close_quietly(close: Callable[[], Any]) -> None:
     """Await ``close()`` with a deadline, ignoring errors (the server may be gone)."""
@@ -173,11 +88,16 @@ async def _close_quietly(close: Callable[[], Any]) -> None:
 NATS_STREAM = "BENCH"
 NATS_SUBJECT = "bench.msgs"
 NATS_DURABLE = "bench"
+#: JetStream's pull API: a request on this subject asks the consumer for a batch.
+NATS_PULL_SUBJECT = f"$JS.API.CONSUMER.MSG.NEXT.{NATS_STREAM}.{NATS_DURABLE}"
 #: ``publish_async`` futures in flight at once (nats-py's own default cap is 4000).
 NATS_PUBLISH_WINDOW = 4000
-#: Messages per pull request while consuming, and the consumer's cap on unacked ones.
-NATS_FETCH_BATCH = 1000
+#: Messages per pull request, and how many messages pull requests keep asked for.
+NATS_PULL_BATCH = 5000
+NATS_PULL_WINDOW = 2 * NATS_PULL_BATCH
+#: The consumer's cap on delivered, unacked messages (above the pull window).
 NATS_MAX_ACK_PENDING = 20_000
+_CONSUME_TIMEOUT_S = 120.0
 
 
 async def _ignore(*_: object) -> None:
@@ -185,17 +105,50 @@ async def _ignore(*_: object) -> None:
 
 
 async def _nats_connect(url: str) -> Any:
+    """A nats-py connection that fails fast: nats-py's connect retries a refused server
+    until ``max_reconnect_attempts`` (0 means forever), pausing ``reconnect_time_wait``."""
     import nats
 
     return await nats.connect(
         url,
         allow_reconnect=False,
         connect_timeout=1,
-        max_reconnect_attempts=0,
+        max_reconnect_attempts=1,
+        reconnect_time_wait=0,
         error_cb=_ignore,
         disconnected_cb=_ignore,
         closed_cb=_ignore,
     )
+
+
+def _is_status(msg: Any) -> bool:
+    """Whether a message on a pull inbox is a JetStream status (e.g. 408 expired)."""
+    return bool(msg.headers and msg.headers.get("Status"))
+
+
+class _PullRequests:
+    """Keeps a durable consumer's pull requests outstanding on one inbox, the way newer
+    NATS clients' ``consume()`` does: messages flow as they are stored, up to ``total``
+    asked for in all, never more than ``window`` asked for and not yet received (so no
+    request is left open to swallow later messages). Called from one subscription's
+    callback task; not task-safe.
+    """
+
+    def __init__(self, nc: Any, inbox: str, total: int, expires_s: float) -> None:
+        self._nc = nc
+        self._inbox = inbox
+        self._total = total
+        self._expires_ns = round(expires_s * 1e9)
+        self.requested = 0
+        self.received = 0
+
+    async def top_up(self) -> None:
+        """Ask for more messages while fewer than the window are asked for."""
+        while self.requested < self._total and self.requested - self.received < NATS_PULL_WINDOW:
+            batch = min(NATS_PULL_BATCH, self._total - self.requested)
+            request = json.dumps({"batch": batch, "expires": self._expires_ns}).encode()
+            await self._nc.publish(NATS_PULL_SUBJECT, request, reply=self._inbox)
+            self.requested += batch
 
 
 class NatsJetStream:
@@ -215,7 +168,6 @@ class NatsJetStream:
         self._process = ServerProcess(argv, data_dir / "nats-server.log")
         self._nc: Any = None
         self._js: Any = None
-        self._sub: Any = None
 
     async def start(self) -> None:
         """Start nats-server, then create the file-stored stream and the durable consumer."""
@@ -226,10 +178,12 @@ class NatsJetStream:
         await self._js.add_stream(
             name=NATS_STREAM, subjects=[NATS_SUBJECT], storage=StorageType.FILE
         )
-        config = ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, max_ack_pending=NATS_MAX_ACK_PENDING)
-        self._sub = await self._js.pull_subscribe(
-            NATS_SUBJECT, durable=NATS_DURABLE, stream=NATS_STREAM, config=config
+        config = ConsumerConfig(
+            durable_name=NATS_DURABLE,
+            ack_policy=AckPolicy.EXPLICIT,
+            max_ack_pending=NATS_MAX_ACK_PENDING,
         )
+        await self._js.add_consumer(NATS_STREAM, config=config)
 
     async def _connect(self) -> None:
         """Connect, and check JetStream answers."""
@@ -251,46 +205,66 @@ class NatsJetStream:
         return time.perf_counter() - start
 
     async def consume(self, count: int) -> float:
-        """Fetch in batches, ack each message, then wait until the server holds no unacked
-        message for the consumer."""
+        """Pull with requests kept outstanding, ack each message as it arrives, then wait
+        until the server holds no unacked message for the consumer."""
+        nc = self._nc
+        inbox = nc.new_inbox()
+        pulls = _PullRequests(nc, inbox, count, _CONSUME_TIMEOUT_S)
+        done = asyncio.Event()
+
+        async def on_message(msg: Any) -> None:
+            if _is_status(msg):
+                return
+            await msg.ack()
+            pulls.received += 1
+            if pulls.received >= count:
+                done.set()
+            await pulls.top_up()
+
         start = time.perf_counter()
-        received = 0
-        while received < count:
-            msgs = await self._sub.fetch(min(NATS_FETCH_BATCH, count - received), timeout=10)
-            for msg in msgs:
-                await msg.ack()
-            received += len(msgs)
-        await self._nc.flush()
-        await self._wait_all_acked()
+        sub = await nc.subscribe(inbox, cb=on_message)
+        try:
+            await pulls.top_up()
+            await asyncio.wait_for(done.wait(), _CONSUME_TIMEOUT_S)
+            await nc.flush()
+            await self._wait_all_acked()
+        finally:
+            await sub.unsubscribe()
         return time.perf_counter() - start
 
     async def _wait_all_acked(self, timeout_s: float = 30.0) -> None:
         deadline = time.perf_counter() + timeout_s
-        while (await self._sub.consumer_info()).num_ack_pending:
+        while (await self._js.consumer_info(NATS_STREAM, NATS_DURABLE)).num_ack_pending:
             if time.perf_counter() > deadline:
                 raise ServerFailedError(f"acks still pending after {timeout_s:g} s")
             await asyncio.sleep(0.001)
 
     async def e2e(self, rate: float, seconds: float) -> list[float]:
-        """Publishes (each awaiting its ack) as paced tasks; the consumer fetches one
-        message per pull request, so it is handed each message as soon as it is stored."""
-        js, sub = self._js, self._sub
+        """Each publish (awaiting its ack) a paced task; the consumer keeps pull requests
+        outstanding, so each message is pushed to it as soon as it is stored."""
+        nc, js = self._nc, self._js
 
         async def send(payload: bytes) -> None:
             await js.publish(NATS_SUBJECT, payload)
 
         async def consume(recorder: LatencyRecorder) -> None:
-            import nats.errors
+            inbox = nc.new_inbox()
+            pulls = _PullRequests(nc, inbox, recorder.expected, seconds + _CONSUME_TIMEOUT_S)
 
-            recorder.set_ready()
-            while recorder.running:
-                try:
-                    msgs = await sub.fetch(1, timeout=_E2E_POLL_S)
-                except nats.errors.TimeoutError:
-                    continue
-                for msg in msgs:
+            async def on_message(msg: Any) -> None:
+                if not _is_status(msg):
                     recorder.record(msg.data)
                     await msg.ack()
+                    pulls.received += 1
+                    await pulls.top_up()
+
+            sub = await nc.subscribe(inbox, cb=on_message)
+            try:
+                await pulls.top_up()
+                recorder.set_ready()
+                await recorder.wait_finished()
+            finally:
+                await sub.unsubscribe()
 
         return await measure_e2e(rate, seconds, send, consume)
 
@@ -313,7 +287,7 @@ class NatsJetStream:
     async def _close_client(self) -> None:
         if self._nc is not None:
             await _close_quietly(self._nc.close)
-        self._nc = self._js = self._sub = None
+        self._nc = self._js = None
 
     async def stop(self) -> None:
         """Close the client and stop the server."""
@@ -334,15 +308,29 @@ REDIS_PIPELINES = 4
 #: Entries per XREADGROUP while consuming, and per blocking read in the e2e consumer.
 REDIS_READ_BATCH = 1000
 REDIS_FSYNC = ("always", "everysec")
+#: Connections a client opens at most (paced e2e XADDs run concurrently, one per connection).
+REDIS_MAX_CONNECTIONS = 64
 
 
 def _redis_client(port: int) -> Any:
-    """A redis-py asyncio client without retries (hiredis parses replies when installed)."""
-    from redis.asyncio import Redis
+    """A redis-py asyncio client without retries (hiredis parses replies when installed).
+
+    Concurrent commands each take a connection of its pool; past
+    :data:`REDIS_MAX_CONNECTIONS` they wait for one (the default pool raises instead).
+    """
+    from redis.asyncio import BlockingConnectionPool, Redis
     from redis.asyncio.retry import Retry
     from redis.backoff import NoBackoff
 
-    return Redis(host="127.0.0.1", port=port, retry=Retry(NoBackoff(), 0), socket_timeout=30)
+    pool = BlockingConnectionPool(
+        host="127.0.0.1",
+        port=port,
+        max_connections=REDIS_MAX_CONNECTIONS,
+        timeout=30,
+        socket_timeout=30,
+        retry=Retry(NoBackoff(), 0),
+    )
+    return Redis.from_pool(pool)
 
 
 def _entries(reply: Any) -> list[tuple[bytes, dict[bytes, bytes]]]:

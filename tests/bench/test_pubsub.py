@@ -1,0 +1,668 @@
+"""Tests of the ``pubsub`` bench scenario that need no server: its pacing, its latency
+bookkeeping, its results and goals, its chart, which systems it picks and what it says when
+a peer cannot be installed. Systems are :class:`FakeSystem`; no timing is judged beyond
+"the pacer does not wait for slow sends".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from pathlib import Path
+
+import pytest
+
+from bench import _peers, _pubsub_system, pubsub
+from bench._output import Result
+from bench._peers import NATS, REDIS, Peer
+from bench._pubsub_system import (
+    FakeSystem,
+    LatencyRecorder,
+    ServerFailedError,
+    ServerProcess,
+    measure_e2e,
+    pace,
+    paced_send_times,
+    parse_vmrss_mib,
+    read_stamp,
+    stamp_payload,
+    wait_until_serving,
+)
+from bench._runner import SCENARIOS, RunOptions
+from bench.pubsub import GOALS, Entry, Sizes, apt_install, default_installer, find_servers
+
+TINY = Sizes(messages=1000, e2e_rate=100.0, e2e_seconds=0.5)
+METRICS = {
+    "publish_msgs_s": "msgs/s",
+    "consume_msgs_s": "msgs/s",
+    "e2e_latency_p50_ms": "ms",
+    "e2e_latency_p99_ms": "ms",
+    "restart_to_serving_s": "s",
+    "rss_mib": "MiB",
+}
+
+
+class Messages:
+    """Collects what the code under test would print on stderr."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def __call__(self, message: str) -> None:
+        self.lines.append(message)
+
+    def mentioning(self, *words: str) -> list[str]:
+        return [line for line in self.lines if all(w in line for w in words)]
+
+
+# ---------------------------------------------------------------------------------------
+# The pacer's schedule and the payload stamp
+
+
+@pytest.mark.parametrize(
+    ("rate", "seconds", "count", "last"),
+    [
+        (2000.0, 10.0, 20_000, 9.9995),
+        (2000.0, 2.0, 4000, 1.9995),
+        (3.0, 1.0, 3, 2 / 3),
+        (1.0, 0.4, 0, None),
+    ],
+)
+def test_schedule_is_evenly_spaced_from_zero(
+    rate: float, seconds: float, count: int, last: float | None
+) -> None:
+    """round(rate * seconds) sends, the first at 0, one every 1/rate seconds."""
+    times = paced_send_times(rate, seconds)
+    assert len(times) == count
+    if last is not None:
+        assert times[0] == 0.0
+        assert times[-1] == pytest.approx(last)
+        gaps = {round(b - a, 12) for a, b in itertools.pairwise(times)}
+        assert gaps <= {round(1 / rate, 12)}
+
+
+@pytest.mark.parametrize(("rate", "seconds"), [(0.0, 1.0), (-5.0, 1.0), (10.0, -1.0)])
+def test_schedule_rejects_impossible_paces(rate: float, seconds: float) -> None:
+    """A rate that is not positive, or a negative duration, is an error, not an empty run."""
+    with pytest.raises(ValueError, match="bad pace"):
+        paced_send_times(rate, seconds)
+
+
+def test_stamp_round_trips_and_fills_the_payload() -> None:
+    """The stamp is read back exactly and the payload has the requested size."""
+    payload = stamp_payload(123_456_789_012_345, 100)
+    assert len(payload) == 100
+    assert read_stamp(payload) == 123_456_789_012_345
+
+
+def test_stamp_needs_room() -> None:
+    """A payload too small for the 8-byte stamp is refused."""
+    with pytest.raises(ValueError, match="cannot carry a stamp"):
+        stamp_payload(1, 7)
+
+
+def test_pace_sends_in_order_never_early() -> None:
+    """Every send gets its scheduled time, in order, spaced 1/rate apart, and starts no
+    earlier than that time."""
+    calls: list[tuple[int, int]] = []
+
+    async def send(due: int) -> None:
+        calls.append((due, time.perf_counter_ns()))
+
+    sent = asyncio.run(pace(500.0, 0.05, send))
+    assert sent == 25 == len(calls)
+    dues = [due for due, _ in calls]
+    assert dues == sorted(dues)
+    assert {b - a for a, b in itertools.pairwise(dues)} <= {2_000_000}
+    assert all(started >= due for due, started in calls)
+
+
+def test_pace_does_not_wait_for_slow_sends() -> None:
+    """Open loop: sends that take 0.2 s each do not hold up the next ones, so 20 of them
+    at 1000 msg/s finish in about 0.22 s, not 4 s."""
+
+    async def slow_send(due: int) -> None:
+        await asyncio.sleep(0.2)
+
+    start = time.perf_counter()
+    assert asyncio.run(pace(1000.0, 0.02, slow_send)) == 20
+    assert time.perf_counter() - start < 1.5
+
+
+def test_pace_reraises_a_failed_send() -> None:
+    """A send that raises makes the whole pace raise that error, after the others ran."""
+    sent: list[int] = []
+
+    async def send(due: int) -> None:
+        sent.append(due)
+        if len(sent) == 3:
+            raise ConnectionError("broker went away")
+
+    with pytest.raises(ConnectionError, match="broker went away"):
+        asyncio.run(pace(1000.0, 0.01, send))
+    assert len(sent) == 10
+
+
+# ---------------------------------------------------------------------------------------
+# Latency bookkeeping
+
+
+def test_recorder_measures_from_the_stamp_and_finishes_at_expected() -> None:
+    """Latency is the clock at receipt minus the stamp, in ms; the consumer is told to stop
+    once every expected message arrived."""
+    now = [5_000_000]
+
+    async def scenario() -> LatencyRecorder:
+        recorder = LatencyRecorder(2, clock_ns=lambda: now[0])
+        recorder.record(stamp_payload(4_000_000, 100))
+        assert recorder.running
+        now[0] = 7_500_000
+        recorder.record(stamp_payload(5_000_000, 100))
+        return recorder
+
+    recorder = asyncio.run(scenario())
+    assert recorder.latencies_ms == [1.0, 2.5]
+    assert not recorder.running
+
+
+def test_recorder_stop_ends_the_consumer_loop() -> None:
+    """stop() turns ``running`` false even when messages are missing."""
+
+    async def scenario() -> bool:
+        recorder = LatencyRecorder(10)
+        recorder.stop()
+        return recorder.running
+
+    assert asyncio.run(scenario()) is False
+
+
+Consume = Callable[[LatencyRecorder], Coroutine[object, object, None]]
+
+
+async def _in_memory_e2e(
+    consume_factory: Callable[[asyncio.Queue[bytes]], Consume], grace_s: float = 2.0
+) -> list[float]:
+    queue: asyncio.Queue[bytes] = asyncio.Queue()
+
+    async def send(payload: bytes) -> None:
+        await queue.put(payload)
+
+    consume = consume_factory(queue)
+    return await measure_e2e(200.0, 0.05, send, consume, grace_s=grace_s)
+
+
+def test_measure_e2e_gets_one_latency_per_message() -> None:
+    """Through an in-memory queue every one of the 10 messages arrives, each with a small
+    non-negative latency, and the consumer returns when told."""
+
+    def factory(queue: asyncio.Queue[bytes]) -> Consume:
+        async def consume(recorder: LatencyRecorder) -> None:
+            recorder.set_ready()
+            while recorder.running:
+                try:
+                    recorder.record(await asyncio.wait_for(queue.get(), 0.05))
+                except TimeoutError:
+                    continue
+
+        return consume
+
+    latencies = asyncio.run(_in_memory_e2e(factory))
+    assert len(latencies) == 10
+    assert all(0 <= ms < 1000 for ms in latencies)
+
+
+def test_measure_e2e_cancels_a_consumer_that_ignores_stop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A consumer that never looks at ``running`` is cancelled after the stop timeout, and
+    what it recorded is still returned."""
+    monkeypatch.setattr(_pubsub_system, "CONSUMER_STOP_S", 0.05)
+    cancelled: list[bool] = []
+
+    def factory(queue: asyncio.Queue[bytes]) -> Consume:
+        async def consume(recorder: LatencyRecorder) -> None:
+            recorder.set_ready()
+            try:
+                while True:
+                    payload = await queue.get()
+                    if len(recorder.latencies_ms) < 3:
+                        recorder.record(payload)
+            except asyncio.CancelledError:
+                cancelled.append(True)
+                raise
+
+        return consume
+
+    latencies = asyncio.run(_in_memory_e2e(factory, grace_s=0.1))
+    assert len(latencies) == 3
+    assert cancelled == [True]
+
+
+def test_measure_e2e_surfaces_a_consumer_error() -> None:
+    """A consumer that crashes fails the measurement with its own error."""
+
+    def factory(queue: asyncio.Queue[bytes]) -> Consume:
+        async def consume(recorder: LatencyRecorder) -> None:
+            raise ConnectionResetError("consumer lost its connection")
+
+        return consume
+
+    with pytest.raises(ConnectionResetError, match="lost its connection"):
+        asyncio.run(_in_memory_e2e(factory))
+
+
+def test_e2e_samples_says_when_messages_went_missing() -> None:
+    """Fewer latencies than messages sent: sorted samples, and a line on stderr saying how
+    many did not arrive."""
+    said = Messages()
+    ordered = pubsub.e2e_samples([3.0, 1.0, 2.0], 5, "peer (fsync=always)", said)
+    assert ordered == [1.0, 2.0, 3.0]
+    assert said.mentioning("peer (fsync=always)", "2 of 5")
+
+
+def test_e2e_samples_fails_when_nothing_arrived() -> None:
+    """No latency at all is a failure of the system, not a result."""
+    with pytest.raises(ServerFailedError, match="none of the 4"):
+        pubsub.e2e_samples([], 4, "peer", Messages())
+
+
+# ---------------------------------------------------------------------------------------
+# Server process helpers (with a stand-in process, not a broker)
+
+
+def test_vmrss_is_read_in_mib() -> None:
+    """VmRSS in kB from /proc/<pid>/status becomes MiB."""
+    status = "Name:\tredis-server\nVmPeak:\t  99999 kB\nVmRSS:\t   15360 kB\nThreads:\t5\n"
+    assert parse_vmrss_mib(status) == 15.0
+
+
+def test_vmrss_missing_is_an_error() -> None:
+    """A status without VmRSS (a zombie) is an error, not zero."""
+    with pytest.raises(ValueError, match="no VmRSS"):
+        parse_vmrss_mib("Name:\tx\nState:\tZ (zombie)\n")
+
+
+def test_server_process_kill_and_stop(tmp_path: Path) -> None:
+    """A started process has a pid and RSS; kill reaps it; stop after that is harmless."""
+    process = ServerProcess([sys.executable, "-c", "import time; time.sleep(30)"], tmp_path / "log")
+    process.start()
+    try:
+        assert process.is_running
+        assert _pubsub_system.rss_mib(process.pid) > 0
+    finally:
+        process.kill()
+    assert not process.is_running
+    assert process.exit_code() == -9
+    process.stop()
+    with pytest.raises(ServerFailedError, match="not running"):
+        _ = process.pid
+
+
+def test_wait_until_serving_notices_the_server_died(tmp_path: Path) -> None:
+    """If the process exits while we wait, the wait fails at once with its log's tail."""
+    argv = [sys.executable, "-c", "print('bad config'); raise SystemExit(3)"]
+    process = ServerProcess(argv, tmp_path / "log")
+    process.start()
+
+    async def never() -> None:
+        raise ConnectionRefusedError
+
+    start = time.perf_counter()
+    with pytest.raises(ServerFailedError, match="bad config"):
+        asyncio.run(wait_until_serving(never, timeout_s=30, process=process))
+    assert time.perf_counter() - start < 10
+    process.stop()
+
+
+def test_wait_until_serving_times_out_with_the_last_error() -> None:
+    """A probe that keeps failing ends in ServerFailedError naming its last error."""
+
+    async def refused() -> None:
+        raise ConnectionRefusedError("port 1")
+
+    with pytest.raises(ServerFailedError, match="port 1"):
+        asyncio.run(wait_until_serving(refused, timeout_s=0.05))
+
+
+def test_wait_until_serving_returns_once_the_probe_succeeds() -> None:
+    """The third attempt succeeds: the wait returns a non-negative duration."""
+    attempts: list[int] = []
+
+    async def probe() -> None:
+        attempts.append(1)
+        if len(attempts) < 3:
+            raise ConnectionRefusedError
+
+    assert asyncio.run(wait_until_serving(probe, timeout_s=5, interval_s=0.001)) >= 0
+    assert len(attempts) == 3
+
+
+# ---------------------------------------------------------------------------------------
+# Which systems run
+
+
+@pytest.mark.parametrize(
+    ("value", "selected", "unknown"),
+    [
+        (None, ["headrace", "nats-jetstream", "redis-streams"], []),
+        ("", ["headrace", "nats-jetstream", "redis-streams"], []),
+        (" , ", ["headrace", "nats-jetstream", "redis-streams"], []),
+        ("nats-jetstream,redis-streams", ["nats-jetstream", "redis-streams"], []),
+        (" redis-streams , headrace", ["headrace", "redis-streams"], []),
+        ("redis,redis-streams", ["redis-streams"], ["redis"]),
+    ],
+)
+def test_system_selection(value: str | None, selected: list[str], unknown: list[str]) -> None:
+    """HEADRACE_BENCH_SYSTEMS picks systems by name, always in run order; unknown names
+    are returned so they can be reported."""
+    assert pubsub.select_systems(value) == (selected, unknown)
+
+
+def test_headrace_missing_is_skipped_with_a_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without bench._headrace_pubsub the headrace system is skipped, and stderr says so."""
+    monkeypatch.setitem(sys.modules, "bench._headrace_pubsub", None)
+    said = Messages()
+    assert pubsub.default_entries(["headrace"], warn=said) == []
+    assert said.mentioning("headrace system not available yet")
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(None, pubsub.DEFAULT_CHART), ("", None), ("out/chart.png", Path("out/chart.png"))],
+)
+def test_chart_path_from_env(
+    monkeypatch: pytest.MonkeyPatch, value: str | None, expected: Path | None
+) -> None:
+    """HEADRACE_BENCH_CHART overrides the chart path; empty turns the chart off."""
+    if value is None:
+        monkeypatch.delenv(pubsub.CHART_ENV, raising=False)
+    else:
+        monkeypatch.setenv(pubsub.CHART_ENV, value)
+    assert pubsub.chart_path_from_env() == expected
+
+
+def test_pubsub_is_a_registered_scenario() -> None:
+    """``python -m bench pubsub`` finds the scenario."""
+    assert "pubsub" in SCENARIOS
+
+
+# ---------------------------------------------------------------------------------------
+# Finding and installing the peers' servers
+
+
+def _which(paths: dict[str, str]) -> Callable[[str], str | None]:
+    return paths.get
+
+
+def _no_install(packages: Sequence[str]) -> bool:
+    raise AssertionError(f"nothing should be installed, asked for {packages}")
+
+
+def test_servers_on_path_are_used_without_installing() -> None:
+    """Both servers are on PATH: both peers run, nothing is installed, nothing is said."""
+    said = Messages()
+    which = _which({"nats-server": "/usr/bin/nats-server", "redis-server": "/usr/bin/redis-server"})
+    found = find_servers(
+        [NATS, REDIS], which=which, installer=_no_install, has_module=lambda _: True, warn=said
+    )
+    assert found == {
+        "nats-jetstream": "/usr/bin/nats-server",
+        "redis-streams": "/usr/bin/redis-server",
+    }
+    assert said.lines == []
+
+
+def test_missing_server_that_cannot_be_installed_is_skipped_with_the_reason() -> None:
+    """Not root: the missing peer is skipped, and stderr says which, why, and the fix;
+    the peer that is present still runs."""
+    said = Messages()
+    which = _which({"redis-server": "/usr/bin/redis-server"})
+    found = find_servers(
+        [NATS, REDIS],
+        which=which,
+        installer="not running as root",
+        has_module=lambda _: True,
+        warn=said,
+    )
+    assert found == {"redis-streams": "/usr/bin/redis-server"}
+    [line] = said.lines
+    assert "skipping nats-jetstream" in line
+    assert "not running as root" in line
+    assert "apt-get install -y nats-server" in line
+
+
+def test_missing_servers_are_installed_in_one_go() -> None:
+    """Both missing and apt works: one install of both packages, announced on stderr, and
+    both peers run afterwards."""
+    installed: dict[str, str] = {}
+    calls: list[list[str]] = []
+
+    def install(packages: Sequence[str]) -> bool:
+        calls.append(list(packages))
+        installed.update({p: f"/usr/bin/{p}" for p in packages})
+        return True
+
+    said = Messages()
+    found = find_servers(
+        [NATS, REDIS],
+        which=installed.get,
+        installer=install,
+        has_module=lambda _: True,
+        warn=said,
+    )
+    assert calls == [["nats-server", "redis-server"]]
+    assert set(found) == {"nats-jetstream", "redis-streams"}
+    assert said.mentioning("installing nats-server redis-server")
+
+
+def test_failed_install_skips_the_peer() -> None:
+    """apt-get fails: the peer is skipped and stderr says the install failed."""
+    said = Messages()
+    found = find_servers(
+        [REDIS], which=_which({}), installer=lambda _: False, has_module=lambda _: True, warn=said
+    )
+    assert found == {}
+    assert said.mentioning("skipping redis-streams", "apt-get install failed")
+
+
+def test_missing_python_client_skips_the_peer_before_installing() -> None:
+    """Without nats-py the NATS peer is skipped with the pip hint, and its server is not
+    even looked for."""
+    said = Messages()
+    found = find_servers(
+        [NATS],
+        which=_which({}),
+        installer=_no_install,
+        has_module=lambda name: name != "nats",
+        warn=said,
+    )
+    assert found == {}
+    assert said.mentioning("skipping nats-jetstream", "nats-py", ".[bench]")
+
+
+@pytest.mark.parametrize(
+    ("euid", "apt", "expected"),
+    [
+        (1000, "/usr/bin/apt-get", "not running as root"),
+        (0, None, "apt-get is not available"),
+        (0, "/usr/bin/apt-get", apt_install),
+    ],
+)
+def test_default_installer(euid: int, apt: str | None, expected: object) -> None:
+    """apt-get is used only as root and only where it exists; otherwise the reason."""
+    which = _which({"apt-get": apt} if apt else {})
+    assert default_installer(which, lambda: euid) == expected
+
+
+def test_peers_name_their_debian_packages() -> None:
+    """The peers install from Debian's nats-server and redis-server packages."""
+    assert (NATS.binary, NATS.package) == ("nats-server", "nats-server")
+    assert (REDIS.binary, REDIS.package) == ("redis-server", "redis-server")
+    assert isinstance(_peers.PEERS[0], Peer)
+
+
+def test_redis_rejects_unknown_fsync(tmp_path: Path) -> None:
+    """Only appendfsync always and everysec are measured."""
+    with pytest.raises(ValueError, match="appendfsync"):
+        _peers.RedisStreams(tmp_path, "no")
+
+
+# ---------------------------------------------------------------------------------------
+# Results and goals
+
+
+def _measured(system: str, values: dict[str, float]) -> list[Result]:
+    params = TINY.params("always", "uvloop")
+    return [Result("pubsub", system, m, v, METRICS[m], dict(params)) for m, v in values.items()]
+
+
+def test_goals_judge_headrace_only() -> None:
+    """Each of Headrace's six metrics gets a goal row saying whether it was met; peers'
+    results get none."""
+    values = {
+        "publish_msgs_s": 2_000_000.0,
+        "consume_msgs_s": 900_000.0,
+        "e2e_latency_p50_ms": 0.4,
+        "e2e_latency_p99_ms": 7.0,
+        "restart_to_serving_s": 0.2,
+        "rss_mib": 150.0,
+    }
+    results = _measured("headrace", values) + _measured("redis-streams", values)
+    goals = {r.metric: r for r in pubsub.derive_goals(results)}
+    assert set(goals) == set(GOALS)
+    met = {metric: r.params["met"] for metric, r in goals.items()}
+    assert met == {
+        "publish_msgs_s": True,
+        "consume_msgs_s": False,
+        "e2e_latency_p50_ms": True,
+        "e2e_latency_p99_ms": False,
+        "restart_to_serving_s": True,
+        "rss_mib": False,
+    }
+    assert all(r.system == "headrace" and r.is_goal for r in goals.values())
+    assert goals["publish_msgs_s"].params["goal"] == ">= 1000000"
+
+
+def test_no_goals_without_headrace() -> None:
+    """Peers alone produce no goal rows."""
+    results = _measured("nats-jetstream", {"publish_msgs_s": 5e6, "rss_mib": 1.0})
+    assert list(pubsub.derive_goals(results)) == []
+
+
+def _entry(system: str, fsync: str, built: list[FakeSystem], fail_in: str | None = None) -> Entry:
+    def build(data_dir: Path) -> FakeSystem:
+        assert data_dir.is_dir()
+        fake = FakeSystem(system, fsync, fail_in=fail_in)
+        built.append(fake)
+        return fake
+
+    return Entry(system, build)
+
+
+def test_run_reports_every_metric_of_every_system(tmp_path: Path) -> None:
+    """Three fake systems: six results each with the scenario's params, in the order the
+    systems ran, then Headrace's six goals; every line is valid bench JSON; the data dirs
+    are gone afterwards."""
+    built: list[FakeSystem] = []
+    entries = [
+        _entry("headrace", "always", built),
+        _entry("nats-jetstream", "default", built),
+        _entry("redis-streams", "everysec", built),
+    ]
+    said = Messages()
+    options = RunOptions(quick=True, data_dir=tmp_path)
+    results = list(
+        pubsub.run(options, entries=entries, sizes=TINY, chart_path=tmp_path / "c.png", warn=said)
+    )
+    measured = [r for r in results if not r.is_goal]
+    assert [r.system for r in measured[::6]] == ["headrace", "nats-jetstream", "redis-streams"]
+    for r in measured:
+        assert r.unit == METRICS[r.metric]
+        assert r.value > 0
+        assert r.params["payload_bytes"] == 100
+        assert r.params["messages"] == 1000
+        json.loads(r.to_json())
+    assert {r.params["fsync"] for r in measured} == {"always", "default", "everysec"}
+    assert len([r for r in results if r.is_goal]) == len(GOALS)
+    assert all(fake.calls[-1] == "stop" for fake in built)
+    assert [p.name for p in tmp_path.iterdir() if p.is_dir()] == []
+
+
+def test_a_failing_system_is_reported_stopped_and_skipped(tmp_path: Path) -> None:
+    """A system that fails in consume keeps its publish result, is stopped, is named on
+    stderr with its error, and the next system still runs in full."""
+    built: list[FakeSystem] = []
+    entries = [
+        _entry("nats-jetstream", "default", built, fail_in="consume"),
+        _entry("redis-streams", "always", built),
+    ]
+    said = Messages()
+    results = list(
+        pubsub.run(
+            RunOptions(quick=True, data_dir=tmp_path),
+            entries=entries,
+            sizes=TINY,
+            chart_path=tmp_path / "c.png",
+            warn=said,
+        )
+    )
+    nats_metrics = [r.metric for r in results if r.system == "nats-jetstream"]
+    assert nats_metrics == ["publish_msgs_s"]
+    assert len([r for r in results if r.system == "redis-streams"]) == 6
+    assert built[0].calls == ["start", "publish", "consume", "stop"]
+    assert said.mentioning("nats-jetstream failed", "failed in consume")
+
+
+def test_run_with_no_system_says_so(tmp_path: Path) -> None:
+    """Nothing selected or installable: no results, and a line on stderr."""
+    said = Messages()
+    options = RunOptions(quick=True, data_dir=tmp_path)
+    assert list(pubsub.run(options, entries=[], sizes=TINY, warn=said)) == []
+    assert said.mentioning("no system to measure")
+
+
+# ---------------------------------------------------------------------------------------
+# The chart
+
+
+def test_chart_is_a_png(tmp_path: Path) -> None:
+    """The chart writer creates the missing directory and writes a PNG file."""
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "docs" / "bench" / "latency.png"
+    series = {
+        "headrace (fsync=always)": [0.2 + i / 1000 for i in range(1000)],
+        "redis-streams (fsync=everysec)": [0.5 + i / 100 for i in range(500)],
+    }
+    pubsub.write_latency_chart(series, path, title="test")
+    assert path.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_chart_without_matplotlib_says_how_to_get_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Without matplotlib no chart is written, and stderr names the extra to install."""
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    said = Messages()
+    path = tmp_path / "c.png"
+    assert not pubsub.write_chart_or_say({"x": [1.0]}, path, TINY, warn=said)
+    assert not path.exists()
+    assert said.mentioning("matplotlib", ".[bench]")
+
+
+def test_apt_install_output_goes_to_stderr(monkeypatch: pytest.MonkeyPatch) -> None:
+    """apt-get's chatter must not reach stdout, where --json lines go; a failing update
+    stops before the install."""
+    calls: list[tuple[list[str], object]] = []
+
+    def fake_run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[bytes]:
+        calls.append((argv, kwargs["stdout"]))
+        return subprocess.CompletedProcess(argv, 100)
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    assert apt_install(["redis-server"]) is False
+    assert calls == [(["apt-get", "update"], sys.stderr)]
