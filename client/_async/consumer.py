@@ -131,6 +131,7 @@ class AsyncConsumer:
         self._closed = False
         # Session state: replaced on every reconnect.
         self._epoch = 0
+        self._opened = 0  # sessions the broker confirmed (SUBSCRIBED)
         self._requests: _Requests = asyncio.Queue()
         self._taken = 0
         self._ranges: dict[int, list[list[int]]] = {}
@@ -306,6 +307,7 @@ class AsyncConsumer:
     async def _run(self) -> None:
         attempt = 0
         while not self._closed:
+            opened = self._opened
             try:
                 await self._session()
                 return  # the stream ended because we half-closed it
@@ -317,6 +319,8 @@ class AsyncConsumer:
                 self._error = error
                 self._ready.set()
                 return
+            if self._opened > opened:
+                attempt = 0  # that session was open: start the backoff over
             pause = backoff_s(attempt, self._rng)
             logger.warning(
                 "subscription %s of %s: stream broke (%s); reconnecting in %.2f s",
@@ -358,6 +362,7 @@ class AsyncConsumer:
                     cap = response.subscribed.max_unacked or 1_000
                     self._ack_threshold = max(1, min(cap // 4, self._credit_chunk))
                     self._subscribed.set()
+                    self._opened += 1
         finally:
             call.cancel()
 
