@@ -128,7 +128,7 @@ class BrokerService(_grpc.BrokerServicer):
                 subscribed=_pb.Subscribed(
                     topic=sub.topic,
                     subscription=sub.name,
-                    partitions=len(sub.status().partitions),
+                    partitions=sub.partition_count,
                     consumer_id=session.consumer_id,
                     max_unacked=sub.max_unacked,
                 )

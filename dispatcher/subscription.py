@@ -190,6 +190,11 @@ class Subscription:
         self._next_partition = 0
 
     @property
+    def partition_count(self) -> int:
+        """How many partitions the subscription's topic has."""
+        return len(self._parts)
+
+    @property
     def max_unacked(self) -> int:
         """The most records in flight at once."""
         return self._max_unacked
