@@ -14,7 +14,7 @@ import contextlib
 import json
 import sys
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from dataclasses import asdict
 from datetime import datetime
 from typing import Any, TypeVar
@@ -291,7 +291,7 @@ def lag(
             return
 
 
-def lag_rows(subs: Iterator[SubscriptionInfo] | list[SubscriptionInfo]) -> list[dict[str, Any]]:
+def lag_rows(subs: Iterable[SubscriptionInfo]) -> list[dict[str, Any]]:
     """One row per (topic, partition, subscription), with the fields of DESIGN section 4."""
     return [
         {

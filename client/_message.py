@@ -11,7 +11,6 @@ Pure module: no I/O, no asyncio.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 from client._wire.batch import RecordBatch, decode_batch
 from client.errors import DataLoss
@@ -139,16 +138,3 @@ class Message:
             f"key={self.key!r}, value={self.value[:32]!r}, "
             f"redelivery_count={self.redelivery_count})"
         )
-
-    def as_dict(self) -> dict[str, Any]:
-        """Every field, for printing as JSON (bytes left as bytes)."""
-        return {
-            "topic": self.topic,
-            "partition": self.partition,
-            "offset": self.offset,
-            "key": self.key,
-            "value": self.value,
-            "headers": self.headers,
-            "timestamp_ms": self.timestamp_ms,
-            "redelivery_count": self.redelivery_count,
-        }
