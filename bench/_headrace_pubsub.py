@@ -86,13 +86,11 @@ class HeadraceSystem:
     async def publish(self, count: int, payload: bytes) -> float:
         async with AsyncProducer(self._address) as producer:
             started = time.perf_counter()
-            last = None
-            for _ in range(count):
-                last = await producer.send(TOPIC, payload)
+            futures = [await producer.send(TOPIC, payload) for _ in range(count)]
             await producer.flush()
             elapsed = time.perf_counter() - started
-        if last is not None:
-            last.result()  # every future settled; a failure would have raised here
+        for future in futures:
+            future.result()  # every future has settled; any failure raises here
         return elapsed
 
     async def consume(self, count: int) -> float:
