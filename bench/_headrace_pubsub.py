@@ -4,9 +4,10 @@ Owns :class:`HeadraceSystem`: a real ``headrace serve`` process (fsync ``always`
 default) on a free loopback port, driven through the public client library only
 (``AsyncProducer``, ``AsyncConsumer``, ``AsyncAdminClient``), as a user would.
 
-- ``publish``: one producer, records queued with ``send`` as fast as the loop allows; it
-  batches per partition (up to 1 MiB, ``linger_ms`` 5) with one batch in flight per
-  partition, and every record is acknowledged after fsync.
+- ``publish``: one producer, every record handed over in one ``send_many`` call (the
+  client's columnar bulk path: batches of up to 1 MiB encoded straight from the list, the
+  partitions in turn, one batch in flight per partition); every record is acknowledged
+  after fsync, and the call's result is checked to hold all of them.
 - ``consume``: one exclusive subscription from ``earliest``; every message is acked
   individually (the client coalesces the acks into ranges).
 - ``e2e``: ``publish`` (one record, awaited) with ``linger_ms`` 0 against a consumer that
@@ -27,6 +28,7 @@ import grpc
 
 from bench._pubsub_system import (
     LatencyRecorder,
+    ServerFailedError,
     ServerProcess,
     free_port,
     measure_e2e,
@@ -84,13 +86,13 @@ class HeadraceSystem:
             await a.list_topics()
 
     async def publish(self, count: int, payload: bytes) -> float:
+        values = [payload] * count
         async with AsyncProducer(self._address) as producer:
             started = time.perf_counter()
-            futures = [await producer.send(TOPIC, payload) for _ in range(count)]
-            await producer.flush()
+            sent = await (await producer.send_many(TOPIC, values))  # raises on any failure
             elapsed = time.perf_counter() - started
-        for future in futures:
-            future.result()  # every future has settled; any failure raises here
+        if len(sent) != count:
+            raise ServerFailedError(f"{len(sent)} of {count} records were acknowledged")
         return elapsed
 
     async def consume(self, count: int) -> float:

@@ -2,7 +2,7 @@
 
 Modules:
     errors          ClientError and one class per gRPC status code; from_rpc_error
-    _types          TopicInfo, PartitionInfo, RecordMetadata
+    _types          TopicInfo, PartitionInfo, RecordMetadata, SentRecords, lag records
     _async.producer AsyncProducer: batching, per-partition pipelining, retries, idempotence
     _async.consumer AsyncConsumer: credits, batched acks, reconnects
     _async.admin    AsyncAdminClient: topics and subscriptions
@@ -25,7 +25,9 @@ from client._types import (
     DEFAULT_BROKER,
     PartitionInfo,
     PartitionLag,
+    PublishedRange,
     RecordMetadata,
+    SentRecords,
     SubscriptionInfo,
     TopicInfo,
 )
@@ -66,8 +68,10 @@ __all__ = [
     "PartitionLag",
     "PermissionDenied",
     "Producer",
+    "PublishedRange",
     "RecordMetadata",
     "ResourceExhausted",
+    "SentRecords",
     "SubscriptionInfo",
     "TopicInfo",
     "Unauthenticated",

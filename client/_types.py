@@ -5,7 +5,9 @@ Pure module: imports neither ``asyncio``, ``os`` nor ``time``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 DEFAULT_BROKER = "127.0.0.1:50051"
 
@@ -37,6 +39,69 @@ class RecordMetadata:
     partition: int
     offset: int
     duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedRange:
+    """One batch that :meth:`~client.AsyncProducer.send_many` published: ``count`` records
+    at offsets ``[base_offset, base_offset + count)`` of ``partition``.
+
+    ``indices`` says which of the values passed to ``send_many`` they are, in offset order.
+    ``duplicate``: the broker had the batch already (a retry that had been appended).
+    """
+
+    partition: int
+    base_offset: int
+    count: int
+    duplicate: bool
+    indices: Sequence[int]
+
+
+class SentRecords(Sequence[RecordMetadata]):
+    """What :meth:`~client.AsyncProducer.send_many` stored: a sequence with one
+    :class:`RecordMetadata` per value passed, in the order passed.
+
+    Built from the published batches (:attr:`ranges`) without per-record work; the first
+    lookup of a single record builds the index from record to batch once.
+    """
+
+    __slots__ = ("_where", "ranges", "topic")
+
+    def __init__(self, topic: str, ranges: Sequence[PublishedRange]) -> None:
+        self.topic = topic
+        #: The published batches, in the order they were cut from the values.
+        self.ranges: tuple[PublishedRange, ...] = tuple(ranges)
+        self._where: list[tuple[PublishedRange, int]] | None = None
+
+    def __len__(self) -> int:
+        return sum(r.count for r in self.ranges)
+
+    @overload
+    def __getitem__(self, i: int) -> RecordMetadata: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[RecordMetadata]: ...
+    def __getitem__(self, i: int | slice) -> RecordMetadata | Sequence[RecordMetadata]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        where = self._index()
+        r, pos = where[i]  # IndexError, and negative indices, come from the list
+        return RecordMetadata(self.topic, r.partition, r.base_offset + pos, r.duplicate)
+
+    def __iter__(self) -> Iterator[RecordMetadata]:
+        return (self[i] for i in range(len(self)))
+
+    def __repr__(self) -> str:
+        return f"SentRecords(topic={self.topic!r}, records={len(self)}, batches={len(self.ranges)})"
+
+    def _index(self) -> list[tuple[PublishedRange, int]]:
+        where = self._where
+        if where is None:
+            slots: list[tuple[PublishedRange, int] | None] = [None] * len(self)
+            for r in self.ranges:
+                for pos, i in enumerate(r.indices):
+                    slots[i] = (r, pos)
+            where = self._where = [slot for slot in slots if slot is not None]
+        return where
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,18 +24,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import operator
 import random
 import secrets
 import time
+from bisect import bisect_left
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate, repeat
 from types import TracebackType
 from typing import Self, TypeVar
 
 import grpc
 
-from client._types import DEFAULT_BROKER, RecordMetadata
+from client._types import DEFAULT_BROKER, PublishedRange, RecordMetadata, SentRecords
 from client._wire.batch import crc32c, encode_columns
 from client.errors import ClientClosed, ClientError, NotFound, from_rpc_error
 from proto import admin_pb2 as _admin
@@ -45,6 +48,7 @@ from proto import broker_pb2 as _pb
 logger = logging.getLogger(__name__)
 
 _MAX_MESSAGE = 64 << 20
+_RECORD_OVERHEAD = 16  # bytes a record counts for beyond its key and value
 _BACKOFF_BASE_S = 0.05
 _BACKOFF_MAX_S = 2.0
 R = TypeVar("R")
@@ -62,6 +66,8 @@ def backoff_s(attempt: int, rng: random.Random) -> float:
 
 @dataclass(slots=True)
 class _Pending:
+    """Records added one by one with :meth:`AsyncProducer.send`; one future each."""
+
     values: list[bytes] = field(default_factory=list)
     keys: list[bytes | None] = field(default_factory=list)
     headers: list[Mapping[str, bytes]] = field(default_factory=list)
@@ -69,6 +75,75 @@ class _Pending:
     futures: list[asyncio.Future[RecordMetadata]] = field(default_factory=list)
     size: int = 0
     has_headers: bool = False
+
+    @property
+    def count(self) -> int:
+        return len(self.values)
+
+    def encode(self, producer_id: int, base_sequence: int) -> bytes:
+        return encode_columns(
+            self.values,
+            keys=self.keys,
+            timestamps_ms=self.timestamps,
+            headers=self.headers if self.has_headers else None,
+            producer_id=producer_id,
+            base_sequence=base_sequence,
+        )
+
+    def resolve(self, topic: str, response: _pb.PublishResponse) -> None:
+        base, partition, duplicate = response.base_offset, response.partition, response.duplicate
+        for i, future in enumerate(self.futures):
+            if not future.done():
+                future.set_result(RecordMetadata(topic, partition, base + i, duplicate))
+
+    def fail(self, exc: ClientError) -> None:
+        for future in self.futures:
+            if not future.done():
+                future.set_exception(exc)
+
+
+@dataclass(slots=True)
+class _Bulk:
+    """A slice of one :meth:`AsyncProducer.send_many` call, published as one batch: the
+    columns go to the encoder as they are, and one future stands for all of them."""
+
+    values: Sequence[bytes]
+    keys: Sequence[bytes | None] | None
+    headers: Sequence[Mapping[str, bytes]] | None
+    timestamps: Sequence[int] | int
+    indices: Sequence[int]
+    size: int
+    future: asyncio.Future[PublishedRange]
+
+    @property
+    def count(self) -> int:
+        return len(self.values)
+
+    def encode(self, producer_id: int, base_sequence: int) -> bytes:
+        return encode_columns(
+            self.values,
+            keys=self.keys,
+            timestamps_ms=self.timestamps,
+            headers=self.headers,
+            producer_id=producer_id,
+            base_sequence=base_sequence,
+        )
+
+    def resolve(self, topic: str, response: _pb.PublishResponse) -> None:
+        if not self.future.done():
+            self.future.set_result(
+                PublishedRange(
+                    response.partition,
+                    response.base_offset,
+                    self.count,
+                    response.duplicate,
+                    self.indices,
+                )
+            )
+
+    def fail(self, exc: ClientError) -> None:
+        if not self.future.done():
+            self.future.set_exception(exc)
 
 
 class _Accumulator:
@@ -79,7 +154,7 @@ class _Accumulator:
         self.partition = partition
         self._producer = producer
         self._pending = _Pending()
-        self._sealed: deque[_Pending] = deque()  # full batches, oldest first
+        self._sealed: deque[_Pending | _Bulk] = deque()  # full batches, oldest first
         self._arrived = asyncio.Event()
         self._full = asyncio.Event()
         self._idle = asyncio.Event()
@@ -103,7 +178,7 @@ class _Accumulator:
         p.has_headers = p.has_headers or bool(headers)
         p.timestamps.append(timestamp_ms)
         p.futures.append(future)
-        size = len(value) + (len(key) if key else 0) + 16
+        size = len(value) + (len(key) if key else 0) + _RECORD_OVERHEAD
         p.size += size
         self._producer.buffered(size)
         self._idle.clear()
@@ -113,6 +188,18 @@ class _Accumulator:
             self._pending = _Pending()
             self._full.set()
         return future
+
+    def add_bulk(self, bulk: _Bulk) -> None:
+        """Queue a slice of a ``send_many`` call as a batch of its own, after the records
+        added before it."""
+        if self._pending.values:
+            self._sealed.append(self._pending)
+            self._pending = _Pending()
+        self._sealed.append(bulk)
+        self._producer.buffered(bulk.size)
+        self._idle.clear()
+        self._arrived.set()
+        self._full.set()
 
     async def flush(self) -> None:
         """Wait until every record added so far is acknowledged or failed."""
@@ -136,6 +223,7 @@ class _Accumulator:
             if not self._sealed and not self._full.is_set():
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._full.wait(), self._producer.linger_s)
+            batch: _Pending | _Bulk
             if self._sealed:
                 batch = self._sealed.popleft()
             else:
@@ -146,33 +234,20 @@ class _Accumulator:
             finally:
                 self._producer.buffered(-batch.size)
 
-    async def _publish(self, p: _Pending) -> None:
+    async def _publish(self, p: _Pending | _Bulk) -> None:
         try:
-            data = encode_columns(
-                p.values,
-                keys=p.keys,
-                timestamps_ms=p.timestamps,
-                headers=p.headers if p.has_headers else None,
-                producer_id=self._producer_id,
-                base_sequence=self._sequence if self._producer_id >= 0 else -1,
-            )
+            data = p.encode(self._producer_id, self._sequence if self._producer_id >= 0 else -1)
         except Exception as exc:  # the wire codec's own errors: a field out of range
-            _fail(p.futures, ClientError(f"cannot encode the batch: {exc}"))
+            p.fail(ClientError(f"cannot encode the batch: {exc}"))
             return
         try:
             response = await self._producer.publish_batch(self.topic, self.partition, data)
         except ClientError as exc:
             self._after_failure(exc)
-            _fail(p.futures, exc)
+            p.fail(exc)
             return
-        self._sequence += len(p.values)
-        for i, future in enumerate(p.futures):
-            if not future.done():
-                future.set_result(
-                    RecordMetadata(
-                        self.topic, response.partition, response.base_offset + i, response.duplicate
-                    )
-                )
+        self._sequence += p.count
+        p.resolve(self.topic, response)
 
     def _after_failure(self, exc: ClientError) -> None:
         if exc.retryable:
@@ -181,12 +256,6 @@ class _Accumulator:
             self._producer_id = self._producer.new_producer_id()
             self._sequence = 0
         # Otherwise the broker refused the batch: its sequence numbers are free again.
-
-
-def _fail(futures: list[asyncio.Future[RecordMetadata]], exc: ClientError) -> None:
-    for future in futures:
-        if not future.done():
-            future.set_exception(exc)
 
 
 class AsyncProducer:
@@ -265,10 +334,7 @@ class AsyncProducer:
             NotFound: the topic does not exist.
             ClientClosed: the producer is closed.
         """
-        if self._closed:
-            raise ClientClosed("the producer is closed")
-        while not self._room.is_set():
-            await self._room.wait()  # backpressure: buffer_max_bytes are waiting for acks
+        await self._wait_for_room()
         count = await self._partition_count(topic)
         if partition is None:
             partition = (
@@ -302,6 +368,116 @@ class AsyncProducer:
             timestamp_ms=timestamp_ms,
         )
         return await future
+
+    async def send_many(
+        self,
+        topic: str,
+        values: Sequence[bytes],
+        *,
+        keys: Sequence[bytes | None] | None = None,
+        headers: Sequence[Mapping[str, bytes]] | None = None,
+        partition: int | None = None,
+        timestamps_ms: Sequence[int] | int | None = None,
+    ) -> asyncio.Future[SentRecords]:
+        """Queue many records at once: the columnar fast path.
+
+        The columns are cut into batches of up to ``batch_max_bytes`` and each batch is
+        encoded straight from them, so Python does no work per record beyond hashing keys.
+        Records go where :meth:`send` would put them: to ``partition`` if given, else by
+        key hash; records without a key go to the partitions in turn, one batch each, so a
+        large call keeps every partition busy. Within a partition, records keep the order
+        they were passed in, after everything sent before. Retries, idempotence and
+        backpressure are those of :meth:`send`.
+
+        Args:
+            topic: The topic.
+            values: One value per record.
+            keys: One key (or ``None``) per record, or ``None`` for no keys.
+            headers: One mapping per record, or ``None`` for no headers.
+            partition: Send every record to this partition.
+            timestamps_ms: One timestamp per record, or one for all (default: now).
+
+        Returns:
+            A future that resolves to :class:`SentRecords` (one :class:`RecordMetadata`
+            per value, in order) once every batch is acknowledged, or fails with the first
+            batch's error. There is no atomicity across batches: batches acknowledged
+            before a failure stay in the log.
+
+        Raises:
+            ValueError: A column's length differs from ``values``'s, or ``partition`` is
+                not one of the topic's.
+            NotFound: The topic does not exist.
+            ClientClosed: The producer is closed.
+        """
+        if self._closed:
+            raise ClientClosed("the producer is closed")
+        n = len(values)
+        for name, column in (
+            ("keys", keys),
+            ("headers", headers),
+            ("timestamps_ms", timestamps_ms),
+        ):
+            if isinstance(column, Sequence) and len(column) != n:
+                raise ValueError(f"{name} has {len(column)} entries but values has {n}")
+        count = await self._partition_count(topic)
+        if partition is not None and not 0 <= partition < count:
+            raise ValueError(f"topic {topic!r} has partitions 0-{count - 1}, not {partition}")
+        ts: Sequence[int] | int = (
+            timestamps_ms if timestamps_ms is not None else time.time_ns() // 1_000_000
+        )
+        bulks = self._cut(
+            topic, count, values, keys=keys, headers=headers, timestamps=ts, partition=partition
+        )
+        for target, bulk in bulks:
+            await self._wait_for_room()
+            acc = self._accumulators.get((topic, target))
+            if acc is None:
+                acc = self._accumulators[(topic, target)] = _Accumulator(self, topic, target)
+            acc.add_bulk(bulk)
+        return asyncio.ensure_future(_sent(topic, [bulk.future for _, bulk in bulks]))
+
+    def _cut(
+        self,
+        topic: str,
+        count: int,
+        values: Sequence[bytes],
+        *,
+        keys: Sequence[bytes | None] | None,
+        headers: Sequence[Mapping[str, bytes]] | None,
+        timestamps: Sequence[int] | int,
+        partition: int | None,
+    ) -> list[tuple[int, _Bulk]]:
+        """Cut a ``send_many`` call into (partition, batch) pairs, in send order."""
+        loop = asyncio.get_running_loop()
+        out: list[tuple[int, _Bulk]] = []
+        groups: list[tuple[int | None, Sequence[int]]]
+        if partition is not None or keys is None:
+            groups = [(partition, range(len(values)))]  # contiguous: slice the columns
+        else:
+            by_partition: dict[int, list[int]] = {}
+            for i, key in enumerate(keys):
+                p = partition_for(key, count) if key is not None else self._sticky_for(topic, count)
+                by_partition.setdefault(p, []).append(i)
+            groups = list(by_partition.items())
+        for target, indices in groups:
+            vs, ks, hs, ts = _take(indices, values, keys, headers, timestamps)
+            for a, b, size in _slices(vs, ks, self.batch_max_bytes):
+                if target is None:  # unkeyed: one batch per partition in turn
+                    p = self._sticky_for(topic, count)
+                    self._sticky[topic] = (p + 1) % count
+                else:
+                    p = target
+                bulk = _Bulk(
+                    vs[a:b],
+                    None if ks is None else ks[a:b],
+                    None if hs is None else hs[a:b],
+                    ts if isinstance(ts, int) else ts[a:b],
+                    indices[a:b],
+                    size,
+                    loop.create_future(),
+                )
+                out.append((p, bulk))
+        return out
 
     async def flush(self) -> None:
         """Wait until every record sent so far is acknowledged or failed."""
@@ -380,7 +556,63 @@ class AsyncProducer:
             self._partitions[topic] = count
         return count
 
+    async def _wait_for_room(self) -> None:
+        if self._closed:
+            raise ClientClosed("the producer is closed")
+        while not self._room.is_set():
+            await self._room.wait()  # backpressure: buffer_max_bytes are waiting for acks
+
     def _sticky_for(self, topic: str, count: int) -> int:
         if topic not in self._sticky:
             self._sticky[topic] = self._rng.randrange(count)
         return self._sticky[topic]
+
+
+async def _sent(topic: str, futures: list[asyncio.Future[PublishedRange]]) -> SentRecords:
+    return SentRecords(topic, await asyncio.gather(*futures))
+
+
+def _take(
+    indices: Sequence[int],
+    values: Sequence[bytes],
+    keys: Sequence[bytes | None] | None,
+    headers: Sequence[Mapping[str, bytes]] | None,
+    timestamps: Sequence[int] | int,
+) -> tuple[
+    Sequence[bytes],
+    Sequence[bytes | None] | None,
+    Sequence[Mapping[str, bytes]] | None,
+    Sequence[int] | int,
+]:
+    """The columns' entries at ``indices``; a whole range is the columns themselves."""
+    if isinstance(indices, range) and indices == range(len(values)):
+        return values, keys, headers, timestamps
+    return (
+        [values[i] for i in indices],
+        None if keys is None else [keys[i] for i in indices],
+        None if headers is None else [headers[i] for i in indices],
+        timestamps if isinstance(timestamps, int) else [timestamps[i] for i in indices],
+    )
+
+
+def _slices(
+    values: Sequence[bytes], keys: Sequence[bytes | None] | None, limit: int
+) -> Iterator[tuple[int, int, int]]:
+    """``(start, stop, bytes)`` of consecutive batches, each closed by the record that
+    makes it reach ``limit`` bytes (as :meth:`_Accumulator.add` seals a batch).
+
+    A record counts its value, its key and 16 bytes of overhead, as in ``send``.
+    """
+    sizes = map(operator.add, map(len, values), repeat(_RECORD_OVERHEAD))
+    if keys is not None:
+        sizes = map(operator.add, sizes, map(_key_length, keys))
+    cumulative = list(accumulate(sizes))
+    start, before = 0, 0
+    while start < len(cumulative):
+        stop = min(bisect_left(cumulative, before + limit, lo=start) + 1, len(cumulative))
+        yield start, stop, cumulative[stop - 1] - before
+        start, before = stop, cumulative[stop - 1]
+
+
+def _key_length(key: bytes | None) -> int:
+    return 0 if key is None else len(key)

@@ -9,6 +9,8 @@ Blocking equivalents:
 * ``send`` blocks until the record is queued, not until it is acknowledged. It returns a
   ``concurrent.futures.Future[RecordMetadata]``. The first send to a topic also looks up
   its partition count, which is one RPC.
+* ``send_many`` likewise blocks until the records are queued and returns a
+  ``concurrent.futures.Future[SentRecords]``.
 * ``publish`` blocks until the record is acknowledged or has failed.
 * ``flush`` blocks until every record sent so far is acknowledged or has failed.
 * ``close`` replaces ``aclose``, and the class is a context manager in place of an async one.
@@ -19,13 +21,15 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
-from typing import Self
+from typing import Self, TypeVar
 
 from client._async.producer import AsyncProducer
 from client._sync._bridge import LoopThread, to_concurrent
-from client._types import DEFAULT_BROKER, RecordMetadata
+from client._types import DEFAULT_BROKER, RecordMetadata, SentRecords
+
+T = TypeVar("T")
 
 
 class Producer:
@@ -140,6 +144,41 @@ class Producer:
             )
         )
 
+    def send_many(
+        self,
+        topic: str,
+        values: Sequence[bytes],
+        *,
+        keys: Sequence[bytes | None] | None = None,
+        headers: Sequence[Mapping[str, bytes]] | None = None,
+        partition: int | None = None,
+        timestamps_ms: Sequence[int] | int | None = None,
+    ) -> concurrent.futures.Future[SentRecords]:
+        """Queue many records at once, the columnar fast path (see
+        :meth:`AsyncProducer.send_many <client._async.producer.AsyncProducer.send_many>`).
+        Block until they are queued, not until they are acknowledged.
+
+        Returns:
+            A future holding :class:`SentRecords` (one :class:`RecordMetadata` per value, in
+            order) once every batch is acknowledged, or the first batch's error.
+
+        Raises:
+            ValueError: A column's length differs from ``values``'s, or ``partition`` is
+                not one of the topic's.
+            NotFound: The topic does not exist.
+            ClientClosed: The producer is closed.
+        """
+        send_many = functools.partial(
+            self._producer.send_many,
+            topic,
+            values,
+            keys=keys,
+            headers=headers,
+            partition=partition,
+            timestamps_ms=timestamps_ms,
+        )
+        return self._bridge.run(_queued(send_many))
+
     def flush(self) -> None:
         """Block until every record sent so far is acknowledged or has failed.
 
@@ -165,8 +204,8 @@ class Producer:
 
 
 async def _queued(
-    send: Callable[[], Awaitable[asyncio.Future[RecordMetadata]]],
-) -> concurrent.futures.Future[RecordMetadata]:
+    send: Callable[[], Awaitable[asyncio.Future[T]]],
+) -> concurrent.futures.Future[T]:
     """Call ``AsyncProducer.send`` on the loop and hand its future across threads.
 
     It takes the call, not the coroutine, so a refused ``_queued`` leaves no inner

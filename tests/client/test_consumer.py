@@ -4,11 +4,9 @@ acks and cursors, partitioning by key, reconnects across a broker restart."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-import pytest_asyncio
 
 from broker.app import Broker
 from broker.config import BrokerConfig
@@ -23,18 +21,9 @@ from client import (
     partition_for,
 )
 from tests.broker.conftest import broker_config
+from tests.client.conftest import address
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
-
-
-@pytest_asyncio.fixture
-async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
-    async with Broker(broker_config(tmp_path / "data")) as running:
-        yield running
-
-
-def address(broker: Broker) -> str:
-    return f"127.0.0.1:{broker.port}"
 
 
 async def _create(broker: Broker, topic: str, partitions: int = 1) -> None:

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
 import pytest
-import pytest_asyncio
 
 from broker.app import Broker
 from client import (
@@ -27,35 +25,7 @@ from client._wire.batch import decode_batch
 from proto import broker_pb2 as pb
 from proto import broker_pb2_grpc
 from tests.broker.conftest import broker_config
-
-
-@pytest_asyncio.fixture
-async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
-    async with Broker(broker_config(tmp_path / "data")) as running:
-        yield running
-
-
-def address(broker: Broker) -> str:
-    return f"127.0.0.1:{broker.port}"
-
-
-async def read_partition(
-    broker: Broker, topic: str, partition: int
-) -> list[tuple[int, bytes, bytes | None]]:
-    """Every (offset, value, key) of a partition, fetched over gRPC."""
-    out: list[tuple[int, bytes, bytes | None]] = []
-    async with grpc.aio.insecure_channel(address(broker)) as channel:
-        stub = broker_pb2_grpc.BrokerStub(channel)
-        offset = 0
-        while True:
-            got = await stub.Fetch(pb.FetchRequest(topic=topic, partition=partition, offset=offset))
-            if not got.batches:
-                return out
-            for raw in got.batches:
-                b = decode_batch(raw)
-                assert b is not None
-                out += zip(b.offsets(), b.values(), b.keys(), strict=True)
-                offset = b.next_offset
+from tests.client.conftest import address, read_partition
 
 
 @pytest.mark.asyncio
