@@ -10,7 +10,11 @@ Pure module: no I/O, no asyncio.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
+from functools import partial
+from itertools import repeat
+from typing import cast
 
 from client._wire.batch import RecordBatch, decode_batch
 from client.errors import DataLoss
@@ -19,7 +23,7 @@ from client.errors import DataLoss
 class DeliveredBatch:
     """One decoded batch, shared by the messages cut from it."""
 
-    __slots__ = ("_headers", "_keys", "batch", "topic", "value_data", "value_offsets")
+    __slots__ = ("_headers", "_keys", "batch", "data", "topic", "value_offsets")
 
     def __init__(self, topic: str, data: bytes) -> None:
         decoded = decode_batch(data)
@@ -27,8 +31,10 @@ class DeliveredBatch:
             raise DataLoss(f"the broker sent a damaged batch of topic {topic!r}: {decoded}")
         self.topic = topic
         self.batch: RecordBatch = decoded
-        self.value_offsets: list[int] = decoded.value_offsets().tolist()
-        self.value_data = decoded.value_data()
+        self.data = data
+        #: Where each value starts in ``data``, and where the last one ends.
+        start = decoded.layout.value_data
+        self.value_offsets: list[int] = [start + o for o in decoded.value_offsets().tolist()]
         self._keys: list[bytes | None] | None = None
         self._headers: list[dict[str, bytes]] | None = None
 
@@ -51,81 +57,85 @@ class DeliveredBatch:
         to_offset: int,
         redeliveries: dict[int, int],
         epoch: int = 0,
-    ) -> list[Message]:
-        """The messages of offsets ``[from_offset, to_offset)``."""
+    ) -> Iterable[Message]:
+        """The messages of offsets ``[from_offset, to_offset)``, built lazily and in C (the
+        caller consumes the iterable at once, e.g. with ``deque.extend``)."""
         base = self.batch.base_offset
         if not base <= from_offset <= to_offset <= self.batch.next_offset:
             raise DataLoss(
                 f"delivery [{from_offset}, {to_offset}) is outside its batch "
                 f"[{base}, {self.batch.next_offset})"
             )
-        if redeliveries:
-            return [
-                Message(
-                    self, partition, o, o - base, redeliveries=redeliveries.get(o, 0), epoch=epoch
-                )
-                for o in range(from_offset, to_offset)
-            ]
-        return [
-            Message(self, partition, o, o - base, epoch=epoch)
-            for o in range(from_offset, to_offset)
-        ]
+        offsets = range(from_offset, to_offset)
+        counts: Iterable[int] = (
+            map(redeliveries.get, offsets, repeat(0)) if redeliveries else repeat(0)
+        )
+        rows = zip(
+            repeat(self),
+            range(from_offset - base, to_offset - base),
+            repeat(partition),
+            offsets,
+            counts,
+            repeat(epoch),
+        )
+        return map(_new_message, rows)
 
 
-class Message:
+class Message(tuple[DeliveredBatch, int, int, int, int, int]):
     """One received record.
 
-    Attributes:
-        partition: The partition it was read from.
-        offset: Its offset in that partition.
-        redelivery_count: How often it was delivered before (0 on first delivery).
+    Immutable. It is a tuple underneath only so that a delivery's messages are built in C,
+    without a Python call each; use the attributes, the tuple layout is private.
     """
 
-    __slots__ = ("_batch", "_i", "epoch", "offset", "partition", "redelivery_count")
+    __slots__ = ()
 
-    def __init__(
-        self,
-        batch: DeliveredBatch,
-        partition: int,
-        offset: int,
-        i: int,
-        *,
-        redeliveries: int = 0,
-        epoch: int = 0,
-    ) -> None:
-        self._batch = batch
-        self._i = i
-        self.partition = partition
-        self.offset = offset
-        self.redelivery_count = redeliveries
-        #: The consumer session it arrived on; acks from older sessions are dropped.
-        self.epoch = epoch
+    @property
+    def partition(self) -> int:
+        """The partition it was read from."""
+        return self[2]
+
+    @property
+    def offset(self) -> int:
+        """Its offset in that partition."""
+        return self[3]
+
+    @property
+    def redelivery_count(self) -> int:
+        """How often it was delivered before (0 on first delivery)."""
+        return self[4]
+
+    @property
+    def epoch(self) -> int:
+        """The consumer session it arrived on; acks from older sessions are dropped."""
+        return self[5]
 
     @property
     def topic(self) -> str:
         """The topic it was read from."""
-        return self._batch.topic
+        return self[0].topic
 
     @property
     def value(self) -> bytes:
         """The record's value."""
-        offsets = self._batch.value_offsets
-        return bytes(self._batch.value_data[offsets[self._i] : offsets[self._i + 1]])
+        batch, i = self[0], self[1]
+        offsets = batch.value_offsets
+        return batch.data[offsets[i] : offsets[i + 1]]
 
     @property
     def key(self) -> bytes | None:
         """The record's key, or None."""
-        return self._batch.key(self._i)
+        return self[0].key(self[1])
 
     @property
     def headers(self) -> dict[str, bytes]:
         """The record's headers (empty when it has none)."""
-        return self._batch.headers(self._i)
+        return self[0].headers(self[1])
 
     @property
     def timestamp_ms(self) -> int:
         """When it was published, in milliseconds since the epoch (0 if unknown)."""
-        return int(self._batch.batch.timestamps()[self._i])
+        return int(self[0].batch.timestamps()[self[1]])
 
     @property
     def publish_time(self) -> datetime:
@@ -138,3 +148,10 @@ class Message:
             f"key={self.key!r}, value={self.value[:32]!r}, "
             f"redelivery_count={self.redelivery_count})"
         )
+
+
+#: ``tuple.__new__`` bound to Message: builds one from a row without running Python code.
+_new_message = cast(
+    "Callable[[tuple[DeliveredBatch, int, int, int, int, int]], Message]",
+    partial(tuple.__new__, Message),
+)

@@ -60,24 +60,76 @@ async def test_round_trip_values_keys_headers_and_time(broker: Broker) -> None:
     assert msg.redelivery_count == 0
 
 
-async def test_many_records_arrive_in_order_and_acks_move_the_cursor(broker: Broker) -> None:
+async def test_many_records_arrive_in_order_and_acks_move_the_cursor(tmp_path: Path) -> None:
+    """5,000 records through a broker whose max_unacked is 1,000: only the consumer's
+    acks let the rest come, and afterwards the cursor is at the head."""
+    async with Broker(broker_config(tmp_path / "data", max_unacked=1_000)) as broker:
+        await _create(broker, "t")
+        values = [b"%05d" % i for i in range(5_000)]
+        await _produce(broker, "t", values)
+        got: list[Message] = []
+        async with AsyncConsumer("t", "s", broker=address(broker), receive_queue=300) as c:
+            async with asyncio.timeout(10):
+                async for m in c:
+                    got.append(m)
+                    c.ack(m)
+                    if len(got) == 5_000:
+                        break
+        assert [m.value for m in got] == values
+        async with AsyncAdminClient(address(broker)) as admin:
+            info = await admin.describe_subscription("t", "s")
+        assert [(p.cursor, p.head, p.lag, p.in_flight) for p in info.partitions] == [
+            (5_000, 5_000, 0, 0)
+        ]
+
+
+async def test_ack_many_acks_whole_batches_and_keeps_holes(tmp_path: Path) -> None:
+    """Scenario: 3,000 records over 3 partitions, max_unacked 500; every receive_batch is
+    acked with one ack_many, except that offsets 10-19 of partition 0 are never acked.
+    Expected: all 3,000 arrive (the cap is released by the acks), then the cursors are
+    partition 0 at 10 with its lag exactly the 10 holes, the others at their heads; a
+    second consumer gets exactly the 10 holes, marked redelivered."""
+    async with Broker(broker_config(tmp_path / "data", max_unacked=500)) as broker:
+        await _create(broker, "t", 3)
+        async with AsyncProducer(address(broker)) as producer:
+            await (await producer.send_many("t", [b"%04d" % i for i in range(3000)]))
+        seen = 0
+        async with AsyncConsumer("t", "s", broker=address(broker)) as consumer:
+            async with asyncio.timeout(10):
+                while seen < 3000:
+                    batch = await consumer.receive_batch(400)
+                    seen += len(batch)
+                    consumer.ack_many(
+                        m for m in batch if not (m.partition == 0 and 10 <= m.offset < 20)
+                    )
+        async with AsyncAdminClient(address(broker)) as admin:
+            info = await admin.describe_subscription("t", "s")
+        heads = [p.head for p in info.partitions]
+        assert sum(heads) == 3000
+        assert [(p.cursor, p.lag) for p in info.partitions] == [
+            (10, 10),
+            (heads[1], 0),
+            (heads[2], 0),
+        ]
+        async with AsyncConsumer("t", "s", broker=address(broker)) as again:
+            holes = await _take(again, 10)
+        assert [(m.partition, m.offset, m.redelivery_count) for m in holes] == [
+            (0, o, 1) for o in range(10, 20)
+        ]
+
+
+async def test_acks_of_a_broken_session_are_dropped(broker: Broker) -> None:
+    """A message from an earlier session (another epoch) is not acked by ack_many: the
+    broker redelivers it rather than the consumer acking it on the wrong session."""
     await _create(broker, "t")
-    values = [b"%05d" % i for i in range(5_000)]
-    await _produce(broker, "t", values)
-    got: list[Message] = []
-    async with AsyncConsumer("t", "s", broker=address(broker), receive_queue=300) as consumer:
-        async with asyncio.timeout(10):
-            async for m in consumer:  # more than max_unacked: only acks let the rest come
-                got.append(m)
-                consumer.ack(m)
-                if len(got) == 5_000:
-                    break
-    assert [m.value for m in got] == values
+    await _produce(broker, "t", [b"a", b"b"])
+    async with AsyncConsumer("t", "s", broker=address(broker)) as consumer:
+        a, b = await _take(consumer, 2)
+        stale = Message((a[0], a[1], a[2], a[3], a[4], a[5] - 1))
+        consumer.ack_many([stale, b])
     async with AsyncAdminClient(address(broker)) as admin:
         info = await admin.describe_subscription("t", "s")
-    assert [(p.cursor, p.head, p.lag, p.in_flight) for p in info.partitions] == [
-        (5_000, 5_000, 0, 0)
-    ]
+    assert (info.partitions[0].cursor, info.partitions[0].lag) == (0, 1)
 
 
 async def test_unacked_records_are_redelivered_to_the_next_consumer(broker: Broker) -> None:
