@@ -1,7 +1,8 @@
 """Headrace as a system of the ``pubsub`` scenario.
 
 Owns :class:`HeadraceSystem`: a real ``headrace serve`` process (fsync ``always``, the
-default) on a free loopback port, driven through the public client library only
+default; ``max_unacked`` 20,000, as the JetStream consumer's ``max_ack_pending``) on a free
+loopback port, driven through the public client library only
 (``AsyncProducer``, ``AsyncConsumer``, ``AsyncAdminClient``), as a user would.
 
 - ``publish``: one producer, every record handed over in one ``send_many`` call (the
@@ -28,6 +29,7 @@ from pathlib import Path
 
 import grpc
 
+from bench._peers import NATS_MAX_ACK_PENDING
 from bench._pubsub_system import (
     LatencyRecorder,
     ServerFailedError,
@@ -49,6 +51,9 @@ PARTITIONS = 4
 #: The consumer's receive queue in the consume phase: two 1 MiB batches of 100 B records
 #: may be on their way while the application works through a third.
 CONSUME_QUEUE = 20_000
+#: The broker's cap on unacked records per subscription (default 1,000), raised as the
+#: JetStream consumer's ``max_ack_pending`` is raised in this bench, and to the same value.
+MAX_UNACKED = NATS_MAX_ACK_PENDING
 
 
 class HeadraceSystem:
@@ -67,6 +72,8 @@ class HeadraceSystem:
                 "-c",
                 "from broker.cli import main; main()",
                 "serve",
+                "--config",
+                str(self._write_config()),
                 "--data-dir",
                 str(data_dir / "data"),
                 "--listen",
@@ -78,6 +85,11 @@ class HeadraceSystem:
             ],
             data_dir / "headrace.log",
         )
+
+    def _write_config(self) -> Path:
+        path = self._dir / "headrace.toml"
+        path.write_text(f"[broker]\nmax_unacked = {MAX_UNACKED}\n")
+        return path
 
     async def start(self) -> None:
         self._process.start()

@@ -14,7 +14,7 @@ TOML layout (every key optional)::
     default_partitions = 1           # partitions of an auto-created topic
     max_request_bytes = 17825792     # largest gRPC message accepted, bytes (17 MiB)
     grace_seconds = 5.0              # how long shutdown lets calls finish, seconds
-    max_unacked = 50000              # records in flight per subscription, at most
+    max_unacked = 1000               # records in flight per subscription, at most
     cursor_flush_interval_ms = 100   # how often consumer acks are saved, milliseconds
 
     [wal]                            # every wal.LogConfig field, same names and units
@@ -55,8 +55,8 @@ class BrokerConfig:
             batch plus framing).
         grace_seconds: How long shutdown lets in-flight calls finish, seconds. Default 5.
         max_unacked: Records sent to a subscription's consumers and not yet acknowledged,
-            at most; the broker stops sending at this cap. Default 50,000 (at 1 M msg/s, 50 ms
-            of records: enough for acks to come back before the window runs dry).
+            at most; the broker stops sending at this cap. Default 1,000. Raise it for
+            throughput: a consumer acking in bulk needs a few batches in flight.
         cursor_flush_interval_ms: How often consumer acks are saved, milliseconds. Acks not
             yet saved when the broker dies are redelivered (never skipped). Seeks and
             ``AckUpTo`` commits are saved before they are answered. Default 100.
@@ -70,7 +70,7 @@ class BrokerConfig:
     default_partitions: int = 1
     max_request_bytes: int = 17 * MIB
     grace_seconds: float = 5.0
-    max_unacked: int = 50_000
+    max_unacked: int = 1_000
     cursor_flush_interval_ms: int = 100
     wal: LogConfig = field(default_factory=LogConfig)
 

@@ -91,7 +91,7 @@ class SubscriptionRegistry:
         data_dir: str,
         *,
         fs: FileSystem | None = None,
-        max_unacked: int = 50_000,
+        max_unacked: int = 1_000,
         flush_interval_s: float = 0.1,
     ) -> None:
         self._root = os.path.join(data_dir, "subscriptions")

@@ -167,7 +167,7 @@ class Subscription:
         acks: Sequence[AckRanges],
         *,
         type_: SubscriptionType = SubscriptionType.EXCLUSIVE,
-        max_unacked: int = 50_000,
+        max_unacked: int = 1_000,
         max_batch_bytes: int = 256 << 10,
         on_change: Callable[[Subscription], None] = lambda _s: None,
         clock: Callable[[], float] = time.time,

@@ -380,7 +380,7 @@ class AsyncConsumer:
                     )
                     self._ready.set()
                 elif response.HasField("subscribed"):
-                    cap = response.subscribed.max_unacked or 50_000
+                    cap = response.subscribed.max_unacked or 1_000
                     self._ack_threshold = max(1, min(cap // 4, self._credit_chunk))
                     self._subscribed.set()
                     self._opened += 1

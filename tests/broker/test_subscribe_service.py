@@ -138,7 +138,7 @@ async def test_stream_delivers_whole_batches_or_the_unacked_part(client: Client)
     call = client.broker.Subscribe(_requests(small))
     subscribed = await call.read()
     assert subscribed.subscribed.partitions == 1
-    assert subscribed.subscribed.max_unacked == 50_000
+    assert subscribed.subscribed.max_unacked == 1_000
     got = await call.read()
     assert (got.delivery.from_offset, got.delivery.to_offset) == (1, 3)  # not split to 1
     call.cancel()
