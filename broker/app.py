@@ -17,6 +17,7 @@ import logging
 import signal
 from types import TracebackType
 from typing import Self
+from wsgiref.simple_server import WSGIServer
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -52,12 +53,14 @@ class Broker:
             config.data_dir,
             max_unacked=config.max_unacked,
             flush_interval_s=config.cursor_flush_interval_ms / 1000,
+            heartbeat=config.heartbeat,
         )
+        self.metrics.watch_subscriptions(lambda: self.subscriptions.samples)
         self.port = 0
         self.metrics_port = 0
         self._server: grpc.aio.Server | None = None
         self._health = health.aio.HealthServicer()
-        self._metrics_http: object | None = None
+        self._metrics_http: WSGIServer | None = None
 
     async def start(self) -> None:
         """Open the topics and subscriptions, then start serving gRPC and metrics."""
@@ -118,7 +121,8 @@ class Broker:
         await self.topics.aclose()
         http, self._metrics_http = self._metrics_http, None
         if http is not None:
-            await asyncio.to_thread(http.shutdown)  # type: ignore[attr-defined]
+            await asyncio.to_thread(http.shutdown)  # stop serve_forever on its thread
+            http.server_close()  # and release the listening socket
         logger.info("headrace stopped")
 
     async def __aenter__(self) -> Self:

@@ -20,6 +20,14 @@ TOML layout (every key optional)::
     [wal]                            # every wal.LogConfig field, same names and units
     segment_bytes = 134217728
     fsync = "always"                 # always | interval | never
+
+    [heartbeat]                      # the lag monitor behind the notifier
+    interval_ms = 500                # how often each subscription is checked, milliseconds
+    stall_timeout_ms = 10000         # backlog + room + no progress this long: STALLED
+    [heartbeat.topics]               # interval overrides per topic, milliseconds
+    orders = 100
+    [heartbeat.subscriptions]        # per "topic/subscription"; wins over the topic's
+    "orders/billing" = 50
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from dispatcher import HeartbeatConfig, InvalidSubscriptionError
 from wal import FsyncPolicy, LogConfig, WalConfigError
 
 MIB = 1 << 20
@@ -61,6 +70,8 @@ class BrokerConfig:
             yet saved when the broker dies are redelivered (never skipped). Seeks and
             ``AckUpTo`` commits are saved before they are answered. Default 100.
         wal: Settings of every partition's log (:class:`wal.LogConfig`).
+        heartbeat: The heartbeat lag monitor (:class:`dispatcher.HeartbeatConfig`): interval
+            500 ms, per topic and per subscription; stall timeout 10 s.
     """
 
     data_dir: str = "./data"
@@ -73,6 +84,7 @@ class BrokerConfig:
     max_unacked: int = 1_000
     cursor_flush_interval_ms: int = 100
     wal: LogConfig = field(default_factory=LogConfig)
+    heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)
 
     def __post_init__(self) -> None:
         _address("listen", self.listen, allow_empty=False)
@@ -136,17 +148,19 @@ class BrokerConfig:
 
     @classmethod
     def from_mapping(cls, doc: Mapping[str, Any], *, source: str = "config") -> BrokerConfig:
-        """Build from a parsed document with ``[broker]`` and ``[wal]`` tables."""
-        _known(doc, {"broker", "wal"}, source)
+        """Build from a parsed document with ``[broker]``, ``[wal]`` and ``[heartbeat]``
+        tables."""
+        _known(doc, {"broker", "wal", "heartbeat"}, source)
         broker = dict(doc.get("broker", {}))
-        names = {f.name for f in dataclasses.fields(cls)} - {"wal"}
+        names = {f.name for f in dataclasses.fields(cls)} - {"wal", "heartbeat"}
         _known(broker, names, f"{source} [broker]")
         wal_doc = dict(doc.get("wal", {}))
         _known(wal_doc, {f.name for f in dataclasses.fields(LogConfig)}, f"{source} [wal]")
         if "fsync" in wal_doc:
             wal_doc["fsync"] = _fsync(wal_doc["fsync"])
+        heartbeat = _heartbeat(doc.get("heartbeat", {}), f"{source} [heartbeat]")
         try:
-            return cls(**broker, wal=LogConfig(**wal_doc))
+            return cls(**broker, wal=LogConfig(**wal_doc), heartbeat=heartbeat)
         except WalConfigError as exc:
             raise ConfigError(f"{source} [wal]: {exc}") from exc
         except TypeError as exc:
@@ -159,6 +173,42 @@ def _known(table: Mapping[str, Any], names: set[str], where: str) -> None:
         raise ConfigError(
             f"{where}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}"
         )
+
+
+def _heartbeat(table: object, where: str) -> HeartbeatConfig:
+    """``[heartbeat]`` (milliseconds in the file) as a :class:`HeartbeatConfig` (seconds)."""
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{where} must be a table")
+    _known(table, {"interval_ms", "stall_timeout_ms", "topics", "subscriptions"}, where)
+    overrides: dict[str, dict[str, float]] = {}
+    for kind in ("topics", "subscriptions"):
+        entries = table.get(kind, {})
+        if not isinstance(entries, Mapping):
+            raise ConfigError(f"{where}.{kind} must be a table of name = milliseconds")
+        overrides[kind] = {name: _seconds(f"{where}.{kind}", v) for name, v in entries.items()}
+    default = HeartbeatConfig()
+    try:
+        return HeartbeatConfig(
+            interval_s=_seconds(f"{where} interval_ms", table.get("interval_ms"))
+            if "interval_ms" in table
+            else default.interval_s,
+            stall_timeout_s=_seconds(
+                f"{where} stall_timeout_ms", table.get("stall_timeout_ms"), 86_400_000
+            )
+            if "stall_timeout_ms" in table
+            else default.stall_timeout_s,
+            topics=overrides["topics"],
+            subscriptions=overrides["subscriptions"],
+        )
+    except InvalidSubscriptionError as exc:
+        raise ConfigError(f"{where}: {exc}") from exc
+
+
+def _seconds(where: str, value: object, hi_ms: int = 3_600_000) -> float:
+    """Milliseconds from the file, checked to lie in [1, ``hi_ms``], as seconds."""
+    if not isinstance(value, int | float) or isinstance(value, bool) or not 1 <= value <= hi_ms:
+        raise ConfigError(f"{where} = {value!r}: must be from 1 to {hi_ms} milliseconds")
+    return value / 1000
 
 
 def _fsync(value: object) -> FsyncPolicy:

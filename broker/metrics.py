@@ -3,12 +3,21 @@
 Role: names, help texts and labels (DESIGN section 4: every name starts with ``headrace_``,
 every counter ends in ``_total``), built on an injected ``CollectorRegistry`` so tests get
 a fresh one. Only the asyncio shells record metrics.
+
+Subscription metrics are not pushed: a collector reads the dispatcher's snapshot, which the
+heartbeat replaces after every round, when Prometheus scrapes. The scrape runs on the
+exporter's thread, and the snapshot is immutable, so it never sees a half-updated state.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter
+from collections.abc import Callable, Iterable, Iterator
 
+from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from dispatcher import SubscriptionSample
 from wal import AppendResult
 
 
@@ -36,3 +45,59 @@ class BrokerMetrics:
         labels = (topic, str(partition))
         self.published_records.labels(*labels).inc(result.last_offset - result.first_offset + 1)
         self.published_bytes.labels(*labels).inc(size)
+
+    def watch_subscriptions(self, samples: Callable[[], Iterable[SubscriptionSample]]) -> None:
+        """Export the subscriptions that ``samples()`` returns at each scrape."""
+        self.registry.register(_SubscriptionCollector(samples))
+
+
+class _SubscriptionCollector(Collector):
+    """Lag, in-flight records, polls and the STALLED flag of every subscription."""
+
+    def __init__(self, samples: Callable[[], Iterable[SubscriptionSample]]) -> None:
+        self._samples = samples
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        sub_labels = ["topic", "subscription"]
+        part_labels = ["topic", "partition", "subscription"]
+        lag = GaugeMetricFamily(
+            "headrace_subscription_lag_messages",
+            "Records at or above the cursor not yet acknowledged.",
+            labels=part_labels,
+        )
+        in_flight = GaugeMetricFamily(
+            "headrace_subscription_in_flight_messages",
+            "Records sent to consumers and not yet acknowledged.",
+            labels=part_labels,
+        )
+        stalled = GaugeMetricFamily(
+            "headrace_subscription_stalled",
+            "1 while the subscription has a backlog, room, and no progress (STALLED).",
+            labels=sub_labels,
+        )
+        notifier = CounterMetricFamily(
+            "headrace_dispatcher_notifier_polls",
+            "Dispatch passes triggered by the notifier (new durable records, credit, acks).",
+            labels=sub_labels,
+        )
+        heartbeat = CounterMetricFamily(
+            "headrace_dispatcher_heartbeat_polls",
+            "Dispatch passes triggered by the heartbeat lag monitor.",
+            labels=sub_labels,
+        )
+        restarts = CounterMetricFamily(
+            "headrace_dispatcher_task_restarts",
+            "Dispatch tasks the heartbeat found dead and restarted.",
+            labels=sub_labels,
+        )
+        for s in self._samples():
+            names = [s.topic, s.subscription]
+            stalled.add_metric(names, 1.0 if s.stalled else 0.0)
+            notifier.add_metric(names, s.notifier_polls)
+            heartbeat.add_metric(names, s.heartbeat_polls)
+            restarts.add_metric(names, s.task_restarts)
+            for p in s.partitions:
+                labels = [s.topic, str(p.partition), s.subscription]
+                lag.add_metric(labels, p.lag)
+                in_flight.add_metric(labels, p.in_flight)
+        yield from (lag, in_flight, stalled, notifier, heartbeat, restarts)

@@ -2,12 +2,14 @@
 
 Modules:
     acks          AckRanges: the cursor plus out-of-order acks above it (pure)
+    lag           HeartbeatConfig, LagMonitor: the heartbeat's re-poll and STALLED rules (pure)
     subscription  Subscription, ConsumerSession, Delivery: the notifier-driven dispatch task
-    registry      SubscriptionRegistry: create, find, drop, and persist cursors atomically
+    registry      SubscriptionRegistry: create, find, drop, persist cursors atomically; the
+                  heartbeat task and the metrics snapshot
     errors        DispatchError and its subclasses
 
-Imports ``wal`` only (DESIGN section 1). The heartbeat lag monitor, the other subscription
-types, redelivery with backoff and the dead-letter queue arrive with the dispatch issue.
+Imports ``wal`` only (DESIGN section 1). The other subscription types, redelivery with
+backoff and the dead-letter queue are still to come (issue 4).
 """
 
 from dispatcher.acks import AckRanges
@@ -19,7 +21,13 @@ from dispatcher.errors import (
     SubscriptionBusyError,
     SubscriptionNotFoundError,
 )
-from dispatcher.registry import SubscriptionRegistry, check_subscription_name
+from dispatcher.lag import HeartbeatConfig
+from dispatcher.registry import (
+    PartitionSample,
+    SubscriptionRegistry,
+    SubscriptionSample,
+    check_subscription_name,
+)
 from dispatcher.subscription import (
     ConsumerSession,
     Delivery,
@@ -36,14 +44,17 @@ __all__ = [
     "Delivery",
     "DispatchError",
     "DispatcherClosedError",
+    "HeartbeatConfig",
     "InitialPosition",
     "InvalidAckError",
     "InvalidSubscriptionError",
+    "PartitionSample",
     "PartitionStatus",
     "Subscription",
     "SubscriptionBusyError",
     "SubscriptionNotFoundError",
     "SubscriptionRegistry",
+    "SubscriptionSample",
     "SubscriptionStatus",
     "SubscriptionType",
     "check_subscription_name",

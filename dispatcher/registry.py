@@ -19,6 +19,11 @@ skipped); everything at shutdown.
 
 A damaged file is kept as ``.corrupt`` and the subscription restarts at the earliest retained
 offset: duplicates, never a skip.
+
+The registry also runs the heartbeat: one task for every subscription, which ticks each at
+its own interval (:class:`~dispatcher.lag.HeartbeatConfig`, per topic and per
+subscription) and, after each round, refreshes :attr:`SubscriptionRegistry.samples`, the
+snapshot the metrics exporter reads from its own thread.
 """
 
 from __future__ import annotations
@@ -29,7 +34,9 @@ import logging
 import os
 import re
 import shutil
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 import msgspec
 
@@ -39,6 +46,7 @@ from dispatcher.errors import (
     InvalidSubscriptionError,
     SubscriptionNotFoundError,
 )
+from dispatcher.lag import HeartbeatConfig
 from dispatcher.subscription import InitialPosition, Subscription, SubscriptionType
 from wal import FileSystem, LogWriter
 
@@ -72,8 +80,35 @@ class _Doc(msgspec.Struct, forbid_unknown_fields=True):
     partitions: list[_PartitionDoc]
 
 
+#: Ticks due this close to a round are done in it, so subscriptions on one interval share
+#: one wake-up (and a manual clock's float steps do not skip a tick).
+_TICK_SLACK_S = 0.001
+
 _decoder = msgspec.json.Decoder(_Doc)
 _encoder = msgspec.json.Encoder()
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionSample:
+    """One partition of a subscription at the last heartbeat round."""
+
+    partition: int
+    lag: int  # records at or above the cursor not yet acknowledged
+    in_flight: int
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionSample:
+    """A subscription's counters and lag at the last heartbeat round (for metrics)."""
+
+    topic: str
+    subscription: str
+    type: str
+    notifier_polls: int
+    heartbeat_polls: int
+    task_restarts: int
+    stalled: bool
+    partitions: tuple[PartitionSample, ...]
 
 
 class SubscriptionRegistry:
@@ -84,6 +119,8 @@ class SubscriptionRegistry:
         fs: File operations (tests pass a faulty one).
         max_unacked: Records in flight per subscription, at most.
         flush_interval_s: How often acknowledged state is saved in the background.
+        heartbeat: Heartbeat intervals and the stall timeout.
+        monotonic: Monotonic seconds (tests pass a manual clock).
     """
 
     def __init__(
@@ -93,6 +130,8 @@ class SubscriptionRegistry:
         fs: FileSystem | None = None,
         max_unacked: int = 1_000,
         flush_interval_s: float = 0.1,
+        heartbeat: HeartbeatConfig | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._root = os.path.join(data_dir, "subscriptions")
         self._fs = fs or FileSystem()
@@ -102,7 +141,14 @@ class SubscriptionRegistry:
         self._dirty: set[tuple[str, str]] = set()
         self._save_lock = asyncio.Lock()
         self._flusher: asyncio.Task[None] | None = None
+        self._heartbeat = heartbeat or HeartbeatConfig()
+        self._monotonic = monotonic
+        self._next_tick: dict[tuple[str, str], float] = {}
+        self._heartbeat_task: asyncio.Task[None] | None = None
         self._closed = False
+        #: Counters and lag of every subscription at the last heartbeat round. Replaced,
+        #: never changed, so the metrics thread can read it while the loop runs.
+        self.samples: tuple[SubscriptionSample, ...] = ()
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -113,16 +159,18 @@ class SubscriptionRegistry:
             type_ = SubscriptionType(doc.type) if doc is not None else SubscriptionType.EXCLUSIVE
             self._add(topic, name, topics[topic], _restore(doc, topics[topic], topic, name), type_)
         self._flusher = asyncio.create_task(self._flush_loop(), name="subscription flusher")
+        self._heartbeat_task = asyncio.create_task(self._heartbeat_loop(), name="heartbeat")
         logger.info("opened %d subscriptions under %s", len(self._subs), self._root)
 
     async def aclose(self) -> None:
         """Stop every subscription and save its state. Idempotent."""
         self._closed = True
-        flusher, self._flusher = self._flusher, None
-        if flusher is not None:
-            flusher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await flusher
+        for task in (self._flusher, self._heartbeat_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._flusher = self._heartbeat_task = None
         subs, self._subs = list(self._subs.values()), {}
         for sub in subs:
             await sub.aclose()
@@ -184,6 +232,7 @@ class SubscriptionRegistry:
         for key in [k for k in self._subs if k[0] == topic]:
             await self._subs.pop(key).aclose()
             self._dirty.discard(key)
+            self._next_tick.pop(key, None)
         async with self._save_lock:
             await asyncio.to_thread(self._remove_topic_dir, topic)
 
@@ -191,6 +240,32 @@ class SubscriptionRegistry:
         """Save ``sub``'s acknowledged state now (before answering a seek or a commit)."""
         self._dirty.discard((sub.topic, sub.name))
         await self._save(sub)
+
+    def heartbeat_round(self) -> float:
+        """Tick every subscription that is due; return the seconds until the next is.
+
+        The heartbeat task calls this in a loop; tests call it directly with a manual clock.
+        """
+        now = self._monotonic()
+        soonest = self._heartbeat.interval_s
+        for key, sub in list(self._subs.items()):
+            due = self._next_tick.get(key, now)
+            if due <= now + _TICK_SLACK_S:
+                sub.tick(now)
+                due = now + sub.heartbeat_interval_s
+                self._next_tick[key] = due
+            soonest = min(soonest, due - now)
+        self.samples = tuple(_sample(sub) for sub in self._subs.values())
+        return max(soonest, 0.001)
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            try:
+                pause = self.heartbeat_round()
+            except Exception:  # the safety net must outlive any one bad subscription
+                logger.exception("heartbeat round failed; trying again")
+                pause = self._heartbeat.interval_s
+            await asyncio.sleep(pause)
 
     # -- internals --------------------------------------------------------------------
 
@@ -210,6 +285,8 @@ class SubscriptionRegistry:
             type_=type_,
             max_unacked=self._max_unacked,
             on_change=self._mark_dirty,
+            heartbeat_interval_s=self._heartbeat.interval_for(topic, name),
+            stall_timeout_s=self._heartbeat.stall_timeout_s,
         )
         self._subs[(topic, name)] = sub
         sub.start()
@@ -318,3 +395,16 @@ def _restore(
         ranges = [(b, min(e, writer.high_water_mark)) for b, e in saved.acked if b < e]
         acks.append(AckRanges(cursor, ranges))
     return acks
+
+
+def _sample(sub: Subscription) -> SubscriptionSample:
+    return SubscriptionSample(
+        sub.topic,
+        sub.name,
+        sub.type.value,
+        sub.notifier_polls,
+        sub.heartbeat_polls,
+        sub.task_restarts,
+        sub.verdict.stalled,
+        tuple(PartitionSample(i, lag, in_flight) for i, lag, in_flight in sub.lag()),
+    )

@@ -11,6 +11,12 @@ credit granted, acks freeing room under ``max_unacked``, a consumer attaching, a
 task clears the event *before* it looks at the state, so a wake-up that arrives while it
 works is never lost, and many wake-ups coalesce into one pass.
 
+The heartbeat (:mod:`dispatcher.lag`) is the safety net behind that fast path: the
+registry calls :meth:`Subscription.tick` every heartbeat interval. A tick restarts a dispatch
+task that died, re-polls when records are ready and the consumer has room (counted apart
+from the passes the notifier triggers), and flags the subscription STALLED when such a
+backlog makes no progress for the stall timeout.
+
 Invariants:
 - A record is sent only below the partition's high-water mark (durable, DESIGN section 2).
 - Batches are never split to fit: credit and the ``max_unacked`` cap are checked before each
@@ -34,6 +40,13 @@ from dataclasses import dataclass
 
 from dispatcher.acks import AckRanges, Range
 from dispatcher.errors import InvalidAckError, InvalidSubscriptionError, SubscriptionBusyError
+from dispatcher.lag import (
+    DEFAULT_INTERVAL_S,
+    DEFAULT_STALL_TIMEOUT_S,
+    LagMonitor,
+    Observation,
+    Verdict,
+)
 from wal import LogWriter
 
 logger = logging.getLogger(__name__)
@@ -85,7 +98,7 @@ class PartitionStatus:
     lag: int  # records at or above the cursor not yet acknowledged
     in_flight: int  # sent and not yet acknowledged
     oldest_unacked_age_s: float  # age of the record at the cursor (0 when caught up)
-    state: str  # CAUGHT_UP | LAGGING | NO_CONSUMER
+    state: str  # CAUGHT_UP | LAGGING | STALLED | NO_CONSUMER
     reason: str  # why, in words
 
 
@@ -157,6 +170,8 @@ class Subscription:
             batch is read).
         on_change: Called (on the loop) when acknowledged state changed and needs saving.
         clock: Wall-clock seconds, for the age of the oldest unacknowledged record.
+        heartbeat_interval_s: How often the registry should call :meth:`tick`, seconds.
+        stall_timeout_s: A backlog with room and no progress for this long is STALLED.
     """
 
     def __init__(
@@ -171,6 +186,8 @@ class Subscription:
         max_batch_bytes: int = 256 << 10,
         on_change: Callable[[Subscription], None] = lambda _s: None,
         clock: Callable[[], float] = time.time,
+        heartbeat_interval_s: float = DEFAULT_INTERVAL_S,
+        stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S,
     ) -> None:
         if len(writers) != len(acks):
             raise ValueError(f"{len(writers)} partitions but {len(acks)} cursors")
@@ -188,6 +205,21 @@ class Subscription:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._next_partition = 0
+        #: How often the heartbeat should tick this subscription, seconds.
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self._monitor = LagMonitor(stall_timeout_s)
+        self._heartbeat_poll = False
+        self._last_error = ""
+        self._sent_total = 0
+        self._acked_total = 0
+        #: Dispatch passes the notifier (or credit, acks, attach) triggered.
+        self.notifier_polls = 0
+        #: Dispatch passes the heartbeat triggered.
+        self.heartbeat_polls = 0
+        #: Dispatch tasks the heartbeat found dead and restarted.
+        self.task_restarts = 0
+        #: The last tick's verdict.
+        self.verdict = Verdict(repoll=False, stalled=False, reason="")
 
     @property
     def partition_count(self) -> int:
@@ -205,7 +237,40 @@ class Subscription:
         """Start the dispatch task and listen to every partition's high-water mark."""
         for writer in self._writers:
             writer.add_listener(self._on_advance)
+        self._start_task()
+
+    def _start_task(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"dispatch {self.topic}/{self.name}")
+
+    def tick(self, now: float) -> Verdict:
+        """The heartbeat: restart a dead dispatch task, re-poll a backlog that has room,
+        judge whether the subscription is STALLED. ``now`` is monotonic seconds."""
+        task = self._task
+        if task is not None and task.done():
+            died = "was cancelled" if task.cancelled() else f"failed: {task.exception()!r}"
+            logger.error(
+                "%s/%s: the dispatch task %s; the heartbeat restarts it",
+                self.topic,
+                self.name,
+                died,
+            )
+            self.task_restarts += 1
+            self._start_task()
+        session = self._session
+        seen = Observation(
+            ready=sum(
+                max(0, w.high_water_mark - part.read_pos)
+                for part, w in zip(self._parts, self._writers, strict=True)
+            ),
+            has_room=session is not None and self._room(session) > 0,
+            progress=self._sent_total + self._acked_total,
+            last_error=self._last_error,
+        )
+        self.verdict = self._monitor.tick(seen, now)
+        if self.verdict.repoll:
+            self._heartbeat_poll = True
+            self._wake.set()
+        return self.verdict
 
     async def aclose(self) -> None:
         """Stop dispatching and let the consumer go. Idempotent."""
@@ -306,6 +371,7 @@ class Subscription:
     def _acked(self, part: _Partition, newly: int) -> None:
         if not newly:
             return
+        self._acked_total += newly
         self._in_flight += part.recount()
         self._on_change(self)
         self._wake.set()
@@ -347,6 +413,15 @@ class Subscription:
             out.append((part.acks.cursor, part.acks.ranges()))
         return out
 
+    def lag(self) -> list[tuple[int, int, int]]:
+        """``(partition, lag, in_flight)`` per partition: the cheap part of :meth:`status`."""
+        out = []
+        for i, (part, writer) in enumerate(zip(self._parts, self._writers, strict=True)):
+            head = writer.high_water_mark
+            lag = max(0, head - part.acks.cursor - part.acks.acked_count(head))
+            out.append((i, lag, part.in_flight))
+        return out
+
     def status(self) -> SubscriptionStatus:
         """Cursor, head, lag, in-flight records and state per partition."""
         consumers = (self._session.name,) if self._session is not None else ()
@@ -361,7 +436,9 @@ class Subscription:
                 state, reason = "CAUGHT_UP", ""
             else:
                 age = max(0.0, (now_ms - _timestamp_at(writer, cursor)) / 1000)
-                if consumers:
+                if self.verdict.stalled and part.read_pos < head:
+                    state, reason = "STALLED", self.verdict.reason
+                elif consumers:
                     state, reason = "LAGGING", f"{lag} records not yet acknowledged"
                 else:
                     state, reason = "NO_CONSUMER", f"{lag} records wait for a consumer"
@@ -373,12 +450,27 @@ class Subscription:
     async def _run(self) -> None:
         while True:
             self._wake.clear()
+            if self._heartbeat_poll:
+                self._heartbeat_poll = False
+                self.heartbeat_polls += 1
+            else:
+                self.notifier_polls += 1
             try:
                 sent = self._pump()
-            except Exception:
-                logger.exception("%s/%s: dispatch failed; retrying", self.topic, self.name)
-                await asyncio.sleep(0.1)  # e.g. a damaged segment: keep the broker up
-                continue
+            except Exception as exc:  # e.g. a damaged segment: keep the broker up
+                if not self._last_error:  # once per failing streak, not once per pass
+                    logger.exception(
+                        "%s/%s: dispatch failed; the heartbeat retries it every %.3f s",
+                        self.topic,
+                        self.name,
+                        self.heartbeat_interval_s,
+                    )
+                self._last_error = str(exc) or type(exc).__name__
+                sent = False
+            else:
+                if self._last_error:
+                    logger.info("%s/%s: dispatch works again", self.topic, self.name)
+                self._last_error = ""
             if sent:
                 await asyncio.sleep(0)  # let the consumer's stream and others run
             else:
@@ -432,6 +524,7 @@ class Subscription:
         session.credit -= count
         part.in_flight += count
         self._in_flight += count
+        self._sent_total += count
         part.sent_mark = max(part.sent_mark, hi)
 
     def _skip_deleted(self, p: int, part: _Partition, first: int) -> None:

@@ -52,6 +52,12 @@ def test_toml_then_env_then_flags(tmp_path: Path) -> None:
         ("[broker]\ndefault_partitions = 0\n", "default_partitions"),
         ("[broker]\nauto_create_topics = 'yes'\n", "auto_create_topics"),
         ("not toml [", "not valid TOML"),
+        ("[heartbeat]\ninterval_ms = 0\n", "interval_ms = 0: must be from 1 to 3600000"),
+        ("[heartbeat]\nstall_timeout_ms = 'long'\n", "stall_timeout_ms = 'long'"),
+        ("[heartbeat]\nevery = 5\n", "unknown setting(s) every"),
+        ("[heartbeat.topics]\norders = -5\n", "[heartbeat].topics = -5"),
+        ("[heartbeat.subscriptions]\nbilling = 50\n", "'topic/subscription'"),
+        ("[heartbeat]\ntopics = 5\n", "topics must be a table"),
     ],
     ids=[
         "listen",
@@ -63,6 +69,12 @@ def test_toml_then_env_then_flags(tmp_path: Path) -> None:
         "partitions",
         "bool",
         "syntax",
+        "heartbeat-zero",
+        "heartbeat-type",
+        "heartbeat-unknown",
+        "heartbeat-topic",
+        "heartbeat-subscription-name",
+        "heartbeat-not-table",
     ],
 )
 def test_bad_config_file_names_the_problem(tmp_path: Path, text: str, words: str) -> None:
@@ -73,6 +85,22 @@ def test_bad_config_file_names_the_problem(tmp_path: Path, text: str, words: str
     with pytest.raises(ConfigError) as info:
         BrokerConfig.from_toml(str(path))
     assert words in str(info.value)
+
+
+def test_heartbeat_table_in_milliseconds(tmp_path: Path) -> None:
+    """``[heartbeat]`` is in milliseconds; the config holds seconds, with per-topic and
+    per-subscription intervals resolved in that order."""
+    assert BrokerConfig().heartbeat.interval_s == 0.5
+    path = tmp_path / "h.toml"
+    path.write_text(
+        "[heartbeat]\ninterval_ms = 250\nstall_timeout_ms = 3000\n"
+        '[heartbeat.topics]\norders = 100\n[heartbeat.subscriptions]\n"orders/billing" = 20\n'
+    )
+    hb = BrokerConfig.from_toml(str(path)).heartbeat
+    assert hb.stall_timeout_s == 3.0
+    assert hb.interval_for("orders", "billing") == 0.02
+    assert hb.interval_for("orders", "audit") == 0.1
+    assert hb.interval_for("events", "audit") == 0.25
 
 
 def test_missing_config_file_is_a_clear_error(tmp_path: Path) -> None:
