@@ -110,6 +110,10 @@ class Verdict:
     reason: str
 
 
+#: The verdict on a subscription with nothing waiting.
+IDLE = Verdict(repoll=False, stalled=False, reason="")
+
+
 class LagMonitor:
     """The heartbeat rules of one subscription. Not task-safe; owned by its subscription."""
 
@@ -120,6 +124,11 @@ class LagMonitor:
         #: since; None while nothing waits.
         self._since: float | None = None
 
+    @property
+    def idle(self) -> bool:
+        """Nothing was waiting at the last tick: a tick with nothing ready changes nothing."""
+        return self._since is None
+
     def tick(self, seen: Observation, now: float) -> Verdict:
         """Judge one observation made at ``now``."""
         waiting = seen.ready > 0 and seen.has_room
@@ -129,7 +138,7 @@ class LagMonitor:
             self._since = now
         self._progress = seen.progress
         if self._since is None:
-            return Verdict(repoll=False, stalled=False, reason="")
+            return IDLE
         stuck_for = now - self._since
         if stuck_for < self._timeout:
             return Verdict(repoll=True, stalled=False, reason="")

@@ -144,6 +144,7 @@ class SubscriptionRegistry:
         self._heartbeat = heartbeat or HeartbeatConfig()
         self._monotonic = monotonic
         self._next_tick: dict[tuple[str, str], float] = {}
+        self._samples: dict[tuple[str, str], tuple[tuple[int, ...], SubscriptionSample]] = {}
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._closed = False
         #: Counters and lag of every subscription at the last heartbeat round. Replaced,
@@ -233,6 +234,7 @@ class SubscriptionRegistry:
             await self._subs.pop(key).aclose()
             self._dirty.discard(key)
             self._next_tick.pop(key, None)
+            self._samples.pop(key, None)
         async with self._save_lock:
             await asyncio.to_thread(self._remove_topic_dir, topic)
 
@@ -255,8 +257,18 @@ class SubscriptionRegistry:
                 due = now + sub.heartbeat_interval_s
                 self._next_tick[key] = due
             soonest = min(soonest, due - now)
-        self.samples = tuple(_sample(sub) for sub in self._subs.values())
+        self.samples = tuple(self._sample(key, sub) for key, sub in self._subs.items())
         return max(soonest, 0.001)
+
+    def _sample(self, key: tuple[str, str], sub: Subscription) -> SubscriptionSample:
+        """The subscription's sample, rebuilt only when something in it may have changed."""
+        version = sub.sample_key()
+        cached = self._samples.get(key)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        sample = _sample(sub)
+        self._samples[key] = (version, sample)
+        return sample
 
     async def _heartbeat_loop(self) -> None:
         while True:

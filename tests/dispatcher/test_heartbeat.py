@@ -308,8 +308,8 @@ async def test_a_slow_consumer_is_not_stalled(
 async def test_lag_is_evaluated_with_no_consumer_attached(
     writer: LogWriter, registry: SubscriptionRegistry, clock: ManualClock
 ) -> None:
-    """With no consumer the heartbeat still samples lag for the metrics (4 records), and
-    never calls it STALLED."""
+    """With no consumer the heartbeat still samples lag for the metrics (4 records, then
+    6), and never calls it STALLED; an unchanged subscription's sample is reused."""
     await registry.subscribe("t", "s", [writer])
     metrics = BrokerMetrics()
     metrics.watch_subscriptions(lambda: registry.samples)
@@ -319,6 +319,12 @@ async def test_lag_is_evaluated_with_no_consumer_attached(
     samples = _scrape(metrics)
     assert samples["headrace_subscription_lag_messages", ("t", "0", "s")] == 4
     assert samples["headrace_subscription_stalled", ("t", "s")] == 0
+    before = registry.samples
+    await _tick(registry, clock)
+    assert registry.samples[0] is before[0]  # nothing changed: the sample is reused
+    await _append(writer, 2)
+    await _tick(registry, clock)
+    assert _scrape(metrics)["headrace_subscription_lag_messages", ("t", "0", "s")] == 6
 
 
 async def test_each_subscription_ticks_at_its_own_interval(
