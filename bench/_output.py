@@ -66,7 +66,7 @@ class Result:
 class Goal:
     """A target for one metric: ``value <op> target``."""
 
-    op: str  # ">=" or "<"
+    op: str  # ">=", "<" or "<="
     target: float
 
     def met(self, value: float) -> bool:
@@ -75,6 +75,8 @@ class Goal:
             return value >= self.target
         if self.op == "<":
             return value < self.target
+        if self.op == "<=":
+            return value <= self.target
         raise ValueError(f"unknown goal operator {self.op!r}")
 
     def params(self, value: float) -> dict[str, ParamValue]:

@@ -55,8 +55,14 @@ def _pubsub(options: RunOptions) -> Iterator[Result]:
     return pubsub.run(options)
 
 
-#: Every scenario by name. ``dispatch`` will register here.
-SCENARIOS: dict[str, Scenario] = {"wal": _wal, "pubsub": _pubsub}
+def _dispatch(options: RunOptions) -> Iterator[Result]:
+    from bench import dispatch
+
+    return dispatch.run(options)
+
+
+#: Every scenario by name.
+SCENARIOS: dict[str, Scenario] = {"wal": _wal, "pubsub": _pubsub, "dispatch": _dispatch}
 
 
 def filesystem_type(path: Path) -> str:

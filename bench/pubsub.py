@@ -57,12 +57,12 @@ SYSTEMS_ENV = "HEADRACE_BENCH_SYSTEMS"
 CHART_ENV = "HEADRACE_BENCH_CHART"
 DEFAULT_CHART = Path("docs") / "bench" / "pubsub_latency.png"
 
-#: Headrace's targets. ``Goal`` knows ``>=`` and ``<``; "p50 <= 1 ms" is judged as < 1 ms.
+#: Headrace's targets, as the issue states them.
 GOALS: dict[str, Goal] = {
     "publish_msgs_s": Goal(">=", 1_000_000),
     "consume_msgs_s": Goal(">=", 1_000_000),
-    "e2e_latency_p50_ms": Goal("<", 1.0),
-    "e2e_latency_p99_ms": Goal("<", 5.0),
+    "e2e_latency_p50_ms": Goal("<=", 1.0),
+    "e2e_latency_p99_ms": Goal("<=", 5.0),
     "restart_to_serving_s": Goal("<", 0.5),
     "rss_mib": Goal("<", 150),
 }
