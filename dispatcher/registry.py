@@ -103,7 +103,6 @@ class SubscriptionSample:
 
     topic: str
     subscription: str
-    type: str
     notifier_polls: int
     heartbeat_polls: int
     task_restarts: int
@@ -413,7 +412,6 @@ def _sample(sub: Subscription) -> SubscriptionSample:
     return SubscriptionSample(
         sub.topic,
         sub.name,
-        sub.type.value,
         sub.notifier_polls,
         sub.heartbeat_polls,
         sub.task_restarts,

@@ -148,6 +148,10 @@ class _Partition:
         self.in_flight = 0
         self.attempts: dict[int, int] = {}  # offset -> times sent, for resent offsets only
 
+    def lag(self, head: int) -> int:
+        """Records below ``head`` at or above the cursor not yet acknowledged."""
+        return max(0, head - self.acks.cursor - self.acks.acked_count(head))
+
     def recount(self) -> int:
         """Recompute ``in_flight``; return the change."""
         self.read_pos = max(self.read_pos, self.acks.cursor)
@@ -434,9 +438,7 @@ class Subscription:
         """``(partition, lag, in_flight)`` per partition: the cheap part of :meth:`status`."""
         out = []
         for i, (part, writer) in enumerate(zip(self._parts, self._writers, strict=True)):
-            head = writer.high_water_mark
-            lag = max(0, head - part.acks.cursor - part.acks.acked_count(head))
-            out.append((i, lag, part.in_flight))
+            out.append((i, part.lag(writer.high_water_mark), part.in_flight))
         return out
 
     def status(self) -> SubscriptionStatus:
@@ -447,7 +449,7 @@ class Subscription:
         for i, (part, writer) in enumerate(zip(self._parts, self._writers, strict=True)):
             head = writer.high_water_mark
             cursor = part.acks.cursor
-            lag = max(0, head - cursor - part.acks.acked_count(head))
+            lag = part.lag(head)
             age = 0.0
             if lag == 0:
                 state, reason = "CAUGHT_UP", ""
