@@ -23,7 +23,7 @@ from client.errors import DataLoss
 class DeliveredBatch:
     """One decoded batch, shared by the messages cut from it."""
 
-    __slots__ = ("_headers", "_keys", "batch", "data", "topic", "value_offsets")
+    __slots__ = ("_headers", "_keys", "batch", "data", "topic", "value_offsets", "value_start")
 
     def __init__(self, topic: str, data: bytes) -> None:
         decoded = decode_batch(data)
@@ -32,9 +32,10 @@ class DeliveredBatch:
         self.topic = topic
         self.batch: RecordBatch = decoded
         self.data = data
-        #: Where each value starts in ``data``, and where the last one ends.
-        start = decoded.layout.value_data
-        self.value_offsets: list[int] = [start + o for o in decoded.value_offsets().tolist()]
+        #: Where the value section starts in ``data``; value ``i`` is at
+        #: ``[value_start + value_offsets[i], value_start + value_offsets[i + 1])``.
+        self.value_start = decoded.layout.value_data
+        self.value_offsets: list[int] = decoded.value_offsets().tolist()
         self._keys: list[bytes | None] | None = None
         self._headers: list[dict[str, bytes]] | None = None
 
@@ -119,8 +120,8 @@ class Message(tuple[DeliveredBatch, int, int, int, int, int]):
     def value(self) -> bytes:
         """The record's value."""
         batch, i = self[0], self[1]
-        offsets = batch.value_offsets
-        return batch.data[offsets[i] : offsets[i + 1]]
+        offsets, start = batch.value_offsets, batch.value_start
+        return batch.data[start + offsets[i] : start + offsets[i + 1]]
 
     @property
     def key(self) -> bytes | None:
