@@ -145,6 +145,8 @@ class SubscriptionRegistry:
         self._next_tick: dict[tuple[str, str], float] = {}
         self._samples: dict[tuple[str, str], tuple[tuple[int, ...], SubscriptionSample]] = {}
         self._heartbeat_task: asyncio.Task[None] | None = None
+        #: The cursors last written to disk, per subscription: the retention floor.
+        self._saved: dict[tuple[str, str], tuple[int, ...]] = {}
         self._closed = False
         #: Counters and lag of every subscription at the last heartbeat round. Replaced,
         #: never changed, so the metrics thread can read it while the loop runs.
@@ -157,7 +159,9 @@ class SubscriptionRegistry:
         docs = await asyncio.to_thread(self._load_all, set(topics))
         for topic, name, doc in docs:
             type_ = SubscriptionType(doc.type) if doc is not None else SubscriptionType.EXCLUSIVE
-            self._add(topic, name, topics[topic], _restore(doc, topics[topic], topic, name), type_)
+            acks = _restore(doc, topics[topic], topic, name)
+            self._add(topic, name, topics[topic], acks, type_)
+            self._saved[(topic, name)] = tuple(a.cursor for a in acks)
         self._flusher = asyncio.create_task(self._flush_loop(), name="subscription flusher")
         self._heartbeat_task = asyncio.create_task(self._heartbeat_loop(), name="heartbeat")
         logger.info("opened %d subscriptions under %s", len(self._subs), self._root)
@@ -231,6 +235,7 @@ class SubscriptionRegistry:
         """Stop and forget every subscription of ``topic`` (the topic is being deleted)."""
         for key in [k for k in self._subs if k[0] == topic]:
             await self._subs.pop(key).aclose()
+            self._saved.pop(key, None)
             self._dirty.discard(key)
             self._next_tick.pop(key, None)
             self._samples.pop(key, None)
@@ -241,6 +246,21 @@ class SubscriptionRegistry:
         """Save ``sub``'s acknowledged state now (before answering a seek or a commit)."""
         self._dirty.discard((sub.topic, sub.name))
         await self._save(sub)
+
+    def saved_floor(self, topic: str) -> list[int] | None:
+        """Per partition of ``topic``, the lowest cursor any of its subscriptions has on
+        disk; ``None`` when it has no subscription. Retention never deletes at or past it,
+        so a restart never finds a saved cursor below the log's first offset."""
+        floors: list[int] | None = None
+        for (t, _name), cursors in self._saved.items():
+            if t != topic:
+                continue
+            floors = (
+                list(cursors)
+                if floors is None
+                else [min(a, b) for a, b in zip(floors, cursors, strict=False)]
+            )
+        return floors
 
     def heartbeat_round(self) -> float:
         """Tick every subscription that is due; return the seconds until the next is.
@@ -333,6 +353,8 @@ class SubscriptionRegistry:
                 ],
             )
             await asyncio.to_thread(self._write, sub.topic, sub.name, _encoder.encode(doc))
+            if (sub.topic, sub.name) in self._subs:
+                self._saved[(sub.topic, sub.name)] = tuple(p.cursor for p in doc.partitions)
 
     def _write(self, topic: str, name: str, data: bytes) -> None:
         directory = os.path.join(self._root, topic)

@@ -350,6 +350,23 @@ class Log:
             self._delete_oldest(base)
         return doomed
 
+    def delete_before(self, offset: int) -> list[int]:
+        """Delete every sealed segment whose records all lie below ``offset``, whatever
+        retention says; return their base offsets. The active segment always stays.
+
+        For logs whose owner tracks what is consumed (a dead-letter queue acked up to a
+        sequence) and for the broker's ``evict_oldest_backlog`` quota policy.
+
+        Raises:
+            WalIOError: a rename or unlink failed (the log stays usable).
+        """
+        doomed = []
+        while len(self._segments) > 1 and self._segments[1].base_offset <= offset:
+            base = self._segments[0].base_offset
+            self._delete_oldest(base)
+            doomed.append(base)
+        return doomed
+
     def _delete_oldest(self, base: int) -> None:
         seg = self._segments[0]
         assert seg.base_offset == base, (seg.base_offset, base)

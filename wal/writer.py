@@ -76,10 +76,13 @@ class Roll:
 
 @dataclass(frozen=True, slots=True)
 class ApplyRetention:
-    """Command: delete what retention allows, never at or past ``floor_offset``."""
+    """Command: delete what retention allows, never at or past ``floor_offset``; or, with
+    ``before`` set, every sealed segment wholly below ``before`` (see ``Log.delete_before``).
+    """
 
     floor_offset: int | None
     future: asyncio.Future[list[int]]
+    before: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +209,13 @@ class LogWriter:
         await self._queue.put(ApplyRetention(floor_offset, future))
         return await future
 
+    async def delete_before(self, offset: int) -> list[int]:
+        """Delete every sealed segment wholly below ``offset``; return their base offsets."""
+        self._check_open()
+        future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
+        await self._queue.put(ApplyRetention(None, future, before=offset))
+        return await future
+
     def read(self, offset: int, max_bytes: int = 1 << 20) -> list[RecordBatch]:
         """Durable batches from ``offset``, below the high-water mark. See ``Log.read``."""
         return self._log.read(offset, max_bytes, upper=self._hwm)
@@ -311,6 +321,8 @@ class LogWriter:
                 await asyncio.to_thread(self._log.roll)
                 self._advance(self._written)  # rolling synced the old segment
                 _resolve(cmd.future, None)
+            elif cmd.before is not None:
+                _resolve(cmd.future, self._log.delete_before(cmd.before))
             else:
                 _resolve(cmd.future, self._log.apply_retention(cmd.floor_offset))
         except Exception as exc:

@@ -336,3 +336,41 @@ async def test_a_subscription_closes_its_consumer(writers: list[LogWriter]) -> N
     session = sub.attach("c", 1)
     await sub.aclose()
     assert await session.next() is None
+
+
+async def test_saved_floor_follows_cursors_on_disk_only(
+    tmp_path: Path, writers: list[LogWriter]
+) -> None:
+    """Scenario: two subscriptions of one topic; one acks records that are not saved yet,
+    then is saved. Expected: the floor is the lowest *saved* cursor per partition (an ack
+    only in memory does not raise it), None for a topic without subscriptions, and it
+    survives a reopen."""
+    data = str(tmp_path / "data")
+    await _append(writers[0], *[bytes([i]) for i in range(6)])
+    await _append(writers[1], b"x", b"y")
+    reg = SubscriptionRegistry(data, flush_interval_s=3600)
+    await reg.open({})
+    try:
+        assert reg.saved_floor("t") is None
+        fast = await reg.subscribe("t", "fast", writers)
+        await reg.subscribe("t", "slow", writers)
+        assert reg.saved_floor("t") == [0, 0]
+        session = fast.attach("c", 100)
+        await _take(session, 8)
+        fast.ack_up_to(0, 6)
+        fast.ack_up_to(1, 2)
+        assert reg.saved_floor("t") == [0, 0]  # not on disk yet
+        slow = reg.get("t", "slow")
+        slow.commit(0, 4)
+        await reg.save(slow)
+        await reg.save(fast)
+        assert reg.saved_floor("t") == [4, 0]
+        assert reg.saved_floor("other") is None
+    finally:
+        await reg.aclose()
+    again = SubscriptionRegistry(data)
+    await again.open({"t": writers})
+    try:
+        assert again.saved_floor("t") == [4, 0]
+    finally:
+        await again.aclose()

@@ -428,6 +428,30 @@ def test_retention_never_passes_the_floor(wal_dir: str, floor_pick: str) -> None
     log.close()
 
 
+@pytest.mark.parametrize("pick", ["zero", "inside-first", "boundary", "boundary+1", "head"])
+def test_delete_before_removes_whole_segments_below_the_offset(wal_dir: str, pick: str) -> None:
+    """Scenario: retention disabled; delete_before(offset) for offsets at and around segment
+    boundaries. Expected: exactly the sealed segments wholly below the offset go, whatever
+    retention says; the active segment stays; the rest reads intact."""
+    log = Log.open(wal_dir, LogConfig(segment_bytes=512, index_interval_bytes=100))
+    fill(log, 50)
+    bases = log_bases(wal_dir)
+    offset = {
+        "zero": 0,
+        "inside-first": bases[1] - 1,
+        "boundary": bases[3],
+        "boundary+1": bases[3] + 1,
+        "head": log.head,
+    }[pick]
+    assert log.apply_retention() == []
+    deleted = log.delete_before(offset)
+    assert deleted == [b for b, nxt in pairwise(bases) if nxt <= offset]
+    assert log_bases(wal_dir) == bases[len(deleted) :]
+    assert log.first_offset <= offset
+    assert_intact(log)
+    log.close()
+
+
 @pytest.mark.parametrize(
     ("age_ms", "old_deleted"),
     [

@@ -367,3 +367,21 @@ async def test_full_queue_applies_backpressure_without_losing_appends(wal_dir: s
     await writer.aclose()
     by_offset = {r.first_offset: i for i, r in enumerate(results)}
     assert stored_values(wal_dir) == [value_for(by_offset[o]) for o in range(40)]
+
+
+@pytest.mark.asyncio
+async def test_writer_delete_before_goes_through_the_writer_task(wal_dir: str) -> None:
+    """Scenario: a writer with several sealed segments; delete_before(head). Expected: every
+    sealed segment is deleted, first_offset moves to the active segment, and appends and
+    reads go on."""
+    writer = await LogWriter.open(wal_dir, LogConfig(segment_bytes=512, index_interval_bytes=100))
+    for i in range(30):
+        await writer.append(batch_bytes([2 * i, 2 * i + 1]))
+    head = writer.high_water_mark
+    deleted = await writer.delete_before(head)
+    assert deleted
+    assert writer.first_offset == writer.log.segment_infos()[0].base_offset > 0
+    result = await writer.append(batch_bytes([60]))
+    assert result.first_offset == head
+    assert writer.read(writer.first_offset)[0].base_offset == writer.first_offset
+    await writer.aclose()
