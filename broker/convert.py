@@ -6,7 +6,13 @@ Role: keep servicers thin (pb -> domain -> pb). No I/O, no asyncio.
 from __future__ import annotations
 
 from broker.errors import InvalidRequestError
-from dispatcher import Delivery, InitialPosition, SubscriptionStatus, SubscriptionType
+from dispatcher import (
+    Delivery,
+    DeliveryMode,
+    InitialPosition,
+    SubscriptionStatus,
+    SubscriptionType,
+)
 from proto import admin_pb2 as _admin
 from proto import broker_pb2 as _pb
 from wal import AppendResult, Log
@@ -14,8 +20,15 @@ from wal import AppendResult, Log
 _TYPES: dict[int, SubscriptionType] = {
     _pb.SUBSCRIPTION_TYPE_UNSPECIFIED: SubscriptionType.EXCLUSIVE,
     _pb.EXCLUSIVE: SubscriptionType.EXCLUSIVE,
+    _pb.FAILOVER: SubscriptionType.FAILOVER,
+    _pb.SHARED: SubscriptionType.SHARED,
+    _pb.KEY_SHARED: SubscriptionType.KEY_SHARED,
 }
-_TYPE_PB = {SubscriptionType.EXCLUSIVE: _pb.EXCLUSIVE}
+_MODES: dict[int, DeliveryMode] = {
+    _pb.DELIVERY_MODE_UNSPECIFIED: DeliveryMode.AT_LEAST_ONCE,
+    _pb.AT_LEAST_ONCE: DeliveryMode.AT_LEAST_ONCE,
+    _pb.AT_MOST_ONCE: DeliveryMode.AT_MOST_ONCE,
+}
 
 
 def publish_response(
@@ -51,9 +64,23 @@ def subscription_type(value: int) -> SubscriptionType:
     try:
         return _TYPES[value]
     except KeyError:
-        name = _pb.SubscriptionType.Name(value) if value in _pb.SubscriptionType.values() else value
         raise InvalidRequestError(
-            "type", f"subscription type {name} is not available yet; use EXCLUSIVE"
+            "type",
+            f"{value} is not a subscription type; use EXCLUSIVE, FAILOVER, SHARED or KEY_SHARED",
+        ) from None
+
+
+def delivery_mode(value: int) -> DeliveryMode:
+    """The delivery mode a request asks for (at least once unless ``AT_MOST_ONCE``).
+
+    Raises:
+        InvalidRequestError: a value that is not a mode.
+    """
+    try:
+        return _MODES[value]
+    except KeyError:
+        raise InvalidRequestError(
+            "mode", f"{value} is not a delivery mode; use AT_LEAST_ONCE or AT_MOST_ONCE"
         ) from None
 
 
@@ -83,7 +110,7 @@ def subscription_info(status: SubscriptionStatus) -> _admin.SubscriptionInfo:
     return _admin.SubscriptionInfo(
         topic=status.topic,
         subscription=status.name,
-        type=_TYPE_PB[status.type],
+        type=status.type.name,
         consumers=status.consumers,
         partitions=[
             _admin.PartitionLag(

@@ -20,7 +20,13 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
-from broker.convert import delivery, initial_position, publish_response, subscription_type
+from broker.convert import (
+    delivery,
+    delivery_mode,
+    initial_position,
+    publish_response,
+    subscription_type,
+)
 from broker.errors import InvalidRequestError, ShuttingDownError
 from broker.metrics import BrokerMetrics
 from broker.status import Context, abort_for, rpc, status_for
@@ -155,6 +161,7 @@ class BrokerService(_grpc.BrokerServicer):
             [p.writer for p in topic.partitions],
             initial=initial_position(o.initial_position),
             type_=subscription_type(o.type),
+            mode=delivery_mode(o.mode),
         )
         return sub, sub.attach(o.consumer_name, o.initial_credit)
 
@@ -167,7 +174,7 @@ class BrokerService(_grpc.BrokerServicer):
         """Commit a reader's position: the cursor becomes max(cursor, offset), saved."""
         topic = self._topics.get(request.topic)
         sub = await self._subscriptions.subscribe(
-            topic.name, request.subscription, [p.writer for p in topic.partitions]
+            topic.name, request.subscription, [p.writer for p in topic.partitions], any_type=True
         )
         cursor = sub.commit(request.partition, request.offset)
         await self._subscriptions.save(sub)
@@ -209,6 +216,9 @@ async def _read_subscribe(
                     sub.ack(r.partition, r.begin, r.end)
                 for u in request.ack.up_to:
                     sub.ack_up_to(u.partition, u.offset)
+                for n in request.ack.nacks:
+                    delay = n.delay_ms / 1000 if n.HasField("delay_ms") else None
+                    sub.nack(n.partition, n.begin, n.end, delay_s=delay, reason=n.reason)
             elif kind == "open":
                 raise InvalidRequestError("open", "this stream's subscription is already open")
             else:

@@ -2,14 +2,17 @@
 
 Modules:
     acks          AckRanges: the cursor plus out-of-order acks above it (pure)
+    ranges        RangeMap: disjoint offset ranges with a value each (pure)
+    state         SubscriptionState: types, acks, leases, redelivery with backoff, poison
+                  records, key_shared slots: the state machine (pure)
     lag           HeartbeatConfig, LagMonitor: the heartbeat's re-poll and STALLED rules (pure)
-    subscription  Subscription, ConsumerSession, Delivery: the notifier-driven dispatch task
-    registry      SubscriptionRegistry: create, find, drop, persist cursors atomically; the
-                  heartbeat task and the metrics snapshot
+    dlq           DeadLetterQueue: one subscription's dead letters in their own log
+    subscription  Subscription, ConsumerSession: the async shell that runs the state machine
+    registry      SubscriptionRegistry: create, find, drop, persist state atomically; dead-
+                  letter queues; the heartbeat task and the metrics snapshot
     errors        DispatchError and its subclasses
 
-Imports ``wal`` only (DESIGN section 1). The other subscription types, redelivery with
-backoff and the dead-letter queue are still to come (issue 4).
+Imports ``wal`` only (DESIGN section 1).
 """
 
 from dispatcher.acks import AckRanges
@@ -23,33 +26,45 @@ from dispatcher.errors import (
 )
 from dispatcher.lag import HeartbeatConfig
 from dispatcher.registry import (
+    DispatchConfig,
     PartitionSample,
     SubscriptionRegistry,
     SubscriptionSample,
     check_subscription_name,
 )
+from dispatcher.state import (
+    Delivery,
+    DeliveryMode,
+    DispatchPolicy,
+    PartitionSnapshot,
+    PoisonPolicy,
+    SubscriptionType,
+)
 from dispatcher.subscription import (
     ConsumerSession,
-    Delivery,
     InitialPosition,
     PartitionStatus,
     Subscription,
     SubscriptionStatus,
-    SubscriptionType,
 )
 
 __all__ = [
     "AckRanges",
     "ConsumerSession",
     "Delivery",
+    "DeliveryMode",
+    "DispatchConfig",
     "DispatchError",
+    "DispatchPolicy",
     "DispatcherClosedError",
     "HeartbeatConfig",
     "InitialPosition",
     "InvalidAckError",
     "InvalidSubscriptionError",
     "PartitionSample",
+    "PartitionSnapshot",
     "PartitionStatus",
+    "PoisonPolicy",
     "Subscription",
     "SubscriptionBusyError",
     "SubscriptionNotFoundError",

@@ -1,16 +1,25 @@
 """Every subscription of the broker, and where their cursors are kept on disk.
 
 Owns :class:`SubscriptionRegistry`: creating, finding, listing and dropping subscriptions,
-and persisting their acknowledged state. Each subscription is one file,
+persisting their state, and their dead-letter queues. Each subscription is one file,
 ``<data dir>/subscriptions/<topic>/<subscription>.json``, replaced atomically (temp file,
-fsync, rename, fsync of the directory: DESIGN section 2, invariant 3)::
+fsync, rename, fsync of the directory: DESIGN section 2, invariants 3 and 4)::
 
-    {"version": 1, "topic": "orders", "subscription": "billing", "type": "exclusive",
-     "partitions": [{"cursor": 1200, "acked": [[1205, 1210]]}, ...]}
+    {"version": 2, "topic": "orders", "subscription": "billing", "type": "shared",
+     "mode": "at_least_once",
+     "partitions": [{"cursor": 1200, "acked": [[1205, 1210]], "delivered": 1300,
+                     "failures": [[1200, 1201, 3, "timeout", [1700000000000, ...]]]}, ...]}
 
 ``cursor`` is the first unacknowledged offset; ``acked`` lists the acknowledged ranges above
 it (the ack holes between them are still owed), so a restart does not resend what was acked
-out of order.
+out of order. ``delivered`` is the highest offset ever sent, and ``failures`` the delivery
+count, last failure reason and attempt times of offsets whose delivery failed (as runs of
+offsets with one history): with them max-deliveries holds across restarts. Version 1 files
+(no ``mode``, ``delivered`` or ``failures``) are read as well.
+
+Dead-letter queues live in ``<data dir>/dlq/<topic>/<subscription>/``
+(:mod:`dispatcher.dlq`), opened when a subscription first dead-letters a record or an
+admin asks for one.
 
 When saved: a new subscription before its consumer gets an answer; a seek or a commit
 (``AckUpTo``) before the reply; acks from consumers in the background every
@@ -30,31 +39,41 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import re
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import msgspec
 
-from dispatcher.acks import AckRanges
+from dispatcher.dlq import DeadLetter, DeadLetterQueue, DlqConfig, PutOutcome
 from dispatcher.errors import (
     DispatcherClosedError,
     InvalidSubscriptionError,
     SubscriptionNotFoundError,
 )
 from dispatcher.lag import HeartbeatConfig
-from dispatcher.subscription import InitialPosition, Subscription, SubscriptionType
+from dispatcher.state import (
+    DeliveryMode,
+    DispatchPolicy,
+    FailureRun,
+    PartitionSnapshot,
+    SubscriptionType,
+    ToDeadLetter,
+)
+from dispatcher.subscription import InitialPosition, Subscription
 from wal import FileSystem, LogWriter
 
 logger = logging.getLogger(__name__)
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 _SUFFIX = ".json"
-_VERSION = 1
+_VERSION = 2
+_READABLE_VERSIONS = (1, 2)
 
 
 def check_subscription_name(name: str) -> None:
@@ -67,9 +86,19 @@ def check_subscription_name(name: str) -> None:
         )
 
 
-class _PartitionDoc(msgspec.Struct, forbid_unknown_fields=True):
+class _FailureDoc(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
+    begin: int
+    end: int
+    deliveries: int
+    reason: str
+    times_ms: list[int]
+
+
+class _PartitionDoc(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     cursor: int
     acked: list[tuple[int, int]] = []
+    delivered: int = 0
+    failures: list[_FailureDoc] = []
 
 
 class _Doc(msgspec.Struct, forbid_unknown_fields=True):
@@ -78,7 +107,35 @@ class _Doc(msgspec.Struct, forbid_unknown_fields=True):
     subscription: str
     type: str
     partitions: list[_PartitionDoc]
+    mode: str = DeliveryMode.AT_LEAST_ONCE.value
 
+
+@dataclass(frozen=True, slots=True)
+class DispatchConfig:
+    """How subscriptions deliver, by default and per subscription.
+
+    Attributes:
+        defaults: The policy of every subscription without an override (its ``type`` and
+            ``mode`` come from the subscription itself).
+        subscriptions: Per ``"topic/subscription"``, a policy whose fields replace the
+            defaults (again except ``type`` and ``mode``).
+        dlq: The dead-letter queue settings of every subscription.
+    """
+
+    defaults: DispatchPolicy = field(default_factory=DispatchPolicy)
+    subscriptions: Mapping[str, DispatchPolicy] = field(default_factory=dict)
+    dlq: DlqConfig = field(default_factory=DlqConfig)
+
+    def policy_for(
+        self, topic: str, name: str, type_: SubscriptionType, mode: DeliveryMode
+    ) -> DispatchPolicy:
+        """The policy of subscription ``name`` of ``topic`` with that type and mode."""
+        base = self.subscriptions.get(f"{topic}/{name}", self.defaults)
+        return dataclasses.replace(base, type=type_, mode=mode)
+
+
+#: How often dead-letter queues drop entries older than their max_age, seconds.
+_DLQ_EXPIRY_INTERVAL_S = 10.0
 
 #: Ticks due this close to a round are done in it, so subscriptions on one interval share
 #: one wake-up (and a manual clock's float steps do not skip a tick).
@@ -108,6 +165,14 @@ class SubscriptionSample:
     task_restarts: int
     stalled: bool
     partitions: tuple[PartitionSample, ...]
+    redelivered: int = 0
+    ack_timeouts: int = 0
+    dead_lettered: int = 0
+    dropped: int = 0
+    dlq_events: int = 0
+    dlq_entries: int = 0
+    dlq_evicted: int = 0
+    dlq_rejected: int = 0
 
 
 class SubscriptionRegistry:
@@ -116,7 +181,9 @@ class SubscriptionRegistry:
     Args:
         data_dir: The broker's data directory.
         fs: File operations (tests pass a faulty one).
-        max_unacked: Records in flight per subscription, at most.
+        max_unacked: Records in flight per subscription, at most (replaces the one in
+            ``dispatch``'s policies).
+        dispatch: Redelivery, poison and dead-letter settings.
         flush_interval_s: How often acknowledged state is saved in the background.
         heartbeat: Heartbeat intervals and the stall timeout.
         monotonic: Monotonic seconds (tests pass a manual clock).
@@ -127,14 +194,21 @@ class SubscriptionRegistry:
         data_dir: str,
         *,
         fs: FileSystem | None = None,
-        max_unacked: int = 1_000,
+        max_unacked: int | None = None,
+        dispatch: DispatchConfig | None = None,
         flush_interval_s: float = 0.1,
         heartbeat: HeartbeatConfig | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._root = os.path.join(data_dir, "subscriptions")
+        self._dlq_root = os.path.join(data_dir, "dlq")
         self._fs = fs or FileSystem()
         self._max_unacked = max_unacked
+        self._dispatch = dispatch or DispatchConfig()
+        self._clock = clock
+        self._dlqs: dict[tuple[str, str], DeadLetterQueue] = {}
+        self._dlq_lock = asyncio.Lock()
         self._flush_interval_s = flush_interval_s
         self._subs: dict[tuple[str, str], Subscription] = {}
         self._dirty: set[tuple[str, str]] = set()
@@ -159,9 +233,13 @@ class SubscriptionRegistry:
         docs = await asyncio.to_thread(self._load_all, set(topics))
         for topic, name, doc in docs:
             type_ = SubscriptionType(doc.type) if doc is not None else SubscriptionType.EXCLUSIVE
-            acks = _restore(doc, topics[topic], topic, name)
-            self._add(topic, name, topics[topic], acks, type_)
-            self._saved[(topic, name)] = tuple(a.cursor for a in acks)
+            mode = DeliveryMode(doc.mode) if doc is not None else DeliveryMode.AT_LEAST_ONCE
+            snaps = _restore(doc, topics[topic], topic, name)
+            self._add(topic, name, topics[topic], snaps, type_, mode)
+            self._saved[(topic, name)] = tuple(s.cursor for s in snaps)
+        for topic, name, _doc in docs:
+            if await asyncio.to_thread(self._fs.exists, self._dlq_dir(topic, name)):
+                await self.dead_letter_queue(topic, name)
         self._flusher = asyncio.create_task(self._flush_loop(), name="subscription flusher")
         self._heartbeat_task = asyncio.create_task(self._heartbeat_loop(), name="heartbeat")
         logger.info("opened %d subscriptions under %s", len(self._subs), self._root)
@@ -181,6 +259,9 @@ class SubscriptionRegistry:
         for sub in subs:
             await self._save(sub)
         self._dirty.clear()
+        dlqs, self._dlqs = list(self._dlqs.values()), {}
+        for dlq in dlqs:
+            await dlq.aclose()
 
     # -- finding and creating -----------------------------------------------------------
 
@@ -192,11 +273,16 @@ class SubscriptionRegistry:
         *,
         initial: InitialPosition = InitialPosition.EARLIEST,
         type_: SubscriptionType = SubscriptionType.EXCLUSIVE,
+        mode: DeliveryMode = DeliveryMode.AT_LEAST_ONCE,
+        any_type: bool = False,
     ) -> Subscription:
         """The subscription ``name`` of ``topic``, created at ``initial`` (and saved) if new.
 
+        ``any_type`` accepts an existing subscription whatever its type and mode (a reader
+        that only commits offsets, like Spark).
+
         Raises:
-            InvalidSubscriptionError: a bad name, or it exists with another type.
+            InvalidSubscriptionError: a bad name, or it exists with another type or mode.
             DispatcherClosedError: the registry is closed (the broker is shutting down).
         """
         if self._closed:
@@ -204,18 +290,21 @@ class SubscriptionRegistry:
         check_subscription_name(name)
         sub = self._subs.get((topic, name))
         if sub is not None:
-            if sub.type is not type_:
-                raise InvalidSubscriptionError(
-                    "type",
-                    f"subscription {name!r} on topic {topic!r} is {sub.type.value}, not "
-                    f"{type_.value}; use its type or another subscription name",
-                )
+            if any_type:
+                return sub
+            for what, have, want in (("type", sub.type, type_), ("mode", sub.policy.mode, mode)):
+                if have is not want:
+                    raise InvalidSubscriptionError(
+                        what,
+                        f"subscription {name!r} on topic {topic!r} is {have.value}, not "
+                        f"{want.value}; use its {what} or another subscription name",
+                    )
             return sub
         if initial is InitialPosition.LATEST:
-            acks = [AckRanges(w.high_water_mark) for w in writers]
+            snaps = [PartitionSnapshot(w.high_water_mark) for w in writers]
         else:
-            acks = [AckRanges(w.first_offset) for w in writers]
-        sub = self._add(topic, name, writers, acks, type_)
+            snaps = [PartitionSnapshot(w.first_offset) for w in writers]
+        sub = self._add(topic, name, writers, snaps, type_, mode)
         await self._save(sub)
         logger.info("created subscription %s/%s at %s", topic, name, initial.value)
         return sub
@@ -236,16 +325,86 @@ class SubscriptionRegistry:
         for key in [k for k in self._subs if k[0] == topic]:
             await self._subs.pop(key).aclose()
             self._saved.pop(key, None)
+            dlq = self._dlqs.pop(key, None)
+            if dlq is not None:
+                await dlq.aclose()
             self._dirty.discard(key)
             self._next_tick.pop(key, None)
             self._samples.pop(key, None)
         async with self._save_lock:
             await asyncio.to_thread(self._remove_topic_dir, topic)
+            await asyncio.to_thread(self._remove_dir, os.path.join(self._dlq_root, topic))
 
     async def save(self, sub: Subscription) -> None:
         """Save ``sub``'s acknowledged state now (before answering a seek or a commit)."""
         self._dirty.discard((sub.topic, sub.name))
         await self._save(sub)
+
+    # -- dead-letter queues -------------------------------------------------------------
+
+    def _dlq_dir(self, topic: str, name: str) -> str:
+        return os.path.join(self._dlq_root, topic, name)
+
+    async def dead_letter_queue(
+        self, topic: str, name: str, *, create: bool = True
+    ) -> DeadLetterQueue | None:
+        """The dead-letter queue of subscription ``name`` of ``topic``, opened (and made,
+        with ``create``) on first use; ``None`` when it does not exist and ``create`` is
+        off."""
+        key = (topic, name)
+        async with self._dlq_lock:
+            dlq = self._dlqs.get(key)
+            if dlq is not None:
+                return dlq
+            directory = self._dlq_dir(topic, name)
+            if not create and not await asyncio.to_thread(self._fs.exists, directory):
+                return None
+            dlq = await DeadLetterQueue.open(
+                directory,
+                self._dispatch.dlq,
+                fs=self._fs,
+                clock=self._clock,
+                name=f"{topic}/{name}",
+            )
+            self._dlqs[key] = dlq
+            return dlq
+
+    async def _dead_letter(self, sub: Subscription, action: ToDeadLetter) -> None:
+        """Write poison records to ``sub``'s dead-letter queue (the subscription's sink)."""
+        dlq = await self.dead_letter_queue(sub.topic, sub.name)
+        assert dlq is not None
+        batch = action.batch
+        keys, values, headers = batch.keys(), batch.values(), batch.headers()
+        stamps = batch.timestamps()
+        letters = []
+        for failure in action.failures:
+            i = failure.offset - batch.base_offset
+            letters.append(
+                DeadLetter(
+                    topic=sub.topic,
+                    partition=action.partition,
+                    offset=failure.offset,
+                    subscription=sub.name,
+                    key=keys[i],
+                    value=values[i],
+                    headers=tuple(headers[i].items()),
+                    timestamp_ms=int(stamps[i]),
+                    attempts=failure.deliveries,
+                    reason=failure.reason or "delivery failed",
+                    attempt_times_ms=failure.times_ms,
+                )
+            )
+        outcome = await dlq.put(letters)
+        if outcome is PutOutcome.REJECTED:
+            logger.warning(
+                "%s/%s: the dead-letter queue is full and rejects new entries (overflow "
+                "policy reject); dropped offsets %d..%d of partition %d",
+                sub.topic,
+                sub.name,
+                action.begin,
+                action.end - 1,
+                action.partition,
+            )
 
     def saved_floor(self, topic: str) -> list[int] | None:
         """Per partition of ``topic``, the lowest cursor any of its subscriptions has on
@@ -281,11 +440,14 @@ class SubscriptionRegistry:
 
     def _sample(self, key: tuple[str, str], sub: Subscription) -> SubscriptionSample:
         """The subscription's sample, rebuilt only when something in it may have changed."""
+        dlq = self._dlqs.get(key)
         version = sub.sample_key()
+        if dlq is not None:
+            version += (dlq.events_total, dlq.first_sequence, dlq.next_sequence)
         cached = self._samples.get(key)
         if cached is not None and cached[0] == version:
             return cached[1]
-        sample = _sample(sub)
+        sample = _sample(sub, dlq)
         self._samples[key] = (version, sample)
         return sample
 
@@ -300,22 +462,28 @@ class SubscriptionRegistry:
 
     # -- internals --------------------------------------------------------------------
 
-    def _add(
+    def _add(  # noqa: PLR0917 - two private callers
         self,
         topic: str,
         name: str,
         writers: Sequence[LogWriter],
-        acks: Sequence[AckRanges],
-        type_: SubscriptionType = SubscriptionType.EXCLUSIVE,
+        snaps: Sequence[PartitionSnapshot],
+        type_: SubscriptionType,
+        mode: DeliveryMode,
     ) -> Subscription:
+        policy = self._dispatch.policy_for(topic, name, type_, mode)
+        if self._max_unacked is not None:
+            policy = dataclasses.replace(policy, max_unacked=self._max_unacked)
         sub = Subscription(
             topic,
             name,
             writers,
-            acks,
-            type_=type_,
-            max_unacked=self._max_unacked,
+            snaps,
+            policy=policy,
             on_change=self._mark_dirty,
+            persist=self.save,
+            dead_letters=self._dead_letter,
+            clock=self._clock,
             heartbeat_interval_s=self._heartbeat.interval_for(topic, name),
             stall_timeout_s=self._heartbeat.stall_timeout_s,
         )
@@ -327,8 +495,12 @@ class SubscriptionRegistry:
         self._dirty.add((sub.topic, sub.name))
 
     async def _flush_loop(self) -> None:
+        next_expiry = self._monotonic()
         while True:
             await asyncio.sleep(self._flush_interval_s)
+            if self._monotonic() >= next_expiry:
+                next_expiry = self._monotonic() + _DLQ_EXPIRY_INTERVAL_S
+                await self._expire_dead_letters()
             dirty, self._dirty = self._dirty, set()
             for key in sorted(dirty):
                 sub = self._subs.get(key)
@@ -340,6 +512,16 @@ class SubscriptionRegistry:
                     logger.exception("saving the cursor of %s/%s failed; will retry", *key)
                     self._dirty.add(key)
 
+    async def _expire_dead_letters(self) -> None:
+        for key, dlq in list(self._dlqs.items()):
+            try:
+                removed = await dlq.expire()
+            except Exception:
+                logger.exception("expiring the dead-letter queue of %s/%s failed", *key)
+                continue
+            if removed:
+                logger.info("%s/%s: %d dead letters expired (max_age)", *key, removed)
+
     async def _save(self, sub: Subscription) -> None:
         async with self._save_lock:  # one writer per file; the newest state wins
             doc = _Doc(
@@ -347,10 +529,8 @@ class SubscriptionRegistry:
                 topic=sub.topic,
                 subscription=sub.name,
                 type=sub.type.value,
-                partitions=[
-                    _PartitionDoc(cursor=cursor, acked=ranges)
-                    for cursor, ranges in sub.acked_state()
-                ],
+                mode=sub.policy.mode.value,
+                partitions=[_partition_doc(snap) for snap in sub.snapshot()],
             )
             await asyncio.to_thread(self._write, sub.topic, sub.name, _encoder.encode(doc))
             if (sub.topic, sub.name) in self._subs:
@@ -364,10 +544,12 @@ class SubscriptionRegistry:
         self._fs.atomic_write(os.path.join(directory, name + _SUFFIX), data)
 
     def _remove_topic_dir(self, topic: str) -> None:
-        directory = os.path.join(self._root, topic)
+        self._remove_dir(os.path.join(self._root, topic))
+
+    def _remove_dir(self, directory: str) -> None:
         if self._fs.exists(directory):
             shutil.rmtree(directory)
-            self._fs.fsync_dir(self._root)
+            self._fs.fsync_dir(os.path.dirname(directory))
 
     def _load_all(self, topics: set[str]) -> list[tuple[str, str, _Doc | None]]:
         """``(topic, name, doc)`` of every saved subscription; ``doc`` is None if damaged."""
@@ -388,9 +570,10 @@ class SubscriptionRegistry:
     def _load(self, path: str) -> _Doc | None:
         try:
             doc = _decoder.decode(self._fs.read_file(path))
-            if doc.version != _VERSION:
-                raise ValueError(f"version {doc.version} is not {_VERSION}")
+            if doc.version not in _READABLE_VERSIONS:
+                raise ValueError(f"version {doc.version} is not one of {_READABLE_VERSIONS}")
             SubscriptionType(doc.type)
+            DeliveryMode(doc.mode)
         except (msgspec.DecodeError, ValueError) as exc:
             logger.error(
                 "%s is damaged (%s); kept as %s.corrupt, the subscription restarts at the "
@@ -406,31 +589,50 @@ class SubscriptionRegistry:
 
 def _restore(
     doc: _Doc | None, writers: Sequence[LogWriter], topic: str, name: str
-) -> list[AckRanges]:
-    """Acknowledged state per partition from ``doc``, fitted to what the logs hold."""
-    acks = []
+) -> list[PartitionSnapshot]:
+    """Persisted state per partition from ``doc``, fitted to what the logs hold."""
+    snaps = []
     for i, writer in enumerate(writers):
         saved = doc.partitions[i] if doc is not None and i < len(doc.partitions) else None
         if saved is None:
-            acks.append(AckRanges(writer.first_offset))
+            snaps.append(PartitionSnapshot(writer.first_offset))
             continue
+        head = writer.high_water_mark
         cursor = max(saved.cursor, writer.first_offset)
-        if cursor > writer.high_water_mark:
+        if cursor > head:
             logger.warning(
                 "%s/%s partition %d: saved cursor %d is past the head %d; using the head",
                 topic,
                 name,
                 i,
                 cursor,
-                writer.high_water_mark,
+                head,
             )
-            cursor = writer.high_water_mark
-        ranges = [(b, min(e, writer.high_water_mark)) for b, e in saved.acked if b < e]
-        acks.append(AckRanges(cursor, ranges))
-    return acks
+            cursor = head
+        acked = tuple((b, min(e, head)) for b, e in saved.acked if b < min(e, head))
+        failures = tuple(
+            FailureRun(f.begin, min(f.end, head), f.deliveries, f.reason, tuple(f.times_ms))
+            for f in saved.failures
+            if f.begin < min(f.end, head)
+        )
+        snaps.append(PartitionSnapshot(cursor, acked, min(saved.delivered, head), failures))
+    return snaps
 
 
-def _sample(sub: Subscription) -> SubscriptionSample:
+def _partition_doc(snap: PartitionSnapshot) -> _PartitionDoc:
+    return _PartitionDoc(
+        cursor=snap.cursor,
+        acked=list(snap.acked),
+        delivered=snap.delivered,
+        failures=[
+            _FailureDoc(f.begin, f.end, f.deliveries, f.reason, list(f.times_ms))
+            for f in snap.failures
+        ],
+    )
+
+
+def _sample(sub: Subscription, dlq: DeadLetterQueue | None) -> SubscriptionSample:
+    state = sub.state
     return SubscriptionSample(
         sub.topic,
         sub.name,
@@ -439,4 +641,12 @@ def _sample(sub: Subscription) -> SubscriptionSample:
         sub.task_restarts,
         sub.verdict.stalled,
         tuple(PartitionSample(i, lag, in_flight) for i, lag, in_flight in sub.lag()),
+        redelivered=state.redelivered_total,
+        ack_timeouts=state.ack_timeouts_total,
+        dead_lettered=state.dead_lettered_total,
+        dropped=state.dropped_total,
+        dlq_events=dlq.events_total if dlq else 0,
+        dlq_entries=dlq.count() if dlq else 0,
+        dlq_evicted=dlq.evicted_total if dlq else 0,
+        dlq_rejected=dlq.rejected_total if dlq else 0,
     )

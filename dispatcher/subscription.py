@@ -1,30 +1,34 @@
-"""One subscription of one topic: its cursors, its consumer and the task that feeds it.
+"""One subscription of one topic: the async shell around its state machine.
 
-Owns :class:`Subscription` (per-partition acknowledged state, read positions and the
-dispatch task) and :class:`ConsumerSession` (one attached consumer: its credit and its
-outbox of :class:`Delivery` items).
+Owns :class:`Subscription` (the dispatch task, the consumers' outboxes, the heartbeat's
+view) and :class:`ConsumerSession` (one attached consumer). Every decision, who gets which
+record, what an ack frees, when a record is sent again, what is poison, lives in the pure
+:class:`~dispatcher.state.SubscriptionState`; this module only carries out its actions:
+reading the log, putting deliveries in outboxes, writing dead letters, saving state and
+logging.
 
-The dispatch task is the only writer of read positions. It sleeps on one wake-up event that
-is set by every change that can let it send: the high-water mark of a partition advancing
-(the notifier: the log calls back only after fsync, so only durable records are ever sent),
-credit granted, acks freeing room under ``max_unacked``, a consumer attaching, a seek. The
-task clears the event *before* it looks at the state, so a wake-up that arrives while it
-works is never lost, and many wake-ups coalesce into one pass.
+Commands from consumers (attach, credit, acks, nacks) are applied synchronously on the
+event loop, one at a time, and then wake the dispatch task. The dispatch task is the only
+one that reads the log and sends. It sleeps on one wake-up event that is set by every change
+that can let it send: the high-water mark of a partition advancing (the notifier: the log
+calls back only after fsync, so only durable records are ever sent), credit granted, acks
+freeing room, a consumer attaching or leaving, a seek, and a timer for the next ack timeout
+or nack delay. The task clears the event *before* it looks at the state, so a wake-up that
+arrives while it works is never lost, and many wake-ups coalesce into one pass.
 
 The heartbeat (:mod:`dispatcher.lag`) is the safety net behind that fast path: the
 registry calls :meth:`Subscription.tick` every heartbeat interval. A tick restarts a dispatch
-task that died, re-polls when records are ready and the consumer has room (counted apart
+task that died, re-polls when records are ready and a consumer has room (counted apart
 from the passes the notifier triggers), and flags the subscription STALLED when such a
 backlog makes no progress for the stall timeout.
 
 Invariants:
 - A record is sent only below the partition's high-water mark (durable, DESIGN section 2).
-- Batches are never split to fit: credit and the ``max_unacked`` cap are checked before each
-  batch, and the rest of that batch goes whole. So a consumer gets at most one batch more
-  than its credit, and at most one batch more than the cap is in flight. Splitting would
-  send (and make the client decode) the same batch bytes once per slice.
-- The cursor of a partition is its first unacknowledged offset; records at or above it
-  that were not acknowledged are sent again to the next consumer, flagged as redeliveries.
+- Batches are never split to fit credit: credit and ``max_unacked`` are checked before each
+  slice, so a consumer gets at most one batch more than its credit. Splitting would send
+  (and make the client decode) the same batch bytes once per slice.
+- A redelivery whose failure count is not saved yet waits for the save (``Persist``), so
+  delivery counts survive a crash.
 """
 
 from __future__ import annotations
@@ -34,12 +38,12 @@ import contextlib
 import enum
 import itertools
 import logging
+import random as _random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from dispatcher.acks import AckRanges, Range
-from dispatcher.errors import InvalidAckError, InvalidSubscriptionError, SubscriptionBusyError
+from dispatcher.errors import InvalidSubscriptionError
 from dispatcher.lag import (
     DEFAULT_INTERVAL_S,
     DEFAULT_STALL_TIMEOUT_S,
@@ -48,19 +52,42 @@ from dispatcher.lag import (
     Observation,
     Verdict,
 )
+from dispatcher.state import (
+    TICK,
+    Ack,
+    AckUpTo,
+    Action,
+    Attach,
+    Commit,
+    DeadLettered,
+    DeadLetterFailed,
+    Deleted,
+    Delivery,
+    Detach,
+    DispatchPolicy,
+    Fetched,
+    Grant,
+    Nack,
+    Note,
+    PartitionSnapshot,
+    Persist,
+    Seek,
+    Send,
+    SubscriptionState,
+    SubscriptionType,
+    ToDeadLetter,
+)
 from wal import LogWriter
 
 logger = logging.getLogger(__name__)
 
-#: The most ack ranges (holes) kept per partition; acks above them are redelivered instead.
+#: The most ack ranges (holes) saved per partition; acks above them are redelivered instead.
 MAX_ACK_RANGES = 10_000
 _consumer_ids = itertools.count(1)
 
-
-class SubscriptionType(enum.Enum):
-    """How a subscription shares its records among consumers."""
-
-    EXCLUSIVE = "exclusive"
+#: Writes a dead letter; returns once it is stored (or rejected by the queue's overflow
+#: policy); raises when it could not be written (the record then stays unacknowledged).
+DeadLetterSink = Callable[["Subscription", ToDeadLetter], Awaitable[None]]
 
 
 class InitialPosition(enum.Enum):
@@ -68,25 +95,6 @@ class InitialPosition(enum.Enum):
 
     EARLIEST = "earliest"
     LATEST = "latest"
-
-
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    """Records ``[from_offset, to_offset)`` of one partition, inside one encoded batch.
-
-    ``redeliveries`` maps an offset that was sent before to how often it was sent before.
-    """
-
-    partition: int
-    batch: bytes
-    from_offset: int
-    to_offset: int
-    redeliveries: dict[int, int]
-
-    @property
-    def count(self) -> int:
-        """How many records this delivery carries."""
-        return self.to_offset - self.from_offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +107,7 @@ class PartitionStatus:
     lag: int  # records at or above the cursor not yet acknowledged
     in_flight: int  # sent and not yet acknowledged
     oldest_unacked_age_s: float  # age of the record at the cursor (0 when caught up)
-    state: str  # CAUGHT_UP | LAGGING | STALLED | NO_CONSUMER
+    state: str  # CAUGHT_UP | LAGGING | STALLED | NO_CONSUMER | BLOCKED
     reason: str  # why, in words
 
 
@@ -120,46 +128,19 @@ class SubscriptionStatus:
 
 
 class ConsumerSession:
-    """One attached consumer: the credit it granted and the deliveries waiting for it."""
+    """One attached consumer and the deliveries waiting for it."""
 
-    __slots__ = ("consumer_id", "credit", "name", "outbox")
+    __slots__ = ("consumer_id", "name", "outbox")
 
-    def __init__(self, name: str, credit: int) -> None:
+    def __init__(self, name: str) -> None:
         self.consumer_id = f"c{next(_consumer_ids)}"
         self.name = name or self.consumer_id
-        self.credit = credit
         #: Bounded by the credit: the dispatch task never puts more than was granted.
         self.outbox: asyncio.Queue[Delivery | None] = asyncio.Queue()
 
     async def next(self) -> Delivery | None:
         """The next delivery, or ``None`` once the subscription has let this consumer go."""
         return await self.outbox.get()
-
-
-class _Partition:
-    """Dispatch state of one partition."""
-
-    __slots__ = ("acks", "attempts", "in_flight", "read_pos", "sent_mark")
-
-    def __init__(self, acks: AckRanges) -> None:
-        self.acks = acks
-        self.read_pos = acks.cursor  # next offset to send
-        self.sent_mark = acks.cursor  # every offset below it was sent at least once
-        self.in_flight = 0
-        self.attempts: dict[int, int] = {}  # offset -> times sent, for resent offsets only
-
-    def lag(self, head: int) -> int:
-        """Records below ``head`` at or above the cursor not yet acknowledged."""
-        return max(0, head - self.acks.cursor - self.acks.acked_count(head))
-
-    def recount(self) -> int:
-        """Recompute ``in_flight``; return the change."""
-        self.read_pos = max(self.read_pos, self.acks.cursor)
-        before = self.in_flight
-        self.in_flight = self.read_pos - self.acks.cursor - self.acks.acked_count(self.read_pos)
-        if self.attempts and min(self.attempts) < self.acks.cursor:
-            self.attempts = {o: n for o, n in self.attempts.items() if o >= self.acks.cursor}
-        return self.in_flight - before
 
 
 class Subscription:
@@ -169,12 +150,16 @@ class Subscription:
         topic: The topic's name.
         name: The subscription's name.
         writers: The topic's partitions, in order.
-        acks: Acknowledged state per partition (restored, or new at the initial position).
-        max_unacked: The most records in flight at once.
+        partitions: Persisted state per partition (restored, or new at the start).
+        policy: Type, mode, limits and redelivery rules.
         max_batch_bytes: Soft limit on the bytes one read takes from a log (at least one
             batch is read).
-        on_change: Called (on the loop) when acknowledged state changed and needs saving.
-        clock: Wall-clock seconds, for the age of the oldest unacknowledged record.
+        on_change: Called (on the loop) when persisted state changed and needs saving.
+        persist: Saves the state now; awaited before a redelivery whose failure count is
+            not saved yet.
+        dead_letters: Writes poison records to the dead-letter queue.
+        clock: Wall-clock seconds: ack timeouts, nack delays, record ages.
+        random: Uniform ``[0, 1)`` numbers for backoff jitter.
         heartbeat_interval_s: How often the registry should call :meth:`tick`, seconds.
         stall_timeout_s: A backlog with room and no progress for this long is STALLED.
     """
@@ -184,40 +169,44 @@ class Subscription:
         topic: str,
         name: str,
         writers: Sequence[LogWriter],
-        acks: Sequence[AckRanges],
+        partitions: Sequence[PartitionSnapshot],
         *,
-        type_: SubscriptionType = SubscriptionType.EXCLUSIVE,
-        max_unacked: int = 1_000,
+        policy: DispatchPolicy | None = None,
         max_batch_bytes: int = 256 << 10,
         on_change: Callable[[Subscription], None] = lambda _s: None,
+        persist: Callable[[Subscription], Awaitable[None]] | None = None,
+        dead_letters: DeadLetterSink | None = None,
         clock: Callable[[], float] = time.time,
+        random: Callable[[], float] = _random.random,
         heartbeat_interval_s: float = DEFAULT_INTERVAL_S,
         stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S,
     ) -> None:
-        if len(writers) != len(acks):
-            raise ValueError(f"{len(writers)} partitions but {len(acks)} cursors")
+        if len(writers) != len(partitions):
+            raise ValueError(f"{len(writers)} partitions but {len(partitions)} states")
         self.topic = topic
         self.name = name
-        self.type = type_
+        self.policy = policy or DispatchPolicy()
+        self.state = SubscriptionState(partitions, self.policy, random=random, names=(topic, name))
         self._writers = list(writers)
-        self._parts = [_Partition(a) for a in acks]
-        self._max_unacked = max_unacked
         self._max_batch_bytes = max_batch_bytes
         self._on_change = on_change
+        self._persist = persist
+        self._dead_letters = dead_letters
         self._clock = clock
-        self._in_flight = 0
-        self._session: ConsumerSession | None = None
+        self._sessions: dict[str, ConsumerSession] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._next_partition = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+        self._dead_letter_queue: list[ToDeadLetter] = []
+        self._dead_letter_task: asyncio.Task[None] | None = None
         #: How often the heartbeat should tick this subscription, seconds.
         self.heartbeat_interval_s = heartbeat_interval_s
         self._monitor = LagMonitor(stall_timeout_s)
         self._heartbeat_poll = False
         self._last_error = ""
-        self._sent_total = 0
-        self._acked_total = 0
-        #: Dispatch passes the notifier (or credit, acks, attach) triggered.
+        self._changes = self.state.changes
+        #: Dispatch passes the notifier (or credit, acks, attach, timers) triggered.
         self.notifier_polls = 0
         #: Dispatch passes the heartbeat triggered.
         self.heartbeat_polls = 0
@@ -225,16 +214,23 @@ class Subscription:
         self.task_restarts = 0
         #: The last tick's verdict.
         self.verdict = IDLE
+        #: Called with (seconds from publish to dispatch) for each first delivery.
+        self.on_dispatch: Callable[[float], None] = lambda _s: None
+
+    @property
+    def type(self) -> SubscriptionType:
+        """How the subscription shares records among consumers."""
+        return self.policy.type
 
     @property
     def partition_count(self) -> int:
         """How many partitions the subscription's topic has."""
-        return len(self._parts)
+        return self.state.partition_count
 
     @property
     def max_unacked(self) -> int:
         """The most records in flight at once."""
-        return self._max_unacked
+        return self.policy.max_unacked
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -261,17 +257,15 @@ class Subscription:
             )
             self.task_restarts += 1
             self._start_task()
-        ready = 0
-        for part, writer in zip(self._parts, self._writers, strict=True):
-            ready += max(0, writer.high_water_mark - part.read_pos)
+        heads = [w.high_water_mark for w in self._writers]
+        ready = self.state.ready(heads, self._clock())
         if not ready and self._monitor.idle:
             self.verdict = IDLE  # the common case, kept cheap: 1,000 idle subscriptions
             return IDLE
-        session = self._session
         seen = Observation(
             ready=ready,
-            has_room=session is not None and self._room(session) > 0,
-            progress=self._sent_total + self._acked_total,
+            has_room=self.state.has_room(),
+            progress=self.state.sent_total + self.state.acked_total,
             last_error=self._last_error,
         )
         self.verdict = self._monitor.tick(seen, now)
@@ -281,24 +275,37 @@ class Subscription:
         return self.verdict
 
     async def aclose(self) -> None:
-        """Stop dispatching and let the consumer go. Idempotent."""
+        """Stop dispatching and let every consumer go. Idempotent."""
         task, self._task = self._task, None
         if task is None:
             return
         for writer in self._writers:
             with contextlib.suppress(ValueError):
                 writer.remove_listener(self._on_advance)
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        if self._session is not None:
-            self._session.outbox.put_nowait(None)
-            self._session = None
+        if self._timer is not None:
+            self._timer.cancel()
+        for t in (task, self._dead_letter_task):
+            if t is not None:
+                t.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await t
+        for session in self._sessions.values():
+            session.outbox.put_nowait(None)
+        self._sessions.clear()
 
     def _on_advance(self, _hwm: int) -> None:
         self._wake.set()
 
-    # -- consumers --------------------------------------------------------------------
+    # -- commands ---------------------------------------------------------------------
+
+    def _apply(self, cmd: Attach | Detach | Grant | Ack | AckUpTo | Nack | Commit | Seek) -> None:
+        """Apply a command from outside the dispatch task, then wake the task."""
+        actions = self.state.handle(cmd, self._clock())
+        self._carry_out_now(actions)
+        if self.state.changes != self._changes:
+            self._changes = self.state.changes
+            self._on_change(self)
+        self._wake.set()
 
     def attach(self, consumer_name: str, credit: int) -> ConsumerSession:
         """Attach a consumer that may receive ``credit`` records now.
@@ -306,32 +313,22 @@ class Subscription:
         Raises:
             SubscriptionBusyError: another consumer holds this exclusive subscription.
         """
-        if self._session is not None:
-            raise SubscriptionBusyError(self.topic, self.name, self._session.name)
-        session = ConsumerSession(consumer_name, credit)
-        self._session = session
-        self._wake.set()
+        session = ConsumerSession(consumer_name)
+        self._apply(Attach(session.consumer_id, session.name, credit))
+        self._sessions[session.consumer_id] = session
         logger.info("%s/%s: consumer %s attached", self.topic, self.name, session.name)
         return session
 
     def detach(self, session: ConsumerSession) -> None:
-        """Let ``session`` go; what it did not acknowledge goes to the next consumer."""
-        if self._session is not session:
+        """Let ``session`` go; what it did not acknowledge goes to the other consumers."""
+        if self._sessions.pop(session.consumer_id, None) is None:
             return
-        self._session = None
-        for part in self._parts:
-            part.read_pos = part.acks.cursor
-            part.recount()
-        self._in_flight = 0
+        self._apply(Detach(session.consumer_id))
         logger.info("%s/%s: consumer %s detached", self.topic, self.name, session.name)
 
     def grant(self, session: ConsumerSession, credit: int) -> None:
         """``session`` may receive ``credit`` more records."""
-        session.credit += credit
-        if session is self._session:
-            self._wake.set()
-
-    # -- acknowledgements -------------------------------------------------------------
+        self._apply(Grant(session.consumer_id, credit))
 
     def ack(self, partition: int, begin: int, end: int) -> None:
         """Acknowledge the delivered offsets ``[begin, end)`` of ``partition``.
@@ -340,12 +337,7 @@ class Subscription:
             InvalidSubscriptionError: no such partition, or an empty or negative range.
             InvalidAckError: some of the offsets were never delivered.
         """
-        part = self._part(partition)
-        if not 0 <= begin < end:
-            raise InvalidSubscriptionError("ack", f"[{begin}, {end}) is not an offset range")
-        if end > part.sent_mark:
-            raise InvalidAckError(partition, end - 1, part.sent_mark)
-        self._acked(part, part.acks.ack(begin, end))
+        self._apply(Ack(partition, begin, end))
 
     def ack_up_to(self, partition: int, offset: int) -> None:
         """Acknowledge every delivered offset of ``partition`` below ``offset``.
@@ -354,10 +346,19 @@ class Subscription:
             InvalidSubscriptionError: no such partition.
             InvalidAckError: ``offset`` is past what was delivered.
         """
-        part = self._part(partition)
-        if offset > part.sent_mark:
-            raise InvalidAckError(partition, offset - 1, part.sent_mark)
-        self._acked(part, part.acks.ack_up_to(offset))
+        self._apply(AckUpTo(partition, offset))
+
+    def nack(
+        self, partition: int, begin: int, end: int, *, delay_s: float | None, reason: str
+    ) -> None:
+        """Offsets ``[begin, end)`` failed: send them again after ``delay_s`` (``None``:
+        the subscription's backoff).
+
+        Raises:
+            InvalidSubscriptionError: no such partition, a bad range or delay.
+            InvalidAckError: some of the offsets were never delivered.
+        """
+        self._apply(Nack(partition, begin, end, delay_s, reason))
 
     def commit(self, partition: int, offset: int) -> int:
         """Acknowledge everything below ``offset``, delivered or not (a reader that pulls
@@ -366,105 +367,83 @@ class Subscription:
         Raises:
             InvalidSubscriptionError: no such partition, or ``offset`` past the head.
         """
-        part = self._part(partition)
+        self.state.check_partition(partition)
         head = self._writers[partition].high_water_mark
-        if not 0 <= offset <= head:
-            raise InvalidSubscriptionError(
-                "offset", f"{offset} is outside [0, {head}] on partition {partition}"
-            )
-        part.sent_mark = max(part.sent_mark, offset)
-        self._acked(part, part.acks.ack_up_to(offset))
-        return part.acks.cursor
-
-    def _acked(self, part: _Partition, newly: int) -> None:
-        if not newly:
-            return
-        self._acked_total += newly
-        self._in_flight += part.recount()
-        self._on_change(self)
-        self._wake.set()
+        self._apply(Commit(partition, offset, head))
+        return self.state.cursor(partition)
 
     def seek(self, offsets: Sequence[int]) -> None:
         """Move every partition's cursor to the given offset, forgetting its acks.
 
-        Offsets are clamped to what the log holds. The attached consumer stays; the next
-        records it receives start at the new positions.
+        Offsets are clamped to what the log holds. Attached consumers stay; the next
+        records they receive start at the new positions.
         """
-        if len(offsets) != len(self._parts):
-            raise InvalidSubscriptionError("seek", f"needs {len(self._parts)} offsets")
-        for part, writer, offset in zip(self._parts, self._writers, offsets, strict=True):
-            target = min(max(offset, writer.first_offset), writer.high_water_mark)
-            part.acks.reset(target)
-            part.read_pos = target
-            part.sent_mark = max(part.sent_mark, target)
-            part.attempts.clear()
-            self._in_flight += part.recount()
-        self._on_change(self)
-        self._wake.set()
-
-    def _part(self, partition: int) -> _Partition:
-        if not 0 <= partition < len(self._parts):
-            raise InvalidSubscriptionError(
-                "partition",
-                f"{partition} does not exist; topic {self.topic!r} has partitions "
-                f"0..{len(self._parts) - 1}",
-            )
-        return self._parts[partition]
+        if len(offsets) != len(self._writers):
+            raise InvalidSubscriptionError("seek", f"needs {len(self._writers)} offsets")
+        clamped = tuple(
+            min(max(offset, w.first_offset), w.high_water_mark)
+            for w, offset in zip(self._writers, offsets, strict=True)
+        )
+        self._apply(Seek(clamped))
 
     # -- state ------------------------------------------------------------------------
 
-    def acked_state(self) -> list[tuple[int, list[Range]]]:
-        """Per partition: the cursor and the ack ranges above it (what is persisted)."""
-        out = []
-        for part in self._parts:
-            part.acks.trim(MAX_ACK_RANGES)
-            out.append((part.acks.cursor, part.acks.ranges()))
-        return out
+    def snapshot(self) -> list[PartitionSnapshot]:
+        """What is persisted, per partition."""
+        return self.state.snapshot(MAX_ACK_RANGES)
 
     def sample_key(self) -> tuple[int, ...]:
         """Changes whenever anything :meth:`lag` or the counters report may have changed."""
+        state = self.state
         return (
             self.notifier_polls,
             self.heartbeat_polls,
             self.task_restarts,
             self.verdict.stalled,
-            self._sent_total,
-            self._acked_total,
-            self._in_flight,
+            state.sent_total,
+            state.acked_total,
+            state.changes,
             *(w.high_water_mark for w in self._writers),
         )
 
     def lag(self) -> list[tuple[int, int, int]]:
         """``(partition, lag, in_flight)`` per partition: the cheap part of :meth:`status`."""
-        out = []
-        for i, (part, writer) in enumerate(zip(self._parts, self._writers, strict=True)):
-            out.append((i, part.lag(writer.high_water_mark), part.in_flight))
-        return out
+        state = self.state
+        return [
+            (i, state.lag(i, w.high_water_mark), state.in_flight(i))
+            for i, w in enumerate(self._writers)
+        ]
 
     def status(self) -> SubscriptionStatus:
         """Cursor, head, lag, in-flight records and state per partition."""
-        consumers = (self._session.name,) if self._session is not None else ()
+        state = self.state
+        consumers = tuple(state.consumers())
         now_ms = self._clock() * 1000
         parts = []
-        for i, (part, writer) in enumerate(zip(self._parts, self._writers, strict=True)):
+        for i, writer in enumerate(self._writers):
             head = writer.high_water_mark
-            cursor = part.acks.cursor
-            lag = part.lag(head)
+            cursor = state.cursor(i)
+            lag = state.lag(i, head)
             age = 0.0
+            blocked = state.blocked(i)
             if lag == 0:
-                state, reason = "CAUGHT_UP", ""
+                state_name, reason = "CAUGHT_UP", ""
             else:
                 age = max(0.0, (now_ms - _timestamp_at(writer, cursor)) / 1000)
-                if self.verdict.stalled and part.read_pos < head:
-                    state, reason = "STALLED", self.verdict.reason
+                if blocked:
+                    state_name, reason = "BLOCKED", blocked
+                elif self.verdict.stalled and state.read_position(i) < head:
+                    state_name, reason = "STALLED", self.verdict.reason
                 elif consumers:
-                    state, reason = "LAGGING", f"{lag} records not yet acknowledged"
+                    state_name, reason = "LAGGING", f"{lag} records not yet acknowledged"
                 else:
-                    state, reason = "NO_CONSUMER", f"{lag} records wait for a consumer"
-            parts.append(PartitionStatus(i, cursor, head, lag, part.in_flight, age, state, reason))
+                    state_name, reason = "NO_CONSUMER", f"{lag} records wait for a consumer"
+            parts.append(
+                PartitionStatus(i, cursor, head, lag, state.in_flight(i), age, state_name, reason)
+            )
         return SubscriptionStatus(self.topic, self.name, self.type, consumers, tuple(parts))
 
-    # -- dispatch ---------------------------------------------------------------------
+    # -- the dispatch task --------------------------------------------------------------
 
     async def _run(self) -> None:
         while True:
@@ -475,7 +454,7 @@ class Subscription:
             else:
                 self.notifier_polls += 1
             try:
-                sent = self._pump()
+                sent = await self._pass()
             except Exception as exc:  # e.g. a damaged segment: keep the broker up
                 if not self._last_error:  # once per failing streak, not once per pass
                     logger.exception(
@@ -490,78 +469,117 @@ class Subscription:
                 if self._last_error:
                     logger.info("%s/%s: dispatch works again", self.topic, self.name)
                 self._last_error = ""
+            if self.state.changes != self._changes:
+                self._changes = self.state.changes
+                self._on_change(self)
             if sent:
-                await asyncio.sleep(0)  # let the consumer's stream and others run
+                await asyncio.sleep(0)  # let the consumers' streams and others run
             else:
+                self._arm_timer()
                 await self._wake.wait()
 
-    def _room(self, session: ConsumerSession) -> int:
-        return min(session.credit, self._max_unacked - self._in_flight)
-
-    def _pump(self) -> bool:
-        """Send what the credit and the unacked cap allow; return whether anything went."""
-        session = self._session
-        if session is None:
-            return False
-        count = len(self._parts)
+    async def _pass(self) -> bool:
+        """Expire leases, then read and send what the state asks for; return whether
+        anything was sent."""
+        state = self.state
+        now = self._clock()
+        await self._carry_out(state.handle(TICK, now))
+        heads = [w.high_water_mark for w in self._writers]
         sent = False
-        for i in range(count):
-            if self._room(session) <= 0:
-                break
-            p = (self._next_partition + i) % count
-            sent |= self._pump_partition(p, session)
-        self._next_partition = (self._next_partition + 1) % count
+        for p, wanted in state.reads(heads, now):
+            writer = self._writers[p]
+            first = writer.first_offset
+            if wanted < first:
+                await self._carry_out(state.handle(Deleted(p, first), now))
+                if first >= heads[p]:
+                    continue
+            batches = writer.read(max(wanted, first), self._max_batch_bytes)
+            sent |= await self._carry_out(state.handle(Fetched(p, batches), now))
         return sent
 
-    def _pump_partition(self, p: int, session: ConsumerSession) -> bool:
-        part, writer = self._parts[p], self._writers[p]
-        if part.read_pos >= writer.high_water_mark:
-            return False
-        if part.read_pos < writer.first_offset:
-            self._skip_deleted(p, part, writer.first_offset)
+    async def _carry_out(self, actions: list[Action]) -> bool:
+        """Do what the state machine asked, in order; return whether anything was sent."""
         sent = False
-        for batch in writer.read(part.read_pos, self._max_batch_bytes):
-            if self._room(session) <= 0:
-                break
-            data = b""
-            start = max(part.read_pos, batch.base_offset)
-            for lo, hi in list(part.acks.unacked(start, batch.next_offset)):
-                data = data or bytes(batch.buffer)
-                self._send(session, p, data, lo, hi)
-                sent = True
-            part.read_pos = batch.next_offset
+        for action in actions:
+            if isinstance(action, Persist):
+                await self._save_now()
+            else:
+                sent |= self._do(action)
         return sent
 
-    def _send(self, session: ConsumerSession, p: int, data: bytes, lo: int, hi: int) -> None:
-        part = self._parts[p]
-        redeliveries: dict[int, int] = {}
-        for offset in range(lo, min(hi, part.sent_mark)):
-            redeliveries[offset] = part.attempts.get(offset, 1)
-            part.attempts[offset] = redeliveries[offset] + 1
-        session.outbox.put_nowait(Delivery(p, data, lo, hi, redeliveries))
-        count = hi - lo
-        session.credit -= count
-        part.in_flight += count
-        self._in_flight += count
-        self._sent_total += count
-        part.sent_mark = max(part.sent_mark, hi)
+    def _carry_out_now(self, actions: list[Action]) -> None:
+        for action in actions:
+            if not isinstance(action, Persist):  # commands from outside never send
+                self._do(action)
 
-    def _skip_deleted(self, p: int, part: _Partition, first: int) -> None:
-        logger.warning(
-            "%s/%s partition %d: offsets %d..%d were deleted by retention before they were "
-            "acknowledged; continuing at %d",
-            self.topic,
-            self.name,
-            p,
-            part.read_pos,
-            first - 1,
-            first,
-        )
-        part.acks.ack_up_to(first)
-        part.read_pos = first
-        part.sent_mark = max(part.sent_mark, first)
-        self._in_flight += part.recount()
-        self._on_change(self)
+    def _do(self, action: Action) -> bool:
+        if isinstance(action, Send):
+            session = self._sessions.get(action.consumer)
+            if session is not None:
+                session.outbox.put_nowait(action.delivery)
+                if not action.delivery.redeliveries:
+                    self.on_dispatch(max(0.0, self._clock() - action.timestamp_ms / 1000))
+            return True
+        if isinstance(action, ToDeadLetter):
+            self._dead_letter_queue.append(action)
+            if self._dead_letter_task is None or self._dead_letter_task.done():
+                self._dead_letter_task = asyncio.create_task(
+                    self._write_dead_letters(), name=f"dead letters {self.topic}/{self.name}"
+                )
+        elif isinstance(action, Note):
+            logger.log(action.level, "%s/%s: %s", self.topic, self.name, action.message)
+        return False
+
+    async def _save_now(self) -> None:
+        if self._persist is None:
+            return
+        try:
+            await self._persist(self)
+        except OSError:
+            logger.exception(
+                "%s/%s: saving delivery counts failed; a crash now may undercount them",
+                self.topic,
+                self.name,
+            )
+
+    async def _write_dead_letters(self) -> None:
+        while self._dead_letter_queue:
+            action = self._dead_letter_queue.pop(0)
+            done: DeadLettered | DeadLetterFailed
+            try:
+                if self._dead_letters is None:
+                    raise RuntimeError("this subscription has no dead-letter queue")
+                await self._dead_letters(self, action)
+            except Exception as exc:
+                done = DeadLetterFailed(
+                    action.partition, action.begin, action.end, str(exc) or type(exc).__name__
+                )
+            else:
+                done = DeadLettered(action.partition, action.begin, action.end)
+            await self._carry_out(self.state.handle(done, self._clock()))
+            if self.state.changes != self._changes:
+                self._changes = self.state.changes
+                self._on_change(self)
+            self._wake.set()
+
+    def _arm_timer(self) -> None:
+        """Wake the task when the next lease expires or a waiting record is due."""
+        at = self.state.next_deadline()
+        if at == self._timer_at:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timer_at = at
+        if at is not None:
+            loop = asyncio.get_running_loop()
+            delay = max(0.0, at - self._clock())
+            self._timer = loop.call_later(delay, self._timer_fired)
+
+    def _timer_fired(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        self._wake.set()
 
 
 def _timestamp_at(writer: LogWriter, offset: int) -> float:

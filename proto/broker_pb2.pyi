@@ -15,6 +15,12 @@ class SubscriptionType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SHARED: _ClassVar[SubscriptionType]
     KEY_SHARED: _ClassVar[SubscriptionType]
 
+class DeliveryMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DELIVERY_MODE_UNSPECIFIED: _ClassVar[DeliveryMode]
+    AT_LEAST_ONCE: _ClassVar[DeliveryMode]
+    AT_MOST_ONCE: _ClassVar[DeliveryMode]
+
 class InitialPosition(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     INITIAL_POSITION_UNSPECIFIED: _ClassVar[InitialPosition]
@@ -25,6 +31,9 @@ EXCLUSIVE: SubscriptionType
 FAILOVER: SubscriptionType
 SHARED: SubscriptionType
 KEY_SHARED: SubscriptionType
+DELIVERY_MODE_UNSPECIFIED: DeliveryMode
+AT_LEAST_ONCE: DeliveryMode
+AT_MOST_ONCE: DeliveryMode
 INITIAL_POSITION_UNSPECIFIED: InitialPosition
 EARLIEST: InitialPosition
 LATEST: InitialPosition
@@ -70,28 +79,46 @@ class SubscribeRequest(_message.Message):
     def __init__(self, open: _Optional[_Union[OpenSubscription, _Mapping]] = ..., credit: _Optional[int] = ..., ack: _Optional[_Union[Acks, _Mapping]] = ...) -> None: ...
 
 class OpenSubscription(_message.Message):
-    __slots__ = ("topic", "subscription", "type", "initial_position", "consumer_name", "initial_credit")
+    __slots__ = ("topic", "subscription", "type", "initial_position", "consumer_name", "initial_credit", "mode")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     INITIAL_POSITION_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_NAME_FIELD_NUMBER: _ClassVar[int]
     INITIAL_CREDIT_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
     topic: str
     subscription: str
     type: SubscriptionType
     initial_position: InitialPosition
     consumer_name: str
     initial_credit: int
-    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., type: _Optional[_Union[SubscriptionType, str]] = ..., initial_position: _Optional[_Union[InitialPosition, str]] = ..., consumer_name: _Optional[str] = ..., initial_credit: _Optional[int] = ...) -> None: ...
+    mode: DeliveryMode
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., type: _Optional[_Union[SubscriptionType, str]] = ..., initial_position: _Optional[_Union[InitialPosition, str]] = ..., consumer_name: _Optional[str] = ..., initial_credit: _Optional[int] = ..., mode: _Optional[_Union[DeliveryMode, str]] = ...) -> None: ...
 
 class Acks(_message.Message):
-    __slots__ = ("ranges", "up_to")
+    __slots__ = ("ranges", "up_to", "nacks")
     RANGES_FIELD_NUMBER: _ClassVar[int]
     UP_TO_FIELD_NUMBER: _ClassVar[int]
+    NACKS_FIELD_NUMBER: _ClassVar[int]
     ranges: _containers.RepeatedCompositeFieldContainer[OffsetRange]
     up_to: _containers.RepeatedCompositeFieldContainer[PartitionOffset]
-    def __init__(self, ranges: _Optional[_Iterable[_Union[OffsetRange, _Mapping]]] = ..., up_to: _Optional[_Iterable[_Union[PartitionOffset, _Mapping]]] = ...) -> None: ...
+    nacks: _containers.RepeatedCompositeFieldContainer[Nack]
+    def __init__(self, ranges: _Optional[_Iterable[_Union[OffsetRange, _Mapping]]] = ..., up_to: _Optional[_Iterable[_Union[PartitionOffset, _Mapping]]] = ..., nacks: _Optional[_Iterable[_Union[Nack, _Mapping]]] = ...) -> None: ...
+
+class Nack(_message.Message):
+    __slots__ = ("partition", "begin", "end", "delay_ms", "reason")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    BEGIN_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    begin: int
+    end: int
+    delay_ms: int
+    reason: str
+    def __init__(self, partition: _Optional[int] = ..., begin: _Optional[int] = ..., end: _Optional[int] = ..., delay_ms: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class OffsetRange(_message.Message):
     __slots__ = ("partition", "begin", "end")

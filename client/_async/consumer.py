@@ -57,6 +57,8 @@ _TYPES = {
     "key_shared": _pb.KEY_SHARED,
 }
 _POSITIONS = {"earliest": _pb.EARLIEST, "latest": _pb.LATEST}
+_MODES = {"at_least_once": _pb.AT_LEAST_ONCE, "at_most_once": _pb.AT_MOST_ONCE}
+_MAX_NACK_DELAY_S = 86_400.0
 
 _Requests = asyncio.Queue[_pb.SubscribeRequest | None]
 _PERMANENT = (InvalidArgument, NotFound, PermissionDenied, Unauthenticated, DataLoss)
@@ -74,6 +76,8 @@ class AsyncConsumer:
         type: ``exclusive`` (one consumer at a time), ``failover``, ``shared`` or
             ``key_shared``.
         initial_position: Where a new subscription starts: ``earliest`` or ``latest``.
+        mode: ``at_least_once`` (a message counts once acked; unacked ones come again) or
+            ``at_most_once`` (it counts once sent: never redelivered, acks not needed).
         consumer_name: How this consumer shows in ``headrace lag``.
         receive_queue: Records the broker may send ahead of the application. Default 1,000.
         ack_interval_ms: The longest an ack waits to be sent. Default 20 ms.
@@ -88,6 +92,7 @@ class AsyncConsumer:
         broker: str = DEFAULT_BROKER,
         type: str = "exclusive",  # the name DESIGN gives it
         initial_position: str = "earliest",
+        mode: str = "at_least_once",
         consumer_name: str = "",
         receive_queue: int = 1_000,
         ack_interval_ms: float = 20.0,
@@ -99,6 +104,8 @@ class AsyncConsumer:
             raise ValueError(
                 f"initial_position must be earliest or latest, not {initial_position!r}"
             )
+        if mode not in _MODES:
+            raise ValueError(f"mode must be at_least_once or at_most_once, not {mode!r}")
         if receive_queue < 1 or ack_interval_ms < 0:
             raise ValueError("receive_queue >= 1 and ack_interval_ms >= 0")
         self.topic = topic
@@ -108,6 +115,7 @@ class AsyncConsumer:
             subscription=subscription,
             type=_TYPES[type],
             initial_position=_POSITIONS[initial_position],
+            mode=_MODES[mode],
             consumer_name=consumer_name,
             initial_credit=receive_queue,
         )
@@ -136,6 +144,7 @@ class AsyncConsumer:
         self._taken = 0
         self._ranges: dict[int, list[list[int]]] = {}
         self._up_to: dict[int, int] = {}
+        self._nacks: list[_pb.Nack] = []
         self._pending = 0
         self._ack_threshold = 1
         self._ack_timer: asyncio.TimerHandle | None = None
@@ -298,6 +307,30 @@ class AsyncConsumer:
         self._up_to[p] = max(self._up_to.get(p, 0), message.offset + 1)
         self._acked(1)
 
+    def nack(self, message: Message, *, delay: float | None = None, reason: str = "") -> None:
+        """Report that ``message`` failed: the broker sends it again after ``delay``
+        seconds (``None``: the subscription's backoff, which grows with each failure).
+        ``reason`` is kept with the record and shows in the dead-letter queue if it ends
+        there (after the subscription's max deliveries).
+
+        Raises:
+            ValueError: ``delay`` is negative or longer than a day.
+        """
+        if delay is not None and not 0 <= delay <= _MAX_NACK_DELAY_S:
+            raise ValueError(f"delay must be from 0 to {_MAX_NACK_DELAY_S:g} seconds, not {delay}")
+        if message.epoch != self._epoch:
+            return  # from a broken session: the broker will deliver it again anyway
+        nack = _pb.Nack(
+            partition=message.partition,
+            begin=message.offset,
+            end=message.offset + 1,
+            reason=reason,
+        )
+        if delay is not None:
+            nack.delay_ms = round(delay * 1000)
+        self._nacks.append(nack)
+        self._acked(1)
+
     def _acked(self, count: int) -> None:
         self._pending += count
         if self._pending >= self._ack_threshold:
@@ -319,9 +352,10 @@ class AsyncConsumer:
                 for b, e in ranges
             ],
             up_to=[_pb.PartitionOffset(partition=p, offset=o) for p, o in self._up_to.items()],
+            nacks=self._nacks,
         )
         self._requests.put_nowait(_pb.SubscribeRequest(ack=acks))
-        self._ranges, self._up_to, self._pending = {}, {}, 0
+        self._ranges, self._up_to, self._nacks, self._pending = {}, {}, [], 0
 
     # -- sessions ---------------------------------------------------------------------
 

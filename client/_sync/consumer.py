@@ -37,6 +37,7 @@ class Consumer:
         broker: str = DEFAULT_BROKER,
         type: str = "exclusive",  # the name DESIGN gives it
         initial_position: str = "earliest",
+        mode: str = "at_least_once",
         consumer_name: str = "",
         receive_queue: int = 1_000,
         ack_interval_ms: float = 20.0,
@@ -49,6 +50,7 @@ class Consumer:
             broker=broker,
             type=type,
             initial_position=initial_position,
+            mode=mode,
             consumer_name=consumer_name,
             receive_queue=receive_queue,
             ack_interval_ms=ack_interval_ms,
@@ -86,6 +88,11 @@ class Consumer:
     def ack_cumulative(self, message: Message) -> None:
         """Acknowledge ``message`` and every earlier message of its partition."""
         self._bridge.call(self._consumer.ack_cumulative, message)
+
+    def nack(self, message: Message, *, delay: float | None = None, reason: str = "") -> None:
+        """Report that ``message`` failed; it comes again after ``delay`` seconds (``None``:
+        the subscription's backoff). See :meth:`AsyncConsumer.nack`."""
+        self._bridge.call(self._consumer.nack, message, delay=delay, reason=reason)
 
     def close(self) -> None:
         """Send pending acks, end the session, stop the loop thread. Idempotent."""

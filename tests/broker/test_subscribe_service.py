@@ -66,10 +66,25 @@ async def _serving_still(client: Client) -> None:
         ),
         (
             pb.SubscribeRequest(
-                open=pb.OpenSubscription(topic="t", subscription="s", type=pb.SHARED)
+                open=pb.OpenSubscription(
+                    topic="t",
+                    subscription="s",
+                    type=7,  # type: ignore[arg-type]  # unknown on purpose
+                )
             ),
             grpc.StatusCode.INVALID_ARGUMENT,
-            "SHARED is not available",
+            "7 is not a subscription type",
+        ),
+        (
+            pb.SubscribeRequest(
+                open=pb.OpenSubscription(
+                    topic="t",
+                    subscription="s",
+                    mode=5,  # type: ignore[arg-type]  # unknown on purpose
+                )
+            ),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "5 is not a delivery mode",
         ),
         (
             pb.SubscribeRequest(
@@ -83,7 +98,7 @@ async def _serving_still(client: Client) -> None:
             "initial_position",
         ),
     ],
-    ids=["no-open", "no-topic", "bad-name", "shared", "bad-position"],
+    ids=["no-open", "no-topic", "bad-name", "bad-type", "bad-mode", "bad-position"],
 )
 async def test_bad_open_gets_its_status(
     client: Client, first: pb.SubscribeRequest, code: grpc.StatusCode, words: str

@@ -17,6 +17,7 @@ from dispatcher import (
     InitialPosition,
     InvalidAckError,
     InvalidSubscriptionError,
+    PartitionSnapshot,
     Subscription,
     SubscriptionBusyError,
     SubscriptionNotFoundError,
@@ -107,7 +108,7 @@ async def test_credit_bounds_what_is_sent(
     sub.grant(session, 4)
     second = await _take(session, 4)
     assert [d.from_offset for d in second] == [3, 4, 5, 6]
-    assert session.credit == 0
+    assert sub.state.credit(session.consumer_id) == 0
     await _nothing_more(session)
 
 
@@ -120,7 +121,7 @@ async def test_a_batch_is_never_split_to_fit_the_credit(
     session = sub.attach("c", 3)
     got = await _take(session, 10)
     assert [(d.from_offset, d.to_offset) for d in got] == [(0, 10)]  # whole, once
-    assert session.credit == -7
+    assert sub.state.credit(session.consumer_id) == -7
     await _nothing_more(session)  # no more until the credit is back above zero
     sub.grant(session, 8)
     assert [(d.from_offset, d.to_offset) for d in await _take(session, 1)] == [(10, 11)]
@@ -250,7 +251,7 @@ async def test_cursor_and_ack_holes_survive_a_reopen(
     try:
         sub = again.get("t", "s")
         assert sub.status().partitions[0].cursor == 2
-        assert sub.acked_state()[0] == (2, [(4, 6)])
+        assert (sub.snapshot()[0].cursor, sub.snapshot()[0].acked) == (2, ((4, 6),))
         session = sub.attach("c", 100)
         got = await _take(session, 4)
         assert [(d.from_offset, d.to_offset) for d in got] == [(2, 4), (6, 8)]
@@ -329,9 +330,7 @@ async def test_bad_names_are_refused(
 
 
 async def test_a_subscription_closes_its_consumer(writers: list[LogWriter]) -> None:
-    from dispatcher.acks import AckRanges
-
-    sub = Subscription("t", "s", writers, [AckRanges(), AckRanges()])
+    sub = Subscription("t", "s", writers, [PartitionSnapshot(0), PartitionSnapshot(0)])
     sub.start()
     session = sub.attach("c", 1)
     await sub.aclose()

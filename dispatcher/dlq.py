@@ -1,0 +1,865 @@
+"""The dead-letter queue of one subscription: records that kept failing, kept for people.
+
+Owns :class:`DeadLetterQueue` (one per subscription, stored in Headrace's own WAL), its
+settings (:class:`DlqConfig`, :class:`OverflowPolicy`), what goes in (:class:`DeadLetter`)
+and what comes out (:class:`DlqEntry`), and the pure codec between them and record batches
+(:func:`encode_letters`, :func:`decode_entries`, :func:`replay_record`). DESIGN section 3.
+
+On disk, one directory per subscription::
+
+    <directory>/log/          a wal log; an entry's ``sequence`` is its offset in it
+    <directory>/state.json    {"version": 1, "first_sequence": 1200}
+
+An entry is one record: the original key, the original value cut to ``max_event_bytes``,
+the dead-letter time as the record timestamp, and the original headers plus the
+bookkeeping headers ``HEADER_*`` below. Original headers that use one of those reserved
+names are overwritten; ``x-replay-count`` is an original header, kept as it is.
+
+Invariants:
+- The queue holds sequences ``[first_sequence, next_sequence)``. Entries below
+  ``first_sequence`` are gone (acked, evicted, expired or purged), even while their bytes
+  still sit in a segment that is not wholly below it: only whole segments are deleted.
+- ``put`` returns only once its entries are durable (fsync ``ALWAYS`` by default).
+- A removal saves ``first_sequence`` (temp, fsync, rename, fsync of the directory) *before*
+  any segment is deleted. Example: entries 0..9 over segments 0 and 6; ``ack_up_to(6)``
+  saves ``first_sequence=7``, then deletes segment 0. A crash between the two leaves
+  segment 0 on disk and reopening starts at 7; a crash before the save finished leaves
+  the old file, so reopening starts at 0 and the unfinished ack never happened.
+- ``open`` clamps ``first_sequence`` into ``[first offset of the log, head]`` and saves the
+  clamped value, so a log tail cut by recovery never hides entries appended later.
+
+Counters (``events_total``, ``evicted_total``, ``expired_total``, ``rejected_total``) count
+since open; :meth:`DeadLetterQueue.count` comes from the log and the state file. Imports
+``wal`` and ``dispatcher.errors`` only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import math
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Self
+
+import msgspec
+
+from dispatcher.errors import DispatchError
+from wal import (
+    FileSystem,
+    LogConfig,
+    LogWriter,
+    RecordBatch,
+    WalClosedError,
+    WalError,
+    WalIOError,
+    encode_columns,
+)
+
+logger = logging.getLogger(__name__)
+
+HEADER_TOPIC = "x-original-topic"
+HEADER_PARTITION = "x-original-partition"
+HEADER_OFFSET = "x-original-offset"
+HEADER_SUBSCRIPTION = "x-original-subscription"
+HEADER_TIMESTAMP = "x-original-timestamp-ms"
+HEADER_ATTEMPTS = "x-dlq-attempts"
+HEADER_REASON = "x-dlq-reason"
+HEADER_ATTEMPT_TIMES = "x-dlq-attempt-times-ms"  # comma-separated ms, oldest first
+HEADER_TRUNCATED = "x-dlq-truncated"  # "1" when the value was cut, else "0"
+HEADER_ORIGINAL_BYTES = "x-dlq-original-bytes"  # length of the original value
+#: An original header: how often the record was replayed from a DLQ (ASCII digits).
+HEADER_REPLAY_COUNT = "x-replay-count"
+#: The bookkeeping headers: added to each entry, stripped from ``DlqEntry.headers``.
+RESERVED_HEADERS = frozenset(
+    {
+        HEADER_TOPIC,
+        HEADER_PARTITION,
+        HEADER_OFFSET,
+        HEADER_SUBSCRIPTION,
+        HEADER_TIMESTAMP,
+        HEADER_ATTEMPTS,
+        HEADER_REASON,
+        HEADER_ATTEMPT_TIMES,
+        HEADER_TRUNCATED,
+        HEADER_ORIGINAL_BYTES,
+    }
+)
+
+_MIB = 1 << 20
+#: The largest ``max_event_bytes``: 1 MiB under the WAL's largest record, for key and headers.
+MAX_EVENT_BYTES_LIMIT = 255 * _MIB
+_STATE_FILE = "state.json"
+_STATE_VERSION = 1
+_SCAN_BYTES = 1 << 20  # read size of peek and expire scans
+
+Headers = tuple[tuple[str, bytes], ...]
+
+
+# ---------------------------------------------------------------------------------------
+# Settings, values and errors (pure)
+
+
+class OverflowPolicy(enum.Enum):
+    """What ``put`` does when new entries would take the queue past ``max_entries``.
+
+    - ``DROP_OLDEST`` (default): store them, then evict the oldest entries down to
+      ``max_entries`` (counted in ``evicted_total``). The evicted records are lost.
+    - ``REJECT``: store none of them and return :attr:`PutOutcome.REJECTED` (counted in
+      ``rejected_total``); the subscription applies its fallback.
+    - ``BLOCK``: store none of them and raise :class:`DlqFullError`; the subscription keeps
+      the records unacknowledged until someone acks, purges or replays the queue.
+    """
+
+    DROP_OLDEST = "drop_oldest"
+    REJECT = "reject"
+    BLOCK = "block"
+
+
+class PutOutcome(enum.Enum):
+    """What :meth:`DeadLetterQueue.put` did with the letters."""
+
+    STORED = "stored"
+    REJECTED = "rejected"
+
+    def is_stored(self) -> bool:
+        """Whether the letters are durable in the queue (the originals may be acked)."""
+        return self is PutOutcome.STORED
+
+
+class DlqConfigError(DispatchError, ValueError):
+    """Raised when a dead-letter queue setting is out of range or of the wrong kind."""
+
+    def __init__(self, field: str, value: object, allowed: str) -> None:
+        self.field = field
+        self.value = value
+        self.allowed = allowed
+        super().__init__(f"invalid dead-letter queue setting {field}={value!r}: {allowed}")
+
+
+class DlqFullError(DispatchError):
+    """Raised by ``put`` under ``OverflowPolicy.BLOCK`` when the queue is full; nothing was
+    stored."""
+
+    def __init__(self, topic: str, subscription: str, entries: int, max_entries: int) -> None:
+        self.topic = topic
+        self.subscription = subscription
+        self.entries = entries
+        self.max_entries = max_entries
+        super().__init__(
+            f"the dead-letter queue of {topic}/{subscription} is full at {entries} entries "
+            f"(max_entries={max_entries}, overflow=block); the subscription waits until you "
+            f"ack, purge or replay it (`headrace dlq ack|purge|replay`)"
+        )
+
+
+class DlqCorruptError(DispatchError):
+    """Raised when a stored entry lacks or garbles a bookkeeping header: a damaged queue."""
+
+    def __init__(self, sequence: int, header: str, problem: str) -> None:
+        self.sequence = sequence
+        self.header = header
+        self.problem = problem
+        super().__init__(
+            f"dead-letter entry {sequence} is damaged: header {header!r} {problem}; the "
+            "queue's log was not written by a dead-letter queue or is corrupt; inspect it "
+            "with `headrace wal inspect`, then ack past the entry"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DlqConfig:
+    """Settings of one dead-letter queue.
+
+    Attributes:
+        max_entries: Most entries held, count. Default 100 000; at least 1.
+        max_age_s: Entries dead-lettered longer ago than this are removed by ``expire``,
+            seconds. Default 7 days; ``None`` keeps them forever.
+        overflow: What a full queue does; see :class:`OverflowPolicy`. Default
+            ``DROP_OLDEST``.
+        max_event_bytes: Values longer than this are cut to it and flagged ``truncated``,
+            bytes. Default 1 MiB; from 1 to 255 MiB.
+        max_replays: An entry whose ``x-replay-count`` has reached this is not replayed
+            again (the loop guard), count. Default 3; 0 forbids every replay.
+    """
+
+    max_entries: int = 100_000
+    max_age_s: float | None = 7 * 24 * 3600.0
+    overflow: OverflowPolicy = OverflowPolicy.DROP_OLDEST
+    max_event_bytes: int = _MIB
+    max_replays: int = 3
+
+    def __post_init__(self) -> None:
+        _check_int("max_entries", self.max_entries, 1, None)
+        _check_int("max_event_bytes", self.max_event_bytes, 1, MAX_EVENT_BYTES_LIMIT)
+        _check_int("max_replays", self.max_replays, 0, None)
+        age = self.max_age_s
+        if age is not None and (
+            isinstance(age, bool)
+            or not isinstance(age, int | float)
+            or not math.isfinite(age)
+            or age <= 0
+        ):
+            raise DlqConfigError(
+                "max_age_s", age, "must be a positive finite number of seconds, or None"
+            )
+        if not isinstance(self.overflow, OverflowPolicy):
+            allowed = ", ".join(p.value for p in OverflowPolicy)
+            raise DlqConfigError("overflow", self.overflow, f"must be one of {allowed}")
+
+
+def _check_int(field: str, value: object, lo: int, hi: int | None) -> None:
+    if (
+        not isinstance(value, int)
+        or isinstance(value, bool)
+        or value < lo
+        or (hi is not None and value > hi)
+    ):
+        span = f"from {lo} to {hi}" if hi is not None else f"of at least {lo}"
+        raise DlqConfigError(field, value, f"must be an integer {span}")
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A record a subscription gives up on, handed to its dead-letter queue.
+
+    Attributes:
+        topic, partition, offset, subscription: Where the record came from.
+        key, value: The original record's key (or ``None``) and value.
+        headers: The original headers as ``(name, value)`` pairs (a later duplicate name
+            wins).
+        timestamp_ms: The original publish time, ms since the epoch.
+        attempts: How often delivery was attempted.
+        reason: Why it failed (the last nack reason, "ack timeout", ...).
+        attempt_times_ms: When each attempt was made, ms since the epoch, oldest first.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    subscription: str
+    key: bytes | None
+    value: bytes
+    headers: Headers
+    timestamp_ms: int
+    attempts: int
+    reason: str
+    attempt_times_ms: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DlqEntry:
+    """One stored dead letter, as ``peek`` returns it.
+
+    Attributes:
+        sequence: Its offset in the queue's log; ``ack_up_to`` takes it.
+        topic, partition, offset, subscription: Where the record came from.
+        key, value: The original key and value (the value cut when ``truncated``).
+        headers: The original headers, without the bookkeeping ones.
+        timestamp_ms: The original publish time, ms since the epoch.
+        attempts, reason, attempt_times_ms: As in :class:`DeadLetter`.
+        dead_lettered_ms: When it entered the queue, ms since the epoch.
+        truncated: Whether the value was cut to ``max_event_bytes``.
+        original_size: Length of the original value, bytes.
+        replay_count: ``x-replay-count`` of the original headers (0 when absent).
+    """
+
+    sequence: int
+    topic: str
+    partition: int
+    offset: int
+    subscription: str
+    key: bytes | None
+    value: bytes
+    headers: Headers
+    timestamp_ms: int
+    attempts: int
+    reason: str
+    attempt_times_ms: tuple[int, ...]
+    dead_lettered_ms: int
+    truncated: bool
+    original_size: int
+    replay_count: int
+
+
+# ---------------------------------------------------------------------------------------
+# The entry codec (pure)
+
+
+def encode_letters(letters: Sequence[DeadLetter], now_ms: int, max_event_bytes: int) -> bytes:
+    """Encode dead letters into one record batch, one record each.
+
+    Args:
+        letters: The letters, at least one.
+        now_ms: The dead-letter time (the records' timestamp), ms since the epoch.
+        max_event_bytes: Values longer than this are cut to it and flagged truncated.
+
+    Returns:
+        The batch bytes (``base_offset`` 0; the log assigns the sequences).
+
+    Raises:
+        EmptyBatchError: ``letters`` is empty.
+    """
+    return encode_columns(
+        [letter.value[:max_event_bytes] for letter in letters],
+        keys=[letter.key for letter in letters],
+        timestamps_ms=now_ms,
+        headers=[_entry_headers(letter, max_event_bytes) for letter in letters],
+    )
+
+
+def _entry_headers(letter: DeadLetter, max_event_bytes: int) -> dict[str, bytes]:
+    headers = {name: value for name, value in letter.headers if name not in RESERVED_HEADERS}
+    headers[HEADER_TOPIC] = letter.topic.encode()
+    headers[HEADER_PARTITION] = _digits(letter.partition)
+    headers[HEADER_OFFSET] = _digits(letter.offset)
+    headers[HEADER_SUBSCRIPTION] = letter.subscription.encode()
+    headers[HEADER_TIMESTAMP] = _digits(letter.timestamp_ms)
+    headers[HEADER_ATTEMPTS] = _digits(letter.attempts)
+    headers[HEADER_REASON] = letter.reason.encode()
+    headers[HEADER_ATTEMPT_TIMES] = b",".join(_digits(t) for t in letter.attempt_times_ms)
+    headers[HEADER_TRUNCATED] = b"1" if len(letter.value) > max_event_bytes else b"0"
+    headers[HEADER_ORIGINAL_BYTES] = _digits(len(letter.value))
+    return headers
+
+
+def _digits(n: int) -> bytes:
+    return str(int(n)).encode("ascii")
+
+
+def decode_entries(batch: RecordBatch) -> list[DlqEntry]:
+    """Decode every entry of a batch read from a queue's log.
+
+    Raises:
+        DlqCorruptError: a record lacks a bookkeeping header or holds a malformed one.
+    """
+    return [
+        _decode_entry(seq, key, value, headers, ts)
+        for seq, key, value, headers, ts in zip(
+            batch.offsets(),
+            batch.keys(),
+            batch.values(),
+            batch.headers(),
+            batch.timestamps().tolist(),
+            strict=True,
+        )
+    ]
+
+
+def _decode_entry(
+    seq: int, key: bytes | None, value: bytes, headers: dict[str, bytes], ts: int
+) -> DlqEntry:
+    return DlqEntry(
+        sequence=seq,
+        topic=_text(headers, HEADER_TOPIC, seq),
+        partition=_integer(headers, HEADER_PARTITION, seq),
+        offset=_integer(headers, HEADER_OFFSET, seq),
+        subscription=_text(headers, HEADER_SUBSCRIPTION, seq),
+        key=key,
+        value=value,
+        headers=tuple((n, v) for n, v in headers.items() if n not in RESERVED_HEADERS),
+        timestamp_ms=_integer(headers, HEADER_TIMESTAMP, seq),
+        attempts=_integer(headers, HEADER_ATTEMPTS, seq),
+        reason=_text(headers, HEADER_REASON, seq),
+        attempt_times_ms=_integers(headers, HEADER_ATTEMPT_TIMES, seq),
+        dead_lettered_ms=ts,
+        truncated=_flag(headers, HEADER_TRUNCATED, seq),
+        original_size=_integer(headers, HEADER_ORIGINAL_BYTES, seq),
+        replay_count=replay_count_of(headers),
+    )
+
+
+def _raw(headers: Mapping[str, bytes], name: str, seq: int) -> bytes:
+    raw = headers.get(name)
+    if raw is None:
+        raise DlqCorruptError(seq, name, "is missing")
+    return raw
+
+
+def _text(headers: Mapping[str, bytes], name: str, seq: int) -> str:
+    try:
+        return _raw(headers, name, seq).decode()
+    except UnicodeDecodeError as exc:
+        raise DlqCorruptError(seq, name, f"is not UTF-8 ({exc.reason})") from exc
+
+
+def _integer(headers: Mapping[str, bytes], name: str, seq: int) -> int:
+    raw = _raw(headers, name, seq)
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise DlqCorruptError(seq, name, f"is {raw!r}, not an integer") from exc
+
+
+def _integers(headers: Mapping[str, bytes], name: str, seq: int) -> tuple[int, ...]:
+    raw = _raw(headers, name, seq)
+    try:
+        return tuple(int(part) for part in raw.split(b",")) if raw else ()
+    except ValueError as exc:
+        raise DlqCorruptError(seq, name, f"is {raw!r}, not comma-separated integers") from exc
+
+
+def _flag(headers: Mapping[str, bytes], name: str, seq: int) -> bool:
+    raw = _raw(headers, name, seq)
+    if raw not in (b"0", b"1"):
+        raise DlqCorruptError(seq, name, f"is {raw!r}, not 0 or 1")
+    return raw == b"1"
+
+
+def replay_count_of(headers: Mapping[str, bytes]) -> int:
+    """``x-replay-count`` of ``headers``: 0 when absent or not ASCII digits."""
+    raw = headers.get(HEADER_REPLAY_COUNT, b"")
+    return int(raw) if raw.isdigit() else 0
+
+
+def replay_refusal(entry: DlqEntry, max_replays: int) -> str | None:
+    """``None`` when ``entry`` may be replayed, else why not (to show the operator)."""
+    if entry.truncated:
+        return (
+            f"entry {entry.sequence} was truncated from {entry.original_size} to "
+            f"{len(entry.value)} bytes (max_event_bytes); the rest of the payload is lost, so "
+            "it cannot be replayed; handle it by hand, then ack it"
+        )
+    if entry.replay_count >= max_replays:
+        return (
+            f"entry {entry.sequence} was replayed {entry.replay_count} times already "
+            f"(max_replays={max_replays}); replaying it again could loop forever; fix the "
+            "consumer or the record, then ack it"
+        )
+    return None
+
+
+def replay_record(entry: DlqEntry) -> tuple[bytes | None, bytes, dict[str, bytes]]:
+    """Key, value and headers to publish ``entry`` again to its original topic.
+
+    The headers are the original ones with ``x-replay-count`` incremented. Check
+    :func:`replay_refusal` (or :meth:`DeadLetterQueue.replayable`) first.
+    """
+    headers = dict(entry.headers)
+    headers[HEADER_REPLAY_COUNT] = _digits(entry.replay_count + 1)
+    return entry.key, entry.value, headers
+
+
+# ---------------------------------------------------------------------------------------
+# The queue (asyncio shell)
+
+
+class _State(msgspec.Struct, forbid_unknown_fields=True):
+    version: int
+    first_sequence: int
+
+
+_state_decoder = msgspec.json.Decoder(_State)
+_state_encoder = msgspec.json.Encoder()
+
+
+def default_log_config() -> LogConfig:
+    """The queue log's default: ``LogConfig()`` (fsync ``ALWAYS``, 128 MiB segments) with the
+    record and batch limits at the WAL's maximum (256 MiB), so that a value of
+    ``max_event_bytes`` plus the original key and headers always fits."""
+    return LogConfig(max_record_bytes=256 * _MIB, max_batch_bytes=256 * _MIB)
+
+
+class DeadLetterQueue:
+    """One subscription's dead-letter queue. Use from one event loop.
+
+    Task-safe on that loop: an ``asyncio.Lock`` serialises ``put``, ``ack_up_to``,
+    ``purge``, ``expire`` and ``aclose``, so the overflow check, the append and the state
+    file always agree. ``peek`` and ``count`` are synchronous and see only durable entries.
+    The :class:`~wal.LogWriter` task owns the log's files.
+    """
+
+    def __init__(
+        self,
+        writer: LogWriter,
+        config: DlqConfig,
+        *,
+        directory: str,
+        first_sequence: int,
+        fs: FileSystem,
+        clock: Callable[[], float],
+        name: str,
+    ) -> None:
+        self._writer = writer
+        self._config = config
+        self._state_path = os.path.join(directory, _STATE_FILE)
+        self._first = first_sequence
+        self._fs = fs
+        self._clock = clock
+        self._name = name
+        self._lock = asyncio.Lock()
+        self._closed = False
+        self.events_total = 0  # letters stored
+        self.evicted_total = 0  # entries removed by policy: overflow and max_age
+        self.expired_total = 0  # the max_age share of evicted_total
+        self.rejected_total = 0  # letters refused under OverflowPolicy.REJECT
+
+    @classmethod
+    async def open(
+        cls,
+        directory: str,
+        config: DlqConfig,
+        *,
+        fs: FileSystem | None = None,
+        clock: Callable[[], float] = time.time,
+        log_config: LogConfig | None = None,
+        name: str | None = None,
+    ) -> DeadLetterQueue:
+        """Open (or create) the queue in ``directory``, recovering its log.
+
+        Args:
+            directory: The queue's directory (created if missing).
+            config: The queue's settings.
+            fs: File operations (tests pass a faulty one).
+            clock: Wall-clock seconds since the epoch (dead-letter times, expiry).
+            log_config: Settings of the queue's log; default :func:`default_log_config`.
+            name: How log lines name the queue (e.g. ``"orders/billing"``); default the
+                directory.
+
+        Raises:
+            WalError: the log or the state file could not be read or repaired.
+        """
+        fs = fs or FileSystem()
+        name = name or directory
+        saved = await asyncio.to_thread(_load_state, fs, directory, name)
+        writer = await LogWriter.open(
+            os.path.join(directory, "log"),
+            log_config or default_log_config(),
+            fs=fs,
+            clock=lambda: int(clock() * 1000),
+        )
+        dlq = cls(
+            writer, config, directory=directory, first_sequence=0, fs=fs, clock=clock, name=name
+        )
+        try:
+            await dlq._settle(saved)
+        except BaseException:
+            await writer.aclose()
+            raise
+        return dlq
+
+    async def _settle(self, saved: int | None) -> None:
+        """Fit the saved ``first_sequence`` to the log and save it if that changed it."""
+        low, head = self._writer.first_offset, self._writer.high_water_mark
+        first = min(max(low if saved is None else saved, low), head)
+        if saved is not None and first != saved:
+            logger.warning(
+                "dlq %s: saved first sequence %d is outside the log [%d, %d]; using %d",
+                self._name,
+                saved,
+                low,
+                head,
+                first,
+            )
+        if first != saved:
+            await self._save(first)
+        self._first = first
+        logger.info("dlq %s opened: entries [%d, %d)", self._name, first, head)
+
+    # -- state --------------------------------------------------------------------------
+
+    @property
+    def config(self) -> DlqConfig:
+        """The queue's settings."""
+        return self._config
+
+    @property
+    def first_sequence(self) -> int:
+        """The sequence of the oldest entry held (``next_sequence`` when empty)."""
+        return self._first
+
+    @property
+    def next_sequence(self) -> int:
+        """The sequence the next stored entry gets."""
+        return self._writer.high_water_mark
+
+    @property
+    def entries(self) -> int:
+        """How many entries the queue holds."""
+        return self.next_sequence - self._first
+
+    def count(self) -> int:
+        """How many entries the queue holds."""
+        return self.entries
+
+    def replayable(self, entry: DlqEntry) -> str | None:
+        """``None`` when ``entry`` may be replayed, else why not; see :func:`replay_refusal`."""
+        return replay_refusal(entry, self._config.max_replays)
+
+    # -- writing ------------------------------------------------------------------------
+
+    async def put(self, letters: Sequence[DeadLetter]) -> PutOutcome:
+        """Store ``letters``; return once they are durable, or refused by the overflow policy.
+
+        When they would take the queue past ``max_entries``, expired entries go first; then
+        the overflow policy applies (see :class:`OverflowPolicy`). Under ``DROP_OLDEST`` the
+        oldest entries are evicted *after* the new ones are durable, so a failed put never
+        costs an entry.
+
+        Raises:
+            DlqFullError: the queue is full and its policy is ``BLOCK``; nothing was stored.
+            WalError: the disk failed (nothing acknowledged; keep the originals unacked), or
+                a letter does not fit the log's record limits.
+        """
+        if not letters:
+            return PutOutcome.STORED
+        async with self._lock:
+            self._check_open()
+            if self._overflows(len(letters)):
+                await self._expire()
+            if self._overflows(len(letters)) and not self._admit(letters):
+                return PutOutcome.REJECTED
+            data = encode_letters(letters, self._now_ms(), self._config.max_event_bytes)
+            await self._writer.append(data)
+            self.events_total += len(letters)
+            excess = self.entries - self._config.max_entries
+            if excess > 0 and self._config.overflow is OverflowPolicy.DROP_OLDEST:
+                await self._evict(excess)
+            return PutOutcome.STORED
+
+    def _overflows(self, incoming: int) -> bool:
+        return self.entries + incoming > self._config.max_entries
+
+    def _admit(self, letters: Sequence[DeadLetter]) -> bool:
+        """Apply REJECT or BLOCK to letters that do not fit; True under DROP_OLDEST."""
+        policy = self._config.overflow
+        if policy is OverflowPolicy.DROP_OLDEST:
+            return True
+        if policy is OverflowPolicy.REJECT:
+            self.rejected_total += len(letters)
+            logger.warning(
+                "dlq %s: full at %d entries; rejected %d dead letters (overflow=reject)",
+                self._name,
+                self.entries,
+                len(letters),
+            )
+            return False
+        first = letters[0]
+        raise DlqFullError(first.topic, first.subscription, self.entries, self._config.max_entries)
+
+    async def _evict(self, excess: int) -> None:
+        """Drop the ``excess`` oldest entries. The new letters are already durable, so a
+        failure here is logged, not raised: the next put evicts again."""
+        try:
+            await self._remove_below(self._first + excess)
+        except WalError as exc:
+            logger.error(
+                "dlq %s: evicting %d entries failed (%s); the queue stays over "
+                "max_entries=%d until the next put",
+                self._name,
+                excess,
+                exc,
+                self._config.max_entries,
+            )
+            return
+        self.evicted_total += excess
+        logger.warning(
+            "dlq %s: full; evicted the %d oldest entries (overflow=drop_oldest)",
+            self._name,
+            excess,
+        )
+
+    # -- removing -----------------------------------------------------------------------
+
+    async def ack_up_to(self, sequence: int) -> int:
+        """Remove every entry with a sequence at or below ``sequence``; return how many.
+
+        Raises:
+            WalIOError: the state file could not be saved; nothing was removed.
+        """
+        async with self._lock:
+            self._check_open()
+            removed = await self._remove_below(min(sequence + 1, self.next_sequence))
+            if removed:
+                logger.info("dlq %s: acked %d entries up to %d", self._name, removed, sequence)
+            return removed
+
+    async def purge(self) -> int:
+        """Remove every entry; return how many. Also seals the active segment, so that the
+        disk is reclaimed now rather than when the segment fills.
+
+        Raises:
+            WalIOError: the state file could not be saved; nothing was removed.
+        """
+        async with self._lock:
+            self._check_open()
+            removed = await self._remove_below(self.next_sequence)
+            if self._writer.first_offset < self.next_sequence:
+                await self._reclaim(roll=True)
+            logger.info("dlq %s: purged %d entries", self._name, removed)
+            return removed
+
+    async def expire(self) -> int:
+        """Remove the entries dead-lettered more than ``max_age_s`` ago; return how many.
+
+        Counted in ``expired_total`` and in ``evicted_total``. An entry exactly
+        ``max_age_s`` old stays. Entries are in dead-letter time order, so the scan stops at
+        the first one that is young enough.
+
+        Raises:
+            WalIOError: the state file could not be saved; nothing was removed.
+        """
+        async with self._lock:
+            self._check_open()
+            return await self._expire()
+
+    async def _expire(self) -> int:
+        if self._config.max_age_s is None:
+            return 0
+        cutoff = self._now_ms() - round(self._config.max_age_s * 1000)
+        removed = await self._remove_below(self._first_not_before(cutoff))
+        if removed:
+            self.expired_total += removed
+            self.evicted_total += removed
+            logger.info("dlq %s: expired %d entries", self._name, removed)
+        return removed
+
+    def _first_not_before(self, cutoff_ms: int) -> int:
+        """The sequence of the oldest entry dead-lettered at or after ``cutoff_ms``."""
+        for batch in self._batches(self._first):
+            for seq, ts in zip(batch.offsets(), batch.timestamps().tolist(), strict=True):
+                if seq >= self._first and ts >= cutoff_ms:
+                    return seq
+        return self.next_sequence
+
+    async def _remove_below(self, target: int) -> int:
+        """Save ``first_sequence = target``, then delete whole segments below it."""
+        removed = target - self._first
+        if removed <= 0:
+            return 0
+        await self._save(target)
+        self._first = target
+        await self._reclaim()
+        return removed
+
+    async def _reclaim(self, *, roll: bool = False) -> None:
+        """Delete segments wholly below ``first_sequence``. The removal is already saved, so
+        a failure only delays the reclaim to the next removal: logged, not raised."""
+        try:
+            if roll:
+                await self._writer.roll()
+            deleted = await self._writer.delete_before(self._first)
+        except WalError as exc:
+            logger.error(
+                "dlq %s: deleting segments below %d failed (%s); retried at the next removal",
+                self._name,
+                self._first,
+                exc,
+            )
+            return
+        if deleted:
+            logger.info("dlq %s: deleted segments %s", self._name, deleted)
+
+    async def _save(self, first_sequence: int) -> None:
+        data = _state_encoder.encode(_State(_STATE_VERSION, first_sequence))
+        try:
+            await asyncio.to_thread(self._fs.atomic_write, self._state_path, data)
+        except OSError as exc:
+            raise WalIOError("save DLQ state", self._state_path, exc.errno, str(exc)) from exc
+
+    # -- reading ------------------------------------------------------------------------
+
+    def peek(
+        self, *, from_sequence: int | None = None, limit: int = 100, reason: str | None = None
+    ) -> list[DlqEntry]:
+        """Entries, oldest first.
+
+        Args:
+            from_sequence: Start here (never below ``first_sequence``); default the oldest.
+            limit: Most entries returned.
+            reason: Keep only entries whose reason contains this text.
+
+        Raises:
+            DlqCorruptError: a stored entry is damaged.
+            WalError: the log could not be read.
+        """
+        start = self._first if from_sequence is None else max(from_sequence, self._first)
+        out: list[DlqEntry] = []
+        if limit <= 0:
+            return out
+        for batch in self._batches(start):
+            for entry in decode_entries(batch):
+                if entry.sequence >= start and (reason is None or reason in entry.reason):
+                    out.append(entry)
+                    if len(out) >= limit:
+                        return out
+        return out
+
+    def _batches(self, start: int) -> Iterator[RecordBatch]:
+        """Durable batches from the one holding ``start`` on (the first may begin before)."""
+        offset = start
+        while offset < self.next_sequence:
+            batches = self._writer.read(offset, _SCAN_BYTES)
+            if not batches:
+                return
+            yield from batches
+            offset = batches[-1].next_offset
+
+    # -- closing ------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Wait for the running operation, then close the log. Idempotent."""
+        async with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            await self._writer.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise WalClosedError(self._writer.log.path)
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+
+def _load_state(fs: FileSystem, directory: str, name: str) -> int | None:
+    """The saved ``first_sequence``, or ``None`` for a new queue or a damaged state file.
+
+    A damaged file is kept as ``.corrupt`` and the queue starts at the log's first offset:
+    acked entries may show again, none is lost.
+    """
+    path = os.path.join(directory, _STATE_FILE)
+    try:
+        if not fs.exists(directory):
+            fs.makedirs(directory)
+            fs.fsync_dir(os.path.dirname(os.path.abspath(directory)))
+        fs.remove(path + ".tmp")  # an atomic write the last process did not finish
+        if not fs.exists(path):
+            return None
+        first = _decode_state(fs.read_file(path))
+        if first is None:
+            logger.error(
+                "dlq %s: %s is damaged; kept as %s.corrupt, the queue restarts at the oldest "
+                "entry its log holds",
+                name,
+                path,
+                path,
+            )
+            fs.rename(path, path + ".corrupt")
+    except OSError as exc:
+        raise WalIOError("load DLQ state", path, exc.errno, str(exc)) from exc
+    return first
+
+
+def _decode_state(data: bytes) -> int | None:
+    """``first_sequence`` from a state file's bytes; ``None`` when they are damaged."""
+    try:
+        state = _state_decoder.decode(data)
+    except msgspec.DecodeError:
+        return None
+    if state.version != _STATE_VERSION or state.first_sequence < 0:
+        return None
+    return state.first_sequence

@@ -1,0 +1,1125 @@
+"""The dispatch state machine of one subscription. Pure: no I/O, no asyncio, no clock.
+
+Owns :class:`SubscriptionState`, its commands (``Attach`` .. ``DeadLetterFailed``), its
+actions (``Send``, ``ToDeadLetter``, ``Persist``, ``Note``) and the settings that shape it
+(:class:`DispatchPolicy`). The async shell (:mod:`dispatcher.subscription`) feeds it one
+command at a time with the time, ``state.handle(cmd, now)``, and carries out the actions it
+returns: it reads the log when asked, puts deliveries in consumers' outboxes, writes dead
+letters and saves state.
+
+Per partition every offset in ``[cursor, read_pos)`` is in exactly one place:
+
+- **acknowledged** (:class:`~dispatcher.acks.AckRanges`, persisted: the cursor plus the
+  ranges above it, so a restart does not resend what was acked out of order);
+- **leased**: sent to one consumer, unacknowledged, with a deadline (the ack timeout);
+- **waiting**: to be sent again once its ``ready_at`` has passed (a nack with a delay, an
+  ack timeout with exponential backoff and jitter, a consumer that left, or a key_shared
+  record whose consumer has no room);
+- **parked**: handed to the dead-letter queue, acknowledged once it is written there.
+
+Offsets at or above ``read_pos`` have not been read yet. Leased, waiting and parked records
+together count against ``max_unacked``: a slow consumer never makes the broker hold more.
+
+Each offset's delivery count is implicit (1 below ``sent_mark``, the highest offset ever
+sent, 0 above) until a delivery of it fails; then it gets a :class:`Failure` entry (count,
+last reason, the time of each failed attempt). Both are persisted, so max-deliveries
+survives a restart (DESIGN section 2, invariant 4); a redelivery is preceded by a
+``Persist`` action when a failure is not yet saved.
+
+Routing by type: ``exclusive`` has one consumer; ``failover`` sends to the consumer that
+attached first, the others stand by, and a takeover resends the unacknowledged records
+first, in order; ``shared`` sends each slice to the next consumer with credit; ``key_shared``
+maps each key to one of :data:`SLOTS` slots and each slot to a consumer by rendezvous
+hashing of consumer names. A consumer that joins a key_shared subscription while records
+are in flight gets nothing at or past the read position of its arrival until everything
+below it is acknowledged, so keys that move to it keep their order.
+
+Example: exclusive, ack timeout 30 s. Records 0..9 are read and sent at t=0 (one lease).
+The consumer acks 0..4 and nacks 5 with a 2 s delay at t=1: 5 waits until t=3, 6..9 stay
+leased. At t=3 a read is asked from offset 5; 5 goes out again with redelivery count 1. At
+t=30 the lease of 6..9 expires; they wait ``backoff(1)`` (1 s +- 20 %) and go out again.
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+import logging
+import math
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from dispatcher.acks import AckRanges, Range
+from dispatcher.errors import InvalidAckError, InvalidSubscriptionError, SubscriptionBusyError
+from dispatcher.ranges import RangeMap
+from wal import RecordBatch
+
+#: Key slots of a key_shared subscription; a consumer owns whole slots.
+SLOTS = 1024
+#: The most failure entries (offsets whose delivery failed) kept per partition.
+MAX_FAILURES = 100_000
+#: How long a dead letter that could not be written waits before the next try, seconds.
+DEAD_LETTER_RETRY_S = 1.0
+
+
+class SubscriptionType(enum.Enum):
+    """How a subscription shares its records among consumers."""
+
+    EXCLUSIVE = "exclusive"
+    FAILOVER = "failover"
+    SHARED = "shared"
+    KEY_SHARED = "key_shared"
+
+
+class DeliveryMode(enum.Enum):
+    """When a record counts as consumed."""
+
+    AT_LEAST_ONCE = "at_least_once"  # when the consumer acknowledges it
+    AT_MOST_ONCE = "at_most_once"  # when it is sent: no redelivery, ever
+
+
+class PoisonPolicy(enum.Enum):
+    """What happens to a record that reached ``max_deliveries``."""
+
+    DEAD_LETTER = "dead_letter"  # moved to the subscription's dead-letter queue
+    DROP = "drop"  # acknowledged and logged
+    BLOCK = "block"  # its partition stops (BLOCKED) until a seek moves past it
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchPolicy:
+    """How one subscription delivers and redelivers.
+
+    Attributes:
+        type: Who gets which record.
+        mode: At least once (acks) or at most once (the cursor moves on send).
+        max_unacked: Records leased, waiting and parked at once, at most.
+        ack_timeout_s: A record not acknowledged this long after it was sent is sent
+            again; ``None`` waits forever (until the consumer leaves).
+        backoff_initial_s: Delay before the first redelivery after an ack timeout or a nack
+            without a delay; it grows by ``backoff_multiplier`` per failed delivery.
+        backoff_max_s: The delay never grows past this.
+        backoff_multiplier: Growth per failed delivery.
+        backoff_jitter: Each delay is moved by up to this fraction, up or down, so that
+            records that failed together do not come back together.
+        max_deliveries: After this many deliveries a record is poison; 0 never.
+        poison: What happens to a poison record.
+    """
+
+    type: SubscriptionType = SubscriptionType.EXCLUSIVE
+    mode: DeliveryMode = DeliveryMode.AT_LEAST_ONCE
+    max_unacked: int = 1_000
+    ack_timeout_s: float | None = 30.0
+    backoff_initial_s: float = 1.0
+    backoff_max_s: float = 60.0
+    backoff_multiplier: float = 2.0
+    backoff_jitter: float = 0.2
+    max_deliveries: int = 10
+    poison: PoisonPolicy = PoisonPolicy.DEAD_LETTER
+
+    def __post_init__(self) -> None:
+        _check("max_unacked", self.max_unacked, 1, 10_000_000, "records")
+        if self.ack_timeout_s is not None:
+            _check("ack_timeout", self.ack_timeout_s, 0.001, 86_400, "seconds")
+        _check("backoff_initial", self.backoff_initial_s, 0, 86_400, "seconds")
+        _check("backoff_max", self.backoff_max_s, self.backoff_initial_s, 86_400, "seconds")
+        _check("backoff_multiplier", self.backoff_multiplier, 1, 100, "(a factor)")
+        _check("backoff_jitter", self.backoff_jitter, 0, 1, "(a fraction)")
+        _check("max_deliveries", self.max_deliveries, 0, 1_000_000, "(0 = unlimited)")
+
+    def backoff_s(self, failures: int, rand: float) -> float:
+        """The delay before the redelivery that follows ``failures`` failed deliveries;
+        ``rand`` in ``[0, 1)`` places it in the jitter band."""
+        exponent = max(0, failures - 1)
+        base = self.backoff_initial_s * self.backoff_multiplier ** min(exponent, 64)
+        base = min(base, self.backoff_max_s)
+        return max(0.0, base * (1 + self.backoff_jitter * (2 * rand - 1)))
+
+
+def _check(name: str, value: float, low: float, high: float, unit: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        raise InvalidSubscriptionError(name, f"{value!r} is not a number")
+    if not low <= value <= high:
+        raise InvalidSubscriptionError(name, f"{value!r} must be from {low} to {high} {unit}")
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """An offset whose delivery failed at least once (persisted)."""
+
+    offset: int
+    deliveries: int  # times it was sent
+    reason: str  # why the last delivery failed
+    times_ms: tuple[int, ...]  # when each failed delivery was sent, ms since the epoch
+
+
+@dataclass(frozen=True, slots=True)
+class FailureRun:
+    """Offsets ``[begin, end)`` that share one failure history (persisted compactly: a
+    consumer that leaves returns whole leases, whose offsets all failed alike)."""
+
+    begin: int
+    end: int
+    deliveries: int
+    reason: str
+    times_ms: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionSnapshot:
+    """What is persisted of one partition."""
+
+    cursor: int
+    acked: tuple[Range, ...] = ()
+    delivered: int = 0  # every offset below was sent at least once (or acknowledged)
+    failures: tuple[FailureRun, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """Records ``[from_offset, to_offset)`` of one partition, inside one encoded batch.
+
+    ``redeliveries`` maps an offset that was sent before to how often it was sent before.
+    """
+
+    partition: int
+    batch: bytes
+    from_offset: int
+    to_offset: int
+    redeliveries: dict[int, int]
+
+    @property
+    def count(self) -> int:
+        """How many records this delivery carries."""
+        return self.to_offset - self.from_offset
+
+
+# -- commands -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Attach:
+    """A consumer joins with ``credit`` records it may receive now."""
+
+    consumer: str  # unique per session
+    name: str  # stable across reconnects; key_shared hashes it
+    credit: int
+
+
+@dataclass(frozen=True, slots=True)
+class Detach:
+    """A consumer left; what it did not acknowledge is sent again."""
+
+    consumer: str
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """A consumer may receive ``credit`` more records."""
+
+    consumer: str
+    credit: int
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """Individual acks: offsets ``[begin, end)`` of a partition."""
+
+    partition: int
+    begin: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class AckUpTo:
+    """A cumulative ack: every delivered offset below ``offset``."""
+
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Nack:
+    """Offsets ``[begin, end)`` failed; send them again after ``delay_s`` (``None``: the
+    backoff of their failure count)."""
+
+    partition: int
+    begin: int
+    end: int
+    delay_s: float | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """A reader that pulls by offset (Spark) processed everything below ``offset``."""
+
+    partition: int
+    offset: int
+    head: int  # the partition's high-water mark
+
+
+@dataclass(frozen=True, slots=True)
+class Seek:
+    """Move every partition to an offset (already clamped to the log), forgetting acks."""
+
+    offsets: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """Time passed: expire leases whose ack timeout is up."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fetched:
+    """The batches the shell read from ``partition`` at the offset :meth:`reads` asked."""
+
+    partition: int
+    batches: Sequence[RecordBatch]
+
+
+@dataclass(frozen=True, slots=True)
+class Deleted:
+    """Retention deleted ``partition`` below ``first_offset``."""
+
+    partition: int
+    first_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLettered:
+    """The dead-letter queue holds ``[begin, end)`` of ``partition`` now (or rejected them
+    by its overflow policy): acknowledge them."""
+
+    partition: int
+    begin: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterFailed:
+    """Writing ``[begin, end)`` to the dead-letter queue failed: the partition is BLOCKED
+    and the write is tried again later. Nothing is acknowledged."""
+
+    partition: int
+    begin: int
+    end: int
+    error: str
+
+
+Command = (
+    Attach
+    | Detach
+    | Grant
+    | Ack
+    | AckUpTo
+    | Nack
+    | Commit
+    | Seek
+    | Tick
+    | Fetched
+    | Deleted
+    | DeadLettered
+    | DeadLetterFailed
+)
+
+TICK = Tick()
+
+# -- actions ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Put ``delivery`` in the outbox of ``consumer``."""
+
+    consumer: str
+    delivery: Delivery
+    timestamp_ms: int  # the newest publish time in the batch (for dispatch latency)
+
+
+@dataclass(frozen=True, slots=True)
+class ToDeadLetter:
+    """Write records ``[begin, end)`` of ``batch`` to the dead-letter queue, then answer
+    with :class:`DeadLettered` or :class:`DeadLetterFailed`."""
+
+    partition: int
+    batch: RecordBatch
+    begin: int
+    end: int
+    failures: tuple[Failure, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Persist:
+    """Save the state before carrying out the actions after this one."""
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    """Something an operator should read in the log."""
+
+    level: int
+    message: str
+
+
+Action = Send | ToDeadLetter | Persist | Note
+
+PERSIST = Persist()
+
+# -- internal state -----------------------------------------------------------------------
+
+
+class _Consumer:
+    __slots__ = ("credit", "fences", "id", "in_flight", "leases", "name", "order", "weights")
+
+    def __init__(self, consumer_id: str, name: str, order: int, credit: int) -> None:
+        self.id = consumer_id
+        self.name = name
+        self.order = order
+        self.credit = credit
+        self.in_flight = 0
+        self.leases: set[_Lease] = set()
+        self.fences: dict[int, int] = {}  # key_shared: partition -> held from this offset
+        self.weights: list[int] = []  # key_shared: rendezvous weight per slot
+
+
+class _Lease:
+    """Records ``[begin, end)`` sent together to one consumer (pieces may be acked)."""
+
+    __slots__ = ("begin", "consumer", "deadline", "end", "partition", "remaining", "sent_at")
+
+    def __init__(
+        self, partition: int, begin: int, end: int, consumer: _Consumer, *, now: float, ttl: float
+    ) -> None:
+        self.partition = partition
+        self.begin = begin
+        self.end = end
+        self.consumer = consumer
+        self.sent_at = now
+        self.deadline = now + ttl
+        self.remaining = end - begin
+
+    def __lt__(self, other: _Lease) -> bool:  # heap order ties
+        return id(self) < id(other)
+
+
+class _Tries:
+    __slots__ = ("deliveries", "reason", "times")
+
+    def __init__(self, deliveries: int, reason: str, times: list[int]) -> None:
+        self.deliveries = deliveries
+        self.reason = reason
+        self.times = times
+
+
+class _Part:
+    __slots__ = (
+        "acks",
+        "blocked",
+        "blocked_offset",
+        "index",
+        "leases",
+        "parked",
+        "read_pos",
+        "retry_dead_letters",
+        "sent_mark",
+        "tries",
+        "waiting",
+    )
+
+    def __init__(self, index: int, snap: PartitionSnapshot) -> None:
+        self.index = index
+        self.acks = AckRanges(snap.cursor, snap.acked)
+        self.read_pos = self.acks.cursor
+        self.sent_mark = max(snap.delivered, self.acks.cursor)
+        self.leases: RangeMap[_Lease] = RangeMap()
+        self.waiting: RangeMap[float] = RangeMap()  # value: ready_at
+        self.parked: RangeMap[float | None] = RangeMap()  # value: retry at, None: pending
+        self.tries: dict[int, _Tries] = {}
+        for run in snap.failures:
+            for offset in range(max(run.begin, self.acks.cursor), run.end):
+                self.tries[offset] = _Tries(run.deliveries, run.reason, list(run.times_ms))
+        self.blocked = ""  # why this partition sends nothing, or ""
+        self.blocked_offset = -1  # the offset it waits on
+        self.retry_dead_letters = False  # blocked by a failed dead-letter write
+
+    def deliveries(self, offset: int) -> int:
+        tries = self.tries.get(offset)
+        if tries is not None:
+            return tries.deliveries
+        return 1 if offset < self.sent_mark else 0
+
+    def held(self) -> int:
+        return self.leases.total + self.waiting.total + self.parked.total
+
+
+class SubscriptionState:
+    """Everything one subscription knows, changed only through :meth:`handle`.
+
+    Args:
+        partitions: The persisted state of each partition.
+        policy: Type, mode, limits and the redelivery rules.
+        random: Uniform ``[0, 1)`` numbers for backoff jitter (tests pass a fixed one).
+    """
+
+    def __init__(
+        self,
+        partitions: Sequence[PartitionSnapshot],
+        policy: DispatchPolicy,
+        *,
+        random: Callable[[], float],
+        names: tuple[str, str] = ("", ""),
+    ) -> None:
+        self.policy = policy
+        self._names = names
+        self._random = random
+        self._parts = [_Part(i, snap) for i, snap in enumerate(partitions)]
+        self._consumers: dict[str, _Consumer] = {}
+        self._order = 0
+        self._rr = 0  # shared: the next consumer to try
+        self._next_partition = 0
+        self._owners: list[_Consumer] = []  # key_shared: owner per slot
+        self._deadlines: list[tuple[float, _Lease]] = []  # lazily pruned heap
+        self._unsaved_failures = False
+        #: Bumped whenever something that is persisted changed.
+        self.changes = 0
+        # counters, read by the shell for metrics
+        self.sent_total = 0
+        self.acked_total = 0
+        self.redelivered_total = 0
+        self.ack_timeouts_total = 0
+        self.nacked_total = 0
+        self.dead_lettered_total = 0
+        self.dropped_total = 0
+        self._handlers: dict[type, Callable[[Command, float], list[Action]]] = {
+            Attach: self._attach,
+            Detach: self._detach,
+            Grant: self._grant,
+            Ack: self._ack,
+            AckUpTo: self._ack_up_to,
+            Nack: self._nack,
+            Commit: self._commit,
+            Seek: self._seek,
+            Tick: self._tick,
+            Fetched: self._fetched,
+            Deleted: self._deleted,
+            DeadLettered: self._dead_lettered,
+            DeadLetterFailed: self._dead_letter_failed,
+        }
+
+    def handle(self, cmd: Command, now: float) -> list[Action]:
+        """Apply ``cmd`` at time ``now`` (seconds); return what the shell must do, in order.
+
+        Raises:
+            InvalidSubscriptionError: a bad partition, range, delay or offset.
+            InvalidAckError: an ack of offsets that were never delivered.
+            SubscriptionBusyError: a second consumer on an exclusive subscription.
+        """
+        return self._handlers[type(cmd)](cmd, now)
+
+    # -- queries ----------------------------------------------------------------------
+
+    @property
+    def partition_count(self) -> int:
+        """How many partitions."""
+        return len(self._parts)
+
+    @property
+    def held(self) -> int:
+        """Records leased, waiting and parked: what counts against ``max_unacked``."""
+        return sum(p.held() for p in self._parts)
+
+    def consumers(self) -> list[str]:
+        """The attached consumers' names, in the order they attached."""
+        return [c.name for c in sorted(self._consumers.values(), key=lambda c: c.order)]
+
+    def credit(self, consumer: str) -> int:
+        """What ``consumer`` may still receive (negative after a batch larger than it)."""
+        return self._consumers[consumer].credit
+
+    def cursor(self, partition: int) -> int:
+        """The first offset of ``partition`` not acknowledged."""
+        return self._parts[partition].acks.cursor
+
+    def read_position(self, partition: int) -> int:
+        """The next offset of ``partition`` to read for the first time."""
+        return self._parts[partition].read_pos
+
+    def in_flight(self, partition: int) -> int:
+        """Records of ``partition`` sent and not yet acknowledged."""
+        return self._parts[partition].leases.total
+
+    def lag(self, partition: int, head: int) -> int:
+        """Records of ``partition`` below ``head`` not acknowledged."""
+        part = self._parts[partition]
+        return max(0, head - part.acks.cursor - part.acks.acked_count(head))
+
+    def blocked(self, partition: int) -> str:
+        """Why ``partition`` sends nothing (BLOCKED), or ``""``."""
+        return self._parts[partition].blocked
+
+    def ready(self, heads: Sequence[int], now: float) -> int:
+        """Records that could be sent now if a consumer had room."""
+        total = 0
+        for part, head in zip(self._parts, heads, strict=True):
+            if part.blocked:
+                continue
+            total += max(0, head - part.read_pos)
+            if part.waiting:
+                total += sum(e - b for b, e, at in part.waiting if at <= now)
+        return total
+
+    def has_room(self) -> bool:
+        """Whether some consumer may receive a record now."""
+        return self.held < self.policy.max_unacked and any(c.credit > 0 for c in self._eligible())
+
+    def next_deadline(self) -> float | None:
+        """When the next lease expires or the next waiting record becomes ready."""
+        times = []
+        while self._deadlines and not self._live(self._deadlines[0][1]):
+            heapq.heappop(self._deadlines)
+        if self._deadlines:
+            times.append(self._deadlines[0][0])
+        for part in self._parts:
+            if part.waiting and not part.blocked:
+                times.append(min(at for _, _, at in part.waiting))
+            if part.retry_dead_letters:
+                times.extend(at for _, _, at in part.parked if at is not None)
+        return min(times) if times else None
+
+    def reads(self, heads: Sequence[int], now: float) -> list[tuple[int, int]]:
+        """``(partition, offset)`` to read from, round robin: the first ready waiting
+        record, or the read position when new records are durable and there is room."""
+        if not self._consumers:
+            return []
+        count = len(self._parts)
+        start = self._next_partition
+        self._next_partition = (start + 1) % count
+        room = self.has_room()
+        out = []
+        for i in range(count):
+            p = (start + i) % count
+            part = self._parts[p]
+            offset = None
+            if part.blocked:
+                if part.retry_dead_letters:
+                    offset = next(
+                        (b for b, _, at in part.parked if at is not None and at <= now), None
+                    )
+            else:
+                offset = next((b for b, _, at in part.waiting if at <= now), None)
+                if room and offset is None and part.read_pos < heads[p]:
+                    offset = part.read_pos
+            if offset is not None:
+                out.append((p, offset))
+        return out
+
+    def snapshot(self, max_ranges: int) -> list[PartitionSnapshot]:
+        """What to persist: per partition the cursor, at most ``max_ranges`` ack ranges
+        (those above are sent again after a restart), the delivered mark and failures."""
+        out = []
+        for part in self._parts:
+            part.acks.trim(max_ranges)
+            cursor = part.acks.cursor
+            out.append(
+                PartitionSnapshot(cursor, tuple(part.acks.ranges()), part.sent_mark, _runs(part))
+            )
+        self._unsaved_failures = False
+        return out
+
+    # -- consumers --------------------------------------------------------------------
+
+    def _eligible(self) -> list[_Consumer]:
+        """Consumers that may receive records at all (failover: only the active one)."""
+        if not self._consumers:
+            return []
+        if self.policy.type in (SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER):
+            return [min(self._consumers.values(), key=lambda c: c.order)]
+        return list(self._consumers.values())
+
+    def _attach(self, cmd: Command, now: float) -> list[Action]:
+        assert isinstance(cmd, Attach)
+        if self.policy.type is SubscriptionType.EXCLUSIVE and self._consumers:
+            holder = next(iter(self._consumers.values())).name
+            raise SubscriptionBusyError(*self._names, holder)
+        self._order += 1
+        consumer = _Consumer(cmd.consumer, cmd.name, self._order, cmd.credit)
+        if self.policy.type is SubscriptionType.KEY_SHARED:
+            name = cmd.name.encode()
+            consumer.weights = [zlib.crc32(b"%s/%d" % (name, s)) for s in range(SLOTS)]
+            if self._consumers:  # keys that move here keep their order: see module doc
+                for part in self._parts:
+                    if part.leases:
+                        consumer.fences[part.index] = part.read_pos
+        self._consumers[cmd.consumer] = consumer
+        self._rebalance()
+        return []
+
+    def _detach(self, cmd: Command, now: float) -> list[Action]:
+        assert isinstance(cmd, Detach)
+        consumer = self._consumers.pop(cmd.consumer, None)
+        if consumer is None:
+            return []
+        reason = f"consumer {consumer.name} left before acknowledging"
+        for lease in list(consumer.leases):
+            self._return_lease(lease, lease.begin, lease.end, now, reason=reason, delay=0.0)
+        self._rebalance()
+        return []
+
+    def _grant(self, cmd: Command, now: float) -> list[Action]:
+        assert isinstance(cmd, Grant)
+        consumer = self._consumers.get(cmd.consumer)
+        if consumer is not None:
+            consumer.credit += cmd.credit
+        return []
+
+    def _rebalance(self) -> None:
+        if self.policy.type is not SubscriptionType.KEY_SHARED or not self._consumers:
+            self._owners = []
+            return
+        members = sorted(self._consumers.values(), key=lambda c: (c.name, c.order))
+        self._owners = [max(members, key=lambda c: c.weights[s]) for s in range(SLOTS)]
+
+    # -- acknowledgements -------------------------------------------------------------
+
+    def check_partition(self, partition: int) -> None:
+        """Raise ``InvalidSubscriptionError`` unless ``partition`` exists."""
+        self._part(partition)
+
+    def _part(self, partition: int) -> _Part:
+        if not 0 <= partition < len(self._parts):
+            raise InvalidSubscriptionError(
+                "partition",
+                f"{partition} does not exist; the topic has partitions 0..{len(self._parts) - 1}",
+            )
+        return self._parts[partition]
+
+    def _ack(self, cmd: Command, now: float) -> list[Action]:
+        assert isinstance(cmd, Ack)
+        part = self._part(cmd.partition)
+        if not 0 <= cmd.begin < cmd.end:
+            raise InvalidSubscriptionError(
+                "ack", f"[{cmd.begin}, {cmd.end}) is not an offset range"
+            )
+        if cmd.end > part.sent_mark:
+            raise InvalidAckError(cmd.partition, cmd.end - 1, part.sent_mark)
+        self._apply_ack(part, cmd.begin, cmd.end)
+        return []
+
+    def _ack_up_to(self, cmd: Command, now: float) -> list[Action]:
+        assert isinstance(cmd, AckUpTo)
+        part = self._part(cmd.partition)
+        if cmd.offset > part.sent_mark:
+            raise InvalidAckError(cmd.partition, cmd.offset - 1, part.sent_mark)
+        self._apply_ack(part, part.acks.cursor, cmd.offset)
+        return []
+
+    def _commit(self, cmd: Command, now: float) -> list[Action]:
+        assert isinstance(cmd, Commit)
+        part = self._part(cmd.partition)
+        if not 0 <= cmd.offset <= cmd.head:
+            raise InvalidSubscriptionError(
+                "offset", f"{cmd.offset} is outside [0, {cmd.head}] on partition {part.index}"
+            )
+        part.sent_mark = max(part.sent_mark, cmd.offset)
+        self._apply_ack(part, part.acks.cursor, cmd.offset)
+        return []
+
+    def _apply_ack(self, part: _Part, begin: int, end: int) -> None:
+        if begin >= end:
+            return
+        for lo, hi, lease in part.leases.cut(begin, end):
+            lease.remaining -= hi - lo
+            lease.consumer.in_flight -= hi - lo
+            if lease.remaining <= 0:
+                lease.consumer.leases.discard(lease)
+        part.waiting.cut(begin, end)
+        part.parked.cut(begin, end)
+        newly = part.acks.ack(begin, end)
+        if newly:
+            self.acked_total += newly
+            self.changes += 1
+            part.read_pos = max(part.read_pos, part.acks.cursor)
+            if part.blocked and part.acks.is_acked(part.blocked_offset):
+                _unblock(part)
+
+    def _nack(self, cmd: Command, now: float) -> list[Action]:
+        assert isinstance(cmd, Nack)
+        part = self._part(cmd.partition)
+        if not 0 <= cmd.begin < cmd.end:
+            raise InvalidSubscriptionError(
+                "nack", f"[{cmd.begin}, {cmd.end}) is not an offset range"
+            )
+        if cmd.end > part.sent_mark:
+            raise InvalidAckError(cmd.partition, cmd.end - 1, part.sent_mark)
+        if cmd.delay_s is not None:
+            _check("nack delay", cmd.delay_s, 0, 86_400, "seconds")
+        if self.policy.mode is DeliveryMode.AT_MOST_ONCE:
+            return []  # already consumed when it was sent
+        reason = cmd.reason or "nacked by the consumer"
+        for lo, hi, lease in part.leases.overlapping(cmd.begin, cmd.end):
+            self.nacked_total += hi - lo
+            self._return_lease(lease, lo, hi, now, reason=reason, delay=cmd.delay_s)
+        return []
+
+    def _return_lease(
+        self, lease: _Lease, begin: int, end: int, now: float, *, reason: str, delay: float | None
+    ) -> None:
+        """Take ``[begin, end)`` of ``lease`` back: record the failure, make it wait."""
+        part = self._parts[lease.partition]
+        sent_ms = int(lease.sent_at * 1000)
+        for lo, hi, _ in part.leases.cut(begin, end, only=lease):
+            lease.remaining -= hi - lo
+            lease.consumer.in_flight -= hi - lo
+            failures = 0
+            for offset in range(lo, hi):
+                tries = part.tries.get(offset)
+                if tries is None:
+                    if len(part.tries) >= MAX_FAILURES:
+                        continue  # bounded memory; the offset keeps its implicit count
+                    tries = part.tries[offset] = _Tries(1, reason, [])
+                tries.reason = reason
+                tries.times.append(sent_ms)
+                failures = max(failures, tries.deliveries)
+            wait = delay if delay is not None else self.policy.backoff_s(failures, self._random())
+            part.waiting.add(lo, hi, now + wait)
+            self._unsaved_failures = True
+            self.changes += 1
+        if lease.remaining <= 0:
+            lease.consumer.leases.discard(lease)
+
+    def _tick(self, cmd: Command, now: float) -> list[Action]:
+        heap = self._deadlines
+        while heap and heap[0][0] <= now:
+            _, lease = heapq.heappop(heap)
+            if not self._live(lease):
+                continue
+            timeout = self.policy.ack_timeout_s
+            self.ack_timeouts_total += lease.remaining
+            reason = f"not acknowledged within the ack timeout ({timeout:g} s)"
+            self._return_lease(lease, lease.begin, lease.end, now, reason=reason, delay=None)
+        for consumer in self._consumers.values():
+            if consumer.fences:
+                consumer.fences = {
+                    p: f for p, f in consumer.fences.items() if self._parts[p].acks.cursor < f
+                }
+        for part in self._parts:
+            if part.tries and len(part.tries) > 2 * part.held() + 64:
+                part.tries = {o: t for o, t in part.tries.items() if not part.acks.is_acked(o)}
+        return []
+
+    def _live(self, lease: _Lease) -> bool:
+        return lease.remaining > 0 and lease in lease.consumer.leases
+
+    # -- moving positions -------------------------------------------------------------
+
+    def _seek(self, cmd: Command, now: float) -> list[Action]:
+        assert isinstance(cmd, Seek)
+        if len(cmd.offsets) != len(self._parts):
+            raise InvalidSubscriptionError("seek", f"needs {len(self._parts)} offsets")
+        for part, offset in zip(self._parts, cmd.offsets, strict=True):
+            for _lo, _hi, lease in part.leases.cut(0, 1 << 62):
+                lease.consumer.leases.discard(lease)
+            for consumer in self._consumers.values():
+                consumer.in_flight = sum(lease.remaining for lease in consumer.leases)
+            part.waiting.clear()
+            part.parked.clear()
+            part.acks.reset(offset)
+            part.read_pos = offset
+            part.sent_mark = max(part.sent_mark, offset)
+            part.tries.clear()
+            _unblock(part)
+        self.changes += 1
+        return []
+
+    def _deleted(self, cmd: Command, now: float) -> list[Action]:
+        assert isinstance(cmd, Deleted)
+        part = self._part(cmd.partition)
+        first = cmd.first_offset
+        lost = max(0, first - part.acks.cursor - part.acks.acked_count(first))
+        part.sent_mark = max(part.sent_mark, first)
+        self._apply_ack(part, part.acks.cursor, first)
+        part.read_pos = max(part.read_pos, first)
+        return [
+            Note(
+                logging.WARNING,
+                f"partition {part.index}: {lost} records below offset {first} were deleted "
+                f"by retention before they were acknowledged; continuing at {first}",
+            )
+        ]
+
+    # -- dead letters -----------------------------------------------------------------
+
+    def _dead_lettered(self, cmd: Command, now: float) -> list[Action]:
+        assert isinstance(cmd, DeadLettered)
+        part = self._part(cmd.partition)
+        self.dead_lettered_total += sum(
+            hi - lo for lo, hi, _ in part.parked.overlapping(cmd.begin, cmd.end)
+        )
+        self._apply_ack(part, cmd.begin, cmd.end)
+        return []
+
+    def _dead_letter_failed(self, cmd: Command, now: float) -> list[Action]:
+        assert isinstance(cmd, DeadLetterFailed)
+        part = self._part(cmd.partition)
+        for lo, hi, _ in part.parked.cut(cmd.begin, cmd.end):
+            part.parked.add(lo, hi, now + DEAD_LETTER_RETRY_S)
+        part.blocked = (
+            f"dead-letter queue write failed for offset {cmd.begin} ({cmd.error}); retrying "
+            f"every {DEAD_LETTER_RETRY_S:g} s; nothing is acknowledged until it succeeds"
+        )
+        part.blocked_offset = cmd.begin
+        part.retry_dead_letters = True
+        return [Note(logging.ERROR, f"partition {part.index}: {part.blocked}")]
+
+    # -- sending ----------------------------------------------------------------------
+
+    def _fetched(self, cmd: Command, now: float) -> list[Action]:
+        assert isinstance(cmd, Fetched)
+        part = self._part(cmd.partition)
+        out: list[Action] = []
+        for batch in cmd.batches:
+            if not self._send_batch(part, batch, now, out):
+                break
+        if self._unsaved_failures and any(
+            isinstance(a, Send) and a.delivery.redeliveries for a in out
+        ):
+            out.insert(0, PERSIST)
+            self._unsaved_failures = False
+        return out
+
+    def _send_batch(self, part: _Part, batch: RecordBatch, now: float, out: list[Action]) -> bool:
+        """Send what may go of one batch; return False once nothing more can go."""
+        base, nxt = batch.base_offset, batch.next_offset
+        if part.blocked:
+            if part.retry_dead_letters:
+                ctx = _BatchContext(batch, now, out)
+                for lo, hi, at in part.parked.overlapping(base, nxt):
+                    if at is not None and at <= now:
+                        part.parked.cut(lo, hi)
+                        self._to_dead_letter(part, ctx, lo, hi)
+            return False
+        spans: list[tuple[int, int, bool]] = []  # (lo, hi, from waiting), in offset order
+        if part.waiting:
+            spans.extend(
+                (lo, hi, True) for lo, hi, at in part.waiting.overlapping(base, nxt) if at <= now
+            )
+        fresh = part.read_pos < nxt
+        if fresh:
+            start = max(part.read_pos, base)
+            spans.extend((lo, hi, False) for lo, hi in part.acks.unacked(start, nxt))
+        if not spans:
+            return True
+        ctx = _BatchContext(batch, now, out)
+        for lo, hi, waited in spans:
+            if waited:
+                if not any(c.credit > 0 for c in self._eligible()):
+                    return False
+                part.waiting.cut(lo, hi)
+            elif not self.has_room():
+                return False
+            self._route(part, ctx, lo, hi)
+            if not waited:
+                part.read_pos = hi
+            if part.blocked:
+                return False
+        if fresh:
+            part.read_pos = max(part.read_pos, nxt)
+        return True
+
+    def _route(self, part: _Part, ctx: _BatchContext, lo: int, hi: int) -> None:
+        """Send ``[lo, hi)`` (unacknowledged, not leased) or make it wait."""
+        if lo < part.sent_mark and self.policy.max_deliveries:
+            # redeliveries: poison records first (per offset; this path is rare)
+            limit = self.policy.max_deliveries
+            run_lo = lo
+            for offset in range(lo, min(hi, part.sent_mark)):
+                if part.deliveries(offset) >= limit:
+                    self._assign(part, ctx, run_lo, offset)
+                    self._poison(part, ctx, offset)
+                    run_lo = offset + 1
+                    if part.blocked:
+                        part.waiting.add(offset + 1, hi, ctx.now)
+                        return
+                    if not self.has_room():
+                        part.waiting.add(offset + 1, hi, ctx.now)
+                        return
+            lo = run_lo
+        self._assign(part, ctx, lo, hi)
+
+    def _poison(self, part: _Part, ctx: _BatchContext, offset: int) -> None:
+        deliveries = part.deliveries(offset)
+        policy = self.policy.poison
+        if policy is PoisonPolicy.DROP:
+            self.dropped_total += 1
+            self._apply_ack(part, offset, offset + 1)
+            ctx.out.append(
+                Note(
+                    logging.WARNING,
+                    f"partition {part.index} offset {offset}: dropped after {deliveries} "
+                    "deliveries (poison policy drop)",
+                )
+            )
+        elif policy is PoisonPolicy.BLOCK:
+            part.parked.add(offset, offset + 1, None)
+            part.blocked = (
+                f"offset {offset} failed {deliveries} deliveries (poison policy block); seek "
+                "past it or change the policy"
+            )
+            part.blocked_offset = offset
+            ctx.out.append(Note(logging.ERROR, f"partition {part.index}: {part.blocked}"))
+        else:
+            self._to_dead_letter(part, ctx, offset, offset + 1)
+
+    def _to_dead_letter(self, part: _Part, ctx: _BatchContext, lo: int, hi: int) -> None:
+        part.parked.add(lo, hi, None)
+        failures = []
+        for offset in range(lo, hi):
+            tries = part.tries.get(offset)
+            failures.append(
+                Failure(
+                    offset,
+                    part.deliveries(offset),
+                    tries.reason if tries else "",
+                    tuple(tries.times) if tries else (),
+                )
+            )
+        ctx.out.append(ToDeadLetter(part.index, ctx.batch, lo, hi, tuple(failures)))
+
+    def _assign(self, part: _Part, ctx: _BatchContext, lo: int, hi: int) -> None:
+        """Give ``[lo, hi)`` to consumers by the subscription's type; what none can take
+        now waits."""
+        if lo >= hi:
+            return
+        kind = self.policy.type
+        if kind is SubscriptionType.KEY_SHARED:
+            owners = self._owners
+            slots = ctx.slots()
+            run_lo = lo
+            run_owner = owners[slots[lo - ctx.base]]
+            for offset in range(lo + 1, hi):
+                owner = owners[slots[offset - ctx.base]]
+                if owner is not run_owner:
+                    self._give(part, ctx, run_lo, offset, run_owner)
+                    run_lo, run_owner = offset, owner
+            self._give(part, ctx, run_lo, hi, run_owner)
+            return
+        eligible = self._eligible()
+        target = None
+        if kind is SubscriptionType.SHARED:
+            n = len(eligible)
+            for i in range(n):
+                candidate = eligible[(self._rr + i) % n]
+                if candidate.credit > 0:
+                    target = candidate
+                    self._rr = (self._rr + i + 1) % n
+                    break
+        elif eligible and eligible[0].credit > 0:
+            target = eligible[0]
+        if target is None:
+            part.waiting.add(lo, hi, ctx.now)
+            return
+        self._give(part, ctx, lo, hi, target)
+
+    def _give(self, part: _Part, ctx: _BatchContext, lo: int, hi: int, consumer: _Consumer) -> None:
+        fence = consumer.fences.get(part.index)
+        if fence is not None and hi > fence:  # held until everything below is acked
+            if lo < fence:
+                self._give(part, ctx, lo, fence, consumer)
+            part.waiting.add(max(lo, fence), hi, ctx.now)
+            return
+        if consumer.credit <= 0:
+            part.waiting.add(lo, hi, ctx.now)
+            return
+        redeliveries: dict[int, int] = {}
+        if lo < part.sent_mark:
+            for offset in range(lo, min(hi, part.sent_mark)):
+                count = part.deliveries(offset)
+                redeliveries[offset] = count
+                tries = part.tries.get(offset)
+                if tries is not None:
+                    tries.deliveries += 1
+                elif count >= 1:
+                    part.tries[offset] = _Tries(count + 1, "", [])
+            self.redelivered_total += len(redeliveries)
+        count = hi - lo
+        consumer.credit -= count
+        self.sent_total += count
+        if hi > part.sent_mark:
+            part.sent_mark = hi
+            self.changes += 1
+        delivery = Delivery(part.index, ctx.data(), lo, hi, redeliveries)
+        ctx.out.append(Send(consumer.id, delivery, ctx.batch.max_timestamp_ms))
+        if self.policy.mode is DeliveryMode.AT_MOST_ONCE:
+            self._apply_ack(part, lo, hi)
+            return
+        ttl = self.policy.ack_timeout_s
+        lease = _Lease(
+            part.index, lo, hi, consumer, now=ctx.now, ttl=ttl if ttl is not None else math.inf
+        )
+        part.leases.add(lo, hi, lease)
+        consumer.leases.add(lease)
+        consumer.in_flight += count
+        if ttl is not None:
+            heapq.heappush(self._deadlines, (lease.deadline, lease))
+
+
+@dataclass(slots=True)
+class _BatchContext:
+    """One batch being sent at ``now``, with its bytes and key slots computed at most
+    once, and the actions produced so far."""
+
+    batch: RecordBatch
+    now: float
+    out: list[Action]
+    base: int = field(init=False)
+    _data: bytes | None = None
+    _slots: list[int] | None = None
+
+    def __post_init__(self) -> None:
+        self.base = self.batch.base_offset
+
+    def data(self) -> bytes:
+        if self._data is None:
+            self._data = bytes(self.batch.buffer)
+        return self._data
+
+    def slots(self) -> list[int]:
+        if self._slots is None:
+            keys = self.batch.keys()
+            self._slots = [key_slot(k) for k in keys]
+        return self._slots
+
+
+def key_slot(key: bytes | None) -> int:
+    """The key_shared slot of ``key`` (records without a key share slot 0)."""
+    return zlib.crc32(key) % SLOTS if key else 0
+
+
+def _unblock(part: _Part) -> None:
+    part.blocked = ""
+    part.blocked_offset = -1
+    part.retry_dead_letters = False
+    for lo, hi, _ in part.parked.cut(0, 1 << 62):  # failed dead letters go round again
+        part.waiting.add(lo, hi, 0.0)
+
+
+def _runs(part: _Part) -> tuple[FailureRun, ...]:
+    """The failures of unacknowledged offsets, merged into runs of equal history."""
+    runs: list[FailureRun] = []
+    for offset, t in sorted(part.tries.items()):
+        if part.acks.is_acked(offset):
+            continue
+        times = tuple(t.times)
+        last = runs[-1] if runs else None
+        if (
+            last is not None
+            and last.end == offset
+            and (last.deliveries, last.reason, last.times_ms) == (t.deliveries, t.reason, times)
+        ):
+            runs[-1] = FailureRun(last.begin, offset + 1, t.deliveries, t.reason, times)
+        else:
+            runs.append(FailureRun(offset, offset + 1, t.deliveries, t.reason, times))
+    return tuple(runs)
