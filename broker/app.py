@@ -4,7 +4,8 @@ Role: build the topic registry, the gRPC server (data plane, admin plane, the st
 ``grpc.health.v1`` service and server reflection) and the Prometheus listener from a
 :class:`BrokerConfig`, and run them.
 
-Order of shutdown (STYLE rule 39): health goes to NOT_SERVING; subscriptions stop
+Order of shutdown (STYLE rule 39): health goes to NOT_SERVING; the retention task stops
+(publishes blocked by the backlog quota fail with ``UNAVAILABLE``); subscriptions stop
 dispatching, end their consumer streams (``UNAVAILABLE``: consumers reconnect elsewhere or
 later) and save their cursors; the server stops accepting and lets in-flight calls finish
 for ``grace_seconds``; then every log syncs and closes.
@@ -27,6 +28,7 @@ from prometheus_client import start_http_server
 from broker.admin_service import AdminService
 from broker.config import BrokerConfig, parse_address
 from broker.metrics import BrokerMetrics
+from broker.retention import RetentionService
 from broker.service import BrokerService
 from broker.topics import TopicRegistry
 from dispatcher import SubscriptionRegistry
@@ -56,6 +58,13 @@ class Broker:
             heartbeat=config.heartbeat,
         )
         self.metrics.watch_subscriptions(lambda: self.subscriptions.samples)
+        self.retention = RetentionService(
+            self.topics,
+            self.subscriptions.saved_floor,
+            self.metrics,
+            backlog=config.backlog,
+            interval_s=config.retention_check_interval_ms / 1000,
+        )
         self.port = 0
         self.metrics_port = 0
         self._server: grpc.aio.Server | None = None
@@ -68,6 +77,7 @@ class Broker:
         await self.subscriptions.open(
             {n: [p.writer for p in self.topics.get(n).partitions] for n in self.topics.names()}
         )
+        self.retention.start()
         limit = self.config.max_request_bytes
         server = grpc.aio.server(
             options=[
@@ -82,6 +92,7 @@ class Broker:
                 self.metrics,
                 auto_create=self.config.auto_create_topics,
                 default_partitions=self.config.default_partitions,
+                retention=self.retention,
             ),
             server,
         )
@@ -115,6 +126,7 @@ class Broker:
         server, self._server = self._server, None
         if server is not None:
             await self._health.enter_graceful_shutdown()
+        await self.retention.aclose()  # before the subscriptions: it reads their floors
         await self.subscriptions.aclose()
         if server is not None:
             await server.stop(self.config.grace_seconds)

@@ -16,6 +16,7 @@ TOML layout (every key optional)::
     grace_seconds = 5.0              # how long shutdown lets calls finish, seconds
     max_unacked = 1000               # records in flight per subscription, at most
     cursor_flush_interval_ms = 100   # how often consumer acks are saved, milliseconds
+    retention_check_interval_ms = 5000  # how often retention and the backlog quota run, ms
 
     [wal]                            # every wal.LogConfig field, same names and units
     segment_bytes = 134217728
@@ -28,6 +29,12 @@ TOML layout (every key optional)::
     orders = 100
     [heartbeat.subscriptions]        # per "topic/subscription"; wins over the topic's
     "orders/billing" = 50
+
+    [backlog]                        # quota per topic partition on the records between the
+                                     # subscriptions' lowest saved cursor and the head
+    quota_messages = 0               # most records of backlog; 0 = no quota
+    policy = "reject_producer"       # reject_producer | block_producer | evict_oldest_backlog
+    block_timeout_ms = 30000         # block_producer: how long a publish waits, milliseconds
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from broker.backlog import BacklogConfig, BacklogPolicy
 from dispatcher import HeartbeatConfig, InvalidSubscriptionError
 from wal import FsyncPolicy, LogConfig, WalConfigError
 
@@ -69,9 +77,16 @@ class BrokerConfig:
         cursor_flush_interval_ms: How often consumer acks are saved, milliseconds. Acks not
             yet saved when the broker dies are redelivered (never skipped). Seeks and
             ``AckUpTo`` commits are saved before they are answered. Default 100.
+        retention_check_interval_ms: How often retention runs on every partition and the
+            backlog quota's floors are refreshed, milliseconds. Retention deletes what
+            ``wal.retention_ms`` / ``retention_bytes`` allow, never at or past the lowest
+            cursor the topic's subscriptions saved. Default 5,000.
         wal: Settings of every partition's log (:class:`wal.LogConfig`).
         heartbeat: The heartbeat lag monitor (:class:`dispatcher.HeartbeatConfig`): interval
             500 ms, per topic and per subscription; stall timeout 10 s.
+        backlog: The backlog quota per partition (:class:`broker.backlog.BacklogConfig`):
+            ``quota_messages`` records (0, the default, disables it), the ``policy`` over it
+            (default ``reject_producer``) and ``block_timeout_ms`` (default 30,000).
     """
 
     data_dir: str = "./data"
@@ -83,8 +98,10 @@ class BrokerConfig:
     grace_seconds: float = 5.0
     max_unacked: int = 1_000
     cursor_flush_interval_ms: int = 100
+    retention_check_interval_ms: int = 5_000
     wal: LogConfig = field(default_factory=LogConfig)
     heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)
+    backlog: BacklogConfig = field(default_factory=BacklogConfig)
 
     def __post_init__(self) -> None:
         _address("listen", self.listen, allow_empty=False)
@@ -93,6 +110,8 @@ class BrokerConfig:
         _int_range("max_request_bytes", self.max_request_bytes, 1024, 1 << 30)
         _int_range("max_unacked", self.max_unacked, 1, 10_000_000)
         _int_range("cursor_flush_interval_ms", self.cursor_flush_interval_ms, 1, 60_000)
+        _int_range("retention_check_interval_ms", self.retention_check_interval_ms, 1, 3_600_000)
+        _check_backlog(self.backlog)
         if not isinstance(self.auto_create_topics, bool):
             raise ConfigError("auto_create_topics must be true or false")
         if not isinstance(self.data_dir, str) or not self.data_dir:
@@ -148,19 +167,20 @@ class BrokerConfig:
 
     @classmethod
     def from_mapping(cls, doc: Mapping[str, Any], *, source: str = "config") -> BrokerConfig:
-        """Build from a parsed document with ``[broker]``, ``[wal]`` and ``[heartbeat]``
-        tables."""
-        _known(doc, {"broker", "wal", "heartbeat"}, source)
+        """Build from a parsed document with ``[broker]``, ``[wal]``, ``[heartbeat]`` and
+        ``[backlog]`` tables."""
+        _known(doc, {"broker", "wal", "heartbeat", "backlog"}, source)
         broker = dict(doc.get("broker", {}))
-        names = {f.name for f in dataclasses.fields(cls)} - {"wal", "heartbeat"}
+        names = {f.name for f in dataclasses.fields(cls)} - {"wal", "heartbeat", "backlog"}
         _known(broker, names, f"{source} [broker]")
         wal_doc = dict(doc.get("wal", {}))
         _known(wal_doc, {f.name for f in dataclasses.fields(LogConfig)}, f"{source} [wal]")
         if "fsync" in wal_doc:
             wal_doc["fsync"] = _fsync(wal_doc["fsync"])
         heartbeat = _heartbeat(doc.get("heartbeat", {}), f"{source} [heartbeat]")
+        backlog = _backlog(doc.get("backlog", {}), f"{source} [backlog]")
         try:
-            return cls(**broker, wal=LogConfig(**wal_doc), heartbeat=heartbeat)
+            return cls(**broker, wal=LogConfig(**wal_doc), heartbeat=heartbeat, backlog=backlog)
         except WalConfigError as exc:
             raise ConfigError(f"{source} [wal]: {exc}") from exc
         except TypeError as exc:
@@ -202,6 +222,37 @@ def _heartbeat(table: object, where: str) -> HeartbeatConfig:
         )
     except InvalidSubscriptionError as exc:
         raise ConfigError(f"{where}: {exc}") from exc
+
+
+def _backlog(table: object, where: str) -> BacklogConfig:
+    """``[backlog]`` as a :class:`BacklogConfig` (ranges are checked by BrokerConfig)."""
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{where} must be a table")
+    _known(table, {f.name for f in dataclasses.fields(BacklogConfig)}, where)
+    values = dict(table)
+    if "policy" in values:
+        values["policy"] = _backlog_policy(values["policy"])
+    return BacklogConfig(**values)
+
+
+def _backlog_policy(value: object) -> BacklogPolicy:
+    try:
+        return BacklogPolicy(value)
+    except ValueError as exc:
+        choices = ", ".join(p.value for p in BacklogPolicy)
+        raise ConfigError(f"[backlog] policy = {value!r}: must be one of {choices}") from exc
+
+
+def _check_backlog(backlog: object) -> None:
+    if not isinstance(backlog, BacklogConfig):
+        raise ConfigError("backlog must be a broker.backlog.BacklogConfig")
+    _int_range("[backlog] quota_messages", backlog.quota_messages, 0, 1 << 62)
+    _int_range("[backlog] block_timeout_ms", backlog.block_timeout_ms, 1, 3_600_000)
+    if not isinstance(backlog.policy, BacklogPolicy):
+        choices = ", ".join(p.value for p in BacklogPolicy)
+        raise ConfigError(
+            f"[backlog] policy = {backlog.policy!r}: must be a BacklogPolicy ({choices})"
+        )
 
 
 def _seconds(where: str, value: object, hi_ms: int = 3_600_000) -> float:

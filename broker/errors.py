@@ -59,3 +59,32 @@ class ShuttingDownError(BrokerError):
 
     def __init__(self) -> None:
         super().__init__("the broker is shutting down; retry against it once it is back")
+
+
+class BacklogQuotaExceededError(BrokerError):
+    """Raised when a publish goes to a partition whose backlog is over its quota (policy
+    ``reject_producer``), or stayed over it for the whole block timeout (``block_producer``).
+    """
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        backlog: int,
+        quota: int,
+        policy: str,
+        *,
+        waited_ms: int | None = None,
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.backlog = backlog
+        self.quota = quota
+        self.policy = policy
+        self.waited_ms = waited_ms
+        waited = "" if waited_ms is None else f" after waiting {waited_ms} ms"
+        super().__init__(
+            f"topic {topic!r} partition {partition}: a backlog of {backlog} unconsumed records "
+            f"is over the quota of {quota}{waited} (policy {policy}); consume and acknowledge "
+            "to shrink it, raise [backlog] quota_messages, or change [backlog] policy"
+        )

@@ -39,12 +39,43 @@ class BrokerMetrics:
             labels,
             registry=self.registry,
         )
+        self.backlog_quota_exceeded = Counter(
+            "headrace_backlog_quota_exceeded",
+            "Publishes that found their partition's backlog over quota, by the policy applied "
+            "(rejected, blocked, or admitted with eviction).",
+            (*labels, "policy"),
+            registry=self.registry,
+        )
+        self.backlog_evicted_records = Counter(
+            "headrace_backlog_evicted_records",
+            "Unconsumed records deleted by the evict_oldest_backlog quota policy.",
+            labels,
+            registry=self.registry,
+        )
+        self.retention_deleted_segments = Counter(
+            "headrace_retention_deleted_segments",
+            "Segments deleted by retention (below the subscriptions' saved floor).",
+            labels,
+            registry=self.registry,
+        )
 
     def published(self, topic: str, partition: int, result: AppendResult, size: int) -> None:
         """Count one acknowledged batch."""
         labels = (topic, str(partition))
         self.published_records.labels(*labels).inc(result.last_offset - result.first_offset + 1)
         self.published_bytes.labels(*labels).inc(size)
+
+    def quota_exceeded(self, topic: str, partition: int, policy: str) -> None:
+        """Count one publish that found its partition over the backlog quota."""
+        self.backlog_quota_exceeded.labels(topic, str(partition), policy).inc()
+
+    def evicted(self, topic: str, partition: int, records: int) -> None:
+        """Count unconsumed records deleted by the eviction policy."""
+        self.backlog_evicted_records.labels(topic, str(partition)).inc(records)
+
+    def retention_deleted(self, topic: str, partition: int, segments: int) -> None:
+        """Count segments deleted by retention."""
+        self.retention_deleted_segments.labels(topic, str(partition)).inc(segments)
 
     def watch_subscriptions(self, samples: Callable[[], Iterable[SubscriptionSample]]) -> None:
         """Export the subscriptions that ``samples()`` returns at each scrape."""

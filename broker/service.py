@@ -29,6 +29,7 @@ from broker.convert import (
 )
 from broker.errors import InvalidRequestError, ShuttingDownError
 from broker.metrics import BrokerMetrics
+from broker.retention import RetentionService
 from broker.status import Context, abort_for, rpc, status_for
 from broker.topics import Topic, TopicRegistry
 from dispatcher import ConsumerSession, Subscription, SubscriptionRegistry
@@ -55,8 +56,10 @@ class BrokerService(_grpc.BrokerServicer):
         *,
         auto_create: bool = False,
         default_partitions: int = 1,
+        retention: RetentionService | None = None,
     ) -> None:
         self._topics = topics
+        self._retention = retention  # applies the backlog quota; None: no quota
         self._subscriptions = subscriptions
         self._metrics = metrics
         self._auto_create = auto_create
@@ -72,6 +75,9 @@ class BrokerService(_grpc.BrokerServicer):
             raise InvalidRequestError("batch", "is empty; send one encoded record batch")
         topic = await self._topic(request.topic)
         partition = topic.partition(request.partition)
+        blocked = self._retention.admit(topic.name, partition) if self._retention else None
+        if blocked is not None:
+            await blocked  # block_producer: the backlog is over its quota
         result, duplicate = await partition.append(request.batch)
         if not duplicate:
             self._metrics.published(request.topic, partition.index, result, len(request.batch))

@@ -16,6 +16,7 @@ from typing import Any, NoReturn, TypeVar
 import grpc
 
 from broker.errors import (
+    BacklogQuotaExceededError,
     InvalidRequestError,
     ProducerSequenceError,
     ShuttingDownError,
@@ -45,6 +46,7 @@ logger = logging.getLogger(__name__)
 STATUS_TABLE: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (RecordTooLargeError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (BatchTooLargeError, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (BacklogQuotaExceededError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (InvalidBatchError, grpc.StatusCode.INVALID_ARGUMENT),
     (InvalidRequestError, grpc.StatusCode.INVALID_ARGUMENT),
     (TopicNotFoundError, grpc.StatusCode.NOT_FOUND),

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from broker.backlog import BacklogConfig, BacklogPolicy
 from broker.config import BrokerConfig, ConfigError, parse_address
 from wal import FsyncPolicy
 
@@ -58,6 +59,13 @@ def test_toml_then_env_then_flags(tmp_path: Path) -> None:
         ("[heartbeat.topics]\norders = -5\n", "[heartbeat].topics = -5"),
         ("[heartbeat.subscriptions]\nbilling = 50\n", "'topic/subscription'"),
         ("[heartbeat]\ntopics = 5\n", "topics must be a table"),
+        ("[backlog]\npolicy = 'drop'\n", "must be one of reject_producer, block_producer"),
+        ("[backlog]\nquota_messages = -1\n", "[backlog] quota_messages = -1: must be"),
+        ("[backlog]\nquota_messages = 1.5\n", "[backlog] quota_messages = 1.5"),
+        ("[backlog]\nblock_timeout_ms = 0\n", "[backlog] block_timeout_ms = 0: must be"),
+        ("[backlog]\nquota = 5\n", "[backlog]: unknown setting(s) quota"),
+        ("backlog = 5\n", "[backlog] must be a table"),
+        ("[broker]\nretention_check_interval_ms = 0\n", "retention_check_interval_ms = 0"),
     ],
     ids=[
         "listen",
@@ -75,6 +83,13 @@ def test_toml_then_env_then_flags(tmp_path: Path) -> None:
         "heartbeat-topic",
         "heartbeat-subscription-name",
         "heartbeat-not-table",
+        "backlog-policy",
+        "backlog-negative-quota",
+        "backlog-float-quota",
+        "backlog-zero-timeout",
+        "backlog-unknown",
+        "backlog-not-table",
+        "retention-interval",
     ],
 )
 def test_bad_config_file_names_the_problem(tmp_path: Path, text: str, words: str) -> None:
@@ -101,6 +116,41 @@ def test_heartbeat_table_in_milliseconds(tmp_path: Path) -> None:
     assert hb.interval_for("orders", "billing") == 0.02
     assert hb.interval_for("orders", "audit") == 0.1
     assert hb.interval_for("events", "audit") == 0.25
+
+
+def test_backlog_table_and_retention_interval(tmp_path: Path) -> None:
+    """Scenario: defaults, then a file with a [backlog] table and
+    retention_check_interval_ms. Expected: by default no quota, reject_producer, 30 s block
+    timeout and a 5 s retention pass; the file's values are taken as written, the policy as
+    its enum member."""
+    default = BrokerConfig()
+    assert default.retention_check_interval_ms == 5_000
+    assert default.backlog == BacklogConfig(0, BacklogPolicy.REJECT_PRODUCER, 30_000)
+    path = tmp_path / "b.toml"
+    path.write_text(
+        "[broker]\nretention_check_interval_ms = 250\n"
+        '[backlog]\nquota_messages = 100000\npolicy = "block_producer"\n'
+        "block_timeout_ms = 1500\n"
+    )
+    config = BrokerConfig.from_toml(str(path))
+    assert config.retention_check_interval_ms == 250
+    assert config.backlog == BacklogConfig(100_000, BacklogPolicy.BLOCK_PRODUCER, 1_500)
+
+
+@pytest.mark.parametrize(
+    "backlog",
+    [
+        BacklogConfig(quota_messages=-5),
+        BacklogConfig(block_timeout_ms=0),
+        BacklogConfig(policy="reject_producer"),  # type: ignore[arg-type]
+    ],
+    ids=["quota", "timeout", "policy-as-string"],
+)
+def test_bad_backlog_config_in_code_is_refused(backlog: BacklogConfig) -> None:
+    """Scenario: a BrokerConfig built in code with an invalid BacklogConfig. Expected:
+    ConfigError naming the [backlog] setting."""
+    with pytest.raises(ConfigError, match=r"\[backlog\]"):
+        BrokerConfig(backlog=backlog)
 
 
 def test_missing_config_file_is_a_clear_error(tmp_path: Path) -> None:
