@@ -54,6 +54,8 @@ class Broker:
         self.subscriptions = SubscriptionRegistry(
             config.data_dir,
             max_unacked=config.max_unacked,
+            dispatch=config.dispatch,
+            on_dispatch=self.metrics.dispatched,
             flush_interval_s=config.cursor_flush_interval_ms / 1000,
             heartbeat=config.heartbeat,
         )

@@ -35,6 +35,24 @@ TOML layout (every key optional)::
     quota_messages = 0               # most records of backlog; 0 = no quota
     policy = "reject_producer"       # reject_producer | block_producer | evict_oldest_backlog
     block_timeout_ms = 30000         # block_producer: how long a publish waits, milliseconds
+
+    [dispatch]                       # redelivery rules of every subscription
+    ack_timeout_ms = 30000           # unacked this long after sending: sent again; 0 = never
+    backoff_initial_ms = 1000        # delay before the first redelivery (timeout, plain nack)
+    backoff_max_ms = 60000           # the delay doubles per failure up to this
+    backoff_multiplier = 2.0
+    backoff_jitter = 0.2             # each delay moves by up to this fraction, up or down
+    max_deliveries = 10              # then the record is poison; 0 = unlimited
+    poison_policy = "dead_letter"    # dead_letter | drop | block
+    [dispatch.subscriptions."orders/billing"]  # overrides per "topic/subscription"
+    max_deliveries = 3
+
+    [dlq]                            # the dead-letter queue of every subscription
+    max_entries = 100000
+    max_age_ms = 604800000           # older entries are dropped; 0 = keep forever
+    overflow = "drop_oldest"         # drop_oldest | reject | block
+    max_event_bytes = 1048576        # longer values are cut and flagged
+    max_replays = 3                  # replay loop guard: x-replay-count at most this
 """
 
 from __future__ import annotations
@@ -47,7 +65,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker.backlog import BacklogConfig, BacklogPolicy
-from dispatcher import HeartbeatConfig, InvalidSubscriptionError
+from dispatcher import (
+    DispatchConfig,
+    DispatchPolicy,
+    HeartbeatConfig,
+    InvalidSubscriptionError,
+    PoisonPolicy,
+)
+from dispatcher.dlq import DlqConfig, DlqConfigError, OverflowPolicy
 from wal import FsyncPolicy, LogConfig, WalConfigError
 
 MIB = 1 << 20
@@ -87,6 +112,10 @@ class BrokerConfig:
         backlog: The backlog quota per partition (:class:`broker.backlog.BacklogConfig`):
             ``quota_messages`` records (0, the default, disables it), the ``policy`` over it
             (default ``reject_producer``) and ``block_timeout_ms`` (default 30,000).
+        dispatch: Redelivery, poison and dead-letter settings
+            (:class:`dispatcher.DispatchConfig`): ack timeout 30 s, backoff 1 s doubling to
+            60 s with 20 % jitter, 10 deliveries then ``dead_letter``; overrides per
+            subscription; dead-letter queues of at most 100,000 entries, 7 days.
     """
 
     data_dir: str = "./data"
@@ -102,6 +131,7 @@ class BrokerConfig:
     wal: LogConfig = field(default_factory=LogConfig)
     heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)
     backlog: BacklogConfig = field(default_factory=BacklogConfig)
+    dispatch: DispatchConfig = field(default_factory=DispatchConfig)
 
     def __post_init__(self) -> None:
         _address("listen", self.listen, allow_empty=False)
@@ -167,11 +197,12 @@ class BrokerConfig:
 
     @classmethod
     def from_mapping(cls, doc: Mapping[str, Any], *, source: str = "config") -> BrokerConfig:
-        """Build from a parsed document with ``[broker]``, ``[wal]``, ``[heartbeat]`` and
-        ``[backlog]`` tables."""
-        _known(doc, {"broker", "wal", "heartbeat", "backlog"}, source)
+        """Build from a parsed document with ``[broker]``, ``[wal]``, ``[heartbeat]``,
+        ``[backlog]``, ``[dispatch]`` and ``[dlq]`` tables."""
+        _known(doc, {"broker", "wal", "heartbeat", "backlog", "dispatch", "dlq"}, source)
         broker = dict(doc.get("broker", {}))
-        names = {f.name for f in dataclasses.fields(cls)} - {"wal", "heartbeat", "backlog"}
+        tables = {"wal", "heartbeat", "backlog", "dispatch"}
+        names = {f.name for f in dataclasses.fields(cls)} - tables
         _known(broker, names, f"{source} [broker]")
         wal_doc = dict(doc.get("wal", {}))
         _known(wal_doc, {f.name for f in dataclasses.fields(LogConfig)}, f"{source} [wal]")
@@ -179,8 +210,19 @@ class BrokerConfig:
             wal_doc["fsync"] = _fsync(wal_doc["fsync"])
         heartbeat = _heartbeat(doc.get("heartbeat", {}), f"{source} [heartbeat]")
         backlog = _backlog(doc.get("backlog", {}), f"{source} [backlog]")
+        dispatch = DispatchConfig(
+            defaults=_policy(doc.get("dispatch", {}), f"{source} [dispatch]", DispatchPolicy()),
+            subscriptions=_policy_overrides(doc.get("dispatch", {}), f"{source} [dispatch]"),
+            dlq=_dlq(doc.get("dlq", {}), f"{source} [dlq]"),
+        )
         try:
-            return cls(**broker, wal=LogConfig(**wal_doc), heartbeat=heartbeat, backlog=backlog)
+            return cls(
+                **broker,
+                wal=LogConfig(**wal_doc),
+                heartbeat=heartbeat,
+                backlog=backlog,
+                dispatch=dispatch,
+            )
         except WalConfigError as exc:
             raise ConfigError(f"{source} [wal]: {exc}") from exc
         except TypeError as exc:
@@ -221,6 +263,89 @@ def _heartbeat(table: object, where: str) -> HeartbeatConfig:
             subscriptions=overrides["subscriptions"],
         )
     except InvalidSubscriptionError as exc:
+        raise ConfigError(f"{where}: {exc}") from exc
+
+
+_POLICY_KEYS = {
+    "ack_timeout_ms",
+    "backoff_initial_ms",
+    "backoff_max_ms",
+    "backoff_multiplier",
+    "backoff_jitter",
+    "max_deliveries",
+    "poison_policy",
+}
+
+
+def _policy(table: object, where: str, base: DispatchPolicy, *, top: bool = True) -> DispatchPolicy:
+    """``[dispatch]`` (``top``) or one override in it (milliseconds in the file) over
+    ``base``."""
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{where} must be a table")
+    _known(table, _POLICY_KEYS | ({"subscriptions"} if top else set()), where)
+    changes: dict[str, Any] = {}
+    for key, value in table.items():
+        if key.endswith("_ms"):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(f"{where} {key} = {value!r}: must be milliseconds >= 0")
+            name = key.removesuffix("_ms") + "_s"
+            changes[name] = None if key == "ack_timeout_ms" and value == 0 else value / 1000
+        elif key == "poison_policy":
+            try:
+                changes["poison"] = PoisonPolicy(value)
+            except ValueError as exc:
+                choices = ", ".join(p.value for p in PoisonPolicy)
+                raise ConfigError(
+                    f"{where} poison_policy = {value!r}: must be one of {choices}"
+                ) from exc
+        elif key != "subscriptions":
+            changes[key] = value
+    try:
+        return dataclasses.replace(base, **changes)
+    except InvalidSubscriptionError as exc:
+        raise ConfigError(f"{where}: {exc}") from exc
+
+
+def _policy_overrides(table: object, where: str) -> dict[str, DispatchPolicy]:
+    """``[dispatch.subscriptions."topic/name"]`` tables, each over ``[dispatch]``."""
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{where} must be a table")
+    base = _policy(table, where, DispatchPolicy())
+    entries = table.get("subscriptions", {})
+    if not isinstance(entries, Mapping):
+        raise ConfigError(f'{where}.subscriptions must hold one table per "topic/subscription"')
+    out = {}
+    for name, override in entries.items():
+        if name.count("/") != 1:
+            raise ConfigError(f'{where}.subscriptions: {name!r} must be "topic/subscription"')
+        out[name] = _policy(override, f"{where}.subscriptions.{name!r}", base, top=False)
+    return out
+
+
+def _dlq(table: object, where: str) -> DlqConfig:
+    """``[dlq]`` (milliseconds in the file) as a :class:`DlqConfig`."""
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{where} must be a table")
+    _known(
+        table, {"max_entries", "max_age_ms", "overflow", "max_event_bytes", "max_replays"}, where
+    )
+    values: dict[str, Any] = {k: v for k, v in table.items() if k not in ("max_age_ms", "overflow")}
+    if "max_age_ms" in table:
+        age = table["max_age_ms"]
+        if not isinstance(age, int) or isinstance(age, bool) or age < 0:
+            raise ConfigError(f"{where} max_age_ms = {age!r}: must be milliseconds >= 0")
+        values["max_age_s"] = age / 1000 if age else None
+    if "overflow" in table:
+        try:
+            values["overflow"] = OverflowPolicy(table["overflow"])
+        except ValueError as exc:
+            choices = ", ".join(p.value for p in OverflowPolicy)
+            raise ConfigError(
+                f"{where} overflow = {table['overflow']!r}: must be one of {choices}"
+            ) from exc
+    try:
+        return DlqConfig(**values)
+    except DlqConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from exc
 
 

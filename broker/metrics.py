@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -58,6 +58,19 @@ class BrokerMetrics:
             labels,
             registry=self.registry,
         )
+
+        self.dispatch_latency = Histogram(
+            "headrace_dispatch_latency_seconds",
+            "From a record's publish time to its first dispatch to a consumer (per delivery "
+            "of a batch slice, using the batch's newest record).",
+            ("topic",),
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+            registry=self.registry,
+        )
+
+    def dispatched(self, topic: str, seconds: float) -> None:
+        """Observe one first delivery ``seconds`` after its records were published."""
+        self.dispatch_latency.labels(topic).observe(seconds)
 
     def published(self, topic: str, partition: int, result: AppendResult, size: int) -> None:
         """Count one acknowledged batch."""
@@ -121,14 +134,56 @@ class _SubscriptionCollector(Collector):
             "Dispatch tasks the heartbeat found dead and restarted.",
             labels=sub_labels,
         )
+        counters = {
+            field: CounterMetricFamily(name, text, labels=sub_labels)
+            for field, name, text in _SUBSCRIPTION_COUNTERS
+        }
+        dlq_entries = GaugeMetricFamily(
+            "headrace_dlq_entries",
+            "Entries in the subscription's dead-letter queue.",
+            labels=sub_labels,
+        )
         for s in self._samples():
             names = [s.topic, s.subscription]
             stalled.add_metric(names, 1.0 if s.stalled else 0.0)
             notifier.add_metric(names, s.notifier_polls)
             heartbeat.add_metric(names, s.heartbeat_polls)
             restarts.add_metric(names, s.task_restarts)
+            for field, family in counters.items():
+                family.add_metric(names, getattr(s, field))
+            dlq_entries.add_metric(names, s.dlq_entries)
             for p in s.partitions:
                 labels = [s.topic, str(p.partition), s.subscription]
                 lag.add_metric(labels, p.lag)
                 in_flight.add_metric(labels, p.in_flight)
-        yield from (lag, in_flight, stalled, notifier, heartbeat, restarts)
+        yield from (lag, in_flight, stalled, notifier, heartbeat, restarts, dlq_entries)
+        yield from counters.values()
+
+
+#: Per-subscription counters: (SubscriptionSample field, metric name, help).
+_SUBSCRIPTION_COUNTERS = (
+    ("dispatched", "headrace_dispatched_records", "Records sent to consumers (first sends)."),
+    ("redelivered", "headrace_redelivered_records", "Records sent again (any reason)."),
+    (
+        "ack_timeouts",
+        "headrace_subscription_ack_timeouts",
+        "Records not acknowledged within the ack timeout (each is sent again).",
+    ),
+    (
+        "dead_lettered",
+        "headrace_dead_lettered_records",
+        "Poison records moved to the dead-letter queue (or rejected by it).",
+    ),
+    ("dropped", "headrace_poison_dropped_records", "Poison records dropped (policy drop)."),
+    ("dlq_events", "headrace_dlq_events", "Entries written to the dead-letter queue."),
+    (
+        "dlq_evicted",
+        "headrace_dlq_evicted",
+        "Dead-letter entries removed by overflow (drop_oldest) or max_age.",
+    ),
+    (
+        "dlq_rejected",
+        "headrace_dlq_rejected",
+        "Dead letters refused by a full queue (overflow policy reject).",
+    ),
+)

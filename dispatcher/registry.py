@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import re
@@ -165,6 +166,7 @@ class SubscriptionSample:
     task_restarts: int
     stalled: bool
     partitions: tuple[PartitionSample, ...]
+    dispatched: int = 0
     redelivered: int = 0
     ack_timeouts: int = 0
     dead_lettered: int = 0
@@ -187,6 +189,8 @@ class SubscriptionRegistry:
         flush_interval_s: How often acknowledged state is saved in the background.
         heartbeat: Heartbeat intervals and the stall timeout.
         monotonic: Monotonic seconds (tests pass a manual clock).
+        clock: Wall-clock seconds (ack timeouts, nack delays, dead-letter times).
+        on_dispatch: Called with (topic, seconds from publish) for each first delivery.
     """
 
     def __init__(
@@ -200,6 +204,7 @@ class SubscriptionRegistry:
         heartbeat: HeartbeatConfig | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         clock: Callable[[], float] = time.time,
+        on_dispatch: Callable[[str, float], None] | None = None,
     ) -> None:
         self._root = os.path.join(data_dir, "subscriptions")
         self._dlq_root = os.path.join(data_dir, "dlq")
@@ -209,6 +214,7 @@ class SubscriptionRegistry:
         self._clock = clock
         self._dlqs: dict[tuple[str, str], DeadLetterQueue] = {}
         self._dlq_lock = asyncio.Lock()
+        self._on_dispatch = on_dispatch
         self._flush_interval_s = flush_interval_s
         self._subs: dict[tuple[str, str], Subscription] = {}
         self._dirty: set[tuple[str, str]] = set()
@@ -487,6 +493,8 @@ class SubscriptionRegistry:
             heartbeat_interval_s=self._heartbeat.interval_for(topic, name),
             stall_timeout_s=self._heartbeat.stall_timeout_s,
         )
+        if self._on_dispatch is not None:
+            sub.on_dispatch = functools.partial(self._on_dispatch, topic)
         self._subs[(topic, name)] = sub
         sub.start()
         return sub
@@ -641,6 +649,7 @@ def _sample(sub: Subscription, dlq: DeadLetterQueue | None) -> SubscriptionSampl
         sub.task_restarts,
         sub.verdict.stalled,
         tuple(PartitionSample(i, lag, in_flight) for i, lag, in_flight in sub.lag()),
+        dispatched=state.sent_total - state.redelivered_total,
         redelivered=state.redelivered_total,
         ack_timeouts=state.ack_timeouts_total,
         dead_lettered=state.dead_lettered_total,

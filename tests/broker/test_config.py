@@ -8,6 +8,8 @@ import pytest
 
 from broker.backlog import BacklogConfig, BacklogPolicy
 from broker.config import BrokerConfig, ConfigError, parse_address
+from dispatcher import DeliveryMode, PoisonPolicy, SubscriptionType
+from dispatcher.dlq import DlqConfig, OverflowPolicy
 from wal import FsyncPolicy
 
 
@@ -66,6 +68,21 @@ def test_toml_then_env_then_flags(tmp_path: Path) -> None:
         ("[backlog]\nquota = 5\n", "[backlog]: unknown setting(s) quota"),
         ("backlog = 5\n", "[backlog] must be a table"),
         ("[broker]\nretention_check_interval_ms = 0\n", "retention_check_interval_ms = 0"),
+        ("[dispatch]\npoison_policy = 'retry'\n", "must be one of dead_letter, drop, block"),
+        ("[dispatch]\nack_timeout_ms = -5\n", "ack_timeout_ms = -5: must be milliseconds"),
+        ("[dispatch]\nmax_deliveries = -1\n", "max_deliveries: -1 must be from 0"),
+        ("[dispatch]\nbackoff_jitter = 2\n", "backoff_jitter: 2 must be from 0 to 1"),
+        ("[dispatch]\nbackoff_max_ms = 10\n", "backoff_max: 0.01 must be from 1.0"),
+        ("[dispatch]\nretries = 3\n", "[dispatch]: unknown setting(s) retries"),
+        (
+            '[dispatch.subscriptions."t"]\nmax_deliveries = 3\n',
+            "'t' must be \"topic/subscription\"",
+        ),
+        ('[dispatch.subscriptions."t/s"]\nsubscriptions = 3\n', "unknown setting(s) subscriptions"),
+        ("[dlq]\noverflow = 'spill'\n", "must be one of drop_oldest, reject, block"),
+        ("[dlq]\nmax_entries = 0\n", "max_entries"),
+        ("[dlq]\nmax_age_ms = -1\n", "max_age_ms = -1: must be milliseconds"),
+        ("[dlq]\nsize = 1\n", "[dlq]: unknown setting(s) size"),
     ],
     ids=[
         "listen",
@@ -90,6 +107,18 @@ def test_toml_then_env_then_flags(tmp_path: Path) -> None:
         "backlog-unknown",
         "backlog-not-table",
         "retention-interval",
+        "dispatch-poison",
+        "dispatch-timeout",
+        "dispatch-deliveries",
+        "dispatch-jitter",
+        "dispatch-backoff-order",
+        "dispatch-unknown",
+        "dispatch-override-name",
+        "dispatch-override-nested",
+        "dlq-overflow",
+        "dlq-entries",
+        "dlq-age",
+        "dlq-unknown",
     ],
 )
 def test_bad_config_file_names_the_problem(tmp_path: Path, text: str, words: str) -> None:
@@ -100,6 +129,42 @@ def test_bad_config_file_names_the_problem(tmp_path: Path, text: str, words: str
     with pytest.raises(ConfigError) as info:
         BrokerConfig.from_toml(str(path))
     assert words in str(info.value)
+
+
+def test_dispatch_and_dlq_tables(tmp_path: Path) -> None:
+    """Scenario: ``[dispatch]`` with an override and ``[dlq]``, in milliseconds. Expected:
+    the defaults apply where nothing is set; an override inherits from ``[dispatch]`` and
+    wins for its subscription only; ack_timeout_ms = 0 and max_age_ms = 0 mean never."""
+    default = BrokerConfig().dispatch
+    assert default.defaults.ack_timeout_s == 30.0
+    assert default.defaults.max_deliveries == 10
+    assert default.defaults.poison is PoisonPolicy.DEAD_LETTER
+    assert default.dlq.overflow is OverflowPolicy.DROP_OLDEST
+    path = tmp_path / "d.toml"
+    path.write_text(
+        "[dispatch]\nack_timeout_ms = 0\nbackoff_initial_ms = 200\nmax_deliveries = 4\n"
+        'poison_policy = "drop"\n'
+        '[dispatch.subscriptions."orders/billing"]\nmax_deliveries = 2\npoison_policy = "block"\n'
+        "[dlq]\nmax_entries = 50\nmax_age_ms = 0\noverflow = 'reject'\nmax_event_bytes = 64\n"
+    )
+    dispatch = BrokerConfig.from_toml(str(path)).dispatch
+    plain = dispatch.policy_for(
+        "orders", "audit", SubscriptionType.SHARED, DeliveryMode.AT_LEAST_ONCE
+    )
+    assert (plain.ack_timeout_s, plain.backoff_initial_s) == (None, 0.2)
+    assert (plain.max_deliveries, plain.poison, plain.type) == (
+        4,
+        PoisonPolicy.DROP,
+        SubscriptionType.SHARED,
+    )
+    billing = dispatch.policy_for(
+        "orders", "billing", SubscriptionType.EXCLUSIVE, DeliveryMode.AT_MOST_ONCE
+    )
+    assert (billing.max_deliveries, billing.poison) == (2, PoisonPolicy.BLOCK)
+    assert (billing.backoff_initial_s, billing.mode) == (0.2, DeliveryMode.AT_MOST_ONCE)
+    assert dispatch.dlq == DlqConfig(
+        max_entries=50, max_age_s=None, overflow=OverflowPolicy.REJECT, max_event_bytes=64
+    )
 
 
 def test_heartbeat_table_in_milliseconds(tmp_path: Path) -> None:
