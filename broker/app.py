@@ -14,6 +14,7 @@ for ``grace_seconds``; then every log syncs and closes.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import signal
 from types import TracebackType
@@ -28,6 +29,7 @@ from prometheus_client import start_http_server
 from broker.admin_service import AdminService
 from broker.config import BrokerConfig, parse_address
 from broker.metrics import BrokerMetrics
+from broker.partition import Partition
 from broker.retention import RetentionService
 from broker.service import BrokerService
 from broker.topics import TopicRegistry
@@ -50,7 +52,7 @@ class Broker:
     def __init__(self, config: BrokerConfig, *, metrics: BrokerMetrics | None = None) -> None:
         self.config = config
         self.metrics = metrics or BrokerMetrics()
-        self.topics = TopicRegistry(config.data_dir, config.wal)
+        self.topics = TopicRegistry(config.data_dir, config.wal, on_open=self._watch_partition)
         self.subscriptions = SubscriptionRegistry(
             config.data_dir,
             max_unacked=config.max_unacked,
@@ -72,6 +74,12 @@ class Broker:
         self._server: grpc.aio.Server | None = None
         self._health = health.aio.HealthServicer()
         self._metrics_http: WSGIServer | None = None
+
+    def _watch_partition(self, topic: str, partition: Partition) -> None:
+        """Time every group commit of a partition's log (WAL latency histograms)."""
+        partition.writer.on_commit = functools.partial(
+            self.metrics.wal_committed, topic, partition.index
+        )
 
     async def start(self) -> None:
         """Open the topics and subscriptions, then start serving gRPC and metrics."""

@@ -20,6 +20,24 @@ from prometheus_client.registry import Collector
 from dispatcher import SubscriptionSample
 from wal import AppendResult
 
+_LATENCY_BUCKETS = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.002,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+)
+
 
 class BrokerMetrics:
     """The broker's metrics on one registry. Task-safe (prometheus_client locks)."""
@@ -64,9 +82,33 @@ class BrokerMetrics:
             "From a record's publish time to its first dispatch to a consumer (per delivery "
             "of a batch slice, using the batch's newest record).",
             ("topic",),
-            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+            buckets=_LATENCY_BUCKETS,
             registry=self.registry,
         )
+
+        self.wal_append = Histogram(
+            "headrace_wal_append_seconds",
+            "Time to write one group commit of batches to a partition's log (no fsync).",
+            labels,
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.wal_fsync = Histogram(
+            "headrace_wal_fsync_seconds",
+            "Time of the fsync that makes one group commit durable (fsync always).",
+            labels,
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+
+    def wal_committed(
+        self, topic: str, partition: int, write_s: float, sync_s: float | None, _batches: int
+    ) -> None:
+        """Observe one group commit of a partition's log."""
+        labels = (topic, str(partition))
+        self.wal_append.labels(*labels).observe(write_s)
+        if sync_s is not None:
+            self.wal_fsync.labels(*labels).observe(sync_s)
 
     def dispatched(self, topic: str, seconds: float) -> None:
         """Observe one first delivery ``seconds`` after its records were published."""

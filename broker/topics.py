@@ -28,6 +28,7 @@ import logging
 import os
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from broker.errors import InvalidRequestError, TopicExistsError, TopicNotFoundError
@@ -81,7 +82,15 @@ class Topic:
 class TopicRegistry:
     """Every topic of one broker. Task-safe on one loop (see the module docstring)."""
 
-    def __init__(self, data_dir: str, wal_config: LogConfig, fs: FileSystem | None = None):
+    def __init__(
+        self,
+        data_dir: str,
+        wal_config: LogConfig,
+        fs: FileSystem | None = None,
+        *,
+        on_open: Callable[[str, Partition], None] = lambda _topic, _partition: None,
+    ):
+        self._on_open = on_open  # e.g. hooks a partition's log up to the metrics
         self._root = os.path.join(data_dir, "topics")
         self._wal_config = wal_config
         self._fs = fs or FileSystem()
@@ -126,6 +135,8 @@ class TopicRegistry:
             for partition in opened:
                 await partition.aclose()
             raise
+        for partition in opened:
+            self._on_open(name, partition)
         return Topic(name, opened)
 
     def get(self, name: str) -> Topic:

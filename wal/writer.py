@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
@@ -47,6 +48,9 @@ from wal.log import AppendResult, Clock, Log
 logger = logging.getLogger(__name__)
 
 Listener = Callable[[int], None]
+#: Called after each group commit with (seconds writing, seconds in fsync or None when
+#: the policy did not sync, batches in the group). For latency metrics.
+CommitObserver = Callable[[float, float | None, int], None]
 
 
 class Append(NamedTuple):
@@ -113,6 +117,8 @@ class LogWriter:
         self._task: asyncio.Task[None] | None = None
         self._ticker: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
+        #: Told how long each group commit's write and fsync took (metrics).
+        self.on_commit: CommitObserver = _ignore_commit
 
     @classmethod
     async def open(
@@ -289,7 +295,9 @@ class LogWriter:
     async def _commit(self, group: list[Append]) -> None:
         sync = self._policy.is_always()
         try:
-            results = await asyncio.to_thread(self._write, [a.batch for a in group], sync)
+            results, write_s, sync_s = await asyncio.to_thread(
+                self._write, [a.batch for a in group], sync
+            )
         except WalError as exc:
             for a in group:
                 _fail(a.future, exc)
@@ -304,12 +312,18 @@ class LogWriter:
             self._advance(self._written)
         for a, result in zip(group, results, strict=True):
             _resolve(a.future, result)
+        self.on_commit(write_s, sync_s, len(group))
 
-    def _write(self, batches: list[RecordBatch], sync: bool) -> list[AppendResult]:
+    def _write(
+        self, batches: list[RecordBatch], sync: bool
+    ) -> tuple[list[AppendResult], float, float | None]:
+        started = time.perf_counter()
         results = self._log.append_many(batches)
-        if sync:
-            self._log.flush()
-        return results
+        written = time.perf_counter()
+        if not sync:
+            return results, written - started, None
+        self._log.flush()
+        return results, written - started, time.perf_counter() - written
 
     async def _control(self, cmd: Flush | Roll | ApplyRetention) -> None:
         try:
@@ -381,6 +395,10 @@ class LogWriter:
                 logger.error("log %s: periodic fsync failed: %s", self._log.path, exc)
                 continue
             self._advance(target)
+
+
+def _ignore_commit(_write_s: float, _sync_s: float | None, _batches: int) -> None:
+    return None
 
 
 def _size(cmd: Command) -> int:

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from broker.app import Broker
 from client import AsyncAdminClient, AsyncConsumer, AsyncProducer, Message
-from dispatcher import HeartbeatConfig
+from dispatcher import DispatchConfig, DispatchPolicy, HeartbeatConfig
 from tests.broker.conftest import broker_config
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
@@ -68,3 +68,50 @@ async def test_subscription_lag_and_polls_are_exported(tmp_path: Path) -> None:
             v for (name, _), v in samples.items() if name == "headrace_published_records_total"
         )
         assert published == 10
+        assert samples["headrace_dispatched_records_total", sub] == 10
+        assert samples["headrace_redelivered_records_total", sub] == 0
+        assert samples["headrace_dlq_entries", sub] == 0
+
+        def total(name: str) -> float:
+            return sum(v for (n, _), v in samples.items() if n == name)
+
+        assert total("headrace_wal_append_seconds_count") >= 1
+        assert total("headrace_wal_fsync_seconds_count") >= 1
+        assert total("headrace_dispatch_latency_seconds_count") >= 1
+
+
+async def test_redelivery_and_dead_letter_metrics(tmp_path: Path) -> None:
+    """Scenario: max_deliveries 2 with dead_letter; a consumer nacks its one record twice.
+    Expected: /metrics shows one redelivery, one dead-lettered record, one DLQ event and one
+    DLQ entry for the subscription, and no evictions or rejections."""
+    policy = DispatchPolicy(max_deliveries=2, backoff_initial_s=0.01)
+    config = broker_config(
+        tmp_path / "data",
+        metrics_listen="127.0.0.1:0",
+        heartbeat=HeartbeatConfig(interval_s=0.02),
+        dispatch=DispatchConfig(defaults=policy),
+    )
+    async with Broker(config) as broker:
+        address = f"127.0.0.1:{broker.port}"
+        async with AsyncAdminClient(address) as admin:
+            await admin.create_topic("orders", 1)
+        async with AsyncProducer(address) as producer:
+            await (await producer.send("orders", b"poison"))
+        async with AsyncConsumer("orders", "billing", broker=address, ack_interval_ms=0) as c:
+            for _ in range(2):
+                c.nack(await c.receive(timeout=5), delay=0, reason="bad")
+            with pytest.raises(TimeoutError):
+                await c.receive(timeout=0.2)
+        sub = frozenset({("topic", "orders"), ("subscription", "billing")})
+        async with asyncio.timeout(5):
+            while True:
+                samples = await asyncio.to_thread(_scrape, broker.metrics_port)
+                if samples.get(("headrace_dlq_entries", sub)) == 1:
+                    break
+                await asyncio.sleep(0.02)
+        assert samples["headrace_redelivered_records_total", sub] == 1
+        assert samples["headrace_dead_lettered_records_total", sub] == 1
+        assert samples["headrace_dlq_events_total", sub] == 1
+        assert samples["headrace_dlq_evicted_total", sub] == 0
+        assert samples["headrace_dlq_rejected_total", sub] == 0
+        assert samples["headrace_subscription_ack_timeouts_total", sub] == 0

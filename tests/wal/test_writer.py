@@ -385,3 +385,24 @@ async def test_writer_delete_before_goes_through_the_writer_task(wal_dir: str) -
     assert result.first_offset == head
     assert writer.read(writer.first_offset)[0].base_offset == writer.first_offset
     await writer.aclose()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("fsync", "synced"), [(FsyncPolicy.ALWAYS, True), (FsyncPolicy.NEVER, False)]
+)
+async def test_on_commit_reports_write_and_fsync_time(
+    wal_dir: str, fsync: FsyncPolicy, synced: bool
+) -> None:
+    """Scenario: an observer on a writer; three appends. Expected: one call per group
+    commit with a non-negative write time, an fsync time only under fsync always, and the
+    group sizes adding up to the appends."""
+    calls: list[tuple[float, float | None, int]] = []
+    writer = await LogWriter.open(wal_dir, LogConfig(fsync=fsync))
+    writer.on_commit = lambda w, s, n: calls.append((w, s, n))
+    for i in range(3):
+        await writer.append(batch_bytes([i]))
+    await writer.aclose()
+    assert sum(n for _, _, n in calls) == 3
+    assert all(w >= 0 for w, _, _ in calls)
+    assert all((s is not None and s >= 0) == synced for _, s, _ in calls)
