@@ -1,18 +1,30 @@
-"""The admin-plane servicer: topics and subscriptions.
+"""The admin-plane servicer: topics, subscriptions and dead-letter queues.
 
 Role: thin, like :mod:`broker.service`: pb -> registry -> pb, errors through
-:mod:`broker.status`.
+:mod:`broker.status`. Dead-letter calls name a subscription, which must exist (else
+NOT_FOUND); a subscription whose queue was never created answers as an empty queue, and
+these calls never create one. Replay itself lives in :mod:`broker.replay`.
 """
 
 from __future__ import annotations
 
 import asyncio
 
-from broker.convert import partition_info, subscription_info
+from broker.convert import (
+    ack_sequence,
+    partition_info,
+    peek_arguments,
+    peek_response,
+    replay_order,
+    replay_response,
+    subscription_info,
+)
 from broker.errors import InvalidRequestError
+from broker.replay import DeadLetterReplayer, ReplayOutcome
 from broker.status import Context, rpc
 from broker.topics import Topic, TopicRegistry
 from dispatcher import SubscriptionRegistry
+from dispatcher.dlq import DeadLetterQueue
 from proto import admin_pb2 as _admin
 from proto import admin_pb2_grpc as _grpc
 from wal import LogWriter
@@ -33,6 +45,7 @@ class AdminService(_grpc.AdminServicer):
     def __init__(self, topics: TopicRegistry, subscriptions: SubscriptionRegistry) -> None:
         self._topics = topics
         self._subscriptions = subscriptions
+        self._replayer = DeadLetterReplayer(topics)
 
     @rpc
     async def CreateTopic(  # noqa: N802 - gRPC method name
@@ -128,6 +141,72 @@ class AdminService(_grpc.AdminServicer):
         sub.seek(offsets)
         await self._subscriptions.save(sub)
         return subscription_info(sub.status())
+
+    # -- dead-letter queues -------------------------------------------------------------
+
+    async def _dead_letters(self, topic: str, subscription: str) -> DeadLetterQueue | None:
+        """The subscription's queue; ``None`` if it never had one. Raises
+        ``SubscriptionNotFoundError`` for an unknown subscription."""
+        self._subscriptions.get(topic, subscription)
+        return await self._subscriptions.dead_letter_queue(topic, subscription, create=False)
+
+    @rpc
+    async def PeekDeadLetters(  # noqa: N802 - gRPC method name
+        self,
+        request: _admin.PeekDeadLettersRequest,
+        context: Context,
+    ) -> _admin.PeekDeadLettersResponse:
+        """Entries of a subscription's dead-letter queue, oldest first; removes nothing."""
+        start, limit, reason = peek_arguments(request)
+        dlq = await self._dead_letters(request.topic, request.subscription)
+        if dlq is None:
+            return _admin.PeekDeadLettersResponse()
+        return peek_response(dlq.peek(from_sequence=start, limit=limit, reason=reason))
+
+    @rpc
+    async def CountDeadLetters(  # noqa: N802 - gRPC method name
+        self,
+        request: _admin.CountDeadLettersRequest,
+        context: Context,
+    ) -> _admin.CountDeadLettersResponse:
+        """How many entries a subscription's dead-letter queue holds."""
+        dlq = await self._dead_letters(request.topic, request.subscription)
+        return _admin.CountDeadLettersResponse(count=dlq.count() if dlq else 0)
+
+    @rpc
+    async def AckDeadLetters(  # noqa: N802 - gRPC method name
+        self,
+        request: _admin.AckDeadLettersRequest,
+        context: Context,
+    ) -> _admin.AckDeadLettersResponse:
+        """Remove the entries at or below a sequence; saved before the answer."""
+        up_to = ack_sequence(request)
+        dlq = await self._dead_letters(request.topic, request.subscription)
+        return _admin.AckDeadLettersResponse(acked=await dlq.ack_up_to(up_to) if dlq else 0)
+
+    @rpc
+    async def PurgeDeadLetters(  # noqa: N802 - gRPC method name
+        self,
+        request: _admin.PurgeDeadLettersRequest,
+        context: Context,
+    ) -> _admin.PurgeDeadLettersResponse:
+        """Remove every entry; saved before the answer."""
+        dlq = await self._dead_letters(request.topic, request.subscription)
+        return _admin.PurgeDeadLettersResponse(purged=await dlq.purge() if dlq else 0)
+
+    @rpc
+    async def ReplayDeadLetters(  # noqa: N802 - gRPC method name
+        self,
+        request: _admin.ReplayDeadLettersRequest,
+        context: Context,
+    ) -> _admin.ReplayDeadLettersResponse:
+        """Publish entries back to their original topic, rate limited; see the proto."""
+        order = replay_order(request)
+        dlq = await self._dead_letters(request.topic, request.subscription)
+        if dlq is None:
+            return replay_response(ReplayOutcome(0, (), 0))
+        outcome = await self._replayer.replay(dlq, request.topic, request.subscription, order)
+        return replay_response(outcome)
 
 
 def offset_for_time(writer: LogWriter, timestamp_ms: int) -> int:

@@ -1,8 +1,8 @@
 """The ``headrace`` command line.
 
 Role: one entry point with subcommands: ``serve`` runs a broker; ``topics``, ``produce``,
-``consume``, ``lag`` and ``seek`` talk to one (:mod:`broker.cli_client`); ``wal inspect``
-reads a partition directory offline.
+``consume``, ``lag`` and ``seek`` talk to one (:mod:`broker.cli_client`), and so does
+``dlq`` (:mod:`broker.cli_dlq`); ``wal inspect`` reads a partition directory offline.
 
 Conventions (DESIGN section 4): exit code 0 on success, 1 on error, 2 on usage errors;
 errors are one clear line on stderr, never a traceback.
@@ -22,6 +22,7 @@ import uvloop
 
 from broker.app import serve as run_broker
 from broker.cli_client import consume, lag, produce, seek, topics
+from broker.cli_dlq import dlq
 from broker.config import BrokerConfig, ConfigError
 from wal.inspect import inspect_dir
 
@@ -112,6 +113,7 @@ cli.add_command(produce)
 cli.add_command(consume)
 cli.add_command(lag)
 cli.add_command(seek)
+cli.add_command(dlq)
 
 
 def main() -> None:

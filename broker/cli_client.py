@@ -1,5 +1,5 @@
 """The ``headrace`` commands that talk to a broker as a client: ``topics``, ``produce``,
-``consume``, ``lag`` and ``seek``.
+``consume``, ``lag`` and ``seek`` (``dlq`` is in :mod:`broker.cli_dlq`).
 
 Role: parse arguments, call the :mod:`client` library, print. Every command takes
 ``--broker HOST:PORT`` (env ``HEADRACE_BROKER``). Client errors print one line on stderr and

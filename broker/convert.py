@@ -6,6 +6,7 @@ Role: keep servicers thin (pb -> domain -> pb). No I/O, no asyncio.
 from __future__ import annotations
 
 from broker.errors import InvalidRequestError
+from broker.replay import DEFAULT_RATE_PER_S, MAX_RATE_PER_S, ReplayOrder, ReplayOutcome
 from dispatcher import (
     Delivery,
     DeliveryMode,
@@ -13,6 +14,7 @@ from dispatcher import (
     SubscriptionStatus,
     SubscriptionType,
 )
+from dispatcher.dlq import DlqEntry
 from proto import admin_pb2 as _admin
 from proto import broker_pb2 as _pb
 from wal import AppendResult, Log
@@ -24,6 +26,11 @@ _TYPES: dict[int, SubscriptionType] = {
     _pb.SHARED: SubscriptionType.SHARED,
     _pb.KEY_SHARED: SubscriptionType.KEY_SHARED,
 }
+#: Entries a PeekDeadLetters returns when the request names no limit, and the most it may.
+DEFAULT_PEEK_LIMIT = 100
+MAX_PEEK_LIMIT = 10_000
+#: About the most entry bytes (values, keys, headers) one PeekDeadLetters response carries.
+PEEK_RESPONSE_BYTES = 8 << 20
 _MODES: dict[int, DeliveryMode] = {
     _pb.DELIVERY_MODE_UNSPECIFIED: DeliveryMode.AT_LEAST_ONCE,
     _pb.AT_LEAST_ONCE: DeliveryMode.AT_LEAST_ONCE,
@@ -125,4 +132,103 @@ def subscription_info(status: SubscriptionStatus) -> _admin.SubscriptionInfo:
             )
             for p in status.partitions
         ],
+    )
+
+
+def dead_letter_entry(entry: DlqEntry) -> _admin.DeadLetterEntry:
+    """One dead-letter queue entry."""
+    return _admin.DeadLetterEntry(
+        sequence=entry.sequence,
+        topic=entry.topic,
+        partition=entry.partition,
+        offset=entry.offset,
+        subscription=entry.subscription,
+        key=entry.key,
+        value=entry.value,
+        headers=dict(entry.headers),
+        timestamp_ms=entry.timestamp_ms,
+        attempts=entry.attempts,
+        reason=entry.reason,
+        attempt_times_ms=entry.attempt_times_ms,
+        dead_lettered_ms=entry.dead_lettered_ms,
+        truncated=entry.truncated,
+        original_size=entry.original_size,
+        replay_count=entry.replay_count,
+    )
+
+
+def peek_response(entries: list[DlqEntry]) -> _admin.PeekDeadLettersResponse:
+    """The entries of a peek, cut after about :data:`PEEK_RESPONSE_BYTES` (at least one)."""
+    out: list[_admin.DeadLetterEntry] = []
+    used = 0
+    for entry in entries:
+        used += len(entry.value) + len(entry.key or b"")
+        used += sum(len(name) + len(value) for name, value in entry.headers)
+        if out and used > PEEK_RESPONSE_BYTES:
+            break
+        out.append(dead_letter_entry(entry))
+    return _admin.PeekDeadLettersResponse(entries=out)
+
+
+def peek_arguments(
+    request: _admin.PeekDeadLettersRequest,
+) -> tuple[int | None, int, str | None]:
+    """``(from_sequence, limit, reason)`` of a peek, defaults filled in.
+
+    Raises:
+        InvalidRequestError: a negative ``from_sequence`` or a ``limit`` out of range.
+    """
+    start = request.from_sequence if request.HasField("from_sequence") else None
+    if start is not None and start < 0:
+        raise InvalidRequestError("from_sequence", f"must be >= 0, got {start}")
+    limit = request.limit if request.HasField("limit") else DEFAULT_PEEK_LIMIT
+    if not 1 <= limit <= MAX_PEEK_LIMIT:
+        raise InvalidRequestError(
+            "limit", f"must be from 1 to {MAX_PEEK_LIMIT}, got {limit}; page with from_sequence"
+        )
+    return start, limit, request.reason or None
+
+
+def ack_sequence(request: _admin.AckDeadLettersRequest) -> int:
+    """The sequence an ack removes entries up to (inclusive).
+
+    Raises:
+        InvalidRequestError: it is negative.
+    """
+    if request.up_to_sequence < 0:
+        raise InvalidRequestError("up_to_sequence", f"must be >= 0, got {request.up_to_sequence}")
+    return request.up_to_sequence
+
+
+def replay_order(request: _admin.ReplayDeadLettersRequest) -> ReplayOrder:
+    """What a ReplayDeadLetters request asks for, defaults filled in.
+
+    Raises:
+        InvalidRequestError: a ``limit`` below 1, a negative ``up_to_sequence``, or a rate
+            below 0 or above :data:`~broker.replay.MAX_RATE_PER_S`.
+    """
+    limit = request.limit if request.HasField("limit") else None
+    if limit is not None and limit < 1:
+        raise InvalidRequestError("limit", f"must be at least 1, got {limit}; leave it out for all")
+    up_to = request.up_to_sequence if request.HasField("up_to_sequence") else None
+    if up_to is not None and up_to < 0:
+        raise InvalidRequestError("up_to_sequence", f"must be >= 0, got {up_to}")
+    rate = request.rate_per_s or DEFAULT_RATE_PER_S
+    if not 1 <= rate <= MAX_RATE_PER_S:
+        raise InvalidRequestError(
+            "rate_per_s",
+            f"must be from 1 to {MAX_RATE_PER_S} records per second (0: the default "
+            f"{DEFAULT_RATE_PER_S}), got {rate}",
+        )
+    return ReplayOrder(limit=limit, up_to_sequence=up_to, rate_per_s=rate)
+
+
+def replay_response(outcome: ReplayOutcome) -> _admin.ReplayDeadLettersResponse:
+    """What a replay did."""
+    return _admin.ReplayDeadLettersResponse(
+        replayed=outcome.replayed,
+        skipped=[
+            _admin.SkippedDeadLetter(sequence=s.sequence, reason=s.reason) for s in outcome.skipped
+        ],
+        remaining=outcome.remaining,
     )

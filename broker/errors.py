@@ -88,3 +88,14 @@ class BacklogQuotaExceededError(BrokerError):
             f"is over the quota of {quota}{waited} (policy {policy}); consume and acknowledge "
             "to shrink it, raise [backlog] quota_messages, or change [backlog] policy"
         )
+
+
+class DeadLetterReplayError(BrokerError):
+    """Raised when a dead-letter replay cannot go on: an entry's original topic or partition
+    is gone, or another replay of the same queue is running."""
+
+    def __init__(self, topic: str, subscription: str, problem: str) -> None:
+        self.topic = topic
+        self.subscription = subscription
+        self.problem = problem
+        super().__init__(f"replay of the dead-letter queue of {topic}/{subscription}: {problem}")

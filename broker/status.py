@@ -17,6 +17,7 @@ import grpc
 
 from broker.errors import (
     BacklogQuotaExceededError,
+    DeadLetterReplayError,
     InvalidRequestError,
     ProducerSequenceError,
     ShuttingDownError,
@@ -30,6 +31,7 @@ from dispatcher import (
     SubscriptionBusyError,
     SubscriptionNotFoundError,
 )
+from dispatcher.dlq import DlqCorruptError
 from wal import (
     BatchTooLargeError,
     CorruptSegmentError,
@@ -56,8 +58,10 @@ STATUS_TABLE: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (SubscriptionNotFoundError, grpc.StatusCode.NOT_FOUND),
     (SubscriptionBusyError, grpc.StatusCode.FAILED_PRECONDITION),
     (ProducerSequenceError, grpc.StatusCode.FAILED_PRECONDITION),
+    (DeadLetterReplayError, grpc.StatusCode.FAILED_PRECONDITION),
     (OffsetOutOfRangeError, grpc.StatusCode.OUT_OF_RANGE),
     (CorruptSegmentError, grpc.StatusCode.DATA_LOSS),
+    (DlqCorruptError, grpc.StatusCode.DATA_LOSS),
     (WalFailedError, grpc.StatusCode.UNAVAILABLE),
     (WalClosedError, grpc.StatusCode.UNAVAILABLE),
     (ShuttingDownError, grpc.StatusCode.UNAVAILABLE),

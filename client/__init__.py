@@ -2,10 +2,11 @@
 
 Modules:
     errors          ClientError and one class per gRPC status code; from_rpc_error
-    _types          TopicInfo, PartitionInfo, RecordMetadata, SentRecords, lag records
+    _types          TopicInfo, PartitionInfo, RecordMetadata, SentRecords, lag records,
+                    DeadLetterEntry, ReplayResult
     _async.producer AsyncProducer: batching, per-partition pipelining, retries, idempotence
     _async.consumer AsyncConsumer: credits, batched acks, reconnects
-    _async.admin    AsyncAdminClient: topics and subscriptions
+    _async.admin    AsyncAdminClient: topics, subscriptions and dead-letter queues
     _message        Message: a lazy view of one received record
     _sync           Producer, Consumer, AdminClient: blocking twins over a loop thread
     _wire           generated copy of the wal batch codec (python -m client._codegen)
@@ -23,11 +24,14 @@ from client._sync.consumer import Consumer
 from client._sync.producer import Producer
 from client._types import (
     DEFAULT_BROKER,
+    DeadLetterEntry,
     PartitionInfo,
     PartitionLag,
     PublishedRange,
     RecordMetadata,
+    ReplayResult,
     SentRecords,
+    SkippedDeadLetter,
     SubscriptionInfo,
     TopicInfo,
 )
@@ -58,6 +62,7 @@ __all__ = [
     "ClientError",
     "Consumer",
     "DataLoss",
+    "DeadLetterEntry",
     "DeadlineExceeded",
     "FailedPrecondition",
     "InvalidArgument",
@@ -70,8 +75,10 @@ __all__ = [
     "Producer",
     "PublishedRange",
     "RecordMetadata",
+    "ReplayResult",
     "ResourceExhausted",
     "SentRecords",
+    "SkippedDeadLetter",
     "SubscriptionInfo",
     "TopicInfo",
     "Unauthenticated",

@@ -1,11 +1,12 @@
-"""Plain values the client returns: topics, partitions, acknowledged records.
+"""Plain values the client returns: topics, partitions, acknowledged records, lag and
+dead letters.
 
 Pure module: imports neither ``asyncio``, ``os`` nor ``time``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import overload
 
@@ -139,3 +140,66 @@ class SubscriptionInfo:
     def lag(self) -> int:
         """Records not yet acknowledged, over every partition."""
         return sum(p.lag for p in self.partitions)
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterEntry:
+    """One entry of a subscription's dead-letter queue.
+
+    Attributes:
+        sequence: Its number in the queue (``ack_dead_letters`` and ``from_sequence`` take
+            it).
+        topic, partition, offset, subscription: Where the record came from.
+        key: The original key, or ``None``.
+        value: The original value, cut to the queue's ``max_event_bytes`` when
+            ``truncated``.
+        headers: The original headers (``x-replay-count`` included, when present).
+        timestamp_ms: The original publish time, ms since the epoch.
+        attempts: How often delivery was attempted.
+        reason: Why the last delivery failed.
+        attempt_times_ms: When each delivery was attempted, ms since the epoch, oldest
+            first.
+        dead_lettered_ms: When it entered the queue, ms since the epoch.
+        truncated: Whether the value was cut (such an entry cannot be replayed).
+        original_size: Length of the original value, bytes.
+        replay_count: How often it was replayed from a dead-letter queue already.
+    """
+
+    sequence: int
+    topic: str
+    partition: int
+    offset: int
+    subscription: str
+    key: bytes | None
+    value: bytes
+    headers: Mapping[str, bytes]
+    timestamp_ms: int
+    attempts: int
+    reason: str
+    attempt_times_ms: tuple[int, ...]
+    dead_lettered_ms: int
+    truncated: bool
+    original_size: int
+    replay_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedDeadLetter:
+    """An entry a replay did not publish (it stays in the queue), and why."""
+
+    sequence: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayResult:
+    """What :meth:`~client.AsyncAdminClient.replay_dead_letters` did.
+
+    ``replayed`` entries were published to their original topic and removed from the
+    queue; ``skipped`` holds the entry where replay stopped, if any (it stops at the first
+    entry it must skip); ``remaining`` entries are left in the queue.
+    """
+
+    replayed: int
+    skipped: tuple[SkippedDeadLetter, ...]
+    remaining: int

@@ -132,3 +132,142 @@ class SeekRequest(_message.Message):
     offset: int
     timestamp_ms: int
     def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., earliest: _Optional[bool] = ..., latest: _Optional[bool] = ..., offset: _Optional[int] = ..., timestamp_ms: _Optional[int] = ...) -> None: ...
+
+class DeadLetterEntry(_message.Message):
+    __slots__ = ("sequence", "topic", "partition", "offset", "subscription", "key", "value", "headers", "timestamp_ms", "attempts", "reason", "attempt_times_ms", "dead_lettered_ms", "truncated", "original_size", "replay_count")
+    class HeadersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: bytes
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_TIMES_MS_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTERED_MS_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    ORIGINAL_SIZE_FIELD_NUMBER: _ClassVar[int]
+    REPLAY_COUNT_FIELD_NUMBER: _ClassVar[int]
+    sequence: int
+    topic: str
+    partition: int
+    offset: int
+    subscription: str
+    key: bytes
+    value: bytes
+    headers: _containers.ScalarMap[str, bytes]
+    timestamp_ms: int
+    attempts: int
+    reason: str
+    attempt_times_ms: _containers.RepeatedScalarFieldContainer[int]
+    dead_lettered_ms: int
+    truncated: bool
+    original_size: int
+    replay_count: int
+    def __init__(self, sequence: _Optional[int] = ..., topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., subscription: _Optional[str] = ..., key: _Optional[bytes] = ..., value: _Optional[bytes] = ..., headers: _Optional[_Mapping[str, bytes]] = ..., timestamp_ms: _Optional[int] = ..., attempts: _Optional[int] = ..., reason: _Optional[str] = ..., attempt_times_ms: _Optional[_Iterable[int]] = ..., dead_lettered_ms: _Optional[int] = ..., truncated: _Optional[bool] = ..., original_size: _Optional[int] = ..., replay_count: _Optional[int] = ...) -> None: ...
+
+class PeekDeadLettersRequest(_message.Message):
+    __slots__ = ("topic", "subscription", "from_sequence", "limit", "reason")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    FROM_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    subscription: str
+    from_sequence: int
+    limit: int
+    reason: str
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., from_sequence: _Optional[int] = ..., limit: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class PeekDeadLettersResponse(_message.Message):
+    __slots__ = ("entries",)
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[DeadLetterEntry]
+    def __init__(self, entries: _Optional[_Iterable[_Union[DeadLetterEntry, _Mapping]]] = ...) -> None: ...
+
+class CountDeadLettersRequest(_message.Message):
+    __slots__ = ("topic", "subscription")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    subscription: str
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ...) -> None: ...
+
+class CountDeadLettersResponse(_message.Message):
+    __slots__ = ("count",)
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    count: int
+    def __init__(self, count: _Optional[int] = ...) -> None: ...
+
+class AckDeadLettersRequest(_message.Message):
+    __slots__ = ("topic", "subscription", "up_to_sequence")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    UP_TO_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    subscription: str
+    up_to_sequence: int
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., up_to_sequence: _Optional[int] = ...) -> None: ...
+
+class AckDeadLettersResponse(_message.Message):
+    __slots__ = ("acked",)
+    ACKED_FIELD_NUMBER: _ClassVar[int]
+    acked: int
+    def __init__(self, acked: _Optional[int] = ...) -> None: ...
+
+class PurgeDeadLettersRequest(_message.Message):
+    __slots__ = ("topic", "subscription")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    subscription: str
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ...) -> None: ...
+
+class PurgeDeadLettersResponse(_message.Message):
+    __slots__ = ("purged",)
+    PURGED_FIELD_NUMBER: _ClassVar[int]
+    purged: int
+    def __init__(self, purged: _Optional[int] = ...) -> None: ...
+
+class ReplayDeadLettersRequest(_message.Message):
+    __slots__ = ("topic", "subscription", "limit", "up_to_sequence", "rate_per_s")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    UP_TO_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    RATE_PER_S_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    subscription: str
+    limit: int
+    up_to_sequence: int
+    rate_per_s: int
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., limit: _Optional[int] = ..., up_to_sequence: _Optional[int] = ..., rate_per_s: _Optional[int] = ...) -> None: ...
+
+class SkippedDeadLetter(_message.Message):
+    __slots__ = ("sequence", "reason")
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    sequence: int
+    reason: str
+    def __init__(self, sequence: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ReplayDeadLettersResponse(_message.Message):
+    __slots__ = ("replayed", "skipped", "remaining")
+    REPLAYED_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_FIELD_NUMBER: _ClassVar[int]
+    replayed: int
+    skipped: _containers.RepeatedCompositeFieldContainer[SkippedDeadLetter]
+    remaining: int
+    def __init__(self, replayed: _Optional[int] = ..., skipped: _Optional[_Iterable[_Union[SkippedDeadLetter, _Mapping]]] = ..., remaining: _Optional[int] = ...) -> None: ...

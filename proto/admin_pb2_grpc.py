@@ -69,6 +69,31 @@ class AdminStub:
                 request_serializer=admin__pb2.SeekRequest.SerializeToString,
                 response_deserializer=admin__pb2.SubscriptionInfo.FromString,
                 _registered_method=True)
+        self.PeekDeadLetters = channel.unary_unary(
+                '/headrace.v1.Admin/PeekDeadLetters',
+                request_serializer=admin__pb2.PeekDeadLettersRequest.SerializeToString,
+                response_deserializer=admin__pb2.PeekDeadLettersResponse.FromString,
+                _registered_method=True)
+        self.CountDeadLetters = channel.unary_unary(
+                '/headrace.v1.Admin/CountDeadLetters',
+                request_serializer=admin__pb2.CountDeadLettersRequest.SerializeToString,
+                response_deserializer=admin__pb2.CountDeadLettersResponse.FromString,
+                _registered_method=True)
+        self.AckDeadLetters = channel.unary_unary(
+                '/headrace.v1.Admin/AckDeadLetters',
+                request_serializer=admin__pb2.AckDeadLettersRequest.SerializeToString,
+                response_deserializer=admin__pb2.AckDeadLettersResponse.FromString,
+                _registered_method=True)
+        self.PurgeDeadLetters = channel.unary_unary(
+                '/headrace.v1.Admin/PurgeDeadLetters',
+                request_serializer=admin__pb2.PurgeDeadLettersRequest.SerializeToString,
+                response_deserializer=admin__pb2.PurgeDeadLettersResponse.FromString,
+                _registered_method=True)
+        self.ReplayDeadLetters = channel.unary_unary(
+                '/headrace.v1.Admin/ReplayDeadLetters',
+                request_serializer=admin__pb2.ReplayDeadLettersRequest.SerializeToString,
+                response_deserializer=admin__pb2.ReplayDeadLettersResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -116,6 +141,47 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PeekDeadLetters(self, request, context):
+        """Dead-letter queues (DESIGN section 3): one per subscription, named by topic and
+        subscription. A subscription that does not exist is NOT_FOUND; one that never
+        dead-lettered a record has an empty queue (these calls never create one). Entries are
+        numbered by `sequence`, oldest first; removal is always a prefix (ack up to, purge).
+
+        Entries, oldest first, optionally filtered by reason. Read-only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CountDeadLetters(self, request, context):
+        """How many entries the queue holds.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AckDeadLetters(self, request, context):
+        """Remove every entry whose sequence is at or below `up_to_sequence` (inclusive).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PurgeDeadLetters(self, request, context):
+        """Remove every entry.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReplayDeadLetters(self, request, context):
+        """Publish entries back to their original topic and partition, rate limited, and remove
+        them once that publish is durable. See ReplayDeadLettersRequest for the rules.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -153,6 +219,31 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.Seek,
                     request_deserializer=admin__pb2.SeekRequest.FromString,
                     response_serializer=admin__pb2.SubscriptionInfo.SerializeToString,
+            ),
+            'PeekDeadLetters': grpc.unary_unary_rpc_method_handler(
+                    servicer.PeekDeadLetters,
+                    request_deserializer=admin__pb2.PeekDeadLettersRequest.FromString,
+                    response_serializer=admin__pb2.PeekDeadLettersResponse.SerializeToString,
+            ),
+            'CountDeadLetters': grpc.unary_unary_rpc_method_handler(
+                    servicer.CountDeadLetters,
+                    request_deserializer=admin__pb2.CountDeadLettersRequest.FromString,
+                    response_serializer=admin__pb2.CountDeadLettersResponse.SerializeToString,
+            ),
+            'AckDeadLetters': grpc.unary_unary_rpc_method_handler(
+                    servicer.AckDeadLetters,
+                    request_deserializer=admin__pb2.AckDeadLettersRequest.FromString,
+                    response_serializer=admin__pb2.AckDeadLettersResponse.SerializeToString,
+            ),
+            'PurgeDeadLetters': grpc.unary_unary_rpc_method_handler(
+                    servicer.PurgeDeadLetters,
+                    request_deserializer=admin__pb2.PurgeDeadLettersRequest.FromString,
+                    response_serializer=admin__pb2.PurgeDeadLettersResponse.SerializeToString,
+            ),
+            'ReplayDeadLetters': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReplayDeadLetters,
+                    request_deserializer=admin__pb2.ReplayDeadLettersRequest.FromString,
+                    response_serializer=admin__pb2.ReplayDeadLettersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -344,6 +435,141 @@ class Admin:
             '/headrace.v1.Admin/Seek',
             admin__pb2.SeekRequest.SerializeToString,
             admin__pb2.SubscriptionInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PeekDeadLetters(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headrace.v1.Admin/PeekDeadLetters',
+            admin__pb2.PeekDeadLettersRequest.SerializeToString,
+            admin__pb2.PeekDeadLettersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CountDeadLetters(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headrace.v1.Admin/CountDeadLetters',
+            admin__pb2.CountDeadLettersRequest.SerializeToString,
+            admin__pb2.CountDeadLettersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AckDeadLetters(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headrace.v1.Admin/AckDeadLetters',
+            admin__pb2.AckDeadLettersRequest.SerializeToString,
+            admin__pb2.AckDeadLettersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PurgeDeadLetters(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headrace.v1.Admin/PurgeDeadLetters',
+            admin__pb2.PurgeDeadLettersRequest.SerializeToString,
+            admin__pb2.PurgeDeadLettersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReplayDeadLetters(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headrace.v1.Admin/ReplayDeadLetters',
+            admin__pb2.ReplayDeadLettersRequest.SerializeToString,
+            admin__pb2.ReplayDeadLettersResponse.FromString,
             options,
             channel_credentials,
             insecure,

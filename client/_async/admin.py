@@ -1,4 +1,5 @@
-"""AsyncAdminClient: topics and subscriptions, over the Admin gRPC service.
+"""AsyncAdminClient: topics, subscriptions and dead-letter queues, over the Admin gRPC
+service.
 
 Role: thin calls with typed results; gRPC errors become :mod:`client.errors` once, here.
 """
@@ -11,13 +12,26 @@ from typing import Any, Self, TypeVar
 
 import grpc
 
-from client._types import DEFAULT_BROKER, PartitionInfo, PartitionLag, SubscriptionInfo, TopicInfo
+from client._types import (
+    DEFAULT_BROKER,
+    DeadLetterEntry,
+    PartitionInfo,
+    PartitionLag,
+    ReplayResult,
+    SkippedDeadLetter,
+    SubscriptionInfo,
+    TopicInfo,
+)
 from client.errors import from_rpc_error
 from proto import admin_pb2 as _admin
 from proto import admin_pb2_grpc as _grpc
 from proto import broker_pb2 as _pb
 
 R = TypeVar("R")
+
+#: The broker's replay rate when a request names none, records per second (the client
+#: sizes a replay's deadline with it).
+DEFAULT_REPLAY_RATE_PER_S = 1_000
 
 
 def _topic(info: _admin.TopicInfo) -> TopicInfo:
@@ -53,8 +67,38 @@ def _subscription(info: _admin.SubscriptionInfo) -> SubscriptionInfo:
     )
 
 
+def _dead_letter(entry: _admin.DeadLetterEntry) -> DeadLetterEntry:
+    return DeadLetterEntry(
+        sequence=entry.sequence,
+        topic=entry.topic,
+        partition=entry.partition,
+        offset=entry.offset,
+        subscription=entry.subscription,
+        key=entry.key if entry.HasField("key") else None,
+        value=entry.value,
+        headers=dict(entry.headers),
+        timestamp_ms=entry.timestamp_ms,
+        attempts=entry.attempts,
+        reason=entry.reason,
+        attempt_times_ms=tuple(entry.attempt_times_ms),
+        dead_lettered_ms=entry.dead_lettered_ms,
+        truncated=entry.truncated,
+        original_size=entry.original_size,
+        replay_count=entry.replay_count,
+    )
+
+
+def _replay(got: _admin.ReplayDeadLettersResponse) -> ReplayResult:
+    return ReplayResult(
+        got.replayed,
+        tuple(SkippedDeadLetter(s.sequence, s.reason) for s in got.skipped),
+        got.remaining,
+    )
+
+
 class AsyncAdminClient:
-    """Topic and subscription administration. Task-safe; an async context manager.
+    """Topic, subscription and dead-letter queue administration. Task-safe; an async
+    context manager.
 
     Args:
         broker: ``host:port`` of the broker.
@@ -74,9 +118,11 @@ class AsyncAdminClient:
         self._stub = _grpc.AdminStub(self._channel)
         self._timeout = timeout_s
 
-    async def _call(self, method: Callable[..., Awaitable[Any]], request: Any) -> Any:
+    async def _call(
+        self, method: Callable[..., Awaitable[Any]], request: Any, timeout_s: float | None = None
+    ) -> Any:
         try:
-            return await method(request, timeout=self._timeout)
+            return await method(request, timeout=timeout_s or self._timeout)
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from exc
 
@@ -136,6 +182,105 @@ class AsyncAdminClient:
         else:
             request.timestamp_ms = timestamp_ms or 0
         return _subscription(await self._call(self._stub.Seek, request))
+
+    async def peek_dead_letters(
+        self,
+        topic: str,
+        subscription: str,
+        *,
+        from_sequence: int | None = None,
+        limit: int = 100,
+        reason: str | None = None,
+    ) -> list[DeadLetterEntry]:
+        """Entries of a subscription's dead-letter queue, oldest first; removes nothing.
+
+        Args:
+            topic, subscription: The subscription.
+            from_sequence: Start at this sequence; default the oldest entry.
+            limit: Most entries returned, from 1 to 10 000. A big response may hold fewer
+                (the broker caps it at about 8 MiB): page from the last sequence + 1.
+            reason: Only entries whose failure reason contains this text.
+
+        Raises:
+            NotFound: no such subscription. InvalidArgument: a bad ``limit`` or
+            ``from_sequence``.
+        """
+        request = _admin.PeekDeadLettersRequest(
+            topic=topic, subscription=subscription, limit=limit, reason=reason or ""
+        )
+        if from_sequence is not None:
+            request.from_sequence = from_sequence
+        got = await self._call(self._stub.PeekDeadLetters, request)
+        return [_dead_letter(e) for e in got.entries]
+
+    async def count_dead_letters(self, topic: str, subscription: str) -> int:
+        """How many entries a subscription's dead-letter queue holds. Raises ``NotFound``."""
+        request = _admin.CountDeadLettersRequest(topic=topic, subscription=subscription)
+        got = await self._call(self._stub.CountDeadLetters, request)
+        return int(got.count)
+
+    async def ack_dead_letters(self, topic: str, subscription: str, up_to_sequence: int) -> int:
+        """Remove every entry with a sequence at or below ``up_to_sequence`` (inclusive);
+        return how many. Raises ``NotFound`` or ``InvalidArgument`` (a negative sequence)."""
+        request = _admin.AckDeadLettersRequest(
+            topic=topic, subscription=subscription, up_to_sequence=up_to_sequence
+        )
+        got = await self._call(self._stub.AckDeadLetters, request)
+        return int(got.acked)
+
+    async def purge_dead_letters(self, topic: str, subscription: str) -> int:
+        """Remove every entry; return how many. Raises ``NotFound``."""
+        request = _admin.PurgeDeadLettersRequest(topic=topic, subscription=subscription)
+        got = await self._call(self._stub.PurgeDeadLetters, request)
+        return int(got.purged)
+
+    async def replay_dead_letters(
+        self,
+        topic: str,
+        subscription: str,
+        *,
+        limit: int | None = None,
+        up_to_sequence: int | None = None,
+        rate_per_s: int | None = None,
+        timeout_s: float | None = None,
+    ) -> ReplayResult:
+        """Publish entries back to their original topic and partition, oldest first, and
+        remove them from the queue once that is durable.
+
+        Replay stops at the first entry it must skip (replayed ``max_replays`` times
+        already, or truncated); that entry stays in the queue, with every one after it,
+        and is reported in :attr:`ReplayResult.skipped`. At least once: a replay cut short
+        may publish its last batch again next time.
+
+        Args:
+            topic, subscription: The subscription.
+            limit: Most entries replayed; default every entry.
+            up_to_sequence: Only entries at or below this sequence; default no bound.
+            rate_per_s: Most records published per second, 1 to 100 000; default the
+                broker's (1000).
+            timeout_s: Deadline of the call, seconds; default the client's timeout plus
+                the time the rate needs for ``limit`` entries (or for the queue's current
+                count, asked for first).
+
+        Raises:
+            NotFound: no such subscription. InvalidArgument: a bad limit, sequence or rate.
+            FailedPrecondition: an entry's original topic or partition is gone, or another
+            replay of the queue is running.
+        """
+        request = _admin.ReplayDeadLettersRequest(
+            topic=topic, subscription=subscription, rate_per_s=rate_per_s or 0
+        )
+        if limit is not None:
+            request.limit = limit
+        if up_to_sequence is not None:
+            request.up_to_sequence = up_to_sequence
+        if timeout_s is None:
+            expected = (
+                limit if limit is not None else await self.count_dead_letters(topic, subscription)
+            )
+            rate = max(rate_per_s or DEFAULT_REPLAY_RATE_PER_S, 1)
+            timeout_s = self._timeout + max(expected, 0) / rate
+        return _replay(await self._call(self._stub.ReplayDeadLetters, request, timeout_s))
 
     async def aclose(self) -> None:
         """Close the channel (if this client opened it)."""

@@ -1,9 +1,9 @@
 """AdminClient: the blocking twin of :class:`~client._async.admin.AsyncAdminClient`.
 
-Role: topic and subscription administration for code without an event loop (the CLI, the
-Spark driver). Each method runs the :class:`AsyncAdminClient` method of the same name on
-the client's own loop thread (:mod:`client._sync._bridge`). The results and errors are the
-async ones unchanged.
+Role: topic, subscription and dead-letter queue administration for code without an event
+loop (the CLI, the Spark driver). Each method runs the :class:`AsyncAdminClient` method of
+the same name on the client's own loop thread (:mod:`client._sync._bridge`). The results
+and errors are the async ones unchanged.
 """
 
 from __future__ import annotations
@@ -13,11 +13,18 @@ from typing import Self
 
 from client._async.admin import AsyncAdminClient
 from client._sync._bridge import LoopThread
-from client._types import DEFAULT_BROKER, SubscriptionInfo, TopicInfo
+from client._types import (
+    DEFAULT_BROKER,
+    DeadLetterEntry,
+    ReplayResult,
+    SubscriptionInfo,
+    TopicInfo,
+)
 
 
 class AdminClient:
-    """Topic and subscription administration, blocking. Thread-safe; a context manager.
+    """Topic, subscription and dead-letter queue administration, blocking. Thread-safe; a
+    context manager.
 
     Calling it from a thread that runs an event loop raises ``RuntimeError``: use
     :class:`AsyncAdminClient` there.
@@ -78,6 +85,58 @@ class AdminClient:
                 latest=latest,
                 offset=offset,
                 timestamp_ms=timestamp_ms,
+            )
+        )
+
+    def peek_dead_letters(
+        self,
+        topic: str,
+        subscription: str,
+        *,
+        from_sequence: int | None = None,
+        limit: int = 100,
+        reason: str | None = None,
+    ) -> list[DeadLetterEntry]:
+        """Entries of a subscription's dead-letter queue, oldest first: see
+        :meth:`AsyncAdminClient.peek_dead_letters`."""
+        return self._bridge.run(
+            self._admin.peek_dead_letters(
+                topic, subscription, from_sequence=from_sequence, limit=limit, reason=reason
+            )
+        )
+
+    def count_dead_letters(self, topic: str, subscription: str) -> int:
+        """How many entries a subscription's dead-letter queue holds. Raises ``NotFound``."""
+        return self._bridge.run(self._admin.count_dead_letters(topic, subscription))
+
+    def ack_dead_letters(self, topic: str, subscription: str, up_to_sequence: int) -> int:
+        """Remove every entry at or below ``up_to_sequence`` (inclusive); return how many."""
+        return self._bridge.run(self._admin.ack_dead_letters(topic, subscription, up_to_sequence))
+
+    def purge_dead_letters(self, topic: str, subscription: str) -> int:
+        """Remove every entry; return how many. Raises ``NotFound``."""
+        return self._bridge.run(self._admin.purge_dead_letters(topic, subscription))
+
+    def replay_dead_letters(
+        self,
+        topic: str,
+        subscription: str,
+        *,
+        limit: int | None = None,
+        up_to_sequence: int | None = None,
+        rate_per_s: int | None = None,
+        timeout_s: float | None = None,
+    ) -> ReplayResult:
+        """Publish entries back to their original topic, rate limited, and remove them: see
+        :meth:`AsyncAdminClient.replay_dead_letters`."""
+        return self._bridge.run(
+            self._admin.replay_dead_letters(
+                topic,
+                subscription,
+                limit=limit,
+                up_to_sequence=up_to_sequence,
+                rate_per_s=rate_per_s,
+                timeout_s=timeout_s,
             )
         )
 

@@ -1,0 +1,259 @@
+"""``headrace dlq``: a subscription's dead-letter queue from the command line.
+
+Role: ``peek``, ``count``, ``ack``, ``purge`` and ``replay`` over
+:class:`client.AsyncAdminClient`, in the style of :mod:`broker.cli_client` (whose
+``--broker`` option and error handling they share): client errors print one line on stderr
+and exit 1; usage errors exit 2 (click). Each names the queue by ``TOPIC --subscription S``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from broker.cli_client import broker_option, run
+from client import AsyncAdminClient, DeadLetterEntry, ReplayResult
+
+_PREVIEW = 40  # characters of a value shown in the peek table
+_REASON = 40  # characters of a reason shown in the peek table
+PEEK_FIELDS = (
+    "sequence",
+    "partition",
+    "offset",
+    "attempts",
+    "reason",
+    "dead_lettered",
+    "truncated",
+    "value",
+)
+
+subscription_option = click.option(
+    "--subscription", "-s", required=True, help="The subscription whose queue it is."
+)
+
+
+@click.group()
+def dlq() -> None:
+    """Peek at, count, ack, purge and replay a subscription's dead-letter queue."""
+
+
+@dlq.command("peek")
+@click.argument("topic")
+@subscription_option
+@click.option("--from", "start", type=click.IntRange(0), help="Start at this sequence.")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=100, show_default=True)
+@click.option("--reason", help="Only entries whose failure reason contains this text.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON array.")
+@broker_option
+def peek(  # noqa: PLR0917 - click passes every option as an argument
+    topic: str,
+    subscription: str,
+    start: int | None,
+    limit: int,
+    reason: str | None,
+    as_json: bool,
+    broker: str,
+) -> None:
+    """Show dead letters, oldest first. Removes nothing."""
+
+    async def go() -> list[DeadLetterEntry]:
+        async with AsyncAdminClient(broker) as admin:
+            return await admin.peek_dead_letters(
+                topic, subscription, from_sequence=start, limit=limit, reason=reason
+            )
+
+    entries = run(go)
+    if as_json:
+        click.echo(json.dumps([entry_doc(e) for e in entries]))
+    elif not entries:
+        click.echo(f"no dead letters in {topic}/{subscription}")
+    else:
+        click.echo(_table([_row(e) for e in entries]))
+
+
+@dlq.command("count")
+@click.argument("topic")
+@subscription_option
+@broker_option
+def count(topic: str, subscription: str, broker: str) -> None:
+    """Print how many dead letters there are.
+
+    Prints a bare number: the entries TOPIC's subscription's queue holds.
+    """
+
+    async def go() -> int:
+        async with AsyncAdminClient(broker) as admin:
+            return await admin.count_dead_letters(topic, subscription)
+
+    click.echo(str(run(go)))
+
+
+@dlq.command("ack")
+@click.argument("topic")
+@subscription_option
+@click.option(
+    "--up-to",
+    "up_to",
+    type=click.IntRange(0),
+    required=True,
+    help="Remove every entry with a sequence at or below this one (inclusive).",
+)
+@broker_option
+def ack(topic: str, subscription: str, up_to: int, broker: str) -> None:
+    """Remove dead letters up to a sequence (inclusive)."""
+
+    async def go() -> int:
+        async with AsyncAdminClient(broker) as admin:
+            return await admin.ack_dead_letters(topic, subscription, up_to)
+
+    acked = run(go)
+    click.echo(f"acked {acked} dead letter(s) of {topic}/{subscription} up to sequence {up_to}")
+
+
+@dlq.command("purge")
+@click.argument("topic")
+@subscription_option
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@broker_option
+def purge(topic: str, subscription: str, yes: bool, broker: str) -> None:
+    """Remove every dead letter. Asks first unless --yes."""
+
+    async def held() -> int:
+        async with AsyncAdminClient(broker) as admin:
+            return await admin.count_dead_letters(topic, subscription)
+
+    async def go() -> int:
+        async with AsyncAdminClient(broker) as admin:
+            return await admin.purge_dead_letters(topic, subscription)
+
+    if not yes:
+        entries = run(held)
+        click.confirm(
+            f"remove all {entries} dead letter(s) of {topic}/{subscription}? They cannot be "
+            "brought back",
+            abort=True,
+            err=True,
+        )
+    purged = run(go)
+    click.echo(f"purged {purged} dead letter(s) of {topic}/{subscription}")
+
+
+@dlq.command("replay")
+@click.argument("topic")
+@subscription_option
+@click.option("--limit", type=click.IntRange(1), help="Replay at most N entries. [default: all]")
+@click.option("--up-to", "up_to", type=click.IntRange(0), help="Only entries up to this sequence.")
+@click.option(
+    "--rate",
+    type=click.IntRange(1, 100_000),
+    help="Most records published per second. [default: the broker's, 1000]",
+)
+@broker_option
+def replay(  # noqa: PLR0917 - click passes every option as an argument
+    topic: str,
+    subscription: str,
+    limit: int | None,
+    up_to: int | None,
+    rate: int | None,
+    broker: str,
+) -> None:
+    """Publish dead letters back to their original topic.
+
+    Publishes entries of TOPIC's subscription's queue to their original topic and
+    partition, oldest first, with x-replay-count incremented, and removes them once that
+    is durable.
+
+    Stops at the first entry it must skip (replayed too often already, or truncated); that
+    entry and the ones after it stay, and the skip is reported.
+    """
+
+    async def go() -> ReplayResult:
+        async with AsyncAdminClient(broker) as admin:
+            return await admin.replay_dead_letters(
+                topic, subscription, limit=limit, up_to_sequence=up_to, rate_per_s=rate
+            )
+
+    result = run(go)
+    click.echo(
+        f"replayed {result.replayed} dead letter(s) of {topic}/{subscription}; "
+        f"{result.remaining} remain"
+    )
+    for skipped in result.skipped:
+        click.echo(f"stopped at entry {skipped.sequence}: {skipped.reason}")
+
+
+def entry_doc(entry: DeadLetterEntry) -> dict[str, Any]:
+    """One entry as JSON: bytes as UTF-8 text, or null plus a ``*_base64`` field."""
+    doc: dict[str, Any] = {
+        "sequence": entry.sequence,
+        "topic": entry.topic,
+        "partition": entry.partition,
+        "offset": entry.offset,
+        "subscription": entry.subscription,
+        "timestamp_ms": entry.timestamp_ms,
+        "attempts": entry.attempts,
+        "reason": entry.reason,
+        "attempt_times_ms": list(entry.attempt_times_ms),
+        "dead_lettered_ms": entry.dead_lettered_ms,
+        "truncated": entry.truncated,
+        "original_size": entry.original_size,
+        "replay_count": entry.replay_count,
+    }
+    for name, raw in (("key", entry.key), ("value", entry.value)):
+        doc[name] = _text(raw)
+        if raw is not None and doc[name] is None:
+            doc[f"{name}_base64"] = base64.b64encode(raw).decode()
+    doc["headers"] = {
+        k: text if (text := _text(v)) is not None else {"base64": base64.b64encode(v).decode()}
+        for k, v in entry.headers.items()
+    }
+    return doc
+
+
+def _text(raw: bytes | None) -> str | None:
+    if raw is None:
+        return None
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        return None
+
+
+def _row(entry: DeadLetterEntry) -> dict[str, str]:
+    when = datetime.fromtimestamp(entry.dead_lettered_ms / 1000, UTC)
+    return {
+        "sequence": str(entry.sequence),
+        "partition": str(entry.partition),
+        "offset": str(entry.offset),
+        "attempts": str(entry.attempts),
+        "reason": _clip(_printable(entry.reason), _REASON),
+        "dead_lettered": when.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "truncated": "yes" if entry.truncated else "no",
+        "value": preview(entry.value),
+    }
+
+
+def preview(value: bytes) -> str:
+    """The start of a value on one line: text when it is UTF-8, else a bytes literal."""
+    text = _text(value)
+    return _clip(repr(value)[2:-1] if text is None else _printable(text), _PREVIEW)
+
+
+def _printable(text: str) -> str:
+    """``text`` with newlines and other control characters escaped."""
+    return text if text.isprintable() else repr(text)[1:-1]
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _table(rows: list[dict[str, str]]) -> str:
+    widths = {f: max(len(f), *(len(r[f]) for r in rows)) for f in PEEK_FIELDS}
+    lines = ["  ".join(f.upper().ljust(widths[f]) for f in PEEK_FIELDS).rstrip()]
+    lines += ["  ".join(r[f].ljust(widths[f]) for f in PEEK_FIELDS).rstrip() for r in rows]
+    return "\n".join(lines)
