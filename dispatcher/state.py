@@ -22,9 +22,10 @@ together count against ``max_unacked``: a slow consumer never makes the broker h
 
 Each offset's delivery count is implicit (1 below ``sent_mark``, the highest offset ever
 sent, 0 above) until a delivery of it fails; then it gets a :class:`Failure` entry (count,
-last reason, the time of each failed attempt). Both are persisted, so max-deliveries
-survives a restart (DESIGN section 2, invariant 4); a redelivery is preceded by a
-``Persist`` action when a failure is not yet saved.
+last reason, the time of each failed attempt). A record that waits unsent while
+``sent_mark`` passes it (key_shared) gets an entry with count 0. Both are persisted, so
+max-deliveries survives a restart (DESIGN section 2, invariant 4); a redelivery is
+preceded by a ``Persist`` action when a failure is not yet saved.
 
 Routing by type: ``exclusive`` has one consumer; ``failover`` sends to the consumer that
 attached first, the others stand by, and a takeover resends the unacknowledged records
@@ -576,14 +577,18 @@ class SubscriptionState:
         return self.held < self.policy.max_unacked and any(c.credit > 0 for c in self._eligible())
 
     def next_deadline(self) -> float | None:
-        """When the next lease expires or the next waiting record becomes ready."""
+        """When the next lease expires or the next waiting record becomes ready.
+
+        Waiting records count only while a consumer that may receive them has credit:
+        else their time may have passed already, and a grant is a command anyway."""
         times = []
         while self._deadlines and not self._live(self._deadlines[0][1]):
             heapq.heappop(self._deadlines)
         if self._deadlines:
             times.append(self._deadlines[0][0])
+        credit = any(c.credit > 0 for c in self._eligible())
         for part in self._parts:
-            if part.waiting and not part.blocked:
+            if part.waiting and not part.blocked and credit:
                 times.append(min(at for _, _, at in part.waiting))
             if part.retry_dead_letters:
                 times.extend(at for _, _, at in part.parked if at is not None)
@@ -597,7 +602,8 @@ class SubscriptionState:
         count = len(self._parts)
         start = self._next_partition
         self._next_partition = (start + 1) % count
-        room = self.has_room()
+        credit = any(c.credit > 0 for c in self._eligible())
+        room = credit and self.held < self.policy.max_unacked
         out = []
         for i in range(count):
             p = (start + i) % count
@@ -609,7 +615,8 @@ class SubscriptionState:
                         (b for b, _, at in part.parked if at is not None and at <= now), None
                     )
             else:
-                offset = next((b for b, _, at in part.waiting if at <= now), None)
+                if credit:  # waiting records are held already: credit is all they need
+                    offset = next((b for b, _, at in part.waiting if at <= now), None)
                 if room and offset is None and part.read_pos < heads[p]:
                     offset = part.read_pos
             if offset is not None:
@@ -621,11 +628,11 @@ class SubscriptionState:
         (those above are sent again after a restart), the delivered mark and failures."""
         out = []
         for part in self._parts:
-            part.acks.trim(max_ranges)
-            cursor = part.acks.cursor
-            out.append(
-                PartitionSnapshot(cursor, tuple(part.acks.ranges()), part.sent_mark, _runs(part))
-            )
+            # Only the snapshot is trimmed: records of ranges left out are sent again after a
+            # restart, but the running state keeps them acknowledged (else nothing would
+            # ever resend or acknowledge them, and the cursor would stop there).
+            ranges = tuple(part.acks.ranges()[:max_ranges])
+            out.append(PartitionSnapshot(part.acks.cursor, ranges, part.sent_mark, _runs(part)))
         self._unsaved_failures = False
         return out
 
@@ -864,13 +871,17 @@ class SubscriptionState:
     def _dead_letter_failed(self, cmd: Command, now: float) -> list[Action]:
         assert isinstance(cmd, DeadLetterFailed)
         part = self._part(cmd.partition)
-        for lo, hi, _ in part.parked.cut(cmd.begin, cmd.end):
+        retry = part.parked.cut(cmd.begin, cmd.end)
+        if not retry:  # acknowledged or sought past meanwhile: nothing is owed any more
+            return []
+        for lo, hi, _ in retry:
             part.parked.add(lo, hi, now + DEAD_LETTER_RETRY_S)
+        first = retry[0][0]
         part.blocked = (
-            f"dead-letter queue write failed for offset {cmd.begin} ({cmd.error}); retrying "
+            f"dead-letter queue write failed for offset {first} ({cmd.error}); retrying "
             f"every {DEAD_LETTER_RETRY_S:g} s; nothing is acknowledged until it succeeds"
         )
-        part.blocked_offset = cmd.begin
+        part.blocked_offset = first
         part.retry_dead_letters = True
         return [Note(logging.ERROR, f"partition {part.index}: {part.blocked}")]
 
@@ -1037,6 +1048,9 @@ class SubscriptionState:
         if lo < part.sent_mark:
             for offset in range(lo, min(hi, part.sent_mark)):
                 count = part.deliveries(offset)
+                if count == 0:  # passed over while it waited (see _pass_over): first send
+                    del part.tries[offset]
+                    continue
                 redeliveries[offset] = count
                 tries = part.tries.get(offset)
                 if tries is not None:
@@ -1048,6 +1062,7 @@ class SubscriptionState:
         consumer.credit -= count
         self.sent_total += count
         if hi > part.sent_mark:
+            _pass_over(part, lo)
             part.sent_mark = hi
             self.changes += 1
         delivery = Delivery(part.index, ctx.data(), lo, hi, redeliveries)
@@ -1096,6 +1111,16 @@ class _BatchContext:
 def key_slot(key: bytes | None) -> int:
     """The key_shared slot of ``key`` (records without a key share slot 0)."""
     return zlib.crc32(key) % SLOTS if key else 0
+
+
+def _pass_over(part: _Part, below: int) -> None:
+    """Give a delivery count of 0 to the records in ``[sent_mark, below)`` that wait
+    without ever having been sent (a key_shared consumer without credit, or held for
+    order), before ``sent_mark`` moves past them: below it, a count of 1 is implicit."""
+    for lo, hi, _ in part.waiting.overlapping(part.sent_mark, below):
+        for offset in range(lo, hi):
+            if offset not in part.tries and len(part.tries) < MAX_FAILURES:
+                part.tries[offset] = _Tries(0, "", [])
 
 
 def _unblock(part: _Part) -> None:
