@@ -540,7 +540,17 @@ class SubscriptionRegistry:
                 mode=sub.policy.mode.value,
                 partitions=[_partition_doc(snap) for snap in sub.snapshot()],
             )
-            await asyncio.to_thread(self._write, sub.topic, sub.name, _encoder.encode(doc))
+            write = asyncio.ensure_future(
+                asyncio.to_thread(self._write, sub.topic, sub.name, _encoder.encode(doc))
+            )
+            try:
+                await asyncio.shield(write)
+            except asyncio.CancelledError:
+                # The thread cannot be stopped: hold the lock until it is done, so that
+                # the next save never races it on the same temp file.
+                with contextlib.suppress(Exception):
+                    await write
+                raise
             if (sub.topic, sub.name) in self._subs:
                 self._saved[(sub.topic, sub.name)] = tuple(p.cursor for p in doc.partitions)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from dispatcher import (
     SubscriptionNotFoundError,
     SubscriptionRegistry,
 )
-from wal import LogWriter, decode_batch, encode_columns
+from wal import FileSystem, LogWriter, decode_batch, encode_columns
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
 
@@ -373,3 +374,52 @@ async def test_saved_floor_follows_cursors_on_disk_only(
         assert again.saved_floor("t") == [4, 0]
     finally:
         await again.aclose()
+
+
+class _SlowWrites(FileSystem):
+    """Atomic writes that wait for a go-ahead, and a log of when each starts and ends."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started = threading.Event()
+        self.go = threading.Event()
+        self.events: list[str] = []
+
+    def atomic_write(self, path: str, data: bytes | bytearray | memoryview) -> None:
+        self.events.append("start")
+        self.started.set()
+        self.go.wait(5)
+        super().atomic_write(path, data)
+        self.events.append("end")
+
+
+async def test_a_cancelled_save_holds_the_lock_until_its_write_ends(
+    tmp_path: Path, writers: list[LogWriter]
+) -> None:
+    """Scenario: a save whose write (in a thread) is slow is cancelled, and another save
+    of the same subscription follows at once. Expected: the second write starts only after
+    the first one ended (they share a temp file), and both saves leave a readable file."""
+    fs = _SlowWrites()
+    reg = SubscriptionRegistry(str(tmp_path / "data"), fs=fs, flush_interval_s=3600)
+    await reg.open({})
+    fs.go.set()
+    sub = await reg.subscribe("t", "s", writers)
+    fs.go.clear()
+    fs.started.clear()
+    fs.events.clear()
+    first = asyncio.create_task(reg.save(sub))
+    await asyncio.to_thread(fs.started.wait, 5)
+    first.cancel()
+    second = asyncio.create_task(reg.save(sub))
+    await asyncio.sleep(0.05)
+    assert fs.events == ["start"]  # the second write waits
+    fs.go.set()
+    await second
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    assert fs.events == ["start", "end", "start", "end"]
+    await reg.aclose()
+    again = SubscriptionRegistry(str(tmp_path / "data"))
+    await again.open({"t": writers})
+    assert again.get("t", "s").snapshot()[0].cursor == 0
+    await again.aclose()
