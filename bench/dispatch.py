@@ -1,6 +1,6 @@
-"""Scenario ``dispatch``: the heartbeat lag monitor, measured in process over real logs.
+"""Scenario ``dispatch``: the dispatcher's safety net in process, and fan-out through a broker.
 
-Owns the measurements of the dispatcher's safety net and their goals (issue 4):
+Owns the measurements of the dispatcher (issue 4) and their goals:
 
 1. ``missed_notification_delivery_ms`` (the maximum) and ``stuck_records``: one
    subscription whose notifications are all dropped (its listener is taken off the log, so
@@ -13,28 +13,65 @@ Owns the measurements of the dispatcher's safety net and their goals (issue 4):
 2. ``heartbeat_cpu_pct``: the process's CPU time while 1,000 idle subscriptions are
    heartbeated at 500 ms, as a percentage of one core (it includes the event loop's and
    the cursor flusher's own idling, so it errs high). Goal: under 1%.
+3. ``e2e_latency_p50_ms`` and ``e2e_latency_p99_ms``: a ``headrace serve`` process (fsync
+   ``always``) with a one-partition topic and 100 ``exclusive`` subscriptions, one consumer
+   each. An open-loop publisher (``AsyncProducer``, ``linger_ms`` 0) sends 100 B records at
+   2,000 msg/s for 5 s (2 s with ``--quick``), each stamped with its *scheduled* send time
+   (no coordinated omission, as in the ``pubsub`` scenario). Every (record, subscription)
+   pair is one sample: from the scheduled send to the consumer's receipt. The consumers
+   run in their own process, so the publisher's pacing and the consumers' decoding do not
+   share one event loop; the clock is ``CLOCK_MONOTONIC`` (``time.monotonic_ns``), which
+   every process on the host shares. They ack each batch with one ``ack_many``, sent every
+   100 ms, to keep the measuring side light. Goal for p99: at most 5 ms (p50 has none).
+4. ``shared_msgs_s``: 1,000,000 records (100,000 with ``--quick``) preloaded on a
+   4-partition topic, then 8 consumers on one ``shared`` subscription, in a consumer
+   process, each acking every record on its own (``consumer.ack(message)``, not
+   ``ack_many``). Messages per second from the first receipt to the last consumer closed
+   (closing waits until the broker applied every ack). Goal: at least 500,000 msg/s. A
+   broker that refuses the ``shared`` type is reported on stderr and the metric skipped.
 
-Not measured yet: ``shared_msgs_s`` (the ``shared`` type is not built) and
-``e2e_latency_p99_ms`` with 100 subscriptions (it waits for the same work); the bench says
-so on stderr rather than print a number for them.
+The broker phases (3 and 4) share one broker; a phase that fails is reported on stderr and
+skipped, and the run goes on. The consumer processes run :func:`consumer_main`: they print
+``ready`` once every consumer is subscribed (or one JSON line ``{"error": ..., "code": ...}``
+when the broker refuses), then one JSON summary line when every subscription received the
+records it expects or when their stdin closes; e2e latencies go to a file as float64 ms.
 
 Every result's params carry ``heartbeat_ms`` and ``loop``.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
+import json
 import random
+import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from array import array
+from collections.abc import Awaitable, Coroutine, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from subprocess import PIPE
 
-from bench._measure import new_runner
+import grpc
+
+from bench._measure import new_runner, per_second, percentile
 from bench._output import Goal, Params, Result
+from bench._pubsub_system import (
+    E2E_PAYLOAD_BYTES,
+    ServerFailedError,
+    ServerProcess,
+    free_port,
+    pace,
+    paced_send_times,
+    read_stamp,
+    stamp_payload,
+    wait_until_serving,
+)
 from bench._runner import RunOptions, cell_dir
+from client import AsyncAdminClient, AsyncConsumer, AsyncProducer, ClientError, Message
 from dispatcher import ConsumerSession, HeartbeatConfig, SubscriptionRegistry
 from wal import LogWriter, encode_columns
 
@@ -45,7 +82,25 @@ GOALS: dict[str, Goal] = {
     "missed_notification_delivery_ms": Goal("<=", INTERVAL_S * 1000 + 10),
     "stuck_records": Goal("<=", 0),
     "heartbeat_cpu_pct": Goal("<", 1.0),
+    "e2e_latency_p99_ms": Goal("<=", 5.0),
+    "shared_msgs_s": Goal(">=", 500_000),
 }
+E2E_TOPIC = "dispatch-e2e"
+SHARED_TOPIC = "dispatch-shared"
+SHARED_SUBSCRIPTION = "dispatch-shared"
+SHARED_PARTITIONS = 4
+#: The subscription type of the throughput phase (tests swap in ``exclusive`` to run the
+#: phase's machinery on a broker that does not offer ``shared`` yet).
+SHARED_TYPE = "shared"
+#: The broker's cap on unacked records per subscription (default 1,000), raised as the
+#: ``pubsub`` scenario raises it, so the 8 shared consumers can have 2,500 each in hand.
+MAX_UNACKED = 20_000
+#: How long an e2e consumer's acks wait to be sent: 100 ms is 200 records at 2,000 msg/s,
+#: far below the unacked cap, and 5x fewer ack messages than the 20 ms default.
+E2E_ACK_INTERVAL_MS = 100.0
+READY_TIMEOUT_S = 60.0  # for a consumer process to subscribe
+GRACE_S = 10.0  # after the last e2e send, for every sample to arrive
+CHILD = "from bench.dispatch import consumer_main; consumer_main()"
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,10 +111,48 @@ class Sizes:
     per_round: int  # records appended (each one lost) per round
     idle_subscriptions: int
     cpu_seconds: float
+    e2e_subscriptions: int
+    e2e_rate: float  # records per second the e2e publisher sends
+    e2e_seconds: float
+    e2e_processes: int  # consumer processes the e2e subscriptions are split over
+    shared_records: int
+    shared_consumers: int
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.e2e_processes <= self.e2e_subscriptions:
+            raise ValueError("e2e_processes must be from 1 to e2e_subscriptions")
+        if self.shared_consumers < 1 or self.shared_records < 1:
+            raise ValueError("shared_consumers and shared_records must be at least 1")
 
 
-FULL = Sizes(losses=10_000, per_round=500, idle_subscriptions=1_000, cpu_seconds=10.0)
-QUICK = Sizes(losses=200, per_round=100, idle_subscriptions=1_000, cpu_seconds=2.0)
+FULL = Sizes(
+    losses=10_000,
+    per_round=500,
+    idle_subscriptions=1_000,
+    cpu_seconds=10.0,
+    e2e_subscriptions=100,
+    e2e_rate=2_000.0,
+    e2e_seconds=5.0,
+    e2e_processes=1,
+    shared_records=1_000_000,
+    shared_consumers=8,
+)
+QUICK = Sizes(
+    losses=200,
+    per_round=100,
+    idle_subscriptions=1_000,
+    cpu_seconds=2.0,
+    e2e_subscriptions=100,
+    e2e_rate=2_000.0,
+    e2e_seconds=2.0,
+    e2e_processes=1,
+    shared_records=100_000,
+    shared_consumers=8,
+)
+
+
+def _warn(message: str) -> None:
+    print(f"bench: dispatch: {message}", file=sys.stderr, flush=True)
 
 
 def run(options: RunOptions, *, sizes: Sizes | None = None) -> Iterator[Result]:
@@ -67,11 +160,6 @@ def run(options: RunOptions, *, sizes: Sizes | None = None) -> Iterator[Result]:
     sizes = sizes or (QUICK if options.quick else FULL)
     loop_name, runner = new_runner()
     params: Params = {"heartbeat_ms": INTERVAL_S * 1000, "loop": loop_name}
-    print(
-        "bench: dispatch: shared_msgs_s and e2e_latency_p99_ms are not measured yet "
-        "(the shared subscription type is not built)",
-        file=sys.stderr,
-    )
     measured: list[Result] = []
     with runner, cell_dir(options.data_dir, "missed") as directory:
         delays, stuck = runner.run(_missed_notifications(directory, sizes))
@@ -82,11 +170,7 @@ def run(options: RunOptions, *, sizes: Sizes | None = None) -> Iterator[Result]:
                 "missed_notification_delivery_ms",
                 max(delays),
                 "ms",
-                {
-                    **params,
-                    "losses": sizes.losses,
-                    "delivered": len(delays),
-                },
+                {**params, "losses": sizes.losses, "delivered": len(delays)},
             ),
             Result(
                 BENCH,
@@ -94,10 +178,7 @@ def run(options: RunOptions, *, sizes: Sizes | None = None) -> Iterator[Result]:
                 "stuck_records",
                 stuck,
                 "records",
-                {
-                    **params,
-                    "losses": sizes.losses,
-                },
+                {**params, "losses": sizes.losses},
             ),
         ]
     yield from measured
@@ -110,24 +191,24 @@ def run(options: RunOptions, *, sizes: Sizes | None = None) -> Iterator[Result]:
         "heartbeat_cpu_pct",
         pct,
         "%",
-        {
-            **params,
-            "subscriptions": sizes.idle_subscriptions,
-            "seconds": sizes.cpu_seconds,
-        },
+        {**params, "subscriptions": sizes.idle_subscriptions, "seconds": sizes.cpu_seconds},
     )
     measured.append(cpu)
     yield cpu
+    for result in broker_phases(options.data_dir, sizes, params):
+        measured.append(result)
+        yield result
     for result in measured:
-        goal = GOALS[result.metric]
-        yield Result(
-            BENCH,
-            result.system,
-            result.metric,
-            result.value,
-            result.unit,
-            {**result.params, **goal.params(result.value)},
-        )
+        goal = GOALS.get(result.metric)
+        if goal is not None:
+            yield Result(
+                BENCH,
+                result.system,
+                result.metric,
+                result.value,
+                result.unit,
+                {**result.params, **goal.params(result.value)},
+            )
 
 
 async def _missed_notifications(directory: Path, sizes: Sizes) -> tuple[list[float], int]:
@@ -200,3 +281,459 @@ async def _heartbeat_cpu(directory: Path, sizes: Sizes) -> float:
     finally:
         await registry.aclose()
         await writer.aclose()
+
+
+# ---------------------------------------------------------------------------------------
+# Through a real broker: e2e fan-out latency and shared throughput
+
+
+def broker_phases(root: Path, sizes: Sizes, params: Params) -> Iterator[Result]:
+    """Start one broker, then yield the e2e latencies and the shared throughput; a phase
+    that fails is reported on stderr and skipped."""
+    _, runner = new_runner()
+    with runner, cell_dir(root, "broker") as directory:
+        broker = _Broker(directory)
+        try:
+            runner.run(broker.start())
+        except ServerFailedError as exc:
+            _warn(f"no e2e latency and no shared throughput: the broker did not start: {exc}")
+            return
+        try:
+            yield from _guarded("e2e latency", runner, _e2e_results(broker, sizes, params))
+            yield from _guarded("shared_msgs_s", runner, _shared_results(broker, sizes, params))
+        finally:
+            broker.stop()
+
+
+async def _e2e_results(broker: _Broker, sizes: Sizes, params: Params) -> list[Result]:
+    samples, sent = await _e2e(broker, sizes)
+    expected = sent * sizes.e2e_subscriptions
+    if len(samples) < expected:
+        _warn(
+            f"{expected - len(samples)} of {expected} e2e (record, subscription) pairs did not "
+            "arrive in time; the percentiles cover the others only"
+        )
+    fields: Params = {
+        **params,
+        "fsync": "always",
+        "subscriptions": sizes.e2e_subscriptions,
+        "rate_msg_s": sizes.e2e_rate,
+        "seconds": sizes.e2e_seconds,
+        "payload_bytes": E2E_PAYLOAD_BYTES,
+        "consumer_processes": sizes.e2e_processes,
+        "samples": len(samples),
+    }
+    return [
+        Result(BENCH, "headrace", f"e2e_latency_p{q}_ms", percentile(samples, q), "ms", fields)
+        for q in (50, 99)
+    ]
+
+
+async def _shared_results(broker: _Broker, sizes: Sizes, params: Params) -> list[Result]:
+    rate = await _shared(broker, sizes)
+    if rate is None:
+        return []
+    fields: Params = {
+        **params,
+        "fsync": "always",
+        "records": sizes.shared_records,
+        "partitions": SHARED_PARTITIONS,
+        "consumers": sizes.shared_consumers,
+        "acks": "per_record",
+    }
+    return [Result(BENCH, "headrace", "shared_msgs_s", rate, "msgs/s", fields)]
+
+
+def _guarded(
+    what: str, runner: asyncio.Runner, phase: Coroutine[object, object, list[Result]]
+) -> list[Result]:
+    try:
+        return runner.run(phase)
+    except Exception as exc:  # one phase's failure must not end the run
+        _warn(f"{what} not measured: {exc!r}")
+        return []
+
+
+async def _e2e(broker: _Broker, sizes: Sizes) -> tuple[list[float], int]:
+    """Latencies (ms, ascending) of every (record, subscription) pair that arrived, and
+    the number of records sent."""
+    await broker.create_topic(E2E_TOPIC, 1)
+    outs = [broker.directory / f"e2e-{i}.f64" for i in range(sizes.e2e_processes)]
+    async with AsyncProducer(broker.address, linger_ms=0) as producer:
+        # Connect and look the topic up before the clock runs; the consumers subscribe at
+        # ``latest`` after it, so they never see this record.
+        await producer.publish(E2E_TOPIC, b"warm-up")
+        children = await _e2e_consumers(broker, sizes, outs)
+        try:
+            for refusal in await asyncio.gather(*(child.ready() for child in children)):
+                if refusal is not None:
+                    raise ServerFailedError(f"the broker refused a subscription: {refusal}")
+
+            def send(due_ns: int) -> Awaitable[object]:
+                return producer.publish(E2E_TOPIC, stamp_payload(due_ns, E2E_PAYLOAD_BYTES))
+
+            sent = await pace(sizes.e2e_rate, sizes.e2e_seconds, send, clock_ns=time.monotonic_ns)
+            await asyncio.gather(*(child.summary(GRACE_S) for child in children))
+        finally:
+            await asyncio.gather(*(child.kill() for child in children))
+    samples = array("d")
+    for out in outs:
+        samples.frombytes(out.read_bytes())
+    with contextlib.suppress(ClientError):  # its subscriptions would idle beside the next phase
+        async with AsyncAdminClient(broker.address) as admin:
+            await admin.delete_topic(E2E_TOPIC)
+    return sorted(samples), sent
+
+
+async def _e2e_consumers(broker: _Broker, sizes: Sizes, outs: Sequence[Path]) -> list[_Child]:
+    """The e2e consumer processes, one per file in ``outs``, the subscriptions dealt out
+    among them; each expects every record the publisher will send."""
+    names = [f"e2e-{i}" for i in range(sizes.e2e_subscriptions)]
+    expected = len(paced_send_times(sizes.e2e_rate, sizes.e2e_seconds))
+    return [
+        await _Child.spawn(
+            broker,
+            E2E_TOPIC,
+            type_="exclusive",
+            names=names[i :: len(outs)],
+            expected=expected,
+            start="latest",
+            ack_interval_ms=E2E_ACK_INTERVAL_MS,
+            out=out,
+        )
+        for i, out in enumerate(outs)
+    ]
+
+
+async def _shared(broker: _Broker, sizes: Sizes) -> float | None:
+    """Messages per second through the shared subscription; None when the broker refuses
+    the ``shared`` type."""
+    await broker.create_topic(SHARED_TOPIC, SHARED_PARTITIONS)
+    count = sizes.shared_records
+    if not await _shared_offered(broker.address):
+        return None
+    async with AsyncProducer(broker.address) as producer:
+        sent = await (await producer.send_many(SHARED_TOPIC, [b"s" * E2E_PAYLOAD_BYTES] * count))
+    if len(sent) != count:
+        raise ServerFailedError(f"{len(sent)} of {count} records were acknowledged")
+    child = await _Child.spawn(
+        broker,
+        SHARED_TOPIC,
+        type_=SHARED_TYPE,
+        names=[SHARED_SUBSCRIPTION],
+        expected=count,
+        start="earliest",
+        per_name=sizes.shared_consumers,
+        receive_queue=MAX_UNACKED // sizes.shared_consumers,
+        per_record_acks=True,
+    )
+    try:
+        refusal = await child.ready()
+        if refusal is not None:
+            _refused(*refusal)
+            return None
+        summary = await child.summary(max(60.0, count / 10_000))
+    finally:
+        await child.kill()
+    if summary["received"] < count:
+        raise ServerFailedError(f"{summary['received']} of {count} shared records arrived")
+    await _wait_acked(broker.address)
+    return per_second(count, (summary["end_ns"] - summary["first_ns"]) / 1e9)
+
+
+async def _shared_offered(address: str) -> bool:
+    """Whether the broker accepts the shared subscription; says why not on stderr.
+
+    Asked on the empty topic, before the preload: this creates the subscription at offset
+    0 of every partition, exactly as the consumers would.
+    """
+    probe = AsyncConsumer(SHARED_TOPIC, SHARED_SUBSCRIPTION, broker=address, type=SHARED_TYPE)
+    try:
+        await probe.start()
+    except ClientError as exc:
+        _refused(exc.code.name if exc.code else type(exc).__name__, str(exc))
+        return False
+    finally:
+        await probe.aclose()
+    return True
+
+
+def _refused(code: str, message: str) -> None:
+    _warn(f"skipping shared_msgs_s: the broker refused a shared subscription ({code}: {message})")
+
+
+async def _wait_acked(address: str, timeout_s: float = 10.0) -> None:
+    """Return once the shared subscription has no lag left; say so on stderr if it keeps
+    some (records received twice hid records never acked)."""
+    async with AsyncAdminClient(address) as admin:
+        deadline = time.monotonic() + timeout_s
+        while (info := await admin.describe_subscription(SHARED_TOPIC, SHARED_SUBSCRIPTION)).lag:
+            if time.monotonic() > deadline:
+                _warn(f"shared subscription still has {info.lag} records unacked at the end")
+                return
+            await asyncio.sleep(0.05)
+
+
+class _Broker:
+    """``headrace serve`` (fsync ``always``) on a free loopback port, data in ``directory``.
+
+    Not task-safe: owned by the phase that runs it.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.address = f"127.0.0.1:{free_port()}"
+        config = directory / "headrace.toml"
+        config.write_text(f'[broker]\nmax_unacked = {MAX_UNACKED}\n\n[wal]\nfsync = "always"\n')
+        argv = ["-c", "from broker.cli import main; main()", "serve", "--config", str(config)]
+        self.process = ServerProcess(
+            [
+                sys.executable,
+                *argv,
+                *("--data-dir", str(directory / "data"), "--listen", self.address),
+                *("--metrics-listen", "", "--log-level", "WARNING"),
+            ],
+            directory / "headrace.log",
+        )
+
+    async def start(self) -> None:
+        self.process.start()
+        await wait_until_serving(self._probe, timeout_s=60, process=self.process)
+
+    async def _probe(self) -> None:
+        # A channel with its own subchannel pool: no connection backoff from a failed try.
+        async with grpc.aio.insecure_channel(
+            self.address, options=[("grpc.use_local_subchannel_pool", 1)]
+        ) as channel:
+            await AsyncAdminClient(channel=channel, timeout_s=1).list_topics()
+
+    async def create_topic(self, name: str, partitions: int) -> None:
+        async with AsyncAdminClient(self.address) as admin:
+            await admin.create_topic(name, partitions)
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+class _Child:
+    """One consumer process running :func:`consumer_main`, talked to over its stdio.
+
+    Spawned with ``subprocess.Popen`` (vfork and exec), not the event loop's subprocess
+    support: uvloop forks, and gRPC's fork handlers then complain on stderr.
+    """
+
+    def __init__(
+        self,
+        process: subprocess.Popen[bytes],
+        stdout: asyncio.StreamReader,
+        transport: asyncio.ReadTransport,
+        log: Path,
+    ) -> None:
+        self._process = process
+        self._stdout = stdout
+        self._transport = transport
+        self._log = log
+
+    @classmethod
+    async def spawn(
+        cls,
+        broker: _Broker,
+        topic: str,
+        *,
+        type_: str,
+        names: Sequence[str],
+        expected: int,
+        start: str,
+        per_name: int = 1,
+        receive_queue: int = 1_000,
+        per_record_acks: bool = False,
+        ack_interval_ms: float = 20.0,
+        out: Path | None = None,
+    ) -> _Child:
+        log = broker.directory / f"consumer-{names[0]}.log"
+        argv = [
+            *(sys.executable, "-c", CHILD, "--broker", broker.address, "--topic", topic),
+            *("--type", type_, "--names", ",".join(names), "--per-name", str(per_name)),
+            *("--expected", str(expected), "--from", start),
+            *("--receive-queue", str(receive_queue), "--ack-interval-ms", str(ack_interval_ms)),
+            *(["--per-record-acks"] if per_record_acks else []),
+            *(["--out", str(out)] if out else []),
+        ]
+        with log.open("ab") as stderr:
+            # vfork and exec: returns at once (see the class docstring)
+            process = subprocess.Popen(argv, stdin=PIPE, stdout=PIPE, stderr=stderr)  # noqa: ASYNC220
+        reader = asyncio.StreamReader()
+        transport, _ = await asyncio.get_running_loop().connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), process.stdout
+        )
+        return cls(process, reader, transport, log)
+
+    async def ready(self) -> tuple[str, str] | None:
+        """Wait until every consumer subscribed; the (code, message) of a refusal, if any.
+
+        Raises:
+            ServerFailedError: the process failed or did not get ready in time.
+        """
+        line = await self._line(READY_TIMEOUT_S)
+        if line == "ready":
+            return None
+        refusal = json.loads(line)
+        return str(refusal["code"]), str(refusal["error"])
+
+    async def summary(self, timeout_s: float) -> dict[str, int]:
+        """The process's summary: at once if it received everything within ``timeout_s``,
+        else after closing its stdin (which tells it to stop)."""
+        try:
+            line = await self._line(timeout_s)
+        except TimeoutError:
+            self._close_stdin()
+            line = await self._line(GRACE_S)
+        summary: dict[str, int] = json.loads(line)
+        await asyncio.to_thread(self._process.wait)
+        return summary
+
+    async def kill(self) -> None:
+        """Kill the process if it still runs, reap it, close its pipes."""
+        self._close_stdin()
+        if self._process.poll() is None:
+            self._process.kill()
+        await asyncio.to_thread(self._process.wait)
+        self._transport.close()
+
+    def _close_stdin(self) -> None:
+        if self._process.stdin is not None and not self._process.stdin.closed:
+            self._process.stdin.close()
+
+    async def _line(self, timeout_s: float) -> str:
+        line = await asyncio.wait_for(self._stdout.readline(), timeout_s)
+        if not line:
+            code = await asyncio.to_thread(self._process.wait)
+            tail = "\n".join(self._log.read_text(errors="replace").splitlines()[-10:])
+            raise ServerFailedError(f"a consumer process exited with status {code}:\n{tail}")
+        return line.decode().strip()
+
+
+# ---------------------------------------------------------------------------------------
+# The consumer process
+
+
+def consumer_main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of a consumer process (see the module docstring for its protocol)."""
+    parser = argparse.ArgumentParser(prog="bench.dispatch consumer")
+    parser.add_argument("--broker", required=True)
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--type", required=True)
+    parser.add_argument("--names", required=True, help="subscriptions, comma-separated")
+    parser.add_argument("--per-name", type=int, default=1, help="consumers per subscription")
+    parser.add_argument("--expected", type=int, required=True, help="records per subscription")
+    parser.add_argument("--from", dest="start", default="earliest")
+    parser.add_argument("--receive-queue", type=int, default=1_000)
+    parser.add_argument("--per-record-acks", action="store_true")
+    parser.add_argument("--ack-interval-ms", type=float, default=20.0)
+    parser.add_argument("--out", type=Path, default=None, help="write latencies (ms) here")
+    args = parser.parse_args(argv)
+    _, runner = new_runner()
+    with runner:
+        summary = runner.run(_consume(args))
+    print(json.dumps(summary), flush=True)
+
+
+@dataclass(slots=True)
+class _Tally:
+    """What a consumer process received; shared by its consumers' tasks (one loop)."""
+
+    counts: dict[str, int]
+    expected: int
+    latencies: array[float] | None
+    per_record_acks: bool
+    first_ns: int = 0
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def took(self, consumer: AsyncConsumer, batch: list[Message]) -> None:
+        now = time.monotonic_ns()
+        self.first_ns = self.first_ns or now
+        if self.latencies is not None:
+            self.latencies.extend([(now - read_stamp(m.value)) / 1e6 for m in batch])
+        if self.per_record_acks:
+            for message in batch:
+                consumer.ack(message)
+        else:
+            consumer.ack_many(batch)
+        self.counts[consumer.subscription] += len(batch)
+        if all(count >= self.expected for count in self.counts.values()):
+            self.done.set()
+
+
+async def _consume(args: argparse.Namespace) -> dict[str, object]:
+    names = args.names.split(",")
+    consumers = [
+        AsyncConsumer(
+            args.topic,
+            name,
+            broker=args.broker,
+            type=args.type,
+            initial_position=args.start,
+            consumer_name=f"{name}-{i}",
+            receive_queue=args.receive_queue,
+            ack_interval_ms=args.ack_interval_ms,
+        )
+        for name in names
+        for i in range(args.per_name)
+    ]
+    tally = _Tally(
+        dict.fromkeys(names, 0),
+        args.expected,
+        array("d") if args.out else None,
+        args.per_record_acks,
+    )
+    try:
+        try:
+            await asyncio.gather(*(consumer.start() for consumer in consumers))
+        except ClientError as exc:
+            return {"error": str(exc), "code": exc.code.name if exc.code else type(exc).__name__}
+        print("ready", flush=True)
+        await _until_done(consumers, tally)
+    finally:
+        await asyncio.gather(*(consumer.aclose() for consumer in consumers))
+    end_ns = time.monotonic_ns()  # every ack sent and applied: the streams ended
+    if args.out is not None and tally.latencies is not None:
+        args.out.write_bytes(tally.latencies.tobytes())
+    received = sum(tally.counts.values())
+    return {"received": received, "first_ns": tally.first_ns, "end_ns": end_ns}
+
+
+async def _until_done(consumers: Sequence[AsyncConsumer], tally: _Tally) -> None:
+    """Receive with every consumer until each subscription has the records it expects,
+    or stdin closes; re-raise a consumer's error."""
+    takers = [asyncio.create_task(_take(c, tally)) for c in consumers]
+    ends = [asyncio.create_task(_stdin_closed()), asyncio.create_task(tally.done.wait())]
+    waiting: set[asyncio.Task[object]] = {*ends, *takers}
+    try:
+        while not any(end.done() for end in ends):
+            done, waiting = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()  # a consumer's error ends the process
+    finally:
+        for task in waiting:
+            task.cancel()
+        if waiting:
+            await asyncio.wait(waiting)
+
+
+async def _take(consumer: AsyncConsumer, tally: _Tally) -> None:
+    """Receive until the consumer's subscription has every record it expects."""
+    while tally.counts[consumer.subscription] < tally.expected:
+        tally.took(consumer, await consumer.receive_batch(10_000))
+
+
+async def _stdin_closed() -> None:
+    """Return once stdin reaches its end: the bench asks this process to stop."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), sys.stdin
+    )
+    try:
+        await reader.read()
+    finally:
+        transport.close()

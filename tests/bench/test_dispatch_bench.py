@@ -2,33 +2,135 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from bench import dispatch
-from bench._output import Goal
+from bench._output import Goal, Params, Result, render_human
 from bench._runner import SCENARIOS, RunOptions
 
+#: Small sizes for every part: 2 rounds of lost notifications, 50 idle subscriptions, an
+#: e2e run of 4 subscriptions at 200 msg/s for 1 s, and 2,000 shared records.
+SMALL = dispatch.Sizes(
+    losses=40,
+    per_round=20,
+    idle_subscriptions=50,
+    cpu_seconds=0.2,
+    e2e_subscriptions=4,
+    e2e_rate=200.0,
+    e2e_seconds=1.0,
+    e2e_processes=2,
+    shared_records=2_000,
+    shared_consumers=3,
+)
+PARAMS: Params = {"heartbeat_ms": 500.0, "loop": "test"}
 
-def test_a_small_run_delivers_every_lost_notification(tmp_path: Path) -> None:
-    """Scenario: 40 records in 2 rounds, every notification dropped, and 50 idle
-    subscriptions for 0.2 s. Expected: the three metrics and their goal verdicts, with
-    all 40 records delivered (by the heartbeat alone: nothing else can wake the
-    dispatcher), none stuck, every delay positive, and a CPU share in [0, 100]."""
-    sizes = dispatch.Sizes(losses=40, per_round=20, idle_subscriptions=50, cpu_seconds=0.2)
-    results = list(dispatch.run(RunOptions(quick=True, data_dir=tmp_path), sizes=sizes))
+
+def by_metric(results: list[Result]) -> tuple[dict[str, Result], dict[str, Result]]:
+    """(measured, judged) results by metric name."""
     measured = {r.metric: r for r in results if not r.is_goal}
     goals = {r.metric: r for r in results if r.is_goal}
-    assert set(measured) == set(goals) == set(dispatch.GOALS)
+    return measured, goals
+
+
+def test_a_small_run_measures_every_metric_and_judges_its_goals(tmp_path: Path) -> None:
+    """Scenario: the whole scenario, small: 40 records in 2 rounds with every notification
+    dropped, 50 idle subscriptions for 0.2 s, then a real broker with 4 e2e subscriptions
+    at 200 msg/s for 1 s and 2,000 records through 3 shared consumers. Expected: every
+    metric with a goal is measured and judged, plus the e2e p50; all 40 lost records are
+    delivered (by the heartbeat alone: nothing else can wake the dispatcher), none stuck,
+    every delay positive, a CPU share in [0, 100], and the human report names them all."""
+    results = list(dispatch.run(RunOptions(quick=True, data_dir=tmp_path), sizes=SMALL))
+    measured, goals = by_metric(results)
+    assert set(goals) == set(dispatch.GOALS)
+    assert set(measured) == {*dispatch.GOALS, "e2e_latency_p50_ms"}
     missed = measured["missed_notification_delivery_ms"]
     assert missed.params["delivered"] == 40
     assert missed.value > 0
     assert measured["stuck_records"].value == 0
     assert goals["stuck_records"].params["met"] is True
     assert 0 <= measured["heartbeat_cpu_pct"].value <= 100
+    assert goals["e2e_latency_p99_ms"].params["goal"] == "<= 5"
+    assert goals["shared_msgs_s"].params["goal"] == ">= 500000"
     assert all(r.bench == "dispatch" and r.system == "headrace" for r in results)
+    assert all(r.params["heartbeat_ms"] == 500.0 for r in results)
+    report = render_human("dispatch", results)
+    assert "e2e_latency_p99_ms" in report
+    assert "shared_msgs_s" in report
     assert "dispatch" in SCENARIOS
+
+
+@pytest.fixture(scope="module")
+def broker_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Result]:
+    """The broker phases at :data:`SMALL` sizes, run once for the tests that read them."""
+    results = list(dispatch.broker_phases(tmp_path_factory.mktemp("broker"), SMALL, PARAMS))
+    return by_metric(results)[0]
+
+
+def test_e2e_samples_every_record_and_subscription_pair(
+    broker_results: dict[str, Result],
+) -> None:
+    """Scenario: a real broker (fsync always), 4 exclusive subscriptions split over 2
+    consumer processes, 200 stamped records a second for 1 s. Expected: one latency
+    sample per (record, subscription) pair, 800 in all; p50 and p99 positive, p50 <= p99,
+    both under the 10 s grace; params say how they were measured."""
+    p50, p99 = broker_results["e2e_latency_p50_ms"], broker_results["e2e_latency_p99_ms"]
+    assert 0 < p50.value <= p99.value < dispatch.GRACE_S * 1000
+    assert p50.params == p99.params
+    assert p99.params["samples"] == 800
+    assert p99.params["subscriptions"] == 4
+    assert p99.params["consumer_processes"] == 2
+    assert p99.params["rate_msg_s"] == 200.0
+    assert p99.params["fsync"] == "always"
+    assert p99.unit == "ms"
+
+
+def test_shared_throughput_counts_every_record_acked_one_by_one(
+    broker_results: dict[str, Result],
+) -> None:
+    """Scenario: 2,000 records preloaded on 4 partitions, then 3 consumers on one shared
+    subscription, each acking every record on its own. Expected: a positive msgs/s rate
+    whose params name the records, consumers, partitions and per-record acks (the phase
+    checks that every record arrived and the subscription's lag went to 0)."""
+    shared = broker_results["shared_msgs_s"]
+    assert shared.value > 0
+    assert shared.unit == "msgs/s"
+    assert shared.params["records"] == 2_000
+    assert shared.params["consumers"] == 3
+    assert shared.params["partitions"] == dispatch.SHARED_PARTITIONS
+    assert shared.params["acks"] == "per_record"
+
+
+def test_a_broker_that_refuses_the_subscription_skips_the_shared_metric(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Scenario: the broker refuses the shared subscription with INVALID_ARGUMENT, as a
+    broker without the ``shared`` type does (here the name is the reason, so that the
+    refusal does not depend on which types the broker offers). Expected: no shared_msgs_s
+    result, one line on stderr naming the metric and the broker's reason, and the e2e
+    results of the same run are still there."""
+    monkeypatch.setattr(dispatch, "SHARED_SUBSCRIPTION", "-not-a-valid-name")
+    sizes = dataclasses.replace(SMALL, e2e_subscriptions=1, e2e_processes=1, e2e_seconds=0.2)
+    results = list(dispatch.broker_phases(tmp_path, sizes, PARAMS))
+    measured, _ = by_metric(results)
+    assert "shared_msgs_s" not in measured
+    assert "e2e_latency_p99_ms" in measured
+    err = capsys.readouterr().err
+    assert (
+        "bench: dispatch: skipping shared_msgs_s: the broker refused a shared subscription" in err
+    )
+    assert "INVALID_ARGUMENT" in err
+
+
+def test_sizes_refuse_more_consumer_processes_than_subscriptions() -> None:
+    """Scenario: Sizes with 3 e2e processes for 2 subscriptions, or no shared consumer.
+    Expected: ValueError, before anything starts."""
+    with pytest.raises(ValueError, match="e2e_processes"):
+        dataclasses.replace(SMALL, e2e_subscriptions=2, e2e_processes=3)
+    with pytest.raises(ValueError, match="shared_consumers"):
+        dataclasses.replace(SMALL, shared_consumers=0)
 
 
 @pytest.mark.parametrize(
@@ -36,9 +138,11 @@ def test_a_small_run_delivers_every_lost_notification(tmp_path: Path) -> None:
     [("<=", 5.0, True), ("<=", 5.01, False), ("<", 5.0, False), (">=", 5.0, True)],
 )
 def test_goal_operators(op: str, value: float, met: bool) -> None:
+    """Scenario: each goal operator against 5. Expected: met exactly as the operator says."""
     assert Goal(op, 5.0).met(value) is met
 
 
 def test_an_unknown_goal_operator_is_refused() -> None:
+    """Scenario: a goal with operator ``~``. Expected: ValueError naming it."""
     with pytest.raises(ValueError, match="unknown goal operator"):
         Goal("~", 1.0).met(1.0)
