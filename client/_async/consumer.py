@@ -393,7 +393,7 @@ class AsyncConsumer:
         if self._ack_timer is not None:
             self._ack_timer.cancel()
             self._ack_timer = None
-        self._ranges, self._up_to, self._pending, self._taken = {}, {}, 0, 0
+        self._ranges, self._up_to, self._nacks, self._pending, self._taken = {}, {}, [], 0, 0
         self._requests = asyncio.Queue()
         self._requests.put_nowait(_pb.SubscribeRequest(open=self._open))
         return self._requests
@@ -419,6 +419,7 @@ class AsyncConsumer:
                     self._subscribed.set()
                     self._opened += 1
         finally:
+            requests.put_nowait(None)  # ends the request iterator of this stream
             call.cancel()
 
 
