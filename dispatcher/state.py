@@ -572,6 +572,14 @@ class SubscriptionState:
                 total += sum(e - b for b, e, at in part.waiting if at <= now)
         return total
 
+    def caught_up(self, heads: Sequence[int]) -> bool:
+        """Whether nothing is left to send: every partition read up to its head and no
+        record waiting (the heartbeat's cheap check for idle subscriptions)."""
+        for part, head in zip(self._parts, heads, strict=True):
+            if head > part.read_pos or part.waiting:
+                return False
+        return True
+
     def has_room(self) -> bool:
         """Whether some consumer may receive a record now."""
         return self.held < self.policy.max_unacked and any(c.credit > 0 for c in self._eligible())

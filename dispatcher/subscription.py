@@ -258,10 +258,10 @@ class Subscription:
             self.task_restarts += 1
             self._start_task()
         heads = [w.high_water_mark for w in self._writers]
-        ready = self.state.ready(heads, self._clock())
-        if not ready and self._monitor.idle:
+        if self._monitor.idle and self.state.caught_up(heads):
             self.verdict = IDLE  # the common case, kept cheap: 1,000 idle subscriptions
             return IDLE
+        ready = self.state.ready(heads, self._clock())
         seen = Observation(
             ready=ready,
             has_room=self.state.has_room(),
