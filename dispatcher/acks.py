@@ -104,7 +104,3 @@ class AckRanges:
         self.cursor = cursor
         self._begins.clear()
         self._ends.clear()
-
-    def trim(self, max_ranges: int) -> None:
-        """Keep only the ``max_ranges`` lowest ranges (the rest will be redelivered)."""
-        del self._begins[max_ranges:], self._ends[max_ranges:]

@@ -92,7 +92,3 @@ class RangeMap(Generic[T]):
         self._ends.clear()
         self._values.clear()
         self.total = 0
-
-    def first(self) -> int | None:
-        """The lowest offset held, or ``None``."""
-        return self._begins[0] if self._begins else None

@@ -18,7 +18,8 @@ Per partition every offset in ``[cursor, read_pos)`` is in exactly one place:
 - **parked**: handed to the dead-letter queue, acknowledged once it is written there.
 
 Offsets at or above ``read_pos`` have not been read yet. Leased, waiting and parked records
-together count against ``max_unacked``: a slow consumer never makes the broker hold more.
+together count against ``max_unacked``: a slow consumer never makes the broker hold more
+(plus at most one batch: the cap is checked before each slice, and slices are not split).
 
 Each offset's delivery count is implicit (1 below ``sent_mark``, the highest offset ever
 sent, 0 above) until a delivery of it fails; then it gets a :class:`Failure` entry (count,

@@ -89,10 +89,3 @@ def test_restored_ranges_and_reset() -> None:
     assert list(acks.unacked(0, 14)) == [(5, 7), (9, 12), (13, 14)]
     acks.reset(3)
     assert (acks.cursor, acks.ranges()) == (3, [])
-
-
-def test_trim_drops_the_highest_ranges() -> None:
-    acks = AckRanges(0, [(2, 3), (5, 6), (8, 9)])
-    acks.trim(2)
-    assert acks.ranges() == [(2, 3), (5, 6)]
-    assert not acks.is_acked(8)

@@ -32,17 +32,15 @@ def _check_shape(ranges: RangeMap[str]) -> None:
     assert ranges.total == sum(e - b for b, e, _ in held)
     assert len(ranges) == len(held)
     assert bool(ranges) == bool(held)
-    assert ranges.first() == (held[0][0] if held else None)
 
 
 def test_an_empty_map_holds_nothing() -> None:
     """Scenario: a new RangeMap.
-    Expected: empty, falsy, total 0, first() None, nothing overlaps or is cut."""
+    Expected: empty, falsy, total 0, nothing overlaps or is cut."""
     ranges: RangeMap[str] = RangeMap()
     assert not ranges
     assert len(ranges) == 0
     assert ranges.total == 0
-    assert ranges.first() is None
     assert list(ranges.overlapping(0, 100)) == []
     assert ranges.cut(0, 100) == []
 
@@ -50,11 +48,10 @@ def test_an_empty_map_holds_nothing() -> None:
 def test_add_keeps_ranges_sorted_and_counts_offsets() -> None:
     """Scenario: three ranges added out of order, two of them adjacent.
     Expected: iteration is in offset order, adjacent ranges stay separate (they may carry
-    different values), total counts every offset, first() is the lowest begin."""
+    different values), total counts every offset."""
     ranges = _map((10, 20, "b"), (0, 5, "a"), (20, 22, "c"))
     assert list(ranges) == [(0, 5, "a"), (10, 20, "b"), (20, 22, "c")]
     assert ranges.total == 17
-    assert ranges.first() == 0
     assert repr(ranges) == "RangeMap([(0, 5, 'a'), (10, 20, 'b'), (20, 22, 'c')])"
     _check_shape(ranges)
 
