@@ -24,7 +24,11 @@ admin asks for one.
 When saved: a new subscription before its consumer gets an answer; a seek or a commit
 (``AckUpTo``) before the reply; acks from consumers in the background every
 ``flush_interval_s`` (acks not yet saved may be redelivered after a crash; nothing is
-skipped); everything at shutdown.
+skipped); everything at shutdown. A background flush saves every subscription that
+changed in one thread hop (``FileSystem.atomic_write_many``): each file is still replaced
+atomically, but a topic's directory is fsynced once per flush rather than once per
+subscription, which with 100 busy subscriptions is 1,000 directory fsyncs a second fewer
+competing with the log's own.
 
 A damaged file is kept as ``.corrupt`` and the subscription restarts at the earliest retained
 offset: duplicates, never a skip.
@@ -262,8 +266,7 @@ class SubscriptionRegistry:
         subs, self._subs = list(self._subs.values()), {}
         for sub in subs:
             await sub.aclose()
-        for sub in subs:
-            await self._save(sub)
+        await self._save_all(subs)
         self._dirty.clear()
         dlqs, self._dlqs = list(self._dlqs.values()), {}
         for dlq in dlqs:
@@ -510,15 +513,14 @@ class SubscriptionRegistry:
                 next_expiry = self._monotonic() + _DLQ_EXPIRY_INTERVAL_S
                 await self._expire_dead_letters()
             dirty, self._dirty = self._dirty, set()
-            for key in sorted(dirty):
-                sub = self._subs.get(key)
-                if sub is None:
-                    continue
-                try:
-                    await self._save(sub)
-                except OSError:
-                    logger.exception("saving the cursor of %s/%s failed; will retry", *key)
-                    self._dirty.add(key)
+            subs = [self._subs[key] for key in sorted(dirty) if key in self._subs]
+            try:
+                await self._save_all(subs)
+            except OSError:
+                logger.exception(
+                    "saving the cursors of %d subscriptions failed; will retry", len(subs)
+                )
+                self._dirty |= dirty
 
     async def _expire_dead_letters(self) -> None:
         for key, dlq in list(self._dlqs.items()):
@@ -531,35 +533,51 @@ class SubscriptionRegistry:
                 logger.info("%s/%s: %d dead letters expired (max_age)", *key, removed)
 
     async def _save(self, sub: Subscription) -> None:
+        await self._save_all([sub])
+
+    async def _save_all(self, subs: Sequence[Subscription]) -> None:
+        """Save every one of ``subs`` in one thread hop: each file is replaced atomically,
+        and each topic's directory is fsynced once for all of them."""
+        if not subs:
+            return
         async with self._save_lock:  # one writer per file; the newest state wins
-            doc = _Doc(
-                version=_VERSION,
-                topic=sub.topic,
-                subscription=sub.name,
-                type=sub.type.value,
-                mode=sub.policy.mode.value,
-                partitions=[_partition_doc(snap) for snap in sub.snapshot()],
-            )
+            docs = [
+                _Doc(
+                    version=_VERSION,
+                    topic=sub.topic,
+                    subscription=sub.name,
+                    type=sub.type.value,
+                    mode=sub.policy.mode.value,
+                    partitions=[_partition_doc(snap) for snap in sub.snapshot()],
+                )
+                for sub in subs
+            ]
             write = asyncio.ensure_future(
-                asyncio.to_thread(self._write, sub.topic, sub.name, _encoder.encode(doc))
+                asyncio.to_thread(
+                    self._write, [(d.topic, d.subscription, _encoder.encode(d)) for d in docs]
+                )
             )
             try:
                 await asyncio.shield(write)
             except asyncio.CancelledError:
                 # The thread cannot be stopped: hold the lock until it is done, so that
-                # the next save never races it on the same temp file.
+                # the next save never races it on the same temp files.
                 with contextlib.suppress(Exception):
                     await write
                 raise
-            if (sub.topic, sub.name) in self._subs:
-                self._saved[(sub.topic, sub.name)] = tuple(p.cursor for p in doc.partitions)
+            for doc in docs:
+                key = (doc.topic, doc.subscription)
+                if key in self._subs:
+                    self._saved[key] = tuple(p.cursor for p in doc.partitions)
 
-    def _write(self, topic: str, name: str, data: bytes) -> None:
-        directory = os.path.join(self._root, topic)
-        if not self._fs.exists(directory):
-            self._fs.makedirs(directory)
-            self._fs.fsync_dir(self._root)
-        self._fs.atomic_write(os.path.join(directory, name + _SUFFIX), data)
+    def _write(self, files: Sequence[tuple[str, str, bytes]]) -> None:
+        for directory in dict.fromkeys(os.path.join(self._root, topic) for topic, _, _ in files):
+            if not self._fs.exists(directory):
+                self._fs.makedirs(directory)
+                self._fs.fsync_dir(self._root)
+        self._fs.atomic_write_many(
+            [(os.path.join(self._root, topic, name + _SUFFIX), data) for topic, name, data in files]
+        )
 
     def _remove_topic_dir(self, topic: str) -> None:
         self._remove_dir(os.path.join(self._root, topic))

@@ -8,7 +8,8 @@ at named points.
 Invariants:
 - ``write_all`` either writes every byte or raises; a short write from the kernel is retried.
 - ``atomic_write`` is temp -> fsync -> rename -> fsync(dir): readers see the old or the new
-  file, never a mix.
+  file, never a mix. ``atomic_write_many`` does the same for many files with one fsync per
+  directory.
 - Crash points are named strings (``CRASH_POINTS``); production code calls
   :meth:`FileSystem.crash_point` at each, which does nothing outside tests.
 
@@ -154,12 +155,22 @@ class FileSystem:
 
     def atomic_write(self, path: str, data: Buffer) -> None:
         """Replace ``path`` with ``data``: temp, fsync, rename, fsync of the directory."""
-        tmp = path + ".tmp"
-        self.remove(tmp)
-        self.write_new(tmp, data)
+        self.atomic_write_many([(path, data)])
+
+    def atomic_write_many(self, files: Sequence[tuple[str, Buffer]]) -> None:
+        """Replace several files, each atomically, at the cost of one directory fsync per
+        directory: every temp is written and fsynced, then every rename is done, then each
+        directory is fsynced once. A crash leaves each file old or new, never a mix (some
+        may be new and others old); once this returns, all are new and durable."""
+        for path, data in files:
+            tmp = path + ".tmp"
+            self.remove(tmp)
+            self.write_new(tmp, data)
         self.crash_point("index.after_tmp")
-        self.rename(tmp, path)
-        self.fsync_dir(os.path.dirname(path) or ".")
+        for path, _data in files:
+            self.rename(path + ".tmp", path)
+        for directory in dict.fromkeys(os.path.dirname(path) or "." for path, _ in files):
+            self.fsync_dir(directory)
 
     def crash_point(self, name: str) -> None:
         """A named point where tests may simulate a crash. Does nothing here."""
@@ -300,6 +311,13 @@ class FaultyFs(FileSystem):
         super().rename(src, dst)
         if src in self._synced:
             self._synced[dst] = self._synced.pop(src)
+
+    def fsync_dir(self, path: str) -> None:
+        """Directory fsync, or fail."""
+        fault = self._check("fsync_dir", path)
+        if fault:
+            self._raise(fault, path)
+        super().fsync_dir(path)
 
     def truncate(self, fd: int, size: int) -> None:
         """Truncate, or fail."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -157,11 +157,13 @@ async def test_a_record_published_while_the_subscription_is_created_is_delivered
     saving, release = threading.Event(), threading.Event()
 
     class SlowFirstSave(FileSystem):
-        def atomic_write(self, path: str, data: bytes | bytearray | memoryview) -> None:
+        def atomic_write_many(
+            self, files: Sequence[tuple[str, bytes | bytearray | memoryview]]
+        ) -> None:
             if not saving.is_set():
                 saving.set()
                 assert release.wait(10)
-            super().atomic_write(path, data)
+            super().atomic_write_many(files)
 
     reg = _registry(tmp_path, clock, fs=SlowFirstSave())
     await reg.open({})

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -24,7 +24,7 @@ from dispatcher import (
     SubscriptionNotFoundError,
     SubscriptionRegistry,
 )
-from wal import FileSystem, LogWriter, decode_batch, encode_columns
+from wal import Fault, FaultyFs, FileSystem, LogWriter, decode_batch, encode_columns
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
 
@@ -277,6 +277,58 @@ async def test_background_flush_saves_acks(tmp_path: Path, writers: list[LogWrit
         await reg.aclose()
 
 
+class _BatchLog(FaultyFs):
+    """Records the files of every ``atomic_write_many`` call."""
+
+    def __init__(self, faults: Sequence[Fault] = ()) -> None:
+        super().__init__(faults=faults)
+        self.batches: list[list[str]] = []
+
+    def atomic_write_many(
+        self, files: Sequence[tuple[str, bytes | bytearray | memoryview]]
+    ) -> None:
+        self.batches.append([os.path.basename(path) for path, _ in files])
+        super().atomic_write_many(files)
+
+
+async def test_one_flush_saves_every_dirty_subscription_with_one_directory_fsync(
+    tmp_path: Path, writers: list[LogWriter]
+) -> None:
+    """Scenario: 12 subscriptions of one topic ack between two flushes, and the fsync of
+    the topic's directory fails until the test lifts the fault. Expected: each flush is one
+    batch of all 12 files; while the fsync fails nothing counts as saved (the retention
+    floor holds); once it works, the retry saves all 12."""
+    data = str(tmp_path / "data")
+    await _append(writers[0], b"a", b"b")
+    topic_dir = os.path.join(data, "subscriptions", "t")
+    fs = _BatchLog([Fault("fsync_dir", path_contains=topic_dir, after=12, times=None)])
+    reg = SubscriptionRegistry(data, fs=fs, flush_interval_s=0.02)
+    await reg.open({})
+    try:
+        subs = [await reg.subscribe("t", f"s{i:02}", writers) for i in range(12)]
+        assert fs.faults[0].seen == 12  # each creation was saved on its own
+        fs.batches.clear()
+        for sub in subs:
+            await _take(sub.attach("c", 10), 2)
+        for sub in subs:  # all in one step of the loop: the flusher sees them together
+            sub.ack_up_to(0, 2)
+        async with asyncio.timeout(5):
+            while fs.faults[0].seen < 15:  # noqa: ASYNC110 - three failed flushes
+                await asyncio.sleep(0.01)
+        assert reg.saved_floor("t") == [0, 0]
+        fs.faults.clear()
+        async with asyncio.timeout(5):
+            while reg.saved_floor("t") != [2, 0]:  # noqa: ASYNC110 - the retry
+                await asyncio.sleep(0.01)
+        names = sorted(f"s{i:02}.json" for i in range(12))
+        assert len(fs.batches) >= 4
+        assert all(sorted(batch) == names for batch in fs.batches)
+        for name in names:
+            assert b'"cursor":2' in Path(topic_dir, name).read_bytes()
+    finally:
+        await reg.aclose()
+
+
 async def test_damaged_file_restarts_at_earliest_and_is_kept(
     tmp_path: Path, writers: list[LogWriter]
 ) -> None:
@@ -385,11 +437,13 @@ class _SlowWrites(FileSystem):
         self.go = threading.Event()
         self.events: list[str] = []
 
-    def atomic_write(self, path: str, data: bytes | bytearray | memoryview) -> None:
+    def atomic_write_many(
+        self, files: Sequence[tuple[str, bytes | bytearray | memoryview]]
+    ) -> None:
         self.events.append("start")
         self.started.set()
         self.go.wait(5)
-        super().atomic_write(path, data)
+        super().atomic_write_many(files)
         self.events.append("end")
 
 
