@@ -83,6 +83,11 @@ logger = logging.getLogger(__name__)
 
 #: The most ack ranges (holes) saved per partition; acks above them are redelivered instead.
 MAX_ACK_RANGES = 10_000
+#: The most batches one pass takes from one partition. A pass runs without yielding, so a
+#: backlog of many small batches is sent in slices of this many (about a millisecond each),
+#: with the event loop free in between: the oldest records reach their consumer first and
+#: other subscriptions and streams are not held up.
+MAX_BATCHES_PER_READ = 64
 _consumer_ids = itertools.count(1)
 
 #: Writes a dead letter; returns once it is stored (or rejected by the queue's overflow
@@ -494,6 +499,7 @@ class Subscription:
                 if first >= heads[p]:
                     continue
             batches = writer.read(max(wanted, first), self._max_batch_bytes)
+            del batches[MAX_BATCHES_PER_READ:]  # the rest is read on the next pass
             sent |= await self._carry_out(state.handle(Fetched(p, batches), now))
         return sent
 

@@ -24,6 +24,7 @@ from dispatcher import (
     SubscriptionNotFoundError,
     SubscriptionRegistry,
 )
+from dispatcher.subscription import MAX_BATCHES_PER_READ
 from wal import Fault, FaultyFs, FileSystem, LogWriter, decode_batch, encode_columns
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
@@ -94,7 +95,7 @@ async def test_delivers_records_appended_before_and_after_attach(
 async def _singles(writer: LogWriter, count: int) -> None:
     """``count`` one-record batches."""
     for i in range(count):
-        await _append(writer, bytes([i]))
+        await _append(writer, i.to_bytes(2, "big"))
 
 
 async def test_credit_bounds_what_is_sent(
@@ -111,6 +112,28 @@ async def test_credit_bounds_what_is_sent(
     assert [d.from_offset for d in second] == [3, 4, 5, 6]
     assert sub.state.credit(session.consumer_id) == 0
     await _nothing_more(session)
+
+
+async def test_a_backlog_of_small_batches_is_sent_in_slices_with_the_loop_free_between(
+    writers: list[LogWriter], registry: SubscriptionRegistry
+) -> None:
+    """Scenario: 300 one-record batches wait when a consumer with ample credit attaches.
+    Expected: another task runs while they are being sent (it sees some delivered and
+    not all), the first slice is at most ``MAX_BATCHES_PER_READ`` batches, and every
+    record arrives once, in order."""
+    await _singles(writers[0], 300)
+    sub = await registry.subscribe("t", "s", writers)
+    session = sub.attach("c", 1_000)
+    seen: list[int] = []
+    async with asyncio.timeout(5):
+        while session.outbox.qsize() < 300:
+            await asyncio.sleep(0)
+            seen.append(session.outbox.qsize())
+    partial = [n for n in seen if 0 < n < 300]
+    assert partial, "the whole backlog was sent without yielding to the loop"
+    assert partial[0] <= MAX_BATCHES_PER_READ
+    got = await _take(session, 300)
+    assert [d.from_offset for d in got] == list(range(300))
 
 
 async def test_a_batch_is_never_split_to_fit_the_credit(
