@@ -1107,7 +1107,12 @@ class _BatchContext:
 
     def data(self) -> bytes:
         if self._data is None:
-            self._data = bytes(self.batch.buffer)
+            buffer = self.batch.buffer
+            whole = buffer.obj  # the log's tail cache holds each batch as its own bytes
+            if type(whole) is bytes and len(whole) == buffer.nbytes:
+                self._data = whole  # shared by every subscription, never copied
+            else:
+                self._data = bytes(buffer)
         return self._data
 
     def slots(self) -> list[int]:

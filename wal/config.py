@@ -67,6 +67,9 @@ class LogConfig:
         fsync: When data is forced to disk; see :class:`FsyncPolicy`. Default ``ALWAYS``.
         fsync_interval_ms: Period of the ``INTERVAL`` policy, ms. Default 100.
         max_group_bytes: Most bytes one group commit writes with one fdatasync. Default 32 MiB.
+        tail_cache_bytes: The newest batches kept in memory, bytes, so that every reader
+            near the head (each subscription of a topic) shares one copy instead of reading
+            the file. Default 1 MiB per partition; 0 turns the cache off.
     """
 
     segment_bytes: int = 128 * MIB
@@ -79,6 +82,7 @@ class LogConfig:
     fsync: FsyncPolicy = FsyncPolicy.ALWAYS
     fsync_interval_ms: int = 100
     max_group_bytes: int = 32 * MIB
+    tail_cache_bytes: int = 1 * MIB
 
     def __post_init__(self) -> None:
         _positive("segment_bytes", self.segment_bytes, 128, _SEGMENT_MAX)
@@ -87,6 +91,7 @@ class LogConfig:
         _positive("max_batch_bytes", self.max_batch_bytes, HEADER_SIZE + 64, 256 * MIB)
         _positive("fsync_interval_ms", self.fsync_interval_ms, 1, 3_600_000)
         _positive("max_group_bytes", self.max_group_bytes, 1, 1024 * MIB)
+        _positive("tail_cache_bytes", self.tail_cache_bytes, 0, 1024 * MIB)
         _optional("segment_ms", self.segment_ms)
         _optional("retention_ms", self.retention_ms)
         _optional("retention_bytes", self.retention_bytes)

@@ -9,6 +9,7 @@ Protocol of one group commit::
     appenders --Append(batch, future)--> bounded queue --> writer task
     writer task: drain queue (up to max_group_bytes)
                  to_thread(log.append_many + log.flush)   # one pwritev, one fdatasync
+                 keep the batches in the tail cache       # readers near the head share them
                  advance high-water mark, call listeners  # persist first, then notify
                  resolve futures                          # then acknowledge
 
@@ -44,6 +45,7 @@ from wal.config import FsyncPolicy, LogConfig
 from wal.errors import WalClosedError, WalError, WalFailedError
 from wal.fs import FileSystem
 from wal.log import AppendResult, Clock, Log
+from wal.tail import TailCache
 
 logger = logging.getLogger(__name__)
 
@@ -117,6 +119,7 @@ class LogWriter:
         self._task: asyncio.Task[None] | None = None
         self._ticker: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
+        self._tail = TailCache(log.config.tail_cache_bytes)
         #: Told how long each group commit's write and fsync took (metrics).
         self.on_commit: CommitObserver = _ignore_commit
 
@@ -223,7 +226,14 @@ class LogWriter:
         return await future
 
     def read(self, offset: int, max_bytes: int = 1 << 20) -> list[RecordBatch]:
-        """Durable batches from ``offset``, below the high-water mark. See ``Log.read``."""
+        """Durable batches from ``offset``, below the high-water mark. See ``Log.read``.
+
+        Reads near the head are served from memory (the tail cache): the batches returned
+        are then shared with every other reader; they are immutable."""
+        if offset >= self._log.first_offset:  # else the log raises OffsetOutOfRangeError
+            cached = self._tail.read(offset, max_bytes, self._hwm)
+            if cached is not None:
+                return cached
         return self._log.read(offset, max_bytes, upper=self._hwm)
 
     async def aclose(self) -> None:
@@ -239,6 +249,7 @@ class LogWriter:
         if self._ticker is not None:
             self._stop.set()  # never cancel it mid-sync: the thread would outlive the files
             await self._ticker
+        self._tail.clear()
         await asyncio.to_thread(self._log.close)
 
     async def __aenter__(self) -> Self:
@@ -308,6 +319,7 @@ class LogWriter:
                 _fail(a.future, exc)
             return
         self._written = self._log.head
+        self._tail.add([a.batch for a in group], [r.first_offset for r in results])
         if self._policy is not FsyncPolicy.INTERVAL:
             self._advance(self._written)
         for a, result in zip(group, results, strict=True):

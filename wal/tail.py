@@ -1,0 +1,113 @@
+"""The tail cache: the newest committed batches of one log, kept in memory.
+
+Role: serve reads near the head without touching the file. Every subscription of a topic
+reads the batch a group commit just wrote; without the cache each of them preads it, walks
+the index to it and checks its CRC on its own, so 100 subscriptions cost 100 reads of the
+same bytes. The writer adds each committed batch once, with its assigned base offset
+patched into its bytes (one copy per batch), and readers share the same immutable
+:class:`~wal.batch.RecordBatch` objects and the same ``bytes``.
+
+Invariants:
+- The cached batches are consecutive: each starts where the one before ends. A batch that
+  does not follow on (which the single writer never produces) empties the cache first.
+- Only batches the writer has written are added, so a read bounded by the high-water mark
+  returns exactly what the file would.
+- It never holds more than ``max_bytes`` of batches (0 disables it); the oldest go first.
+
+Not task-safe on its own: the writer task adds and the event loop reads, both on one loop.
+"""
+
+from __future__ import annotations
+
+import struct
+from bisect import bisect_right
+from collections.abc import Sequence
+
+from wal.batch import RecordBatch
+
+_BASE = struct.Struct("<Q")
+
+
+class TailCache:
+    """The newest batches of one log, up to ``max_bytes`` of them."""
+
+    __slots__ = ("_bases", "_batches", "_bytes", "_max_bytes", "_start")
+
+    def __init__(self, max_bytes: int) -> None:
+        if max_bytes < 0:
+            raise ValueError(f"max_bytes must be at least 0, not {max_bytes}")
+        self._max_bytes = max_bytes
+        self._batches: list[RecordBatch] = []
+        self._bases: list[int] = []
+        self._start = 0  # index of the oldest live entry; entries before it are evicted
+        self._bytes = 0
+
+    @property
+    def first_offset(self) -> int | None:
+        """The first offset held, or ``None`` when empty."""
+        return self._bases[self._start] if self._start < len(self._bases) else None
+
+    @property
+    def next_offset(self) -> int | None:
+        """The offset just past the last batch held, or ``None`` when empty."""
+        return self._batches[-1].next_offset if self._start < len(self._batches) else None
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes of the batches held."""
+        return self._bytes
+
+    def add(self, batches: Sequence[RecordBatch], base_offsets: Sequence[int]) -> None:
+        """Hold ``batches``, just written at ``base_offsets`` (their bytes still carry the
+        producer's base offset; the cache patches in the assigned one)."""
+        if self._max_bytes == 0:
+            return
+        for batch, base in zip(batches, base_offsets, strict=True):
+            if batch.size > self._max_bytes:
+                self.clear()  # too big to hold; the next batch starts the cache afresh
+                continue
+            if self.next_offset not in (None, base):
+                self.clear()
+            data = _BASE.pack(base) + batch.buffer[8:]
+            self._batches.append(batch._replace(buffer=memoryview(data), base_offset=base))
+            self._bases.append(base)
+            self._bytes += batch.size
+        self._evict()
+
+    def read(self, offset: int, max_bytes: int, upper: int) -> list[RecordBatch] | None:
+        """Batches from the one holding ``offset``, as ``Log.read`` returns them: the first
+        whole even past ``max_bytes``, then more while they fit, none starting at or past
+        ``upper``. ``None`` when the cache does not hold ``offset`` (read the file)."""
+        first = self.first_offset
+        if first is None or offset < first or offset >= upper:
+            return None
+        bases, batches = self._bases, self._batches
+        i = bisect_right(bases, offset, self._start) - 1
+        if offset >= batches[i].next_offset:
+            return None  # past the newest batch held
+        out = [batches[i]]
+        budget = max_bytes - batches[i].size
+        for j in range(i + 1, len(batches)):
+            batch = batches[j]
+            if batch.base_offset >= upper or batch.size > budget:
+                break
+            out.append(batch)
+            budget -= batch.size
+        return out
+
+    def clear(self) -> None:
+        """Forget every batch."""
+        self._batches.clear()
+        self._bases.clear()
+        self._start = 0
+        self._bytes = 0
+
+    def _evict(self) -> None:
+        batches = self._batches
+        while self._bytes > self._max_bytes:
+            self._bytes -= batches[self._start].size
+            self._start += 1
+        if self._start > 64 and self._start * 2 > len(batches):
+            del batches[: self._start]
+            del self._bases[: self._start]
+            self._start = 0
