@@ -8,13 +8,17 @@ reading the log, putting deliveries in outboxes, writing dead letters, saving st
 logging.
 
 Commands from consumers (attach, credit, acks, nacks) are applied synchronously on the
-event loop, one at a time, and then wake the dispatch task. The dispatch task is the only
-one that reads the log and sends. It sleeps on one wake-up event that is set by every change
-that can let it send: the high-water mark of a partition advancing (the notifier: the log
-calls back only after fsync, so only durable records are ever sent), credit granted, acks
-freeing room, a consumer attaching or leaving, a seek, and a timer for the next ack timeout
-or nack delay. The task clears the event *before* it looks at the state, so a wake-up that
-arrives while it works is never lost, and many wake-ups coalesce into one pass.
+event loop, one at a time, and then wake the dispatch task if they can let it send. The
+dispatch task is the only one that reads the log and sends. It sleeps on one wake-up event
+that is set by every change that can let it send: the high-water mark of a partition
+advancing (the notifier: the log calls back only after fsync, so only durable records are
+ever sent), credit granted, acks freeing room (at the unacked cap, or for key_shared, whose
+held-back consumers acks release; other acks wake nothing), a nack, a consumer attaching or
+leaving, a seek, and a timer for the next ack timeout or nack delay. The task clears the
+event *before* it looks at the state, so a wake-up that arrives while it works is never
+lost, and many wake-ups coalesce into one pass. A pass that sent and stopped short of the
+head (a read capped at ``MAX_BATCHES_PER_READ`` or by bytes) passes again at once; one that
+reached the head sleeps, so each group commit costs each subscription one pass.
 
 The heartbeat (:mod:`dispatcher.lag`) is the safety net behind that fast path: the
 registry calls :meth:`Subscription.tick` every heartbeat interval. A tick restarts a dispatch
@@ -303,14 +307,30 @@ class Subscription:
 
     # -- commands ---------------------------------------------------------------------
 
-    def _apply(self, cmd: Attach | Detach | Grant | Ack | AckUpTo | Nack | Commit | Seek) -> None:
-        """Apply a command from outside the dispatch task, then wake the task."""
+    def _apply(
+        self,
+        cmd: Attach | Detach | Grant | Ack | AckUpTo | Nack | Commit | Seek,
+        *,
+        wake: bool = True,
+    ) -> None:
+        """Apply a command from outside the dispatch task, then wake the task (unless the
+        command cannot let it send anything)."""
         actions = self.state.handle(cmd, self._clock())
         self._carry_out_now(actions)
         if self.state.changes != self._changes:
             self._changes = self.state.changes
             self._on_change(self)
-        self._wake.set()
+        if wake:
+            self._wake.set()
+
+    def _ack_may_free(self) -> bool:
+        """Whether an ack may let the task send: only when the unacked cap is reached,
+        or for key_shared, where acks release a consumer held back to keep key order.
+        Acks arrive thousands of times a second; a pass for each would be wasted."""
+        return (
+            self.state.held >= self.policy.max_unacked
+            or self.policy.type is SubscriptionType.KEY_SHARED
+        )
 
     def attach(self, consumer_name: str, credit: int) -> ConsumerSession:
         """Attach a consumer that may receive ``credit`` records now.
@@ -342,7 +362,7 @@ class Subscription:
             InvalidSubscriptionError: no such partition, or an empty or negative range.
             InvalidAckError: some of the offsets were never delivered.
         """
-        self._apply(Ack(partition, begin, end))
+        self._apply(Ack(partition, begin, end), wake=self._ack_may_free())
 
     def ack_up_to(self, partition: int, offset: int) -> None:
         """Acknowledge every delivered offset of ``partition`` below ``offset``.
@@ -351,7 +371,7 @@ class Subscription:
             InvalidSubscriptionError: no such partition.
             InvalidAckError: ``offset`` is past what was delivered.
         """
-        self._apply(AckUpTo(partition, offset))
+        self._apply(AckUpTo(partition, offset), wake=self._ack_may_free())
 
     def nack(
         self, partition: int, begin: int, end: int, *, delay_s: float | None, reason: str
@@ -459,7 +479,7 @@ class Subscription:
             else:
                 self.notifier_polls += 1
             try:
-                sent = await self._pass()
+                again = await self._pass()
             except Exception as exc:  # e.g. a damaged segment: keep the broker up
                 if not self._last_error:  # once per failing streak, not once per pass
                     logger.exception(
@@ -469,7 +489,7 @@ class Subscription:
                         self.heartbeat_interval_s,
                     )
                 self._last_error = str(exc) or type(exc).__name__
-                sent = False
+                again = False
             else:
                 if self._last_error:
                     logger.info("%s/%s: dispatch works again", self.topic, self.name)
@@ -477,20 +497,22 @@ class Subscription:
             if self.state.changes != self._changes:
                 self._changes = self.state.changes
                 self._on_change(self)
-            if sent:
+            if again:
                 await asyncio.sleep(0)  # let the consumers' streams and others run
             else:
                 self._arm_timer()
                 await self._wake.wait()
 
     async def _pass(self) -> bool:
-        """Expire leases, then read and send what the state asks for; return whether
-        anything was sent."""
+        """Expire leases, then read and send what the state asks for. Return whether to
+        pass again at once: something was sent and a read stopped short of the head.
+        Otherwise nothing more can be sent until something wakes the task (new records,
+        credit, acks, a timer)."""
         state = self.state
         now = self._clock()
         await self._carry_out(state.handle(TICK, now))
         heads = [w.high_water_mark for w in self._writers]
-        sent = False
+        sent = more = False
         for p, wanted in state.reads(heads, now):
             writer = self._writers[p]
             first = writer.first_offset
@@ -500,8 +522,9 @@ class Subscription:
                     continue
             batches = writer.read(max(wanted, first), self._max_batch_bytes)
             del batches[MAX_BATCHES_PER_READ:]  # the rest is read on the next pass
+            more |= bool(batches) and batches[-1].next_offset < heads[p]
             sent |= await self._carry_out(state.handle(Fetched(p, batches), now))
-        return sent
+        return sent and more
 
     async def _carry_out(self, actions: list[Action]) -> bool:
         """Do what the state machine asked, in order; return whether anything was sent."""

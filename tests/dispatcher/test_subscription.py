@@ -136,6 +136,46 @@ async def test_a_backlog_of_small_batches_is_sent_in_slices_with_the_loop_free_b
     assert [d.from_offset for d in got] == list(range(300))
 
 
+async def test_one_pass_per_commit_and_acks_below_the_cap_wake_nothing(
+    writers: list[LogWriter], registry: SubscriptionRegistry
+) -> None:
+    """Scenario: a consumer receives and acks 10 records appended one at a time, each
+    delivered before the next is appended. Expected: one dispatch pass per record (the
+    one its commit triggers): a pass that reached the head does not run again at once, and
+    an ack, far below the unacked cap, does not wake the task."""
+    sub = await registry.subscribe("t", "s", writers)
+    session = sub.attach("c", 100)
+    await asyncio.sleep(0.05)  # the attach pass
+    before = sub.notifier_polls
+    for i in range(10):
+        await _append(writers[0], b"%d" % i)
+        (delivery,) = await _take(session, 1)
+        sub.ack(0, delivery.from_offset, delivery.to_offset)
+    await asyncio.sleep(0.05)
+    assert sub.notifier_polls - before == 10
+    assert sub.state.cursor(0) == 10
+
+
+async def test_an_ack_at_the_unacked_cap_wakes_the_task(
+    tmp_path: Path, writers: list[LogWriter]
+) -> None:
+    """Scenario: ``max_unacked`` 2 and 4 records. Expected: 2 are sent; acking one of
+    them wakes the task, which sends the third at once (no heartbeat needed)."""
+    reg = SubscriptionRegistry(str(tmp_path / "data"), max_unacked=2, flush_interval_s=3600)
+    await reg.open({})
+    try:
+        await _singles(writers[0], 4)
+        sub = await reg.subscribe("t", "s", writers)
+        session = sub.attach("c", 100)
+        first = await _take(session, 2)
+        await _nothing_more(session)
+        sub.ack(0, first[0].from_offset, first[0].to_offset)
+        assert [d.from_offset for d in await _take(session, 1)] == [2]
+        assert sub.heartbeat_polls == 0
+    finally:
+        await reg.aclose()
+
+
 async def test_a_batch_is_never_split_to_fit_the_credit(
     writers: list[LogWriter], registry: SubscriptionRegistry
 ) -> None:
