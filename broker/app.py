@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import logging
 import signal
 from types import TracebackType
@@ -164,5 +165,9 @@ async def serve(config: BrokerConfig) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     async with Broker(config):
+        # Everything built so far (modules, topics, subscriptions) lives as long as the
+        # process: take it out of the cyclic GC's view. Otherwise each full collection
+        # walks it all, a 12 ms pause here, and every record in flight waits that long.
+        gc.freeze()
         await stop.wait()
         logger.info("signal received; shutting down")
