@@ -49,7 +49,7 @@ import heapq
 import logging
 import math
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from dispatcher.acks import AckRanges, Range
@@ -427,6 +427,7 @@ class _Part:
         "read_pos",
         "retry_dead_letters",
         "sent_mark",
+        "stuck",
         "tries",
         "waiting",
     )
@@ -439,6 +440,11 @@ class _Part:
         self.leases: RangeMap[_Lease] = RangeMap()
         self.waiting: RangeMap[float] = RangeMap()  # value: ready_at
         self.parked: RangeMap[float | None] = RangeMap()  # value: retry at, None: pending
+        # key_shared: waiting offsets whose key's owner could not take them (no credit, or
+        # held back by its fence). Reads and timers pass over them, so that they hold up
+        # neither other keys nor the loop; cleared by any command but Fetched and Tick.
+        # A filter only: an offset here that no longer waits means nothing.
+        self.stuck: RangeMap[bool] = RangeMap()
         self.tries: dict[int, _Tries] = {}
         for run in snap.failures:
             for offset in range(max(run.begin, self.acks.cursor), run.end):
@@ -455,6 +461,21 @@ class _Part:
 
     def held(self) -> int:
         return self.leases.total + self.waiting.total + self.parked.total
+
+    def sendable_waiting(self) -> Iterator[tuple[int, int, float]]:
+        """The waiting pieces ``(lo, hi, ready_at)`` that are not stuck, in order."""
+        stuck = self.stuck
+        for lo, hi, at in self.waiting:
+            if not stuck:
+                yield lo, hi, at
+                continue
+            pos = lo
+            for s_lo, s_hi, _ in stuck.overlapping(lo, hi):
+                if s_lo > pos:
+                    yield pos, s_lo, at
+                pos = max(pos, s_hi)
+            if pos < hi:
+                yield pos, hi, at
 
 
 class SubscriptionState:
@@ -485,6 +506,7 @@ class SubscriptionState:
         self._owners: list[_Consumer] = []  # key_shared: owner per slot
         self._deadlines: list[tuple[float, _Lease]] = []  # lazily pruned heap
         self._unsaved_failures = False
+        self._stuck = False  # whether any partition has stuck offsets
         #: Bumped whenever something that is persisted changed.
         self.changes = 0
         # counters, read by the shell for metrics
@@ -519,6 +541,11 @@ class SubscriptionState:
             InvalidAckError: an ack of offsets that were never delivered.
             SubscriptionBusyError: a second consumer on an exclusive subscription.
         """
+        if self._stuck and type(cmd) not in (Fetched, Tick):
+            # Credit, acks (fences), consumers coming and going: what was stuck may go now.
+            for part in self._parts:
+                part.stuck.clear()
+            self._stuck = False
         return self._handlers[type(cmd)](cmd, now)
 
     # -- queries ----------------------------------------------------------------------
@@ -570,7 +597,7 @@ class SubscriptionState:
                 continue
             total += max(0, head - part.read_pos)
             if part.waiting:
-                total += sum(e - b for b, e, at in part.waiting if at <= now)
+                total += sum(e - b for b, e, at in part.sendable_waiting() if at <= now)
         return total
 
     def caught_up(self, heads: Sequence[int]) -> bool:
@@ -598,7 +625,7 @@ class SubscriptionState:
         credit = any(c.credit > 0 for c in self._eligible())
         for part in self._parts:
             if part.waiting and not part.blocked and credit:
-                times.append(min(at for _, _, at in part.waiting))
+                times.extend(at for _, _, at in part.sendable_waiting())
             if part.retry_dead_letters:
                 times.extend(at for _, _, at in part.parked if at is not None)
         return min(times) if times else None
@@ -625,7 +652,7 @@ class SubscriptionState:
                     )
             else:
                 if credit:  # waiting records are held already: credit is all they need
-                    offset = next((b for b, _, at in part.waiting if at <= now), None)
+                    offset = next((b for b, _, at in part.sendable_waiting() if at <= now), None)
                 if room and offset is None and part.read_pos < heads[p]:
                     offset = part.read_pos
             if offset is not None:
@@ -1043,15 +1070,24 @@ class SubscriptionState:
             return
         self._give(part, ctx, lo, hi, target)
 
+    def _stick(self, part: _Part, lo: int, hi: int, now: float) -> None:
+        """``[lo, hi)`` waits for the one consumer that may take it (key_shared's owner of
+        its keys, or the only eligible one) to have credit or its fence lifted."""
+        part.waiting.add(lo, hi, now)
+        if self.policy.type is SubscriptionType.KEY_SHARED:
+            part.stuck.cut(lo, hi)
+            part.stuck.add(lo, hi, True)
+            self._stuck = True
+
     def _give(self, part: _Part, ctx: _BatchContext, lo: int, hi: int, consumer: _Consumer) -> None:
         fence = consumer.fences.get(part.index)
         if fence is not None and hi > fence:  # held until everything below is acked
             if lo < fence:
                 self._give(part, ctx, lo, fence, consumer)
-            part.waiting.add(max(lo, fence), hi, ctx.now)
+            self._stick(part, max(lo, fence), hi, ctx.now)
             return
         if consumer.credit <= 0:
-            part.waiting.add(lo, hi, ctx.now)
+            self._stick(part, lo, hi, ctx.now)
             return
         redeliveries: dict[int, int] = {}
         if lo < part.sent_mark:

@@ -505,14 +505,16 @@ class Subscription:
 
     async def _pass(self) -> bool:
         """Expire leases, then read and send what the state asks for. Return whether to
-        pass again at once: something was sent and a read stopped short of the head.
+        pass again at once: a read stopped short of the head, and the pass sent something
+        or moved a read position (key_shared records whose owner has no credit are set
+        aside to wait, and the records after them may go to other consumers).
         Otherwise nothing more can be sent until something wakes the task (new records,
         credit, acks, a timer)."""
         state = self.state
         now = self._clock()
         await self._carry_out(state.handle(TICK, now))
         heads = [w.high_water_mark for w in self._writers]
-        sent = more = False
+        sent = more = moved = False
         for p, wanted in state.reads(heads, now):
             writer = self._writers[p]
             first = writer.first_offset
@@ -523,8 +525,10 @@ class Subscription:
             batches = writer.read(max(wanted, first), self._max_batch_bytes)
             del batches[MAX_BATCHES_PER_READ:]  # the rest is read on the next pass
             more |= bool(batches) and batches[-1].next_offset < heads[p]
+            before = state.read_position(p)
             sent |= await self._carry_out(state.handle(Fetched(p, batches), now))
-        return sent and more
+            moved |= state.read_position(p) != before
+        return more and (sent or moved)
 
     async def _carry_out(self, actions: list[Action]) -> bool:
         """Do what the state machine asked, in order; return whether anything was sent."""

@@ -165,6 +165,48 @@ async def test_key_shared_keeps_each_key_on_one_consumer(tmp_path: Path) -> None
             assert positions == sorted(positions)
 
 
+async def test_key_shared_a_consumer_that_stops_reading_holds_up_only_its_own_keys(
+    tmp_path: Path,
+) -> None:
+    """Scenario: two key_shared consumers; one takes nothing after its first two records
+    (its credit runs out), the other reads on. 1,200 records over 24 keys, one batch each,
+    so the stopped consumer's records lie far more than one read (64 batches) behind the
+    head. Expected: the reading consumer gets every record of every key it owns, in order
+    per key; the records of the stopped one's keys wait for it."""
+    keys = [b"k%d" % (i % 24) for i in range(1_200)]
+    async with Broker(_config(tmp_path)) as broker:
+        async with AsyncAdminClient(address(broker)) as admin:
+            await admin.create_topic("t", 1)
+        kw = {"broker": address(broker), "type": "key_shared"}
+        stopped = AsyncConsumer("t", "k", consumer_name="stopped", receive_queue=2, **kw)  # type: ignore[arg-type]
+        reading = AsyncConsumer("t", "k", consumer_name="reading", **kw)  # type: ignore[arg-type]
+        await stopped.start()
+        await reading.start()
+        async with AsyncProducer(address(broker), linger_ms=0) as producer:
+            for i, key in enumerate(keys):
+                await producer.publish("t", b"%d" % i, key=key)
+        got: dict[bytes, list[int]] = {}
+        expected = 0
+        async with asyncio.timeout(20):
+            while True:
+                try:
+                    batch = await reading.receive_batch(timeout=1.0)
+                except TimeoutError:
+                    break
+                reading.ack_many(batch)
+                for m in batch:
+                    assert m.key is not None
+                    got.setdefault(m.key, []).append(m.offset)
+        expected = sum(1 for k in keys if k in got)
+        assert got, "the reading consumer owns no key (2 ** -24 odds): rerun"
+        assert sum(len(offsets) for offsets in got.values()) == expected
+        for key, offsets in got.items():
+            assert offsets == [i for i, k in enumerate(keys) if k == key]
+        assert len(got) < 24  # the stopped consumer owns some keys: they waited
+        await reading.aclose()
+        await stopped.aclose()
+
+
 async def test_nack_with_a_delay_comes_back_later_with_its_count(tmp_path: Path) -> None:
     """Scenario: a record is nacked with a 0.3 s delay. Expected: it does not come back
     before the delay, then comes back with redelivery_count 1."""
