@@ -6,7 +6,8 @@ machinery every implementation needs so that all of them are measured the same w
 - server processes: :func:`free_port`, :class:`ServerProcess` (start with its output in a
   log file, SIGKILL, SIGTERM-then-SIGKILL), :func:`wait_until_serving` (poll a client
   operation until it succeeds or a deadline passes), :func:`restart_to_serving` (the
-  ``restart_to_serving_s`` convention) and :func:`rss_mib` (VmRSS from /proc);
+  ``restart_to_serving_s`` convention), :func:`rss_mib` (VmRSS from /proc) and, for child
+  processes, :func:`stdin_closed` (how the parent tells them to stop);
 - end-to-end latency without coordinated omission: :func:`paced_send_times` (the
   schedule), :func:`pace` (an open-loop publisher), :func:`stamp_payload` /
   :func:`read_stamp` (the scheduled send time carried in the payload),
@@ -34,6 +35,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -238,6 +240,19 @@ def rss_mib(pid: int) -> float:
 
 # ---------------------------------------------------------------------------------------
 # Open-loop pacing and end-to-end latency
+
+
+async def stdin_closed() -> None:
+    """Return once stdin reaches its end: how a bench asks a child process to stop."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), sys.stdin
+    )
+    try:
+        await reader.read()
+    finally:
+        transport.close()
 
 
 def paced_send_times(rate: float, seconds: float) -> list[float]:

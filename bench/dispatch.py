@@ -26,6 +26,12 @@ Owns the measurements of the dispatcher (issue 4) and their goals:
    every process on the host shares. They ack each batch with one ``ack_many``, sent every
    100 ms, and freeze their setup out of the cyclic GC, to keep the measuring side light.
    Goal for p99: at most 5 ms (p50 has none).
+   The same e2e run is repeated at ``floor_rate`` (200 msg/s), side by side with the
+   bare gRPC fan-out of :mod:`bench._fanout_floor` (system ``grpc-aio-floor``: the same
+   transport, records, subscriptions and consumer process, and no broker work at all).
+   Only Headrace at the full rate is judged against the goal: the pair shows how much of
+   the latency is the transport's. (At 1,000 msg/s and above the bare fan-out, which
+   forwards every loop turn's publishes to every stream, does not keep up here.)
 4. ``shared_msgs_s``: 1,000,000 records (100,000 with ``--quick``) preloaded on a
    4-partition topic, then 8 consumers on one ``shared`` subscription, in a consumer
    process, each acking every record on its own (``consumer.ack(message)``, not
@@ -47,6 +53,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import json
 import random
@@ -61,6 +68,7 @@ from subprocess import PIPE
 
 import grpc
 
+from bench import _fanout_floor
 from bench._measure import new_runner, per_second, percentile
 from bench._output import Goal, Params, Result
 from bench._pubsub_system import (
@@ -72,6 +80,7 @@ from bench._pubsub_system import (
     paced_send_times,
     read_stamp,
     stamp_payload,
+    stdin_closed,
     wait_until_serving,
 )
 from bench._runner import RunOptions, cell_dir
@@ -119,6 +128,7 @@ class Sizes:
     e2e_rate: float  # records per second the e2e publisher sends
     e2e_seconds: float
     e2e_processes: int  # consumer processes the e2e subscriptions are split over
+    floor_rate: float  # records per second of the side-by-side run with the bare fan-out
     shared_records: int
     shared_consumers: int
 
@@ -138,6 +148,7 @@ FULL = Sizes(
     e2e_rate=2_000.0,
     e2e_seconds=5.0,
     e2e_processes=1,
+    floor_rate=200.0,
     shared_records=1_000_000,
     shared_consumers=8,
 )
@@ -150,6 +161,7 @@ QUICK = Sizes(
     e2e_rate=2_000.0,
     e2e_seconds=2.0,
     e2e_processes=1,
+    floor_rate=200.0,
     shared_records=100_000,
     shared_consumers=8,
 )
@@ -204,7 +216,11 @@ def run(options: RunOptions, *, sizes: Sizes | None = None) -> Iterator[Result]:
         yield result
     for result in measured:
         goal = GOALS.get(result.metric)
-        if goal is not None:
+        judged = result.system == "headrace" and result.params.get("rate_msg_s") in (
+            None,
+            sizes.e2e_rate,
+        )
+        if goal is not None and judged:
             yield Result(
                 BENCH,
                 result.system,
@@ -306,9 +322,54 @@ def broker_phases(root: Path, sizes: Sizes, params: Params) -> Iterator[Result]:
             return
         try:
             yield from _guarded("e2e latency", runner, _e2e_results(broker, sizes, params))
+            at_floor_rate = dataclasses.replace(sizes, e2e_rate=sizes.floor_rate)
+            yield from _guarded(
+                "e2e latency at the floor's rate",
+                runner,
+                _e2e_results(broker, at_floor_rate, params),
+            )
             yield from _guarded("shared_msgs_s", runner, _shared_results(broker, sizes, params))
         finally:
             broker.stop()
+    _, runner = new_runner()
+    with runner, cell_dir(root, "floor") as directory:
+        yield from _guarded(
+            "the bare gRPC fan-out", runner, _floor_results(directory, sizes, params)
+        )
+
+
+async def _floor_results(directory: Path, sizes: Sizes, params: Params) -> list[Result]:
+    """The same fan-out as the e2e phase at ``floor_rate``, through bare gRPC."""
+    samples, sent = await _fanout_floor.measure(
+        directory,
+        streams=sizes.e2e_subscriptions,
+        rate=sizes.floor_rate,
+        seconds=sizes.e2e_seconds,
+        grace_s=GRACE_S,
+    )
+    fields: Params = {
+        **params,
+        "fsync": "none",
+        "subscriptions": sizes.e2e_subscriptions,
+        "rate_msg_s": sizes.floor_rate,
+        "seconds": sizes.e2e_seconds,
+        "payload_bytes": E2E_PAYLOAD_BYTES,
+        "consumer_processes": 1,
+        "samples": len(samples),
+    }
+    if len(samples) < sent * sizes.e2e_subscriptions:
+        _warn(f"the bare fan-out delivered {len(samples)} of {sent * sizes.e2e_subscriptions}")
+    return [
+        Result(
+            BENCH,
+            _fanout_floor.SYSTEM,
+            f"e2e_latency_p{q}_ms",
+            percentile(samples, q),
+            "ms",
+            fields,
+        )
+        for q in (50, 99)
+    ]
 
 
 async def _e2e_results(broker: _Broker, sizes: Sizes, params: Params) -> list[Result]:
@@ -713,7 +774,7 @@ async def _until_done(consumers: Sequence[AsyncConsumer], tally: _Tally) -> None
     """Receive with every consumer until each subscription has the records it expects,
     or stdin closes; re-raise a consumer's error."""
     takers = [asyncio.create_task(_take(c, tally)) for c in consumers]
-    ends = [asyncio.create_task(_stdin_closed()), asyncio.create_task(tally.done.wait())]
+    ends = [asyncio.create_task(stdin_closed()), asyncio.create_task(tally.done.wait())]
     waiting: set[asyncio.Task[object]] = {*ends, *takers}
     try:
         while not any(end.done() for end in ends):
@@ -731,16 +792,3 @@ async def _take(consumer: AsyncConsumer, tally: _Tally) -> None:
     """Receive until the consumer's subscription has every record it expects."""
     while tally.counts[consumer.subscription] < tally.expected:
         tally.took(consumer, await consumer.receive_batch(10_000))
-
-
-async def _stdin_closed() -> None:
-    """Return once stdin reaches its end: the bench asks this process to stop."""
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    transport, _ = await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader), sys.stdin
-    )
-    try:
-        await reader.read()
-    finally:
-        transport.close()

@@ -12,7 +12,8 @@ from bench._output import Goal, Params, Result, render_human
 from bench._runner import SCENARIOS, RunOptions
 
 #: Small sizes for every part: 2 rounds of lost notifications, 50 idle subscriptions, an
-#: e2e run of 4 subscriptions at 200 msg/s for 1 s, and 2,000 shared records.
+#: e2e run of 4 subscriptions at 200 msg/s for 1 s, the same at 100 msg/s side by side with
+#: the bare gRPC fan-out, and 2,000 shared records.
 SMALL = dispatch.Sizes(
     losses=40,
     per_round=20,
@@ -22,6 +23,7 @@ SMALL = dispatch.Sizes(
     e2e_rate=200.0,
     e2e_seconds=1.0,
     e2e_processes=2,
+    floor_rate=100.0,
     shared_records=2_000,
     shared_consumers=3,
 )
@@ -29,10 +31,25 @@ PARAMS: Params = {"heartbeat_ms": 500.0, "loop": "test"}
 
 
 def by_metric(results: list[Result]) -> tuple[dict[str, Result], dict[str, Result]]:
-    """(measured, judged) results by metric name."""
-    measured = {r.metric: r for r in results if not r.is_goal}
-    goals = {r.metric: r for r in results if r.is_goal}
+    """(measured, judged) results by metric name: Headrace's, at the e2e rate (the runs at
+    the floor's rate and the bare fan-out's are left out; see :func:`side_by_side`)."""
+    mine = [
+        r
+        for r in results
+        if r.system == "headrace" and r.params.get("rate_msg_s") in (None, SMALL.e2e_rate)
+    ]
+    measured = {r.metric: r for r in mine if not r.is_goal}
+    goals = {r.metric: r for r in mine if r.is_goal}
     return measured, goals
+
+
+def side_by_side(results: list[Result]) -> dict[tuple[str, str], Result]:
+    """The e2e results at the floor's rate, by (system, metric)."""
+    return {
+        (r.system, r.metric): r
+        for r in results
+        if not r.is_goal and r.params.get("rate_msg_s") == SMALL.floor_rate
+    }
 
 
 def test_a_small_run_measures_every_metric_and_judges_its_goals(tmp_path: Path) -> None:
@@ -54,7 +71,10 @@ def test_a_small_run_measures_every_metric_and_judges_its_goals(tmp_path: Path) 
     assert 0 <= measured["heartbeat_cpu_pct"].value <= 100
     assert goals["e2e_latency_p99_ms"].params["goal"] == "<= 5"
     assert goals["shared_msgs_s"].params["goal"] == ">= 500000"
-    assert all(r.bench == "dispatch" and r.system == "headrace" for r in results)
+    assert all(r.bench == "dispatch" for r in results)
+    assert {r.system for r in results} == {"headrace", "grpc-aio-floor"}
+    assert all(r.system == "headrace" for r in results if r.is_goal)  # peers are not judged
+    assert len([r for r in results if r.is_goal]) == len(dispatch.GOALS)
     assert all(r.params["heartbeat_ms"] == 500.0 for r in results)
     report = render_human("dispatch", results)
     assert "e2e_latency_p99_ms" in report
@@ -63,10 +83,39 @@ def test_a_small_run_measures_every_metric_and_judges_its_goals(tmp_path: Path) 
 
 
 @pytest.fixture(scope="module")
-def broker_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Result]:
+def broker_run(tmp_path_factory: pytest.TempPathFactory) -> list[Result]:
     """The broker phases at :data:`SMALL` sizes, run once for the tests that read them."""
-    results = list(dispatch.broker_phases(tmp_path_factory.mktemp("broker"), SMALL, PARAMS))
-    return by_metric(results)[0]
+    return list(dispatch.broker_phases(tmp_path_factory.mktemp("broker"), SMALL, PARAMS))
+
+
+@pytest.fixture(scope="module")
+def broker_results(broker_run: list[Result]) -> dict[str, Result]:
+    return by_metric(broker_run)[0]
+
+
+def test_headrace_and_the_bare_grpc_fan_out_run_side_by_side(broker_run: list[Result]) -> None:
+    """Scenario: the e2e phase again at the floor's rate (100 msg/s), then the bare gRPC
+    fan-out (its own server and consumer processes) with the same subscriptions, rate and
+    length. Expected: both measured every (record, subscription) pair, 400 each, with
+    matching params but for the fsync, and positive, ordered percentiles."""
+    got = side_by_side(broker_run)
+    assert set(got) == {
+        (system, f"e2e_latency_p{q}_ms")
+        for system in ("headrace", "grpc-aio-floor")
+        for q in (50, 99)
+    }
+    for system in ("headrace", "grpc-aio-floor"):
+        p50, p99 = got[(system, "e2e_latency_p50_ms")], got[(system, "e2e_latency_p99_ms")]
+        assert 0 < p50.value <= p99.value < dispatch.GRACE_S * 1000
+        assert p99.params["samples"] == 400
+        assert p99.params["subscriptions"] == 4
+    mine, floor = (
+        got[("headrace", "e2e_latency_p99_ms")],
+        got[("grpc-aio-floor", "e2e_latency_p99_ms")],
+    )
+    assert (mine.params["fsync"], floor.params["fsync"]) == ("always", "none")
+    same = {"subscriptions", "rate_msg_s", "seconds", "payload_bytes", "samples"}
+    assert {k: mine.params[k] for k in same} == {k: floor.params[k] for k in same}
 
 
 def test_e2e_samples_every_record_and_subscription_pair(
