@@ -20,6 +20,7 @@ from broker.convert import (
     subscription_info,
 )
 from broker.errors import InvalidRequestError
+from broker.ingest import Append
 from broker.replay import DeadLetterReplayer, ReplayOutcome
 from broker.status import Context, rpc
 from broker.topics import Topic, TopicRegistry
@@ -42,10 +43,12 @@ def _topic_info(topic: Topic) -> _admin.TopicInfo:
 class AdminService(_grpc.AdminServicer):
     """Topic and subscription administration. Task-safe."""
 
-    def __init__(self, topics: TopicRegistry, subscriptions: SubscriptionRegistry) -> None:
+    def __init__(
+        self, topics: TopicRegistry, subscriptions: SubscriptionRegistry, append: Append
+    ) -> None:
         self._topics = topics
         self._subscriptions = subscriptions
-        self._replayer = DeadLetterReplayer(topics)
+        self._replayer = DeadLetterReplayer(topics, append)
 
     @rpc
     async def CreateTopic(  # noqa: N802 - gRPC method name

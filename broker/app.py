@@ -29,6 +29,7 @@ from prometheus_client import start_http_server
 
 from broker.admin_service import AdminService
 from broker.config import BrokerConfig, parse_address
+from broker.ingest import append_batch
 from broker.metrics import BrokerMetrics
 from broker.partition import Partition
 from broker.retention import RetentionService
@@ -107,8 +108,9 @@ class Broker:
             ),
             server,
         )
+        append = functools.partial(append_batch, retention=self.retention, metrics=self.metrics)
         admin_pb2_grpc.add_AdminServicer_to_server(
-            AdminService(self.topics, self.subscriptions), server
+            AdminService(self.topics, self.subscriptions, append), server
         )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(

@@ -23,8 +23,13 @@ Invariants:
   a tenth of a second's worth). Example: 30 records at 100/s go out as batches of 10 at
   0 s, 0.1 s and 0.2 s.
 - One replay per queue at a time; a second one is refused, not queued.
+- Records are appended as a producer's are (:mod:`broker.ingest`): the backlog quota
+  applies, and they count as published. A partition over its quota stops the replay
+  with the batch in hand still queued (``reject_producer``), or holds it
+  (``block_producer``).
 
-Imports ``broker.topics``, ``dispatcher`` and ``wal``; no protobuf types.
+Imports ``broker.topics``, ``broker.ingest``, ``dispatcher`` and ``wal``; no protobuf
+types.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from broker.errors import DeadLetterReplayError, TopicNotFoundError
+from broker.ingest import Append
 from broker.topics import TopicRegistry
 from dispatcher.dlq import DeadLetterQueue, DlqEntry, replay_record, replay_refusal
 from wal import encode_columns
@@ -169,11 +175,21 @@ class DeadLetterReplayer:
 
     Args:
         topics: Where the original topics live.
+        append: Appends a batch as a producer's publish is appended (backlog quota, then
+            the log, then the ``published`` metric): :func:`broker.ingest.append_batch`,
+            bound to the broker's quota and metrics.
         clock: Wall-clock seconds since the epoch (the replayed records' timestamp).
     """
 
-    def __init__(self, topics: TopicRegistry, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        topics: TopicRegistry,
+        append: Append,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self._topics = topics
+        self._append = append
         self._clock = clock
         self._running: set[tuple[str, str]] = set()
 
@@ -187,6 +203,9 @@ class DeadLetterReplayer:
                 original topic or partition no longer exists (entries before it stay
                 replayed and acked).
             InvalidBatchError: a record does not fit the target partition's limits.
+            BacklogQuotaExceededError: a target partition is over its backlog quota
+                (``reject_producer``, or ``block_producer`` after its wait); the entries
+                of the batch in hand stay in the queue.
         """
         key = (topic, subscription)
         if key in self._running:
@@ -256,7 +275,7 @@ class DeadLetterReplayer:
             partition = self._topics.get(topic).partition(index)
             limit = partition.log.config.max_batch_bytes
             for data in encode_chunks(group, limit, now_ms):
-                await partition.append(data)
+                await self._append(topic, partition, data)
 
         await asyncio.gather(*(publish(t, i, g) for (t, i), g in _by_target(entries).items()))
         await dlq.ack_up_to(entries[-1].sequence)

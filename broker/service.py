@@ -28,6 +28,7 @@ from broker.convert import (
     subscription_type,
 )
 from broker.errors import InvalidRequestError, ShuttingDownError
+from broker.ingest import append_batch
 from broker.metrics import BrokerMetrics
 from broker.retention import RetentionService
 from broker.status import Context, abort_for, rpc, status_for
@@ -75,12 +76,9 @@ class BrokerService(_grpc.BrokerServicer):
             raise InvalidRequestError("batch", "is empty; send one encoded record batch")
         topic = await self._topic(request.topic)
         partition = topic.partition(request.partition)
-        blocked = self._retention.admit(topic.name, partition) if self._retention else None
-        if blocked is not None:
-            await blocked  # block_producer: the backlog is over its quota
-        result, duplicate = await partition.append(request.batch)
-        if not duplicate:
-            self._metrics.published(request.topic, partition.index, result, len(request.batch))
+        result, duplicate = await append_batch(
+            topic.name, partition, request.batch, retention=self._retention, metrics=self._metrics
+        )
         return publish_response(request.request_id, partition.index, result, duplicate=duplicate)
 
     @rpc

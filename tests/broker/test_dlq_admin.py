@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from broker.app import Broker
+from broker.backlog import BacklogConfig, BacklogPolicy
 from client import (
     AdminClient,
     AsyncAdminClient,
@@ -21,10 +22,13 @@ from client import (
     InvalidArgument,
     NotFound,
     ReplayResult,
+    ResourceExhausted,
     SkippedDeadLetter,
 )
 from dispatcher.dlq import HEADER_REPLAY_COUNT, RESERVED_HEADERS, DeadLetter, DeadLetterQueue
+from tests.broker.conftest import broker_config
 from tests.client.conftest import address, read_batches
+from wal import encode_columns
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
 
@@ -354,3 +358,31 @@ async def test_sync_admin_client_has_the_same_methods(broker: Broker) -> None:
     assert (replay.replayed, replay.remaining) == (3, 2)
     assert replay.skipped[0] == SkippedDeadLetter(4, replay.skipped[0].reason)
     assert got[4:] == [2, NotFound]
+
+
+async def test_replay_obeys_the_backlog_quota_and_counts_as_published(tmp_path: Path) -> None:
+    """Scenario: a backlog quota of 3 records per partition (reject_producer) and the
+    subscription at offset 0; two dead letters of partition 0 are replayed, then partition
+    0 is filled past its quota and a third is replayed. Expected: the first replay goes
+    through and counts in headrace_published_records; the second is refused with
+    RESOURCE_EXHAUSTED naming the quota, and its entry stays in the queue, unpublished."""
+    backlog = BacklogConfig(quota_messages=3, policy=BacklogPolicy.REJECT_PRODUCER)
+    async with Broker(broker_config(tmp_path / "data", backlog=backlog)) as broker:
+        dlq = await dead_letters(broker, [letter(1), letter(2)])
+        published = broker.metrics.registry.get_sample_value
+        labels = {"topic": TOPIC, "partition": "0"}
+        async with AsyncAdminClient(address(broker)) as admin:
+            assert await admin.replay_dead_letters(TOPIC, SUB) == ReplayResult(2, (), 0)
+            assert published("headrace_published_records_total", labels) == 2
+            partition = broker.topics.get(TOPIC).partition(0)
+            await partition.append(encode_columns([b"x", b"y"]))  # 4 unconsumed: over
+            await dlq.put([letter(3)])
+            with pytest.raises(ResourceExhausted, match="quota"):
+                await admin.replay_dead_letters(TOPIC, SUB)
+            assert await admin.count_dead_letters(TOPIC, SUB) == 1
+        assert [value for _k, value, _h in await records(broker, TOPIC, 0)] == [
+            b"v1",
+            b"v2",
+            b"x",
+            b"y",
+        ]

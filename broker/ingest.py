@@ -1,0 +1,48 @@
+"""Appending a batch to a partition as every publisher does: quota, append, metric.
+
+Owns :func:`append_batch` and :data:`Append` (its shape once bound to a broker's parts).
+The Publish RPCs and dead-letter replay both go through it, so a replay obeys the backlog
+quota (waits under ``block_producer``, fails under ``reject_producer``, makes room under
+``evict_oldest_backlog``) and counts in ``headrace_published_*`` like any producer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from broker.metrics import BrokerMetrics
+from broker.partition import Partition
+from broker.retention import RetentionService
+from wal import AppendResult
+
+#: ``append(topic, partition, data) -> (result, duplicate)``: :func:`append_batch` bound to
+#: a broker's backlog quota and metrics.
+Append = Callable[[str, Partition, bytes], Awaitable[tuple[AppendResult, bool]]]
+
+
+async def append_batch(
+    topic: str,
+    partition: Partition,
+    data: bytes,
+    *,
+    retention: RetentionService | None,
+    metrics: BrokerMetrics,
+) -> tuple[AppendResult, bool]:
+    """Admit ``data`` under the backlog quota (``retention``; ``None``: no quota), append it
+    to ``partition`` and count it as published (unless it was a producer's duplicate).
+
+    Returns:
+        Where the batch landed, and whether it was a duplicate of one already appended.
+
+    Raises:
+        BacklogQuotaExceededError: over quota under ``reject_producer``, or still over it
+            when ``block_producer``'s wait ends.
+        InvalidBatchError: the batch is malformed or over a limit; nothing was appended.
+    """
+    blocked = retention.admit(topic, partition) if retention is not None else None
+    if blocked is not None:
+        await blocked  # block_producer: the backlog is over its quota
+    result, duplicate = await partition.append(data)
+    if not duplicate:
+        metrics.published(topic, partition.index, result, len(data))
+    return result, duplicate
