@@ -3,6 +3,8 @@
 Modules:
     acks          AckRanges: the cursor plus out-of-order acks above it (pure)
     ranges        RangeMap: disjoint offset ranges with a value each (pure)
+    protocol      DispatchPolicy, PartitionSnapshot, the state machine's commands and
+                  actions (pure data)
     state         SubscriptionState: types, acks, leases, redelivery with backoff, poison
                   records, key_shared slots: the state machine (pure)
     lag           HeartbeatConfig, LagMonitor: the heartbeat's re-poll and STALLED rules (pure)
@@ -25,20 +27,20 @@ from dispatcher.errors import (
     SubscriptionNotFoundError,
 )
 from dispatcher.lag import HeartbeatConfig
-from dispatcher.registry import (
-    DispatchConfig,
-    PartitionSample,
-    SubscriptionRegistry,
-    SubscriptionSample,
-    check_subscription_name,
-)
-from dispatcher.state import (
+from dispatcher.protocol import (
     Delivery,
     DeliveryMode,
     DispatchPolicy,
     PartitionSnapshot,
     PoisonPolicy,
     SubscriptionType,
+)
+from dispatcher.registry import (
+    DispatchConfig,
+    PartitionSample,
+    SubscriptionRegistry,
+    SubscriptionSample,
+    check_subscription_name,
 )
 from dispatcher.subscription import (
     ConsumerSession,

@@ -62,7 +62,7 @@ from dispatcher.errors import (
     SubscriptionNotFoundError,
 )
 from dispatcher.lag import HeartbeatConfig
-from dispatcher.state import (
+from dispatcher.protocol import (
     DeliveryMode,
     DispatchPolicy,
     FailureRun,

@@ -56,7 +56,7 @@ from dispatcher.lag import (
     Observation,
     Verdict,
 )
-from dispatcher.state import (
+from dispatcher.protocol import (
     TICK,
     Ack,
     AckUpTo,
@@ -77,10 +77,10 @@ from dispatcher.state import (
     Persist,
     Seek,
     Send,
-    SubscriptionState,
     SubscriptionType,
     ToDeadLetter,
 )
+from dispatcher.state import SubscriptionState
 from wal import LogWriter
 
 logger = logging.getLogger(__name__)

@@ -25,8 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dispatcher.errors import InvalidAckError, InvalidSubscriptionError, SubscriptionBusyError
-from dispatcher.state import (
-    DEAD_LETTER_RETRY_S,
+from dispatcher.protocol import (
     TICK,
     Ack,
     AckUpTo,
@@ -51,11 +50,10 @@ from dispatcher.state import (
     PoisonPolicy,
     Seek,
     Send,
-    SubscriptionState,
     SubscriptionType,
     ToDeadLetter,
-    key_slot,
 )
+from dispatcher.state import DEAD_LETTER_RETRY_S, SubscriptionState, key_slot
 from wal import RecordBatch, decode_batch, encode_columns
 
 EXCLUSIVE = SubscriptionType.EXCLUSIVE
