@@ -23,11 +23,13 @@ together count against ``max_unacked``: a slow consumer never makes the broker h
 (plus at most one batch: the cap is checked before each slice, and slices are not split).
 
 Each offset's delivery count is implicit (1 below ``sent_mark``, the highest offset ever
-sent, 0 above) until a delivery of it fails; then it gets a :class:`~dispatcher.protocol.Failure` entry (count,
-last reason, the time of each failed attempt). A record that waits unsent while
-``sent_mark`` passes it (key_shared) gets an entry with count 0. Both are persisted, so
-max-deliveries survives a restart (DESIGN section 2, invariant 4); a redelivery is
-preceded by a ``Persist`` action when a failure is not yet saved.
+sent, 0 above) until a delivery of it fails; then it gets a failure entry: count, last
+reason, the time of each failed attempt (persisted as
+:class:`~dispatcher.protocol.FailureRun`, handed to the dead-letter queue as
+:class:`~dispatcher.protocol.Failure`). A record that waits unsent while ``sent_mark``
+passes it (key_shared) gets an entry with count 0. Both are persisted, so max-deliveries
+survives a restart (DESIGN section 2, invariant 4); a redelivery is preceded by a
+``Persist`` action when a failure is not yet saved.
 
 Routing by type: ``exclusive`` has one consumer; ``failover`` sends to the consumer that
 attached first, the others stand by, and a takeover resends the unacknowledged records
