@@ -227,6 +227,7 @@ class SubscriptionState:
         self._random = random
         self._parts = [_Part(i, snap) for i, snap in enumerate(partitions)]
         self._consumers: dict[str, _Consumer] = {}
+        self._eligible_now: list[_Consumer] = []  # see _eligible
         self._order = 0
         self._rr = 0  # shared: the next consumer to try
         self._next_partition = 0
@@ -402,12 +403,17 @@ class SubscriptionState:
     # -- consumers --------------------------------------------------------------------
 
     def _eligible(self) -> list[_Consumer]:
-        """Consumers that may receive records at all (failover: only the active one)."""
+        """Consumers that may receive records at all (failover: only the active one).
+        Kept up to date by attach and detach: several calls a pass, do not change it."""
+        return self._eligible_now
+
+    def _consumers_changed(self) -> None:
         if not self._consumers:
-            return []
-        if self.policy.type in (SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER):
-            return [min(self._consumers.values(), key=lambda c: c.order)]
-        return list(self._consumers.values())
+            self._eligible_now = []
+        elif self.policy.type in (SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER):
+            self._eligible_now = [min(self._consumers.values(), key=lambda c: c.order)]
+        else:
+            self._eligible_now = list(self._consumers.values())
 
     def _attach(self, cmd: Command, now: float) -> list[Action]:
         assert isinstance(cmd, Attach)
@@ -424,6 +430,7 @@ class SubscriptionState:
                     if part.leases:
                         consumer.fences[part.index] = part.read_pos
         self._consumers[cmd.consumer] = consumer
+        self._consumers_changed()
         self._rebalance()
         return []
 
@@ -432,6 +439,7 @@ class SubscriptionState:
         consumer = self._consumers.pop(cmd.consumer, None)
         if consumer is None:
             return []
+        self._consumers_changed()
         reason = f"consumer {consumer.name} left before acknowledging"
         for lease in list(consumer.leases):
             self._return_lease(lease, lease.begin, lease.end, now, reason=reason, delay=0.0)
