@@ -35,7 +35,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -45,6 +45,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from client import AsyncAdminClient, AsyncConsumer, AsyncProducer, RecordMetadata
+from tests._helpers import until
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function"), pytest.mark.timeout(180)]
 
@@ -245,23 +246,6 @@ async def consume(consumer: AsyncConsumer, ledger: Ledger) -> None:
             consumer.ack(message)
 
 
-async def until(awaitable: Awaitable[T], tasks: Sequence[asyncio.Task[Any]]) -> T:
-    """Await ``awaitable``, but if one of ``tasks`` ends first, raise what it raised."""
-    waiter = asyncio.ensure_future(awaitable)
-    try:
-        await asyncio.wait([waiter, *tasks], return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        if not waiter.done():
-            waiter.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await waiter
-    for task in tasks:
-        if task.done():
-            task.result()
-            raise AssertionError(f"{task.get_name()} ended early")
-    return waiter.result()
-
-
 @contextlib.asynccontextmanager
 async def cancelled_on_exit(tasks: Sequence[asyncio.Task[Any]]) -> AsyncIterator[None]:
     """Cancel ``tasks`` on the way out (those not finished yet), and wait for them."""
@@ -374,10 +358,10 @@ async def test_twenty_sigkills_under_producers_and_exclusive_and_shared_consumer
                 ]
                 tasks = [*readers, *writers]
                 await stack.enter_async_context(cancelled_on_exit(tasks))
-                kills = await until(kill_repeatedly(broker, ledger, rng), tasks)
+                kills = await until(kill_repeatedly(broker, ledger, rng), *tasks)
                 more = [300] * len(ledger.counts())
                 grown = ledger.grown_by(more)
-                await until(ledger.wait_until(grown, "progress after the last restart"), tasks)
+                await until(ledger.wait_until(grown, "progress after the last restart"), *tasks)
                 stop.set()
                 sent = sum(await asyncio.gather(*writers))
                 await asyncio.gather(*(p.flush() for p in producers))
@@ -385,7 +369,7 @@ async def test_twenty_sigkills_under_producers_and_exclusive_and_shared_consumer
                     ledger.wait_until(
                         lambda: not any(ledger.unseen().values()), "delivery of every acked record"
                     ),
-                    readers,
+                    *readers,
                 )
     finally:
         broker.kill()

@@ -31,16 +31,17 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from client import AsyncAdminClient, AsyncConsumer, AsyncProducer, RecordMetadata, partition_for
+from tests._helpers import until
 from tests.broker.test_serve_process import free_port
 
 pytestmark = [
@@ -212,23 +213,6 @@ async def consume(consumer: AsyncConsumer, ledger: Ledger) -> None:
         for message in batch:
             ledger.received(message.partition, message.offset, message.value)
             consumer.ack(message)
-
-
-async def until(awaitable: Awaitable[T], *tasks: asyncio.Task[Any]) -> T:
-    """Await ``awaitable``, but if one of ``tasks`` ends first, raise what it raised."""
-    waiter = asyncio.ensure_future(awaitable)
-    try:
-        await asyncio.wait([waiter, *tasks], return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        if not waiter.done():
-            waiter.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await waiter
-    for task in tasks:
-        if task.done():
-            task.result()
-            raise AssertionError(f"{task.get_name()} ended early")
-    return waiter.result()
 
 
 @contextlib.asynccontextmanager

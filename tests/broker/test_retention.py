@@ -28,6 +28,7 @@ from broker.topics import TopicRegistry
 from dispatcher import Subscription, SubscriptionRegistry
 from proto import admin_pb2 as admin
 from proto import broker_pb2 as pb
+from tests._helpers import ManualClock
 from tests.broker.conftest import broker_config, serving
 from wal import LogConfig, encode_columns
 
@@ -35,19 +36,6 @@ pytestmark = pytest.mark.asyncio(loop_scope="function")
 
 SMALL = LogConfig(segment_bytes=512, index_interval_bytes=100)
 RECORDS_PER_BATCH = 5
-
-
-class FakeClock:
-    """Monotonic seconds that move only when told."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @dataclass
@@ -88,7 +76,7 @@ async def running(
     backlog: BacklogConfig | None = None,
     poll_s: float = 0.01,
     interval_s: float = 3600,
-    clock: FakeClock | None = None,
+    clock: ManualClock | None = None,
 ) -> AsyncIterator[Env]:
     """Topics, subscriptions and a retention service (its task not started: tests drive
     passes with ``run_once`` or start it)."""
@@ -214,7 +202,7 @@ async def test_reject_producer_refuses_publishes_over_quota(
     quota 10 and what to do; both refusals counted, one warning logged; once the
     subscription saves cursor 10 (and the cached floor is stale), publishes go through and
     the return under the quota is logged."""
-    clock = FakeClock()
+    clock = ManualClock()
     async with running(tmp_path, backlog=reject(10), poll_s=0.1, clock=clock) as env:
         await env.subscribe("s", 0)
         await env.publish(2)

@@ -42,6 +42,7 @@ from dispatcher.dlq import (
     replay_refusal,
 )
 from dispatcher.errors import DispatchError
+from tests._helpers import ManualClock
 from wal import (
     Fault,
     FaultyFs,
@@ -57,19 +58,6 @@ from wal import (
 
 T0 = 1_700_000_000.0  # the manual clock's start, seconds since the epoch
 SMALL_LOG = LogConfig(segment_bytes=512, index_interval_bytes=100)
-
-
-class ManualClock:
-    """Wall-clock seconds that move only when a test says so."""
-
-    def __init__(self, now: float = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def letter(
@@ -387,7 +375,7 @@ def dlq_dir(tmp_path: Path) -> str:
 @pytest.fixture
 def clock() -> ManualClock:
     """A manual wall clock at T0."""
-    return ManualClock()
+    return ManualClock(T0)
 
 
 @pytest_asyncio.fixture

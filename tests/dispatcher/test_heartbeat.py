@@ -27,25 +27,13 @@ from dispatcher import (
     InitialPosition,
     SubscriptionRegistry,
 )
+from tests._helpers import ManualClock
 from wal import FileSystem, LogWriter, RecordBatch, encode_columns
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
 
 INTERVAL = 0.5
 STALL = 2.0
-
-
-class ManualClock:
-    """Monotonic seconds that move only when a test says so."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class FaultyReads:
