@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.wal._helpers import CrashableFs
 from wal import (
     BatchTooLargeError,
     EmptyBatchError,
@@ -70,29 +71,6 @@ def read_values(log: Log) -> list[bytes]:
 def files(path: str) -> dict[str, int]:
     """Name -> size of every file in the directory."""
     return {n: os.path.getsize(os.path.join(path, n)) for n in sorted(os.listdir(path))}
-
-
-class CrashableFs(FaultyFs):
-    """A FaultyFs that tracks open descriptors, so a "dead" process can drop them unsynced."""
-
-    def __init__(self, *, faults: Sequence[Fault] = (), crash_at: str | None = None) -> None:
-        super().__init__(faults=faults, crash_at=crash_at)
-        self.open_fds: set[int] = set()
-
-    def open(self, path: str, *, create: bool = False) -> int:
-        fd = super().open(path, create=create)
-        self.open_fds.add(fd)
-        return fd
-
-    def close(self, fd: int) -> None:
-        self.open_fds.discard(fd)
-        super().close(fd)
-
-    def die(self) -> None:
-        """Close every descriptor still open, without any sync: what process death does."""
-        for fd in sorted(self.open_fds):
-            super().close(fd)
-        self.open_fds.clear()
 
 
 def append_and_flush(log: Log, data: bytes) -> None:

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.wal._helpers import read_all
 from wal import (
     CorruptSegmentError,
     Log,
     LogConfig,
     OffsetOutOfRangeError,
-    RecordBatch,
     WalClosedError,
     encode_columns,
 )
@@ -53,20 +53,6 @@ def fill(log: Log, n: int, *, ts: int = 0, ts_step: int = 0) -> list[tuple[int, 
         result = log.append(batch_bytes(log.head, count, ts + k * ts_step))
         placed.append((result.first_offset, result.last_offset + 1))
     return placed
-
-
-def read_all(log: Log, start: int | None = None) -> list[RecordBatch]:
-    """Every batch from ``start`` (default: the first offset) to the head, checked dense."""
-    offset = log.first_offset if start is None else start
-    out: list[RecordBatch] = []
-    while offset < log.head:
-        got = log.read(offset)
-        assert got, f"read at {offset} returned nothing below head {log.head}"
-        for b in got:
-            assert b.base_offset == offset, f"expected a batch at {offset}, got {b.base_offset}"
-            offset = b.next_offset
-        out += got
-    return out
 
 
 def assert_intact(log: Log) -> None:

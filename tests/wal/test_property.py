@@ -32,7 +32,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from wal import FaultyFs, Log, LogConfig, RecordBatch, encode_columns
+from tests.wal._helpers import CrashableFs, read_all
+from wal import Log, LogConfig, encode_columns
 
 CONFIG = LogConfig(segment_bytes=512, index_interval_bytes=100, retention_bytes=1000)
 
@@ -40,43 +41,6 @@ CONFIG = LogConfig(segment_bytes=512, index_interval_bytes=100, retention_bytes=
 def value_for(i: int, pad: int) -> bytes:
     """A payload that names its record id and whose content can be checked."""
     return b"%08d:" % i + hashlib.sha256(b"%d" % i).digest()[: i % 29] + b"." * pad
-
-
-class CrashableFs(FaultyFs):
-    """A FaultyFs that tracks open descriptors, so a "dead" process can drop them unsynced."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.open_fds: set[int] = set()
-
-    def open(self, path: str, *, create: bool = False) -> int:
-        fd = super().open(path, create=create)
-        self.open_fds.add(fd)
-        return fd
-
-    def close(self, fd: int) -> None:
-        self.open_fds.discard(fd)
-        super().close(fd)
-
-    def die(self) -> None:
-        """Close every descriptor still open, without any sync: what process death does."""
-        for fd in sorted(self.open_fds):
-            super().close(fd)
-        self.open_fds.clear()
-
-
-def read_all(log: Log) -> list[RecordBatch]:
-    """Every batch from the first offset to the head, checked dense."""
-    offset = log.first_offset
-    out: list[RecordBatch] = []
-    while offset < log.head:
-        got = log.read(offset)
-        assert got, f"read at {offset} returned nothing below head {log.head}"
-        for b in got:
-            assert b.base_offset == offset, f"batch at {b.base_offset}, expected {offset}"
-            offset = b.next_offset
-        out += got
-    return out
 
 
 class LogMachine(RuleBasedStateMachine):

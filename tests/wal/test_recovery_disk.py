@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from wal import Log, LogConfig, RecordBatch, encode_columns
+from tests.wal._helpers import read_all
+from wal import Log, LogConfig, encode_columns
 from wal.index import ENTRY
 
 
@@ -30,20 +31,6 @@ def value_for(i: int) -> bytes:
 def batch_bytes(first_id: int, count: int) -> bytes:
     """An encoded batch of records ``first_id``..``first_id + count - 1``."""
     return encode_columns([value_for(i) for i in range(first_id, first_id + count)])
-
-
-def read_all(log: Log) -> list[RecordBatch]:
-    """Every batch from the first offset to the head, checked dense."""
-    offset = log.first_offset
-    out: list[RecordBatch] = []
-    while offset < log.head:
-        got = log.read(offset)
-        assert got, f"read at {offset} returned nothing below head {log.head}"
-        for b in got:
-            assert b.base_offset == offset
-            offset = b.next_offset
-        out += got
-    return out
 
 
 def assert_intact(log: Log, head: int) -> None:
