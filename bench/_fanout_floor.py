@@ -18,29 +18,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
-import json
 import struct
-import subprocess
 import sys
 import time
 from array import array
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from subprocess import PIPE
 
 import grpc
 
+from bench import _fanout_child as _child
 from bench._measure import new_runner
 from bench._pubsub_system import (
     E2E_PAYLOAD_BYTES,
-    ServerFailedError,
     ServerProcess,
     free_port,
-    pace,
     read_stamp,
     stamp_payload,
-    stdin_closed,
     wait_until_serving,
 )
 
@@ -50,7 +44,6 @@ _SUBSCRIBE = "/headrace.bench.Fanout/Subscribe"
 _LENGTH = struct.Struct(">I")
 _SERVER = "from bench._fanout_floor import server_main; server_main()"
 _CONSUMER = "from bench._fanout_floor import consumer_main; consumer_main()"
-_READY_TIMEOUT_S = 60.0
 
 
 def _same(data: bytes) -> bytes:
@@ -81,58 +74,21 @@ async def measure(
             )
             stamp = stamp_payload(time.monotonic_ns(), E2E_PAYLOAD_BYTES)
             await wait_until_serving(
-                lambda: publish(stamp, timeout=1), timeout_s=_READY_TIMEOUT_S, process=server
+                lambda: publish(stamp, timeout=1), timeout_s=_child.READY_TIMEOUT_S, process=server
             )
-            out = directory / "floor-latencies.f64"
-            consumer = _spawn_consumer(directory, address, streams, round(rate * seconds), out)
-            try:
-                await _expect_line(consumer, "ready", _READY_TIMEOUT_S)
-
-                def send(due_ns: int) -> Awaitable[bytes]:
-                    return publish(stamp_payload(due_ns, E2E_PAYLOAD_BYTES))
-
-                sent = await pace(rate, seconds, send, clock_ns=time.monotonic_ns)
-                try:
-                    await _expect_line(consumer, "{", grace_s)
-                except TimeoutError:
-                    assert consumer.stdin is not None
-                    consumer.stdin.close()  # stop, and write what came
-                    await _expect_line(consumer, "{", grace_s)
-            finally:
-                if consumer.poll() is None:
-                    consumer.kill()
-                await asyncio.to_thread(consumer.wait)
-                for pipe in (consumer.stdin, consumer.stdout):
-                    if pipe is not None:
-                        pipe.close()
-        samples = array("d")
-        samples.frombytes(out.read_bytes())
-        return sorted(samples), sent
+            return await _child.drive(
+                _CONSUMER,
+                server=address,
+                subscribers=streams,
+                rate=rate,
+                seconds=seconds,
+                grace_s=grace_s,
+                publish=publish,
+                directory=directory,
+                name="floor",
+            )
     finally:
         server.stop()
-
-
-def _spawn_consumer(
-    directory: Path, address: str, streams: int, expected: int, out: Path
-) -> subprocess.Popen[bytes]:
-    argv = [
-        *(sys.executable, "-c", _CONSUMER, "--address", address, "--streams", str(streams)),
-        *("--expected", str(expected), "--out", str(out)),
-    ]
-    with (directory / "floor-consumer.log").open("ab") as stderr:
-        # vfork and exec, not the loop's subprocess support (uvloop forks; gRPC complains)
-        return subprocess.Popen(argv, stdin=PIPE, stdout=PIPE, stderr=stderr)
-
-
-async def _expect_line(process: subprocess.Popen[bytes], start: str, timeout_s: float) -> str:
-    """The process's next stdout line, which must start with ``start``."""
-    assert process.stdout is not None
-    line = await asyncio.wait_for(asyncio.to_thread(process.stdout.readline), timeout_s)
-    text = line.decode().strip()
-    if not text.startswith(start):
-        code = process.poll()
-        raise ServerFailedError(f"the floor's consumer said {text!r} (exit status {code})")
-    return text
 
 
 # ---------------------------------------------------------------------------------------
@@ -207,20 +163,8 @@ async def _serve(address: str) -> None:
 
 
 def consumer_main(argv: Sequence[str] | None = None) -> None:
-    """Entry point of the consumer process: print ``ready`` once every stream is
-    subscribed, then a JSON summary once each got ``expected`` records or stdin closed;
-    the latencies (ms, float64) go to ``--out``."""
-    parser = argparse.ArgumentParser(prog="bench fan-out floor consumer")
-    parser.add_argument("--address", required=True)
-    parser.add_argument("--streams", type=int, required=True)
-    parser.add_argument("--expected", type=int, required=True)
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args(argv)
-    _, runner = new_runner()
-    with runner:
-        latencies = runner.run(_consume(args.address, args.streams, args.expected))
-    args.out.write_bytes(latencies.tobytes())
-    print(json.dumps({"received": len(latencies)}), flush=True)
+    """Entry point of the consumer process (the protocol of :mod:`bench._fanout_child`)."""
+    _child.main("bench fan-out floor consumer", _consume, argv)
 
 
 async def _consume(address: str, streams: int, expected: int) -> array[float]:
@@ -247,19 +191,13 @@ async def _consume(address: str, streams: int, expected: int) -> array[float]:
             if all(count >= expected for count in counts):
                 done.set()
 
-    takers = [asyncio.create_task(take(i)) for i in range(streams)]
-    stdin_gone = asyncio.create_task(stdin_closed())
-    try:
-        await asyncio.gather(*(event.wait() for event in subscribed))
-        gc.freeze()  # as the Headrace consumers do: no full GC over the setup
-        print("ready", flush=True)
-        await asyncio.wait(
-            [asyncio.create_task(done.wait()), stdin_gone], return_when=asyncio.FIRST_COMPLETED
-        )
-    finally:
-        for task in (*takers, stdin_gone):
-            task.cancel()
-        await asyncio.gather(*takers, stdin_gone, return_exceptions=True)
-        for channel in channels:
-            await channel.close()
+    async def close() -> None:
+        await asyncio.gather(*(channel.close() for channel in channels))
+
+    await _child.consume(
+        [take(i) for i in range(streams)],
+        asyncio.gather(*(event.wait() for event in subscribed)),
+        done,
+        close,
+    )
     return latencies

@@ -312,7 +312,7 @@ REDIS_FSYNC = ("always", "everysec")
 REDIS_MAX_CONNECTIONS = 64
 
 
-def _redis_client(port: int) -> Any:
+def redis_client(port: int) -> Any:
     """A redis-py asyncio client without retries (hiredis parses replies when installed).
 
     Concurrent commands each take a connection of its pool; past
@@ -333,7 +333,15 @@ def _redis_client(port: int) -> Any:
     return Redis.from_pool(pool)
 
 
-def _entries(reply: Any) -> list[tuple[bytes, dict[bytes, bytes]]]:
+def redis_argv(binary: str, port: int, data_dir: Path, fsync: str) -> list[str]:
+    """redis-server on 127.0.0.1:``port`` with AOF (``appendfsync`` ``fsync``) in
+    ``data_dir``, RDB snapshots off, in the foreground, logging to stdout."""
+    argv = [binary, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(data_dir)]
+    argv += ["--appendonly", "yes", "--appendfsync", fsync, "--save", ""]
+    return [*argv, "--daemonize", "no", "--logfile", ""]
+
+
+def stream_entries(reply: Any) -> list[tuple[bytes, dict[bytes, bytes]]]:
     """The (id, fields) entries of an XREADGROUP reply on one stream (empty when none)."""
     if not reply:
         return []
@@ -360,16 +368,14 @@ class RedisStreams:
             raise ValueError(f"redis appendfsync must be one of {REDIS_FSYNC}, not {fsync!r}")
         self.fsync = fsync
         self._port = free_port()
-        argv = [binary, "--bind", "127.0.0.1", "--port", str(self._port), "--dir", str(data_dir)]
-        argv += ["--appendonly", "yes", "--appendfsync", fsync, "--save", ""]
-        argv += ["--daemonize", "no", "--logfile", ""]
+        argv = redis_argv(binary, self._port, data_dir, fsync)
         self._process = ServerProcess(argv, data_dir / "redis-server.log")
         self._client: Any = None
 
     async def start(self) -> None:
         """Start redis-server and create the consumer group (and the stream)."""
         self._process.start()
-        self._client = _redis_client(self._port)
+        self._client = redis_client(self._port)
         await wait_until_serving(
             self._client.ping, timeout_s=_START_TIMEOUT_S, process=self._process
         )
@@ -403,7 +409,7 @@ class RedisStreams:
             want = min(REDIS_READ_BATCH, count - received)
             pipe.xreadgroup(REDIS_GROUP, REDIS_CONSUMER, {REDIS_STREAM: ">"}, count=want)
             replies = await pipe.execute()
-            ids = [entry_id for entry_id, _ in _entries(replies[-1])]
+            ids = [entry_id for entry_id, _ in stream_entries(replies[-1])]
             if not ids:
                 raise ServerFailedError(f"the stream ran dry after {received} of {count}")
             received += len(ids)
@@ -419,7 +425,7 @@ class RedisStreams:
             await client.xadd(REDIS_STREAM, {REDIS_FIELD: payload})
 
         async def consume(recorder: LatencyRecorder) -> None:
-            reader = _redis_client(port)
+            reader = redis_client(port)
             try:
                 recorder.set_ready()
                 while recorder.running:
@@ -430,7 +436,7 @@ class RedisStreams:
                         count=REDIS_READ_BATCH,
                         block=round(_E2E_POLL_S * 1000),
                     )
-                    entries = _entries(reply)
+                    entries = stream_entries(reply)
                     for _, fields in entries:
                         recorder.record(fields[REDIS_FIELD])
                     if entries:
@@ -446,7 +452,7 @@ class RedisStreams:
         return await restart_to_serving(self._process, self._probe_xadd)
 
     async def _probe_xadd(self) -> None:
-        client = _redis_client(self._port)
+        client = redis_client(self._port)
         try:
             await client.xadd(REDIS_STREAM, {REDIS_FIELD: b"probe"})
         finally:

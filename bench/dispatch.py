@@ -29,9 +29,15 @@ Owns the measurements of the dispatcher (issue 4) and their goals:
    The same e2e run is repeated at ``floor_rate`` (200 msg/s), side by side with the
    bare gRPC fan-out of :mod:`bench._fanout_floor` (system ``grpc-aio-floor``: the same
    transport, records, subscriptions and consumer process, and no broker work at all).
-   Only Headrace at the full rate is judged against the goal: the pair shows how much of
-   the latency is the transport's. (At 1,000 msg/s and above the bare fan-out, which
-   forwards every loop turn's publishes to every stream, does not keep up here.)
+   Then Redis Streams (:mod:`bench._fanout_redis`, system ``redis-streams``, AOF
+   ``appendfsync always``, one consumer group per subscription, the consumers in one
+   Python process) fans out the same records at both rates, when ``redis-server`` and
+   redis-py are here (found or installed as ``bench pubsub`` does; skipped with the reason
+   on stderr otherwise). Only Headrace at the full rate is judged against the goal: the
+   floor shows how much of the latency is the transport's, and Redis what a C broker with
+   the same Python consumers reaches on the same machine. (At 1,000 msg/s and above the
+   bare fan-out, which forwards every loop turn's publishes to every stream, does not keep
+   up here.)
 4. ``shared_msgs_s``: 1,000,000 records (100,000 with ``--quick``) preloaded on a
    4-partition topic, then 8 consumers on one ``shared`` subscription, in a consumer
    process, each acking every record on its own (``consumer.ack(message)``, not
@@ -61,16 +67,17 @@ import subprocess
 import sys
 import time
 from array import array
-from collections.abc import Awaitable, Coroutine, Iterator, Sequence
+from collections.abc import Awaitable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from subprocess import PIPE
 
 import grpc
 
-from bench import _fanout_floor
+from bench import _fanout_floor, _fanout_redis
 from bench._measure import new_runner, per_second, percentile
 from bench._output import Goal, Params, Result
+from bench._peers import REDIS
 from bench._pubsub_system import (
     E2E_PAYLOAD_BYTES,
     ServerFailedError,
@@ -84,6 +91,7 @@ from bench._pubsub_system import (
     wait_until_serving,
 )
 from bench._runner import RunOptions, cell_dir
+from bench.pubsub import find_servers
 from client import AsyncAdminClient, AsyncConsumer, AsyncProducer, ClientError, Message
 from dispatcher import ConsumerSession, HeartbeatConfig, SubscriptionRegistry
 from wal import LogWriter, encode_columns
@@ -168,12 +176,24 @@ QUICK = Sizes(
 
 
 def _warn(message: str) -> None:
-    print(f"bench: dispatch: {message}", file=sys.stderr, flush=True)
+    _warn_raw(f"bench: {BENCH}: {message}")
 
 
-def run(options: RunOptions, *, sizes: Sizes | None = None) -> Iterator[Result]:
-    """Measure, yielding each result as it is known, then the goals."""
+def _warn_raw(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def run(
+    options: RunOptions, *, sizes: Sizes | None = None, peers: Mapping[str, str] | None = None
+) -> Iterator[Result]:
+    """Measure, yielding each result as it is known, then the goals.
+
+    ``peers``: the peers' server paths by system name (default: found, or installed, as
+    ``bench pubsub`` does; a peer that cannot run is skipped with the reason on stderr).
+    """
     sizes = sizes or (QUICK if options.quick else FULL)
+    if peers is None:
+        peers = find_servers([REDIS], warn=_warn_raw, scenario=BENCH)
     loop_name, runner = new_runner()
     params: Params = {"heartbeat_ms": INTERVAL_S * 1000, "loop": loop_name}
     measured: list[Result] = []
@@ -211,7 +231,7 @@ def run(options: RunOptions, *, sizes: Sizes | None = None) -> Iterator[Result]:
     )
     measured.append(cpu)
     yield cpu
-    for result in broker_phases(options.data_dir, sizes, params):
+    for result in broker_phases(options.data_dir, sizes, params, peers):
         measured.append(result)
         yield result
     for result in measured:
@@ -309,9 +329,13 @@ async def _heartbeat_cpu(directory: Path, sizes: Sizes) -> float:
 # Through a real broker: e2e fan-out latency and shared throughput
 
 
-def broker_phases(root: Path, sizes: Sizes, params: Params) -> Iterator[Result]:
-    """Start one broker, then yield the e2e latencies and the shared throughput; a phase
-    that fails is reported on stderr and skipped."""
+def broker_phases(
+    root: Path, sizes: Sizes, params: Params, peers: Mapping[str, str] | None = None
+) -> Iterator[Result]:
+    """Start one broker, then yield the e2e latencies and the shared throughput, then the
+    bare gRPC fan-out's latencies and those of the ``peers`` found (server path by system
+    name; only ``redis-streams`` has a fan-out here); a phase that fails is reported on
+    stderr and skipped."""
     _, runner = new_runner()
     with runner, cell_dir(root, "broker") as directory:
         broker = _Broker(directory)
@@ -336,6 +360,17 @@ def broker_phases(root: Path, sizes: Sizes, params: Params) -> Iterator[Result]:
         yield from _guarded(
             "the bare gRPC fan-out", runner, _floor_results(directory, sizes, params)
         )
+    redis = (peers or {}).get(_fanout_redis.SYSTEM)
+    for rate in (sizes.floor_rate, sizes.e2e_rate):
+        if redis is None:
+            break
+        _, runner = new_runner()
+        with runner, cell_dir(root, f"redis-{rate:g}") as directory:
+            yield from _guarded(
+                f"the Redis Streams fan-out at {rate:g} msg/s",
+                runner,
+                _redis_results(directory, redis, sizes, rate, params),
+            )
 
 
 async def _floor_results(directory: Path, sizes: Sizes, params: Params) -> list[Result]:
@@ -347,51 +382,57 @@ async def _floor_results(directory: Path, sizes: Sizes, params: Params) -> list[
         seconds=sizes.e2e_seconds,
         grace_s=GRACE_S,
     )
-    fields: Params = {
-        **params,
-        "fsync": "none",
-        "subscriptions": sizes.e2e_subscriptions,
-        "rate_msg_s": sizes.floor_rate,
-        "seconds": sizes.e2e_seconds,
-        "payload_bytes": E2E_PAYLOAD_BYTES,
-        "consumer_processes": 1,
-        "samples": len(samples),
-    }
-    if len(samples) < sent * sizes.e2e_subscriptions:
-        _warn(f"the bare fan-out delivered {len(samples)} of {sent * sizes.e2e_subscriptions}")
-    return [
-        Result(
-            BENCH,
-            _fanout_floor.SYSTEM,
-            f"e2e_latency_p{q}_ms",
-            percentile(samples, q),
-            "ms",
-            fields,
-        )
-        for q in (50, 99)
-    ]
+    fields = _e2e_params(params, sizes, sizes.floor_rate, "none", 1)
+    return _latencies(_fanout_floor.SYSTEM, samples, sent, sizes, fields)
+
+
+async def _redis_results(
+    directory: Path, binary: str, sizes: Sizes, rate: float, params: Params
+) -> list[Result]:
+    """The same fan-out as the e2e phase at ``rate``, through Redis Streams."""
+    samples, sent = await _fanout_redis.measure(
+        directory,
+        binary=binary,
+        groups=sizes.e2e_subscriptions,
+        rate=rate,
+        seconds=sizes.e2e_seconds,
+        grace_s=GRACE_S,
+    )
+    fields = _e2e_params(params, sizes, rate, _fanout_redis.FSYNC, 1)
+    return _latencies(_fanout_redis.SYSTEM, samples, sent, sizes, fields)
 
 
 async def _e2e_results(broker: _Broker, sizes: Sizes, params: Params) -> list[Result]:
     samples, sent = await _e2e(broker, sizes)
+    fields = _e2e_params(params, sizes, sizes.e2e_rate, "always", sizes.e2e_processes)
+    return _latencies("headrace", samples, sent, sizes, fields)
+
+
+def _e2e_params(params: Params, sizes: Sizes, rate: float, fsync: str, processes: int) -> Params:
+    return {
+        **params,
+        "fsync": fsync,
+        "subscriptions": sizes.e2e_subscriptions,
+        "rate_msg_s": rate,
+        "seconds": sizes.e2e_seconds,
+        "payload_bytes": E2E_PAYLOAD_BYTES,
+        "consumer_processes": processes,
+    }
+
+
+def _latencies(
+    system: str, samples: list[float], sent: int, sizes: Sizes, fields: Params
+) -> list[Result]:
+    """p50 and p99 of one fan-out run; says on stderr when pairs did not arrive."""
     expected = sent * sizes.e2e_subscriptions
     if len(samples) < expected:
         _warn(
-            f"{expected - len(samples)} of {expected} e2e (record, subscription) pairs did not "
-            "arrive in time; the percentiles cover the others only"
+            f"{system}: {expected - len(samples)} of {expected} e2e (record, subscription) "
+            "pairs did not arrive in time; the percentiles cover the others only"
         )
-    fields: Params = {
-        **params,
-        "fsync": "always",
-        "subscriptions": sizes.e2e_subscriptions,
-        "rate_msg_s": sizes.e2e_rate,
-        "seconds": sizes.e2e_seconds,
-        "payload_bytes": E2E_PAYLOAD_BYTES,
-        "consumer_processes": sizes.e2e_processes,
-        "samples": len(samples),
-    }
+    fields = {**fields, "samples": len(samples)}
     return [
-        Result(BENCH, "headrace", f"e2e_latency_p{q}_ms", percentile(samples, q), "ms", fields)
+        Result(BENCH, system, f"e2e_latency_p{q}_ms", percentile(samples, q), "ms", fields)
         for q in (50, 99)
     ]
 

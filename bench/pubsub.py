@@ -167,6 +167,7 @@ def find_servers(
     installer: Installer | str | None = None,
     has_module: Callable[[str], bool] | None = None,
     warn: Warn = _stderr,
+    scenario: str = BENCH,
 ) -> dict[str, str]:
     """The peers that can run here, by system name, with the path of their server.
 
@@ -179,6 +180,7 @@ def find_servers(
         installer: Installs packages, or a string saying why nothing can be installed.
         has_module: Whether a Python module can be imported (default: importlib's finder).
         warn: Where the messages go (default: stderr).
+        scenario: The scenario the messages name.
     """
     has_module = has_module or (lambda name: importlib.util.find_spec(name) is not None)
     runnable = []
@@ -187,26 +189,26 @@ def find_servers(
             runnable.append(peer)
         else:
             warn(
-                f"bench: pubsub: skipping {peer.system}: its Python client {peer.client_dist} "
+                f"bench: {scenario}: skipping {peer.system}: its Python client {peer.client_dist} "
                 "is not installed (pip install -e '.[bench]')"
             )
     found = {p.system: path for p in runnable if (path := which(p.binary)) is not None}
     missing = [p for p in runnable if p.system not in found]
     if missing:
         installer = installer if installer is not None else default_installer(which)
-        found.update(_install(missing, which, installer, warn))
+        found.update(_install(missing, which, installer, warn, scenario))
     return found
 
 
 def _install(
-    missing: Sequence[Peer], which: Which, installer: Installer | str, warn: Warn
+    missing: Sequence[Peer], which: Which, installer: Installer | str, warn: Warn, scenario: str
 ) -> dict[str, str]:
     """Install the servers of ``missing`` in one go; the ones now on PATH, by system."""
     packages = [p.package for p in missing]
     if isinstance(installer, str):
         reason = f"cannot install it here: {installer}"
     else:
-        warn(f"bench: pubsub: installing {' '.join(packages)} with apt-get")
+        warn(f"bench: {scenario}: installing {' '.join(packages)} with apt-get")
         ok = installer(packages)
         reason = "apt-get install failed" if not ok else "it is still not on PATH after install"
     found: dict[str, str] = {}
@@ -216,7 +218,7 @@ def _install(
             found[peer.system] = path
         else:
             warn(
-                f"bench: pubsub: skipping {peer.system}: {peer.binary} is not installed and "
+                f"bench: {scenario}: skipping {peer.system}: {peer.binary} is not installed and "
                 f"{reason}; install it with: apt-get install -y {peer.package}"
             )
     return found

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import shutil
 from pathlib import Path
 
 import pytest
@@ -28,6 +30,17 @@ SMALL = dispatch.Sizes(
     shared_consumers=3,
 )
 PARAMS: Params = {"heartbeat_ms": 500.0, "loop": "test"}
+#: The Redis Streams peer runs beside Headrace when its server and client are here (the
+#: ``bench`` extra and Debian's redis-server; CI installs neither).
+REDIS_SERVER = shutil.which("redis-server")
+REDIS_PEERS = (
+    {"redis-streams": REDIS_SERVER}
+    if REDIS_SERVER is not None and importlib.util.find_spec("redis") is not None
+    else {}
+)
+needs_redis = pytest.mark.skipif(
+    not REDIS_PEERS, reason="needs redis-server and redis-py (pip install -e '.[bench]')"
+)
 
 
 def by_metric(results: list[Result]) -> tuple[dict[str, Result], dict[str, Result]]:
@@ -43,12 +56,12 @@ def by_metric(results: list[Result]) -> tuple[dict[str, Result], dict[str, Resul
     return measured, goals
 
 
-def side_by_side(results: list[Result]) -> dict[tuple[str, str], Result]:
-    """The e2e results at the floor's rate, by (system, metric)."""
+def side_by_side(results: list[Result], rate: float) -> dict[tuple[str, str], Result]:
+    """The e2e results at ``rate``, by (system, metric)."""
     return {
         (r.system, r.metric): r
         for r in results
-        if not r.is_goal and r.params.get("rate_msg_s") == SMALL.floor_rate
+        if not r.is_goal and r.params.get("rate_msg_s") == rate
     }
 
 
@@ -59,7 +72,7 @@ def test_a_small_run_measures_every_metric_and_judges_its_goals(tmp_path: Path) 
     metric with a goal is measured and judged, plus the e2e p50; all 40 lost records are
     delivered (by the heartbeat alone: nothing else can wake the dispatcher), none stuck,
     every delay positive, a CPU share in [0, 100], and the human report names them all."""
-    results = list(dispatch.run(RunOptions(quick=True, data_dir=tmp_path), sizes=SMALL))
+    results = list(dispatch.run(RunOptions(quick=True, data_dir=tmp_path), sizes=SMALL, peers={}))
     measured, goals = by_metric(results)
     assert set(goals) == set(dispatch.GOALS)
     assert set(measured) == {*dispatch.GOALS, "e2e_latency_p50_ms"}
@@ -85,7 +98,8 @@ def test_a_small_run_measures_every_metric_and_judges_its_goals(tmp_path: Path) 
 @pytest.fixture(scope="module")
 def broker_run(tmp_path_factory: pytest.TempPathFactory) -> list[Result]:
     """The broker phases at :data:`SMALL` sizes, run once for the tests that read them."""
-    return list(dispatch.broker_phases(tmp_path_factory.mktemp("broker"), SMALL, PARAMS))
+    root = tmp_path_factory.mktemp("broker")
+    return list(dispatch.broker_phases(root, SMALL, PARAMS, REDIS_PEERS))
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +112,8 @@ def test_headrace_and_the_bare_grpc_fan_out_run_side_by_side(broker_run: list[Re
     fan-out (its own server and consumer processes) with the same subscriptions, rate and
     length. Expected: both measured every (record, subscription) pair, 400 each, with
     matching params but for the fsync, and positive, ordered percentiles."""
-    got = side_by_side(broker_run)
+    got = side_by_side(broker_run, SMALL.floor_rate)
+    got = {key: r for key, r in got.items() if key[0] != "redis-streams"}
     assert set(got) == {
         (system, f"e2e_latency_p{q}_ms")
         for system in ("headrace", "grpc-aio-floor")
@@ -116,6 +131,29 @@ def test_headrace_and_the_bare_grpc_fan_out_run_side_by_side(broker_run: list[Re
     assert (mine.params["fsync"], floor.params["fsync"]) == ("always", "none")
     same = {"subscriptions", "rate_msg_s", "seconds", "payload_bytes", "samples"}
     assert {k: mine.params[k] for k in same} == {k: floor.params[k] for k in same}
+
+
+@needs_redis
+@pytest.mark.parametrize("rate", [SMALL.floor_rate, SMALL.e2e_rate])
+def test_redis_streams_fans_out_beside_headrace_at_both_rates(
+    broker_run: list[Result], rate: float
+) -> None:
+    """Scenario: a real redis-server (AOF, appendfsync always) with 4 consumer groups on
+    one stream, their consumers in one process, fed at the floor's rate and at the e2e
+    rate for 1 s. Expected: every (record, group) pair measured (100 or 200 records, 4
+    groups), positive ordered percentiles, and the same params as Headrace's run at that
+    rate but for the consumer processes."""
+    got = side_by_side(broker_run, rate)
+    p50, p99 = (
+        got[("redis-streams", "e2e_latency_p50_ms")],
+        got[("redis-streams", "e2e_latency_p99_ms")],
+    )
+    assert 0 < p50.value <= p99.value < dispatch.GRACE_S * 1000
+    assert p99.params["samples"] == round(rate * SMALL.e2e_seconds) * 4
+    mine = got[("headrace", "e2e_latency_p99_ms")]
+    same = {"fsync", "subscriptions", "rate_msg_s", "seconds", "payload_bytes", "samples"}
+    assert {k: p99.params[k] for k in same} == {k: mine.params[k] for k in same}
+    assert p99.params["consumer_processes"] == 1
 
 
 def test_e2e_samples_every_record_and_subscription_pair(

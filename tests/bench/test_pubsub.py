@@ -436,6 +436,25 @@ def test_missing_server_that_cannot_be_installed_is_skipped_with_the_reason() ->
     assert "apt-get install -y nats-server" in line
 
 
+def test_messages_name_the_scenario_that_looks_for_the_peer() -> None:
+    """``bench dispatch`` looks for redis-server too: its messages say ``dispatch``, both
+    when the client is missing and when the server is."""
+    said = Messages()
+    found = find_servers(
+        [NATS, REDIS],
+        which=_which({}),
+        installer="not running as root",
+        has_module=lambda name: name == "redis",
+        warn=said,
+        scenario="dispatch",
+    )
+    assert found == {}
+    assert len(said.lines) == 2
+    assert all(line.startswith("bench: dispatch: skipping ") for line in said.lines)
+    assert said.mentioning("nats-py is not installed")
+    assert said.mentioning("apt-get install -y redis-server")
+
+
 def test_missing_servers_are_installed_in_one_go() -> None:
     """Both missing and apt works: one install of both packages, announced on stderr, and
     both peers run afterwards."""
