@@ -245,13 +245,19 @@ class AsyncConsumer:
         return out
 
     async def _wait_for_messages(self, timeout: float | None) -> None:  # noqa: ASYNC109
+        if timeout is None:  # the common case, without a timeout's bookkeeping per batch
+            await self._until_buffered()
+            return
         async with asyncio.timeout(timeout):
-            if self._task is None:
-                await self.start()
-            while not self._buffer:
-                self._raise()
-                self._ready.clear()
-                await self._ready.wait()
+            await self._until_buffered()
+
+    async def _until_buffered(self) -> None:
+        if self._task is None:
+            await self.start()
+        while not self._buffer:
+            self._raise()
+            self._ready.clear()
+            await self._ready.wait()
 
     def _raise(self) -> None:
         if self._error is not None:
