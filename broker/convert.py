@@ -14,7 +14,7 @@ from dispatcher import (
     SubscriptionStatus,
     SubscriptionType,
 )
-from dispatcher.dlq import DlqEntry
+from dispatcher.dead_letter import DlqEntry
 from proto import admin_pb2 as _admin
 from proto import broker_pb2 as _pb
 from wal import AppendResult, Log

@@ -2,7 +2,7 @@
 
 Role: the asyncio shell behind the ``ReplayDeadLetters`` admin call. It reads entries from a
 :class:`~dispatcher.dlq.DeadLetterQueue` oldest first, publishes each one's
-:func:`~dispatcher.dlq.replay_record` (``x-replay-count`` incremented) to the entry's
+:func:`~dispatcher.dead_letter.replay_record` (``x-replay-count`` incremented) to the entry's
 original topic and partition, paced to a rate, and acks each batch in the queue once its
 publish is durable. The planning steps (:func:`batch_size_for`, :func:`replayable_prefix`,
 :func:`encode_chunks`) are pure.
@@ -43,7 +43,8 @@ from dataclasses import dataclass
 from broker.errors import DeadLetterReplayError, TopicNotFoundError
 from broker.ingest import Append
 from broker.topics import TopicRegistry
-from dispatcher.dlq import DeadLetterQueue, DlqEntry, replay_record, replay_refusal
+from dispatcher.dead_letter import DlqEntry, replay_record, replay_refusal
+from dispatcher.dlq import DeadLetterQueue
 from wal import encode_columns
 
 logger = logging.getLogger(__name__)

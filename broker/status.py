@@ -31,7 +31,7 @@ from dispatcher import (
     SubscriptionBusyError,
     SubscriptionNotFoundError,
 )
-from dispatcher.dlq import DlqCorruptError
+from dispatcher.dead_letter import DlqCorruptError
 from wal import (
     BatchTooLargeError,
     CorruptSegmentError,

@@ -8,6 +8,7 @@ Modules:
     state         SubscriptionState: types, acks, leases, redelivery with backoff, poison
                   records, key_shared slots: the state machine (pure)
     lag           HeartbeatConfig, LagMonitor: the heartbeat's re-poll and STALLED rules (pure)
+    dead_letter   DeadLetter, DlqEntry: dead letters as records, the codec, replay (pure)
     dlq           DeadLetterQueue: one subscription's dead letters in their own log
     subscription  Subscription, ConsumerSession: the async shell that runs the state machine
     registry      SubscriptionRegistry: create, find, drop, persist state atomically; dead-

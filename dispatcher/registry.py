@@ -55,7 +55,8 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from dispatcher.dlq import DeadLetter, DeadLetterQueue, DlqConfig, PutOutcome
+from dispatcher.dead_letter import DeadLetter
+from dispatcher.dlq import DeadLetterQueue, DlqConfig, PutOutcome
 from dispatcher.errors import (
     DispatcherClosedError,
     InvalidSubscriptionError,

@@ -25,7 +25,8 @@ from client import (
     ResourceExhausted,
     SkippedDeadLetter,
 )
-from dispatcher.dlq import HEADER_REPLAY_COUNT, RESERVED_HEADERS, DeadLetter, DeadLetterQueue
+from dispatcher.dead_letter import HEADER_REPLAY_COUNT, RESERVED_HEADERS, DeadLetter
+from dispatcher.dlq import DeadLetterQueue
 from tests.broker.conftest import broker_config
 from tests.client.conftest import address, read_batches
 from wal import encode_columns

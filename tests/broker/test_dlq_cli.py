@@ -13,7 +13,7 @@ import subprocess
 import pytest
 
 from broker.app import Broker
-from dispatcher.dlq import HEADER_REPLAY_COUNT
+from dispatcher.dead_letter import HEADER_REPLAY_COUNT
 from tests.broker.test_cli_client import headrace
 from tests.broker.test_dlq_admin import SUB, TOPIC, dead_letters, letter, records, subscribed
 from tests.broker.test_serve_process import free_port

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from broker.replay import batch_size_for, encode_chunks, replayable_prefix
-from dispatcher.dlq import HEADER_REPLAY_COUNT, DlqEntry
+from dispatcher.dead_letter import HEADER_REPLAY_COUNT, DlqEntry
 from wal import decode_batch
 
 

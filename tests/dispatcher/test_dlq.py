@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from dispatcher.dlq import (
+from dispatcher.dead_letter import (
     HEADER_ATTEMPT_TIMES,
     HEADER_PARTITION,
     HEADER_REPLAY_COUNT,
@@ -27,19 +27,21 @@ from dispatcher.dlq import (
     HEADER_TRUNCATED,
     RESERVED_HEADERS,
     DeadLetter,
-    DeadLetterQueue,
-    DlqConfig,
-    DlqConfigError,
     DlqCorruptError,
     DlqEntry,
-    DlqFullError,
-    OverflowPolicy,
-    PutOutcome,
     decode_entries,
     encode_letters,
     replay_count_of,
     replay_record,
     replay_refusal,
+)
+from dispatcher.dlq import (
+    DeadLetterQueue,
+    DlqConfig,
+    DlqConfigError,
+    DlqFullError,
+    OverflowPolicy,
+    PutOutcome,
 )
 from dispatcher.errors import DispatchError
 from tests._helpers import ManualClock
