@@ -1,19 +1,21 @@
 """Subscription dispatch: cursors, acks, consumers and the task that feeds them.
 
 Modules:
-    acks          AckRanges: the cursor plus out-of-order acks above it (pure)
-    ranges        RangeMap: disjoint offset ranges with a value each (pure)
-    protocol      DispatchPolicy, PartitionSnapshot, the state machine's commands and
-                  actions (pure data)
-    state         SubscriptionState: types, acks, leases, redelivery with backoff, poison
-                  records, key_shared slots: the state machine (pure)
-    lag           HeartbeatConfig, LagMonitor: the heartbeat's re-poll and STALLED rules (pure)
-    dead_letter   DeadLetter, DlqEntry: dead letters as records, the codec, replay (pure)
-    dlq           DeadLetterQueue: one subscription's dead letters in their own log
-    subscription  Subscription, ConsumerSession: the async shell that runs the state machine
-    registry      SubscriptionRegistry: create, find, drop, persist state atomically; dead-
-                  letter queues; the heartbeat task and the metrics snapshot
-    errors        DispatchError and its subclasses
+    acks              AckRanges: the cursor plus out-of-order acks above it (pure)
+    ranges            RangeMap: disjoint offset ranges with a value each (pure)
+    protocol          DispatchPolicy, PartitionSnapshot, the state machine's commands and
+                      actions (pure data)
+    partition_book    Consumer, Lease, PartitionBook: what the state machine keeps per
+                      partition and consumer; the key_shared slot hash (pure)
+    state             SubscriptionState: types, acks, leases, redelivery with backoff, poison
+                      records, key_shared slots: the state machine (pure)
+    lag               HeartbeatConfig, LagMonitor: the heartbeat's re-poll and STALLED rules (pure)
+    dead_letter       DeadLetter, DlqEntry: dead letters as records, the codec, replay (pure)
+    dlq               DeadLetterQueue: one subscription's dead letters in their own log
+    subscription      Subscription, ConsumerSession: the async shell that runs the state machine
+    registry          SubscriptionRegistry: create, find, drop, persist state atomically; dead-
+                      letter queues; the heartbeat task and the metrics snapshot
+    errors            DispatchError and its subclasses
 
 Imports ``wal`` only (DESIGN section 1).
 """

@@ -1,12 +1,13 @@
 """The dispatch state machine of one subscription. Pure: no I/O, no asyncio, no clock.
 
-Owns :class:`SubscriptionState` and the key_shared slot hash (:func:`key_slot`). Its
-commands (``Attach`` .. ``DeadLetterFailed``), its actions (``Send``, ``ToDeadLetter``,
-``Persist``, ``Note``) and the settings that shape it (:class:`DispatchPolicy`) are in
-:mod:`dispatcher.protocol`. The async shell (:mod:`dispatcher.subscription`) feeds it one
-command at a time with the time, ``state.handle(cmd, now)``, and carries out the actions it
-returns: it reads the log when asked, puts deliveries in consumers' outboxes, writes dead
-letters and saves state.
+Owns :class:`SubscriptionState`: the rules. The records it keeps per partition and per
+consumer (leases, failure entries, the key_shared slot hash) are in
+:mod:`dispatcher.partition_book`. Its commands (``Attach`` .. ``DeadLetterFailed``), its
+actions (``Send``, ``ToDeadLetter``, ``Persist``, ``Note``) and the settings that shape it
+(:class:`DispatchPolicy`) are in :mod:`dispatcher.protocol`. The async shell
+(:mod:`dispatcher.subscription`) feeds it one command at a time with the time,
+``state.handle(cmd, now)``, and carries out the actions it returns: it reads the log when
+asked, puts deliveries in consumers' outboxes, writes dead letters and saves state.
 
 Per partition every offset in ``[cursor, read_pos)`` is in exactly one place:
 
@@ -51,11 +52,21 @@ import heapq
 import logging
 import math
 import zlib
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 
-from dispatcher.acks import AckRanges
 from dispatcher.errors import InvalidAckError, InvalidSubscriptionError, SubscriptionBusyError
+from dispatcher.partition_book import (
+    MAX_FAILURES,
+    SLOTS,
+    BatchContext,
+    Consumer,
+    Lease,
+    PartitionBook,
+    Tries,
+    failure_runs,
+    pass_over,
+    unblock,
+)
 from dispatcher.protocol import (
     PERSIST,
     Ack,
@@ -72,7 +83,6 @@ from dispatcher.protocol import (
     Detach,
     DispatchPolicy,
     Failure,
-    FailureRun,
     Fetched,
     Grant,
     Nack,
@@ -86,123 +96,10 @@ from dispatcher.protocol import (
     ToDeadLetter,
     check_number,
 )
-from dispatcher.ranges import RangeMap
 from wal import RecordBatch
 
-#: Key slots of a key_shared subscription; a consumer owns whole slots.
-SLOTS = 1024
-#: The most failure entries (offsets whose delivery failed) kept per partition.
-MAX_FAILURES = 100_000
 #: How long a dead letter that could not be written waits before the next try, seconds.
 DEAD_LETTER_RETRY_S = 1.0
-
-
-# -- internal state -----------------------------------------------------------------------
-
-
-class _Consumer:
-    __slots__ = ("credit", "fences", "id", "in_flight", "leases", "name", "order", "weights")
-
-    def __init__(self, consumer_id: str, name: str, order: int, credit: int) -> None:
-        self.id = consumer_id
-        self.name = name
-        self.order = order
-        self.credit = credit
-        self.in_flight = 0
-        self.leases: set[_Lease] = set()
-        self.fences: dict[int, int] = {}  # key_shared: partition -> held from this offset
-        self.weights: list[int] = []  # key_shared: rendezvous weight per slot
-
-
-class _Lease:
-    """Records ``[begin, end)`` sent together to one consumer (pieces may be acked)."""
-
-    __slots__ = ("begin", "consumer", "deadline", "end", "partition", "remaining", "sent_at")
-
-    def __init__(
-        self, partition: int, begin: int, end: int, consumer: _Consumer, *, now: float, ttl: float
-    ) -> None:
-        self.partition = partition
-        self.begin = begin
-        self.end = end
-        self.consumer = consumer
-        self.sent_at = now
-        self.deadline = now + ttl
-        self.remaining = end - begin
-
-    def __lt__(self, other: _Lease) -> bool:  # heap order ties
-        return id(self) < id(other)
-
-
-class _Tries:
-    __slots__ = ("deliveries", "reason", "times")
-
-    def __init__(self, deliveries: int, reason: str, times: list[int]) -> None:
-        self.deliveries = deliveries
-        self.reason = reason
-        self.times = times
-
-
-class _Part:
-    __slots__ = (
-        "acks",
-        "blocked",
-        "blocked_offset",
-        "index",
-        "leases",
-        "parked",
-        "read_pos",
-        "retry_dead_letters",
-        "sent_mark",
-        "stuck",
-        "tries",
-        "waiting",
-    )
-
-    def __init__(self, index: int, snap: PartitionSnapshot) -> None:
-        self.index = index
-        self.acks = AckRanges(snap.cursor, snap.acked)
-        self.read_pos = self.acks.cursor
-        self.sent_mark = max(snap.delivered, self.acks.cursor)
-        self.leases: RangeMap[_Lease] = RangeMap()
-        self.waiting: RangeMap[float] = RangeMap()  # value: ready_at
-        self.parked: RangeMap[float | None] = RangeMap()  # value: retry at, None: pending
-        # key_shared: waiting offsets whose key's owner could not take them (no credit, or
-        # held back by its fence). Reads and timers pass over them, so that they hold up
-        # neither other keys nor the loop; cleared by any command but Fetched and Tick.
-        # A filter only: an offset here that no longer waits means nothing.
-        self.stuck: RangeMap[bool] = RangeMap()
-        self.tries: dict[int, _Tries] = {}
-        for run in snap.failures:
-            for offset in range(max(run.begin, self.acks.cursor), run.end):
-                self.tries[offset] = _Tries(run.deliveries, run.reason, list(run.times_ms))
-        self.blocked = ""  # why this partition sends nothing, or ""
-        self.blocked_offset = -1  # the offset it waits on
-        self.retry_dead_letters = False  # blocked by a failed dead-letter write
-
-    def deliveries(self, offset: int) -> int:
-        tries = self.tries.get(offset)
-        if tries is not None:
-            return tries.deliveries
-        return 1 if offset < self.sent_mark else 0
-
-    def held(self) -> int:
-        return self.leases.total + self.waiting.total + self.parked.total
-
-    def sendable_waiting(self) -> Iterator[tuple[int, int, float]]:
-        """The waiting pieces ``(lo, hi, ready_at)`` that are not stuck, in order."""
-        stuck = self.stuck
-        for lo, hi, at in self.waiting:
-            if not stuck:
-                yield lo, hi, at
-                continue
-            pos = lo
-            for s_lo, s_hi, _ in stuck.overlapping(lo, hi):
-                if s_lo > pos:
-                    yield pos, s_lo, at
-                pos = max(pos, s_hi)
-            if pos < hi:
-                yield pos, hi, at
 
 
 class SubscriptionState:
@@ -225,14 +122,14 @@ class SubscriptionState:
         self.policy = policy
         self._names = names
         self._random = random
-        self._parts = [_Part(i, snap) for i, snap in enumerate(partitions)]
-        self._consumers: dict[str, _Consumer] = {}
-        self._eligible_now: list[_Consumer] = []  # see _eligible
+        self._parts = [PartitionBook(i, snap) for i, snap in enumerate(partitions)]
+        self._consumers: dict[str, Consumer] = {}
+        self._eligible_now: list[Consumer] = []  # see _eligible
         self._order = 0
         self._rr = 0  # shared: the next consumer to try
         self._next_partition = 0
-        self._owners: list[_Consumer] = []  # key_shared: owner per slot
-        self._deadlines: list[tuple[float, _Lease]] = []  # lazily pruned heap
+        self._owners: list[Consumer] = []  # key_shared: owner per slot
+        self._deadlines: list[tuple[float, Lease]] = []  # lazily pruned heap
         self._unsaved_failures = False
         self._stuck = False  # whether any partition has stuck offsets
         #: Bumped whenever something that is persisted changed.
@@ -396,13 +293,15 @@ class SubscriptionState:
             # restart, but the running state keeps them acknowledged (else nothing would
             # ever resend or acknowledge them, and the cursor would stop there).
             ranges = tuple(part.acks.ranges()[:max_ranges])
-            out.append(PartitionSnapshot(part.acks.cursor, ranges, part.sent_mark, _runs(part)))
+            out.append(
+                PartitionSnapshot(part.acks.cursor, ranges, part.sent_mark, failure_runs(part))
+            )
         self._unsaved_failures = False
         return out
 
     # -- consumers --------------------------------------------------------------------
 
-    def _eligible(self) -> list[_Consumer]:
+    def _eligible(self) -> list[Consumer]:
         """Consumers that may receive records at all (failover: only the active one).
         Kept up to date by attach and detach: several calls a pass, do not change it."""
         return self._eligible_now
@@ -421,7 +320,7 @@ class SubscriptionState:
             holder = next(iter(self._consumers.values())).name
             raise SubscriptionBusyError(*self._names, holder)
         self._order += 1
-        consumer = _Consumer(cmd.consumer, cmd.name, self._order, cmd.credit)
+        consumer = Consumer(cmd.consumer, cmd.name, self._order, cmd.credit)
         if self.policy.type is SubscriptionType.KEY_SHARED:
             name = cmd.name.encode()
             consumer.weights = [zlib.crc32(b"%s/%d" % (name, s)) for s in range(SLOTS)]
@@ -466,7 +365,7 @@ class SubscriptionState:
         """Raise ``InvalidSubscriptionError`` unless ``partition`` exists."""
         self._part(partition)
 
-    def _part(self, partition: int) -> _Part:
+    def _part(self, partition: int) -> PartitionBook:
         if not 0 <= partition < len(self._parts):
             raise InvalidSubscriptionError(
                 "partition",
@@ -505,7 +404,7 @@ class SubscriptionState:
         self._apply_ack(part, part.acks.cursor, cmd.offset)
         return []
 
-    def _apply_ack(self, part: _Part, begin: int, end: int) -> None:
+    def _apply_ack(self, part: PartitionBook, begin: int, end: int) -> None:
         if begin >= end:
             return
         for lo, hi, lease in part.leases.cut(begin, end):
@@ -521,7 +420,7 @@ class SubscriptionState:
             self.changes += 1
             part.read_pos = max(part.read_pos, part.acks.cursor)
             if part.blocked and part.acks.is_acked(part.blocked_offset):
-                _unblock(part)
+                unblock(part)
 
     def _nack(self, cmd: Command, now: float) -> list[Action]:
         assert isinstance(cmd, Nack)
@@ -543,7 +442,7 @@ class SubscriptionState:
         return []
 
     def _return_lease(
-        self, lease: _Lease, begin: int, end: int, now: float, *, reason: str, delay: float | None
+        self, lease: Lease, begin: int, end: int, now: float, *, reason: str, delay: float | None
     ) -> None:
         """Take ``[begin, end)`` of ``lease`` back: record the failure, make it wait."""
         part = self._parts[lease.partition]
@@ -557,7 +456,7 @@ class SubscriptionState:
                 if tries is None:
                     if len(part.tries) >= MAX_FAILURES:
                         continue  # bounded memory; the offset keeps its implicit count
-                    tries = part.tries[offset] = _Tries(1, reason, [])
+                    tries = part.tries[offset] = Tries(1, reason, [])
                 tries.reason = reason
                 tries.times.append(sent_ms)
                 failures = max(failures, tries.deliveries)
@@ -588,7 +487,7 @@ class SubscriptionState:
                 part.tries = {o: t for o, t in part.tries.items() if not part.acks.is_acked(o)}
         return []
 
-    def _live(self, lease: _Lease) -> bool:
+    def _live(self, lease: Lease) -> bool:
         return lease.remaining > 0 and lease in lease.consumer.leases
 
     # -- moving positions -------------------------------------------------------------
@@ -608,7 +507,7 @@ class SubscriptionState:
             part.read_pos = offset
             part.sent_mark = max(part.sent_mark, offset)
             part.tries.clear()
-            _unblock(part)
+            unblock(part)
         self.changes += 1
         return []
 
@@ -672,12 +571,14 @@ class SubscriptionState:
             self._unsaved_failures = False
         return out
 
-    def _send_batch(self, part: _Part, batch: RecordBatch, now: float, out: list[Action]) -> bool:
+    def _send_batch(
+        self, part: PartitionBook, batch: RecordBatch, now: float, out: list[Action]
+    ) -> bool:
         """Send what may go of one batch; return False once nothing more can go."""
         base, nxt = batch.base_offset, batch.next_offset
         if part.blocked:
             if part.retry_dead_letters:
-                ctx = _BatchContext(batch, now, out)
+                ctx = BatchContext(batch, now, out)
                 for lo, hi, at in part.parked.overlapping(base, nxt):
                     if at is not None and at <= now:
                         part.parked.cut(lo, hi)
@@ -694,7 +595,7 @@ class SubscriptionState:
             spans.extend((lo, hi, False) for lo, hi in part.acks.unacked(start, nxt))
         if not spans:
             return True
-        ctx = _BatchContext(batch, now, out)
+        ctx = BatchContext(batch, now, out)
         for lo, hi, waited in spans:
             if waited:
                 if not any(c.credit > 0 for c in self._eligible()):
@@ -711,7 +612,7 @@ class SubscriptionState:
             part.read_pos = max(part.read_pos, nxt)
         return True
 
-    def _route(self, part: _Part, ctx: _BatchContext, lo: int, hi: int) -> None:
+    def _route(self, part: PartitionBook, ctx: BatchContext, lo: int, hi: int) -> None:
         """Send ``[lo, hi)`` (unacknowledged, not leased) or make it wait."""
         if lo < part.sent_mark and self.policy.max_deliveries:
             # redeliveries: poison records first (per offset; this path is rare)
@@ -731,7 +632,7 @@ class SubscriptionState:
             lo = run_lo
         self._assign(part, ctx, lo, hi)
 
-    def _poison(self, part: _Part, ctx: _BatchContext, offset: int) -> None:
+    def _poison(self, part: PartitionBook, ctx: BatchContext, offset: int) -> None:
         deliveries = part.deliveries(offset)
         policy = self.policy.poison
         if policy is PoisonPolicy.DROP:
@@ -755,7 +656,7 @@ class SubscriptionState:
         else:
             self._to_dead_letter(part, ctx, offset, offset + 1)
 
-    def _to_dead_letter(self, part: _Part, ctx: _BatchContext, lo: int, hi: int) -> None:
+    def _to_dead_letter(self, part: PartitionBook, ctx: BatchContext, lo: int, hi: int) -> None:
         part.parked.add(lo, hi, None)
         failures = []
         for offset in range(lo, hi):
@@ -770,7 +671,7 @@ class SubscriptionState:
             )
         ctx.out.append(ToDeadLetter(part.index, ctx.batch, lo, hi, tuple(failures)))
 
-    def _assign(self, part: _Part, ctx: _BatchContext, lo: int, hi: int) -> None:
+    def _assign(self, part: PartitionBook, ctx: BatchContext, lo: int, hi: int) -> None:
         """Give ``[lo, hi)`` to consumers by the subscription's type; what none can take
         now waits."""
         if lo >= hi:
@@ -805,7 +706,7 @@ class SubscriptionState:
             return
         self._give(part, ctx, lo, hi, target)
 
-    def _stick(self, part: _Part, lo: int, hi: int, now: float) -> None:
+    def _stick(self, part: PartitionBook, lo: int, hi: int, now: float) -> None:
         """``[lo, hi)`` waits for the one consumer that may take it (key_shared's owner of
         its keys, or the only eligible one) to have credit or its fence lifted."""
         part.waiting.add(lo, hi, now)
@@ -814,7 +715,9 @@ class SubscriptionState:
             part.stuck.add(lo, hi, True)
             self._stuck = True
 
-    def _give(self, part: _Part, ctx: _BatchContext, lo: int, hi: int, consumer: _Consumer) -> None:
+    def _give(
+        self, part: PartitionBook, ctx: BatchContext, lo: int, hi: int, consumer: Consumer
+    ) -> None:
         fence = consumer.fences.get(part.index)
         if fence is not None and hi > fence:  # held until everything below is acked
             if lo < fence:
@@ -828,7 +731,7 @@ class SubscriptionState:
         if lo < part.sent_mark:
             for offset in range(lo, min(hi, part.sent_mark)):
                 count = part.deliveries(offset)
-                if count == 0:  # passed over while it waited (see _pass_over): first send
+                if count == 0:  # passed over while it waited (see pass_over): first send
                     del part.tries[offset]
                     continue
                 redeliveries[offset] = count
@@ -836,13 +739,13 @@ class SubscriptionState:
                 if tries is not None:
                     tries.deliveries += 1
                 elif count >= 1:
-                    part.tries[offset] = _Tries(count + 1, "", [])
+                    part.tries[offset] = Tries(count + 1, "", [])
             self.redelivered_total += len(redeliveries)
         count = hi - lo
         consumer.credit -= count
         self.sent_total += count
         if hi > part.sent_mark:
-            _pass_over(part, lo)
+            pass_over(part, lo)
             part.sent_mark = hi
             self.changes += 1
         delivery = Delivery(part.index, ctx.data(), lo, hi, redeliveries)
@@ -851,7 +754,7 @@ class SubscriptionState:
             self._apply_ack(part, lo, hi)
             return
         ttl = self.policy.ack_timeout_s
-        lease = _Lease(
+        lease = Lease(
             part.index, lo, hi, consumer, now=ctx.now, ttl=ttl if ttl is not None else math.inf
         )
         part.leases.add(lo, hi, lease)
@@ -859,77 +762,3 @@ class SubscriptionState:
         consumer.in_flight += count
         if ttl is not None:
             heapq.heappush(self._deadlines, (lease.deadline, lease))
-
-
-@dataclass(slots=True)
-class _BatchContext:
-    """One batch being sent at ``now``, with its bytes and key slots computed at most
-    once, and the actions produced so far."""
-
-    batch: RecordBatch
-    now: float
-    out: list[Action]
-    base: int = field(init=False)
-    _data: bytes | None = None
-    _slots: list[int] | None = None
-
-    def __post_init__(self) -> None:
-        self.base = self.batch.base_offset
-
-    def data(self) -> bytes:
-        if self._data is None:
-            buffer = self.batch.buffer
-            whole = buffer.obj  # the log's tail cache holds each batch as its own bytes
-            if type(whole) is bytes and len(whole) == buffer.nbytes:
-                self._data = whole  # shared by every subscription, never copied
-            else:
-                self._data = bytes(buffer)
-        return self._data
-
-    def slots(self) -> list[int]:
-        if self._slots is None:
-            keys = self.batch.keys()
-            self._slots = [key_slot(k) for k in keys]
-        return self._slots
-
-
-def key_slot(key: bytes | None) -> int:
-    """The key_shared slot of ``key`` (records without a key share slot 0)."""
-    return zlib.crc32(key) % SLOTS if key else 0
-
-
-def _pass_over(part: _Part, below: int) -> None:
-    """Give a delivery count of 0 to the records in ``[sent_mark, below)`` that wait
-    without ever having been sent (a key_shared consumer without credit, or held for
-    order), before ``sent_mark`` moves past them: below it, a count of 1 is implicit."""
-    for lo, hi, _ in part.waiting.overlapping(part.sent_mark, below):
-        for offset in range(lo, hi):
-            if offset not in part.tries and len(part.tries) < MAX_FAILURES:
-                part.tries[offset] = _Tries(0, "", [])
-
-
-def _unblock(part: _Part) -> None:
-    part.blocked = ""
-    part.blocked_offset = -1
-    part.retry_dead_letters = False
-    for lo, hi, _ in part.parked.cut(0, 1 << 62):  # failed dead letters go round again
-        part.waiting.add(lo, hi, 0.0)
-
-
-def _runs(part: _Part) -> tuple[FailureRun, ...]:
-    """The failures of unacknowledged offsets, merged into runs of equal history."""
-    runs: list[FailureRun] = []
-    for offset, t in sorted(part.tries.items()):
-        if part.acks.is_acked(offset):
-            continue
-        times = tuple(t.times)
-        last = runs[-1] if runs else None
-        if (
-            last is not None
-            and last.end == offset
-            and (last.deliveries, last.reason, last.times_ms) == (t.deliveries, t.reason, times)
-        ):
-            runs[-1] = FailureRun(last.begin, offset + 1, t.deliveries, t.reason, times)
-        else:
-            runs.append(FailureRun(offset, offset + 1, t.deliveries, t.reason, times))
-    return tuple(runs)

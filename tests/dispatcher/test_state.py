@@ -25,6 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dispatcher.errors import InvalidAckError, InvalidSubscriptionError, SubscriptionBusyError
+from dispatcher.partition_book import key_slot
 from dispatcher.protocol import (
     TICK,
     Ack,
@@ -53,7 +54,7 @@ from dispatcher.protocol import (
     SubscriptionType,
     ToDeadLetter,
 )
-from dispatcher.state import DEAD_LETTER_RETRY_S, SubscriptionState, key_slot
+from dispatcher.state import DEAD_LETTER_RETRY_S, SubscriptionState
 from wal import RecordBatch, decode_batch, encode_columns
 
 EXCLUSIVE = SubscriptionType.EXCLUSIVE

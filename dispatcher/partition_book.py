@@ -1,0 +1,217 @@
+"""The per-partition bookkeeping of the dispatch state machine. Pure: no I/O, no clock.
+
+Owns the records :class:`~dispatcher.state.SubscriptionState` keeps and changes:
+:class:`Consumer` (one attached consumer: credit, leases, key_shared fences and weights),
+:class:`Lease` (records sent together to one consumer), :class:`Tries` (an offset whose
+delivery failed), :class:`PartitionBook` (one partition: acked, leased, waiting, parked and
+stuck offsets, the read position and ``sent_mark``), :class:`BatchContext` (one batch
+being sent) and the key_shared slot hash (:func:`key_slot`). The rules that move offsets
+between those places live in :mod:`dispatcher.state`; the helpers here
+(:func:`pass_over`, :func:`unblock`, :func:`failure_runs`) each change or read one
+partition only.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from dispatcher.acks import AckRanges
+from dispatcher.protocol import Action, FailureRun, PartitionSnapshot
+from dispatcher.ranges import RangeMap
+from wal import RecordBatch
+
+#: Key slots of a key_shared subscription; a consumer owns whole slots.
+SLOTS = 1024
+#: The most failure entries (offsets whose delivery failed) kept per partition.
+MAX_FAILURES = 100_000
+
+
+class Consumer:
+    """One attached consumer: its credit, what it holds, and its key_shared fences and
+    slot weights."""
+
+    __slots__ = ("credit", "fences", "id", "in_flight", "leases", "name", "order", "weights")
+
+    def __init__(self, consumer_id: str, name: str, order: int, credit: int) -> None:
+        self.id = consumer_id
+        self.name = name
+        self.order = order
+        self.credit = credit
+        self.in_flight = 0
+        self.leases: set[Lease] = set()
+        self.fences: dict[int, int] = {}  # key_shared: partition -> held from this offset
+        self.weights: list[int] = []  # key_shared: rendezvous weight per slot
+
+
+class Lease:
+    """Records ``[begin, end)`` sent together to one consumer (pieces may be acked)."""
+
+    __slots__ = ("begin", "consumer", "deadline", "end", "partition", "remaining", "sent_at")
+
+    def __init__(
+        self, partition: int, begin: int, end: int, consumer: Consumer, *, now: float, ttl: float
+    ) -> None:
+        self.partition = partition
+        self.begin = begin
+        self.end = end
+        self.consumer = consumer
+        self.sent_at = now
+        self.deadline = now + ttl
+        self.remaining = end - begin
+
+    def __lt__(self, other: Lease) -> bool:  # heap order ties
+        return id(self) < id(other)
+
+
+class Tries:
+    """An offset's failure entry: how often it was sent, why the last try failed, when
+    each failed try was sent (ms since the epoch)."""
+
+    __slots__ = ("deliveries", "reason", "times")
+
+    def __init__(self, deliveries: int, reason: str, times: list[int]) -> None:
+        self.deliveries = deliveries
+        self.reason = reason
+        self.times = times
+
+
+class PartitionBook:
+    """One partition of a subscription: its acked, leased, waiting, parked and stuck
+    offsets, its read position and ``sent_mark``, its failure entries, and why it is
+    blocked (see :mod:`dispatcher.state` for the rules that move offsets between them)."""
+
+    __slots__ = (
+        "acks",
+        "blocked",
+        "blocked_offset",
+        "index",
+        "leases",
+        "parked",
+        "read_pos",
+        "retry_dead_letters",
+        "sent_mark",
+        "stuck",
+        "tries",
+        "waiting",
+    )
+
+    def __init__(self, index: int, snap: PartitionSnapshot) -> None:
+        self.index = index
+        self.acks = AckRanges(snap.cursor, snap.acked)
+        self.read_pos = self.acks.cursor
+        self.sent_mark = max(snap.delivered, self.acks.cursor)
+        self.leases: RangeMap[Lease] = RangeMap()
+        self.waiting: RangeMap[float] = RangeMap()  # value: ready_at
+        self.parked: RangeMap[float | None] = RangeMap()  # value: retry at, None: pending
+        # key_shared: waiting offsets whose key's owner could not take them (no credit, or
+        # held back by its fence). Reads and timers pass over them, so that they hold up
+        # neither other keys nor the loop; cleared by any command but Fetched and Tick.
+        # A filter only: an offset here that no longer waits means nothing.
+        self.stuck: RangeMap[bool] = RangeMap()
+        self.tries: dict[int, Tries] = {}
+        for run in snap.failures:
+            for offset in range(max(run.begin, self.acks.cursor), run.end):
+                self.tries[offset] = Tries(run.deliveries, run.reason, list(run.times_ms))
+        self.blocked = ""  # why this partition sends nothing, or ""
+        self.blocked_offset = -1  # the offset it waits on
+        self.retry_dead_letters = False  # blocked by a failed dead-letter write
+
+    def deliveries(self, offset: int) -> int:
+        tries = self.tries.get(offset)
+        if tries is not None:
+            return tries.deliveries
+        return 1 if offset < self.sent_mark else 0
+
+    def held(self) -> int:
+        return self.leases.total + self.waiting.total + self.parked.total
+
+    def sendable_waiting(self) -> Iterator[tuple[int, int, float]]:
+        """The waiting pieces ``(lo, hi, ready_at)`` that are not stuck, in order."""
+        stuck = self.stuck
+        for lo, hi, at in self.waiting:
+            if not stuck:
+                yield lo, hi, at
+                continue
+            pos = lo
+            for s_lo, s_hi, _ in stuck.overlapping(lo, hi):
+                if s_lo > pos:
+                    yield pos, s_lo, at
+                pos = max(pos, s_hi)
+            if pos < hi:
+                yield pos, hi, at
+
+
+@dataclass(slots=True)
+class BatchContext:
+    """One batch being sent at ``now``, with its bytes and key slots computed at most
+    once, and the actions produced so far."""
+
+    batch: RecordBatch
+    now: float
+    out: list[Action]
+    base: int = field(init=False)
+    _data: bytes | None = None
+    _slots: list[int] | None = None
+
+    def __post_init__(self) -> None:
+        self.base = self.batch.base_offset
+
+    def data(self) -> bytes:
+        if self._data is None:
+            buffer = self.batch.buffer
+            whole = buffer.obj  # the log's tail cache holds each batch as its own bytes
+            if type(whole) is bytes and len(whole) == buffer.nbytes:
+                self._data = whole  # shared by every subscription, never copied
+            else:
+                self._data = bytes(buffer)
+        return self._data
+
+    def slots(self) -> list[int]:
+        if self._slots is None:
+            keys = self.batch.keys()
+            self._slots = [key_slot(k) for k in keys]
+        return self._slots
+
+
+def key_slot(key: bytes | None) -> int:
+    """The key_shared slot of ``key`` (records without a key share slot 0)."""
+    return zlib.crc32(key) % SLOTS if key else 0
+
+
+def pass_over(part: PartitionBook, below: int) -> None:
+    """Give a delivery count of 0 to the records in ``[sent_mark, below)`` that wait
+    without ever having been sent (a key_shared consumer without credit, or held for
+    order), before ``sent_mark`` moves past them: below it, a count of 1 is implicit."""
+    for lo, hi, _ in part.waiting.overlapping(part.sent_mark, below):
+        for offset in range(lo, hi):
+            if offset not in part.tries and len(part.tries) < MAX_FAILURES:
+                part.tries[offset] = Tries(0, "", [])
+
+
+def unblock(part: PartitionBook) -> None:
+    part.blocked = ""
+    part.blocked_offset = -1
+    part.retry_dead_letters = False
+    for lo, hi, _ in part.parked.cut(0, 1 << 62):  # failed dead letters go round again
+        part.waiting.add(lo, hi, 0.0)
+
+
+def failure_runs(part: PartitionBook) -> tuple[FailureRun, ...]:
+    """The failures of unacknowledged offsets, merged into runs of equal history."""
+    runs: list[FailureRun] = []
+    for offset, t in sorted(part.tries.items()):
+        if part.acks.is_acked(offset):
+            continue
+        times = tuple(t.times)
+        last = runs[-1] if runs else None
+        if (
+            last is not None
+            and last.end == offset
+            and (last.deliveries, last.reason, last.times_ms) == (t.deliveries, t.reason, times)
+        ):
+            runs[-1] = FailureRun(last.begin, offset + 1, t.deliveries, t.reason, times)
+        else:
+            runs.append(FailureRun(offset, offset + 1, t.deliveries, t.reason, times))
+    return tuple(runs)
