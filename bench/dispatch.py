@@ -242,7 +242,7 @@ async def _missed_notifications(directory: Path, sizes: Sizes) -> tuple[list[flo
     await registry.open({})
     try:
         sub = await registry.subscribe("t", "s", [writer])
-        writer.remove_listener(sub._on_advance)  # every notification from now on is lost
+        sub.drop_notifications()  # every notification from now on is lost
         session = sub.attach("bench", credit=10_000_000)
         arrived: dict[int, float] = {}
         news = asyncio.Event()

@@ -288,9 +288,7 @@ class Subscription:
         task, self._task = self._task, None
         if task is None:
             return
-        for writer in self._writers:
-            with contextlib.suppress(ValueError):
-                writer.remove_listener(self._on_advance)
+        self.drop_notifications()
         if self._timer is not None:
             self._timer.cancel()
         for t in (task, self._dead_letter_task):
@@ -301,6 +299,15 @@ class Subscription:
         for session in self._sessions.values():
             session.outbox.put_nowait(None)
         self._sessions.clear()
+
+    def drop_notifications(self) -> None:
+        """Stop listening to the partitions' high-water marks, as if every notification
+        from now on were lost: new records are then found by the heartbeat alone (or by
+        credit, acks and other commands that wake the task). Fault injection for benches
+        and tests; the subscription keeps working. Idempotent."""
+        for writer in self._writers:
+            with contextlib.suppress(ValueError):
+                writer.remove_listener(self._on_advance)
 
     def _on_advance(self, _hwm: int) -> None:
         self._wake.set()

@@ -193,6 +193,26 @@ async def test_an_empty_read_is_retried_by_the_heartbeat(
     assert sub.heartbeat_polls == 1
 
 
+async def test_dropped_notifications_leave_new_records_to_the_heartbeat(
+    writer: LogWriter, registry: SubscriptionRegistry, clock: ManualClock
+) -> None:
+    """Scenario: every notification from now on is lost (``drop_notifications``, the
+    fault ``bench dispatch`` injects), then 3 records are published. Expected: nothing
+    arrives on the notifier's path; the next heartbeat re-polls and delivers all 3, counted
+    as one heartbeat poll; calling it twice is harmless."""
+    sub = await registry.subscribe("t", "s", [writer])
+    session = sub.attach("c", credit=10)
+    await _settle()
+    sub.drop_notifications()
+    sub.drop_notifications()
+    await _append(writer, 3)
+    await _settle()
+    assert _delivered(session) == []
+    await _tick(registry, clock)
+    assert _offsets(_delivered(session)) == [0, 1, 2]
+    assert sub.heartbeat_polls == 1
+
+
 async def test_a_killed_dispatch_task_is_restarted_within_one_interval(
     writer: LogWriter, registry: SubscriptionRegistry, clock: ManualClock
 ) -> None:
