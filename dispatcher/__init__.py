@@ -13,6 +13,8 @@ Modules:
     dead_letter       DeadLetter, DlqEntry: dead letters as records, the codec, replay (pure)
     dlq               DeadLetterQueue: one subscription's dead letters in their own log
     subscription      Subscription, ConsumerSession: the async shell that runs the state machine
+    state_file        StateDoc: a subscription's state file, its versions, fitting it to the
+                      logs (pure)
     registry          SubscriptionRegistry: create, find, drop, persist state atomically; dead-
                       letter queues; the heartbeat task and the metrics snapshot
     errors            DispatchError and its subclasses

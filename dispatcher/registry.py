@@ -3,19 +3,11 @@
 Owns :class:`SubscriptionRegistry`: creating, finding, listing and dropping subscriptions,
 persisting their state, and their dead-letter queues. Each subscription is one file,
 ``<data dir>/subscriptions/<topic>/<subscription>.json``, replaced atomically (temp file,
-fsync, rename, fsync of the directory: DESIGN section 2, invariants 3 and 4)::
-
-    {"version": 2, "topic": "orders", "subscription": "billing", "type": "shared",
-     "mode": "at_least_once",
-     "partitions": [{"cursor": 1200, "acked": [[1205, 1210]], "delivered": 1300,
-                     "failures": [[1200, 1201, 3, "timeout", [1700000000000, ...]]]}, ...]}
-
-``cursor`` is the first unacknowledged offset; ``acked`` lists the acknowledged ranges above
-it (the ack holes between them are still owed), so a restart does not resend what was acked
-out of order. ``delivered`` is the highest offset ever sent, and ``failures`` the delivery
-count, last failure reason and attempt times of offsets whose delivery failed (as runs of
-offsets with one history): with them max-deliveries holds across restarts. Version 1 files
-(no ``mode``, ``delivered`` or ``failures``) are read as well.
+fsync, rename, fsync of the directory: DESIGN section 2, invariants 3 and 4). Its format is
+:mod:`dispatcher.state_file`'s: the cursor (the first unacknowledged offset), the
+acknowledged ranges above it (so a restart does not resend what was acked out of order),
+the highest offset ever sent, and the failure history of offsets whose delivery failed
+(so max-deliveries holds across restarts).
 
 Dead-letter queues live in ``<data dir>/dlq/<topic>/<subscription>/``
 (:mod:`dispatcher.dlq`), opened when a subscription first dead-letters a record or an
@@ -53,8 +45,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-import msgspec
-
+from dispatcher import state_file
 from dispatcher.dead_letter import DeadLetter
 from dispatcher.dlq import DeadLetterQueue, DlqConfig, PutOutcome
 from dispatcher.errors import (
@@ -66,7 +57,6 @@ from dispatcher.lag import HeartbeatConfig
 from dispatcher.protocol import (
     DeliveryMode,
     DispatchPolicy,
-    FailureRun,
     PartitionSnapshot,
     SubscriptionType,
     ToDeadLetter,
@@ -77,9 +67,6 @@ from wal import FileSystem, LogWriter
 logger = logging.getLogger(__name__)
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
-_SUFFIX = ".json"
-_VERSION = 2
-_READABLE_VERSIONS = (1, 2)
 
 
 def check_subscription_name(name: str) -> None:
@@ -90,30 +77,6 @@ def check_subscription_name(name: str) -> None:
             f"{name!r} is not a valid subscription name: use 1-200 characters from "
             "A-Z a-z 0-9 . _ -, starting with a letter or digit",
         )
-
-
-class _FailureDoc(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
-    begin: int
-    end: int
-    deliveries: int
-    reason: str
-    times_ms: list[int]
-
-
-class _PartitionDoc(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
-    cursor: int
-    acked: list[tuple[int, int]] = []
-    delivered: int = 0
-    failures: list[_FailureDoc] = []
-
-
-class _Doc(msgspec.Struct, forbid_unknown_fields=True):
-    version: int
-    topic: str
-    subscription: str
-    type: str
-    partitions: list[_PartitionDoc]
-    mode: str = DeliveryMode.AT_LEAST_ONCE.value
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,9 +109,6 @@ _DLQ_EXPIRY_INTERVAL_S = 10.0
 #: Ticks due this close to a round are done in it, so subscriptions on one interval share
 #: one wake-up (and a manual clock's float steps do not skip a tick).
 _TICK_SLACK_S = 0.001
-
-_decoder = msgspec.json.Decoder(_Doc)
-_encoder = msgspec.json.Encoder()
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,7 +205,7 @@ class SubscriptionRegistry:
         for topic, name, doc in docs:
             type_ = SubscriptionType(doc.type) if doc is not None else SubscriptionType.EXCLUSIVE
             mode = DeliveryMode(doc.mode) if doc is not None else DeliveryMode.AT_LEAST_ONCE
-            snaps = _restore(doc, topics[topic], topic, name)
+            snaps = state_file.restore(doc, topics[topic], topic, name)
             self._add(topic, name, topics[topic], snaps, type_, mode)
             self._saved[(topic, name)] = tuple(s.cursor for s in snaps)
         for topic, name, _doc in docs:
@@ -543,19 +503,19 @@ class SubscriptionRegistry:
             return
         async with self._save_lock:  # one writer per file; the newest state wins
             docs = [
-                _Doc(
-                    version=_VERSION,
+                state_file.StateDoc(
+                    version=state_file.VERSION,
                     topic=sub.topic,
                     subscription=sub.name,
                     type=sub.type.value,
                     mode=sub.policy.mode.value,
-                    partitions=[_partition_doc(snap) for snap in sub.snapshot()],
+                    partitions=[state_file.partition_doc(snap) for snap in sub.snapshot()],
                 )
                 for sub in subs
             ]
             write = asyncio.ensure_future(
                 asyncio.to_thread(
-                    self._write, [(d.topic, d.subscription, _encoder.encode(d)) for d in docs]
+                    self._write, [(d.topic, d.subscription, state_file.encode(d)) for d in docs]
                 )
             )
             try:
@@ -577,7 +537,10 @@ class SubscriptionRegistry:
                 self._fs.makedirs(directory)
                 self._fs.fsync_dir(self._root)
         self._fs.atomic_write_many(
-            [(os.path.join(self._root, topic, name + _SUFFIX), data) for topic, name, data in files]
+            [
+                (os.path.join(self._root, topic, name + state_file.SUFFIX), data)
+                for topic, name, data in files
+            ]
         )
 
     def _remove_topic_dir(self, topic: str) -> None:
@@ -588,10 +551,10 @@ class SubscriptionRegistry:
             shutil.rmtree(directory)
             self._fs.fsync_dir(os.path.dirname(directory))
 
-    def _load_all(self, topics: set[str]) -> list[tuple[str, str, _Doc | None]]:
+    def _load_all(self, topics: set[str]) -> list[tuple[str, str, state_file.StateDoc | None]]:
         """``(topic, name, doc)`` of every saved subscription; ``doc`` is None if damaged."""
         self._fs.makedirs(self._root)
-        found: list[tuple[str, str, _Doc | None]] = []
+        found: list[tuple[str, str, state_file.StateDoc | None]] = []
         for topic in sorted(self._fs.listdir(self._root)):
             if topic not in topics:
                 logger.warning("dropping the subscriptions of deleted topic %r", topic)
@@ -599,19 +562,15 @@ class SubscriptionRegistry:
                 continue
             directory = os.path.join(self._root, topic)
             for entry in sorted(self._fs.listdir(directory)):
-                if entry.endswith(_SUFFIX):
-                    name = entry[: -len(_SUFFIX)]
+                if entry.endswith(state_file.SUFFIX):
+                    name = entry[: -len(state_file.SUFFIX)]
                     found.append((topic, name, self._load(os.path.join(directory, entry))))
         return found
 
-    def _load(self, path: str) -> _Doc | None:
+    def _load(self, path: str) -> state_file.StateDoc | None:
         try:
-            doc = _decoder.decode(self._fs.read_file(path))
-            if doc.version not in _READABLE_VERSIONS:
-                raise ValueError(f"version {doc.version} is not one of {_READABLE_VERSIONS}")
-            SubscriptionType(doc.type)
-            DeliveryMode(doc.mode)
-        except (msgspec.DecodeError, ValueError) as exc:
+            doc = state_file.decode(self._fs.read_file(path))
+        except ValueError as exc:
             logger.error(
                 "%s is damaged (%s); kept as %s.corrupt, the subscription restarts at the "
                 "earliest offset",
@@ -622,50 +581,6 @@ class SubscriptionRegistry:
             self._fs.rename(path, path + ".corrupt")
             return None
         return doc
-
-
-def _restore(
-    doc: _Doc | None, writers: Sequence[LogWriter], topic: str, name: str
-) -> list[PartitionSnapshot]:
-    """Persisted state per partition from ``doc``, fitted to what the logs hold."""
-    snaps = []
-    for i, writer in enumerate(writers):
-        saved = doc.partitions[i] if doc is not None and i < len(doc.partitions) else None
-        if saved is None:
-            snaps.append(PartitionSnapshot(writer.first_offset))
-            continue
-        head = writer.high_water_mark
-        cursor = max(saved.cursor, writer.first_offset)
-        if cursor > head:
-            logger.warning(
-                "%s/%s partition %d: saved cursor %d is past the head %d; using the head",
-                topic,
-                name,
-                i,
-                cursor,
-                head,
-            )
-            cursor = head
-        acked = tuple((b, min(e, head)) for b, e in saved.acked if b < min(e, head))
-        failures = tuple(
-            FailureRun(f.begin, min(f.end, head), f.deliveries, f.reason, tuple(f.times_ms))
-            for f in saved.failures
-            if f.begin < min(f.end, head)
-        )
-        snaps.append(PartitionSnapshot(cursor, acked, min(saved.delivered, head), failures))
-    return snaps
-
-
-def _partition_doc(snap: PartitionSnapshot) -> _PartitionDoc:
-    return _PartitionDoc(
-        cursor=snap.cursor,
-        acked=list(snap.acked),
-        delivered=snap.delivered,
-        failures=[
-            _FailureDoc(f.begin, f.end, f.deliveries, f.reason, list(f.times_ms))
-            for f in snap.failures
-        ],
-    )
 
 
 def _sample(sub: Subscription, dlq: DeadLetterQueue | None) -> SubscriptionSample:
