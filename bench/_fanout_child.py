@@ -1,11 +1,15 @@
 """The consumer process of a bare fan-out peer (the gRPC floor, Redis Streams), both sides.
 
-Owns how a driver spawns that process and talks to it (:func:`spawn`, :func:`expect_line`,
-:func:`collect`, :func:`reap`) and the loop the process runs (:func:`consume`). The
-protocol: the child runs with ``--server`` (where to connect), ``--subscribers``,
-``--expected`` (records per subscriber) and ``--out``; it prints ``ready`` once every
-subscriber is subscribed, then one JSON summary line once each subscriber got ``expected``
-records or its stdin closed; the latencies (ms, float64, in arrival order) go to ``--out``.
+Owns how a driver runs one fan-out with that process (:func:`drive`: spawn it, wait for it,
+publish at a pace, collect its latencies; built from :func:`spawn`, :func:`expect_line`,
+:func:`collect` and :func:`reap`) and what the process runs (:func:`main`, around a
+peer's receive loop, and :func:`consume`).
+
+The protocol: the child runs with ``--server`` (where to connect), ``--subscribers``,
+``--expected`` (records per subscriber) and ``--out``. It prints ``ready`` once every
+subscriber is subscribed, then one JSON summary line once each subscriber got
+``expected`` records or its stdin closed; the latencies (ms, float64, in arrival order)
+go to ``--out``.
 """
 
 from __future__ import annotations
