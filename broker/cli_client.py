@@ -14,7 +14,7 @@ import contextlib
 import json
 import sys
 import time
-from collections.abc import Callable, Coroutine, Iterable, Iterator
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
 from dataclasses import asdict
 from datetime import datetime
 from typing import Any, TypeVar
@@ -225,15 +225,27 @@ def _render(message: Message, output: str) -> bytes:
         "timestamp_ms": message.timestamp_ms,
         "redelivery_count": message.redelivery_count,
     }
-    for name, raw in (("key", message.key), ("value", message.value)):
-        doc[name] = _text(raw)
-        if raw is not None and doc[name] is None:
-            doc[f"{name}_base64"] = base64.b64encode(raw).decode()
-    doc["headers"] = {k: _text(v) for k, v in message.headers.items()}
+    add_record_bytes(doc, message.key, message.value, message.headers)
     return json.dumps(doc).encode() + b"\n"
 
 
-def _text(raw: bytes | None) -> str | None:
+def add_record_bytes(
+    doc: dict[str, Any], key: bytes | None, value: bytes, headers: Mapping[str, bytes]
+) -> None:
+    """Put a record's key, value and headers in ``doc``, losing nothing: each as UTF-8
+    text when it is text; otherwise the key or value is null beside a ``key_base64`` or
+    ``value_base64`` field, and a header's value is ``{"base64": ...}``."""
+    for name, raw in (("key", key), ("value", value)):
+        doc[name] = as_text(raw)
+        if raw is not None and doc[name] is None:
+            doc[f"{name}_base64"] = base64.b64encode(raw).decode()
+    doc["headers"] = {
+        k: text if (text := as_text(v)) is not None else {"base64": base64.b64encode(v).decode()}
+        for k, v in headers.items()
+    }
+
+
+def as_text(raw: bytes | None) -> str | None:
     """``raw`` as text when it is UTF-8; None otherwise (the caller adds base64)."""
     if raw is None:
         return None

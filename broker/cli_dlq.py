@@ -8,14 +8,13 @@ and exit 1; usage errors exit 2 (click). Each names the queue by ``TOPIC --subsc
 
 from __future__ import annotations
 
-import base64
 import json
 from datetime import UTC, datetime
 from typing import Any
 
 import click
 
-from broker.cli_client import broker_option, run
+from broker.cli_client import add_record_bytes, as_text, broker_option, run
 from client import AsyncAdminClient, DeadLetterEntry, ReplayResult
 
 _PREVIEW = 40  # characters of a value shown in the peek table
@@ -203,24 +202,8 @@ def entry_doc(entry: DeadLetterEntry) -> dict[str, Any]:
         "original_size": entry.original_size,
         "replay_count": entry.replay_count,
     }
-    for name, raw in (("key", entry.key), ("value", entry.value)):
-        doc[name] = _text(raw)
-        if raw is not None and doc[name] is None:
-            doc[f"{name}_base64"] = base64.b64encode(raw).decode()
-    doc["headers"] = {
-        k: text if (text := _text(v)) is not None else {"base64": base64.b64encode(v).decode()}
-        for k, v in entry.headers.items()
-    }
+    add_record_bytes(doc, entry.key, entry.value, entry.headers)
     return doc
-
-
-def _text(raw: bytes | None) -> str | None:
-    if raw is None:
-        return None
-    try:
-        return raw.decode()
-    except UnicodeDecodeError:
-        return None
 
 
 def _row(entry: DeadLetterEntry) -> dict[str, str]:
@@ -239,7 +222,7 @@ def _row(entry: DeadLetterEntry) -> dict[str, str]:
 
 def preview(value: bytes) -> str:
     """The start of a value on one line: text when it is UTF-8, else a bytes literal."""
-    text = _text(value)
+    text = as_text(value)
     return _clip(repr(value)[2:-1] if text is None else _printable(text), _PREVIEW)
 
 

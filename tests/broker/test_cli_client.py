@@ -3,6 +3,7 @@ real broker."""
 
 from __future__ import annotations
 
+import base64
 import json
 import signal
 import subprocess
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from broker.cli_client import add_record_bytes
 from tests.broker.test_serve_process import free_port, wait_serving
 
 CLI = [sys.executable, "-c", "from broker.cli import main; main()"]
@@ -160,3 +162,21 @@ def test_consume_lag_and_seek(broker_address: str) -> None:
     assert "partition:cursor 0:1" in moved.stdout
     again = headrace(broker_address, "consume", "cli-walk", "-s", "walk", "--count", "1")
     assert again.stdout.splitlines() == ["line-1"]
+
+
+def test_json_output_keeps_bytes_that_are_not_text() -> None:
+    """Scenario: a record whose key is text, whose value and one header are not UTF-8,
+    rendered for ``consume --output json`` and ``dlq peek --json``. Expected: text stays
+    text; the value is null beside ``value_base64``; the binary header is
+    ``{"base64": ...}``, not null, so nothing is lost."""
+    doc: dict[str, object] = {}
+    add_record_bytes(doc, b"k-1", b"\xff\x00v", {"trace": b"abc", "sig": b"\xfe\x01"})
+    assert doc == {
+        "key": "k-1",
+        "value": None,
+        "value_base64": base64.b64encode(b"\xff\x00v").decode(),
+        "headers": {"trace": "abc", "sig": {"base64": base64.b64encode(b"\xfe\x01").decode()}},
+    }
+    no_key: dict[str, object] = {}
+    add_record_bytes(no_key, None, b"v", {})
+    assert no_key == {"key": None, "value": "v", "headers": {}}
