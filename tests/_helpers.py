@@ -1,11 +1,11 @@
-"""Helpers shared by test packages: a manual clock, and awaiting one thing while watching
-the tasks that must keep running meanwhile."""
+"""Helpers shared by test packages: a manual clock, awaiting one thing while watching the
+tasks that must keep running meanwhile, and the order check of the broker-kill tests."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -40,3 +40,17 @@ async def until(awaitable: Awaitable[T], *tasks: asyncio.Task[Any]) -> T:
             task.result()
             raise AssertionError(f"{task.get_name()} ended early")
     return waiter.result()
+
+
+def check_first_deliveries_in_order(offsets: Mapping[int, Sequence[int]], label: str) -> None:
+    """Per partition, the distinct offsets in first-seen order (``offsets``: every
+    delivery, redeliveries included) are 0, 1, 2, ...: nothing was skipped, not even for a
+    while, and nothing was delivered out of order. ``label`` names what was checked."""
+    for partition, delivered in offsets.items():
+        first_seen = list(dict.fromkeys(delivered))
+        if first_seen != list(range(len(first_seen))):
+            bad = next(i for i, offset in enumerate(first_seen) if offset != i)
+            raise AssertionError(
+                f"{label} partition {partition}: new offsets arrived as "
+                f"{first_seen[max(0, bad - 3) : bad + 3]}, expected offset {bad} next"
+            )

@@ -45,7 +45,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from client import AsyncAdminClient, AsyncConsumer, AsyncProducer, RecordMetadata
-from tests._helpers import until
+from tests._helpers import check_first_deliveries_in_order, until
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function"), pytest.mark.timeout(180)]
 
@@ -272,19 +272,6 @@ async def kill_repeatedly(broker: BrokerProcess, ledger: Ledger, rng: random.Ran
     return kills
 
 
-def check_exclusive_first_deliveries_in_order(got: Received) -> None:
-    """Per partition, distinct offsets in first-seen order are 0, 1, 2, ...: nothing was
-    skipped, not even for a while, and nothing was delivered out of order."""
-    for partition, offsets in got.offsets.items():
-        first_seen = list(dict.fromkeys(offsets))
-        if first_seen != list(range(len(first_seen))):
-            bad = next(i for i, offset in enumerate(first_seen) if offset != i)
-            raise AssertionError(
-                f"{got.name} partition {partition}: new offsets arrived as "
-                f"{first_seen[max(0, bad - 3) : bad + 3]}, expected offset {bad} next"
-            )
-
-
 def check_log(ledger: Ledger) -> None:
     """Both subscriptions saw the same log: a position holds one value, a value is at one
     position (retries were dropped as duplicates), and each producer's sequence numbers
@@ -379,7 +366,8 @@ async def test_twenty_sigkills_under_producers_and_exclusive_and_shared_consumer
     for value, position in ledger.acked.items():
         for got in ledger.subscriptions.values():
             assert got.at[position] == value, f"{got.name}: {position} holds {got.at[position]!r}"
-    check_exclusive_first_deliveries_in_order(ledger.subscriptions[EXCLUSIVE])
+    exclusive = ledger.subscriptions[EXCLUSIVE]
+    check_first_deliveries_in_order(exclusive.offsets, exclusive.name)
     check_log(ledger)
     duplicates = {name: got.duplicates for name, got in ledger.subscriptions.items()}
     for name, count in duplicates.items():

@@ -41,7 +41,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from client import AsyncAdminClient, AsyncConsumer, AsyncProducer, RecordMetadata, partition_for
-from tests._helpers import until
+from tests._helpers import check_first_deliveries_in_order, until
 from tests.broker.test_serve_process import free_port
 
 pytestmark = [
@@ -239,19 +239,6 @@ async def drain(ledger: Ledger, consumer_task: asyncio.Task[None]) -> None:
         ) from None
 
 
-def check_first_deliveries_in_order(ledger: Ledger) -> None:
-    """Per partition, distinct offsets in first-seen order are 0, 1, 2, ...: nothing was
-    skipped, not even for a while, and nothing was delivered out of order."""
-    for partition, offsets in ledger.deliveries.items():
-        first_seen = list(dict.fromkeys(offsets))
-        if first_seen != list(range(len(first_seen))):
-            bad = next(i for i, offset in enumerate(first_seen) if offset != i)
-            raise AssertionError(
-                f"partition {partition}: new offsets arrived as "
-                f"{first_seen[max(0, bad - 3) : bad + 3]}, expected offset {bad} next"
-            )
-
-
 def check_key_order(ledger: Ledger) -> None:
     """Per key, sequence numbers rise with the offset: the producer's order held, and no
     retry was appended twice."""
@@ -315,7 +302,7 @@ async def test_sigkill_during_publish_and_consume_loses_and_reorders_nothing(
     assert not ledger.problems, ledger.problems[:10]
     for position, value in ledger.acked.items():
         assert ledger.delivered[position] == value, f"{position}: {ledger.delivered[position]!r}"
-    check_first_deliveries_in_order(ledger)
+    check_first_deliveries_in_order(ledger.deliveries, "the consumer's")
     check_key_order(ledger)
     assert len(ledger.acked) + ledger.failed == sent
     total = sum(len(offsets) for offsets in ledger.deliveries.values())
