@@ -107,7 +107,6 @@ def delivery(topic: str, d: Delivery) -> _pb.SubscribeResponse:
     """
     response = _pb.SubscribeResponse()
     message = response.delivery
-    message.SetInParent()  # a delivery even if every field below had its default value
     message.topic = topic
     message.partition = d.partition
     message.batch = d.batch
