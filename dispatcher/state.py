@@ -29,8 +29,14 @@ reason, the time of each failed attempt (persisted as
 :class:`~dispatcher.protocol.FailureRun`, handed to the dead-letter queue as
 :class:`~dispatcher.protocol.Failure`). A record that waits unsent while ``sent_mark``
 passes it (key_shared) gets an entry with count 0. Both are persisted, so max-deliveries
-survives a restart (DESIGN section 2, invariant 4); a redelivery is preceded by a
-``Persist`` action when a failure is not yet saved.
+survives a restart (DESIGN section 2, invariant 4). A pass that redelivers anything begins
+with a ``Persist`` action, taken after the new counts are set: a redelivery's count is on
+disk before it goes out, whether a failure or a restart (a lease lost with the process)
+sent it back. A crash can then only overcount a record, by the one send that the save
+preceded, and a record whose delivery keeps crashing the broker still reaches
+max-deliveries. First deliveries are not saved first (``sent_mark`` is saved with the
+cursor, by the shell's flusher): a crash within that interval resends them as first
+deliveries.
 
 Routing by type: ``exclusive`` has one consumer; ``failover`` sends to the consumer that
 attached first, the others stand by, and a takeover resends the unacknowledged records
@@ -130,7 +136,7 @@ class SubscriptionState:
         self._next_partition = 0
         self._owners: list[Consumer] = []  # key_shared: owner per slot
         self._deadlines: list[tuple[float, Lease]] = []  # lazily pruned heap
-        self._unsaved_failures = False
+        self._unsaved_counts = False
         self._stuck = False  # whether any partition has stuck offsets
         #: Bumped whenever something that is persisted changed.
         self.changes = 0
@@ -296,7 +302,7 @@ class SubscriptionState:
             out.append(
                 PartitionSnapshot(part.acks.cursor, ranges, part.sent_mark, failure_runs(part))
             )
-        self._unsaved_failures = False
+        self._unsaved_counts = False
         return out
 
     # -- consumers --------------------------------------------------------------------
@@ -462,7 +468,6 @@ class SubscriptionState:
                 failures = max(failures, tries.deliveries)
             wait = delay if delay is not None else self.policy.backoff_s(failures, self._random())
             part.waiting.add(lo, hi, now + wait)
-            self._unsaved_failures = True
             self.changes += 1
         if lease.remaining <= 0:
             lease.consumer.leases.discard(lease)
@@ -564,11 +569,9 @@ class SubscriptionState:
         for batch in cmd.batches:
             if not self._send_batch(part, batch, now, out):
                 break
-        if self._unsaved_failures and any(
-            isinstance(a, Send) and a.delivery.redeliveries for a in out
-        ):
+        if self._unsaved_counts:
             out.insert(0, PERSIST)
-            self._unsaved_failures = False
+            self._unsaved_counts = False
         return out
 
     def _send_batch(
@@ -740,6 +743,9 @@ class SubscriptionState:
                     tries.deliveries += 1
                 elif count >= 1:
                     part.tries[offset] = Tries(count + 1, "", [])
+            if redeliveries:  # their new counts are saved before they go out
+                self._unsaved_counts = True
+                self.changes += 1
             self.redelivered_total += len(redeliveries)
         count = hi - lo
         consumer.credit -= count

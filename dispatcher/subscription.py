@@ -31,8 +31,8 @@ Invariants:
 - Batches are never split to fit credit: credit and ``max_unacked`` are checked before each
   slice, so a consumer gets at most one batch more than its credit. Splitting would send
   (and make the client decode) the same batch bytes once per slice.
-- A redelivery whose failure count is not saved yet waits for the save (``Persist``), so
-  delivery counts survive a crash.
+- A redelivery waits for its new delivery count to be saved (``Persist``), so delivery
+  counts survive a crash.
 """
 
 from __future__ import annotations

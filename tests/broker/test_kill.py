@@ -75,11 +75,11 @@ segment_bytes = 65536
 class BrokerProcess:
     """``headrace serve`` as a child process, restartable on the same port and data dir."""
 
-    def __init__(self, tmp_path: Path, port: int) -> None:
+    def __init__(self, tmp_path: Path, port: int, config_text: str = CONFIG) -> None:
         self.address = f"127.0.0.1:{port}"
         self.log = tmp_path / "serve.log"
         config = tmp_path / "headrace.toml"
-        config.write_text(CONFIG)
+        config.write_text(config_text)
         self._cmd = [
             sys.executable,
             "-c",
@@ -107,6 +107,14 @@ class BrokerProcess:
         if proc is not None:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
+
+    def stop(self) -> None:
+        """SIGTERM the broker (a clean shutdown, which saves every subscription) and reap
+        it. Does nothing when it is not running."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            proc.terminate()
+            proc.wait(timeout=30)
 
     def _spawn(self) -> None:
         # Popen only forks and execs: it does not wait for the child.

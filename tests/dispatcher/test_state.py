@@ -1177,24 +1177,29 @@ def test_the_first_redelivery_after_a_failure_is_preceded_by_persist() -> None:
     assert kinds(d.pump())[:2] == ["Persist", "Send"]
 
 
-def test_no_persist_once_the_failure_was_saved() -> None:
+def test_a_redelivery_is_saved_again_though_its_failure_was_saved() -> None:
     """Scenario: a record nacked; the shell takes a snapshot (saves) before it goes out
     again.
-    Expected: the redelivery comes without a Persist action."""
+    Expected: the redelivery still starts with Persist: the save held its failure, not the
+    count of the send that follows."""
     d = _sent(1)
     d.do(Nack(0, 0, 1, delay_s=0))
     d.state.snapshot(10)
-    assert kinds(d.pump()) == ["Send"]
+    assert kinds(d.pump()) == ["Persist", "Send"]
+    assert d.state.snapshot(10)[0].failures[0].deliveries == 2
 
 
-def test_persist_is_not_repeated_for_later_redeliveries() -> None:
-    """Scenario: two records nacked with different delays; the first redelivery persists.
-    Expected: the second redelivery, with no new failure in between, has no Persist."""
+def test_every_redelivery_pass_persists_and_first_deliveries_do_not() -> None:
+    """Scenario: two records nacked with different delays, so they go out again in two
+    passes; then a new record.
+    Expected: each redelivery pass starts with Persist; the new record's pass has none."""
     d = _sent(2)
     d.do(Nack(0, 0, 1, delay_s=1))
     d.do(Nack(0, 1, 2, delay_s=2))
     assert kinds(d.pump(now=1)) == ["Persist", "Send"]
-    assert kinds(d.pump(now=2)) == ["Send"]
+    assert kinds(d.pump(now=2)) == ["Persist", "Send"]
+    d.logs[0].append(1)
+    assert kinds(d.pump(now=3)) == ["Send"]
 
 
 # -- poison records -----------------------------------------------------------------------
@@ -1432,6 +1437,32 @@ def test_a_restart_resends_ack_ranges_left_out_of_the_snapshot() -> None:
     d.attach("c")
     d.pump()
     assert d.sent_to("c") == [0, 2, 4, 5, 6, 7, 8, 9]
+
+
+def test_a_record_that_keeps_crashing_the_broker_reaches_max_deliveries() -> None:
+    """Scenario: max_deliveries 3; a record goes out, then the broker crashes before any
+    ack, and again after every resend. What is on disk is only what the machine asked to
+    save (Persist), plus one save after the first send (the flusher).
+    Expected: each resend after a restart is saved before it goes out, so the counts the
+    consumer sees grow (1, then 2) instead of repeating, and after the third send the
+    record is dead-lettered with 3 attempts."""
+    d = Driver(DispatchPolicy(max_deliveries=3))
+    d.attach("c")
+    d.logs[0].append(1)
+    d.pump()
+    disk = d.state.snapshot(10)  # the flusher saved the delivered mark
+    logs, seen, letters = d.logs, [], []
+    for _ in range(3):
+        d = Driver(d.state.policy, snapshots=disk)  # the crash: only the disk survives
+        d.logs = logs
+        d.attach("c")
+        actions = d.pump()
+        if any(isinstance(a, Persist) for a in actions):
+            disk = d.state.snapshot(10)
+        seen.append(d.redeliveries())
+        letters = [a for a in actions if isinstance(a, ToDeadLetter)]
+    assert seen == [{0: 1}, {0: 2}, {}]
+    assert [f.deliveries for a in letters for f in a.failures] == [3]
 
 
 def test_failures_in_a_snapshot_below_the_cursor_are_forgotten() -> None:
