@@ -592,11 +592,14 @@ class SubscriptionState:
             spans.extend(
                 (lo, hi, True) for lo, hi, at in part.waiting.overlapping(base, nxt) if at <= now
             )
-        fresh = part.read_pos < nxt
+        # A batch past the read position is from a read that went stale (a seek moved the
+        # position back while the shell awaited): its records must not be sent from there.
+        fresh = base <= part.read_pos < nxt
         if fresh:
-            start = max(part.read_pos, base)
-            spans.extend((lo, hi, False) for lo, hi in part.acks.unacked(start, nxt))
+            spans.extend((lo, hi, False) for lo, hi in part.acks.unacked(part.read_pos, nxt))
         if not spans:
+            if fresh:  # all acknowledged (ranges saved above the cursor): read on past it
+                part.read_pos = nxt
             return True
         ctx = BatchContext(batch, now, out)
         for lo, hi, waited in spans:

@@ -164,8 +164,8 @@ class Subscription:
         max_batch_bytes: Soft limit on the bytes one read takes from a log (at least one
             batch is read).
         on_change: Called (on the loop) when persisted state changed and needs saving.
-        persist: Saves the state now; awaited before a redelivery whose failure count is
-            not saved yet.
+        persist: Saves the state now; awaited before a pass's redeliveries go out, once
+            their new delivery counts are set.
         dead_letters: Writes poison records to the dead-letter queue.
         clock: Wall-clock seconds: ack timeouts, nack delays, record ages.
         random: Uniform ``[0, 1)`` numbers for backoff jitter.

@@ -1465,6 +1465,38 @@ def test_a_record_that_keeps_crashing_the_broker_reaches_max_deliveries() -> Non
     assert [f.deliveries for a in letters for f in a.failures] == [3]
 
 
+def test_acked_runs_longer_than_a_read_do_not_hold_back_the_records_after_them() -> None:
+    """Scenario: ten records sent, [2, 9) acked, restart; each read returns at most two
+    batches, and the consumer acks nothing.
+    Expected: 0, 1 and 9 are sent again: the read position moves over the acked batches,
+    so the one unacked record behind them is not left waiting for the cursor."""
+    d = _sent(10)
+    d.do(Ack(0, 2, 9))
+    d = _restart(d)
+    d.max_batches = 2
+    d.attach("c")
+    d.pump()
+    assert d.sent_to("c") == [0, 1, 9]
+    assert d.state.read_position(0) == 10
+
+
+def test_a_read_made_stale_by_a_seek_back_sends_nothing_new() -> None:
+    """Scenario: ten records sent; five more arrive; the shell asks where to read (offset
+    10), then a seek back to 2 lands before the read's result does (the shell awaited a
+    save in between).
+    Expected: the stale batches send nothing and leave the read position at 2; the next
+    pass sends 2 to 14 in order, so nothing is skipped."""
+    d = _sent(10)
+    d.logs[0].append_batches(5)
+    assert d.state.reads([d.logs[0].head], d.now) == [(0, 10)]
+    d.do(Seek((2,)))
+    d.take()
+    assert kinds(d.do(Fetched(0, d.logs[0].read(10, 100)))) == []
+    assert d.state.read_position(0) == 2
+    d.pump()
+    assert d.sent_to("c") == list(range(2, 15))
+
+
 def test_failures_in_a_snapshot_below_the_cursor_are_forgotten() -> None:
     """Scenario: a snapshot whose failure runs start below its cursor.
     Expected: only the offsets at or above the cursor keep their counts."""

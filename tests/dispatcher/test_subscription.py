@@ -296,6 +296,46 @@ async def test_seek_resends_from_the_new_position(
     assert [p.cursor for p in sub.status().partitions] == [3, 0]
 
 
+async def test_a_seek_during_a_save_mid_pass_skips_nothing(
+    writers: list[LogWriter],
+) -> None:
+    """Scenario: two partitions of 8 one-record batches; a consumer took 0..4 of each and
+    nacked 4 of each; 5..7 wait for credit. The save that a redelivery awaits seeks both
+    partitions back to 2 (the race: a seek lands while a pass is between its reads).
+    Then credit comes.
+    Expected: after the seek each partition delivers 2..7, in order: the read planned
+    before the seek, from 4, sends nothing past the new position."""
+    for writer in writers:
+        await _singles(writer, 5)
+    seeks: list[list[int]] = []
+
+    async def save_and_seek(sub: Subscription) -> None:
+        if not seeks:
+            seeks.append([2, 2])
+            sub.seek([2, 2])
+
+    sub = Subscription("t", "s", writers, [PartitionSnapshot(0)] * 2, persist=save_and_seek)
+    sub.start()
+    try:
+        session = sub.attach("c", 10)
+        await _take(session, 10)
+        for writer in writers:
+            await _singles(writer, 3)
+        for p in (0, 1):
+            sub.nack(p, 4, 5, delay_s=0, reason="again")
+        await _nothing_more(session)
+        sub.grant(session, 100)
+        got: list[tuple[int, int]] = []
+        async with asyncio.timeout(5):
+            while not all([o for q, o in got if q == p][-6:] == list(range(2, 8)) for p in (0, 1)):
+                delivery = await session.next()
+                assert delivery is not None
+                got += [(p, o) for p, o, _ in _values([delivery])]
+        assert seeks == [[2, 2]]
+    finally:
+        await sub.aclose()
+
+
 async def test_cursor_and_ack_holes_survive_a_reopen(
     tmp_path: Path, writers: list[LogWriter]
 ) -> None:
