@@ -142,6 +142,10 @@ class SubscriptionState:
         self.changes = 0
         # counters, read by the shell for metrics
         self.sent_total = 0
+        #: key_shared records newly set aside for a consumer that cannot take them yet (no
+        #: credit, or a fence). Setting some aside is progress: the reads after them may
+        #: find records for other consumers, so the shell reads again at once.
+        self.set_aside_total = 0
         self.acked_total = 0
         self.redelivered_total = 0
         self.ack_timeouts_total = 0
@@ -717,9 +721,10 @@ class SubscriptionState:
         its keys, or the only eligible one) to have credit or its fence lifted."""
         part.waiting.add(lo, hi, now)
         if self.policy.type is SubscriptionType.KEY_SHARED:
-            part.stuck.cut(lo, hi)
+            already = sum(b - a for a, b, _ in part.stuck.cut(lo, hi))
             part.stuck.add(lo, hi, True)
             self._stuck = True
+            self.set_aside_total += hi - lo - already
 
     def _give(
         self, part: PartitionBook, ctx: BatchContext, lo: int, hi: int, consumer: Consumer

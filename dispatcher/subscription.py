@@ -512,9 +512,10 @@ class Subscription:
 
     async def _pass(self) -> bool:
         """Expire leases, then read and send what the state asks for. Return whether to
-        pass again at once: a read stopped short of the head, and the pass sent something
-        or moved a read position (key_shared records whose owner has no credit are set
-        aside to wait, and the records after them may go to other consumers).
+        pass again at once: a read stopped short of the head, and the pass sent something,
+        moved a read position, or set key_shared records aside (their owner has no credit
+        or is fenced, so they wait, and the records after them may go to other consumers;
+        this holds for waiting records as much as for new ones).
         Otherwise nothing more can be sent until something wakes the task (new records,
         credit, acks, a timer)."""
         state = self.state
@@ -532,9 +533,9 @@ class Subscription:
             batches = writer.read(max(wanted, first), self._max_batch_bytes)
             del batches[MAX_BATCHES_PER_READ:]  # the rest is read on the next pass
             more |= bool(batches) and batches[-1].next_offset < heads[p]
-            before = state.read_position(p)
+            before = state.read_position(p), state.set_aside_total
             sent |= await self._carry_out(state.handle(Fetched(p, batches), now))
-            moved |= state.read_position(p) != before
+            moved |= (state.read_position(p), state.set_aside_total) != before
         return more and (sent or moved)
 
     async def _carry_out(self, actions: list[Action]) -> bool:
