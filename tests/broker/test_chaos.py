@@ -27,29 +27,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import os
 import random
-import signal
-import socket
-import subprocess
-import sys
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from client import AsyncAdminClient, AsyncConsumer, AsyncProducer, RecordMetadata
 from tests._helpers import check_first_deliveries_in_order, until
+from tests.broker.test_kill import BrokerProcess
+from tests.broker.test_serve_process import free_port
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function"), pytest.mark.timeout(180)]
 
-ROOT = Path(__file__).resolve().parents[2]
 SEED = 20261121
 KILLS = 20
 TOPIC = "chaos"
@@ -64,70 +58,6 @@ SHARED = "workers"
 #: Subscription -> (type, consumers). Every check covers each subscription listed here.
 SUBSCRIPTIONS = {EXCLUSIVE: ("exclusive", 1), SHARED: ("shared", 2)}
 Position = tuple[int, int]  # (partition, offset)
-T = TypeVar("T")
-CONFIG = """\
-[broker]
-grace_seconds = 1.0
-
-[wal]
-fsync = "always"
-segment_bytes = 65536
-"""
-
-
-def free_port() -> int:
-    """A loopback TCP port nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class BrokerProcess:
-    """``headrace serve`` as a child process, restartable on the same port and data dir."""
-
-    def __init__(self, tmp_path: Path, port: int) -> None:
-        self.address = f"127.0.0.1:{port}"
-        self.log = tmp_path / "serve.log"
-        config = tmp_path / "headrace.toml"
-        config.write_text(CONFIG)
-        self._cmd = [
-            sys.executable,
-            "-c",
-            "from broker.cli import main; main()",
-            "serve",
-            *("--config", str(config), "--data-dir", str(tmp_path / "data")),
-            *("--listen", self.address, "--metrics-listen", ""),
-        ]
-        self._proc: subprocess.Popen[bytes] | None = None
-
-    async def start(self) -> None:
-        """Start the broker and wait until its health service says SERVING."""
-        self._spawn()
-        assert self._proc is not None
-        deadline = time.monotonic() + 20
-        request = health_pb2.HealthCheckRequest()
-        while time.monotonic() < deadline and self._proc.poll() is None:
-            async with grpc.aio.insecure_channel(self.address) as channel:
-                with contextlib.suppress(grpc.RpcError):
-                    got = await health_pb2_grpc.HealthStub(channel).Check(request, timeout=0.5)
-                    if got.status == health_pb2.HealthCheckResponse.SERVING:
-                        return
-            await asyncio.sleep(0.02)
-        raise AssertionError(f"the broker did not start serving:\n{self.log.read_text()}")
-
-    def _spawn(self) -> None:
-        # Popen only forks and execs: it does not wait for the child.
-        assert self._proc is None
-        with self.log.open("ab") as stderr:
-            self._proc = subprocess.Popen(self._cmd, cwd=ROOT, stderr=stderr)
-
-    def kill(self) -> None:
-        """SIGKILL the broker and reap it. Does nothing when it is not running."""
-        proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-        if proc is not None:
-            proc.wait()
 
 
 @dataclass

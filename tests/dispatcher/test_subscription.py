@@ -304,7 +304,7 @@ async def test_a_seek_during_a_save_mid_pass_skips_nothing(
     partitions back to 2 (the race: a seek lands while a pass is between its reads).
     Then credit comes.
     Expected: after the seek each partition delivers 2..7, in order: the read planned
-    before the seek, from 4, sends nothing past the new position."""
+    before the seek, from 4, sends nothing at all."""
     for writer in writers:
         await _singles(writer, 5)
     seeks: list[list[int]] = []
@@ -332,6 +332,11 @@ async def test_a_seek_during_a_save_mid_pass_skips_nothing(
                 assert delivery is not None
                 got += [(p, o) for p, o, _ in _values([delivery])]
         assert seeks == [[2, 2]]
+        # The partition read first sent 4..7 before the seek landed (its save was what
+        # the seek interrupted), then 2..7 again; the one read second, stale, sent
+        # nothing until the next pass sent it 2..7.
+        per_partition = sorted([o for q, o in got if q == p] for p in (0, 1))
+        assert per_partition == [[2, 3, 4, 5, 6, 7], [4, 5, 6, 7, 2, 3, 4, 5, 6, 7]]
     finally:
         await sub.aclose()
 
