@@ -58,6 +58,7 @@ from wal import (
     WalClosedError,
     WalError,
     WalIOError,
+    run_to_end,
 )
 
 logger = logging.getLogger(__name__)
@@ -466,10 +467,16 @@ class DeadLetterQueue:
         removed = target - self._first
         if removed <= 0:
             return 0
-        await self._save(target)
-        self._first = target
+        # Cancelled, it still finishes the save and moves first_sequence with it: the
+        # lock stays held meanwhile (the next save would race it on the temp file), and
+        # memory keeps step with the disk.
+        await run_to_end(self._advance_first(target))
         await self._reclaim()
         return removed
+
+    async def _advance_first(self, target: int) -> None:
+        await self._save(target)
+        self._first = target
 
     async def _reclaim(self, *, roll: bool = False) -> None:
         """Delete segments wholly below ``first_sequence``. The removal is already saved, so

@@ -62,7 +62,7 @@ from dispatcher.protocol import (
     ToDeadLetter,
 )
 from dispatcher.subscription import InitialPosition, Subscription
-from wal import FileSystem, LogWriter
+from wal import FileSystem, LogWriter, run_to_end
 
 logger = logging.getLogger(__name__)
 
@@ -513,19 +513,10 @@ class SubscriptionRegistry:
                 )
                 for sub in subs
             ]
-            write = asyncio.ensure_future(
-                asyncio.to_thread(
-                    self._write, [(d.topic, d.subscription, state_file.encode(d)) for d in docs]
-                )
-            )
-            try:
-                await asyncio.shield(write)
-            except asyncio.CancelledError:
-                # The thread cannot be stopped: hold the lock until it is done, so that
-                # the next save never races it on the same temp files.
-                with contextlib.suppress(Exception):
-                    await write
-                raise
+            # Cancelled, it still holds the lock until the thread is done, so that the next
+            # save never races it on the same temp files.
+            files = [(d.topic, d.subscription, state_file.encode(d)) for d in docs]
+            await run_to_end(asyncio.to_thread(self._write, files))
             for doc in docs:
                 key = (doc.topic, doc.subscription)
                 if key in self._subs:

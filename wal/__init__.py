@@ -14,6 +14,7 @@ Modules (layered frame -> index -> segment -> log -> async writer):
     segment   ``Segment``: one .log + .index pair                         [sync I/O]
     log       ``Log``: segments, offsets, append/read/roll/retention/recovery  [sync I/O]
     writer    ``LogWriter``: the one task owning a log; group commit      [asyncio]
+              ``run_to_end``: work a cancelled caller still waits out
 
 On-disk layout of one partition directory::
 
@@ -73,7 +74,7 @@ from wal.fs import Fault, FaultyFs, FileSystem, SimulatedCrash
 from wal.log import AppendResult, Log, RecoveryReport
 from wal.record import Record
 from wal.validate import BatchLimits, validate_batch
-from wal.writer import LogWriter
+from wal.writer import LogWriter, run_to_end
 
 __all__ = [
     "AppendResult",
@@ -105,5 +106,6 @@ __all__ = [
     "encode_columns",
     "encode_records",
     "iter_batches",
+    "run_to_end",
     "validate_batch",
 ]

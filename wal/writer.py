@@ -35,10 +35,10 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, NamedTuple, Self
+from typing import Any, NamedTuple, Self, TypeVar
 
 from wal.batch import RecordBatch
 from wal.config import FsyncPolicy, LogConfig
@@ -49,10 +49,29 @@ from wal.tail import TailCache
 
 logger = logging.getLogger(__name__)
 
+T = TypeVar("T")
 Listener = Callable[[int], None]
 #: Called after each group commit with (seconds writing, seconds in fsync or None when
 #: the policy did not sync, batches in the group). For latency metrics.
 CommitObserver = Callable[[float, float | None, int], None]
+
+
+async def run_to_end(work: Awaitable[T]) -> T:
+    """Await ``work`` and return its result, running it to its end even if the caller is
+    cancelled: the caller then waits for it, and re-raises the cancellation after.
+
+    For work that cannot be stopped halfway, such as a thread hop (a thread cannot be
+    stopped) followed by the bookkeeping of its result: a lock the caller holds is not
+    released, and a temp file it writes is not reused by the next call, while the work
+    still runs, and what is on disk and in memory stay in step.
+    """
+    task = asyncio.ensure_future(work)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            await task
+        raise
 
 
 class Append(NamedTuple):

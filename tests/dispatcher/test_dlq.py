@@ -45,6 +45,7 @@ from dispatcher.dlq import (
 )
 from dispatcher.errors import DispatchError
 from tests._helpers import ManualClock
+from tests.dispatcher.test_subscription import _SlowWrites
 from wal import (
     Fault,
     FaultyFs,
@@ -549,6 +550,37 @@ async def test_ack_up_to_is_inclusive(
     assert dlq.count() == 10 - removed
     assert [e.sequence for e in dlq.peek()] == list(range(first, 10))
     assert await dlq.ack_up_to(sequence) == 0
+
+
+@asyncio_test
+async def test_a_cancelled_removal_holds_the_lock_until_its_state_write_ends(
+    dlq_dir: str,
+) -> None:
+    """Scenario: an ack_up_to whose state write (in a thread) is slow is cancelled, and
+    another ack_up_to follows at once.
+    Expected: the second state write starts only after the first one ended (they share a
+    temp file), and the reopened queue starts after both acks."""
+    fs = _SlowWrites()
+    fs.go.set()
+    queue = await DeadLetterQueue.open(dlq_dir, DlqConfig(), fs=fs, log_config=SMALL_LOG)
+    await put_each(queue, range(5))
+    fs.go.clear()
+    fs.started.clear()
+    fs.events.clear()
+    first = asyncio.create_task(queue.ack_up_to(1))
+    await asyncio.to_thread(fs.started.wait, 5)
+    first.cancel()
+    second = asyncio.create_task(queue.ack_up_to(3))
+    await asyncio.sleep(0.05)
+    assert fs.events == ["start"]  # the second write waits
+    fs.go.set()
+    assert await second == 2
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    assert fs.events == ["start", "end", "start", "end"]
+    await queue.aclose()
+    async with await DeadLetterQueue.open(dlq_dir, DlqConfig(), log_config=SMALL_LOG) as again:
+        assert again.first_sequence == 4
 
 
 @asyncio_test
