@@ -574,6 +574,7 @@ class Subscription:
     async def _save_now(self) -> None:
         if self._persist is None:
             return
+        changes = self.state.changes  # the save holds at least these
         try:
             await self._persist(self)
         except OSError:
@@ -582,6 +583,8 @@ class Subscription:
                 self.topic,
                 self.name,
             )
+        else:  # saved: on_change need not report them to the flusher again
+            self._changes = max(self._changes, changes)
 
     async def _write_dead_letters(self) -> None:
         while self._dead_letter_queue:

@@ -437,6 +437,44 @@ async def test_one_flush_saves_every_dirty_subscription_with_one_directory_fsync
         await reg.aclose()
 
 
+async def test_a_redelivery_pass_does_not_ask_for_a_second_save(
+    writers: list[LogWriter],
+) -> None:
+    """Scenario: a record is nacked, then sent again; the pass awaits a save first
+    (Persist).
+    Expected: the nack reports its change once (on_change, which marks the subscription
+    for the flusher), the pass saves once, and nothing more is reported after the save:
+    it covered the pass's changes, so the flusher has nothing left to write."""
+    await _append(writers[0], b"a")
+    changes: list[int] = []
+    saves: list[int] = []
+
+    async def save(sub: Subscription) -> None:
+        saves.append(sub.state.changes)
+
+    sub = Subscription(
+        "t",
+        "s",
+        writers,
+        [PartitionSnapshot(0)] * 2,
+        on_change=lambda s: changes.append(s.state.changes),
+        persist=save,
+    )
+    sub.start()
+    try:
+        session = sub.attach("c", 10)
+        await _take(session, 1)
+        changes.clear()
+        sub.nack(0, 0, 1, delay_s=0, reason="again")
+        again = await _take(session, 1)
+        assert again[0].redeliveries == {0: 1}
+        await _nothing_more(session)
+        assert len(changes) == 1  # the nack
+        assert saves == [sub.state.changes]  # the pass's save held everything
+    finally:
+        await sub.aclose()
+
+
 async def test_damaged_file_restarts_at_earliest_and_is_kept(
     tmp_path: Path, writers: list[LogWriter]
 ) -> None:
