@@ -15,9 +15,10 @@ Invariants:
   ``max_replays``: entries 0 and 1 are published and acked, entry 2 is reported, entries
   2..4 stay.
 - A batch is acked only after every one of its records is durable in its partition. The
-  publish and the ack run shielded from cancellation, so a caller that gives up mid-batch
-  (a deadline, a cancel) still gets that batch acked. A crash (or a failed publish)
-  between the two republishes the batch next time: replay is at least once.
+  publish and the ack run to their end (``wal.run_to_end``) even when the caller gives up
+  mid-batch (a deadline, a cancel): the batch is acked, and the call ends, releasing the
+  queue to the next replay, only after that. A crash (or a failed publish) between the
+  two republishes the batch next time: replay is at least once.
 - Pacing: before a batch, ``sent / rate_per_s`` seconds must have passed since the start,
   so over the call no more than ``rate_per_s`` records leave per second (plus one batch,
   a tenth of a second's worth). Example: 30 records at 100/s go out as batches of 10 at
@@ -45,7 +46,7 @@ from broker.ingest import Append
 from broker.topics import TopicRegistry
 from dispatcher.dead_letter import DlqEntry, replay_record, replay_refusal
 from dispatcher.dlq import DeadLetterQueue
-from wal import encode_columns
+from wal import encode_columns, run_to_end
 
 logger = logging.getLogger(__name__)
 
@@ -246,7 +247,7 @@ class DeadLetterReplayer:
             )
             take, gone = self._reachable(take)
             if take:
-                await asyncio.shield(self._publish_and_ack(dlq, take))
+                await run_to_end(self._publish_and_ack(dlq, take))
                 replayed += len(take)
                 after = take[-1].sequence + 1
             if gone is not None:

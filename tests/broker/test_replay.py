@@ -1,12 +1,27 @@
-"""The pure planning steps of dead-letter replay: pacing, the replayable prefix, batching.
-No event loop, no disk."""
+"""Dead-letter replay: the pure planning steps (pacing, the replayable prefix, batching),
+and the one-replay-per-queue rule under cancellation, with a real queue on disk and an
+append the test holds open."""
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
 import pytest
 
-from broker.replay import batch_size_for, encode_chunks, replayable_prefix
+from broker.errors import DeadLetterReplayError
+from broker.replay import (
+    DeadLetterReplayer,
+    ReplayOrder,
+    batch_size_for,
+    encode_chunks,
+    replayable_prefix,
+)
 from dispatcher.dead_letter import HEADER_REPLAY_COUNT, DlqEntry
+from dispatcher.dlq import DeadLetterQueue, DlqConfig
+from tests.dispatcher.test_dlq import letter
 from wal import decode_batch
 
 
@@ -88,3 +103,57 @@ def test_chunks_respect_the_batch_byte_limit_and_keep_order() -> None:
     assert [r.value for r in records] == [e.value for e in entries]
     assert [r.headers[HEADER_REPLAY_COUNT] for r in records] == [b"1", b"2", b"1", b"2", b"1"]
     assert {r.timestamp_ms for r in records} == {42}
+
+
+class _Partitions:
+    """The topics the replayer sees: ``orders`` with three partitions."""
+
+    def get(self, _topic: str) -> Any:
+        part = SimpleNamespace(log=SimpleNamespace(config=SimpleNamespace(max_batch_bytes=1 << 20)))
+        return SimpleNamespace(partitions=[part] * 3, partition=lambda _i: part)
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_a_cancelled_replay_holds_the_queue_until_its_batch_is_acked(
+    tmp_path: Path,
+) -> None:
+    """Scenario: a replay of three entries is cancelled while its batch is being
+    published (the append waits for the test); a second replay is asked for at once.
+    Expected: the second is refused (the first batch still runs); once the publish ends,
+    the first call ends cancelled with its batch acked, each entry was published once,
+    and a replay after it finds nothing left."""
+    published: list[bytes] = []
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def append(_topic: str, _partition: object, data: bytes) -> None:
+        published.append(data)
+        entered.set()
+        await release.wait()
+
+    replayer = DeadLetterReplayer(_Partitions(), append)  # type: ignore[arg-type]
+    async with await DeadLetterQueue.open(str(tmp_path / "dlq"), DlqConfig()) as dlq:
+        await dlq.put([letter(i) for i in range(3)])
+        first = asyncio.create_task(replayer.replay(dlq, "orders", "billing", ReplayOrder()))
+        await entered.wait()
+        first.cancel()
+        await asyncio.sleep(0)
+        with pytest.raises(DeadLetterReplayError, match="another replay"):
+            async with asyncio.timeout(5):  # a replay let in would wait on the append
+                await replayer.replay(dlq, "orders", "billing", ReplayOrder())
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        assert dlq.count() == 0
+        assert _records(published) == 3
+        again = await replayer.replay(dlq, "orders", "billing", ReplayOrder())
+        assert (again.replayed, _records(published)) == (0, 3)
+
+
+def _records(batches: list[bytes]) -> int:
+    total = 0
+    for data in batches:
+        batch = decode_batch(data)
+        assert batch is not None
+        assert not isinstance(batch, Exception)
+        total += len(batch.offsets())
+    return total
