@@ -30,7 +30,7 @@ from proto import admin_pb2 as _admin
 from proto import admin_pb2_grpc as _grpc
 from wal import LogWriter
 
-_SCAN_BYTES = 8 << 20
+_SCAN_BYTES = 1 << 20  # read size of a seek by time, between yields to the loop
 
 
 def _topic_info(topic: Topic) -> _admin.TopicInfo:
@@ -136,9 +136,7 @@ class AdminService(_grpc.AdminServicer):
                 raise InvalidRequestError("offset", f"must be >= 0, got {request.offset}")
             offsets = [request.offset] * len(writers)
         elif target == "timestamp_ms":
-            offsets = [
-                await asyncio.to_thread(offset_for_time, w, request.timestamp_ms) for w in writers
-            ]
+            offsets = [await offset_for_time(w, request.timestamp_ms) for w in writers]
         else:
             raise InvalidRequestError("target", "say where to: earliest, latest, offset or time")
         sub.seek(offsets)
@@ -212,15 +210,17 @@ class AdminService(_grpc.AdminServicer):
         return replay_response(outcome)
 
 
-def offset_for_time(writer: LogWriter, timestamp_ms: int) -> int:
+async def offset_for_time(writer: LogWriter, timestamp_ms: int) -> int:
     """The first offset whose record time is at or after ``timestamp_ms`` (the head if none).
 
     Reads batch headers and skips every batch whose newest record is older; only the batch
-    that holds the answer has its timestamps read.
+    that holds the answer has its timestamps read. Reads run on the event loop, as the
+    writer's threading contract requires (its tail cache and retention are loop-only),
+    and the scan yields to the loop between reads.
     """
     offset, hwm = writer.first_offset, writer.high_water_mark
     while offset < hwm:
-        batches = writer.read(offset, _SCAN_BYTES)
+        batches = writer.read(max(offset, writer.first_offset), _SCAN_BYTES)
         if not batches:
             break
         for batch in batches:
@@ -229,4 +229,5 @@ def offset_for_time(writer: LogWriter, timestamp_ms: int) -> int:
                     if ts >= timestamp_ms:
                         return batch.base_offset + i
             offset = batch.next_offset
+        await asyncio.sleep(0)
     return hwm

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import grpc
@@ -9,11 +10,12 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from broker.admin_service import offset_for_time
 from broker.app import Broker
 from proto import admin_pb2 as admin
 from proto import broker_pb2 as pb
 from tests.broker.conftest import Client, broker_config, serving
-from wal import encode_columns
+from wal import LogWriter, encode_columns
 
 
 @pytest.mark.asyncio
@@ -140,3 +142,32 @@ async def test_server_reflection_lists_the_services(client: Client) -> None:
     await call.done_writing()
     names = {s.name for s in response.list_services_response.service}
     assert {"headrace.v1.Broker", "headrace.v1.Admin", "grpc.health.v1.Health"} <= names
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_seek_by_time_scans_many_reads_on_the_loop_and_yields(tmp_path: Path) -> None:
+    """Scenario: 3,000 one-record batches of 1 KiB (about three scan reads), record i
+    stamped 1000 + i; the first offset at or after stamp 3500 is asked for, while another
+    task counts loop turns.
+    Expected: offset 2500; the scan gave the loop turns between its reads; a time past
+    every record gives the head."""
+    async with await LogWriter.open(str(tmp_path / "p0")) as writer:
+        for i in range(3_000):
+            await writer.append(encode_columns([b"x" * 1024], timestamps_ms=1000 + i))
+        turns = 0
+        stop = asyncio.Event()
+
+        async def count_turns() -> None:
+            nonlocal turns
+            while not stop.is_set():
+                turns += 1
+                await asyncio.sleep(0)
+
+        counter = asyncio.create_task(count_turns())
+        await asyncio.sleep(0)
+        before = turns
+        assert await offset_for_time(writer, 3_500) == 2_500
+        stop.set()
+        await counter
+        assert turns - before >= 2
+        assert await offset_for_time(writer, 10_000) == 3_000
