@@ -19,6 +19,10 @@ from dispatcher.acks import Range
 from dispatcher.errors import InvalidSubscriptionError
 from wal import RecordBatch
 
+#: A nack's failure reason is kept to this many characters: it is saved with the cursor on
+#: every flush and goes into the dead letter's ``x-failure-reason`` header.
+MAX_REASON_CHARS = 1024
+
 
 class SubscriptionType(enum.Enum):
     """How a subscription shares its records among consumers."""

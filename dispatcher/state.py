@@ -74,6 +74,7 @@ from dispatcher.partition_book import (
     unblock,
 )
 from dispatcher.protocol import (
+    MAX_REASON_CHARS,
     PERSIST,
     Ack,
     AckUpTo,
@@ -445,7 +446,7 @@ class SubscriptionState:
             check_number("nack delay", cmd.delay_s, 0, 86_400, "seconds")
         if self.policy.mode is DeliveryMode.AT_MOST_ONCE:
             return []  # already consumed when it was sent
-        reason = cmd.reason or "nacked by the consumer"
+        reason = (cmd.reason or "nacked by the consumer")[:MAX_REASON_CHARS]
         for lo, hi, lease in part.leases.overlapping(cmd.begin, cmd.end):
             self.nacked_total += hi - lo
             self._return_lease(lease, lo, hi, now, reason=reason, delay=cmd.delay_s)

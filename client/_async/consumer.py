@@ -316,8 +316,8 @@ class AsyncConsumer:
     def nack(self, message: Message, *, delay: float | None = None, reason: str = "") -> None:
         """Report that ``message`` failed: the broker sends it again after ``delay``
         seconds (``None``: the subscription's backoff, which grows with each failure).
-        ``reason`` is kept with the record and shows in the dead-letter queue if it ends
-        there (after the subscription's max deliveries).
+        ``reason`` is kept with the record (its first 1,024 characters) and shows in the
+        dead-letter queue if it ends there (after the subscription's max deliveries).
 
         Raises:
             ValueError: ``delay`` is negative or longer than a day.

@@ -1182,6 +1182,16 @@ def test_nack_reason_is_kept_and_defaulted() -> None:
     assert [(r.begin, r.reason) for r in runs] == [(0, "bad json"), (1, "nacked by the consumer")]
 
 
+def test_a_long_nack_reason_is_cut_to_its_first_1024_characters() -> None:
+    """Scenario: a record nacked with a 5,000-character reason (a client may send up to
+    the request size limit; the reason is saved with the cursor on every flush).
+    Expected: the failure keeps the first 1,024 characters."""
+    d = _sent(1)
+    reason = "".join(chr(ord("a") + i % 26) for i in range(5_000))
+    d.do(Nack(0, 0, 1, delay_s=60, reason=reason))
+    assert d.state.snapshot(10)[0].failures[0].reason == reason[:1024]
+
+
 # -- persist ------------------------------------------------------------------------------
 
 
