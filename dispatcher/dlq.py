@@ -196,8 +196,9 @@ _state_encoder = msgspec.json.Encoder()
 def default_log_config() -> LogConfig:
     """The queue log's default: ``LogConfig()`` (fsync ``ALWAYS``, 128 MiB segments) with the
     record and batch limits at the WAL's maximum (256 MiB), so that a value of
-    ``max_event_bytes`` plus the original key and headers always fits."""
-    return LogConfig(max_record_bytes=256 * _MIB, max_batch_bytes=256 * _MIB)
+    ``max_event_bytes`` plus the original key and headers always fits, and no tail cache:
+    a queue is read rarely, by one admin call at a time, and every subscription has one."""
+    return LogConfig(max_record_bytes=256 * _MIB, max_batch_bytes=256 * _MIB, tail_cache_bytes=0)
 
 
 class DeadLetterQueue:

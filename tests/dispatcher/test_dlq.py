@@ -42,6 +42,7 @@ from dispatcher.dlq import (
     DlqFullError,
     OverflowPolicy,
     PutOutcome,
+    default_log_config,
 )
 from dispatcher.errors import DispatchError
 from tests._helpers import ManualClock
@@ -352,8 +353,10 @@ def test_config_rejects_bad_values(field: str, value: object) -> None:
     ],
 )
 def test_config_accepts_boundary_values(kwargs: dict[str, object]) -> None:
-    """Scenario: a DlqConfig at the edge of each range. Expected: it is accepted."""
-    DlqConfig(**kwargs)  # type: ignore[arg-type]
+    """Scenario: a DlqConfig at the edge of each range. Expected: it is accepted and
+    keeps the value."""
+    cfg = DlqConfig(**kwargs)  # type: ignore[arg-type]
+    assert {name: getattr(cfg, name) for name in kwargs} == kwargs
 
 
 def test_config_defaults() -> None:
@@ -362,6 +365,8 @@ def test_config_defaults() -> None:
     assert cfg == DlqConfig(100_000, 7 * 24 * 3600.0, OverflowPolicy.DROP_OLDEST, 1 << 20, 3)
     assert PutOutcome.STORED.is_stored()
     assert not PutOutcome.REJECTED.is_stored()
+    log = default_log_config()  # every subscription has a queue, read by admin calls only
+    assert (log.tail_cache_bytes, log.max_record_bytes) == (0, 256 << 20)
 
 
 # -- the queue over real files ----------------------------------------------------------
