@@ -14,32 +14,23 @@ import argparse
 import asyncio
 import gc
 import json
-import subprocess
 import sys
 import time
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from subprocess import PIPE
 
-import grpc
-
+from bench._fanout_child import READY_TIMEOUT_S, LineProcess
+from bench._headrace_pubsub import MAX_UNACKED, probe_admin, serve_process
 from bench._measure import new_runner
 from bench._pubsub_system import (
-    ServerFailedError,
-    ServerProcess,
-    free_port,
     read_stamp,
     stdin_closed,
     wait_until_serving,
 )
 from client import AsyncAdminClient, AsyncConsumer, ClientError, Message
 
-#: The broker's cap on unacked records per subscription (default 1,000), raised as the
-#: ``pubsub`` scenario raises it, so the 8 shared consumers can have 2,500 each in hand.
-MAX_UNACKED = 20_000
-READY_TIMEOUT_S = 60.0  # for a consumer process to subscribe
 GRACE_S = 10.0  # after the last e2e send, for every sample to arrive
 CHILD = "from bench._dispatch_procs import consumer_main; consumer_main()"
 
@@ -52,30 +43,14 @@ class Broker:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self.address = f"127.0.0.1:{free_port()}"
-        config = directory / "headrace.toml"
-        config.write_text(f'[broker]\nmax_unacked = {MAX_UNACKED}\n\n[wal]\nfsync = "always"\n')
-        argv = ["-c", "from broker.cli import main; main()", "serve", "--config", str(config)]
-        self.process = ServerProcess(
-            [
-                sys.executable,
-                *argv,
-                *("--data-dir", str(directory / "data"), "--listen", self.address),
-                *("--metrics-listen", "", "--log-level", "WARNING"),
-            ],
-            directory / "headrace.log",
-        )
+        config = f'[broker]\nmax_unacked = {MAX_UNACKED}\n\n[wal]\nfsync = "always"\n'
+        self.process, self.address = serve_process(directory, config)
 
     async def start(self) -> None:
         self.process.start()
-        await wait_until_serving(self._probe, timeout_s=60, process=self.process)
-
-    async def _probe(self) -> None:
-        # A channel with its own subchannel pool: no connection backoff from a failed try.
-        async with grpc.aio.insecure_channel(
-            self.address, options=[("grpc.use_local_subchannel_pool", 1)]
-        ) as channel:
-            await AsyncAdminClient(channel=channel, timeout_s=1).list_topics()
+        await wait_until_serving(
+            lambda: probe_admin(self.address), timeout_s=60, process=self.process
+        )
 
     async def create_topic(self, name: str, partitions: int) -> None:
         async with AsyncAdminClient(self.address) as admin:
@@ -86,23 +61,11 @@ class Broker:
 
 
 class Child:
-    """One consumer process running :func:`consumer_main`, talked to over its stdio.
+    """One consumer process running :func:`consumer_main`, talked to over its stdio
+    (a :class:`~bench._fanout_child.LineProcess`)."""
 
-    Spawned with ``subprocess.Popen`` (vfork and exec), not the event loop's subprocess
-    support: uvloop forks, and gRPC's fork handlers then complain on stderr.
-    """
-
-    def __init__(
-        self,
-        process: subprocess.Popen[bytes],
-        stdout: asyncio.StreamReader,
-        transport: asyncio.ReadTransport,
-        log: Path,
-    ) -> None:
+    def __init__(self, process: LineProcess) -> None:
         self._process = process
-        self._stdout = stdout
-        self._transport = transport
-        self._log = log
 
     @classmethod
     async def spawn(
@@ -120,7 +83,6 @@ class Child:
         ack_interval_ms: float = 20.0,
         out: Path | None = None,
     ) -> Child:
-        log = broker.directory / f"consumer-{names[0]}.log"
         argv = [
             *(sys.executable, "-c", CHILD, "--broker", broker.address, "--topic", topic),
             *("--type", type_, "--names", ",".join(names), "--per-name", str(per_name)),
@@ -129,14 +91,8 @@ class Child:
             *(["--per-record-acks"] if per_record_acks else []),
             *(["--out", str(out)] if out else []),
         ]
-        with log.open("ab") as stderr:
-            # vfork and exec: returns at once (see the class docstring)
-            process = subprocess.Popen(argv, stdin=PIPE, stdout=PIPE, stderr=stderr)  # noqa: ASYNC220
-        reader = asyncio.StreamReader()
-        transport, _ = await asyncio.get_running_loop().connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(reader), process.stdout
-        )
-        return cls(process, reader, transport, log)
+        log = broker.directory / f"consumer-{names[0]}.log"
+        return cls(await LineProcess.spawn(argv, log=log, who="a consumer process"))
 
     async def ready(self) -> tuple[str, str] | None:
         """Wait until every consumer subscribed; the (code, message) of a refusal, if any.
@@ -144,7 +100,7 @@ class Child:
         Raises:
             ServerFailedError: the process failed or did not get ready in time.
         """
-        line = await self._line(READY_TIMEOUT_S)
+        line = await self._process.line(READY_TIMEOUT_S)
         if line == "ready":
             return None
         refusal = json.loads(line)
@@ -154,33 +110,17 @@ class Child:
         """The process's summary: at once if it received everything within ``timeout_s``,
         else after closing its stdin (which tells it to stop)."""
         try:
-            line = await self._line(timeout_s)
+            line = await self._process.line(timeout_s)
         except TimeoutError:
-            self._close_stdin()
-            line = await self._line(GRACE_S)
+            self._process.close_stdin()
+            line = await self._process.line(GRACE_S)
         summary: dict[str, int] = json.loads(line)
-        await asyncio.to_thread(self._process.wait)
+        await asyncio.to_thread(self._process.process.wait)
         return summary
 
     async def kill(self) -> None:
         """Kill the process if it still runs, reap it, close its pipes."""
-        self._close_stdin()
-        if self._process.poll() is None:
-            self._process.kill()
-        await asyncio.to_thread(self._process.wait)
-        self._transport.close()
-
-    def _close_stdin(self) -> None:
-        if self._process.stdin is not None and not self._process.stdin.closed:
-            self._process.stdin.close()
-
-    async def _line(self, timeout_s: float) -> str:
-        line = await asyncio.wait_for(self._stdout.readline(), timeout_s)
-        if not line:
-            code = await asyncio.to_thread(self._process.wait)
-            tail = "\n".join(self._log.read_text(errors="replace").splitlines()[-10:])
-            raise ServerFailedError(f"a consumer process exited with status {code}:\n{tail}")
-        return line.decode().strip()
+        await self._process.reap()
 
 
 # ---------------------------------------------------------------------------------------

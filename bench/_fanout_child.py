@@ -1,8 +1,9 @@
 """The consumer process of a bare fan-out peer (the gRPC floor, Redis Streams), both sides.
 
 Owns how a driver runs one fan-out with that process (:func:`drive`: spawn it, wait for it,
-publish at a pace, collect its latencies; built from :func:`spawn`, :func:`expect_line`,
-:func:`collect` and :func:`reap`) and what the process runs (:func:`main`, around a
+publish at a pace, collect its latencies; built from :func:`spawn`, :func:`expect_line`
+and :func:`collect`), :class:`LineProcess` (a child read line by line on the loop, also
+used by :mod:`bench._dispatch_procs`), and what the process runs (:func:`main`, around a
 peer's receive loop, and :func:`consume`).
 
 The protocol: the child runs with ``--server`` (where to connect), ``--subscribers``,
@@ -66,77 +67,127 @@ async def drive(
     """
     who = f"the {name} consumer"
     out = directory / f"{name}-latencies.f64"
-    consumer = spawn(
+    consumer = await spawn(
         code,
         server=server,
         subscribers=subscribers,
         expected=round(rate * seconds),
         out=out,
         log=directory / f"{name}-consumer.log",
+        who=who,
     )
     try:
-        await expect_line(consumer, "ready", READY_TIMEOUT_S, who)
+        await expect_line(consumer, "ready", READY_TIMEOUT_S)
 
         def send(due_ns: int) -> Awaitable[object]:
             return publish(stamp_payload(due_ns, E2E_PAYLOAD_BYTES))
 
         sent = await pace(rate, seconds, send, clock_ns=time.monotonic_ns)
-        await collect(consumer, grace_s, who)
+        await collect(consumer, grace_s)
     finally:
-        await reap(consumer)
+        await consumer.reap()
     samples = array("d")
     samples.frombytes(out.read_bytes())
     return sorted(samples), sent
 
 
+class LineProcess:
+    """A child process whose stdout is read line by line on the event loop.
+
+    Spawned with ``subprocess.Popen`` (vfork and exec), not the event loop's subprocess
+    support: uvloop forks, and gRPC's fork handlers then complain on stderr. Its stdout is
+    read through an ``asyncio.StreamReader``, so a wait for a line that times out loses
+    nothing: the line is still there for the next wait (a ``readline`` in a thread would
+    go on and swallow it).
+    """
+
+    def __init__(
+        self,
+        process: subprocess.Popen[bytes],
+        stdout: asyncio.StreamReader,
+        transport: asyncio.ReadTransport,
+        log: Path,
+        who: str,
+    ) -> None:
+        self.process = process
+        self._stdout = stdout
+        self._transport = transport
+        self._log = log
+        self.who = who
+
+    @classmethod
+    async def spawn(cls, argv: Sequence[str], *, log: Path, who: str) -> LineProcess:
+        """Run ``argv`` with its stderr appended to ``log``; ``who`` names it in errors."""
+        with log.open("ab") as stderr:
+            # vfork and exec: returns at once (see the class docstring)
+            process = subprocess.Popen(argv, stdin=PIPE, stdout=PIPE, stderr=stderr)  # noqa: ASYNC220
+        reader = asyncio.StreamReader()
+        transport, _ = await asyncio.get_running_loop().connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), process.stdout
+        )
+        return cls(process, reader, transport, log, who)
+
+    async def line(self, timeout_s: float) -> str:
+        """The next stdout line, stripped.
+
+        Raises:
+            TimeoutError: none within ``timeout_s`` (it stays readable).
+            ServerFailedError: the process closed its stdout (exited); the message holds
+                its exit status and the end of its log.
+        """
+        line = await asyncio.wait_for(self._stdout.readline(), timeout_s)
+        if not line:
+            code = await asyncio.to_thread(self.process.wait)
+            tail = "\n".join(self._log.read_text(errors="replace").splitlines()[-10:])
+            raise ServerFailedError(f"{self.who} exited with status {code}:\n{tail}")
+        return line.decode().strip()
+
+    def close_stdin(self) -> None:
+        """Tell the process to stop (the protocol's signal)."""
+        if self.process.stdin is not None and not self.process.stdin.closed:
+            self.process.stdin.close()
+
+    async def reap(self) -> None:
+        """Kill the process if it still runs, wait for it, close its pipes."""
+        self.close_stdin()
+        if self.process.poll() is None:
+            self.process.kill()
+        await asyncio.to_thread(self.process.wait)
+        self._transport.close()
+
+
 def spawn(
-    code: str, *, server: str, subscribers: int, expected: int, out: Path, log: Path
-) -> subprocess.Popen[bytes]:
+    code: str, *, server: str, subscribers: int, expected: int, out: Path, log: Path, who: str
+) -> Awaitable[LineProcess]:
     """Run ``python -c code`` with the protocol's arguments, its stderr appended to ``log``."""
     argv = [sys.executable, "-c", code, "--server", server, "--subscribers", str(subscribers)]
     argv += ["--expected", str(expected), "--out", str(out)]
-    with log.open("ab") as stderr:
-        # vfork and exec, not the loop's subprocess support (uvloop forks; gRPC complains)
-        return subprocess.Popen(argv, stdin=PIPE, stdout=PIPE, stderr=stderr)
+    return LineProcess.spawn(argv, log=log, who=who)
 
 
-async def expect_line(
-    process: subprocess.Popen[bytes], start: str, timeout_s: float, who: str
-) -> str:
+async def expect_line(process: LineProcess, start: str, timeout_s: float) -> str:
     """The process's next stdout line, which must start with ``start``.
 
     Raises:
         ServerFailedError: it said something else (or exited).
         TimeoutError: no line within ``timeout_s``.
     """
-    assert process.stdout is not None
-    line = await asyncio.wait_for(asyncio.to_thread(process.stdout.readline), timeout_s)
-    text = line.decode().strip()
+    text = await process.line(timeout_s)
     if not text.startswith(start):
-        code = process.poll()
-        raise ServerFailedError(f"{who} said {text!r} (exit status {code})")
+        raise ServerFailedError(
+            f"{process.who} said {text!r} (exit status {process.process.poll()})"
+        )
     return text
 
 
-async def collect(process: subprocess.Popen[bytes], grace_s: float, who: str) -> None:
+async def collect(process: LineProcess, grace_s: float) -> None:
     """Wait up to ``grace_s`` for the summary; if it does not come, close the child's stdin
     (it stops and writes what came) and wait up to ``grace_s`` again."""
     try:
-        await expect_line(process, "{", grace_s, who)
+        await expect_line(process, "{", grace_s)
     except TimeoutError:
-        assert process.stdin is not None
-        process.stdin.close()
-        await expect_line(process, "{", grace_s, who)
-
-
-async def reap(process: subprocess.Popen[bytes]) -> None:
-    """Kill the process if it still runs, wait for it, close its pipes."""
-    if process.poll() is None:
-        process.kill()
-    await asyncio.to_thread(process.wait)
-    for pipe in (process.stdin, process.stdout):
-        if pipe is not None:
-            pipe.close()
+        process.close_stdin()
+        await expect_line(process, "{", grace_s)
 
 
 # ---------------------------------------------------------------------------------------

@@ -63,33 +63,9 @@ class HeadraceSystem:
     fsync = "always"
 
     def __init__(self, data_dir: Path) -> None:
-        self._dir = data_dir
-        self._port = free_port()
-        self._address = f"127.0.0.1:{self._port}"
-        self._process = ServerProcess(
-            [
-                sys.executable,
-                "-c",
-                "from broker.cli import main; main()",
-                "serve",
-                "--config",
-                str(self._write_config()),
-                "--data-dir",
-                str(data_dir / "data"),
-                "--listen",
-                self._address,
-                "--metrics-listen",
-                "",
-                "--log-level",
-                "WARNING",
-            ],
-            data_dir / "headrace.log",
+        self._process, self._address = serve_process(
+            data_dir, f"[broker]\nmax_unacked = {MAX_UNACKED}\n"
         )
-
-    def _write_config(self) -> Path:
-        path = self._dir / "headrace.toml"
-        path.write_text(f"[broker]\nmax_unacked = {MAX_UNACKED}\n")
-        return path
 
     async def start(self) -> None:
         self._process.start()
@@ -99,8 +75,7 @@ class HeadraceSystem:
             await admin.create_topic(E2E_TOPIC, 1)
 
     async def _probe_admin(self) -> None:
-        async with AsyncAdminClient(self._address, channel=_fresh_channel(self._address)) as a:
-            await a.list_topics()
+        await probe_admin(self._address)
 
     async def publish(self, count: int, payload: bytes) -> float:
         values = [payload] * count
@@ -158,7 +133,7 @@ class HeadraceSystem:
         return await restart_to_serving(self._process, self._probe_publish)
 
     async def _probe_publish(self) -> None:
-        channel = _fresh_channel(self._address)
+        channel = fresh_channel(self._address)
         try:
             stub = broker_pb2_grpc.BrokerStub(channel)
             request = _pb.PublishRequest(topic=TOPIC, partition=0, batch=encode_columns([b"probe"]))
@@ -174,6 +149,25 @@ class HeadraceSystem:
             await asyncio.to_thread(self._process.stop)
 
 
-def _fresh_channel(address: str) -> grpc.aio.Channel:
+def serve_process(directory: Path, config: str) -> tuple[ServerProcess, str]:
+    """``headrace serve`` (not started yet) on a free loopback port, with ``config`` as its
+    TOML file, its data and log in ``directory``, no metrics listener, warnings only.
+    Returns the process and its address."""
+    address = f"127.0.0.1:{free_port()}"
+    path = directory / "headrace.toml"
+    path.write_text(config)
+    argv = [sys.executable, "-c", "from broker.cli import main; main()", "serve"]
+    argv += ["--config", str(path), "--data-dir", str(directory / "data")]
+    argv += ["--listen", address, "--metrics-listen", "", "--log-level", "WARNING"]
+    return ServerProcess(argv, directory / "headrace.log"), address
+
+
+async def probe_admin(address: str) -> None:
+    """One admin call on a fresh channel: succeeds once the broker serves."""
+    async with AsyncAdminClient(address, channel=fresh_channel(address)) as admin:
+        await admin.list_topics()
+
+
+def fresh_channel(address: str) -> grpc.aio.Channel:
     """A channel with its own subchannel pool: no connection backoff left by a dead server."""
     return grpc.aio.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1)])

@@ -67,7 +67,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import _fanout_floor, _fanout_redis
-from bench._dispatch_procs import GRACE_S, MAX_UNACKED, Broker, Child
+from bench._dispatch_procs import GRACE_S, Broker, Child
+from bench._headrace_pubsub import MAX_UNACKED
 from bench._measure import new_runner, per_second, percentile
 from bench._output import Goal, Params, Result
 from bench._peers import REDIS

@@ -5,13 +5,16 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
 from bench import dispatch
 from bench._dispatch_procs import GRACE_S
+from bench._fanout_child import LineProcess
 from bench._output import Goal, Params, Result, render_human
+from bench._pubsub_system import ServerFailedError
 from bench._runner import SCENARIOS, RunOptions
 
 #: Small sizes for every part: 2 rounds of lost notifications, 50 idle subscriptions, an
@@ -234,3 +237,23 @@ def test_an_unknown_goal_operator_is_refused() -> None:
     """Scenario: a goal with operator ``~``. Expected: ValueError naming it."""
     with pytest.raises(ValueError, match="unknown goal operator"):
         Goal("~", 1.0).met(1.0)
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_a_line_wait_that_times_out_loses_no_line(tmp_path: Path) -> None:
+    """Scenario: a child prints one line after 0.5 s and exits; the driver first waits
+    0.05 s for it (the summary wait that times out), then again.
+    Expected: the first wait raises TimeoutError, the second gets the line; after that the
+    closed stdout is reported with the exit status."""
+    code = "import time; time.sleep(0.5); print('late', flush=True)"
+    child = await LineProcess.spawn(
+        [sys.executable, "-c", code], log=tmp_path / "child.log", who="the child"
+    )
+    try:
+        with pytest.raises(TimeoutError):
+            await child.line(0.05)
+        assert await child.line(10) == "late"
+        with pytest.raises(ServerFailedError, match="the child exited with status 0"):
+            await child.line(10)
+    finally:
+        await child.reap()
