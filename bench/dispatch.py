@@ -99,9 +99,6 @@ E2E_TOPIC = "dispatch-e2e"
 SHARED_TOPIC = "dispatch-shared"
 SHARED_SUBSCRIPTION = "dispatch-shared"
 SHARED_PARTITIONS = 4
-#: The subscription type of the throughput phase (tests swap in ``exclusive`` to run the
-#: phase's machinery on a broker that does not offer ``shared`` yet).
-SHARED_TYPE = "shared"
 #: How long an e2e consumer's acks wait to be sent: 100 ms is 200 records at 2,000 msg/s,
 #: far below the unacked cap, and 5x fewer ack messages than the 20 ms default.
 E2E_ACK_INTERVAL_MS = 100.0
@@ -509,7 +506,7 @@ async def _shared(broker: Broker, sizes: Sizes) -> float | None:
     child = await Child.spawn(
         broker,
         SHARED_TOPIC,
-        type_=SHARED_TYPE,
+        type_="shared",
         names=[SHARED_SUBSCRIPTION],
         expected=count,
         start="earliest",
@@ -537,7 +534,7 @@ async def _shared_offered(address: str) -> bool:
     Asked on the empty topic, before the preload: this creates the subscription at offset
     0 of every partition, exactly as the consumers would.
     """
-    probe = AsyncConsumer(SHARED_TOPIC, SHARED_SUBSCRIPTION, broker=address, type=SHARED_TYPE)
+    probe = AsyncConsumer(SHARED_TOPIC, SHARED_SUBSCRIPTION, broker=address, type="shared")
     try:
         await probe.start()
     except ClientError as exc:

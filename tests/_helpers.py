@@ -1,11 +1,12 @@
 """Helpers shared by test packages: a manual clock, awaiting one thing while watching the
-tasks that must keep running meanwhile, and the order check of the broker-kill tests."""
+tasks that must keep running meanwhile, polling for state other tasks reach, and the
+order check of the broker-kill tests."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -40,6 +41,16 @@ async def until(awaitable: Awaitable[T], *tasks: asyncio.Task[Any]) -> T:
             task.result()
             raise AssertionError(f"{task.get_name()} ended early")
     return waiter.result()
+
+
+async def eventually(check: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    """Wait until ``check()`` holds, looking every 10 ms: state that tasks of the code
+    under test reach on their own. Raises ``AssertionError`` after ``timeout_s``."""
+    for _ in range(int(timeout_s / 0.01)):
+        if check():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"not true after {timeout_s} s")
 
 
 def check_first_deliveries_in_order(offsets: Mapping[int, Sequence[int]], label: str) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +28,7 @@ from broker.topics import TopicRegistry
 from dispatcher import Subscription, SubscriptionRegistry
 from proto import admin_pb2 as admin
 from proto import broker_pb2 as pb
-from tests._helpers import ManualClock
+from tests._helpers import ManualClock, eventually
 from tests.broker.conftest import broker_config, serving
 from wal import LogConfig, encode_columns
 
@@ -104,15 +104,6 @@ async def running(
         await topics.aclose()
 
 
-async def until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    """Wait until ``condition()`` is true (the service's work runs in its own tasks)."""
-    for _ in range(int(timeout_s / 0.01)):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"not true after {timeout_s}s")
-
-
 # -- retention --------------------------------------------------------------------------
 
 
@@ -179,7 +170,7 @@ async def test_the_task_runs_passes_until_closed(tmp_path: Path) -> None:
     async with running(tmp_path, wal=wal, interval_s=0.01) as env:
         env.retention.start()
         await env.publish(20)
-        await until(lambda: env.partition.writer.first_offset == 90)
+        await eventually(lambda: env.partition.writer.first_offset == 90)
         await env.retention.aclose()
         await env.publish(20)
         await asyncio.sleep(0.05)
@@ -314,7 +305,7 @@ async def test_evict_oldest_backlog_deletes_past_the_floor(tmp_path: Path, trigg
             assert env.retention.admit("t", env.partition) is None
         else:
             await env.retention.run_once()
-        await until(lambda: env.partition.writer.first_offset == 80)
+        await eventually(lambda: env.partition.writer.first_offset == 80)
         assert env.metric("headrace_backlog_evicted_records_total") == 80
         session = sub.attach("c", 100)
         async with asyncio.timeout(5):

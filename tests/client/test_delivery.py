@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from broker.app import Broker
 from broker.config import BrokerConfig
 from client import AsyncAdminClient, AsyncConsumer, AsyncProducer, Message
 from dispatcher import DispatchConfig, DispatchPolicy, PoisonPolicy
+from tests._helpers import eventually
 from tests.broker.conftest import broker_config
 from tests.client.conftest import address
 
@@ -51,15 +51,6 @@ async def _take(consumer: AsyncConsumer, n: int, within: float = 10) -> list[Mes
 async def _nothing(consumer: AsyncConsumer, wait: float = 0.3) -> None:
     with pytest.raises(TimeoutError):
         await consumer.receive(timeout=wait)
-
-
-async def _eventually(check: Callable[[], bool]) -> None:
-    """Wait (up to 5 s) until ``check()`` holds: state the broker reaches on its own."""
-    for _ in range(500):
-        if check():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("the broker never got there")
 
 
 def _values(messages: list[Message]) -> list[bytes]:
@@ -191,7 +182,6 @@ async def test_key_shared_a_consumer_that_stops_reading_holds_up_only_its_own_ke
             for i, key in enumerate(keys):
                 await producer.publish("t", b"%d" % i, key=key)
         got: dict[bytes, list[int]] = {}
-        expected = 0
         async with asyncio.timeout(20):
             while True:
                 try:
@@ -276,9 +266,9 @@ async def test_poison_records_after_max_deliveries(tmp_path: Path, policy: Poiso
                     assert received == Counter({b"ok1": 1, b"bad": 2, b"ok2": 1})
                     sub = broker.subscriptions.get("t", "p")
                     if policy is PoisonPolicy.BLOCK:
-                        await _eventually(lambda: bool(sub.state.blocked(0)))
+                        await eventually(lambda: bool(sub.state.blocked(0)))
                     else:
-                        await _eventually(lambda: sub.state.cursor(0) == 3)
+                        await eventually(lambda: sub.state.cursor(0) == 3)
                     await (await producer.send("t", b"ok3"))
                     if policy is PoisonPolicy.BLOCK:
                         await _nothing(c, 0.3)

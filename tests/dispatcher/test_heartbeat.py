@@ -385,7 +385,7 @@ def _scrape(metrics: BrokerMetrics) -> dict[tuple[str, tuple[str, ...]], float]:
     return {
         (
             s.name,
-            tuple(s.labels[k] for k in ("topic", "partition", "subscription") if k in s.labels),
+            tuple(s.labels[k] for k in _LABEL_ORDER if k in s.labels),
         ): s.value
         for family in text_string_to_metric_families(text)
         for s in family.samples
