@@ -576,9 +576,7 @@ def _load_state(fs: FileSystem, directory: str, name: str) -> int | None:
     """
     path = os.path.join(directory, _STATE_FILE)
     try:
-        if not fs.exists(directory):
-            fs.makedirs(directory)
-            fs.fsync_dir(os.path.dirname(os.path.abspath(directory)))
+        fs.makedirs(directory)  # with every directory it creates fsynced in its parent
         fs.remove(path + ".tmp")  # an atomic write the last process did not finish
         if not fs.exists(path):
             return None

@@ -10,6 +10,7 @@ Invariants:
 - ``atomic_write`` is temp -> fsync -> rename -> fsync(dir): readers see the old or the new
   file, never a mix. ``atomic_write_many`` does the same for many files with one fsync per
   directory.
+- ``makedirs`` fsyncs the parent of every directory it creates.
 - Crash points are named strings (``CRASH_POINTS``); production code calls
   :meth:`FileSystem.crash_point` at each, which does nothing outside tests.
 
@@ -119,8 +120,18 @@ class FileSystem:
         return sorted(os.listdir(path))
 
     def makedirs(self, path: str) -> None:
-        """Create a directory and its parents if missing."""
-        os.makedirs(path, exist_ok=True)
+        """Create a directory and its parents if missing, durably: the parent of each
+        directory created is fsynced, so a power cut cannot take back a directory (and
+        the files in it) after a later write in it was reported durable."""
+        missing = []
+        current = os.path.abspath(path)
+        while not os.path.isdir(current):
+            missing.append(current)
+            current = os.path.dirname(current)
+        for directory in reversed(missing):
+            with contextlib.suppress(FileExistsError):  # made meanwhile by someone else
+                os.mkdir(directory)
+            self.fsync_dir(os.path.dirname(directory))
 
     def file_size(self, path: str) -> int:
         """Size of the file at ``path``."""

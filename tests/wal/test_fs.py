@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from wal import Fault, FaultyFs, SimulatedCrash
+from wal import Fault, FaultyFs, FileSystem, SimulatedCrash
 
 
 def _files(root: Path, content: bytes) -> list[tuple[str, bytes]]:
@@ -59,3 +59,32 @@ def test_a_failed_directory_fsync_is_raised(root: Path) -> None:
     fs = FaultyFs(faults=[Fault("fsync_dir", errno.EIO)])
     with pytest.raises(OSError, match="Input/output error"):
         fs.atomic_write_many(_files(root, b"new-"))
+
+
+class _DirSyncs(FileSystem):
+    """Records the directories it fsyncs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.synced: list[str] = []
+
+    def fsync_dir(self, path: str) -> None:
+        self.synced.append(path)
+        super().fsync_dir(path)
+
+
+def test_makedirs_fsyncs_the_parent_of_every_directory_it_creates(tmp_path: Path) -> None:
+    """Scenario: makedirs of a/b/c under an existing directory, then of a/b/c again, then
+    of a/b/d.
+    Expected: the first creates three directories and fsyncs tmp, a and a/b, in that
+    order (so no new entry can vanish in a power cut); the second creates nothing and
+    syncs nothing; the third syncs only a/b."""
+    fs = _DirSyncs()
+    fs.makedirs(str(tmp_path / "a" / "b" / "c"))
+    assert (tmp_path / "a" / "b" / "c").is_dir()
+    assert fs.synced == [str(tmp_path), str(tmp_path / "a"), str(tmp_path / "a" / "b")]
+    fs.synced.clear()
+    fs.makedirs(str(tmp_path / "a" / "b" / "c"))
+    assert fs.synced == []
+    fs.makedirs(str(tmp_path / "a" / "b" / "d"))
+    assert fs.synced == [str(tmp_path / "a" / "b")]
