@@ -291,19 +291,24 @@ class SubscriptionRegistry:
         return [s for key, s in sorted(self._subs.items()) if topic in (None, key[0])]
 
     async def drop_topic(self, topic: str) -> None:
-        """Stop and forget every subscription of ``topic`` (the topic is being deleted)."""
+        """Stop and forget every subscription of ``topic`` (the topic is being deleted).
+
+        The dead-letter queues go first, on disk too: a crash halfway leaves subscription
+        files without queues (pruned at the next open with the topic gone), never queues
+        that a later subscription of the same name would inherit."""
         for key in [k for k in self._subs if k[0] == topic]:
             await self._subs.pop(key).aclose()
             self._saved.pop(key, None)
-            dlq = self._dlqs.pop(key, None)
-            if dlq is not None:
-                await dlq.aclose()
             self._dirty.discard(key)
             self._next_tick.pop(key, None)
             self._samples.pop(key, None)
+        async with self._dlq_lock:  # not while dead_letter_queue() opens one of them
+            dlqs = [self._dlqs.pop(key) for key in list(self._dlqs) if key[0] == topic]
+        for dlq in dlqs:
+            await dlq.aclose()
         async with self._save_lock:
-            await asyncio.to_thread(self._remove_topic_dir, topic)
             await asyncio.to_thread(self._remove_dir, os.path.join(self._dlq_root, topic))
+            await asyncio.to_thread(self._remove_topic_dir, topic)
 
     async def save(self, sub: Subscription) -> None:
         """Save ``sub``'s acknowledged state now (before answering a seek or a commit)."""
@@ -525,8 +530,7 @@ class SubscriptionRegistry:
     def _write(self, files: Sequence[tuple[str, str, bytes]]) -> None:
         for directory in dict.fromkeys(os.path.join(self._root, topic) for topic, _, _ in files):
             if not self._fs.exists(directory):
-                self._fs.makedirs(directory)
-                self._fs.fsync_dir(self._root)
+                self._fs.makedirs(directory)  # fsyncs the root too
         self._fs.atomic_write_many(
             [
                 (os.path.join(self._root, topic, name + state_file.SUFFIX), data)
@@ -545,6 +549,10 @@ class SubscriptionRegistry:
     def _load_all(self, topics: set[str]) -> list[tuple[str, str, state_file.StateDoc | None]]:
         """``(topic, name, doc)`` of every saved subscription; ``doc`` is None if damaged."""
         self._fs.makedirs(self._root)
+        if self._fs.exists(self._dlq_root):
+            for topic in sorted(set(self._fs.listdir(self._dlq_root)) - topics):
+                logger.warning("dropping the dead-letter queues of deleted topic %r", topic)
+                self._remove_dir(os.path.join(self._dlq_root, topic))
         found: list[tuple[str, str, state_file.StateDoc | None]] = []
         for topic in sorted(self._fs.listdir(self._root)):
             if topic not in topics:

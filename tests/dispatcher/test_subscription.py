@@ -501,20 +501,31 @@ async def test_damaged_file_restarts_at_earliest_and_is_kept(
 async def test_subscriptions_of_deleted_topics_are_dropped(
     tmp_path: Path, writers: list[LogWriter]
 ) -> None:
+    """Scenario: subscriptions of topics "gone" and "kept", each with a dead-letter queue;
+    "kept" is dropped; the registry reopens knowing only topic "kept" (so "gone" was
+    deleted while the broker was down).
+    Expected: the drop removes kept's subscription and queue directories; the reopen
+    prunes gone's subscriptions and queues, and knows no subscription."""
     data = str(tmp_path / "data")
     reg = SubscriptionRegistry(data)
     await reg.open({})
-    await reg.subscribe("gone", "s", writers)
-    await reg.subscribe("kept", "s", writers)
+    for topic in ("gone", "kept"):
+        await reg.subscribe(topic, "s", writers)
+        assert await reg.dead_letter_queue(topic, "s") is not None
+    assert Path(data, "dlq", "kept", "s").is_dir()
     await reg.drop_topic("kept")
     with pytest.raises(SubscriptionNotFoundError, match="consume kept --subscription s"):
         reg.get("kept", "s")
+    assert not Path(data, "dlq", "kept").exists()
+    assert not Path(data, "subscriptions", "kept").exists()
     await reg.aclose()
+    assert Path(data, "dlq", "gone", "s").is_dir()
     again = SubscriptionRegistry(data)
     await again.open({"kept": writers})
     try:
         assert again.subscriptions() == []
         assert not Path(data, "subscriptions", "gone").exists()
+        assert not Path(data, "dlq", "gone").exists()
     finally:
         await again.aclose()
 
