@@ -59,7 +59,7 @@ class Broker:
             config.data_dir,
             max_unacked=config.max_unacked,
             dispatch=config.dispatch,
-            on_dispatch=self.metrics.dispatched,
+            on_dispatch=self.metrics.dispatch_observer,
             flush_interval_s=config.cursor_flush_interval_ms / 1000,
             heartbeat=config.heartbeat,
         )
@@ -79,9 +79,7 @@ class Broker:
 
     def _watch_partition(self, topic: str, partition: Partition) -> None:
         """Time every group commit of a partition's log (WAL latency histograms)."""
-        partition.writer.on_commit = functools.partial(
-            self.metrics.wal_committed, topic, partition.index
-        )
+        partition.writer.on_commit = self.metrics.commit_observer(topic, partition.index)
 
     async def start(self) -> None:
         """Open the topics and subscriptions, then start serving gRPC and metrics."""

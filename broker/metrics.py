@@ -19,6 +19,7 @@ from prometheus_client.registry import Collector
 
 from dispatcher import SubscriptionSample
 from wal import AppendResult
+from wal.writer import CommitObserver
 
 _LATENCY_BUCKETS = (
     0.0001,
@@ -101,18 +102,24 @@ class BrokerMetrics:
             registry=self.registry,
         )
 
-    def wal_committed(
-        self, topic: str, partition: int, write_s: float, sync_s: float | None, _batches: int
-    ) -> None:
-        """Observe one group commit of a partition's log."""
+    def commit_observer(self, topic: str, partition: int) -> CommitObserver:
+        """What a partition's log calls after each group commit (its ``on_commit``), with
+        its histograms' children looked up once, not per commit."""
         labels = (topic, str(partition))
-        self.wal_append.labels(*labels).observe(write_s)
-        if sync_s is not None:
-            self.wal_fsync.labels(*labels).observe(sync_s)
+        append = self.wal_append.labels(*labels).observe
+        fsync = self.wal_fsync.labels(*labels).observe
 
-    def dispatched(self, topic: str, seconds: float) -> None:
-        """Observe one first delivery ``seconds`` after its records were published."""
-        self.dispatch_latency.labels(topic).observe(seconds)
+        def committed(write_s: float, sync_s: float | None, _batches: int) -> None:
+            append(write_s)
+            if sync_s is not None:
+                fsync(sync_s)
+
+        return committed
+
+    def dispatch_observer(self, topic: str) -> Callable[[float], None]:
+        """What a subscription of ``topic`` calls with the seconds from publish to each
+        first delivery; the histogram child is looked up once, not per delivery."""
+        return self.dispatch_latency.labels(topic).observe
 
     def published(self, topic: str, partition: int, result: AppendResult, size: int) -> None:
         """Count one acknowledged batch."""

@@ -36,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import logging
 import os
 import re
@@ -155,7 +154,8 @@ class SubscriptionRegistry:
         heartbeat: Heartbeat intervals and the stall timeout.
         monotonic: Monotonic seconds (tests pass a manual clock).
         clock: Wall-clock seconds (ack timeouts, nack delays, dead-letter times).
-        on_dispatch: Called with (topic, seconds from publish) for each first delivery.
+        on_dispatch: Called with a topic once per subscription of it; returns what the
+            subscription calls with the seconds from publish to each first delivery.
     """
 
     def __init__(
@@ -169,7 +169,7 @@ class SubscriptionRegistry:
         heartbeat: HeartbeatConfig | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         clock: Callable[[], float] = time.time,
-        on_dispatch: Callable[[str, float], None] | None = None,
+        on_dispatch: Callable[[str], Callable[[float], None]] | None = None,
     ) -> None:
         self._root = os.path.join(data_dir, "subscriptions")
         self._dlq_root = os.path.join(data_dir, "dlq")
@@ -463,7 +463,7 @@ class SubscriptionRegistry:
             stall_timeout_s=self._heartbeat.stall_timeout_s,
         )
         if self._on_dispatch is not None:
-            sub.on_dispatch = functools.partial(self._on_dispatch, topic)
+            sub.on_dispatch = self._on_dispatch(topic)
         self._subs[(topic, name)] = sub
         sub.start()
         return sub
