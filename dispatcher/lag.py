@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from dispatcher.errors import InvalidSubscriptionError
+from dispatcher.protocol import check_number
 
 #: The heartbeat interval when nothing else is configured, seconds (DESIGN section 3).
 DEFAULT_INTERVAL_S = 0.5
@@ -51,13 +52,10 @@ class HeartbeatConfig:
     subscriptions: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        _interval("interval", self.interval_s)
-        if not _number(self.stall_timeout_s) or not 0 < self.stall_timeout_s <= 86_400:
-            raise InvalidSubscriptionError(
-                "stall_timeout", f"{self.stall_timeout_s!r} must be from 0 to 86400 seconds"
-            )
+        check_number("heartbeat interval", self.interval_s, 0.001, 3_600, "seconds")
+        check_number("stall_timeout", self.stall_timeout_s, 0.001, 86_400, "seconds")
         for name, value in {**self.topics, **self.subscriptions}.items():
-            _interval(f"interval of {name!r}", value)
+            check_number(f"heartbeat interval of {name!r}", value, 0.001, 3_600, "seconds")
         for name in self.subscriptions:
             if name.count("/") != 1 or name.startswith("/") or name.endswith("/"):
                 raise InvalidSubscriptionError(
@@ -70,17 +68,6 @@ class HeartbeatConfig:
         if specific is not None:
             return specific
         return self.topics.get(topic, self.interval_s)
-
-
-def _number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _interval(what: str, value: object) -> None:
-    if not _number(value) or not 0.001 <= value <= 3_600:  # type: ignore[operator]
-        raise InvalidSubscriptionError(
-            "heartbeat", f"the {what} is {value!r}; it must be from 0.001 to 3600 seconds"
-        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,9 @@ def test_monitor_rules() -> None:
     ("kwargs", "match"),
     [
         ({"interval_s": 0}, "from 0.001 to 3600 seconds"),
-        ({"stall_timeout_s": -1}, "from 0 to 86400 seconds"),
+        ({"stall_timeout_s": -1}, "from 0.001 to 86400 seconds"),
+        ({"stall_timeout_s": 0}, "from 0.001 to 86400 seconds"),
+        ({"interval_s": float("nan")}, "nan is not a number"),
         ({"topics": {"t": True}}, "interval of 't'"),
         ({"subscriptions": {"no-slash": 1.0}}, "'topic/subscription'"),
     ],
