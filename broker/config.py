@@ -58,11 +58,12 @@ TOML layout (every key optional)::
 from __future__ import annotations
 
 import dataclasses
+import enum
 import os
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from broker.backlog import BacklogConfig, BacklogPolicy
 from dispatcher import (
@@ -207,7 +208,7 @@ class BrokerConfig:
         wal_doc = dict(doc.get("wal", {}))
         _known(wal_doc, {f.name for f in dataclasses.fields(LogConfig)}, f"{source} [wal]")
         if "fsync" in wal_doc:
-            wal_doc["fsync"] = _fsync(wal_doc["fsync"])
+            wal_doc["fsync"] = _choice(FsyncPolicy, wal_doc["fsync"], "[wal] fsync")
         heartbeat = _heartbeat(doc.get("heartbeat", {}), f"{source} [heartbeat]")
         backlog = _backlog(doc.get("backlog", {}), f"{source} [backlog]")
         dispatch = DispatchConfig(
@@ -291,13 +292,7 @@ def _policy(table: object, where: str, base: DispatchPolicy, *, top: bool = True
             name = key.removesuffix("_ms") + "_s"
             changes[name] = None if key == "ack_timeout_ms" and value == 0 else value / 1000
         elif key == "poison_policy":
-            try:
-                changes["poison"] = PoisonPolicy(value)
-            except ValueError as exc:
-                choices = ", ".join(p.value for p in PoisonPolicy)
-                raise ConfigError(
-                    f"{where} poison_policy = {value!r}: must be one of {choices}"
-                ) from exc
+            changes["poison"] = _choice(PoisonPolicy, value, f"{where} poison_policy")
         elif key != "subscriptions":
             changes[key] = value
     try:
@@ -336,13 +331,7 @@ def _dlq(table: object, where: str) -> DlqConfig:
             raise ConfigError(f"{where} max_age_ms = {age!r}: must be milliseconds >= 0")
         values["max_age_s"] = age / 1000 if age else None
     if "overflow" in table:
-        try:
-            values["overflow"] = OverflowPolicy(table["overflow"])
-        except ValueError as exc:
-            choices = ", ".join(p.value for p in OverflowPolicy)
-            raise ConfigError(
-                f"{where} overflow = {table['overflow']!r}: must be one of {choices}"
-            ) from exc
+        values["overflow"] = _choice(OverflowPolicy, table["overflow"], f"{where} overflow")
     try:
         return DlqConfig(**values)
     except DlqConfigError as exc:
@@ -356,16 +345,20 @@ def _backlog(table: object, where: str) -> BacklogConfig:
     _known(table, {f.name for f in dataclasses.fields(BacklogConfig)}, where)
     values = dict(table)
     if "policy" in values:
-        values["policy"] = _backlog_policy(values["policy"])
+        values["policy"] = _choice(BacklogPolicy, values["policy"], "[backlog] policy")
     return BacklogConfig(**values)
 
 
-def _backlog_policy(value: object) -> BacklogPolicy:
+E = TypeVar("E", bound=enum.Enum)
+
+
+def _choice(kind: type[E], value: object, setting: str) -> E:
+    """The member of ``kind`` named by ``value``; ``setting`` names it in the error."""
     try:
-        return BacklogPolicy(value)
+        return kind(value)
     except ValueError as exc:
-        choices = ", ".join(p.value for p in BacklogPolicy)
-        raise ConfigError(f"[backlog] policy = {value!r}: must be one of {choices}") from exc
+        choices = ", ".join(str(member.value) for member in kind)
+        raise ConfigError(f"{setting} = {value!r}: must be one of {choices}") from exc
 
 
 def _check_backlog(backlog: object) -> None:
@@ -385,14 +378,6 @@ def _seconds(where: str, value: object, hi_ms: int = 3_600_000) -> float:
     if not isinstance(value, int | float) or isinstance(value, bool) or not 1 <= value <= hi_ms:
         raise ConfigError(f"{where} = {value!r}: must be from 1 to {hi_ms} milliseconds")
     return value / 1000
-
-
-def _fsync(value: object) -> FsyncPolicy:
-    try:
-        return FsyncPolicy(value)
-    except ValueError as exc:
-        choices = ", ".join(p.value for p in FsyncPolicy)
-        raise ConfigError(f"[wal] fsync = {value!r}: must be one of {choices}") from exc
 
 
 def _int_range(name: str, value: object, lo: int, hi: int) -> None:
