@@ -14,7 +14,7 @@ import contextlib
 import json
 import sys
 import time
-from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict
 from datetime import datetime
 from typing import Any, TypeVar
@@ -288,13 +288,13 @@ def lag(
         return lag_rows(s for s in subs if subscription in (None, s.subscription))
 
     while True:
-        table = run(rows)
+        found = run(rows)
         if as_json:
-            click.echo(json.dumps(table))
+            click.echo(json.dumps(found))
         else:
             if watch:
                 click.clear()
-            click.echo(_lag_table(table))
+            click.echo(table(found, LAG_FIELDS) if found else "no subscriptions")
         if not watch:
             return
         try:
@@ -325,13 +325,12 @@ def lag_rows(subs: Iterable[SubscriptionInfo]) -> list[dict[str, Any]]:
     ]
 
 
-def _lag_table(rows: list[dict[str, Any]]) -> str:
-    if not rows:
-        return "no subscriptions"
-    widths = {f: max(len(f), *(len(str(r[f])) for r in rows)) for f in LAG_FIELDS}
-    lines = ["  ".join(f.upper().ljust(widths[f]) for f in LAG_FIELDS).rstrip()]
+def table(rows: Sequence[Mapping[str, Any]], fields: Sequence[str]) -> str:
+    """``rows`` as aligned text columns, one per field, under an upper-case header."""
+    widths = {f: max(len(f), *(len(str(r[f])) for r in rows)) for f in fields}
+    lines = ["  ".join(f.upper().ljust(widths[f]) for f in fields).rstrip()]
     for r in rows:
-        lines.append("  ".join(str(r[f]).ljust(widths[f]) for f in LAG_FIELDS).rstrip())
+        lines.append("  ".join(str(r[f]).ljust(widths[f]) for f in fields).rstrip())
     return "\n".join(lines)
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from broker.cli_client import add_record_bytes, as_text, broker_option, run
+from broker.cli_client import add_record_bytes, as_text, broker_option, run, table
 from client import AsyncAdminClient, DeadLetterEntry, ReplayResult
 
 _PREVIEW = 40  # characters of a value shown in the peek table
@@ -71,7 +71,7 @@ def peek(  # noqa: PLR0917 - click passes every option as an argument
     elif not entries:
         click.echo(f"no dead letters in {topic}/{subscription}")
     else:
-        click.echo(_table([_row(e) for e in entries]))
+        click.echo(table([_row(e) for e in entries], PEEK_FIELDS))
 
 
 @dlq.command("count")
@@ -233,10 +233,3 @@ def _printable(text: str) -> str:
 
 def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
-
-
-def _table(rows: list[dict[str, str]]) -> str:
-    widths = {f: max(len(f), *(len(r[f]) for r in rows)) for f in PEEK_FIELDS}
-    lines = ["  ".join(f.upper().ljust(widths[f]) for f in PEEK_FIELDS).rstrip()]
-    lines += ["  ".join(r[f].ljust(widths[f]) for f in PEEK_FIELDS).rstrip() for r in rows]
-    return "\n".join(lines)
