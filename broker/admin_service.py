@@ -13,6 +13,7 @@ import asyncio
 from broker.convert import (
     ack_sequence,
     partition_info,
+    partition_seek_offsets,
     peek_arguments,
     peek_response,
     replay_order,
@@ -28,6 +29,7 @@ from dispatcher import SubscriptionRegistry
 from dispatcher.dlq import DeadLetterQueue
 from proto import admin_pb2 as _admin
 from proto import admin_pb2_grpc as _grpc
+from proto import broker_pb2 as _pb
 from wal import LogWriter
 
 _SCAN_BYTES = 1 << 20  # read size of a seek by time, between yields to the loop
@@ -137,11 +139,34 @@ class AdminService(_grpc.AdminServicer):
             offsets = [request.offset] * len(writers)
         elif target == "timestamp_ms":
             offsets = [await offset_for_time(w, request.timestamp_ms) for w in writers]
+        elif target == "partition_offsets":
+            cursors = [p.cursor for p in sub.status().partitions]
+            offsets = partition_seek_offsets(request.partition_offsets, cursors)
         else:
             raise InvalidRequestError("target", "say where to: earliest, latest, offset or time")
         sub.seek(offsets)
         await self._subscriptions.save(sub)
         return subscription_info(sub.status())
+
+    @rpc
+    async def OffsetsForTime(  # noqa: N802 - gRPC method name
+        self,
+        request: _admin.OffsetsForTimeRequest,
+        context: Context,
+    ) -> _admin.OffsetsForTimeResponse:
+        """The first offset at or after a time on every partition; moves nothing."""
+        if request.timestamp_ms < 0:
+            raise InvalidRequestError(
+                "timestamp_ms", f"must be >= 0 (ms since the epoch), got {request.timestamp_ms}"
+            )
+        topic = self._topics.get(request.topic)
+        offsets = [
+            _pb.PartitionOffset(
+                partition=p.index, offset=await offset_for_time(p.writer, request.timestamp_ms)
+            )
+            for p in topic.partitions
+        ]
+        return _admin.OffsetsForTimeResponse(offsets=offsets)
 
     # -- dead-letter queues -------------------------------------------------------------
 

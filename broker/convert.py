@@ -194,6 +194,37 @@ def peek_arguments(
     return start, limit, request.reason or None
 
 
+def partition_seek_offsets(given: _admin.PartitionOffsets, cursors: list[int]) -> list[int]:
+    """The offsets a per-partition seek moves to: ``cursors`` with the named partitions
+    replaced.
+
+    Raises:
+        InvalidRequestError: a partition that the topic lacks or that is named twice, or a
+            negative offset.
+    """
+    offsets = list(cursors)
+    seen: set[int] = set()
+    for entry in given.offsets:
+        if not 0 <= entry.partition < len(cursors):
+            raise InvalidRequestError(
+                "partition_offsets",
+                f"partition {entry.partition} does not exist; the topic has partitions "
+                f"0-{len(cursors) - 1}",
+            )
+        if entry.partition in seen:
+            raise InvalidRequestError(
+                "partition_offsets", f"partition {entry.partition} is named twice"
+            )
+        if entry.offset < 0:
+            raise InvalidRequestError(
+                "partition_offsets",
+                f"offset {entry.offset} of partition {entry.partition} must be >= 0",
+            )
+        seen.add(entry.partition)
+        offsets[entry.partition] = entry.offset
+    return offsets
+
+
 def ack_sequence(request: _admin.AckDeadLettersRequest) -> int:
     """The sequence an ack removes entries up to (inclusive).
 

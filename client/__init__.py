@@ -7,8 +7,10 @@ Modules:
     _async.producer AsyncProducer: batching, per-partition pipelining, retries, idempotence
     _async.consumer AsyncConsumer: credits, batched acks, reconnects
     _async.admin    AsyncAdminClient: topics, subscriptions and dead-letter queues
+    _async.fetcher  AsyncFetcher: reads by offset (Fetch) and position commits (AckUpTo)
     _message        Message: a lazy view of one received record
-    _sync           Producer, Consumer, AdminClient: blocking twins over a loop thread
+    _sync           Producer, Consumer, AdminClient, Fetcher: blocking twins over a loop
+                    thread
     _wire           generated copy of the wal batch codec (python -m client._codegen)
     _codegen        the generator of _wire, with a --check mode for CI
 
@@ -17,10 +19,12 @@ Imports ``proto`` only (DESIGN section 1).
 
 from client._async.admin import AsyncAdminClient
 from client._async.consumer import AsyncConsumer
+from client._async.fetcher import AsyncFetcher, FetchResult
 from client._async.producer import AsyncProducer, partition_for
 from client._message import Message
 from client._sync.admin import AdminClient
 from client._sync.consumer import Consumer
+from client._sync.fetcher import Fetcher
 from client._sync.producer import Producer
 from client._types import (
     DEFAULT_BROKER,
@@ -35,6 +39,7 @@ from client._types import (
     SubscriptionInfo,
     TopicInfo,
 )
+from client._wire.batch import RecordBatch
 from client.errors import (
     AlreadyExists,
     ClientClosed,
@@ -57,6 +62,7 @@ __all__ = [
     "AlreadyExists",
     "AsyncAdminClient",
     "AsyncConsumer",
+    "AsyncFetcher",
     "AsyncProducer",
     "ClientClosed",
     "ClientError",
@@ -65,6 +71,8 @@ __all__ = [
     "DeadLetterEntry",
     "DeadlineExceeded",
     "FailedPrecondition",
+    "FetchResult",
+    "Fetcher",
     "InvalidArgument",
     "Message",
     "NotFound",
@@ -74,6 +82,7 @@ __all__ = [
     "PermissionDenied",
     "Producer",
     "PublishedRange",
+    "RecordBatch",
     "RecordMetadata",
     "ReplayResult",
     "ResourceExhausted",

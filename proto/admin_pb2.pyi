@@ -118,20 +118,42 @@ class DescribeSubscriptionRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ...) -> None: ...
 
 class SeekRequest(_message.Message):
-    __slots__ = ("topic", "subscription", "earliest", "latest", "offset", "timestamp_ms")
+    __slots__ = ("topic", "subscription", "earliest", "latest", "offset", "timestamp_ms", "partition_offsets")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     EARLIEST_FIELD_NUMBER: _ClassVar[int]
     LATEST_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_OFFSETS_FIELD_NUMBER: _ClassVar[int]
     topic: str
     subscription: str
     earliest: bool
     latest: bool
     offset: int
     timestamp_ms: int
-    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., earliest: _Optional[bool] = ..., latest: _Optional[bool] = ..., offset: _Optional[int] = ..., timestamp_ms: _Optional[int] = ...) -> None: ...
+    partition_offsets: PartitionOffsets
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., earliest: _Optional[bool] = ..., latest: _Optional[bool] = ..., offset: _Optional[int] = ..., timestamp_ms: _Optional[int] = ..., partition_offsets: _Optional[_Union[PartitionOffsets, _Mapping]] = ...) -> None: ...
+
+class PartitionOffsets(_message.Message):
+    __slots__ = ("offsets",)
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    offsets: _containers.RepeatedCompositeFieldContainer[_broker_pb2.PartitionOffset]
+    def __init__(self, offsets: _Optional[_Iterable[_Union[_broker_pb2.PartitionOffset, _Mapping]]] = ...) -> None: ...
+
+class OffsetsForTimeRequest(_message.Message):
+    __slots__ = ("topic", "timestamp_ms")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    timestamp_ms: int
+    def __init__(self, topic: _Optional[str] = ..., timestamp_ms: _Optional[int] = ...) -> None: ...
+
+class OffsetsForTimeResponse(_message.Message):
+    __slots__ = ("offsets",)
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    offsets: _containers.RepeatedCompositeFieldContainer[_broker_pb2.PartitionOffset]
+    def __init__(self, offsets: _Optional[_Iterable[_Union[_broker_pb2.PartitionOffset, _Mapping]]] = ...) -> None: ...
 
 class DeadLetterEntry(_message.Message):
     __slots__ = ("sequence", "topic", "partition", "offset", "subscription", "key", "value", "headers", "timestamp_ms", "attempts", "reason", "attempt_times_ms", "dead_lettered_ms", "truncated", "original_size", "replay_count")

@@ -69,6 +69,11 @@ class AdminStub:
                 request_serializer=admin__pb2.SeekRequest.SerializeToString,
                 response_deserializer=admin__pb2.SubscriptionInfo.FromString,
                 _registered_method=True)
+        self.OffsetsForTime = channel.unary_unary(
+                '/headrace.v1.Admin/OffsetsForTime',
+                request_serializer=admin__pb2.OffsetsForTimeRequest.SerializeToString,
+                response_deserializer=admin__pb2.OffsetsForTimeResponse.FromString,
+                _registered_method=True)
         self.PeekDeadLetters = channel.unary_unary(
                 '/headrace.v1.Admin/PeekDeadLetters',
                 request_serializer=admin__pb2.PeekDeadLettersRequest.SerializeToString,
@@ -137,6 +142,14 @@ class AdminServicer:
 
     def Seek(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def OffsetsForTime(self, request, context):
+        """The first offset at or after a time, on every partition of a topic. Read-only: readers
+        that keep their own position (the Spark connector's startingTimestamp) start there.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -219,6 +232,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.Seek,
                     request_deserializer=admin__pb2.SeekRequest.FromString,
                     response_serializer=admin__pb2.SubscriptionInfo.SerializeToString,
+            ),
+            'OffsetsForTime': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffsetsForTime,
+                    request_deserializer=admin__pb2.OffsetsForTimeRequest.FromString,
+                    response_serializer=admin__pb2.OffsetsForTimeResponse.SerializeToString,
             ),
             'PeekDeadLetters': grpc.unary_unary_rpc_method_handler(
                     servicer.PeekDeadLetters,
@@ -435,6 +453,33 @@ class Admin:
             '/headrace.v1.Admin/Seek',
             admin__pb2.SeekRequest.SerializeToString,
             admin__pb2.SubscriptionInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OffsetsForTime(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headrace.v1.Admin/OffsetsForTime',
+            admin__pb2.OffsetsForTimeRequest.SerializeToString,
+            admin__pb2.OffsetsForTimeResponse.FromString,
             options,
             channel_credentials,
             insecure,

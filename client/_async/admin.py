@@ -6,7 +6,7 @@ Role: thin calls with typed results; gRPC errors become :mod:`client.errors` onc
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
@@ -165,13 +165,24 @@ class AsyncAdminClient:
         latest: bool = False,
         offset: int | None = None,
         timestamp_ms: int | None = None,
+        offsets: Mapping[int, int] | None = None,
     ) -> SubscriptionInfo:
         """Move a subscription's cursors to the earliest or latest retained offsets, to one
-        offset on every partition, or to the first record at or after a time (ms since
-        the epoch). Give exactly one target."""
-        given = [earliest, latest, offset is not None, timestamp_ms is not None]
+        offset on every partition, to the first record at or after a time (ms since
+        the epoch), or to one offset per partition (``offsets``: partition -> offset;
+        partitions not named keep their cursors). Offsets are clamped to what the log
+        holds. Give exactly one target."""
+        given = [
+            earliest,
+            latest,
+            offset is not None,
+            timestamp_ms is not None,
+            offsets is not None,
+        ]
         if sum(given) != 1:
-            raise ValueError("give exactly one of earliest, latest, offset or timestamp_ms")
+            raise ValueError(
+                "give exactly one of earliest, latest, offset, timestamp_ms or offsets"
+            )
         request = _admin.SeekRequest(topic=topic, subscription=subscription)
         if earliest:
             request.earliest = True
@@ -179,9 +190,21 @@ class AsyncAdminClient:
             request.latest = True
         elif offset is not None:
             request.offset = offset
+        elif offsets is not None:
+            request.partition_offsets.offsets.extend(
+                _pb.PartitionOffset(partition=p, offset=o) for p, o in sorted(offsets.items())
+            )
         else:
             request.timestamp_ms = timestamp_ms or 0
         return _subscription(await self._call(self._stub.Seek, request))
+
+    async def offsets_for_time(self, topic: str, timestamp_ms: int) -> list[int]:
+        """Per partition, in partition order, the first offset whose record time is at or
+        after ``timestamp_ms`` (ms since the epoch), or the head where every record is
+        older. Moves nothing. Raises ``NotFound`` or ``InvalidArgument``."""
+        request = _admin.OffsetsForTimeRequest(topic=topic, timestamp_ms=timestamp_ms)
+        got = await self._call(self._stub.OffsetsForTime, request)
+        return [p.offset for p in sorted(got.offsets, key=lambda p: p.partition)]
 
     async def peek_dead_letters(
         self,

@@ -161,6 +161,7 @@ class _Accumulator:
         self._idle.set()
         self._producer_id = producer.new_producer_id()
         self._sequence = 0
+        self._failed: ClientError | None = None  # latched: fixed id, unknown outcome
         self._task = asyncio.create_task(self._run(), name=f"producer:{topic}/{partition}")
 
     def add(
@@ -235,6 +236,9 @@ class _Accumulator:
                 self._producer.buffered(-batch.size)
 
     async def _publish(self, p: _Pending | _Bulk) -> None:
+        if self._failed is not None:
+            p.fail(self._failed)
+            return
         try:
             data = p.encode(self._producer_id, self._sequence if self._producer_id >= 0 else -1)
         except Exception as exc:  # the wire codec's own errors: a field out of range
@@ -250,7 +254,11 @@ class _Accumulator:
         p.resolve(self.topic, response)
 
     def _after_failure(self, exc: ClientError) -> None:
-        if exc.retryable:
+        if exc.retryable and self._producer.fixed_producer_id is not None:
+            # Unknown outcome under an id that cannot change: a later batch would either
+            # leave a gap or reuse this batch's sequences for other records.
+            self._failed = exc
+        elif exc.retryable:
             # Unknown outcome: the batch may be in the log. Continue under a new producer id
             # so the next batch cannot collide with, or leave a gap after, this one.
             self._producer_id = self._producer.new_producer_id()
@@ -272,6 +280,13 @@ class AsyncProducer:
             waits for room beyond it (backpressure). Default 64 MiB.
         idempotent: Stamp batches with a producer id and sequence numbers so the broker
             drops retried duplicates. Default on.
+        producer_id: A fixed producer id (0 to 2**63 - 1) instead of a random one per
+            partition; with ``idempotent`` only. Each partition's sequences start at 0. A
+            caller that re-sends the same records in the same calls under the same id (a
+            retried Spark task) gets them answered as duplicates, not appended again.
+            Because the id cannot change, a batch whose outcome is unknown after its
+            retries fails every later batch of its partition: re-sending after a gap
+            could otherwise be taken for a duplicate. Default: random ids.
         channel: An existing channel to use (not closed by the producer).
     """
 
@@ -284,10 +299,14 @@ class AsyncProducer:
         delivery_timeout_s: float = 30.0,
         buffer_max_bytes: int = 64 << 20,
         idempotent: bool = True,
+        producer_id: int | None = None,
         channel: grpc.aio.Channel | None = None,
     ) -> None:
         if linger_ms < 0 or batch_max_bytes < 1 or delivery_timeout_s <= 0:
             raise ValueError("linger_ms >= 0, batch_max_bytes >= 1 and delivery_timeout_s > 0")
+        if producer_id is not None and not (idempotent and 0 <= producer_id < 2**63):
+            raise ValueError("producer_id needs idempotent=True and must be in [0, 2**63)")
+        self.fixed_producer_id = producer_id
         if buffer_max_bytes < batch_max_bytes:
             raise ValueError("buffer_max_bytes must be at least batch_max_bytes")
         self.buffer_max_bytes = buffer_max_bytes
@@ -315,7 +334,9 @@ class AsyncProducer:
         self._closed = False
 
     def new_producer_id(self) -> int:
-        """A fresh random producer id (-1 when not idempotent)."""
+        """A fresh random producer id, the fixed one if given, or -1 when not idempotent."""
+        if self.fixed_producer_id is not None:
+            return self.fixed_producer_id
         return secrets.randbits(62) if self._idempotent else -1
 
     async def send(
@@ -478,6 +499,11 @@ class AsyncProducer:
                 )
                 out.append((p, bulk))
         return out
+
+    async def partition_count(self, topic: str) -> int:
+        """How many partitions ``topic`` has (looked up once, then cached). Raises
+        ``NotFound``."""
+        return await self._partition_count(topic)
 
     async def flush(self) -> None:
         """Wait until every record sent so far is acknowledged or failed."""

@@ -8,6 +8,7 @@ and errors are the async ones unchanged.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Self
 
@@ -74,6 +75,7 @@ class AdminClient:
         latest: bool = False,
         offset: int | None = None,
         timestamp_ms: int | None = None,
+        offsets: Mapping[int, int] | None = None,
     ) -> SubscriptionInfo:
         """Move a subscription's cursors: see :meth:`AsyncAdminClient.seek`. Give exactly
         one target (else ``ValueError``)."""
@@ -85,8 +87,14 @@ class AdminClient:
                 latest=latest,
                 offset=offset,
                 timestamp_ms=timestamp_ms,
+                offsets=offsets,
             )
         )
+
+    def offsets_for_time(self, topic: str, timestamp_ms: int) -> list[int]:
+        """Per partition, the first offset at or after a time: see
+        :meth:`AsyncAdminClient.offsets_for_time`."""
+        return self._bridge.run(self._admin.offsets_for_time(topic, timestamp_ms))
 
     def peek_dead_letters(
         self,

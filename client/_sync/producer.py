@@ -52,6 +52,8 @@ class Producer:
             blocks for room beyond it (backpressure). Default 64 MiB.
         idempotent: Stamp batches with a producer id and sequence numbers, so the broker
             drops retried duplicates. Default on.
+        producer_id: A fixed producer id, for callers that re-send the same records after a
+            failure (a retried Spark task): see :class:`AsyncProducer`. Default: random.
 
     Unlike :class:`AsyncProducer`, there is no ``channel`` argument. A ``grpc.aio`` channel
     is bound to the loop it was made on, and this producer's loop is private.
@@ -69,6 +71,7 @@ class Producer:
         delivery_timeout_s: float = 30.0,
         buffer_max_bytes: int = 64 << 20,
         idempotent: bool = True,
+        producer_id: int | None = None,
     ) -> None:
         self._bridge = LoopThread("Producer", "AsyncProducer")
         self._producer = self._bridge.create(
@@ -79,6 +82,7 @@ class Producer:
             delivery_timeout_s=delivery_timeout_s,
             buffer_max_bytes=buffer_max_bytes,
             idempotent=idempotent,
+            producer_id=producer_id,
         )
 
     def send(
@@ -178,6 +182,10 @@ class Producer:
             timestamps_ms=timestamps_ms,
         )
         return self._bridge.run(_queued(send_many))
+
+    def partition_count(self, topic: str) -> int:
+        """How many partitions ``topic`` has: see :meth:`AsyncProducer.partition_count`."""
+        return self._bridge.run(self._producer.partition_count(topic))
 
     def flush(self) -> None:
         """Block until every record sent so far is acknowledged or has failed.

@@ -1,0 +1,180 @@
+"""AsyncFetcher: reads by offset and position commits, for readers that keep their own
+position.
+
+Role: the client side of the ``Fetch`` and ``AckUpTo`` RPCs. A reader such as the Spark
+connector decides which offsets to read (its checkpoint is its position), pulls record
+batches with :meth:`AsyncFetcher.fetch`, and tells the broker how far it has durably got
+with :meth:`AsyncFetcher.ack_up_to`, so ``headrace lag`` and retention follow it.
+
+Fetched batches are decoded (and their CRC checked) here, once, and returned whole: a
+batch may start before the offset asked for, and the caller slices it. The columns of a
+:class:`~client._wire.batch.RecordBatch` are offset arrays plus data buffers, so they can
+be wrapped as Arrow arrays without touching each record.
+
+Retryable errors (the broker restarting: UNAVAILABLE) are retried with backoff until
+``timeout_s``; other errors are raised at once, as :mod:`client.errors` classes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Self
+
+import grpc
+
+from client._async.producer import backoff_s
+from client._types import DEFAULT_BROKER
+from client._wire.batch import RecordBatch, decode_batch
+from client.errors import ClientError, from_rpc_error
+from proto import broker_pb2 as _pb
+from proto import broker_pb2_grpc as _grpc
+
+#: Largest response this client accepts, bytes: the broker caps one Fetch at 16 MiB of
+#: batches, plus framing.
+_MAX_MESSAGE = 64 << 20
+#: Default ``max_bytes`` of one fetch.
+DEFAULT_FETCH_BYTES = 4 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    """One Fetch's answer.
+
+    Attributes:
+        batches: Whole record batches in offset order. The first may start before the
+            offset asked for, and the last may run past an ``end_offset``: slice them.
+            Empty when nothing at or after the offset is durable yet.
+        high_water_mark: The partition's head when the broker answered: every offset below
+            it is durable.
+        first_offset: The first offset the partition still retains. Above the offset asked
+            for means retention deleted the records in between.
+    """
+
+    batches: list[RecordBatch]
+    high_water_mark: int
+    first_offset: int
+
+
+class AsyncFetcher:
+    """Offset-addressed reads and position commits. Task-safe; an async context manager.
+
+    Args:
+        broker: ``host:port`` of the broker.
+        timeout_s: How long one call may take, retries included, seconds. Default 30.
+        channel: An existing channel to use instead (not closed by this client).
+    """
+
+    def __init__(
+        self,
+        broker: str = DEFAULT_BROKER,
+        *,
+        timeout_s: float = 30.0,
+        channel: grpc.aio.Channel | None = None,
+    ) -> None:
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        self._owns_channel = channel is None
+        self._channel = channel or grpc.aio.insecure_channel(
+            broker, options=[("grpc.max_receive_message_length", _MAX_MESSAGE)]
+        )
+        self._stub = _grpc.BrokerStub(self._channel)
+        self._timeout = timeout_s
+        self._rng = random.Random()
+
+    async def fetch(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        end_offset: int | None = None,
+        max_bytes: int = DEFAULT_FETCH_BYTES,
+        max_wait_ms: int = 0,
+    ) -> FetchResult:
+        """Durable batches of one partition from ``offset`` on.
+
+        Args:
+            topic: The topic.
+            partition: The partition.
+            offset: The first offset wanted.
+            end_offset: Return no batch that starts at or after this offset.
+            max_bytes: Soft size limit; at least one batch comes back when one is durable.
+            max_wait_ms: Wait up to this long for data when none is durable yet.
+
+        Raises:
+            NotFound: The topic does not exist.
+            InvalidArgument: A negative partition or offset, or ``max_wait_ms`` too long.
+            CorruptBatchError: A batch failed its CRC on the way (never expected).
+        """
+        request = _pb.FetchRequest(
+            topic=topic,
+            partition=partition,
+            offset=offset,
+            max_bytes=max_bytes,
+            end_offset=end_offset or 0,
+            max_wait_ms=max_wait_ms,
+        )
+        got: _pb.FetchResponse = await self._retrying(
+            self._stub.Fetch, request, self._timeout + max_wait_ms / 1000
+        )
+        batches = []
+        for data in got.batches:
+            batch = decode_batch(data)
+            if batch is None:  # the broker sends whole batches only
+                raise ClientError(f"{topic}/{partition}: the broker sent a truncated batch")
+            batches.append(batch)
+        return FetchResult(batches, got.high_water_mark, got.first_offset)
+
+    async def ack_up_to(self, topic: str, subscription: str, partition: int, offset: int) -> int:
+        """Acknowledge everything below ``offset`` on one partition for ``subscription``
+        (created at the earliest offsets if it does not exist); saved before the answer.
+
+        Returns:
+            The subscription's cursor after the call: ``max(cursor, offset)``.
+        """
+        request = _pb.AckUpToRequest(
+            topic=topic, subscription=subscription, partition=partition, offset=offset
+        )
+        got: _pb.AckUpToResponse = await self._retrying(self._stub.AckUpTo, request)
+        return got.cursor
+
+    async def _retrying(
+        self,
+        method: Callable[..., Awaitable[Any]],
+        request: object,
+        timeout_s: float | None = None,
+    ) -> Any:
+        deadline = time.monotonic() + (timeout_s or self._timeout)
+        attempt = 0
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                return await method(request, timeout=max(remaining, 0.001))
+            except grpc.RpcError as exc:
+                error = from_rpc_error(exc)
+                pause = backoff_s(attempt, self._rng)
+                if not error.retryable or time.monotonic() + pause >= deadline:
+                    raise error from exc
+                await asyncio.sleep(pause)
+                attempt += 1
+
+    async def aclose(self) -> None:
+        """Close the channel, if this client opened it."""
+        if self._owns_channel:
+            await self._channel.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
