@@ -41,8 +41,8 @@ class TopicExistsError(BrokerError):
 
 
 class ProducerSequenceError(BrokerError):
-    """Raised when an idempotent producer's batch leaves a sequence gap, or retries a batch
-    older than the broker remembers."""
+    """Raised when an idempotent producer's batch leaves a sequence gap, runs past the next
+    expected sequence, or starts below the producer's first appended sequence."""
 
     def __init__(self, producer_id: int, expected: int, got: int) -> None:
         self.producer_id = producer_id

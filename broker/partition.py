@@ -2,12 +2,18 @@
 
 Role: the asyncio shell around :class:`broker.producers.ProducerTable`. ``append`` validates
 a batch, asks the table, and appends, answers from the table, waits for an in-flight twin,
-or rejects. The table survives restarts: ``aclose`` writes a snapshot (atomic) once every
-append has settled, and ``open`` restores it and replays the batches after it from the log,
-so a crash (no snapshot written) costs a longer scan, never a lost dedup entry.
+or rejects. A retry appended before the table's window is answered as a duplicate at
+offsets -1 (:data:`UNKNOWN_OFFSETS`): it is in the log, but where is no longer known.
+
+The table survives restarts: ``aclose`` writes a snapshot (atomic) once every append has
+settled, and ``open`` restores it and replays the batches after it from the log, so a crash
+(no snapshot written) costs a longer scan, never a lost dedup entry. Without a snapshot the
+scan starts at the log's first retained offset, so a producer's ``first_sequence`` becomes
+its lowest retained sequence.
 
 Snapshot file: ``<topic dir>/<partition>.producers.json`` =
-``{"offset": N, "producers": {...}}``; it reflects every batch below ``offset``.
+``{"offset": N, "producers": {...}}`` (:meth:`ProducerTable.snapshot`); it reflects every
+batch below ``offset``. A snapshot from before ``first_sequence`` existed still opens.
 """
 
 from __future__ import annotations
@@ -18,12 +24,22 @@ import logging
 import os
 
 from broker.errors import ProducerSequenceError, ShuttingDownError
-from broker.producers import Admit, Duplicate, InFlight, OutOfSequence, ProducerTable
+from broker.producers import (
+    Admit,
+    AppendedLongAgo,
+    Duplicate,
+    InFlight,
+    OutOfSequence,
+    ProducerTable,
+)
 from wal import AppendResult, FileSystem, Log, LogConfig, LogWriter, RecordBatch
 
 logger = logging.getLogger(__name__)
 
 _SCAN_BYTES = 8 << 20
+
+#: The offsets of a duplicate appended too long ago for the table to remember them.
+UNKNOWN_OFFSETS = AppendResult(-1, -1)
 
 
 class Partition:
@@ -63,9 +79,13 @@ class Partition:
     async def append(self, data: bytes) -> tuple[AppendResult, bool]:
         """Append a batch unless it is a retry; return its offsets and whether it was one.
 
+        A retry of a batch appended before the producer table's window returns
+        :data:`UNKNOWN_OFFSETS` (-1, -1) and ``True``.
+
         Raises:
             InvalidBatchError: the batch is malformed or too large.
-            ProducerSequenceError: a sequence gap, or a retry too old to answer.
+            ProducerSequenceError: a sequence gap, a batch straddling the next expected
+                sequence, or one below the producer's first appended sequence.
             ShuttingDownError: the partition is closing.
         """
         if self._closing:
@@ -75,6 +95,8 @@ class Partition:
         decision = self._table.admit(pid, seq, batch.record_count)
         if isinstance(decision, Duplicate):
             return AppendResult(decision.first_offset, decision.last_offset), True
+        if isinstance(decision, AppendedLongAgo):
+            return UNKNOWN_OFFSETS, True
         if isinstance(decision, InFlight):
             return await asyncio.shield(self._in_flight[(pid, seq)]), True
         if isinstance(decision, OutOfSequence):

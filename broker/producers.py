@@ -7,15 +7,32 @@ are consecutive. :meth:`ProducerTable.admit` decides, for a batch about to be ap
 - ``Admit``: the next batch in sequence (or the first seen from this producer): append it.
 - ``Duplicate``: a retry of one of the producer's last ``WINDOW`` appended batches: answer
   with the original offsets, append nothing.
+- ``AppendedLongAgo``: a retry of an older batch, wholly inside the producer's run of
+  appended sequences but no longer in the window: answer "duplicate" without offsets (the
+  broker answers ``duplicate=True`` with offsets -1), append nothing.
 - ``InFlight``: a retry of a batch still being appended: wait for that append's answer.
-- ``OutOfSequence``: a gap, or a retry too old to answer: reject (FAILED_PRECONDITION).
+- ``OutOfSequence``: a gap, a batch that straddles the next expected sequence, or one that
+  starts below the producer's first sequence: reject (FAILED_PRECONDITION).
+
+Invariant: every sequence in ``[first_sequence, appended_through)`` of a producer is in the
+log, where ``appended_through`` ends the last appended batch and ``first_sequence`` starts
+the unbroken run of appended sequences that ends there. In practice ``first_sequence`` is
+the lowest sequence the producer ever appended; it moves up only if a run breaks (a batch
+admitted behind an in-flight one whose append then failed), so a batch in a hole is never
+taken for a duplicate. That lets a producer re-send *all* its batches from sequence 0 (a
+replayed Spark micro-batch) and have each one answered as a duplicate, however many there
+were.
 
 Worked example: producer 7 appended sequences 0-9 (offsets 100-109) and 10-19 (110-119).
 ``admit(7, 10, 10)`` -> Duplicate(110, 119); ``admit(7, 20, 5)`` -> Admit (then
-``commit``); ``admit(7, 30, 5)`` -> OutOfSequence (expected 25).
+``commit``); ``admit(7, 30, 5)`` -> OutOfSequence (expected 25). After five more batches of
+five (25-49), 0-9 has left the window: ``admit(7, 0, 10)`` -> AppendedLongAgo
+(``first_sequence`` 0 <= 0 and 0 + 10 <= 50); ``admit(7, 45, 10)`` -> OutOfSequence (it
+straddles 50).
 
 Batches without a producer id (``-1``) are always admitted. State survives restarts through
-:meth:`snapshot` / :meth:`restore` plus :meth:`observe` of the batches after the snapshot.
+:meth:`snapshot` / :meth:`restore` plus :meth:`observe` of the batches after the snapshot;
+:meth:`observe` of the whole log rebuilds ``first_sequence`` too (as the lowest retained).
 
 Pure module: imports neither ``asyncio``, ``os`` nor ``time``.
 """
@@ -43,6 +60,15 @@ class Duplicate:
 
 
 @dataclass(frozen=True, slots=True)
+class AppendedLongAgo:
+    """A retry of a batch appended before the window: a duplicate whose offsets are gone.
+
+    Every sequence of the batch lies in the producer's run of appended sequences, so its
+    records are in the log (or were, before retention); only where is no longer known.
+    """
+
+
+@dataclass(frozen=True, slots=True)
 class InFlight:
     """A retry of a batch whose append has not finished: wait for it."""
 
@@ -52,13 +78,14 @@ class InFlight:
 
 @dataclass(frozen=True, slots=True)
 class OutOfSequence:
-    """A gap or a too-old retry; ``expected`` is the sequence the broker wants next."""
+    """A gap, a batch straddling ``expected`` or one starting below the producer's first
+    sequence; ``expected`` is the sequence the broker wants next."""
 
     expected: int
     got: int
 
 
-Decision = Admit | Duplicate | InFlight | OutOfSequence
+Decision = Admit | Duplicate | AppendedLongAgo | InFlight | OutOfSequence
 
 
 @dataclass(slots=True)
@@ -73,13 +100,39 @@ class _Appended:
 class _Producer:
     appended: deque[_Appended] = field(default_factory=lambda: deque(maxlen=WINDOW))
     in_flight: dict[int, int] = field(default_factory=dict)  # base_sequence -> count
+    #: Start of the unbroken run of appended sequences that ends at ``appended_through``;
+    #: ``None`` until a batch is appended.
+    first_sequence: int | None = None
+
+    def appended_through(self) -> int | None:
+        """The sequence after the last appended batch, or ``None``."""
+        if not self.appended:
+            return None
+        last = self.appended[-1]
+        return last.base_sequence + last.count
 
     def next_sequence(self) -> int | None:
         ends = [s + c for s, c in self.in_flight.items()]
-        if self.appended:
-            last = self.appended[-1]
-            ends.append(last.base_sequence + last.count)
+        through = self.appended_through()
+        if through is not None:
+            ends.append(through)
         return max(ends) if ends else None
+
+    def record(self, done: _Appended) -> None:
+        """Add an appended batch; a batch that does not continue the run starts a new one."""
+        if done.base_sequence != self.appended_through():
+            self.first_sequence = done.base_sequence
+        self.appended.append(done)
+
+    def appended_long_ago(self, base_sequence: int, count: int) -> bool:
+        """Whether every sequence of the batch is in ``[first_sequence, appended_through)``."""
+        through = self.appended_through()
+        return (
+            self.first_sequence is not None
+            and through is not None
+            and self.first_sequence <= base_sequence
+            and base_sequence + count <= through
+        )
 
 
 class ProducerTable:
@@ -89,7 +142,16 @@ class ProducerTable:
         self._producers: dict[int, _Producer] = {}
 
     def admit(self, producer_id: int, base_sequence: int, count: int) -> Decision:
-        """Decide what to do with a batch; on ``Admit`` the batch is reserved."""
+        """Decide what to do with a batch; on ``Admit`` the batch is reserved.
+
+        Args:
+            producer_id: The batch's producer, or -1 (not idempotent: always admitted).
+            base_sequence: The sequence number of the batch's first record.
+            count: The batch's records (>= 1).
+
+        Returns:
+            The decision; see the module docstring.
+        """
         if producer_id < 0:
             return Admit()
         state = self._producers.setdefault(producer_id, _Producer())
@@ -98,6 +160,8 @@ class ProducerTable:
                 return Duplicate(done.first_offset, done.last_offset)
         if state.in_flight.get(base_sequence) == count:
             return InFlight(producer_id, base_sequence)
+        if state.appended_long_ago(base_sequence, count):
+            return AppendedLongAgo()
         expected = state.next_sequence()
         if expected is not None and base_sequence != expected:
             return OutOfSequence(expected, base_sequence)
@@ -110,7 +174,7 @@ class ProducerTable:
             return
         state = self._producers[producer_id]
         count = state.in_flight.pop(base_sequence)
-        state.appended.append(_Appended(base_sequence, count, first, last))
+        state.record(_Appended(base_sequence, count, first, last))
 
     def release(self, producer_id: int, base_sequence: int) -> None:
         """Forget an admitted batch whose append failed (its retry may come again)."""
@@ -124,14 +188,23 @@ class ProducerTable:
             return
         state = self._producers.setdefault(producer_id, _Producer())
         count = last - first + 1
-        state.appended.append(_Appended(base_sequence, count, first, last))
+        state.record(_Appended(base_sequence, count, first, last))
 
     def snapshot(self) -> dict[str, Any]:
-        """JSON-able state of the appended batches (in-flight ones are not durable)."""
+        """JSON-able state of the appended batches (in-flight ones are not durable).
+
+        Returns:
+            ``{producer id: {"first_sequence": S, "appended": [[base_sequence, count,
+            first_offset, last_offset], ...]}}``, oldest batch first.
+        """
         return {
-            str(pid): [
-                [a.base_sequence, a.count, a.first_offset, a.last_offset] for a in state.appended
-            ]
+            str(pid): {
+                "first_sequence": state.first_sequence,
+                "appended": [
+                    [a.base_sequence, a.count, a.first_offset, a.last_offset]
+                    for a in state.appended
+                ],
+            }
             for pid, state in self._producers.items()
             if state.appended
         }
@@ -140,15 +213,43 @@ class ProducerTable:
     def restore(cls, doc: dict[str, Any]) -> ProducerTable:
         """Rebuild from :meth:`snapshot` output.
 
+        Also reads the older format, a bare list of rows per producer (no
+        ``first_sequence``): the run then starts at the oldest row, so retries older than
+        the window stay OutOfSequence, as they were when that snapshot was written.
+
         Raises:
             ValueError: the document is not a snapshot.
         """
         table = cls()
-        for pid, rows in doc.items():
+        for pid, entry in doc.items():
+            if isinstance(entry, list):  # the format before first_sequence
+                rows, first_sequence = entry, None
+            elif isinstance(entry, dict):
+                rows, first_sequence = entry["appended"], entry["first_sequence"]
+            else:
+                raise ValueError(f"producer {pid}: snapshot entry {entry!r} is damaged")
             for seq, count, first, last in rows:
                 if last - first + 1 != count:
                     raise ValueError(
                         f"producer snapshot row {[seq, count, first, last]} is damaged"
                     )
                 table.observe(int(pid), int(seq), int(first), int(last))
+            if first_sequence is not None and rows:
+                table._restore_first_sequence(int(pid), int(first_sequence), int(rows[0][0]))
         return table
+
+    def _restore_first_sequence(self, pid: int, first_sequence: int, oldest: int) -> None:
+        """Lower the run the rows imply to the saved one, if the rows allow it.
+
+        Raises:
+            ValueError: the saved run start contradicts the rows (a hole after it).
+        """
+        state = self._producers[pid]
+        run = state.first_sequence
+        assert run is not None  # rows were observed
+        if first_sequence > run or (first_sequence < run and run != oldest):
+            raise ValueError(
+                f"producer {pid}: snapshot first_sequence {first_sequence} contradicts its "
+                f"rows (their unbroken run starts at {run})"
+            )
+        state.first_sequence = first_sequence

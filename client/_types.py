@@ -34,7 +34,12 @@ class TopicInfo:
 
 @dataclass(frozen=True, slots=True)
 class RecordMetadata:
-    """Where an acknowledged record was stored. ``duplicate``: the broker had it already."""
+    """Where an acknowledged record was stored. ``duplicate``: the broker had it already.
+
+    ``offset`` is -1 for a duplicate appended too long ago for the broker to remember where
+    (a retry older than its last few batches of the producer, e.g. a replayed Spark task
+    re-sending every batch): the record is in the log once, at an offset not reported.
+    """
 
     topic: str
     partition: int
@@ -49,6 +54,9 @@ class PublishedRange:
 
     ``indices`` says which of the values passed to ``send_many`` they are, in offset order.
     ``duplicate``: the broker had the batch already (a retry that had been appended).
+    ``base_offset`` is -1 when ``duplicate`` and the broker no longer remembers where the
+    batch was appended (it answers offsets -1 for a retry older than its last few batches
+    of the producer); the records are in the log once, and their offsets are reported as -1.
     """
 
     partition: int
@@ -86,7 +94,8 @@ class SentRecords(Sequence[RecordMetadata]):
             return [self[j] for j in range(*i.indices(len(self)))]
         where = self._index()
         r, pos = where[i]  # IndexError, and negative indices, come from the list
-        return RecordMetadata(self.topic, r.partition, r.base_offset + pos, r.duplicate)
+        offset = r.base_offset + pos if r.base_offset >= 0 else -1  # -1: a duplicate, offset gone
+        return RecordMetadata(self.topic, r.partition, offset, r.duplicate)
 
     def __iter__(self) -> Iterator[RecordMetadata]:
         return (self[i] for i in range(len(self)))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 from proto import admin_pb2 as admin
 from proto import broker_pb2 as pb
 from tests.broker.conftest import Client, broker_config, serving
-from wal import encode_columns
+from wal import decode_batch, encode_columns
 
 
 def batch(pid: int, seq: int, *values: bytes) -> bytes:
@@ -22,6 +23,17 @@ def batch(pid: int, seq: int, *values: bytes) -> bytes:
 async def head(c: Client, topic: str) -> int:
     info = await c.admin.DescribeTopic(admin.DescribeTopicRequest(name=topic))
     return int(info.partitions[0].head)
+
+
+async def fetched_values(c: Client, topic: str) -> list[bytes]:
+    """Every record value of partition 0 of ``topic``, in offset order."""
+    got = await c.broker.Fetch(pb.FetchRequest(topic=topic, partition=0, offset=0))
+    values: list[bytes] = []
+    for raw in got.batches:
+        decoded = decode_batch(raw)
+        assert decoded is not None
+        values += decoded.values()
+    return values
 
 
 async def publish(c: Client, data: bytes) -> pb.PublishResponse:
@@ -104,3 +116,113 @@ async def test_dedup_state_survives_a_restart(tmp_path: Path, snapshot: str) -> 
         other = await publish(c, batch(3, 0, b"other producer"))
         assert (other.base_offset, other.duplicate) == (3, True)
         assert await head(c, "t") == 4
+
+
+def eight(pid: int) -> list[bytes]:
+    """Producer ``pid``'s batches 0-7: two records each, sequences 0, 2, ..., 14."""
+    return [batch(pid, 2 * i, b"%d-a" % i, b"%d-b" % i) for i in range(8)]
+
+
+def eight_values() -> list[bytes]:
+    """The record values of :func:`eight`, in order."""
+    return [b"%d-%s" % (i, part) for i in range(8) for part in (b"a", b"b")]
+
+
+async def assert_retries_of_batches_0_and_3_are_duplicates(c: Client, sent: list[bytes]) -> None:
+    """Batch 0 (out of the broker's window) answers duplicate with offsets -1, batch 3 (in
+    it) duplicate with its original offsets; the head stays 16 and the log holds each
+    record once."""
+    old = await publish(c, sent[0])
+    assert (old.duplicate, old.base_offset, old.last_offset) == (True, -1, -1)
+    recent = await publish(c, sent[3])
+    assert (recent.duplicate, recent.base_offset, recent.last_offset) == (True, 6, 7)
+    assert await head(c, "t") == 16
+    assert await fetched_values(c, "t") == eight_values()
+
+
+@pytest.mark.asyncio
+async def test_an_old_retry_is_a_duplicate_without_offsets(tmp_path: Path) -> None:
+    """Scenario: one producer publishes 8 batches, then re-publishes batch 0 (older than
+    the broker's window of recent batches) and batch 3, then re-sends all 8 (a replayed
+    Spark task). Expected: every re-send answers duplicate=True, batches before the window
+    with offsets -1; the head does not move, a Fetch shows no extra records, and the next
+    batch is appended after them."""
+    async with serving(broker_config(tmp_path / "d")) as (_, c):
+        await c.admin.CreateTopic(admin.CreateTopicRequest(name="t", partitions=1))
+        sent = eight(11)
+        for i, data in enumerate(sent):
+            first = await publish(c, data)
+            assert (first.base_offset, first.duplicate) == (2 * i, False)
+        await assert_retries_of_batches_0_and_3_are_duplicates(c, sent)
+        replay = [await publish(c, data) for data in sent]
+        assert all(r.duplicate for r in replay)
+        assert [r.base_offset for r in replay] == [-1, -1, -1, 6, 8, 10, 12, 14]
+        assert await head(c, "t") == 16
+        nxt = await publish(c, batch(11, 16, b"new"))
+        assert (nxt.base_offset, nxt.duplicate) == (16, False)
+
+
+@pytest.mark.asyncio
+async def test_a_retry_straddling_or_below_the_run_is_failed_precondition(
+    tmp_path: Path,
+) -> None:
+    """Scenario: a producer whose first batch had sequence 10 appended 8 batches (10-25);
+    then a batch starting at 8 (below its first sequence) and one covering 24-27 (past the
+    next expected sequence, 26). Expected: both FAILED_PRECONDITION; nothing appended."""
+    async with serving(broker_config(tmp_path / "d")) as (_, c):
+        await c.admin.CreateTopic(admin.CreateTopicRequest(name="t", partitions=1))
+        for i in range(8):
+            await publish(c, batch(12, 10 + 2 * i, b"x", b"y"))
+        for bad in (batch(12, 8, b"x", b"y"), batch(12, 24, b"x", b"y", b"z", b"w")):
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await publish(c, bad)
+            assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+            assert "expected 26" in (info.value.details() or "")
+        assert await head(c, "t") == 16
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("snapshot", ["kept", "lost"])
+async def test_an_old_retry_is_a_duplicate_after_a_restart(tmp_path: Path, snapshot: str) -> None:
+    """Scenario: 8 batches of one producer, a broker restart (with the snapshot written at
+    shutdown, or without it as after a crash: the log is rescanned), then re-publishing
+    batches 0 and 3. Expected: both duplicate=True (batch 0 with offsets -1), the head
+    stays 16 and a Fetch shows no extra records."""
+    config = broker_config(tmp_path / "d")
+    snap = tmp_path / "d" / "topics" / "t" / "0.producers.json"
+    sent = eight(13)
+    async with serving(config) as (_, c):
+        await c.admin.CreateTopic(admin.CreateTopicRequest(name="t", partitions=1))
+        for data in sent:
+            await publish(c, data)
+    assert json.loads(snap.read_text())["producers"]["13"]["first_sequence"] == 0
+    if snapshot == "lost":
+        snap.unlink()
+    async with serving(config) as (_, c):
+        await assert_retries_of_batches_0_and_3_are_duplicates(c, sent)
+
+
+@pytest.mark.asyncio
+async def test_a_data_dir_with_an_old_format_snapshot_opens(tmp_path: Path) -> None:
+    """Scenario: the producer snapshot on disk is in the format from before first_sequence
+    (a bare list of rows per producer), then the broker restarts. Expected: it opens and
+    trusts the snapshot; batch 3 (a row) is a duplicate with its offsets, batch 0 (older
+    than every row) stays FAILED_PRECONDITION as before, and nothing is appended."""
+    config = broker_config(tmp_path / "d")
+    snap = tmp_path / "d" / "topics" / "t" / "0.producers.json"
+    sent = eight(14)
+    async with serving(config) as (_, c):
+        await c.admin.CreateTopic(admin.CreateTopicRequest(name="t", partitions=1))
+        for data in sent:
+            await publish(c, data)
+    doc = json.loads(snap.read_text())
+    doc["producers"] = {pid: e["appended"] for pid, e in doc["producers"].items()}
+    snap.write_text(json.dumps(doc))
+    async with serving(config) as (_, c):
+        recent = await publish(c, sent[3])
+        assert (recent.duplicate, recent.base_offset, recent.last_offset) == (True, 6, 7)
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await publish(c, sent[0])
+        assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert await head(c, "t") == 16
+        assert await fetched_values(c, "t") == eight_values()
