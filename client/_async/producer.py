@@ -94,7 +94,8 @@ class _Pending:
         base, partition, duplicate = response.base_offset, response.partition, response.duplicate
         for i, future in enumerate(self.futures):
             if not future.done():
-                future.set_result(RecordMetadata(topic, partition, base + i, duplicate))
+                offset = base + i if base >= 0 else -1  # -1: a duplicate, offsets forgotten
+                future.set_result(RecordMetadata(topic, partition, offset, duplicate))
 
     def fail(self, exc: ClientError) -> None:
         for future in self.futures:

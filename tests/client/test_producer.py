@@ -16,6 +16,7 @@ from client import (
     AsyncProducer,
     ClientClosed,
     NotFound,
+    RecordMetadata,
     ResourceExhausted,
     Unavailable,
     partition_for,
@@ -191,3 +192,30 @@ def test_backoff_is_full_jitter_and_capped() -> None:
         cap = min(2.0, 0.05 * 2**attempt)
         assert all(0 <= s <= cap for s in samples)
         assert max(samples) > cap / 2
+
+
+@pytest.mark.asyncio
+async def test_a_resend_older_than_the_broker_window_reports_offset_minus_one(
+    broker: Broker,
+) -> None:
+    """Scenario: a producer with fixed id 7 sends 16 records as 8 batches of two; a second
+    producer with the same id re-sends them the same way (a replayed Spark task). Expected:
+    every re-sent record is a duplicate; the 3 batches older than the broker's window of 5
+    report offset -1 for each record (never -1 + position), the others their offsets; the
+    log holds each record once."""
+    async with AsyncAdminClient(address(broker)) as admin:
+        await admin.create_topic("replay", partitions=1)
+    values = [b"%03d" % i + b"." * 97 for i in range(16)]  # 116 bytes each with overhead
+    answers: list[list[RecordMetadata]] = []
+    for _ in range(2):
+        async with AsyncProducer(
+            address(broker), producer_id=7, batch_max_bytes=232, linger_ms=1000
+        ) as p:
+            futures = [await p.send("replay", v, partition=0) for v in values]
+            answers.append(list(await asyncio.gather(*futures)))
+    first, second = answers
+    assert [(m.offset, m.duplicate) for m in first] == [(i, False) for i in range(16)]
+    assert [(m.offset, m.duplicate) for m in second] == [(-1, True)] * 6 + [
+        (i, True) for i in range(6, 16)
+    ]
+    assert [v for _, v, _ in await read_partition(broker, "replay", 0)] == values
