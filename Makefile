@@ -5,7 +5,9 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-EXTRAS ?= dev
+# The spark extra is part of the default set: the connector's tests need a real
+# SparkSession (pyspark, pyarrow; Java 17 comes from the system).
+EXTRAS ?= dev,spark
 
 .PHONY: setup run test lint fmt bench proto proto-check clean
 

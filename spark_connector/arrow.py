@@ -1,0 +1,136 @@
+"""Record batches to Arrow: the rows a read yields, with no Python work per record.
+
+Role: wrap the columns of a :class:`client.RecordBatch` (offset arrays plus data buffers,
+already Arrow's binary layout) as ``pyarrow`` arrays over the same bytes, and build the
+``pyarrow.RecordBatch`` that Spark's Arrow path takes as is. Per batch, the work is a
+fixed number of array constructions, whatever the record count.
+
+Spark checks the schema exactly (SPARK_NOTES): ``binary`` not ``large_binary``, ``int32``
+partitions, ``int64`` offsets, ``timestamp[us, tz=UTC]``, and ``map<string, binary>``
+headers; :func:`arrow_schema` is the one definition of it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from client import RecordBatch
+
+#: Spark's DDL form of the schema, for ``DataSource.schema()``.
+SCHEMA_DDL = (
+    "topic string, partition int, offset long, key binary, value binary, "
+    "timestamp timestamp, headers map<string,binary>"
+)
+_TIMESTAMP = pa.timestamp("us", tz="UTC")
+_HEADERS = pa.map_(pa.string(), pa.binary())
+
+
+def schema_ddl(include_headers: bool) -> str:
+    """The DDL schema of a read, with or without the ``headers`` column."""
+    return SCHEMA_DDL if include_headers else SCHEMA_DDL.rsplit(", headers", 1)[0]
+
+
+def arrow_schema(include_headers: bool) -> pa.Schema:
+    """The Arrow schema matching :func:`schema_ddl` exactly."""
+    fields = [
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()),
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("timestamp", _TIMESTAMP),
+    ]
+    if include_headers:
+        fields.append(pa.field("headers", _HEADERS))
+    return pa.schema(fields)
+
+
+def to_arrow(
+    topic: str, partition: int, batch: RecordBatch, *, include_headers: bool
+) -> pa.RecordBatch:
+    """One record batch as an Arrow record batch, sharing its bytes.
+
+    Slice the result (``.slice``, zero-copy) to drop records outside a read's range.
+    """
+    n = batch.record_count
+    lay = batch.layout
+    buf = batch.buffer
+
+    def section(start: int, size: int) -> pa.Buffer:
+        return pa.py_buffer(buf[start : start + size])
+
+    key_offsets = section(lay.key_offsets, 4 * (n + 1))
+    value_offsets = section(lay.value_offsets, 4 * (n + 1))
+    keys = pa.Array.from_buffers(
+        pa.binary(),
+        n,
+        [
+            section(lay.key_validity, (n + 7) // 8),
+            key_offsets,
+            section(lay.key_data, batch.key_offsets()[-1]),
+        ],
+    )
+    values = pa.Array.from_buffers(
+        pa.binary(),
+        n,
+        [None, value_offsets, section(lay.value_data, batch.value_offsets()[-1])],
+    )
+    millis = pa.Array.from_buffers(pa.int64(), n, [None, section(lay.timestamps, 8 * n)])
+    columns: list[Any] = [
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        pa.array(np.arange(batch.base_offset, batch.base_offset + n, dtype=np.int64)),
+        keys,
+        values,
+        pc.multiply(millis, 1000).view(_TIMESTAMP),
+    ]
+    if include_headers:
+        columns.append(_headers(batch, section))
+    return pa.RecordBatch.from_arrays(columns, schema=arrow_schema(include_headers))
+
+
+def _headers(batch: RecordBatch, section: Any) -> pa.Array:
+    """The ``map<string, binary>`` column: empty maps when the batch has no headers."""
+    n = batch.record_count
+    if not batch.has_headers:
+        offsets = pa.array(np.zeros(n + 1, dtype=np.int32))
+        return pa.MapArray.from_arrays(
+            offsets, pa.array([], pa.string()), pa.array([], pa.binary())
+        )
+    lay = batch.layout
+    m = lay.header_count
+    key_offsets = batch.int32s(lay.header_key_offsets, m + 1)
+    value_offsets = batch.int32s(lay.header_value_offsets, m + 1)
+    names = pa.Array.from_buffers(
+        pa.string(),
+        m,
+        [
+            None,
+            section(lay.header_key_offsets, 4 * (m + 1)),
+            section(lay.header_key_data, key_offsets[-1]),
+        ],
+    )
+    items = pa.Array.from_buffers(
+        pa.binary(),
+        m,
+        [
+            None,
+            section(lay.header_value_offsets, 4 * (m + 1)),
+            section(lay.header_value_data, value_offsets[-1]),
+        ],
+    )
+    per_record = pa.Array.from_buffers(
+        pa.int32(), n + 1, [None, section(lay.header_offsets, 4 * (n + 1))]
+    )
+    return pa.MapArray.from_arrays(per_record, names, items)
+
+
+def concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    """Many small Arrow batches as one (Spark pays per batch it receives)."""
+    if len(batches) == 1:
+        return batches[0]
+    return pa.concat_batches(batches)

@@ -1,0 +1,37 @@
+"""Every error the connector raises, under one root: :class:`ConnectorError`.
+
+Spark shows a data source's exception text inside its own error (an
+``AnalysisException`` at ``load()``, a ``StreamingQueryException`` in a running query), so
+each message names what was wrong and what to do, in one sentence a user can act on.
+
+Pure module: imports neither ``asyncio``, ``os`` nor ``time``.
+"""
+
+from __future__ import annotations
+
+
+class ConnectorError(Exception):
+    """Root of every error raised by ``spark_connector``."""
+
+
+class OptionError(ConnectorError, ValueError):
+    """Raised when a ``.option()`` is unknown, missing or malformed."""
+
+    def __init__(self, option: str, problem: str) -> None:
+        self.option = option
+        self.problem = problem
+        super().__init__(f"headrace option {option!r}: {problem}")
+
+
+class BrokerUnreachableError(ConnectorError):
+    """Raised when the broker named by the ``broker`` option does not answer."""
+
+
+class DataLossError(ConnectorError):
+    """Raised under ``failOnDataLoss=true`` when records the query has not read are gone:
+    deleted by retention, or the topic was deleted and created again."""
+
+
+class RowError(ConnectorError, ValueError):
+    """Raised by the sink for a row it cannot publish: a null or missing ``value``, a
+    column of the wrong type, or a record over the broker's size limit."""

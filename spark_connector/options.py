@@ -1,0 +1,258 @@
+"""Parse and check the ``.option()`` strings of the source and the sink.
+
+Role: turn Spark's string options into frozen :class:`SourceOptions` / :class:`SinkOptions`
+once, on the driver, so that a bad option fails ``load()`` (or ``start()``) with a message
+that names it, and the reader and writer only ever see valid values.
+
+Option names are matched without regard to case, as Spark does. An unknown option is an
+error that lists the known ones: a misspelt ``maxRecordsPerTriger`` must not be ignored.
+
+Offsets given in JSON follow Spark's Kafka source: ``{"0": 23, "1": -2}`` maps partition
+numbers to offsets, where ``-2`` means the earliest retained offset and ``-1`` the head.
+Partitions not named start at the earliest offset (``startingOffsets``) or end at the head
+(``endingOffsets``).
+
+Pure module: imports neither ``asyncio``, ``os`` nor ``time``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from spark_connector.errors import OptionError
+
+DEFAULT_BROKER = "127.0.0.1:50051"
+#: JSON offset meaning "the earliest retained offset", as in Spark's Kafka source.
+EARLIEST = -2
+#: JSON offset meaning "the head" (the next offset to be written).
+LATEST = -1
+
+SOURCE_OPTIONS = (
+    "broker",
+    "topic",
+    "subscription",
+    "token",
+    "startingOffsets",
+    "endingOffsets",
+    "startingTimestamp",
+    "maxRecordsPerTrigger",
+    "minPartitions",
+    "failOnDataLoss",
+    "includeHeaders",
+)
+SINK_OPTIONS = ("broker", "topic", "token")
+
+#: A starting position: "acked", "earliest", "latest", or offsets per partition.
+Start = str | dict[int, int]
+#: An ending position: "latest" or offsets per partition.
+End = str | dict[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class SourceOptions:
+    """What a read asks for; every field checked.
+
+    Attributes:
+        broker: ``host:port`` of the broker. Default ``127.0.0.1:50051``.
+        topic: The topic to read. Required.
+        subscription: Whose cursor a stream starts from (``startingOffsets=acked``) and
+            acks Spark's commits to. Required for streams; optional for batch reads.
+        token: Bearer token for the broker, or ``None``.
+        starting: ``"acked"`` (streams' default), ``"earliest"`` (batch default),
+            ``"latest"``, or a partition -> offset dict (``EARLIEST``/``LATEST`` allowed).
+        ending: ``"latest"`` (default) or a partition -> offset dict; batch reads only.
+        starting_timestamp_ms: Start at the first record at or after this time, ms since
+            the epoch, on every partition; instead of ``starting``.
+        max_records_per_trigger: Records one micro-batch reads at most, over all
+            partitions, or ``None`` for no limit.
+        min_partitions: Spark tasks one read is split into at least (large offset ranges
+            are cut), or ``None`` for one task per topic partition.
+        fail_on_data_loss: Fail the query when records it has not read are gone. Default
+            true; false skips ahead and logs what was skipped.
+        include_headers: Whether rows carry the ``headers`` column. Default true.
+    """
+
+    topic: str
+    broker: str = DEFAULT_BROKER
+    subscription: str | None = None
+    token: str | None = None
+    starting: Start = "acked"
+    ending: End = "latest"
+    starting_timestamp_ms: int | None = None
+    max_records_per_trigger: int | None = None
+    min_partitions: int | None = None
+    fail_on_data_loss: bool = True
+    include_headers: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class SinkOptions:
+    """What a write asks for.
+
+    Attributes:
+        broker: ``host:port`` of the broker. Default ``127.0.0.1:50051``.
+        topic: The topic rows are published to. Required; it must exist.
+        token: Bearer token for the broker, or ``None``.
+    """
+
+    topic: str
+    broker: str = DEFAULT_BROKER
+    token: str | None = None
+
+
+def parse_source(options: Mapping[str, str], *, streaming: bool | None) -> SourceOptions:
+    """Check a read's options.
+
+    Args:
+        options: Spark's options (names in any case).
+        streaming: ``readStream`` (True) or ``read`` (False); the defaults and the allowed
+            options differ. ``None`` (``DataSource.schema()``, which Spark calls before it
+            says which) checks only what both share.
+
+    Raises:
+        OptionError: An option is unknown, missing, malformed, or not allowed here.
+    """
+    given = _canonical(options, SOURCE_OPTIONS)
+    topic = _required(given, "topic")
+    subscription = given.get("subscription")
+    if subscription is not None and not subscription.strip():
+        raise OptionError("subscription", "must not be empty")
+    if streaming and subscription is None:
+        raise OptionError(
+            "subscription",
+            "is required for streams: name the subscription whose cursor Spark's commits "
+            "advance, e.g. .option('subscription', 'spark-orders')",
+        )
+    starting = _starting(given, streaming=streaming, has_subscription=subscription is not None)
+    timestamp = _int(given, "startingTimestamp", minimum=0)
+    if timestamp is not None and "startingOffsets" in given:
+        raise OptionError(
+            "startingTimestamp", "give either startingOffsets or startingTimestamp, not both"
+        )
+    if streaming and "endingOffsets" in given:
+        raise OptionError("endingOffsets", "applies to batch reads (spark.read) only")
+    if streaming is False and "maxRecordsPerTrigger" in given:
+        raise OptionError("maxRecordsPerTrigger", "applies to streams (spark.readStream) only")
+    return SourceOptions(
+        topic=topic,
+        broker=_broker(given),
+        subscription=subscription,
+        token=given.get("token"),
+        starting=starting,
+        ending=_ending(given),
+        starting_timestamp_ms=timestamp,
+        max_records_per_trigger=_int(given, "maxRecordsPerTrigger", minimum=1),
+        min_partitions=_int(given, "minPartitions", minimum=1),
+        fail_on_data_loss=_bool(given, "failOnDataLoss", default=True),
+        include_headers=_bool(given, "includeHeaders", default=True),
+    )
+
+
+def parse_sink(options: Mapping[str, str]) -> SinkOptions:
+    """Check a write's options. Raises :class:`OptionError`."""
+    given = _canonical(options, SINK_OPTIONS)
+    return SinkOptions(
+        topic=_required(given, "topic"), broker=_broker(given), token=given.get("token")
+    )
+
+
+def _canonical(options: Mapping[str, str], known: tuple[str, ...]) -> dict[str, str]:
+    by_lower = {name.lower(): name for name in known}
+    out: dict[str, str] = {}
+    for name, value in options.items():
+        canonical = by_lower.get(name.lower())
+        if canonical is None:
+            raise OptionError(name, f"is not a headrace option; the options are {', '.join(known)}")
+        out[canonical] = str(value)
+    return out
+
+
+def _required(given: dict[str, str], name: str) -> str:
+    value = given.get(name, "").strip()
+    if not value:
+        raise OptionError(name, f"is required, e.g. .option({name!r}, 'orders')")
+    return value
+
+
+def _broker(given: dict[str, str]) -> str:
+    value = given.get("broker", DEFAULT_BROKER).strip()
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise OptionError("broker", f"expected HOST:PORT such as 127.0.0.1:50051, got {value!r}")
+    return value
+
+
+def _int(given: dict[str, str], name: str, *, minimum: int) -> int | None:
+    raw = given.get(name)
+    if raw is None:
+        return None
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise OptionError(name, f"expected a whole number, got {raw!r}") from None
+    if value < minimum:
+        raise OptionError(name, f"must be at least {minimum}, got {value}")
+    return value
+
+
+def _bool(given: dict[str, str], name: str, *, default: bool) -> bool:
+    raw = given.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value not in ("true", "false"):
+        raise OptionError(name, f"expected true or false, got {raw!r}")
+    return value == "true"
+
+
+def _starting(given: dict[str, str], *, streaming: bool | None, has_subscription: bool) -> Start:
+    raw = given.get("startingOffsets")
+    if raw is None:
+        return "acked" if streaming else "earliest"
+    value = raw.strip()
+    if value.lower() == "acked":
+        if not has_subscription:
+            raise OptionError(
+                "startingOffsets", "'acked' starts at a subscription's cursor: set 'subscription'"
+            )
+        return "acked"
+    if value.lower() in ("earliest", "latest"):
+        if value.lower() == "latest" and streaming is False:
+            raise OptionError(
+                "startingOffsets", "'latest' would read nothing in a batch read; use earliest"
+            )
+        return value.lower()
+    return _offsets_json("startingOffsets", value, allow=(EARLIEST, LATEST))
+
+
+def _ending(given: dict[str, str]) -> End:
+    raw = given.get("endingOffsets")
+    if raw is None or raw.strip().lower() == "latest":
+        return "latest"
+    return _offsets_json("endingOffsets", raw.strip(), allow=(LATEST,))
+
+
+def _offsets_json(name: str, raw: str, *, allow: tuple[int, ...]) -> dict[int, int]:
+    words = "'acked', 'earliest', 'latest'" if name == "startingOffsets" else "'latest'"
+    hint = f'expected {words} or JSON such as {{"0": 23, "1": -2}}'
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        raise OptionError(name, f"{hint}, got {raw!r}") from None
+    if not isinstance(doc, dict) or not doc:
+        raise OptionError(name, f"{hint}, got {raw!r}")
+    out: dict[int, int] = {}
+    for key, offset in doc.items():
+        if not (isinstance(key, str) and key.isdigit()):
+            raise OptionError(name, f"partition {key!r} is not a partition number; {hint}")
+        if isinstance(offset, bool) or not isinstance(offset, int):
+            raise OptionError(name, f"offset {offset!r} of partition {key} is not a whole number")
+        if offset < 0 and offset not in allow:
+            special = " or ".join(
+                f"{a} ({'earliest' if a == EARLIEST else 'latest'})" for a in allow
+            )
+            raise OptionError(name, f"offset {offset} of partition {key}: use >= 0, or {special}")
+        out[int(key)] = offset
+    return out

@@ -1,0 +1,392 @@
+"""The readers: batch (``spark.read``) and streaming (``spark.readStream``).
+
+Role: the Spark-facing shells around :mod:`spark_connector.offsets` (which records) and
+:mod:`spark_connector.arrow` (how rows are built). Where Spark runs each method (see
+SPARK_NOTES): ``initialOffset``, ``latestOffset``, ``partitions`` and ``commit`` run on the
+driver side, in one long-lived process per query; ``read`` runs in Python workers, on an
+unpickled copy of the reader, and opens its own connection. So the driver-side clients are
+made lazily and dropped when the reader is pickled, and nothing ``read`` needs lives
+anywhere but in the reader's options and the partition it is given.
+
+Acks. Spark's checkpoint is the query's position; the subscription's cursor follows it.
+Spark calls ``commit(end)`` one batch late, and never for the last batch of a run. But it
+plans every micro-batch with ``latestOffset(start, ...)``, where ``start`` is the end of
+the previous batch, which Spark has already written to its commit log (micro-batches run
+one at a time). So ``latestOffset`` acks ``start``: the last batch is acked within one
+trigger, and so is the final batch of a ``trigger(availableNow=True)`` run, whose end
+Spark passes to one more ``latestOffset`` to learn that nothing is left. ``commit`` acks
+too. A failed ack never fails the query: it is logged, counted, and retried at the next
+call (acks only move a cursor forward, so a repeated one is harmless).
+
+Retention. Acks never run ahead of Spark's commits, and the broker never deletes records
+at or above a subscription's saved cursor, so a replay of a failed batch can always re-read
+its exact range.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from client import AdminClient, ClientError, Fetcher, NotFound, TopicInfo, Unavailable
+from spark_connector import offsets as off
+from spark_connector.arrow import concat, to_arrow
+from spark_connector.errors import BrokerUnreachableError, ConnectorError, DataLossError
+from spark_connector.options import EARLIEST, LATEST, SinkOptions, SourceOptions
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Bytes one Fetch asks for; each answer becomes one Arrow batch.
+FETCH_BYTES = 4 << 20
+#: How long driver-side calls keep retrying a broker that does not answer (a restart), s.
+BROKER_WAIT_S = 60.0
+#: Deadline of one ack, seconds: acks are retried at the next trigger, never waited on long.
+ACK_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class HeadracePartition(InputPartition):
+    """One Spark task: offsets ``[start, end)`` of one topic partition. Picklable."""
+
+    partition: int
+    start: int
+    end: int
+
+
+class _Driver:
+    """The driver side's broker clients, made on first use. Not picklable on purpose:
+    readers drop it in ``__getstate__``."""
+
+    def __init__(self, options: SourceOptions | SinkOptions, wait_s: float = BROKER_WAIT_S) -> None:
+        self.options = options
+        self.wait_s = wait_s
+        self._admin: AdminClient | None = None
+        self._fetcher: Fetcher | None = None
+
+    @property
+    def admin(self) -> AdminClient:
+        if self._admin is None:
+            self._admin = AdminClient(self.options.broker, timeout_s=10.0)
+        return self._admin
+
+    @property
+    def fetcher(self) -> Fetcher:
+        if self._fetcher is None:
+            self._fetcher = Fetcher(self.options.broker, timeout_s=ACK_TIMEOUT_S)
+        return self._fetcher
+
+    def call(self, what: str, fn: Callable[[], T]) -> T:
+        """``fn()``, retried while the broker is unavailable (restarting), up to
+        ``wait_s``; errors become :class:`ConnectorError` messages that say what to do."""
+        deadline = time.monotonic() + self.wait_s
+        pause = 0.1
+        while True:
+            try:
+                return fn()
+            except Unavailable as exc:
+                if time.monotonic() + pause >= deadline:
+                    raise BrokerUnreachableError(
+                        f"cannot reach the headrace broker at {self.options.broker} (option "
+                        f"'broker') while {what}: {exc}. Start it (headrace serve) or fix "
+                        "the option"
+                    ) from exc
+                logger.info("broker %s unavailable while %s; retrying", self.options.broker, what)
+                time.sleep(pause)
+                pause = min(pause * 2, 2.0)
+            except NotFound as exc:
+                raise ConnectorError(f"{what}: {exc}") from exc
+            except ClientError as exc:
+                raise ConnectorError(f"{what}: the broker said {exc}") from exc
+
+    def topic(self) -> TopicInfo:
+        name = self.options.topic
+        try:
+            return self.call(f"looking up topic {name!r}", lambda: self.admin.describe_topic(name))
+        except ConnectorError as exc:
+            if isinstance(exc.__cause__, NotFound):
+                raise ConnectorError(
+                    f"topic {name!r} does not exist on {self.options.broker} (option 'topic'):"
+                    f" create it with `headrace topics create {name} --partitions N`"
+                ) from exc
+            raise
+
+    def retained(self) -> list[off.Retained]:
+        return [off.Retained(p.first_offset, p.head) for p in self.topic().partitions]
+
+    def cursors(self, subscription: str) -> off.Offsets | None:
+        """The subscription's saved cursors, or None when it does not exist."""
+        topic = self.options.topic
+        try:
+            info = self.call(
+                f"reading subscription {subscription!r}",
+                lambda: self.admin.describe_subscription(topic, subscription),
+            )
+        except ConnectorError as exc:
+            if isinstance(exc.__cause__, NotFound):
+                return None
+            raise
+        return {p.partition: p.cursor for p in info.partitions}
+
+    def close(self) -> None:
+        for client in (self._admin, self._fetcher):
+            if client is not None:
+                client.close()
+        self._admin = self._fetcher = None
+
+
+def starting_offsets(
+    driver: _Driver, o: SourceOptions, retained: list[off.Retained]
+) -> off.Offsets:
+    """Where a read starts, per partition, from the options (not yet checked for loss)."""
+    if o.starting_timestamp_ms is not None:
+        ts = o.starting_timestamp_ms
+        found = driver.call(
+            "finding offsets by time", lambda: driver.admin.offsets_for_time(o.topic, ts)
+        )
+        return dict(enumerate(found))
+    if o.starting == "acked":
+        cursors = driver.cursors(o.subscription or "")
+        if cursors is None:
+            return off.resolve({}, retained, default=EARLIEST)
+        return {p: cursors.get(p, r.first) for p, r in enumerate(retained)}
+    if isinstance(o.starting, dict):
+        return off.resolve(o.starting, retained, default=EARLIEST)
+    return off.resolve({}, retained, default=EARLIEST if o.starting == "earliest" else LATEST)
+
+
+def checked(
+    options: SourceOptions, position: off.Offsets, retained: list[off.Retained]
+) -> off.Offsets:
+    """``position``, or past lost records under ``failOnDataLoss=false``.
+
+    Raises:
+        DataLossError: Records at the position are gone and ``failOnDataLoss`` is true.
+    """
+    found = off.losses(position, retained)
+    if not found:
+        return position
+    message = off.describe(options.topic, found)
+    if options.fail_on_data_loss:
+        raise DataLossError(
+            f"{message}. Set failOnDataLoss=false to skip ahead, or start a new query"
+        )
+    logger.warning("%s; skipping ahead (failOnDataLoss=false)", message)
+    return off.skip_lost(position, found)
+
+
+class HeadraceBatchReader(DataSourceReader):
+    """``spark.read.format("headrace")``: one fixed range, planned on the driver."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> list[HeadracePartition]:
+        driver = _Driver(self.options)
+        try:
+            retained = driver.retained()
+            start = checked(
+                self.options, starting_offsets(driver, self.options, retained), retained
+            )
+            o = self.options
+            if o.ending == "latest":
+                end = {p: r.head for p, r in enumerate(retained)}
+            else:
+                assert isinstance(o.ending, dict)
+                end = off.resolve(o.ending, retained, default=LATEST)
+            end = {p: e for p, e in end.items() if p in start}
+        finally:
+            driver.close()
+        ranges = off.plan(start, end, self.options.min_partitions)
+        return [HeadracePartition(r.partition, r.start, r.end) for r in ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, HeadracePartition)
+        return read_range(self.options, partition)
+
+
+class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream.format("headrace")``: micro-batches through a subscription."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._driver: _Driver | None = None
+        self._target: off.Offsets | None = None  # availableNow: the heads at its start
+        self._acked: off.Offsets = {}
+        self.ack_failures = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_driver"] = None  # gRPC channels and loop threads do not pickle
+        return state
+
+    @property
+    def driver(self) -> _Driver:
+        if self._driver is None:
+            self._driver = _Driver(self.options)
+        return self._driver
+
+    def initialOffset(self) -> dict[str, int]:  # noqa: N802 - Spark's method name
+        """The query's first position; the subscription is moved there (or created)."""
+        retained = self.driver.retained()
+        start = checked(
+            self.options, starting_offsets(self.driver, self.options, retained), retained
+        )
+        self._align(start)
+        return off.to_spark(start)
+
+    def _align(self, start: off.Offsets) -> None:
+        """Make the subscription's cursor the query's start, so lag and retention follow
+        the query from its first batch."""
+        o = self.options
+        sub = o.subscription or ""
+        if self.driver.cursors(sub) is None:
+            fetcher = self.driver.fetcher
+            for p, offset in start.items():  # AckUpTo creates it (at the earliest offsets)
+                self.driver.call(
+                    f"creating subscription {sub!r}",
+                    functools.partial(fetcher.ack_up_to, o.topic, sub, p, offset),
+                )
+        elif o.starting != "acked" or o.starting_timestamp_ms is not None:
+            self.driver.call(
+                f"moving subscription {sub!r} to the query's start",
+                lambda: self.driver.admin.seek(o.topic, sub, offsets=start),
+            )
+        self._acked = dict(start)
+
+    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 - Spark's method name
+        """``maxRecordsPerTrigger`` as Spark's read limit."""
+        n = self.options.max_records_per_trigger
+        return ReadAllAvailable() if n is None else ReadMaxRows(n)
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - Spark's method name
+        """Remember the heads: an availableNow run reads up to them and no further."""
+        self._target = {p: r.head for p, r in enumerate(self.driver.retained())}
+
+    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:  # noqa: N802
+        """The end of the next micro-batch; acks ``start`` first (see the module docstring)."""
+        position = off.from_spark(start)
+        self._ack(position)
+        retained = self.driver.retained()
+        position = checked(self.options, position, retained)
+        heads = {p: r.head for p, r in enumerate(retained)}
+        if self._target is not None:
+            heads = {
+                p: min(h, max(self._target.get(p, 0), position.get(p, 0))) for p, h in heads.items()
+            }
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        return off.to_spark(off.admit(position, heads, max_rows))
+
+    def reportLatestOffset(self) -> dict[str, int]:  # noqa: N802 - Spark's method name
+        """The heads, for the query's progress report."""
+        return off.to_spark({p: r.head for p, r in enumerate(self.driver.retained())})
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[HeadracePartition]:
+        ranges = off.plan(off.from_spark(start), off.from_spark(end), self.options.min_partitions)
+        return [HeadracePartition(r.partition, r.start, r.end) for r in ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, HeadracePartition)
+        return read_range(self.options, partition)
+
+    def commit(self, end: dict[str, int]) -> None:
+        """Spark committed a batch: ack its end (one batch late; see the module docstring)."""
+        self._ack(off.from_spark(end))
+
+    def stop(self) -> None:
+        if self._driver is not None:
+            self._driver.close()
+            self._driver = None
+
+    def _ack(self, position: off.Offsets) -> None:
+        """AckUpTo every partition that moved; failures are logged and counted, and the
+        next call tries again."""
+        o = self.options
+        sub = o.subscription or ""
+        for p, offset in sorted(position.items()):
+            if offset <= self._acked.get(p, -1):
+                continue
+            try:
+                self.driver.fetcher.ack_up_to(o.topic, sub, p, offset)
+            except ClientError as exc:
+                self.ack_failures += 1
+                logger.warning(
+                    "ack of %s/%d up to %d for subscription %r failed (%s); %d failed so far, "
+                    "retrying at the next trigger",
+                    o.topic,
+                    p,
+                    offset,
+                    sub,
+                    exc,
+                    self.ack_failures,
+                )
+                continue
+            self._acked[p] = offset
+
+
+def read_range(options: SourceOptions, part: HeadracePartition) -> Iterator[pa.RecordBatch]:
+    """The rows of ``[part.start, part.end)``, one Arrow batch per Fetch, over a
+    connection of this task's own."""
+    topic, p = options.topic, part.partition
+    offset = part.start
+    with Fetcher(options.broker, timeout_s=BROKER_WAIT_S) as fetcher:
+        while offset < part.end:
+            got = fetcher.fetch(topic, p, offset, end_offset=part.end, max_bytes=FETCH_BYTES)
+            if got.first_offset > offset or (not got.batches and got.high_water_mark <= offset):
+                offset = _lost(
+                    options, p, offset, part.end, first=got.first_offset, head=got.high_water_mark
+                )
+                continue
+            if not got.batches:
+                raise ConnectorError(
+                    f"{topic}/{p}: the broker returned no records at offset {offset} below its "
+                    f"head {got.high_water_mark}"
+                )
+            rows = []
+            for batch in got.batches:
+                if batch.next_offset <= offset:
+                    continue
+                lo = offset - batch.base_offset
+                hi = min(part.end, batch.next_offset) - batch.base_offset
+                table = to_arrow(topic, p, batch, include_headers=options.include_headers)
+                rows.append(
+                    table.slice(lo, hi - lo) if (lo, hi) != (0, batch.record_count) else table
+                )
+                offset = batch.base_offset + hi
+                if offset >= part.end:
+                    break
+            if rows:
+                yield concat(rows)
+
+
+def _lost(options: SourceOptions, p: int, offset: int, end: int, *, first: int, head: int) -> int:
+    """Where reading goes on after records in ``[offset, end)`` turned out gone."""
+    if first > offset:
+        reason = f"records {offset}-{min(first, end) - 1} were deleted by retention"
+        resume = first
+    else:
+        reason = f"the head is {head}: the topic was deleted and created again"
+        resume = end
+    message = f"{options.topic}/{p}: records the query has not read are gone: {reason}"
+    if options.fail_on_data_loss:
+        raise DataLossError(f"{message}. Set failOnDataLoss=false to skip ahead")
+    logger.warning("%s; skipping them (failOnDataLoss=false)", message)
+    return resume

@@ -1,0 +1,74 @@
+"""HeadraceDataSource: the ``format("headrace")`` entry point Spark instantiates.
+
+Role: no logic of its own. It checks the options (so a bad one fails ``load()`` or
+``start()``, not a task), checks that the broker answers and the topic exists, and hands
+out the reader or writer for what Spark asked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
+from pyspark.sql.types import StructType
+
+from spark_connector.arrow import schema_ddl
+from spark_connector.errors import ConnectorError
+from spark_connector.options import SinkOptions, parse_sink, parse_source
+from spark_connector.reader import HeadraceBatchReader, HeadraceStreamReader, _Driver
+from spark_connector.writer import HeadraceBatchWriter, HeadraceStreamWriter
+
+#: How long ``load()`` waits for the broker before it says it cannot reach it, seconds.
+LOAD_WAIT_S = 5.0
+
+
+class HeadraceDataSource(DataSource):
+    """Reads topics through a subscription, and publishes rows to a topic."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "headrace"
+
+    def schema(self) -> str:
+        """The row schema; checks the options and the topic first."""
+        options = parse_source(self.options, streaming=None)
+        driver = _Driver(options, wait_s=LOAD_WAIT_S)
+        try:
+            driver.topic()
+        finally:
+            driver.close()
+        return schema_ddl(options.include_headers)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return HeadraceBatchReader(parse_source(self.options, streaming=False))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
+        return HeadraceStreamReader(parse_source(self.options, streaming=True))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        return HeadraceBatchWriter(_sink_options(self.options, overwrite), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802
+        return HeadraceStreamWriter(_sink_options(self.options, overwrite), schema)
+
+
+def _sink_options(options: Mapping[str, str], overwrite: bool) -> SinkOptions:
+    """The sink's options, after checking that the broker answers and the topic exists."""
+    if overwrite:
+        raise ConnectorError(
+            "the headrace sink only appends to a topic: use .mode('append') "
+            "(or outputMode append/update for streams)"
+        )
+    sink = parse_sink(options)
+    driver = _Driver(sink, wait_s=LOAD_WAIT_S)
+    try:
+        driver.topic()
+    finally:
+        driver.close()
+    return sink

@@ -1,0 +1,282 @@
+"""The source against a real broker and a real local SparkSession: streams, batch reads,
+acks, restarts, data loss and bad options.
+
+Every stream reads the records written by ``produce`` (value ``b"<n>"``) and checks the
+exact set of (partition, offset) it saw: no gap and no duplicate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.errors import StreamingQueryException
+
+from client import AdminClient
+from tests.broker.test_serve_process import free_port
+from tests.spark_connector.conftest import Broker, lag, produce, wait_for
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def _stream(spark: Any, broker: Broker, topic: str, sub: str, **options: str) -> Any:
+    reader = (
+        spark.readStream.format("headrace")
+        .option("broker", broker.address)
+        .option("topic", topic)
+        .option("subscription", sub)
+    )
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    return reader.load()
+
+
+def _batch(spark: Any, broker: Broker, topic: str, **options: str) -> Any:
+    reader = spark.read.format("headrace").option("broker", broker.address).option("topic", topic)
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    return reader.load()
+
+
+def _caught_up(address: str, topic: str, sub: str) -> bool:
+    return all(cursor == head for cursor, head in lag(address, topic, sub).values())
+
+
+def _positions(rows: list[Any]) -> list[tuple[int, int]]:
+    return sorted((r["partition"], r["offset"]) for r in rows)
+
+
+def _all_positions(address: str, topic: str) -> list[tuple[int, int]]:
+    with AdminClient(address) as admin:
+        info = admin.describe_topic(topic)
+    return [(p.partition, o) for p in info.partitions for o in range(p.first_offset, p.head)]
+
+
+def test_processing_time_stream_reads_everything_once_within_the_limit_and_acks(
+    spark: Any, broker: Broker, tmp_path: Path
+) -> None:
+    """Scenario: 900 records, a stream with maxRecordsPerTrigger=200 and a 100 ms trigger
+    into a memory sink; 600 more arrive while it runs. Expected: every record exactly once
+    with its key, value and header; no micro-batch over 200 records; and the subscription's
+    cursor reaches the head (lag 0), the last batch included, while the query runs."""
+    produce(broker.address, "s1", 900)
+    df = _stream(spark, broker, "s1", "spark", maxRecordsPerTrigger="200")
+    query = (
+        df.writeStream.format("memory")
+        .queryName("s1_out")
+        .trigger(processingTime="100 milliseconds")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .start()
+    )
+    try:
+        produce(broker.address, "s1", 600, first=900)
+        wait_for(lambda: spark.sql("select count(*) from s1_out").first()[0] >= 1500, 60, "1500")
+        wait_for(lambda: _caught_up(broker.address, "s1", "spark"), 10, "lag 0")
+        rows = spark.sql("select * from s1_out").collect()
+        sizes = [p["numInputRows"] for p in query.recentProgress]
+    finally:
+        query.stop()
+    assert _positions(rows) == _all_positions(broker.address, "s1")
+    assert sorted(int(r["value"]) for r in rows) == list(range(1500))
+    assert all(r["key"] == b"k%d" % (int(r["value"]) % 7) for r in rows)
+    assert all(r["headers"] == {"n": r["value"]} for r in rows)
+    assert max(sizes) <= 200
+    assert sum(sizes) == 1500
+
+
+def test_available_now_honours_the_limit_acks_the_last_batch_and_restarts_cleanly(
+    spark: Any, broker: Broker, tmp_path: Path
+) -> None:
+    """Scenario: 1000 records; an availableNow run with maxRecordsPerTrigger=300 into
+    Parquet; then 250 more and a second run on the same checkpoint. Expected: batches of
+    300, 300, 300, 100; lag 0 as soon as each run ends (Spark never commits the last
+    batch, so the connector acks it); the second run reads only the new records; the
+    Parquet output holds every record once."""
+    produce(broker.address, "s2", 1000)
+    out, ck = str(tmp_path / "out"), str(tmp_path / "ck")
+
+    def run() -> list[int]:
+        query = (
+            _stream(spark, broker, "s2", "spark", maxRecordsPerTrigger="300")
+            .writeStream.format("parquet")
+            .option("path", out)
+            .option("checkpointLocation", ck)
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(120)
+        return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+
+    assert run() == [300, 300, 300, 100]
+    assert _caught_up(broker.address, "s2", "spark")
+    produce(broker.address, "s2", 250, first=1000)
+    assert sum(run()) == 250
+    assert _caught_up(broker.address, "s2", "spark")
+    rows = spark.read.parquet(out).collect()
+    assert _positions(rows) == _all_positions(broker.address, "s2")
+    assert len(rows) == 1250
+
+
+def test_a_broker_killed_mid_query_loses_nothing(
+    spark: Any, broker: Broker, tmp_path: Path
+) -> None:
+    """Scenario: a running stream; the broker is SIGKILLed after the first records arrive,
+    started again, and 500 more are produced. Expected: the query keeps running and ends up
+    with every record exactly once; lag reaches 0."""
+    produce(broker.address, "s3", 500)
+    query = (
+        _stream(spark, broker, "s3", "spark", maxRecordsPerTrigger="100")
+        .writeStream.format("memory")
+        .queryName("s3_out")
+        .trigger(processingTime="100 milliseconds")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .start()
+    )
+    try:
+        wait_for(lambda: spark.sql("select count(*) from s3_out").first()[0] >= 100, 60, "rows")
+        broker.kill()
+        broker.start()
+        produce(broker.address, "s3", 500, first=500)
+        wait_for(lambda: spark.sql("select count(*) from s3_out").first()[0] >= 1000, 90, "1000")
+        wait_for(lambda: _caught_up(broker.address, "s3", "spark"), 10, "lag 0")
+        assert query.isActive
+        rows = spark.sql("select * from s3_out").collect()
+    finally:
+        query.stop()
+    assert _positions(rows) == _all_positions(broker.address, "s3")
+
+
+def test_batch_read_of_an_explicit_range_in_many_tasks(spark: Any, broker: Broker) -> None:
+    """Scenario: 300 records on 3 partitions; a batch read from {0: 2, 1: earliest} to
+    {0: 5, 1: 3} (partition 2 unnamed: earliest to the head), then one with minPartitions=6,
+    then one from a time. Expected: exactly those offsets; 6 or more tasks covering every
+    record once; the time read starts at the first record at or after the time."""
+    produce(broker.address, "b1", 300)
+    ranged = _batch(
+        spark,
+        broker,
+        "b1",
+        startingOffsets=json.dumps({"0": 2, "1": -2}),
+        endingOffsets=json.dumps({"0": 5, "1": 3}),
+    ).collect()
+    part2 = [pos for pos in _all_positions(broker.address, "b1") if pos[0] == 2]
+    assert _positions(ranged) == [(0, 2), (0, 3), (0, 4), (1, 0), (1, 1), (1, 2), *part2]
+    split = _batch(spark, broker, "b1", minPartitions="6")
+    assert split.rdd.getNumPartitions() >= 6
+    assert _positions(split.collect()) == _all_positions(broker.address, "b1")
+    times = sorted(r["timestamp"] for r in split.collect())
+    middle = times[150]
+    millis = int(middle.timestamp() * 1000)
+    timed = _batch(spark, broker, "b1", startingTimestamp=str(millis)).collect()
+    assert timed
+    assert min(r["timestamp"] for r in timed) >= middle.replace(microsecond=0)
+
+
+def test_topic_recreated_fails_the_query_or_is_skipped(
+    spark: Any, broker: Broker, tmp_path: Path
+) -> None:
+    """Scenario: a stream reads 300 records; the topic is deleted and created again with 50
+    new ones; the query restarts from its checkpoint. Expected: with failOnDataLoss=true
+    (the default) it fails naming the partition and the cause; with false it reads the 50
+    new records and the subscription catches up."""
+    produce(broker.address, "d1", 300)
+    ck, out = str(tmp_path / "ck"), str(tmp_path / "out")
+
+    def run(**options: str) -> Any:
+        query = (
+            _stream(spark, broker, "d1", "spark", **options)
+            .writeStream.format("parquet")
+            .option("path", out)
+            .option("checkpointLocation", ck)
+            .trigger(availableNow=True)
+            .start()
+        )
+        with contextlib.suppress(StreamingQueryException):  # checked through exception()
+            query.awaitTermination(120)
+        return query
+
+    assert run().exception() is None
+    with AdminClient(broker.address) as admin:
+        admin.delete_topic("d1")
+    produce(broker.address, "d1", 50, first=1000)
+    failed = run()
+    assert failed.exception() is not None
+    message = str(failed.exception())
+    assert "records the query has not read are gone" in message
+    assert "created again" in message
+    assert "failOnDataLoss=false" in message
+    skipped = run(failOnDataLoss="false")
+    assert skipped.exception() is None
+    values = sorted(int(r["value"]) for r in spark.read.parquet(out).collect())
+    assert values == [*range(300), *range(1000, 1050)]
+    assert _caught_up(broker.address, "d1", "spark")
+
+
+def test_records_deleted_by_retention_fail_a_batch_read_or_are_skipped(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Scenario: a broker with small segments and retention_bytes, no subscription; 3,000
+    records, then retention deletes the oldest segments. Expected: a batch read from offset
+    0 fails naming the deleted range; with failOnDataLoss=false it reads from the first
+    retained offset to the head."""
+    config = (
+        "[broker]\nretention_check_interval_ms = 50\n"
+        '[wal]\nfsync = "always"\nsegment_bytes = 4096\nretention_bytes = 8192\n'
+    )
+    broker = Broker(tmp_path, free_port(), config)
+    broker.start()
+    try:
+        produce(broker.address, "r1", 3000, partitions=1, batch_max_bytes=1024)
+        wait_for(lambda: _all_positions(broker.address, "r1")[0][1] > 0, 30, "retention")
+        with pytest.raises(Exception, match="deleted by retention") as info:
+            _batch(spark, broker, "r1", startingOffsets='{"0": 0}').collect()
+        assert "failOnDataLoss=false" in str(info.value)
+        rows = _batch(
+            spark, broker, "r1", startingOffsets='{"0": 0}', failOnDataLoss="false"
+        ).collect()
+        assert _positions(rows) == _all_positions(broker.address, "r1")
+    finally:
+        broker.stop()
+
+
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [
+        ({"topic": "t", "maxRecordsPerTriger": "5"}, "is not a headrace option"),
+        ({"topic": "t", "broker": "nowhere"}, "expected HOST:PORT"),
+        ({"topic": "missing"}, "does not exist"),
+        ({"topic": "t", "startingOffsets": "{bad"}, "startingOffsets"),
+        ({"topic": "t", "failOnDataLoss": "maybe"}, "true or false"),
+    ],
+)
+def test_bad_options_fail_load_with_our_message(
+    spark: Any, broker: Broker, options: dict[str, str], words: str
+) -> None:
+    """Scenario: load() with one bad option. Expected: it fails at load(), and the error
+    Spark raises carries the connector's message (not a bare Py4JJavaError)."""
+    produce(broker.address, "t", 1, partitions=1)
+    reader = spark.read.format("headrace").option("broker", broker.address)
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    with pytest.raises(Exception, match=words) as info:
+        reader.load()
+    assert "Py4JJavaError" not in type(info.value).__name__
+
+
+def test_an_unreachable_broker_and_a_stream_without_subscription(
+    spark: Any, broker: Broker
+) -> None:
+    """Scenario: load() against a port where nothing listens; a stream with no
+    subscription. Expected: "cannot reach the headrace broker" naming the address within
+    seconds; the stream fails at start() asking for the subscription option."""
+    dead = f"127.0.0.1:{free_port()}"
+    with pytest.raises(Exception, match="cannot reach the headrace broker at " + dead):
+        spark.read.format("headrace").option("broker", dead).option("topic", "t").load()
+    produce(broker.address, "t2", 1, partitions=1)
+    df = spark.readStream.format("headrace").option("broker", broker.address)
+    df = df.option("topic", "t2").load()
+    with pytest.raises(Exception, match=r"subscription.*is required for streams"):
+        df.writeStream.format("memory").queryName("never").start().awaitTermination(30)
