@@ -43,6 +43,8 @@ SOURCE_OPTIONS = (
     "includeHeaders",
 )
 SINK_OPTIONS = ("broker", "topic", "token")
+#: Options Spark itself passes to a source or sink along with the user's; not ours to check.
+SPARK_OPTIONS = frozenset({"checkpointlocation", "path"})
 
 #: A starting position: "acked", "earliest", "latest", or offsets per partition.
 Start = str | dict[int, int]
@@ -163,6 +165,8 @@ def _canonical(options: Mapping[str, str], known: tuple[str, ...]) -> dict[str, 
     out: dict[str, str] = {}
     for name, value in options.items():
         canonical = by_lower.get(name.lower())
+        if canonical is None and name.lower() in SPARK_OPTIONS:
+            continue
         if canonical is None:
             raise OptionError(name, f"is not a headrace option; the options are {', '.join(known)}")
         out[canonical] = str(value)

@@ -219,8 +219,7 @@ class HeadraceBatchReader(DataSourceReader):
         return [HeadracePartition(r.partition, r.start, r.end) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, HeadracePartition)
-        return read_range(self.options, partition)
+        return _read(self.options, partition)
 
 
 class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -304,8 +303,7 @@ class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [HeadracePartition(r.partition, r.start, r.end) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, HeadracePartition)
-        return read_range(self.options, partition)
+        return _read(self.options, partition)
 
     def commit(self, end: dict[str, int]) -> None:
         """Spark committed a batch: ack its end (one batch late; see the module docstring)."""
@@ -340,6 +338,15 @@ class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 )
                 continue
             self._acked[p] = offset
+
+
+def _read(options: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    """What ``read`` yields for one of our partitions. When :meth:`partitions` plans none
+    (nothing to read), Spark still runs one task with a bare ``InputPartition(None)``; it
+    yields nothing."""
+    if not isinstance(partition, HeadracePartition):
+        return iter(())
+    return read_range(options, partition)
 
 
 def read_range(options: SourceOptions, part: HeadracePartition) -> Iterator[pa.RecordBatch]:

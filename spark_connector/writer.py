@@ -140,6 +140,7 @@ def publish(options: SinkOptions, batches: Iterator[pa.RecordBatch], identity: s
             for future in futures:
                 sent = future.result()
                 duplicates += sum(r.count for r in sent.ranges if r.duplicate)
+        fault_point(context, "sink.after_publish")
     except NotFound as exc:
         raise ConnectorError(f"the headrace sink: {exc}") from exc
     except Unavailable as exc:
@@ -149,6 +150,22 @@ def publish(options: SinkOptions, batches: Iterator[pa.RecordBatch], identity: s
     except ClientError as exc:
         raise RowError(f"the broker refused rows for topic {options.topic!r}: {exc}") from exc
     return Published(task, pid, records, duplicates)
+
+
+#: The task-local property that names a fault point to trip (tests set it with
+#: ``SparkContext.setLocalProperty``); unset in production, where these checks cost one
+#: property lookup per task.
+FAULT_PROPERTY = "headrace.fault"
+
+
+def fault_point(context: TaskContext | None, name: str) -> None:
+    """Raise at the named point on a task's first attempt, when the task's local property
+    :data:`FAULT_PROPERTY` names it: a deterministic crash for exactly-once tests (the work
+    before the point is done, Spark then runs the task again)."""
+    if context is None or context.attemptNumber() > 0:
+        return
+    if context.getLocalProperty(FAULT_PROPERTY) == name:
+        raise ConnectorError(f"injected fault at {name} (local property {FAULT_PROPERTY})")
 
 
 def _split(

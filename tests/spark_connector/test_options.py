@@ -123,12 +123,14 @@ def test_schema_time_parse_checks_only_what_both_modes_share() -> None:
     parse_source({"topic": "t", "maxRecordsPerTrigger": "5"}, streaming=None)
     parse_source({"topic": "t", "startingOffsets": "latest"}, streaming=None)
     with pytest.raises(OptionError, match="not a headrace option"):
-        parse_source({"topic": "t", "path": "/x"}, streaming=None)
+        parse_source({"topic": "t", "pth": "/x"}, streaming=None)
 
 
 def test_sink_options() -> None:
     """Scenario: sink options, and a source-only option given to the sink. Expected: topic
     and broker parsed; the source option is unknown to the sink."""
     assert parse_sink({"topic": "out", "broker": "h:1"}) == SinkOptions("out", "h:1")
+    spark_own = {"topic": "out", "checkpointLocation": "/ck", "path": "/p"}
+    assert parse_sink(spark_own) == SinkOptions("out")
     with pytest.raises(OptionError, match="the options are broker, topic, token"):
         parse_sink({"topic": "out", "subscription": "s"})
