@@ -24,7 +24,8 @@ def _create(address: str, topic: str, partitions: int) -> None:
 
 def _read(spark: Any, broker: Broker, topic: str) -> list[Any]:
     df = spark.read.format("headrace").option("broker", broker.address).option("topic", topic)
-    return df.load().collect()
+    rows: list[Any] = df.load().collect()
+    return rows
 
 
 def test_batch_write_publishes_every_column(spark: Any, broker: Broker) -> None:
