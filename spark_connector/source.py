@@ -55,15 +55,18 @@ class HeadraceDataSource(DataSource):
         return HeadraceBatchWriter(_sink_options(self.options, overwrite), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802
-        return HeadraceStreamWriter(_sink_options(self.options, overwrite), schema)
+        # overwrite is Spark's "complete" output mode: each micro-batch's whole result table
+        # is published (appended), and readers keep the latest record per key, as with
+        # Kafka's sink. A topic is never truncated.
+        return HeadraceStreamWriter(_sink_options(self.options), schema)
 
 
-def _sink_options(options: Mapping[str, str], overwrite: bool) -> SinkOptions:
+def _sink_options(options: Mapping[str, str], overwrite: bool = False) -> SinkOptions:
     """The sink's options, after checking that the broker answers and the topic exists."""
     if overwrite:
         raise ConnectorError(
-            "the headrace sink only appends to a topic: use .mode('append') "
-            "(or outputMode append/update for streams)"
+            "the headrace sink only appends to a topic: use .mode('append'); streams may use "
+            "outputMode append or complete"
         )
     sink = parse_sink(options)
     driver = _Driver(sink, wait_s=LOAD_WAIT_S)
