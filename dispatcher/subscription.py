@@ -106,6 +106,12 @@ class InitialPosition(enum.Enum):
     LATEST = "latest"
 
 
+#: How long after its last AckUpTo a reader that pulls by offset (the Spark connector)
+#: still counts as the subscription's consumer in ``lag``: its behind records are LAGGING,
+#: not NO_CONSUMER. Five minutes covers slow Spark triggers; seconds.
+PULL_READER_WINDOW_S = 300.0
+
+
 @dataclass(frozen=True, slots=True)
 class PartitionStatus:
     """One partition of a subscription, as ``lag`` reports it."""
@@ -213,6 +219,8 @@ class Subscription:
         self.heartbeat_interval_s = heartbeat_interval_s
         self._monitor = LagMonitor(stall_timeout_s)
         self._heartbeat_poll = False
+        #: When a pull reader (AckUpTo) last committed, per the clock; None if never.
+        self._committed_at: float | None = None
         self._last_error = ""
         self._changes = self.state.changes
         #: Dispatch passes the notifier (or credit, acks, attach, timers) triggered.
@@ -402,6 +410,7 @@ class Subscription:
         self.state.check_partition(partition)
         head = self._writers[partition].high_water_mark
         self._apply(Commit(partition, offset, head))
+        self._committed_at = self._clock()
         return self.state.cursor(partition)
 
     def seek(self, offsets: Sequence[int]) -> None:
@@ -468,12 +477,25 @@ class Subscription:
                     state_name, reason = "STALLED", self.verdict.reason
                 elif consumers:
                     state_name, reason = "LAGGING", f"{lag} records not yet acknowledged"
+                elif self._pull_reader_active(now_ms / 1000):
+                    assert self._committed_at is not None
+                    state_name = "LAGGING"
+                    reason = (
+                        f"{lag} records not yet committed by a reader that keeps its own "
+                        f"position (AckUpTo, e.g. Spark); last commit "
+                        f"{now_ms / 1000 - self._committed_at:.0f} s ago"
+                    )
                 else:
                     state_name, reason = "NO_CONSUMER", f"{lag} records wait for a consumer"
             parts.append(
                 PartitionStatus(i, cursor, head, lag, state.in_flight(i), age, state_name, reason)
             )
         return SubscriptionStatus(self.topic, self.name, self.type, consumers, tuple(parts))
+
+    def _pull_reader_active(self, now: float) -> bool:
+        """Whether a reader that pulls by offset (Fetch + AckUpTo) committed within
+        :data:`PULL_READER_WINDOW_S`: it counts as the subscription's consumer in ``lag``."""
+        return self._committed_at is not None and now - self._committed_at <= PULL_READER_WINDOW_S
 
     # -- the dispatch task --------------------------------------------------------------
 

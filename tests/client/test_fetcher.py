@@ -55,7 +55,8 @@ async def test_ack_up_to_creates_the_subscription_and_only_moves_forward(
     broker: Broker,
 ) -> None:
     """Scenario: AckUpTo 6 on a subscription that does not exist, then AckUpTo 3. Expected:
-    the subscription exists with cursor 6 on partition 0; the lower ack leaves it at 6."""
+    the subscription exists with cursor 6 on partition 0; the lower ack leaves it at 6; the
+    records behind show as LAGGING (a reader commits them), not NO_CONSUMER."""
     await _topic_with_records(broker)
     async with AsyncFetcher(address(broker)) as fetcher:
         assert await fetcher.ack_up_to("t", "spark", 0, 6) == 6
@@ -63,6 +64,8 @@ async def test_ack_up_to_creates_the_subscription_and_only_moves_forward(
     async with AsyncAdminClient(address(broker)) as admin:
         info = await admin.describe_subscription("t", "spark")
     assert [(p.partition, p.cursor, p.lag) for p in info.partitions] == [(0, 6, 4), (1, 0, 0)]
+    assert [p.state for p in info.partitions] == ["LAGGING", "CAUGHT_UP"]
+    assert "AckUpTo" in info.partitions[0].reason
 
 
 @pytest.mark.asyncio
