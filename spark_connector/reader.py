@@ -315,8 +315,8 @@ class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._driver = None
 
     def _ack(self, position: off.Offsets) -> None:
-        """AckUpTo every partition that moved; failures are logged and counted, and the
-        next call tries again."""
+        """AckUpTo every partition that moved; a failure is logged and counted, ends this
+        pass (each try waits up to ACK_TIMEOUT_S), and the next call tries again."""
         o = self.options
         sub = o.subscription or ""
         for p, offset in sorted(position.items()):
@@ -328,7 +328,7 @@ class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 self.ack_failures += 1
                 logger.warning(
                     "ack of %s/%d up to %d for subscription %r failed (%s); %d failed so far, "
-                    "retrying at the next trigger",
+                    "retrying every partition left at the next trigger",
                     o.topic,
                     p,
                     offset,
@@ -336,7 +336,7 @@ class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     exc,
                     self.ack_failures,
                 )
-                continue
+                return  # the broker is likely down: do not wait once per partition
             self._acked[p] = offset
 
 
