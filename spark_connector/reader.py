@@ -45,7 +45,15 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from client import AdminClient, ClientError, Fetcher, NotFound, TopicInfo, Unavailable
+from client import (
+    AdminClient,
+    ClientError,
+    Fetcher,
+    NotFound,
+    RecordBatch,
+    TopicInfo,
+    Unavailable,
+)
 from spark_connector import offsets as off
 from spark_connector.arrow import concat, to_arrow
 from spark_connector.errors import BrokerUnreachableError, ConnectorError, DataLossError
@@ -55,8 +63,11 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: Bytes one Fetch asks for; each answer becomes one Arrow batch.
-FETCH_BYTES = 4 << 20
+#: Bytes one Fetch asks for (the broker answers at most 16 MiB).
+FETCH_BYTES = 8 << 20
+#: Arrow batches smaller than this many rows are joined before Spark gets them: Spark
+#: pays per batch it receives, and a log of one-record batches would cost it per record.
+MIN_ARROW_ROWS = 4096
 #: How long driver-side calls keep retrying a broker that does not answer (a restart), s.
 BROKER_WAIT_S = 60.0
 #: Deadline of one ack, seconds: acks are retried at the next trigger, never waited on long.
@@ -350,38 +361,61 @@ def _read(options: SourceOptions, partition: InputPartition) -> Iterator[pa.Reco
 
 
 def read_range(options: SourceOptions, part: HeadracePartition) -> Iterator[pa.RecordBatch]:
-    """The rows of ``[part.start, part.end)``, one Arrow batch per Fetch, over a
-    connection of this task's own."""
-    topic, p = options.topic, part.partition
+    """The rows of ``[part.start, part.end)``, over a connection of this task's own.
+
+    One fetch is always in flight ahead: while Spark takes the rows of one answer, the
+    broker is already reading the next. Log batches of at least :data:`MIN_ARROW_ROWS`
+    rows go out as they are (no copy); smaller ones are joined until they reach it.
+    """
+    topic, p, end = options.topic, part.partition, part.end
     offset = part.start
+    small: list[pa.RecordBatch] = []
     with Fetcher(options.broker, timeout_s=BROKER_WAIT_S) as fetcher:
-        while offset < part.end:
-            got = fetcher.fetch(topic, p, offset, end_offset=part.end, max_bytes=FETCH_BYTES)
+        ahead = fetcher.fetch_ahead(topic, p, offset, end_offset=end, max_bytes=FETCH_BYTES)
+        while offset < end:
+            got = ahead.result()
             if got.first_offset > offset or (not got.batches and got.high_water_mark <= offset):
                 offset = _lost(
-                    options, p, offset, part.end, first=got.first_offset, head=got.high_water_mark
+                    options, p, offset, end, first=got.first_offset, head=got.high_water_mark
                 )
+                ahead = fetcher.fetch_ahead(topic, p, offset, end_offset=end, max_bytes=FETCH_BYTES)
                 continue
             if not got.batches:
                 raise ConnectorError(
                     f"{topic}/{p}: the broker returned no records at offset {offset} below its "
                     f"head {got.high_water_mark}"
                 )
-            rows = []
-            for batch in got.batches:
-                if batch.next_offset <= offset:
-                    continue
-                lo = offset - batch.base_offset
-                hi = min(part.end, batch.next_offset) - batch.base_offset
-                table = to_arrow(topic, p, batch, include_headers=options.include_headers)
-                rows.append(
-                    table.slice(lo, hi - lo) if (lo, hi) != (0, batch.record_count) else table
+            following = got.batches[-1].next_offset
+            if following < end:
+                ahead = fetcher.fetch_ahead(
+                    topic, p, following, end_offset=end, max_bytes=FETCH_BYTES
                 )
-                offset = batch.base_offset + hi
-                if offset >= part.end:
-                    break
-            if rows:
-                yield concat(rows)
+            for rows in _rows(options, p, got.batches, offset, end):
+                if rows.num_rows >= MIN_ARROW_ROWS and not small:
+                    yield rows
+                    continue
+                small.append(rows)
+                if sum(r.num_rows for r in small) >= MIN_ARROW_ROWS:
+                    yield concat(small)
+                    small = []
+            offset = min(following, end)
+        if small:
+            yield concat(small)
+
+
+def _rows(
+    options: SourceOptions, p: int, batches: list[RecordBatch], offset: int, end: int
+) -> Iterator[pa.RecordBatch]:
+    """Each fetched batch's records in ``[offset, end)`` as Arrow, sharing its bytes."""
+    for batch in batches:
+        if batch.next_offset <= offset:
+            continue
+        if batch.base_offset >= end:
+            return
+        lo = max(offset - batch.base_offset, 0)
+        hi = min(end, batch.next_offset) - batch.base_offset
+        table = to_arrow(options.topic, p, batch, include_headers=options.include_headers)
+        yield table.slice(lo, hi - lo) if (lo, hi) != (0, batch.record_count) else table
 
 
 def _lost(options: SourceOptions, p: int, offset: int, end: int, *, first: int, head: int) -> int:

@@ -34,9 +34,9 @@ from client.errors import ClientError, from_rpc_error
 from proto import broker_pb2 as _pb
 from proto import broker_pb2_grpc as _grpc
 
-#: Largest response this client accepts, bytes: the broker caps one Fetch at 16 MiB of
+#: Largest response a fetcher accepts, bytes: the broker caps one Fetch at 16 MiB of
 #: batches, plus framing.
-_MAX_MESSAGE = 64 << 20
+MAX_MESSAGE = 64 << 20
 #: Default ``max_bytes`` of one fetch.
 DEFAULT_FETCH_BYTES = 4 << 20
 
@@ -60,6 +60,49 @@ class FetchResult:
     first_offset: int
 
 
+def fetch_request(
+    topic: str,
+    partition: int,
+    offset: int,
+    *,
+    end_offset: int | None,
+    max_bytes: int,
+    max_wait_ms: int,
+) -> _pb.FetchRequest:
+    """The FetchRequest both fetchers send."""
+    return _pb.FetchRequest(
+        topic=topic,
+        partition=partition,
+        offset=offset,
+        max_bytes=max_bytes,
+        end_offset=end_offset or 0,
+        max_wait_ms=max_wait_ms,
+    )
+
+
+def fetch_result(topic: str, partition: int, got: _pb.FetchResponse) -> FetchResult:
+    """Decode (and CRC-check) a FetchResponse's batches.
+
+    Raises:
+        CorruptBatchError: A batch failed its CRC on the way.
+        ClientError: A batch came truncated.
+    """
+    batches = []
+    for data in got.batches:
+        batch = decode_batch(data)
+        if batch is None:  # the broker sends whole batches only
+            raise ClientError(f"{topic}/{partition}: the broker sent a truncated batch")
+        batches.append(batch)
+    return FetchResult(batches, got.high_water_mark, got.first_offset)
+
+
+def ack_request(topic: str, subscription: str, partition: int, offset: int) -> _pb.AckUpToRequest:
+    """The AckUpToRequest both fetchers send."""
+    return _pb.AckUpToRequest(
+        topic=topic, subscription=subscription, partition=partition, offset=offset
+    )
+
+
 class AsyncFetcher:
     """Offset-addressed reads and position commits. Task-safe; an async context manager.
 
@@ -80,7 +123,7 @@ class AsyncFetcher:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
         self._owns_channel = channel is None
         self._channel = channel or grpc.aio.insecure_channel(
-            broker, options=[("grpc.max_receive_message_length", _MAX_MESSAGE)]
+            broker, options=[("grpc.max_receive_message_length", MAX_MESSAGE)]
         )
         self._stub = _grpc.BrokerStub(self._channel)
         self._timeout = timeout_s
@@ -111,24 +154,18 @@ class AsyncFetcher:
             InvalidArgument: A negative partition or offset, or ``max_wait_ms`` too long.
             CorruptBatchError: A batch failed its CRC on the way (never expected).
         """
-        request = _pb.FetchRequest(
-            topic=topic,
-            partition=partition,
-            offset=offset,
+        request = fetch_request(
+            topic,
+            partition,
+            offset,
+            end_offset=end_offset,
             max_bytes=max_bytes,
-            end_offset=end_offset or 0,
             max_wait_ms=max_wait_ms,
         )
         got: _pb.FetchResponse = await self._retrying(
             self._stub.Fetch, request, self._timeout + max_wait_ms / 1000
         )
-        batches = []
-        for data in got.batches:
-            batch = decode_batch(data)
-            if batch is None:  # the broker sends whole batches only
-                raise ClientError(f"{topic}/{partition}: the broker sent a truncated batch")
-            batches.append(batch)
-        return FetchResult(batches, got.high_water_mark, got.first_offset)
+        return fetch_result(topic, partition, got)
 
     async def ack_up_to(self, topic: str, subscription: str, partition: int, offset: int) -> int:
         """Acknowledge everything below ``offset`` on one partition for ``subscription``
@@ -137,9 +174,7 @@ class AsyncFetcher:
         Returns:
             The subscription's cursor after the call: ``max(cursor, offset)``.
         """
-        request = _pb.AckUpToRequest(
-            topic=topic, subscription=subscription, partition=partition, offset=offset
-        )
+        request = ack_request(topic, subscription, partition, offset)
         got: _pb.AckUpToResponse = await self._retrying(self._stub.AckUpTo, request)
         return got.cursor
 
