@@ -11,10 +11,13 @@ EXTRAS ?= dev,spark
 
 .PHONY: setup run demo test lint fmt bench proto proto-check clean
 
+# editable_mode=compat puts the checkout on sys.path (a .pth entry) instead of an import
+# hook, so Spark's data source lookup, which lists modules with pkgutil, finds
+# pyspark_headrace and with it format("headrace").
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]'
+	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
 setup: $(STAMP)  ## create .venv and install the project with its dev tools

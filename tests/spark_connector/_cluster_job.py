@@ -5,7 +5,9 @@ two executor JVMs, each with its own Python workers), run as its own process by
 Usage: ``python -m tests.spark_connector._cluster_job BROKER CHECKPOINT_DIR``. It streams
 topic ``in`` through subscription ``cluster`` into topic ``out`` (availableNow, 4 tasks
 per batch), then batch-reads ``out``, and prints one JSON line: the rows it read, the
-distinct executor ids that ran tasks, and how many micro-batches ran.
+distinct executor ids that ran tasks, and how many micro-batches ran. It never calls
+``spark_connector.register``: Spark finds ``format("headrace")`` by itself through the
+installed ``pyspark_headrace`` module.
 """
 
 from __future__ import annotations
@@ -31,8 +33,6 @@ def main() -> None:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F  # noqa: N812 - Spark's convention
 
-    import spark_connector
-
     spark = (
         SparkSession.builder.master("local-cluster[2,1,1024]")
         .appName("headrace-cluster-test")
@@ -44,7 +44,6 @@ def main() -> None:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    spark_connector.register(spark)
     source = (
         spark.readStream.format("headrace")
         .option("broker", broker)

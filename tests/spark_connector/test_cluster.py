@@ -24,8 +24,9 @@ pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 def test_stream_and_sink_on_a_two_executor_cluster(broker: Broker, tmp_path: Path) -> None:
     """Scenario: 6,000 records on 3 partitions; a streaming query on local-cluster[2,1,1024]
     copies them through subscription "cluster" to topic "out" in micro-batches of 2,000
-    split into 4 tasks each, then batch-reads "out". Expected: every record exactly once
-    in "out", tasks ran on more than one executor process, and the subscription's lag is 0.
+    split into 4 tasks each, then batch-reads "out", with no register() call (Spark finds
+    the source through pyspark_headrace). Expected: every record exactly once in "out",
+    tasks ran on more than one executor process, and the subscription's lag is 0.
     """
     produce(broker.address, "in", 6000)
     with AdminClient(broker.address) as admin:
