@@ -32,7 +32,7 @@ ALLOWED = {
 def imported_packages(path: Path) -> set[str]:
     """The top-level packages of ours that one module imports (absolute imports)."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    found = set()
+    found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
