@@ -60,7 +60,9 @@ class SourceOptions:
         broker: ``host:port`` of the broker. Default ``127.0.0.1:50051``.
         topic: The topic to read. Required.
         subscription: Whose cursor a stream starts from (``startingOffsets=acked``) and
-            acks Spark's commits to. Required for streams; optional for batch reads.
+            acks Spark's commits to. A stream without one reads from ``startingOffsets``
+            (default earliest) and acks nothing: the broker neither shows its lag nor
+            keeps its records from retention (the reader warns). Batch reads never ack.
         token: Bearer token for the broker, or ``None``.
         starting: ``"acked"`` (streams' default), ``"earliest"`` (batch default),
             ``"latest"``, or a partition -> offset dict (``EARLIEST``/``LATEST`` allowed).
@@ -121,12 +123,6 @@ def parse_source(options: Mapping[str, str], *, streaming: bool | None) -> Sourc
     subscription = given.get("subscription")
     if subscription is not None and not subscription.strip():
         raise OptionError("subscription", "must not be empty")
-    if streaming and subscription is None:
-        raise OptionError(
-            "subscription",
-            "is required for streams: name the subscription whose cursor Spark's commits "
-            "advance, e.g. .option('subscription', 'spark-orders')",
-        )
     starting = _starting(given, streaming=streaming, has_subscription=subscription is not None)
     timestamp = _int(given, "startingTimestamp", minimum=0)
     if timestamp is not None and "startingOffsets" in given:
@@ -160,6 +156,18 @@ def parse_sink(options: Mapping[str, str]) -> SinkOptions:
     )
 
 
+#: Spark's Kafka source and sink options that have another name here.
+KAFKA_NAMES = {
+    "kafka.bootstrap.servers": "broker",
+    "subscribe": "topic",
+    "maxoffsetspertrigger": "maxRecordsPerTrigger",
+    "startingoffsetsbytimestamp": "startingOffsets (JSON) or startingTimestamp",
+    "startingtimestamp": "startingTimestamp",
+    "kafka.group.id": "subscription",
+    "groupidprefix": "subscription",
+}
+
+
 def _canonical(options: Mapping[str, str], known: tuple[str, ...]) -> dict[str, str]:
     by_lower = {name.lower(): name for name in known}
     out: dict[str, str] = {}
@@ -168,7 +176,11 @@ def _canonical(options: Mapping[str, str], known: tuple[str, ...]) -> dict[str, 
         if canonical is None and name.lower() in SPARK_OPTIONS:
             continue
         if canonical is None:
-            raise OptionError(name, f"is not a headrace option; the options are {', '.join(known)}")
+            ours = KAFKA_NAMES.get(name.lower())
+            hint = f" (Spark's Kafka name; here it is {ours})" if ours else ""
+            raise OptionError(
+                name, f"is not a headrace option{hint}; the options are {', '.join(known)}"
+            )
         out[canonical] = str(value)
     return out
 
@@ -214,7 +226,7 @@ def _bool(given: dict[str, str], name: str, *, default: bool) -> bool:
 def _starting(given: dict[str, str], *, streaming: bool | None, has_subscription: bool) -> Start:
     raw = given.get("startingOffsets")
     if raw is None:
-        return "acked" if streaming else "earliest"
+        return "acked" if streaming and has_subscription else "earliest"
     value = raw.strip()
     if value.lower() == "acked":
         if not has_subscription:

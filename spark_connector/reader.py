@@ -260,7 +260,14 @@ class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         start = checked(
             self.options, starting_offsets(self.driver, self.options, retained), retained
         )
-        self._align(start)
+        if self.options.subscription is None:
+            logger.warning(
+                "stream on %s has no 'subscription' option: nothing is acked, so the broker "
+                "shows no lag for it and retention may delete records it has not read",
+                self.options.topic,
+            )
+        else:
+            self._align(start)
         return off.to_spark(start)
 
     def _align(self, start: off.Offsets) -> None:
@@ -329,7 +336,9 @@ class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """AckUpTo every partition that moved; a failure is logged and counted, ends this
         pass (each try waits up to ACK_TIMEOUT_S), and the next call tries again."""
         o = self.options
-        sub = o.subscription or ""
+        if o.subscription is None:
+            return
+        sub = o.subscription
         for p, offset in sorted(position.items()):
             if offset <= self._acked.get(p, -1):
                 continue

@@ -4,8 +4,11 @@ Role: publish rows to a topic, exactly once per row even when Spark replays a mi
 or retries a task.
 
 Rows. ``value`` (binary or string) is required and never null; ``key`` (binary or string),
-``headers`` (``map<string, binary or string>``) and ``partition`` (an integer) are
-optional. Other columns are an error, so a misspelt column is not silently dropped.
+``headers`` (``map<string, binary or string>``), ``partition`` (an integer) and
+``timestamp`` (the record's time; default: when it is published) are optional. ``topic``
+and ``offset`` are ignored, as Spark's Kafka sink ignores them, so a read's rows can be
+written back unchanged. Other columns are an error, so a misspelt column is not silently
+dropped.
 
 Exactly once. Each task publishes under an idempotent producer id derived from an identity
 that is the same every time Spark runs the same work, and the same rows go to the same
@@ -32,11 +35,13 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
@@ -52,6 +57,8 @@ from pyspark.sql.types import (
     ShortType,
     StringType,
     StructType,
+    TimestampNTZType,
+    TimestampType,
 )
 
 from client import ClientError, NotFound, Producer, Unavailable, partition_for
@@ -61,6 +68,10 @@ from spark_connector.options import SinkOptions
 logger = logging.getLogger(__name__)
 
 _BYTES = (BinaryType, StringType)
+#: Columns a row may carry that the sink ignores, as Spark's Kafka sink does: a read's
+#: own ``topic`` and ``offset`` (the ``topic`` option names the target; the broker assigns
+#: offsets), so a source's rows can be written back as they are.
+IGNORED_COLUMNS = frozenset({"topic", "offset"})
 _INTEGERS = (ByteType, ShortType, IntegerType, LongType)
 
 
@@ -102,10 +113,16 @@ def check_schema(schema: StructType) -> None:
         elif name == "partition":
             ok = isinstance(kind, _INTEGERS)
             want = "an integer"
+        elif name == "timestamp":
+            ok = isinstance(kind, TimestampType | TimestampNTZType)
+            want = "a timestamp"
+        elif name in IGNORED_COLUMNS:
+            continue
         else:
             raise RowError(
                 f"the headrace sink does not know column {name!r}: it takes value, key, "
-                "headers and partition. Drop or rename the column"
+                "headers, partition and timestamp (and ignores topic and offset). Drop or "
+                "rename the column"
             )
         if not ok:
             raise RowError(f"column {name!r} must be {want}, not {kind.simpleString()}")
@@ -183,9 +200,11 @@ def _split(
         _bytes_column(batch, "key").to_pylist() if "key" in names else None
     )
     headers = _headers(batch) if "headers" in names else None
+    times = _timestamps(batch) if "timestamp" in names else None
     explicit = batch.column("partition").to_pylist() if "partition" in names else None
     if explicit is None and (keys is None or not any(k is not None for k in keys)):
-        return [(unkeyed_target, {"values": vals, "keys": keys, "headers": headers})]
+        columns = {"values": vals, "keys": keys, "headers": headers, "timestamps_ms": times}
+        return [(unkeyed_target, columns)]
     groups: dict[int, list[int]] = {}
     for i in range(len(vals)):
         target = _target(i, explicit, keys, partitions, unkeyed_target)
@@ -200,6 +219,7 @@ def _split(
                     "values": [vals[i] for i in rows],
                     "keys": None if keys is None else [keys[i] for i in rows],
                     "headers": None if headers is None else [headers[i] for i in rows],
+                    "timestamps_ms": None if times is None else [times[i] for i in rows],
                 },
             )
         )
@@ -231,6 +251,19 @@ def _bytes_column(batch: pa.RecordBatch, name: str) -> pa.Array:
     if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
         return column.cast(pa.binary())
     return column
+
+
+def _timestamps(batch: pa.RecordBatch) -> list[int] | None:
+    """The ``timestamp`` column as ms since the epoch, nulls stamped with the time now;
+    None when every row's is null (the producer stamps them)."""
+    column = batch.column("timestamp")
+    if column.null_count == len(column):
+        return None
+    millis = pc.cast(pc.cast(column, pa.timestamp("ms", tz="UTC")), pa.int64())
+    if column.null_count:
+        millis = pc.fill_null(millis, time.time_ns() // 1_000_000)
+    out: list[int] = millis.to_pylist()
+    return out
 
 
 def _headers(batch: pa.RecordBatch) -> list[Mapping[str, bytes]]:

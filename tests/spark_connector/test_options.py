@@ -61,6 +61,13 @@ def test_every_option_is_read_in_any_case() -> None:
     )
 
 
+def test_a_stream_without_subscription_starts_at_the_earliest_offset() -> None:
+    """Scenario: a stream with no subscription. Expected: allowed (it acks nothing), and it
+    starts at the earliest offset, since there is no cursor to start from."""
+    got = parse_source({"topic": "t"}, streaming=True)
+    assert (got.subscription, got.starting) == (None, "earliest")
+
+
 def test_batch_ending_offsets_and_starting_timestamp() -> None:
     """Scenario: a batch read with JSON ending offsets, and one with a start time.
     Expected: -1 means the head; the time is kept in ms."""
@@ -74,9 +81,15 @@ def test_batch_ending_offsets_and_starting_timestamp() -> None:
     ("options", "streaming", "option", "words"),
     [
         ({"topic": "t", "subscripton": "s"}, True, "subscripton", "the options are broker"),
+        (
+            {**BASE, "maxOffsetsPerTrigger": "5"},
+            True,
+            "maxOffsetsPerTrigger",
+            "here it is maxRecordsPerTrigger",
+        ),
+        ({"subscribe": "t"}, True, "subscribe", "here it is topic"),
         ({"subscription": "s"}, True, "topic", "is required"),
         ({"topic": "  "}, False, "topic", "is required"),
-        ({"topic": "t"}, True, "subscription", "is required for streams"),
         ({"topic": "t", "subscription": ""}, False, "subscription", "must not be empty"),
         ({**BASE, "broker": "localhost"}, True, "broker", "expected HOST:PORT"),
         ({**BASE, "broker": "h:99999"}, True, "broker", "expected HOST:PORT"),

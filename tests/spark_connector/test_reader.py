@@ -266,17 +266,34 @@ def test_bad_options_fail_load_with_our_message(
     assert "Py4JJavaError" not in type(info.value).__name__
 
 
-def test_an_unreachable_broker_and_a_stream_without_subscription(
-    spark: Any, broker: Broker
-) -> None:
-    """Scenario: load() against a port where nothing listens; a stream with no
-    subscription. Expected: "cannot reach the headrace broker" naming the address within
-    seconds; the stream fails at start() asking for the subscription option."""
+def test_an_unreachable_broker_fails_load_within_seconds(spark: Any) -> None:
+    """Scenario: load() against a port where nothing listens. Expected: "cannot reach the
+    headrace broker" naming the address and the option."""
     dead = f"127.0.0.1:{free_port()}"
     with pytest.raises(Exception, match="cannot reach the headrace broker at " + dead):
         spark.read.format("headrace").option("broker", dead).option("topic", "t").load()
-    produce(broker.address, "t2", 1, partitions=1)
-    df = spark.readStream.format("headrace").option("broker", broker.address)
-    df = df.option("topic", "t2").load()
-    with pytest.raises(Exception, match=r"subscription.*is required for streams"):
-        df.writeStream.format("memory").queryName("never").start().awaitTermination(30)
+
+
+def test_a_stream_without_subscription_reads_but_acks_nothing(
+    spark: Any, broker: Broker, tmp_path: Path
+) -> None:
+    """Scenario: an availableNow stream with no subscription option. Expected: it reads
+    every record from the earliest offset, and no subscription appears on the broker."""
+    produce(broker.address, "t2", 40)
+    query = (
+        spark.readStream.format("headrace")
+        .option("broker", broker.address)
+        .option("topic", "t2")
+        .load()
+        .writeStream.format("memory")
+        .queryName("nosub")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    assert _positions(spark.sql("select * from nosub").collect()) == _all_positions(
+        broker.address, "t2"
+    )
+    with AdminClient(broker.address) as admin:
+        assert admin.list_subscriptions("t2") == []

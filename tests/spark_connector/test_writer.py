@@ -54,6 +54,34 @@ def test_batch_write_publishes_every_column(spark: Any, broker: Broker) -> None:
         assert r["partition"] == want
 
 
+def test_rows_read_from_a_topic_are_written_back_unchanged(spark: Any, broker: Broker) -> None:
+    """Scenario: a batch read of topic "src" (every source column: topic, partition,
+    offset, key, value, timestamp, headers) written as it is to "copy", which has as many
+    partitions. Expected: the sink ignores topic and offset, keeps each record's partition,
+    key, value, headers and timestamp."""
+    produce(broker.address, "src", 120)
+    _create(broker.address, "copy", 3)
+    source = _read(spark, broker, "src")
+    df = spark.read.format("headrace").option("broker", broker.address).option("topic", "src")
+    df.load().write.format("headrace").option("broker", broker.address).option(
+        "topic", "copy"
+    ).mode("append").save()
+
+    def fields(rows: list[Any]) -> list[tuple[Any, ...]]:
+        return sorted(
+            (
+                r["partition"],
+                r["value"],
+                r["key"],
+                tuple(sorted(r["headers"].items())),
+                r["timestamp"],
+            )
+            for r in rows
+        )
+
+    assert fields(_read(spark, broker, "copy")) == fields(source)
+
+
 def _pipeline(spark: Any, broker: Broker, ck: str) -> Any:
     """headrace topic "in" -> upper-cased value -> headrace topic "out", availableNow."""
     source = (
@@ -127,6 +155,7 @@ def test_a_retried_task_is_not_published_twice(spark: Any, broker: Broker) -> No
         ("select 'x' as payload", "needs a 'value' column"),
         ("select 1 as value", "column 'value' must be binary or string"),
         ("select 'x' as value, 'y' as extra", "does not know column 'extra'"),
+        ("select 'x' as value, 5 as timestamp", "column 'timestamp' must be a timestamp"),
         ("select 'x' as value, map('a', 1) as headers", "map<string, binary>"),
         ("select 'x' as value, 'p' as partition", "column 'partition' must be an integer"),
     ],
