@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from pyspark.errors import StreamingQueryException
 
-from client import AdminClient
+from client import AdminClient, Fetcher
 from tests.broker.test_serve_process import free_port
 from tests.spark_connector.conftest import Broker, lag, produce, wait_for
 
@@ -238,6 +238,54 @@ def test_records_deleted_by_retention_fail_a_batch_read_or_are_skipped(
             spark, broker, "r1", startingOffsets='{"0": 0}', failOnDataLoss="false"
         ).collect()
         assert _positions(rows) == _all_positions(broker.address, "r1")
+    finally:
+        broker.stop()
+
+
+def test_retention_keeps_what_the_query_has_not_committed(spark: Any, tmp_path: Path) -> None:
+    """Scenario: a broker whose retention would keep only ~8 KiB per partition, checked
+    every 50 ms; a subscription made before 3,000 records arrive in small batches; a
+    stream through it reads them 300 per trigger, with failOnDataLoss=true. Expected: the query reads every record
+    (retention never deletes at or above the subscription's cursor, which follows only
+    Spark's commits), and once it has caught up retention deletes the old segments."""
+    config = (
+        "[broker]\nretention_check_interval_ms = 50\ncursor_flush_interval_ms = 50\n"
+        '[wal]\nfsync = "always"\nsegment_bytes = 4096\nretention_bytes = 8192\n'
+    )
+    broker = Broker(tmp_path, free_port(), config)
+    broker.start()
+    try:
+        produce(broker.address, "floor", 0, partitions=1)
+        with Fetcher(broker.address) as fetcher:  # the subscription, before any record
+            fetcher.ack_up_to("floor", "spark", 0, 0)
+        produce(broker.address, "floor", 3000, partitions=1, batch_max_bytes=1024)
+        expected = _all_positions(broker.address, "floor")
+        assert expected[0] == (0, 0)
+        query = (
+            _stream(spark, broker, "floor", "spark", maxRecordsPerTrigger="300")
+            .writeStream.format("memory")
+            .queryName("floor_out")
+            .trigger(processingTime="100 milliseconds")
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .start()
+        )
+        try:
+            wait_for(
+                lambda: (
+                    query.exception() is not None
+                    or spark.sql("select count(*) from floor_out").first()[0] >= 3000
+                ),
+                90,
+                "3000 rows",
+            )
+            assert query.exception() is None, str(query.exception())[:2000]
+            wait_for(lambda: _caught_up(broker.address, "floor", "spark"), 10, "lag 0")
+            assert query.exception() is None
+            rows = spark.sql("select * from floor_out").collect()
+        finally:
+            query.stop()
+        assert _positions(rows) == expected
+        wait_for(lambda: _all_positions(broker.address, "floor")[0][1] > 0, 30, "retention")
     finally:
         broker.stop()
 
