@@ -245,9 +245,10 @@ def test_records_deleted_by_retention_fail_a_batch_read_or_are_skipped(
 def test_retention_keeps_what_the_query_has_not_committed(spark: Any, tmp_path: Path) -> None:
     """Scenario: a broker whose retention would keep only ~8 KiB per partition, checked
     every 50 ms; a subscription made before 3,000 records arrive in small batches; a
-    stream through it reads them 300 per trigger, with failOnDataLoss=true. Expected: the query reads every record
-    (retention never deletes at or above the subscription's cursor, which follows only
-    Spark's commits), and once it has caught up retention deletes the old segments."""
+    stream through it reads them 300 per trigger, with failOnDataLoss=true. Expected: the
+    query reads every record (retention never deletes at or above the subscription's
+    cursor, which follows only Spark's commits), and once it has caught up retention
+    deletes the old segments."""
     config = (
         "[broker]\nretention_check_interval_ms = 50\ncursor_flush_interval_ms = 50\n"
         '[wal]\nfsync = "always"\nsegment_bytes = 4096\nretention_bytes = 8192\n'
