@@ -9,6 +9,7 @@ Modules:
     _async.admin    AsyncAdminClient: topics, subscriptions and dead-letter queues
     _async.fetcher  AsyncFetcher: reads by offset (Fetch) and position commits (AckUpTo)
     _message        Message: a lazy view of one received record
+    _retry          retrying(): calls retried with backoff while the broker is unavailable
     _sync           Producer, Consumer, AdminClient, Fetcher: blocking twins over a loop
                     thread
     _wire           generated copy of the wal batch codec (python -m client._codegen)

@@ -31,8 +31,8 @@ from typing import Self
 
 import grpc
 
-from client._async.producer import backoff_s
 from client._message import DeliveredBatch, Message
+from client._retry import backoff_s
 from client._types import DEFAULT_BROKER
 from client.errors import (
     ClientClosed,

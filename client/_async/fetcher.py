@@ -17,9 +17,7 @@ Retryable errors (the broker restarting: UNAVAILABLE) are retried with backoff u
 
 from __future__ import annotations
 
-import asyncio
 import random
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import TracebackType
@@ -27,10 +25,10 @@ from typing import Any, Self
 
 import grpc
 
-from client._async.producer import backoff_s
+from client._retry import retrying
 from client._types import DEFAULT_BROKER
 from client._wire.batch import RecordBatch, decode_batch
-from client.errors import ClientError, from_rpc_error
+from client.errors import ClientError
 from proto import broker_pb2 as _pb
 from proto import broker_pb2_grpc as _grpc
 
@@ -184,19 +182,12 @@ class AsyncFetcher:
         request: object,
         timeout_s: float | None = None,
     ) -> Any:
-        deadline = time.monotonic() + (timeout_s or self._timeout)
-        attempt = 0
-        while True:
-            remaining = deadline - time.monotonic()
-            try:
-                return await method(request, timeout=max(remaining, 0.001))
-            except grpc.RpcError as exc:
-                error = from_rpc_error(exc)
-                pause = backoff_s(attempt, self._rng)
-                if not error.retryable or time.monotonic() + pause >= deadline:
-                    raise error from exc
-                await asyncio.sleep(pause)
-                attempt += 1
+        return await retrying(
+            lambda timeout: method(request, timeout=timeout),
+            timeout_s=timeout_s or self._timeout,
+            rng=self._rng,
+            what=type(request).__name__,
+        )
 
     async def aclose(self) -> None:
         """Close the channel, if this client opened it."""

@@ -38,9 +38,10 @@ from typing import Self, TypeVar
 
 import grpc
 
+from client._retry import retrying
 from client._types import DEFAULT_BROKER, PublishedRange, RecordMetadata, SentRecords
 from client._wire.batch import crc32c, encode_columns
-from client.errors import ClientClosed, ClientError, NotFound, from_rpc_error
+from client.errors import ClientClosed, ClientError, NotFound
 from proto import admin_pb2 as _admin
 from proto import admin_pb2_grpc, broker_pb2_grpc
 from proto import broker_pb2 as _pb
@@ -49,19 +50,12 @@ logger = logging.getLogger(__name__)
 
 _MAX_MESSAGE = 64 << 20
 _RECORD_OVERHEAD = 16  # bytes a record counts for beyond its key and value
-_BACKOFF_BASE_S = 0.05
-_BACKOFF_MAX_S = 2.0
 R = TypeVar("R")
 
 
 def partition_for(key: bytes, partitions: int) -> int:
     """The partition of a keyed record: stable across clients and restarts."""
     return crc32c(key) % partitions
-
-
-def backoff_s(attempt: int, rng: random.Random) -> float:
-    """Full-jitter exponential backoff: uniform in [0, min(max, base * 2**attempt)]."""
-    return rng.uniform(0, min(_BACKOFF_MAX_S, _BACKOFF_BASE_S * 2**attempt))
 
 
 @dataclass(slots=True)
@@ -554,20 +548,12 @@ class AsyncProducer:
     async def _retrying(self, method: Callable[..., Awaitable[R]], request: object, what: str) -> R:
         """Call ``method``, retrying retryable errors with backoff until the delivery
         timeout (a broker that restarts answers UNAVAILABLE for a moment)."""
-        deadline = time.monotonic() + self._timeout
-        attempt = 0
-        while True:
-            remaining = deadline - time.monotonic()
-            try:
-                return await method(request, timeout=max(remaining, 0.001))
-            except grpc.RpcError as exc:
-                error = from_rpc_error(exc)
-                pause = backoff_s(attempt, self._rng)
-                if not error.retryable or time.monotonic() + pause >= deadline:
-                    raise error from exc
-                logger.info("%s failed (%s); retrying in %.3f s", what, error, pause)
-                await asyncio.sleep(pause)
-                attempt += 1
+        return await retrying(
+            lambda timeout: method(request, timeout=timeout),
+            timeout_s=self._timeout,
+            rng=self._rng,
+            what=what,
+        )
 
     async def _partition_count(self, topic: str) -> int:
         count = self._partitions.get(topic)

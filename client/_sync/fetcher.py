@@ -17,7 +17,6 @@ Python workers) opens its own channel.
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -32,7 +31,7 @@ from client._async.fetcher import (
     fetch_request,
     fetch_result,
 )
-from client._async.producer import backoff_s
+from client._retry import retrying_blocking
 from client._types import DEFAULT_BROKER
 from client.errors import ClientClosed, from_rpc_error
 from proto import broker_pb2 as _pb
@@ -142,19 +141,12 @@ class Fetcher:
 
     def _retrying(self, method: Callable[..., T], request: object, timeout_s: float = 0) -> T:
         self._check_open()
-        deadline = time.monotonic() + (timeout_s or self._timeout)
-        attempt = 0
-        while True:
-            remaining = deadline - time.monotonic()
-            try:
-                return method(request, timeout=max(remaining, 0.001))
-            except grpc.RpcError as exc:
-                error = from_rpc_error(exc)
-                pause = backoff_s(attempt, self._rng)
-                if not error.retryable or time.monotonic() + pause >= deadline:
-                    raise error from exc
-                time.sleep(pause)
-                attempt += 1
+        return retrying_blocking(
+            lambda timeout: method(request, timeout=timeout),
+            timeout_s=timeout_s or self._timeout,
+            rng=self._rng,
+            what=type(request).__name__,
+        )
 
     def _check_open(self) -> None:
         if self._closed:

@@ -21,7 +21,7 @@ from client import (
     Unavailable,
     partition_for,
 )
-from client._async.producer import backoff_s
+from client._retry import backoff_s
 from client._wire.batch import decode_batch
 from proto import broker_pb2 as pb
 from proto import broker_pb2_grpc
