@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +46,28 @@ def _batch(spark: Any, broker: Broker, topic: str, **options: str) -> Any:
 
 def _caught_up(address: str, topic: str, sub: str) -> bool:
     return all(cursor == head for cursor, head in lag(address, topic, sub).values())
+
+
+def _lag_json(address: str, topic: str) -> list[dict[str, Any]]:
+    """What ``headrace lag --json --topic`` prints, parsed: the user's view of lag."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from broker.cli import main; main()",
+            "lag",
+            "--json",
+            "--topic",
+            topic,
+        ],
+        env={**os.environ, "HEADRACE_BROKER": address},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    rows: list[dict[str, Any]] = json.loads(done.stdout)
+    return rows
 
 
 def _positions(rows: list[Any]) -> list[tuple[int, int]]:
@@ -92,9 +117,9 @@ def test_available_now_honours_the_limit_acks_the_last_batch_and_restarts_cleanl
 ) -> None:
     """Scenario: 1000 records; an availableNow run with maxRecordsPerTrigger=300 into
     Parquet; then 250 more and a second run on the same checkpoint. Expected: batches of
-    300, 300, 300, 100; lag 0 as soon as each run ends (Spark never commits the last
-    batch, so the connector acks it); the second run reads only the new records; the
-    Parquet output holds every record once."""
+    300, 300, 300, 100; lag 0 as soon as each run ends, in `headrace lag --json` too
+    (Spark never commits the last batch, so the connector acks it); the second run reads
+    only the new records; the Parquet output holds every record once."""
     produce(broker.address, "s2", 1000)
     out, ck = str(tmp_path / "out"), str(tmp_path / "ck")
 
@@ -112,6 +137,10 @@ def test_available_now_honours_the_limit_acks_the_last_batch_and_restarts_cleanl
 
     assert run() == [300, 300, 300, 100]
     assert _caught_up(broker.address, "s2", "spark")
+    shown = _lag_json(broker.address, "s2")
+    assert [(row["subscription"], row["lag"], row["state"]) for row in shown] == [
+        ("spark", 0, "CAUGHT_UP")
+    ] * 3
     produce(broker.address, "s2", 250, first=1000)
     assert sum(run()) == 250
     assert _caught_up(broker.address, "s2", "spark")
