@@ -105,10 +105,11 @@ class _Driver:
             self._fetcher = Fetcher(self.options.broker, timeout_s=ACK_TIMEOUT_S)
         return self._fetcher
 
-    def call(self, what: str, fn: Callable[[], T]) -> T:
+    def call(self, what: str, fn: Callable[[], T], wait_s: float | None = None) -> T:
         """``fn()``, retried while the broker is unavailable (restarting), up to
-        ``wait_s``; errors become :class:`ConnectorError` messages that say what to do."""
-        deadline = time.monotonic() + self.wait_s
+        ``wait_s`` (default: the driver's); errors become :class:`ConnectorError`
+        messages that say what to do."""
+        deadline = time.monotonic() + (self.wait_s if wait_s is None else wait_s)
         pause = 0.1
         while True:
             try:
@@ -128,10 +129,12 @@ class _Driver:
             except ClientError as exc:
                 raise ConnectorError(f"{what}: the broker said {exc}") from exc
 
-    def topic(self) -> TopicInfo:
+    def topic(self, wait_s: float | None = None) -> TopicInfo:
         name = self.options.topic
         try:
-            return self.call(f"looking up topic {name!r}", lambda: self.admin.describe_topic(name))
+            return self.call(
+                f"looking up topic {name!r}", lambda: self.admin.describe_topic(name), wait_s
+            )
         except ConnectorError as exc:
             if isinstance(exc.__cause__, NotFound):
                 raise ConnectorError(
@@ -140,8 +143,8 @@ class _Driver:
                 ) from exc
             raise
 
-    def retained(self) -> list[off.Retained]:
-        return [off.Retained(p.first_offset, p.head) for p in self.topic().partitions]
+    def retained(self, wait_s: float | None = None) -> list[off.Retained]:
+        return [off.Retained(p.first_offset, p.head) for p in self.topic(wait_s).partitions]
 
     def cursors(self, subscription: str) -> off.Offsets | None:
         """The subscription's saved cursors, or None when it does not exist."""
@@ -312,9 +315,15 @@ class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         return off.to_spark(off.admit(position, heads, max_rows))
 
-    def reportLatestOffset(self) -> dict[str, int]:  # noqa: N802 - Spark's method name
-        """The heads, for the query's progress report."""
-        return off.to_spark({p: r.head for p, r in enumerate(self.driver.retained())})
+    def reportLatestOffset(self) -> dict[str, int] | None:  # noqa: N802 - Spark's method name
+        """The heads, for the query's progress report; None (not reported) when the broker
+        does not answer at once: a progress report must not hold up or fail the query."""
+        try:
+            retained = self.driver.retained(wait_s=0)
+        except ConnectorError as exc:
+            logger.info("no latest offset for the progress report: %s", exc)
+            return None
+        return off.to_spark({p: r.head for p, r in enumerate(retained)})
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[HeadracePartition]:
         ranges = off.plan(off.from_spark(start), off.from_spark(end), self.options.min_partitions)
