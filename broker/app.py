@@ -39,6 +39,7 @@ from dispatcher import SubscriptionRegistry
 from proto import admin_pb2 as _admin
 from proto import admin_pb2_grpc, broker_pb2_grpc
 from proto import broker_pb2 as _pb
+from wal.log import Clock
 
 logger = logging.getLogger(__name__)
 
@@ -49,12 +50,27 @@ SERVICE_NAMES = (
 
 
 class Broker:
-    """One broker: ``await start()``, serve, ``await aclose()``. Use from one event loop."""
+    """One broker: ``await start()``, serve, ``await aclose()``. Use from one event loop.
 
-    def __init__(self, config: BrokerConfig, *, metrics: BrokerMetrics | None = None) -> None:
+    Args:
+        config: The settings.
+        metrics: Where metrics are recorded. Default: a fresh registry.
+        clock: Wall-clock ms since the epoch for the partitions (log rolling and retention
+            by age, producer expiry). Default: the system clock; tests pass a manual one.
+    """
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        *,
+        metrics: BrokerMetrics | None = None,
+        clock: Clock | None = None,
+    ) -> None:
         self.config = config
         self.metrics = metrics or BrokerMetrics()
-        self.topics = TopicRegistry(config.data_dir, config.wal, on_open=self._watch_partition)
+        self.topics = TopicRegistry(
+            config.data_dir, config.wal, on_open=self._watch_partition, clock=clock
+        )
         self.subscriptions = SubscriptionRegistry(
             config.data_dir,
             max_unacked=config.max_unacked,
@@ -70,6 +86,7 @@ class Broker:
             self.metrics,
             backlog=config.backlog,
             interval_s=config.retention_check_interval_ms / 1000,
+            producer_expiry_ms=config.producer_expiry_ms,
         )
         self.port = 0
         self.metrics_port = 0

@@ -17,6 +17,7 @@ TOML layout (every key optional)::
     max_unacked = 1000               # records in flight per subscription, at most
     cursor_flush_interval_ms = 100   # how often consumer acks are saved, milliseconds
     retention_check_interval_ms = 5000  # how often retention and the backlog quota run, ms
+    producer_expiry_ms = 604800000   # idempotent producer ids idle this long are forgotten, ms
 
     [wal]                            # every wal.LogConfig field, same names and units
     segment_bytes = 134217728
@@ -77,6 +78,7 @@ from dispatcher.dlq import DlqConfig, DlqConfigError, OverflowPolicy
 from wal import FsyncPolicy, LogConfig, WalConfigError
 
 MIB = 1 << 20
+DAY_MS = 86_400_000
 
 
 class ConfigError(ValueError):
@@ -107,6 +109,10 @@ class BrokerConfig:
             backlog quota's floors are refreshed, milliseconds. Retention deletes what
             ``wal.retention_ms`` / ``retention_bytes`` allow, never at or past the lowest
             cursor the topic's subscriptions saved. Default 5,000.
+        producer_expiry_ms: How long a partition remembers an idempotent producer id after
+            its last append, milliseconds; checked at each retention pass. A retry that
+            arrives later is appended again. From 60,000 (1 minute) to 10 years; there is no
+            "never" (the table would grow without bound). Default 604,800,000 (7 days).
         wal: Settings of every partition's log (:class:`wal.LogConfig`).
         heartbeat: The heartbeat lag monitor (:class:`dispatcher.HeartbeatConfig`): interval
             500 ms, per topic and per subscription; stall timeout 10 s.
@@ -129,6 +135,7 @@ class BrokerConfig:
     max_unacked: int = 1_000
     cursor_flush_interval_ms: int = 100
     retention_check_interval_ms: int = 5_000
+    producer_expiry_ms: int = 7 * DAY_MS
     wal: LogConfig = field(default_factory=LogConfig)
     heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)
     backlog: BacklogConfig = field(default_factory=BacklogConfig)
@@ -142,6 +149,7 @@ class BrokerConfig:
         _int_range("max_unacked", self.max_unacked, 1, 10_000_000)
         _int_range("cursor_flush_interval_ms", self.cursor_flush_interval_ms, 1, 60_000)
         _int_range("retention_check_interval_ms", self.retention_check_interval_ms, 1, 3_600_000)
+        _int_range("producer_expiry_ms", self.producer_expiry_ms, 60_000, 3_650 * DAY_MS)
         _check_backlog(self.backlog)
         if not isinstance(self.auto_create_topics, bool):
             raise ConfigError("auto_create_topics must be true or false")

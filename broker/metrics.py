@@ -71,6 +71,12 @@ class BrokerMetrics:
             labels,
             registry=self.registry,
         )
+        self.producer_ids_expired = Counter(
+            "headrace_producer_ids_expired",
+            "Idempotent producer ids forgotten after producer_expiry_ms without an append.",
+            labels,
+            registry=self.registry,
+        )
         self.retention_deleted_segments = Counter(
             "headrace_retention_deleted_segments",
             "Segments deleted by retention (below the subscriptions' saved floor).",
@@ -138,6 +144,10 @@ class BrokerMetrics:
     def retention_deleted(self, topic: str, partition: int, segments: int) -> None:
         """Count segments deleted by retention."""
         self.retention_deleted_segments.labels(topic, str(partition)).inc(segments)
+
+    def producers_expired(self, topic: str, partition: int, count: int) -> None:
+        """Count producer ids forgotten by expiry."""
+        self.producer_ids_expired.labels(topic, str(partition)).inc(count)
 
     def watch_subscriptions(self, samples: Callable[[], Iterable[SubscriptionSample]]) -> None:
         """Export the subscriptions that ``samples()`` returns at each scrape."""

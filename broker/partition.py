@@ -13,7 +13,17 @@ its lowest retained sequence.
 
 Snapshot file: ``<topic dir>/<partition>.producers.json`` =
 ``{"offset": N, "producers": {...}}`` (:meth:`ProducerTable.snapshot`); it reflects every
-batch below ``offset``. A snapshot from before ``first_sequence`` existed still opens.
+batch below ``offset``. Snapshots from before ``first_sequence`` or ``last_append_ms``
+existed still open.
+
+Expiry: a commit stamps the producer with the partition's clock (wall-clock ms, shared with
+the log); :meth:`Partition.expire_producers`, called by the retention pass, forgets the
+producers idle longer than ``producer_expiry_ms``. A producer met again only in the log
+scan of ``open`` is stamped with the open time, not with its batch's ``max_timestamp_ms``:
+record timestamps are the client's (0 by default in ``encode_columns``, event time from the
+Spark sink), and trusting them would forget a live producer at the first pass after a crash,
+so that its next retry were appended twice. The cost is that state found by a scan lives one
+expiry period past the restart.
 """
 
 from __future__ import annotations
@@ -33,6 +43,7 @@ from broker.producers import (
     ProducerTable,
 )
 from wal import AppendResult, FileSystem, Log, LogConfig, LogWriter, RecordBatch
+from wal.log import Clock, wall_clock_ms
 
 logger = logging.getLogger(__name__)
 
@@ -43,16 +54,34 @@ UNKNOWN_OFFSETS = AppendResult(-1, -1)
 
 
 class Partition:
-    """One partition. Task-safe on one event loop."""
+    """One partition. Task-safe on one event loop.
+
+    Args:
+        index: The partition's number in its topic.
+        writer: Its log's writer.
+        table: Its producer state.
+        snapshot: Where ``aclose`` writes the producer snapshot.
+        fs: The file system.
+        clock: Wall-clock ms since the epoch, stamping commits and judging expiry. Default:
+            the system clock.
+    """
 
     def __init__(
-        self, index: int, writer: LogWriter, table: ProducerTable, snapshot: str, fs: FileSystem
+        self,
+        index: int,
+        writer: LogWriter,
+        table: ProducerTable,
+        snapshot: str,
+        fs: FileSystem,
+        *,
+        clock: Clock = wall_clock_ms,
     ) -> None:
         self.index = index
         self.writer = writer
         self._table = table
         self._snapshot = snapshot
         self._fs = fs
+        self._clock = clock
         self._in_flight: dict[tuple[int, int], asyncio.Future[AppendResult]] = {}
         self._pending = 0
         self._settled = asyncio.Event()
@@ -60,16 +89,30 @@ class Partition:
         self._closing = False
 
     @classmethod
-    async def open(cls, index: int, topic_dir: str, config: LogConfig, fs: FileSystem) -> Partition:
-        """Open the partition's log and rebuild its producer state."""
-        writer = await LogWriter.open(os.path.join(topic_dir, str(index)), config, fs=fs)
+    async def open(
+        cls,
+        index: int,
+        topic_dir: str,
+        config: LogConfig,
+        fs: FileSystem,
+        *,
+        clock: Clock | None = None,
+    ) -> Partition:
+        """Open the partition's log and rebuild its producer state.
+
+        ``clock`` (wall-clock ms; default the system clock) serves the log (rolling,
+        retention) and the producer table (commit stamps, expiry) alike.
+        """
+        clock = clock or wall_clock_ms
+        path = os.path.join(topic_dir, str(index))
+        writer = await LogWriter.open(path, config, fs=fs, clock=clock)
         snapshot = os.path.join(topic_dir, f"{index}.producers.json")
         try:
-            table = await asyncio.to_thread(_rebuild, writer.log, snapshot, fs)
+            table = await asyncio.to_thread(_rebuild, writer.log, snapshot, fs, clock())
         except BaseException:
             await writer.aclose()
             raise
-        return cls(index, writer, table, snapshot, fs)
+        return cls(index, writer, table, snapshot, fs, clock=clock)
 
     @property
     def log(self) -> Log:
@@ -119,7 +162,8 @@ class Partition:
                 future.exception()  # retrieved here, so no "never retrieved" warning
             raise
         else:
-            self._table.commit(pid, seq, result.first_offset, result.last_offset)
+            at_ms = self._clock()
+            self._table.commit(pid, seq, result.first_offset, result.last_offset, at_ms=at_ms)
             future.set_result(result)
             return result
         finally:
@@ -127,6 +171,15 @@ class Partition:
             self._pending -= 1
             if not self._pending:
                 self._settled.set()
+
+    def expire_producers(self, max_idle_ms: int) -> int:
+        """Forget the producers with nothing in flight and no append for over
+        ``max_idle_ms`` by the partition's clock (:meth:`ProducerTable.expire`).
+
+        Returns:
+            How many were forgotten.
+        """
+        return self._table.expire(self._clock(), max_idle_ms)
 
     async def aclose(self) -> None:
         """Refuse new appends, let the others settle, close the log, then snapshot."""
@@ -138,15 +191,19 @@ class Partition:
             await asyncio.to_thread(self._fs.atomic_write, self._snapshot, json.dumps(doc).encode())
 
 
-def _rebuild(log: Log, snapshot: str, fs: FileSystem) -> ProducerTable:
-    """The producer table: the snapshot if it is usable, then every batch after it."""
+def _rebuild(log: Log, snapshot: str, fs: FileSystem, now_ms: int) -> ProducerTable:
+    """The producer table: the snapshot if it is usable, then every batch after it.
+
+    Producers without a saved ``last_append_ms``, and batches found in the log, count as
+    appended at ``now_ms`` (see the module docstring: never expire state early).
+    """
     table, start = ProducerTable(), log.first_offset
     if fs.exists(snapshot):
         try:
             doc = json.loads(fs.read_file(snapshot))
             offset = int(doc["offset"])
             if log.first_offset <= offset <= log.head:
-                table, start = ProducerTable.restore(doc["producers"]), offset
+                table, start = ProducerTable.restore(doc["producers"], now_ms=now_ms), offset
             else:
                 logger.warning(
                     "%s covers offset %d outside the log [%d, %d); rescanning",
@@ -161,6 +218,8 @@ def _rebuild(log: Log, snapshot: str, fs: FileSystem) -> ProducerTable:
     while offset < log.head:
         batches = log.read(offset, _SCAN_BYTES)
         for b in batches:
-            table.observe(b.producer_id, b.base_sequence, b.base_offset, b.last_offset)
+            table.observe(
+                b.producer_id, b.base_sequence, b.base_offset, b.last_offset, at_ms=now_ms
+            )
         offset = batches[-1].next_offset
     return table

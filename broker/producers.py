@@ -34,6 +34,23 @@ Batches without a producer id (``-1``) are always admitted. State survives resta
 :meth:`snapshot` / :meth:`restore` plus :meth:`observe` of the batches after the snapshot;
 :meth:`observe` of the whole log rebuilds ``first_sequence`` too (as the lowest retained).
 
+Expiry: each producer keeps ``last_append_ms``, the latest ``at_ms`` given to
+:meth:`commit` or :meth:`observe` (ms since the epoch; it never moves back).
+``expire(now_ms, max_idle_ms)`` forgets every producer with no batch in flight whose
+``last_append_ms < now_ms - max_idle_ms``. A forgotten producer is unknown again, exactly as
+after a rebuild that no longer finds its batches: its next batch is admitted as the first
+from it, whatever its sequence, so a retry that comes after the expiry is appended a second
+time. That is the price of a bounded table (Kafka's ``producer.id.expiration.ms``); the
+expiry must be far longer than any producer retries.
+
+Worked example, ``max_idle_ms`` = 60,000: producer 7 commits 0-9 at ``at_ms`` 1,000 and
+producer 8 commits 0-4 at 50,000; producer 9's batch 0-1 was admitted at 0 and is still in
+flight. ``expire(61_000, 60_000)`` -> 0 (7 is idle exactly 60,000: not older).
+``expire(61_001, 60_000)`` -> 1: 7 is forgotten; 8 (idle 11,001) stays; 9 stays, in flight.
+Then ``admit(7, 0, 10)`` -> Admit: the retry is appended a second time (a batch at any
+other sequence would have been admitted just as well), while ``admit(8, 0, 5)`` ->
+Duplicate as before.
+
 Pure module: imports neither ``asyncio``, ``os`` nor ``time``.
 """
 
@@ -103,6 +120,8 @@ class _Producer:
     #: Start of the unbroken run of appended sequences that ends at ``appended_through``;
     #: ``None`` until a batch is appended.
     first_sequence: int | None = None
+    #: When the producer last appended (the largest ``at_ms`` seen), ms since the epoch.
+    last_append_ms: int = 0
 
     def appended_through(self) -> int | None:
         """The sequence after the last appended batch, or ``None``."""
@@ -118,11 +137,16 @@ class _Producer:
             ends.append(through)
         return max(ends) if ends else None
 
-    def record(self, done: _Appended) -> None:
+    def record(self, done: _Appended, at_ms: int) -> None:
         """Add an appended batch; a batch that does not continue the run starts a new one."""
         if done.base_sequence != self.appended_through():
             self.first_sequence = done.base_sequence
         self.appended.append(done)
+        self.last_append_ms = max(self.last_append_ms, at_ms)
+
+    def is_idle_since(self, cutoff_ms: int) -> bool:
+        """Whether nothing is in flight and the last append was before ``cutoff_ms``."""
+        return not self.in_flight and self.last_append_ms < cutoff_ms
 
     def appended_long_ago(self, base_sequence: int, count: int) -> bool:
         """Whether every sequence of the batch is in ``[first_sequence, appended_through)``."""
@@ -168,13 +192,23 @@ class ProducerTable:
         state.in_flight[base_sequence] = count
         return Admit()
 
-    def commit(self, producer_id: int, base_sequence: int, first: int, last: int) -> None:
-        """Record an admitted batch as appended at offsets ``first``..``last``."""
+    def commit(
+        self, producer_id: int, base_sequence: int, first: int, last: int, *, at_ms: int
+    ) -> None:
+        """Record an admitted batch as appended at offsets ``first``..``last``.
+
+        Args:
+            producer_id: The batch's producer (-1: nothing to record).
+            base_sequence: The sequence ``admit`` reserved.
+            first: The batch's first offset.
+            last: The batch's last offset.
+            at_ms: When it was appended, ms since the epoch (the shell's wall clock).
+        """
         if producer_id < 0:
             return
         state = self._producers[producer_id]
         count = state.in_flight.pop(base_sequence)
-        state.record(_Appended(base_sequence, count, first, last))
+        state.record(_Appended(base_sequence, count, first, last), at_ms)
 
     def release(self, producer_id: int, base_sequence: int) -> None:
         """Forget an admitted batch whose append failed (its retry may come again)."""
@@ -182,24 +216,57 @@ class ProducerTable:
         if state is not None:
             state.in_flight.pop(base_sequence, None)
 
-    def observe(self, producer_id: int, base_sequence: int, first: int, last: int) -> None:
-        """Learn a batch found in the log (rebuilding state after a restart)."""
+    def observe(
+        self, producer_id: int, base_sequence: int, first: int, last: int, *, at_ms: int
+    ) -> None:
+        """Learn a batch found in the log (rebuilding state after a restart).
+
+        Args:
+            producer_id: The batch's producer (-1: ignored).
+            base_sequence: The sequence of its first record (-1: ignored).
+            first: The batch's first offset.
+            last: The batch's last offset.
+            at_ms: When the producer counts as having appended it, ms since the epoch.
+        """
         if producer_id < 0 or base_sequence < 0:
             return
         state = self._producers.setdefault(producer_id, _Producer())
         count = last - first + 1
-        state.record(_Appended(base_sequence, count, first, last))
+        state.record(_Appended(base_sequence, count, first, last), at_ms)
+
+    def expire(self, now_ms: int, max_idle_ms: int) -> int:
+        """Forget every producer idle longer than ``max_idle_ms`` with nothing in flight.
+
+        Args:
+            now_ms: The current time, ms since the epoch.
+            max_idle_ms: A producer whose ``last_append_ms`` is older than
+                ``now_ms - max_idle_ms`` is forgotten (idle exactly that long: kept).
+
+        Returns:
+            How many producers were forgotten.
+        """
+        cutoff = now_ms - max_idle_ms
+        idle = [pid for pid, state in self._producers.items() if state.is_idle_since(cutoff)]
+        for pid in idle:
+            del self._producers[pid]
+        return len(idle)
+
+    def __len__(self) -> int:
+        """Producers the table holds state for."""
+        return len(self._producers)
 
     def snapshot(self) -> dict[str, Any]:
         """JSON-able state of the appended batches (in-flight ones are not durable).
 
         Returns:
-            ``{producer id: {"first_sequence": S, "appended": [[base_sequence, count,
-            first_offset, last_offset], ...]}}``, oldest batch first.
+            ``{producer id: {"first_sequence": S, "last_append_ms": T, "appended":
+            [[base_sequence, count, first_offset, last_offset], ...]}}``, oldest batch
+            first.
         """
         return {
             str(pid): {
                 "first_sequence": state.first_sequence,
+                "last_append_ms": state.last_append_ms,
                 "appended": [
                     [a.base_sequence, a.count, a.first_offset, a.last_offset]
                     for a in state.appended
@@ -210,30 +277,33 @@ class ProducerTable:
         }
 
     @classmethod
-    def restore(cls, doc: dict[str, Any]) -> ProducerTable:
+    def restore(cls, doc: dict[str, Any], *, now_ms: int) -> ProducerTable:
         """Rebuild from :meth:`snapshot` output.
 
-        Also reads the older format, a bare list of rows per producer (no
-        ``first_sequence``): the run then starts at the oldest row, so retries older than
-        the window stay OutOfSequence, as they were when that snapshot was written.
+        Also reads the two older formats. Before ``first_sequence``, a bare list of rows per
+        producer: the run then starts at the oldest row, so retries older than the window
+        stay OutOfSequence, as they were when that snapshot was written. Before
+        ``last_append_ms``, an object without it. A producer without ``last_append_ms``
+        counts as having appended at ``now_ms``: its state is kept a full expiry period
+        from the restore rather than dropped at the first check (an old snapshot says
+        nothing of when its producers were last heard from).
+
+        Args:
+            doc: The snapshot.
+            now_ms: The restore time, ms since the epoch.
 
         Raises:
             ValueError: the document is not a snapshot.
         """
         table = cls()
         for pid, entry in doc.items():
-            if isinstance(entry, list):  # the format before first_sequence
-                rows, first_sequence = entry, None
-            elif isinstance(entry, dict):
-                rows, first_sequence = entry["appended"], entry["first_sequence"]
-            else:
-                raise ValueError(f"producer {pid}: snapshot entry {entry!r} is damaged")
+            rows, first_sequence, at_ms = _parse_entry(pid, entry, now_ms)
             for seq, count, first, last in rows:
                 if last - first + 1 != count:
                     raise ValueError(
                         f"producer snapshot row {[seq, count, first, last]} is damaged"
                     )
-                table.observe(int(pid), int(seq), int(first), int(last))
+                table.observe(int(pid), int(seq), int(first), int(last), at_ms=at_ms)
             if first_sequence is not None and rows:
                 table._restore_first_sequence(int(pid), int(first_sequence), int(rows[0][0]))
         return table
@@ -253,3 +323,19 @@ class ProducerTable:
                 f"rows (their unbroken run starts at {run})"
             )
         state.first_sequence = first_sequence
+
+
+def _parse_entry(pid: str, entry: object, now_ms: int) -> tuple[list[Any], Any, int]:
+    """One producer's snapshot entry, in any format, as (rows, first_sequence, at_ms).
+
+    Raises:
+        ValueError: the entry has none of the known shapes.
+    """
+    if isinstance(entry, list):  # the format before first_sequence
+        return entry, None, now_ms
+    if not isinstance(entry, dict):
+        raise ValueError(f"producer {pid}: snapshot entry {entry!r} is damaged")
+    at_ms = entry.get("last_append_ms", now_ms)  # absent before last_append_ms existed
+    if not isinstance(at_ms, int) or isinstance(at_ms, bool):
+        raise ValueError(f"producer {pid}: snapshot last_append_ms {at_ms!r} is damaged")
+    return entry["appended"], entry["first_sequence"], at_ms

@@ -4,7 +4,9 @@ Role: every ``interval_s`` (``retention_check_interval_ms``) one pass over every
 partition: ``writer.apply_retention(floor_offset=floor)``, where the floor is the lowest
 cursor the topic's subscriptions saved (``SubscriptionRegistry.saved_floor``; ``None``
 without a subscription, so retention applies freely), then a refresh of the partition's
-:class:`~broker.backlog.BacklogGate`. On the publish path, :meth:`RetentionService.admit`
+:class:`~broker.backlog.BacklogGate`. The same pass forgets the idempotent producers idle
+longer than ``producer_expiry_ms`` (:meth:`Partition.expire_producers`, on the partition's
+own wall clock). On the publish path, :meth:`RetentionService.admit`
 applies the quota. The rules are pure, in :mod:`broker.backlog`; this module carries them
 out, logs and counts.
 
@@ -22,6 +24,8 @@ Invariants:
   the partition falls back under its quota, re-checking every ``poll_s``.
 - Crossing the quota is logged once per change of state, not once per publish; each
   publish over quota is counted (``headrace_backlog_quota_exceeded_total``).
+- A pass that forgets producers logs one line per partition and counts them
+  (``headrace_producer_ids_expired_total``); a producer with a batch in flight is kept.
 
 Task-safe on one event loop. Must not depend on gRPC or protobuf.
 """
@@ -73,6 +77,8 @@ class RetentionService:
         poll_s: Seconds between re-checks of a blocked publish, and the least time between
             floor refreshes on the publish path. Default 0.1.
         clock: Monotonic seconds (tests pass a manual clock).
+        producer_expiry_ms: Idempotent producers idle longer than this, milliseconds, are
+            forgotten at each pass. Default 604,800,000 (7 days).
     """
 
     def __init__(
@@ -85,6 +91,7 @@ class RetentionService:
         interval_s: float = 5.0,
         poll_s: float = 0.1,
         clock: Callable[[], float] = time.monotonic,
+        producer_expiry_ms: int = 604_800_000,
     ) -> None:
         self._topics = topics
         self._floors = floors
@@ -94,6 +101,7 @@ class RetentionService:
         self._interval_s = interval_s
         self._poll_s = poll_s
         self._clock = clock
+        self._producer_expiry_ms = producer_expiry_ms
         self._slots: dict[Partition, _Slot] = {}
         self._evictions: dict[Partition, asyncio.Task[None]] = {}
         self._task: asyncio.Task[None] | None = None
@@ -130,7 +138,8 @@ class RetentionService:
     # -- the retention pass -----------------------------------------------------------
 
     async def run_once(self) -> None:
-        """One pass: retention on every partition, then its quota (tests call this)."""
+        """One pass: producer expiry and retention on every partition, then its quota
+        (tests call this)."""
         live: set[Partition] = set()
         for name in self._topics.names():
             try:
@@ -140,9 +149,23 @@ class RetentionService:
             floors = self._floors(name)
             for partition in partitions:
                 live.add(partition)
+                self._expire_producers(name, partition)
                 await self._retain(name, partition, _floor_at(floors, partition.index))
         for gone in self._slots.keys() - live:
             del self._slots[gone]
+
+    def _expire_producers(self, topic: str, partition: Partition) -> None:
+        expired = partition.expire_producers(self._producer_expiry_ms)
+        if expired:
+            logger.info(
+                "%s/%d: forgot %d idempotent producer id(s) idle for over %d ms; a retry "
+                "from one of them would be appended again",
+                topic,
+                partition.index,
+                expired,
+                self._producer_expiry_ms,
+            )
+            self._metrics.producers_expired(topic, partition.index, expired)
 
     async def _retain(self, topic: str, partition: Partition, floor: int | None) -> None:
         writer = partition.writer

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from broker.errors import InvalidRequestError, TopicExistsError, TopicNotFoundError
 from broker.partition import Partition
 from wal import FileSystem, LogConfig
+from wal.log import Clock
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +81,16 @@ class Topic:
 
 
 class TopicRegistry:
-    """Every topic of one broker. Task-safe on one loop (see the module docstring)."""
+    """Every topic of one broker. Task-safe on one loop (see the module docstring).
+
+    Args:
+        data_dir: The broker's data directory (topics live under ``topics/``).
+        wal_config: Settings of every partition's log.
+        fs: The file system. Default: the real one.
+        on_open: Called with each partition opened (e.g. to hook up its metrics).
+        clock: Wall-clock ms since the epoch for every partition's log and producer table.
+            Default: the system clock.
+    """
 
     def __init__(
         self,
@@ -89,7 +99,9 @@ class TopicRegistry:
         fs: FileSystem | None = None,
         *,
         on_open: Callable[[str, Partition], None] = lambda _topic, _partition: None,
+        clock: Clock | None = None,
     ):
+        self._clock = clock
         self._on_open = on_open  # e.g. hooks a partition's log up to the metrics
         self._root = os.path.join(data_dir, "topics")
         self._wal_config = wal_config
@@ -130,7 +142,11 @@ class TopicRegistry:
         topic_dir = os.path.join(self._root, name)
         try:
             for p in range(partitions):
-                opened.append(await Partition.open(p, topic_dir, self._wal_config, self._fs))
+                opened.append(
+                    await Partition.open(
+                        p, topic_dir, self._wal_config, self._fs, clock=self._clock
+                    )
+                )
         except BaseException:
             for partition in opened:
                 await partition.aclose()

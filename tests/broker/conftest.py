@@ -13,6 +13,7 @@ from broker.app import Broker
 from broker.config import BrokerConfig
 from proto import admin_pb2_grpc, broker_pb2_grpc
 from wal import LogConfig
+from wal.log import Clock
 
 
 def broker_config(data_dir: Path, **changes: object) -> BrokerConfig:
@@ -51,10 +52,12 @@ async def client(broker: Broker) -> AsyncIterator[Client]:
 
 
 @asynccontextmanager
-async def serving(config: BrokerConfig) -> AsyncIterator[tuple[Broker, Client]]:
-    """Run a broker with ``config`` and connect a client to it."""
+async def serving(
+    config: BrokerConfig, *, clock: Clock | None = None
+) -> AsyncIterator[tuple[Broker, Client]]:
+    """Run a broker with ``config`` (and wall ``clock``, ms) and connect a client to it."""
     async with (
-        Broker(config) as running,
+        Broker(config, clock=clock) as running,
         grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel,
     ):
         yield running, Client(channel)

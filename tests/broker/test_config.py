@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -216,6 +217,44 @@ def test_bad_backlog_config_in_code_is_refused(backlog: BacklogConfig) -> None:
     ConfigError naming the [backlog] setting."""
     with pytest.raises(ConfigError, match=r"\[backlog\]"):
         BrokerConfig(backlog=backlog)
+
+
+def test_producer_expiry_ms(tmp_path: Path) -> None:
+    """Scenario: the default, then a file setting [broker] producer_expiry_ms = 3600000.
+    Expected: 7 days (604,800,000 ms) by default; the file's value taken as written."""
+    assert BrokerConfig().producer_expiry_ms == 604_800_000
+    path = tmp_path / "p.toml"
+    path.write_text("[broker]\nproducer_expiry_ms = 3600000\n")
+    assert BrokerConfig.from_toml(str(path)).producer_expiry_ms == 3_600_000
+
+
+TEN_YEARS_MS = 3_650 * 86_400_000
+
+
+@pytest.mark.parametrize(
+    ("value", "accepted"),
+    [
+        (0, False),
+        (59_999, False),
+        (60_000, True),
+        (TEN_YEARS_MS, True),
+        (TEN_YEARS_MS + 1, False),
+        (-1, False),
+        ("7d", False),
+        (True, False),
+        (60_000.0, False),
+    ],
+)
+def test_producer_expiry_ms_range(value: Any, accepted: bool) -> None:
+    """Scenario: producer_expiry_ms at and around its bounds, and of the wrong type.
+    Expected: integers from 60,000 (one minute) to ten years are taken; anything else,
+    0 included (there is no "never"), is a ConfigError naming the setting and the range."""
+    if accepted:
+        assert BrokerConfig(producer_expiry_ms=value).producer_expiry_ms == value
+        return
+    with pytest.raises(ConfigError) as info:
+        BrokerConfig(producer_expiry_ms=value)
+    assert f"producer_expiry_ms = {value!r}: must be an integer from 60000 to" in str(info.value)
 
 
 def test_missing_config_file_is_a_clear_error(tmp_path: Path) -> None:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import shutil
 from pathlib import Path
 
 import grpc
 import pytest
 
+from broker.app import Broker
 from proto import admin_pb2 as admin
 from proto import broker_pb2 as pb
 from tests.broker.conftest import Client, broker_config, serving
@@ -226,3 +228,111 @@ async def test_a_data_dir_with_an_old_format_snapshot_opens(tmp_path: Path) -> N
         assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert await head(c, "t") == 16
         assert await fetched_values(c, "t") == eight_values()
+
+
+# -- producer expiry ----------------------------------------------------------------------
+
+MINUTE = 60_000
+T0 = 1_700_000_000_000
+
+
+def expired_count(broker: Broker) -> float:
+    """``headrace_producer_ids_expired_total`` of t/0 (0 when never recorded)."""
+    value = broker.metrics.registry.get_sample_value(
+        "headrace_producer_ids_expired_total", {"topic": "t", "partition": "0"}
+    )
+    return value or 0.0
+
+
+@pytest.mark.asyncio
+async def test_an_idle_producer_is_forgotten_by_the_retention_pass(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Scenario: producer_expiry_ms one minute, a manual wall clock. Producers 1 and 2
+    publish at T0; producer 2 publishes again at T0 + 30 s; at T0 + 60.001 s a retention
+    pass runs, then both re-send their batches. Expected: the pass forgets producer 1 only
+    (one INFO line naming t/0 and the count; the counter at 1); producer 1's re-send is
+    appended again (the trade-off: a retry later than the expiry is a new batch), producer
+    2's re-sends are still duplicates with their original offsets."""
+    now = [T0]
+    config = broker_config(
+        tmp_path / "d", producer_expiry_ms=MINUTE, retention_check_interval_ms=3_600_000
+    )
+    async with serving(config, clock=lambda: now[0]) as (broker, c):
+        await c.admin.CreateTopic(admin.CreateTopicRequest(name="t", partitions=1))
+        await publish(c, batch(1, 0, b"one"))
+        await publish(c, batch(2, 0, b"two"))
+        now[0] += 30_000
+        await publish(c, batch(2, 1, b"two again"))
+        now[0] += 30_001
+        caplog.set_level(logging.INFO, logger="broker.retention")
+        await broker.retention.run_once()
+        lines = [r.getMessage() for r in caplog.records if "producer id" in r.getMessage()]
+        assert len(lines) == 1
+        assert lines[0].startswith("t/0: forgot 1 idempotent producer id(s)")
+        assert expired_count(broker) == 1
+        forgotten = await publish(c, batch(1, 0, b"one"))
+        assert (forgotten.base_offset, forgotten.duplicate) == (3, False)
+        recent = await publish(c, batch(2, 1, b"two again"))
+        assert (recent.base_offset, recent.last_offset, recent.duplicate) == (2, 2, True)
+        older = await publish(c, batch(2, 0, b"two"))
+        assert (older.base_offset, older.duplicate) == (1, True)
+        assert await fetched_values(c, "t") == [b"one", b"two", b"two again", b"one"]
+        await broker.retention.run_once()
+        assert expired_count(broker) == 1
+
+
+@pytest.mark.asyncio
+async def test_idle_time_counts_across_a_restart(tmp_path: Path) -> None:
+    """Scenario: producer 5 publishes at T0; the broker shuts down cleanly (snapshot) and
+    restarts at T0 + 50 s; passes run at T0 + 60 s and T0 + 60.001 s. Expected: the snapshot
+    carries producer 5's last append, so the restart does not reset its idle time: kept
+    (still a duplicate) at the first pass, forgotten at the second, a minute after its
+    append and not a minute after the restart."""
+    now = [T0]
+    config = broker_config(
+        tmp_path / "d", producer_expiry_ms=MINUTE, retention_check_interval_ms=3_600_000
+    )
+    snap = tmp_path / "d" / "topics" / "t" / "0.producers.json"
+    async with serving(config, clock=lambda: now[0]) as (_, c):
+        await c.admin.CreateTopic(admin.CreateTopicRequest(name="t", partitions=1))
+        await publish(c, batch(5, 0, b"a"))
+    assert json.loads(snap.read_text())["producers"]["5"]["last_append_ms"] == T0
+    now[0] += 50_000
+    async with serving(config, clock=lambda: now[0]) as (broker, c):
+        now[0] += 10_000
+        await broker.retention.run_once()
+        retry = await publish(c, batch(5, 0, b"a"))
+        assert (retry.base_offset, retry.duplicate) == (0, True)
+        now[0] += 1
+        await broker.retention.run_once()
+        assert expired_count(broker) == 1
+        again = await publish(c, batch(5, 0, b"a"))
+        assert (again.base_offset, again.duplicate) == (1, False)
+
+
+@pytest.mark.asyncio
+async def test_a_crash_restart_does_not_expire_producers_early(tmp_path: Path) -> None:
+    """Scenario: producer 6 publishes at T0 with record timestamps 0 (as a client may set
+    them: event time); the snapshot is lost (a crash), so the restart at T0 + 30 s rebuilds
+    from the log; a retention pass runs at T0 + 90 s. Expected: the scan stamps producer 6
+    with the restart time, not the records' timestamps, so the pass keeps it and its retry
+    is a duplicate; a minute after the restart it is forgotten."""
+    now = [T0]
+    config = broker_config(
+        tmp_path / "d", producer_expiry_ms=MINUTE, retention_check_interval_ms=3_600_000
+    )
+    async with serving(config, clock=lambda: now[0]) as (_, c):
+        await c.admin.CreateTopic(admin.CreateTopicRequest(name="t", partitions=1))
+        await publish(c, batch(6, 0, b"a"))
+    (tmp_path / "d" / "topics" / "t" / "0.producers.json").unlink()
+    now[0] += 30_000
+    async with serving(config, clock=lambda: now[0]) as (broker, c):
+        now[0] += MINUTE
+        await broker.retention.run_once()
+        assert expired_count(broker) == 0
+        retry = await publish(c, batch(6, 0, b"a"))
+        assert (retry.base_offset, retry.duplicate) == (0, True)
+        now[0] += 1
+        await broker.retention.run_once()
+        assert expired_count(broker) == 1

@@ -18,10 +18,15 @@ from broker.producers import (
     ProducerTable,
 )
 
+#: The tests' wall clock, ms since the epoch: when ``appended`` commits by default.
+NOW = 1_700_000_000_000
 
-def appended(table: ProducerTable, pid: int, seq: int, count: int, first: int) -> None:
+
+def appended(
+    table: ProducerTable, pid: int, seq: int, count: int, first: int, *, at_ms: int = NOW
+) -> None:
     assert table.admit(pid, seq, count) == Admit()
-    table.commit(pid, seq, first, first + count - 1)
+    table.commit(pid, seq, first, first + count - 1, at_ms=at_ms)
 
 
 def test_the_worked_example() -> None:
@@ -40,7 +45,7 @@ def test_batches_without_a_producer_are_always_admitted() -> None:
     table = ProducerTable()
     for _ in range(3):
         assert table.admit(-1, -1, 4) == Admit()
-        table.commit(-1, -1, 0, 3)
+        table.commit(-1, -1, 0, 3, at_ms=NOW)
     assert table.snapshot() == {}
 
 
@@ -61,8 +66,8 @@ def test_pipelined_batches_follow_the_in_flight_ones() -> None:
     assert table.admit(1, 0, 3) == Admit()
     assert table.admit(1, 3, 2) == Admit()
     assert table.admit(1, 6, 1) == OutOfSequence(expected=5, got=6)
-    table.commit(1, 0, 0, 2)
-    table.commit(1, 3, 3, 4)
+    table.commit(1, 0, 0, 2, at_ms=NOW)
+    table.commit(1, 3, 3, 4, at_ms=NOW)
     assert table.admit(1, 0, 3) == Duplicate(0, 2)
 
 
@@ -162,7 +167,7 @@ def test_a_broken_run_moves_the_first_sequence_up() -> None:
     assert table.admit(2, 20, 10) == Admit()
     assert table.admit(2, 30, 10) == Admit()
     table.release(2, 20)
-    table.commit(2, 30, 20, 29)
+    table.commit(2, 30, 20, 29, at_ms=NOW)
     assert table.admit(2, 20, 10) == OutOfSequence(expected=40, got=20)
     assert table.admit(2, 0, 5) == OutOfSequence(expected=40, got=0)
     assert table.admit(2, 10, 10) == Duplicate(10, 19)
@@ -183,11 +188,11 @@ def test_snapshot_restore_and_observe_rebuild_the_same_answers(observed: bool) -
     appended(table, 3, 2, 4, 12)
     if observed:
         rebuilt = ProducerTable()
-        rebuilt.observe(3, 0, 10, 11)
-        rebuilt.observe(3, 2, 12, 15)
-        rebuilt.observe(-1, -1, 16, 20)  # a batch without a producer is ignored
+        rebuilt.observe(3, 0, 10, 11, at_ms=NOW)
+        rebuilt.observe(3, 2, 12, 15, at_ms=NOW)
+        rebuilt.observe(-1, -1, 16, 20, at_ms=NOW)  # a batch without a producer is ignored
     else:
-        rebuilt = ProducerTable.restore(table.snapshot())
+        rebuilt = ProducerTable.restore(table.snapshot(), now_ms=NOW)
     assert rebuilt.admit(3, 2, 4) == Duplicate(12, 15)
     assert rebuilt.admit(3, 7, 1) == OutOfSequence(expected=6, got=7)
 
@@ -201,11 +206,11 @@ def test_the_first_sequence_survives_a_restart(how: str) -> None:
     if how == "snapshot":
         doc = json.loads(json.dumps(table.snapshot()))
         assert doc["4"]["first_sequence"] == 40
-        rebuilt = ProducerTable.restore(doc)
+        rebuilt = ProducerTable.restore(doc, now_ms=NOW)
     else:
         rebuilt = ProducerTable()
         for i in range(8):
-            rebuilt.observe(4, 40 + 10 * i, 100 + 10 * i, 109 + 10 * i)
+            rebuilt.observe(4, 40 + 10 * i, 100 + 10 * i, 109 + 10 * i, at_ms=NOW)
     assert rebuilt.snapshot() == table.snapshot()
     assert rebuilt.admit(4, 40, 10) == AppendedLongAgo()
     assert rebuilt.admit(4, 30, 10) == OutOfSequence(expected=120, got=30)
@@ -217,9 +222,9 @@ def test_a_snapshot_continued_by_observe_keeps_the_first_sequence() -> None:
     """A snapshot after 8 batches, then 3 more batches found in the log after it: the run
     still starts at 0, so the very first batch is a duplicate."""
     table = eight_batches()
-    rebuilt = ProducerTable.restore(table.snapshot())
+    rebuilt = ProducerTable.restore(table.snapshot(), now_ms=NOW)
     for i in range(8, 11):
-        rebuilt.observe(4, 10 * i, 100 + 10 * i, 109 + 10 * i)
+        rebuilt.observe(4, 10 * i, 100 + 10 * i, 109 + 10 * i, at_ms=NOW)
     assert rebuilt.admit(4, 0, 10) == AppendedLongAgo()
     assert rebuilt.admit(4, 110, 10) == Admit()
 
@@ -229,7 +234,7 @@ def test_restore_reads_the_old_format() -> None:
     run starts at its oldest row: retries of the rows are duplicates with offsets, older
     ones stay out of sequence as they were, and the next batch is admitted."""
     old = {"4": [[30 + 10 * i, 10, 130 + 10 * i, 139 + 10 * i] for i in range(5)]}
-    rebuilt = ProducerTable.restore(old)
+    rebuilt = ProducerTable.restore(old, now_ms=NOW)
     assert rebuilt.admit(4, 30, 10) == Duplicate(130, 139)
     assert rebuilt.admit(4, 20, 10) == OutOfSequence(expected=80, got=20)
     assert rebuilt.admit(4, 80, 10) == Admit()
@@ -250,10 +255,141 @@ def test_restore_reads_the_old_format() -> None:
             {"1": {"first_sequence": 0, "appended": [[0, 5, 10, 14], [9, 1, 15, 15]]}},
             "contradicts",
         ),
+        (  # a time that is not an integer
+            {"1": {"first_sequence": 0, "last_append_ms": "1h", "appended": [[0, 5, 10, 14]]}},
+            "last_append_ms",
+        ),
     ],
 )
 def test_restore_rejects_a_damaged_snapshot(doc: dict[str, Any], message: str) -> None:
-    """A row whose offsets disagree with its count, an entry of the wrong shape, or a
-    first_sequence the rows contradict: ValueError (the partition then rescans the log)."""
+    """A row whose offsets disagree with its count, an entry of the wrong shape, a
+    first_sequence the rows contradict, or a last_append_ms that is not an integer:
+    ValueError (the partition then rescans the log)."""
     with pytest.raises(ValueError, match=message):
-        ProducerTable.restore(doc)
+        ProducerTable.restore(doc, now_ms=NOW)
+
+
+# -- expiry -------------------------------------------------------------------------------
+
+MINUTE = 60_000
+
+
+def test_the_expiry_worked_example() -> None:
+    """Scenario: the module docstring's example. Producer 7 appended at 1,000, producer 8
+    at 50,000, producer 9's first batch is in flight; max_idle 60,000. Expected: at 61,000
+    nothing goes (7 is idle exactly 60,000); at 61,001 only 7 goes (count 1); then 7's
+    old batch is admitted again, 8's is still a duplicate, and 9 can still commit."""
+    table = ProducerTable()
+    appended(table, 7, 0, 10, 100, at_ms=1_000)
+    appended(table, 8, 0, 5, 110, at_ms=50_000)
+    assert table.admit(9, 0, 2) == Admit()
+    assert table.expire(61_000, MINUTE) == 0
+    assert table.expire(61_001, MINUTE) == 1
+    assert len(table) == 2
+    assert table.admit(7, 0, 10) == Admit()
+    assert table.admit(8, 0, 5) == Duplicate(110, 114)
+    table.commit(9, 0, 115, 116, at_ms=61_001)
+    assert table.admit(9, 0, 2) == Duplicate(115, 116)
+
+
+@pytest.mark.parametrize(
+    ("idle_ms", "forgotten"),
+    [(0, 0), (MINUTE - 1, 0), (MINUTE, 0), (MINUTE + 1, 1), (100 * MINUTE, 1)],
+)
+def test_expire_forgets_only_producers_idle_longer_than_max_idle(
+    idle_ms: int, forgotten: int
+) -> None:
+    """Scenario: one producer appended at NOW; expire runs ``idle_ms`` later with max_idle
+    one minute. Expected: forgotten (count 1, out of the snapshot) only when idle for
+    strictly longer than a minute."""
+    table = ProducerTable()
+    appended(table, 1, 0, 3, 0)
+    assert table.expire(NOW + idle_ms, MINUTE) == forgotten
+    assert ("1" in table.snapshot()) is (forgotten == 0)
+
+
+def test_a_forgotten_producer_starts_over_at_any_sequence() -> None:
+    """Scenario: producer 4 appended sequences 0-79 and was forgotten. Expected: its retry
+    of the last batch is admitted (it would be appended twice: the trade-off), as is a
+    batch at any other sequence; the table then tracks it from that batch only."""
+    table = eight_batches()
+    assert table.expire(NOW + 2 * MINUTE, MINUTE) == 1
+    assert table.snapshot() == {}
+    assert table.admit(4, 70, 10) == Admit()
+    table.release(4, 70)
+    appended(table, 4, 500, 2, 180, at_ms=NOW + 2 * MINUTE)
+    assert table.admit(4, 0, 10) == OutOfSequence(expected=502, got=0)
+    assert table.snapshot()["4"]["first_sequence"] == 500
+
+
+def test_a_producer_with_a_batch_in_flight_is_kept() -> None:
+    """Scenario: producer 2 appended long ago and has a new batch in flight; producer 3's
+    very first batch is in flight (it never appended). Expected: expire keeps both (count
+    0); once 2's batch commits its idle time restarts, and after it is released producer 3
+    (nothing appended, nothing in flight) is forgotten."""
+    table = ProducerTable()
+    appended(table, 2, 0, 1, 0, at_ms=0)
+    assert table.admit(2, 1, 1) == Admit()
+    assert table.admit(3, 0, 1) == Admit()
+    assert table.expire(NOW, MINUTE) == 0
+    table.commit(2, 1, 1, 1, at_ms=NOW)
+    table.release(3, 0)
+    assert table.expire(NOW + MINUTE, MINUTE) == 1
+    assert table.admit(2, 1, 1) == Duplicate(1, 1)
+    assert len(table) == 1
+
+
+def test_last_append_ms_never_moves_back() -> None:
+    """Scenario: a commit stamped earlier than the previous one (the wall clock stepped
+    back). Expected: the producer keeps the later time, so it is not expired early."""
+    table = ProducerTable()
+    appended(table, 5, 0, 1, 0, at_ms=NOW)
+    appended(table, 5, 1, 1, 1, at_ms=NOW - 10 * MINUTE)
+    assert table.snapshot()["5"]["last_append_ms"] == NOW
+    assert table.expire(NOW + MINUTE, MINUTE) == 0
+
+
+def test_snapshot_restore_keeps_last_append_ms() -> None:
+    """Scenario: producers that appended at NOW and NOW + 30 s, snapshot through JSON,
+    restored a minute later. Expected: each keeps its last_append_ms (not the restore
+    time), so the restored table expires the first one at the same moment as the
+    original."""
+    table = ProducerTable()
+    appended(table, 1, 0, 2, 0, at_ms=NOW)
+    appended(table, 2, 0, 2, 2, at_ms=NOW + 30_000)
+    doc = json.loads(json.dumps(table.snapshot()))
+    assert [doc[p]["last_append_ms"] for p in ("1", "2")] == [NOW, NOW + 30_000]
+    rebuilt = ProducerTable.restore(doc, now_ms=NOW + MINUTE)
+    assert rebuilt.snapshot() == table.snapshot()
+    assert rebuilt.expire(NOW + MINUTE + 1, MINUTE) == 1
+    assert rebuilt.admit(1, 0, 2) == Admit()
+    assert rebuilt.admit(2, 0, 2) == Duplicate(2, 3)
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        [[0, 2, 10, 11]],  # before first_sequence: bare rows
+        {"first_sequence": 0, "appended": [[0, 2, 10, 11]]},  # before last_append_ms
+    ],
+    ids=["rows-only", "no-last-append"],
+)
+def test_an_old_snapshot_counts_as_appended_at_the_restore(entry: object) -> None:
+    """Scenario: a snapshot in either older format (no last_append_ms) restored at NOW.
+    Expected: the producer counts as having appended at NOW: kept for a full max_idle
+    after the restore (its retry stays a duplicate), forgotten only after that."""
+    rebuilt = ProducerTable.restore({"6": entry}, now_ms=NOW)
+    assert rebuilt.snapshot()["6"]["last_append_ms"] == NOW
+    assert rebuilt.expire(NOW + MINUTE, MINUTE) == 0
+    assert rebuilt.admit(6, 0, 2) == Duplicate(10, 11)
+    assert rebuilt.expire(NOW + MINUTE + 1, MINUTE) == 1
+
+
+def test_observe_stamps_the_given_time() -> None:
+    """Scenario: batches of one producer observed with times 5,000 then 9,000. Expected:
+    its last_append_ms is 9,000, so it expires after 9,000 + max_idle, not before."""
+    table = ProducerTable()
+    table.observe(3, 0, 0, 0, at_ms=5_000)
+    table.observe(3, 1, 1, 1, at_ms=9_000)
+    assert table.expire(9_000 + MINUTE, MINUTE) == 0
+    assert table.expire(9_001 + MINUTE, MINUTE) == 1
