@@ -34,10 +34,11 @@ from broker.metrics import BrokerMetrics
 from broker.partition import Partition
 from broker.retention import RetentionService
 from broker.service import BrokerService
+from broker.service import add_to_server as add_broker_service
 from broker.topics import TopicRegistry
 from dispatcher import SubscriptionRegistry
 from proto import admin_pb2 as _admin
-from proto import admin_pb2_grpc, broker_pb2_grpc
+from proto import admin_pb2_grpc
 from proto import broker_pb2 as _pb
 from wal.log import Clock
 
@@ -112,7 +113,7 @@ class Broker:
                 ("grpc.max_send_message_length", limit),
             ]
         )
-        broker_pb2_grpc.add_BrokerServicer_to_server(
+        add_broker_service(
             BrokerService(
                 self.topics,
                 self.subscriptions,

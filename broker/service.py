@@ -19,10 +19,14 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
 
 from broker.convert import (
     delivery,
     delivery_mode,
+    fetch_response_bytes,
     initial_position,
     publish_response,
     subscription_type,
@@ -189,8 +193,9 @@ class BrokerService(_grpc.BrokerServicer):
         self,
         request: _pb.FetchRequest,
         context: Context,
-    ) -> _pb.FetchResponse:
-        """Batches from ``offset`` (waiting up to ``max_wait_ms`` for data)."""
+    ) -> bytes:
+        """Batches from ``offset`` (waiting up to ``max_wait_ms`` for data), as a
+        serialized ``FetchResponse`` (see :func:`add_to_server`)."""
         partition = self._topics.get(request.topic).partition(_fetch_partition(request))
         writer = partition.writer
         await _wait_for_data(writer, request.offset, request.max_wait_ms)
@@ -198,11 +203,46 @@ class BrokerService(_grpc.BrokerServicer):
         batches = writer.read(request.offset, max_bytes)
         if request.end_offset > 0:
             batches = [b for b in batches if b.base_offset < request.end_offset]
-        return _pb.FetchResponse(
-            batches=[bytes(b.buffer) for b in batches],
-            high_water_mark=writer.high_water_mark,
-            first_offset=writer.first_offset,
+        return fetch_response_bytes(
+            [b.buffer for b in batches], writer.high_water_mark, writer.first_offset
         )
+
+
+def add_to_server(servicer: BrokerService, server: grpc.aio.Server) -> None:
+    """Register the Broker service, as the generated ``add_BrokerServicer_to_server``
+    does, except that Fetch answers bytes it serialized itself
+    (:func:`~broker.convert.fetch_response_bytes`): building a protobuf message copies
+    every batch twice more, a third of the broker's time per Fetch. The wire is the same.
+    """
+    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
+        "Publish": grpc.unary_unary_rpc_method_handler(
+            servicer.Publish,
+            request_deserializer=_pb.PublishRequest.FromString,
+            response_serializer=_pb.PublishResponse.SerializeToString,
+        ),
+        "PublishStream": grpc.stream_stream_rpc_method_handler(
+            servicer.PublishStream,
+            request_deserializer=_pb.PublishRequest.FromString,
+            response_serializer=_pb.PublishResponse.SerializeToString,
+        ),
+        "Subscribe": grpc.stream_stream_rpc_method_handler(
+            servicer.Subscribe,
+            request_deserializer=_pb.SubscribeRequest.FromString,
+            response_serializer=_pb.SubscribeResponse.SerializeToString,
+        ),
+        "Fetch": grpc.unary_unary_rpc_method_handler(
+            servicer.Fetch,
+            request_deserializer=_pb.FetchRequest.FromString,
+            response_serializer=None,  # the servicer returns serialized bytes
+        ),
+        "AckUpTo": grpc.unary_unary_rpc_method_handler(
+            servicer.AckUpTo,
+            request_deserializer=_pb.AckUpToRequest.FromString,
+            response_serializer=_pb.AckUpToResponse.SerializeToString,
+        ),
+    }
+    name = _pb.DESCRIPTOR.services_by_name["Broker"].full_name
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(name, handlers),))
 
 
 async def _read_subscribe(
