@@ -40,6 +40,7 @@ from dispatcher import SubscriptionRegistry
 from proto import admin_pb2 as _admin
 from proto import admin_pb2_grpc
 from proto import broker_pb2 as _pb
+from wal.lock import DirectoryLock
 from wal.log import Clock
 
 logger = logging.getLogger(__name__)
@@ -94,13 +95,27 @@ class Broker:
         self._server: grpc.aio.Server | None = None
         self._health = health.aio.HealthServicer()
         self._metrics_http: WSGIServer | None = None
+        self._lock: DirectoryLock | None = None
 
     def _watch_partition(self, topic: str, partition: Partition) -> None:
         """Time every group commit of a partition's log (WAL latency histograms)."""
         partition.writer.on_commit = self.metrics.commit_observer(topic, partition.index)
 
     async def start(self) -> None:
-        """Open the topics and subscriptions, then start serving gRPC and metrics."""
+        """Lock the data directory, open the topics and subscriptions, then start serving
+        gRPC and metrics.
+
+        Raises:
+            DataDirLockedError: Another broker holds the data directory.
+        """
+        self._lock = await asyncio.to_thread(DirectoryLock, self.config.data_dir)
+        try:
+            await self._open_and_serve()
+        except BaseException:
+            await self.aclose()
+            raise
+
+    async def _open_and_serve(self) -> None:
         await self.topics.open()
         await self.subscriptions.open(
             {n: [p.writer for p in self.topics.get(n).partitions] for n in self.topics.names()}
@@ -164,6 +179,9 @@ class Broker:
         if http is not None:
             await asyncio.to_thread(http.shutdown)  # stop serve_forever on its thread
             http.server_close()  # and release the listening socket
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            lock.release()  # last: nothing of this broker touches the directory after it
         logger.info("headrace stopped")
 
     async def __aenter__(self) -> Self:

@@ -15,6 +15,7 @@ Modules (layered frame -> index -> segment -> log -> async writer):
     log       ``Log``: segments, offsets, append/read/roll/retention/recovery  [sync I/O]
     writer    ``LogWriter``: the one task owning a log; group commit      [asyncio]
               ``run_to_end``: work a cancelled caller still waits out
+    lock      ``DirectoryLock``: one owner per data directory (flock on the directory)
 
 On-disk layout of one partition directory::
 
@@ -40,6 +41,10 @@ fsyncs the directory. Retention renames a segment's files to ``.deleted``, fsync
 directory, then unlinks. A rebuilt index is written to ``.tmp``, synced and renamed. Opening
 the log discards every ``.tmp`` and ``.deleted`` leftover, and a stray ``.index``.
 
+One owner: a broker holds ``flock(LOCK_EX)`` on its data directory itself (the inode, so
+every path to it) from before it opens anything until it has closed everything, and writes
+its pid to ``<data>/LOCK`` so a refused second broker can name the holder.
+
 Recovery rule: only the active segment's tail is scanned, from its newest index entry whose
 header checks out (data before it was durable before the entry was written). The scan
 stops at the first batch whose magic, length, CRC or layout fails, or whose base offset does
@@ -60,6 +65,7 @@ from wal.errors import (
     BatchTooLargeError,
     CorruptBatchError,
     CorruptSegmentError,
+    DataDirLockedError,
     EmptyBatchError,
     InvalidBatchError,
     OffsetOutOfRangeError,
@@ -71,6 +77,7 @@ from wal.errors import (
     WalIOError,
 )
 from wal.fs import Fault, FaultyFs, FileSystem, SimulatedCrash
+from wal.lock import DirectoryLock
 from wal.log import AppendResult, Log, RecoveryReport
 from wal.record import Record
 from wal.validate import BatchLimits, validate_batch
@@ -82,6 +89,8 @@ __all__ = [
     "BatchTooLargeError",
     "CorruptBatchError",
     "CorruptSegmentError",
+    "DataDirLockedError",
+    "DirectoryLock",
     "EmptyBatchError",
     "Fault",
     "FaultyFs",

@@ -164,3 +164,17 @@ class WalFailedError(WalError):
             f"log {path} failed and refuses writes: {cause}; fix the disk, then reopen the log "
             "(restart the broker) to recover"
         )
+
+
+class DataDirLockedError(WalError):
+    """Raised when another process holds a data directory's lock (one broker per
+    directory)."""
+
+    def __init__(self, path: str, pid: int | None) -> None:
+        self.path = path
+        self.pid = pid
+        holder = f"pid {pid}" if pid is not None else "a process whose pid is unknown"
+        super().__init__(
+            f"data directory {path} is in use by another headrace broker ({holder}); stop "
+            "it, or give this one another --data-dir"
+        )

@@ -13,6 +13,8 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -31,6 +33,33 @@ def wait_serving(port: int, deadline: float) -> None:
         except grpc.RpcError:
             time.sleep(0.05)
     raise AssertionError("broker did not start serving")
+
+
+_SERVE = [sys.executable, "-c", "from broker.cli import main; main()", "serve"]
+
+
+def _serve_child(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
+    """``headrace serve`` on ``data_dir`` and ``port`` (no metrics), once it serves."""
+    proc = subprocess.Popen(
+        [
+            *_SERVE,
+            "--data-dir",
+            str(data_dir),
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--metrics-listen",
+            "",
+        ],
+        cwd=ROOT,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_serving(port, time.monotonic() + 20)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return proc
 
 
 def test_serve_starts_and_stops_on_sigterm(tmp_path: Path) -> None:
@@ -87,3 +116,43 @@ def test_serve_rejects_bad_flags_with_usage_exit_code(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "not host:port" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_second_broker_on_the_same_data_directory_is_refused(tmp_path: Path) -> None:
+    """Scenario: broker A serves tmp/data; broker B is started on the same directory
+    through a symlink; then A is SIGKILLed and B is started again. Expected: B exits 1 at
+    once with one line naming the real directory and A's pid, A keeps serving; once A is
+    dead the kernel has dropped its lock and B starts."""
+    data = tmp_path / "data"
+    link = tmp_path / "link"
+    first = _serve_child(data, free_port())
+    try:
+        link.symlink_to(data)
+        second = subprocess.run(
+            [
+                *_SERVE,
+                "--data-dir",
+                str(link),
+                "--listen",
+                f"127.0.0.1:{free_port()}",
+                "--metrics-listen",
+                "",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert second.returncode == 1
+        lines = second.stderr.strip().splitlines()
+        assert len(lines) == 1
+        assert str(data.resolve()) in lines[0]
+        assert f"pid {first.pid}" in lines[0]
+        assert first.poll() is None
+    finally:
+        first.kill()
+        first.wait()
+    again = _serve_child(link, free_port())
+    again.terminate()
+    assert again.wait(timeout=30) == 0
