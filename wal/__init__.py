@@ -27,7 +27,8 @@ On-disk layout of one partition directory::
 A segment is named by its base offset, zero-padded to 20 digits. A ``.log`` is record
 batches laid end to end (layout in :mod:`wal.batch`: a 56-byte header with base offset,
 length and CRC-32C, then columnar keys, values, timestamps and headers). An ``.index`` is
-8-byte entries ``(offset - base: u32, position: u32)`` added every ``index_interval_bytes``;
+16-byte entries ``(offset - base: u32, position: u32, max_timestamp_before: i64)`` (see
+:mod:`wal.index`) added every ``index_interval_bytes``;
 it has no checksum because it is a cache, rebuilt from the log whenever it is missing or
 implausible.
 
