@@ -18,6 +18,7 @@ import functools
 import gc
 import logging
 import signal
+import socket
 from types import TracebackType
 from typing import Self
 from wsgiref.simple_server import WSGIServer
@@ -29,6 +30,7 @@ from prometheus_client import start_http_server
 
 from broker.admin_service import AdminService
 from broker.config import BrokerConfig, parse_address
+from broker.errors import ListenError
 from broker.ingest import append_batch
 from broker.metrics import BrokerMetrics
 from broker.partition import Partition
@@ -108,6 +110,9 @@ class Broker:
         Raises:
             DataDirLockedError: Another broker holds the data directory.
         """
+        check_listen("listen", self.config.listen)
+        if self.config.metrics_listen:
+            check_listen("metrics_listen", self.config.metrics_listen)
         self._lock = await asyncio.to_thread(DirectoryLock, self.config.data_dir)
         try:
             await self._open_and_serve()
@@ -148,7 +153,10 @@ class Broker:
             (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
         )
         host, port = parse_address(self.config.listen)
-        self.port = server.add_insecure_port(f"{host}:{port}")
+        try:
+            self.port = server.add_insecure_port(f"{host}:{port}")
+        except RuntimeError as exc:  # grpc's only signal that the bind failed
+            raise ListenError("listen", self.config.listen, "the port cannot be bound") from exc
         await server.start()
         self._server = server
         for name in ("", *SERVICE_NAMES):
@@ -192,6 +200,25 @@ class Broker:
         self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
+
+
+def check_listen(setting: str, address: str) -> None:
+    """Bind ``address`` once and let it go, so that a port clash is reported, naming the
+    address and its setting, before the broker touches its data directory.
+
+    Raises:
+        ListenError: The address cannot be bound.
+    """
+    host, port = parse_address(address)
+    if port == 0:
+        return  # any free port
+    try:
+        family, kind, proto, _, where = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(where)
+    except OSError as exc:
+        raise ListenError(setting, address, (exc.strerror or str(exc)).lower()) from exc
 
 
 async def serve(config: BrokerConfig) -> None:

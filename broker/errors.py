@@ -99,3 +99,16 @@ class DeadLetterReplayError(BrokerError):
         self.subscription = subscription
         self.problem = problem
         super().__init__(f"replay of the dead-letter queue of {topic}/{subscription}: {problem}")
+
+
+class ListenError(BrokerError):
+    """Raised at start when the broker cannot listen on a configured address (in use,
+    not an address of this host, or not permitted)."""
+
+    def __init__(self, setting: str, address: str, cause: str) -> None:
+        self.setting = setting
+        self.address = address
+        super().__init__(
+            f"cannot listen on {address} ({setting}): {cause}; free the port or choose "
+            f"another with --{setting.replace('_', '-')}"
+        )

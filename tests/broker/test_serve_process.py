@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import grpc
+import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -156,3 +157,32 @@ def test_a_second_broker_on_the_same_data_directory_is_refused(tmp_path: Path) -
     again = _serve_child(link, free_port())
     again.terminate()
     assert again.wait(timeout=30) == 0
+
+
+@pytest.mark.parametrize("setting", ["listen", "metrics-listen"])
+def test_a_port_clash_names_the_address_and_touches_no_disk(tmp_path: Path, setting: str) -> None:
+    """Scenario: another socket listens on the port given to --listen, then to
+    --metrics-listen. Expected: exit 1 with one line naming the address and the setting,
+    no traceback, and no data directory created."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        flags = {"listen": "127.0.0.1:0", "metrics-listen": ""}
+        flags[setting] = address
+        done = subprocess.run(
+            [*_SERVE, "--data-dir", str(tmp_path / "data")]
+            + [item for name, value in flags.items() for item in (f"--{name}", value)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert lines == [
+        f"Error: cannot listen on {address} ({setting.replace('-', '_')}): address already in "
+        f"use; free the port or choose another with --{setting}"
+    ]
+    assert not (tmp_path / "data").exists()
