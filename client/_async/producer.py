@@ -249,9 +249,11 @@ class _Accumulator:
         p.resolve(self.topic, response)
 
     def _after_failure(self, exc: ClientError) -> None:
-        if exc.retryable and self._producer.fixed_producer_id is not None:
-            # Unknown outcome under an id that cannot change: a later batch would either
-            # leave a gap or reuse this batch's sequences for other records.
+        if self._producer.fixed_producer_id is not None:
+            # Under an id that cannot change, any failure ends this partition's batches: an
+            # unknown outcome (a timeout, but also UNKNOWN or INTERNAL) may have appended
+            # the batch, and a later batch under its sequences would then be answered as
+            # its duplicate. The caller re-sends everything under the same id instead.
             self._failed = exc
         elif exc.retryable:
             # Unknown outcome: the batch may be in the log. Continue under a new producer id
@@ -279,9 +281,9 @@ class AsyncProducer:
             partition; with ``idempotent`` only. Each partition's sequences start at 0. A
             caller that re-sends the same records in the same calls under the same id (a
             retried Spark task) gets them answered as duplicates, not appended again.
-            Because the id cannot change, a batch whose outcome is unknown after its
-            retries fails every later batch of its partition: re-sending after a gap
-            could otherwise be taken for a duplicate. Default: random ids.
+            Because the id cannot change, a failed batch fails every later batch of its
+            partition: after an unknown outcome, a later batch under the same sequences
+            could be taken for a duplicate. Default: random ids.
         channel: An existing channel to use (not closed by the producer).
     """
 

@@ -16,6 +16,7 @@ from client import (
     Fetcher,
     InvalidArgument,
     NotFound,
+    ResourceExhausted,
 )
 from tests.client.conftest import address
 
@@ -131,3 +132,30 @@ async def test_a_fixed_producer_id_makes_a_resend_a_duplicate(broker: Broker) ->
     assert [v for b in got.batches for v in b.values()] == values
     with pytest.raises(ValueError, match="producer_id"):
         AsyncProducer(address(broker), producer_id=-5)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("fixed", [True, False])
+async def test_a_failed_batch_under_a_fixed_id_fails_the_rest_of_its_partition(
+    broker: Broker, fixed: bool
+) -> None:
+    """Scenario: a record over the broker's 1 MiB record limit, then a small one, to the
+    same partition. Expected: the broker refuses the first; under a fixed producer id the
+    second fails with the same error and nothing is appended (the id's sequences must not
+    be reused after a failure), while a producer with random ids goes on and appends it."""
+    async with AsyncAdminClient(address(broker)) as admin:
+        await admin.create_topic("latch", partitions=1)
+    producer_id = 7 if fixed else None
+    async with AsyncProducer(address(broker), producer_id=producer_id) as p:
+        big = await p.send("latch", b"x" * 1_500_000, partition=0)
+        small = await p.send("latch", b"small", partition=0)
+        with pytest.raises(ResourceExhausted, match="max_record_bytes"):
+            await big
+        if fixed:
+            with pytest.raises(ResourceExhausted, match="max_record_bytes"):
+                await small
+        else:
+            assert (await small).offset == 0
+    async with AsyncFetcher(address(broker)) as fetcher:
+        got = await fetcher.fetch("latch", 0, 0)
+    assert [v for b in got.batches for v in b.values()] == ([] if fixed else [b"small"])
