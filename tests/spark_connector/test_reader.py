@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from pyspark.errors import StreamingQueryException
 
-from client import AdminClient, Fetcher
+from client import AdminClient, Fetcher, Producer
 from tests.broker.test_serve_process import free_port
 from tests.spark_connector.conftest import Broker, lag, produce, wait_for
 
@@ -182,7 +182,8 @@ def test_batch_read_of_an_explicit_range_in_many_tasks(spark: Any, broker: Broke
     """Scenario: 300 records on 3 partitions; a batch read from {0: 2, 1: earliest} to
     {0: 5, 1: 3} (partition 2 unnamed: earliest to the head), then one with minPartitions=6,
     then one from a time. Expected: exactly those offsets; 6 or more tasks covering every
-    record once; the time read starts at the first record at or after the time."""
+    record once; then topic b2 with 300 records stamped 1,000,000 + n ms: a read from time
+    1,000,150 returns exactly records 150-299, on every partition."""
     produce(broker.address, "b1", 300)
     ranged = _batch(
         spark,
@@ -196,12 +197,16 @@ def test_batch_read_of_an_explicit_range_in_many_tasks(spark: Any, broker: Broke
     split = _batch(spark, broker, "b1", minPartitions="6")
     assert split.rdd.getNumPartitions() >= 6
     assert _positions(split.collect()) == _all_positions(broker.address, "b1")
-    times = sorted(r["timestamp"] for r in split.collect())
-    middle = times[150]
-    millis = int(middle.timestamp() * 1000)
-    timed = _batch(spark, broker, "b1", startingTimestamp=str(millis)).collect()
-    assert timed
-    assert min(r["timestamp"] for r in timed) >= middle.replace(microsecond=0)
+    produce(broker.address, "b2", 0)
+    with Producer(broker.address) as producer:  # record n at time 1,000,000 + n ms
+        producer.send_many(
+            "b2",
+            [b"t%d" % n for n in range(300)],
+            keys=[b"k%d" % (n % 7) for n in range(300)],
+            timestamps_ms=[1_000_000 + n for n in range(300)],
+        ).result()
+    timed = _batch(spark, broker, "b2", startingTimestamp="1000150").collect()
+    assert sorted(r["value"] for r in timed) == sorted(b"t%d" % n for n in range(150, 300))
 
 
 def test_topic_recreated_fails_the_query_or_is_skipped(
