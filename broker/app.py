@@ -113,7 +113,9 @@ class Broker:
         check_listen("listen", self.config.listen)
         if self.config.metrics_listen:
             check_listen("metrics_listen", self.config.metrics_listen)
-        self._lock = await asyncio.to_thread(DirectoryLock, self.config.data_dir)
+        # Synchronous (a mkdir, an open, a flock, one small file): no await between taking
+        # the lock and owning it, so a cancelled start cannot leave it held by nobody.
+        self._lock = DirectoryLock(self.config.data_dir)
         try:
             await self._open_and_serve()
         except BaseException:

@@ -43,18 +43,6 @@ def holder_pid(path: str, fs: FileSystem | None = None) -> int | None:
         return None
 
 
-def is_locked(path: str) -> bool:
-    """Whether some process holds ``path``'s lock right now (probes without keeping it)."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)  # closing drops a lock this probe took
-    return False
-
-
 class DirectoryLock:
     """The exclusive lock on one data directory, held until :meth:`release`.
 
