@@ -162,7 +162,6 @@ KAFKA_NAMES = {
     "subscribe": "topic",
     "maxoffsetspertrigger": "maxRecordsPerTrigger",
     "startingoffsetsbytimestamp": "startingOffsets (JSON) or startingTimestamp",
-    "startingtimestamp": "startingTimestamp",
     "kafka.group.id": "subscription",
     "groupidprefix": "subscription",
 }

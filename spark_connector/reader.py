@@ -244,6 +244,7 @@ class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._driver: _Driver | None = None
         self._target: off.Offsets | None = None  # availableNow: the heads at its start
         self._acked: off.Offsets = {}
+        self._heads: off.Offsets | None = None  # the heads latestOffset last saw
         self.ack_failures = 0
 
     def __getstate__(self) -> dict[str, Any]:
@@ -308,6 +309,7 @@ class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         retained = self.driver.retained()
         position = checked(self.options, position, retained)
         heads = {p: r.head for p, r in enumerate(retained)}
+        self._heads = heads  # what reportLatestOffset reports when Spark plans the batch
         if self._target is not None:
             heads = {
                 p: min(h, max(self._target.get(p, 0), position.get(p, 0))) for p, h in heads.items()
@@ -316,8 +318,11 @@ class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return off.to_spark(off.admit(position, heads, max_rows))
 
     def reportLatestOffset(self) -> dict[str, int] | None:  # noqa: N802 - Spark's method name
-        """The heads, for the query's progress report; None (not reported) when the broker
-        does not answer at once: a progress report must not hold up or fail the query."""
+        """The heads, for the query's progress report: those the last ``latestOffset`` read
+        (no second round trip per trigger), else asked once; None (not reported) when the
+        broker does not answer at once, since a report must not hold up or fail the query."""
+        if self._heads is not None:  # what latestOffset just read: no second round trip
+            return off.to_spark(self._heads)
         try:
             retained = self.driver.retained(wait_s=0)
         except ConnectorError as exc:
