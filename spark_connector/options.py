@@ -43,6 +43,9 @@ SOURCE_OPTIONS = (
     "includeHeaders",
 )
 SINK_OPTIONS = ("broker", "topic", "token")
+#: The most tasks ``minPartitions`` may ask one read to be cut into: each is a Spark task
+#: the driver plans and tracks, so a typo of extra zeros must not ask for millions.
+MAX_MIN_PARTITIONS = 100_000
 #: Options Spark itself passes to a source or sink along with the user's; not ours to check.
 SPARK_OPTIONS = frozenset({"checkpointlocation", "path"})
 
@@ -142,7 +145,7 @@ def parse_source(options: Mapping[str, str], *, streaming: bool | None) -> Sourc
         ending=_ending(given),
         starting_timestamp_ms=timestamp,
         max_records_per_trigger=_int(given, "maxRecordsPerTrigger", minimum=1),
-        min_partitions=_int(given, "minPartitions", minimum=1),
+        min_partitions=_int(given, "minPartitions", minimum=1, maximum=MAX_MIN_PARTITIONS),
         fail_on_data_loss=_bool(given, "failOnDataLoss", default=True),
         include_headers=_bool(given, "includeHeaders", default=True),
     )
@@ -199,7 +202,7 @@ def _broker(given: dict[str, str]) -> str:
     return value
 
 
-def _int(given: dict[str, str], name: str, *, minimum: int) -> int | None:
+def _int(given: dict[str, str], name: str, *, minimum: int, maximum: int = 2**63 - 1) -> int | None:
     raw = given.get(name)
     if raw is None:
         return None
@@ -207,8 +210,8 @@ def _int(given: dict[str, str], name: str, *, minimum: int) -> int | None:
         value = int(raw.strip())
     except ValueError:
         raise OptionError(name, f"expected a whole number, got {raw!r}") from None
-    if value < minimum:
-        raise OptionError(name, f"must be at least {minimum}, got {value}")
+    if not minimum <= value <= maximum:
+        raise OptionError(name, f"must be from {minimum} to {maximum}, got {value}")
     return value
 
 
