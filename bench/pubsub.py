@@ -18,6 +18,10 @@ payloads and 200,000 messages (20,000 and 2 s of e2e with ``--quick``):
 4. ``rss_mib``: the server's RSS after those phases.
 5. ``restart_to_serving_s``: SIGKILL the server, restart it, time from the spawn to the
    first successful client operation.
+6. ``restart_after_kill_s``: publish 1 GiB more (64 MiB with ``--quick``) in 64 KiB
+   payloads, every one acknowledged, then as 5. No clean shutdown happened since the
+   server first started, so a restart that rescans what was written since then shows
+   here; the result's params add ``log_bytes`` and ``log_payload_bytes``.
 
 Every result's params carry ``fsync``, ``payload_bytes``, ``messages``, ``e2e_rate_msg_s``,
 ``e2e_seconds`` and ``loop``. Headrace's results are then judged against its goals. A peer
@@ -64,6 +68,7 @@ GOALS: dict[str, Goal] = {
     "e2e_latency_p50_ms": Goal("<=", 1.0),
     "e2e_latency_p99_ms": Goal("<=", 5.0),
     "restart_to_serving_s": Goal("<", 0.5),
+    "restart_after_kill_s": Goal("<", 0.5),
     "rss_mib": Goal("<", 150),
 }
 
@@ -83,12 +88,14 @@ class Sizes:
         e2e_rate: Messages per second of the paced e2e publisher.
         e2e_seconds: How long it publishes.
         payload_bytes: Size of every payload.
+        restart_log_bytes: Bytes published before ``restart_after_kill_s``.
     """
 
     messages: int
     e2e_rate: float = 2000.0
     e2e_seconds: float = 10.0
     payload_bytes: int = E2E_PAYLOAD_BYTES
+    restart_log_bytes: int = 1 << 30
 
     @property
     def e2e_messages(self) -> int:
@@ -108,7 +115,9 @@ class Sizes:
 
 
 FULL = Sizes(200_000)
-QUICK = Sizes(20_000, e2e_seconds=2.0)
+QUICK = Sizes(20_000, e2e_seconds=2.0, restart_log_bytes=64 << 20)
+#: Payload size of the ``restart_after_kill_s`` fill: big records, so 1 GiB goes fast.
+LOG_PAYLOAD_BYTES = 64 << 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -362,6 +371,19 @@ def _phases(
     rss = system.rss_mib()  # before the restart: the RSS the load left behind
     yield result("restart_to_serving_s", runner.run(system.kill_and_restart()), "s")
     yield result("rss_mib", rss, "MiB")
+    yield _restart_after_kill(runner, system, sizes, params)
+
+
+def _restart_after_kill(
+    runner: asyncio.Runner, system: PubSubSystem, sizes: Sizes, params: Params
+) -> Result:
+    """Phase 6: fill the log with ``restart_log_bytes``, SIGKILL, time the restart."""
+    payload = os.urandom(LOG_PAYLOAD_BYTES)
+    count = max(1, sizes.restart_log_bytes // len(payload))
+    runner.run(system.publish(count, payload))
+    seconds = runner.run(system.kill_and_restart())
+    log = {"log_bytes": count * len(payload), "log_payload_bytes": len(payload)}
+    return Result(BENCH, system.system, "restart_after_kill_s", seconds, "s", {**params, **log})
 
 
 def e2e_samples(samples: Sequence[float], sent: int, label: str, warn: Warn) -> list[float]:

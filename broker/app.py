@@ -73,7 +73,11 @@ class Broker:
         self.config = config
         self.metrics = metrics or BrokerMetrics()
         self.topics = TopicRegistry(
-            config.data_dir, config.wal, on_open=self._watch_partition, clock=clock
+            config.data_dir,
+            config.wal,
+            on_open=self._watch_partition,
+            clock=clock,
+            snapshot_bytes=config.producer_snapshot_bytes,
         )
         self.subscriptions = SubscriptionRegistry(
             config.data_dir,

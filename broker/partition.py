@@ -5,11 +5,26 @@ a batch, asks the table, and appends, answers from the table, waits for an in-fl
 or rejects. A retry appended before the table's window is answered as a duplicate at
 offsets -1 (:data:`UNKNOWN_OFFSETS`): it is in the log, but where is no longer known.
 
-The table survives restarts: ``aclose`` writes a snapshot (atomic) once every append has
-settled, and ``open`` restores it and replays the batches after it from the log, so a crash
-(no snapshot written) costs a longer scan, never a lost dedup entry. Without a snapshot the
-scan starts at the log's first retained offset, so a producer's ``first_sequence`` becomes
-its lowest retained sequence.
+The table survives restarts: a snapshot is written (atomically: temp, fsync, rename, fsync
+of the directory) at every segment roll, after every ``snapshot_bytes`` appended, and by
+``aclose`` once every append has settled; ``open`` restores it and replays the batches
+after it from the log. A crash therefore costs a scan of at most about ``snapshot_bytes``
+(or one segment), never a lost dedup entry. Without a usable snapshot the scan starts at
+the log's first retained offset, so a producer's ``first_sequence`` becomes its lowest
+retained sequence.
+
+A periodic snapshot never blocks appends: it runs as its own task. It is taken at the
+high-water mark ``N`` (durable under the ``always`` and ``interval`` policies): it first
+waits for the appends that were in flight when ``N`` was read (every batch below ``N`` is
+committed to the table or was one of them), then keeps only the table's rows below ``N``
+(:meth:`ProducerTable.snapshot`), as batches above ``N`` may be committed meanwhile.
+
+A snapshot is trusted only while it is not ahead of the log. Example: under fsync
+``never`` a snapshot says ``offset`` 1,000, then a power cut loses the log's tail and
+recovery truncates the log to 800. The rows for 800-999 describe batches that are gone, and
+producers will append other batches there: ``open`` deletes that snapshot (and fsyncs the
+directory, so a second crash cannot bring it back) and rescans the whole log. A
+snapshot below the first retained offset (retention went past it) is discarded the same way.
 
 Snapshot file: ``<topic dir>/<partition>.producers.json`` =
 ``{"offset": N, "producers": {...}}`` (:meth:`ProducerTable.snapshot`); it reflects every
@@ -42,12 +57,14 @@ from broker.producers import (
     OutOfSequence,
     ProducerTable,
 )
-from wal import AppendResult, FileSystem, Log, LogConfig, LogWriter, RecordBatch
+from wal import AppendResult, FileSystem, Log, LogConfig, LogWriter, RecordBatch, run_to_end
 from wal.log import Clock, wall_clock_ms
 
 logger = logging.getLogger(__name__)
 
 _SCAN_BYTES = 8 << 20
+#: Default of ``snapshot_bytes``: a snapshot after every 32 MiB appended to a partition.
+DEFAULT_SNAPSHOT_BYTES = 32 << 20
 
 #: The offsets of a duplicate appended too long ago for the table to remember them.
 UNKNOWN_OFFSETS = AppendResult(-1, -1)
@@ -64,6 +81,8 @@ class Partition:
         fs: The file system.
         clock: Wall-clock ms since the epoch, stamping commits and judging expiry. Default:
             the system clock.
+        snapshot_bytes: Snapshot the producer table after this many bytes were appended
+            since the last snapshot, and at every segment roll. Default 32 MiB.
     """
 
     def __init__(
@@ -75,6 +94,7 @@ class Partition:
         fs: FileSystem,
         *,
         clock: Clock = wall_clock_ms,
+        snapshot_bytes: int = DEFAULT_SNAPSHOT_BYTES,
     ) -> None:
         self.index = index
         self.writer = writer
@@ -87,6 +107,13 @@ class Partition:
         self._settled = asyncio.Event()
         self._settled.set()
         self._closing = False
+        self._snapshot_bytes = snapshot_bytes
+        self._snapshot_at = (writer.log.size_bytes, writer.log.segment_count)
+        self._snapshot_task: asyncio.Task[None] | None = None
+        self._snapshot_lock = asyncio.Lock()
+        #: Snapshots written since the partition opened (the one by ``aclose`` included).
+        self.snapshots_written = 0
+        writer.add_listener(self._on_durable)
 
     @classmethod
     async def open(
@@ -97,22 +124,24 @@ class Partition:
         fs: FileSystem,
         *,
         clock: Clock | None = None,
+        snapshot_bytes: int = DEFAULT_SNAPSHOT_BYTES,
     ) -> Partition:
         """Open the partition's log and rebuild its producer state.
 
         ``clock`` (wall-clock ms; default the system clock) serves the log (rolling,
         retention) and the producer table (commit stamps, expiry) alike.
+        ``snapshot_bytes``: see the class.
         """
         clock = clock or wall_clock_ms
         path = os.path.join(topic_dir, str(index))
         writer = await LogWriter.open(path, config, fs=fs, clock=clock)
         snapshot = os.path.join(topic_dir, f"{index}.producers.json")
         try:
-            table = await asyncio.to_thread(_rebuild, writer.log, snapshot, fs, clock())
+            table = await run_to_end(asyncio.to_thread(_rebuild, writer.log, snapshot, fs, clock()))
         except BaseException:
             await writer.aclose()
             raise
-        return cls(index, writer, table, snapshot, fs, clock=clock)
+        return cls(index, writer, table, snapshot, fs, clock=clock, snapshot_bytes=snapshot_bytes)
 
     @property
     def log(self) -> Log:
@@ -182,13 +211,66 @@ class Partition:
         return self._table.expire(self._clock(), max_idle_ms)
 
     async def aclose(self) -> None:
-        """Refuse new appends, let the others settle, close the log, then snapshot."""
+        """Refuse new appends, let the others settle (and a periodic snapshot finish),
+        close the log, then snapshot."""
         self._closing = True
         await self._settled.wait()
+        if self._snapshot_task is not None:
+            await asyncio.shield(self._snapshot_task)  # it never raises; one writer at a time
+        self.writer.remove_listener(self._on_durable)
         await self.writer.aclose()
         if self.writer.log.failure is None:
-            doc = {"offset": self.writer.head, "producers": self._table.snapshot()}
-            await asyncio.to_thread(self._fs.atomic_write, self._snapshot, json.dumps(doc).encode())
+            await self._write_snapshot(self.writer.head)
+
+    # -- periodic snapshots (see the module docstring) ----------------------------------
+
+    def _on_durable(self, _high_water_mark: int) -> None:
+        """After each group commit: start a snapshot after a roll or ``snapshot_bytes``."""
+        if self._snapshot_task is not None or self._closing:
+            return
+        log = self.writer.log
+        now = (log.size_bytes, log.segment_count)
+        last_size, last_segments = self._snapshot_at
+        if now[0] < last_size or now[1] < last_segments:  # retention deleted segments
+            self._snapshot_at = now
+            return
+        if now[0] - last_size < self._snapshot_bytes and now[1] == last_segments:
+            return
+        self._snapshot_at = now
+        self._snapshot_task = asyncio.create_task(
+            self._snapshot_in_background(), name=f"producer-snapshot:{self._snapshot}"
+        )
+
+    async def _snapshot_in_background(self) -> None:
+        try:
+            await self.save_snapshot()
+        except Exception as exc:  # a missed snapshot costs a longer scan, nothing more
+            logger.warning("%s: producer snapshot failed: %s", self._snapshot, exc)
+        finally:
+            self._snapshot_task = None
+
+    async def save_snapshot(self) -> int:
+        """Snapshot the producer table at the high-water mark, without stopping appends.
+
+        Returns:
+            The snapshot's offset: it reflects every batch below it.
+        """
+        offset = self.writer.high_water_mark
+        settling = list(self._in_flight.values())  # every uncommitted batch below offset
+        if settling:
+            await asyncio.wait(settling)
+        await self._write_snapshot(offset)
+        return offset
+
+    async def _write_snapshot(self, offset: int) -> None:
+        async with self._snapshot_lock:  # one writer of the file (and of its temp) at a time
+            doc = {"offset": offset, "producers": self._table.snapshot(below=offset)}
+            await run_to_end(asyncio.to_thread(_write_json, self._fs, self._snapshot, doc))
+            self.snapshots_written += 1
+
+
+def _write_json(fs: FileSystem, path: str, doc: object) -> None:
+    fs.atomic_write(path, json.dumps(doc, separators=(",", ":")).encode())
 
 
 def _rebuild(log: Log, snapshot: str, fs: FileSystem, now_ms: int) -> ProducerTable:
@@ -199,21 +281,12 @@ def _rebuild(log: Log, snapshot: str, fs: FileSystem, now_ms: int) -> ProducerTa
     """
     table, start = ProducerTable(), log.first_offset
     if fs.exists(snapshot):
-        try:
-            doc = json.loads(fs.read_file(snapshot))
-            offset = int(doc["offset"])
-            if log.first_offset <= offset <= log.head:
-                table, start = ProducerTable.restore(doc["producers"], now_ms=now_ms), offset
-            else:
-                logger.warning(
-                    "%s covers offset %d outside the log [%d, %d); rescanning",
-                    snapshot,
-                    offset,
-                    log.first_offset,
-                    log.head,
-                )
-        except (ValueError, KeyError, TypeError) as exc:
-            logger.warning("%s is unusable (%s); rescanning the log", snapshot, exc)
+        restored = _restore(log, snapshot, fs, now_ms)
+        if restored is None:  # never trust it again, whatever the log becomes
+            fs.remove(snapshot)
+            fs.fsync_dir(os.path.dirname(snapshot))
+        else:
+            table, start = restored
     offset = start  # a batch boundary: the head at the snapshot, or the first offset
     while offset < log.head:
         batches = log.read(offset, _SCAN_BYTES)
@@ -223,3 +296,26 @@ def _rebuild(log: Log, snapshot: str, fs: FileSystem, now_ms: int) -> ProducerTa
             )
         offset = batches[-1].next_offset
     return table
+
+
+def _restore(
+    log: Log, snapshot: str, fs: FileSystem, now_ms: int
+) -> tuple[ProducerTable, int] | None:
+    """The snapshot's table and offset, or ``None`` when it is damaged or covers offsets
+    outside the log (ahead of a log whose tail recovery cut, or behind retention)."""
+    try:
+        doc = json.loads(fs.read_file(snapshot))
+        offset = int(doc["offset"])
+        if not log.first_offset <= offset <= log.head:
+            logger.warning(
+                "%s covers offset %d outside the log [%d, %d); discarding it, rescanning",
+                snapshot,
+                offset,
+                log.first_offset,
+                log.head,
+            )
+            return None
+        return ProducerTable.restore(doc["producers"], now_ms=now_ms), offset
+    except (ValueError, KeyError, TypeError) as exc:
+        logger.warning("%s is unusable (%s); discarding it, rescanning the log", snapshot, exc)
+        return None

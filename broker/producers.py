@@ -58,6 +58,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 WINDOW = 5
@@ -255,26 +256,40 @@ class ProducerTable:
         """Producers the table holds state for."""
         return len(self._producers)
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self, below: int | None = None) -> dict[str, Any]:
         """JSON-able state of the appended batches (in-flight ones are not durable).
+
+        Args:
+            below: Keep only the batches that end below this offset (default: all), so
+                that the snapshot says what the table knew of the log below ``below``
+                while later batches were being committed. A producer whose run of
+                sequences broke after ``below`` gets, as its run start, that of the rows
+                kept: the start it had at ``below`` is gone, and a later start only
+                answers fewer retries as duplicates, never a batch in a hole.
 
         Returns:
             ``{producer id: {"first_sequence": S, "last_append_ms": T, "appended":
             [[base_sequence, count, first_offset, last_offset], ...]}}``, oldest batch
             first.
         """
-        return {
-            str(pid): {
-                "first_sequence": state.first_sequence,
+        doc: dict[str, Any] = {}
+        for pid, state in self._producers.items():
+            rows = [
+                [a.base_sequence, a.count, a.first_offset, a.last_offset]
+                for a in state.appended
+                if below is None or a.last_offset < below
+            ]
+            if not rows:
+                continue
+            first_sequence = state.first_sequence
+            if first_sequence is not None and first_sequence > _run_start(rows):
+                first_sequence = _run_start(rows)
+            doc[str(pid)] = {
+                "first_sequence": first_sequence,
                 "last_append_ms": state.last_append_ms,
-                "appended": [
-                    [a.base_sequence, a.count, a.first_offset, a.last_offset]
-                    for a in state.appended
-                ],
+                "appended": rows,
             }
-            for pid, state in self._producers.items()
-            if state.appended
-        }
+        return doc
 
     @classmethod
     def restore(cls, doc: dict[str, Any], *, now_ms: int) -> ProducerTable:
@@ -323,6 +338,15 @@ class ProducerTable:
                 f"rows (their unbroken run starts at {run})"
             )
         state.first_sequence = first_sequence
+
+
+def _run_start(rows: list[list[int]]) -> int:
+    """Where the unbroken run of sequences that ends the snapshot ``rows`` starts."""
+    start = rows[0][0]
+    for (seq, count, _, _), (nxt, _, _, _) in pairwise(rows):
+        if nxt != seq + count:
+            start = nxt
+    return start
 
 
 def _parse_entry(pid: str, entry: object, now_ms: int) -> tuple[list[Any], Any, int]:

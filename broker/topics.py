@@ -28,12 +28,13 @@ import logging
 import os
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from broker.errors import InvalidRequestError, TopicExistsError, TopicNotFoundError
-from broker.partition import Partition
-from wal import FileSystem, LogConfig
+from broker.partition import DEFAULT_SNAPSHOT_BYTES, Partition
+from wal import FileSystem, LogConfig, run_to_end
 from wal.log import Clock
 
 logger = logging.getLogger(__name__)
@@ -41,6 +42,7 @@ logger = logging.getLogger(__name__)
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 _META = "topic.json"
 MAX_PARTITIONS = 10_000
+T = TypeVar("T", Partition, "Topic")
 
 
 def check_topic_name(name: str) -> None:
@@ -90,6 +92,10 @@ class TopicRegistry:
         on_open: Called with each partition opened (e.g. to hook up its metrics).
         clock: Wall-clock ms since the epoch for every partition's log and producer table.
             Default: the system clock.
+        snapshot_bytes: Each partition snapshots its producer table after this many bytes
+            appended (and at each roll). Default 32 MiB.
+        open_concurrency: Partitions opened (recovered, producer state rebuilt) at once
+            when the registry opens. Default 8.
     """
 
     def __init__(
@@ -100,8 +106,12 @@ class TopicRegistry:
         *,
         on_open: Callable[[str, Partition], None] = lambda _topic, _partition: None,
         clock: Clock | None = None,
+        snapshot_bytes: int = DEFAULT_SNAPSHOT_BYTES,
+        open_concurrency: int = 8,
     ):
         self._clock = clock
+        self._snapshot_bytes = snapshot_bytes
+        self._open_concurrency = open_concurrency
         self._on_open = on_open  # e.g. hooks a partition's log up to the metrics
         self._root = os.path.join(data_dir, "topics")
         self._wal_config = wal_config
@@ -110,9 +120,16 @@ class TopicRegistry:
         self._lock = asyncio.Lock()
 
     async def open(self) -> None:
-        """Load every topic on disk, finishing interrupted creates and deletes."""
-        for name, partitions in await asyncio.to_thread(self._scan):
-            self._topics[name] = await self._open_topic(name, partitions)
+        """Load every topic on disk, finishing interrupted creates and deletes.
+
+        Partitions of every topic open concurrently, ``open_concurrency`` at a time: each
+        recovers its log and rebuilds its producer state on a worker thread.
+        """
+        found = await asyncio.to_thread(self._scan)
+        limit = asyncio.Semaphore(self._open_concurrency)
+        topics = await _open_all([self._open_topic(n, p, limit) for n, p in found])
+        for topic in topics:
+            self._topics[topic.name] = topic
         logger.info("opened %d topics under %s", len(self._topics), self._root)
 
     def _scan(self) -> list[tuple[str, int]]:
@@ -137,20 +154,26 @@ class TopicRegistry:
             raise ValueError(f"{meta} is damaged: {doc!r}")
         return partitions
 
-    async def _open_topic(self, name: str, partitions: int) -> Topic:
-        opened: list[Partition] = []
+    async def _open_topic(
+        self, name: str, partitions: int, limit: asyncio.Semaphore | None = None
+    ) -> Topic:
+        """Open a topic's partitions concurrently, at most ``limit`` at once (default
+        ``open_concurrency``); on any failure close those that opened, and raise."""
+        limit = limit or asyncio.Semaphore(self._open_concurrency)
         topic_dir = os.path.join(self._root, name)
-        try:
-            for p in range(partitions):
-                opened.append(
-                    await Partition.open(
-                        p, topic_dir, self._wal_config, self._fs, clock=self._clock
-                    )
+
+        async def open_one(index: int) -> Partition:
+            async with limit:
+                return await Partition.open(
+                    index,
+                    topic_dir,
+                    self._wal_config,
+                    self._fs,
+                    clock=self._clock,
+                    snapshot_bytes=self._snapshot_bytes,
                 )
-        except BaseException:
-            for partition in opened:
-                await partition.aclose()
-            raise
+
+        opened = await _open_all([open_one(p) for p in range(partitions)])
         for partition in opened:
             self._on_open(name, partition)
         return Topic(name, opened)
@@ -228,3 +251,31 @@ class TopicRegistry:
         for topic in topics:
             for partition in topic.partitions:
                 await partition.aclose()
+
+
+async def _open_all(openings: list[Coroutine[Any, Any, T]]) -> list[T]:
+    """Run ``openings`` concurrently to their end, even if the caller is cancelled; return
+    what they opened, in order. If any failed (or the caller was cancelled), close what
+    the others opened and raise the first failure: all open, or nothing left open."""
+    tasks = [asyncio.ensure_future(o) for o in openings]
+    try:
+        results = await run_to_end(asyncio.gather(*tasks, return_exceptions=True))
+    except BaseException:
+        await _close_opened([t.result() for t in tasks if _succeeded(t)])
+        raise
+    opened = [r for r in results if not isinstance(r, BaseException)]
+    failure = next((r for r in results if isinstance(r, BaseException)), None)
+    if failure is not None:
+        await _close_opened(opened)
+        raise failure
+    return opened
+
+
+async def _close_opened(opened: list[Partition] | list[Topic]) -> None:
+    for item in opened:
+        for partition in item.partitions if isinstance(item, Topic) else [item]:
+            await partition.aclose()
+
+
+def _succeeded(task: asyncio.Future[Any]) -> bool:
+    return task.done() and not task.cancelled() and task.exception() is None

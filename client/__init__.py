@@ -10,6 +10,7 @@ Modules:
     _async.fetcher  AsyncFetcher: reads by offset (Fetch) and position commits (AckUpTo)
     _message        Message: a lazy view of one received record
     _retry          retrying(): calls retried with backoff while the broker is unavailable
+    _channel        every channel's options: message limits, the reconnect backoff cap
     _sync           Producer, Consumer, AdminClient, Fetcher: blocking twins over a loop
                     thread
     _wire           generated copy of the wal batch codec (python -m client._codegen)

@@ -12,6 +12,7 @@ from typing import Any, Self, TypeVar
 
 import grpc
 
+from client._channel import DEFAULT_RECONNECT_BACKOFF_MAX_S, aio_channel
 from client._types import (
     DEFAULT_BROKER,
     DeadLetterEntry,
@@ -104,6 +105,8 @@ class AsyncAdminClient:
         broker: ``host:port`` of the broker.
         channel: An existing channel to use instead (not closed by this client).
         timeout_s: Deadline of each call, seconds. Default 10.
+        reconnect_backoff_max_s: Longest pause between reconnect attempts while the broker
+            is unreachable, seconds (see :mod:`client._channel`). Default 1.
     """
 
     def __init__(
@@ -112,9 +115,10 @@ class AsyncAdminClient:
         *,
         channel: grpc.aio.Channel | None = None,
         timeout_s: float = 10.0,
+        reconnect_backoff_max_s: float = DEFAULT_RECONNECT_BACKOFF_MAX_S,
     ) -> None:
         self._owns_channel = channel is None
-        self._channel = channel or grpc.aio.insecure_channel(broker)
+        self._channel = channel or aio_channel(broker, reconnect_backoff_max_s)
         self._stub = _grpc.AdminStub(self._channel)
         self._timeout = timeout_s
 

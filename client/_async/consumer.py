@@ -16,6 +16,12 @@ resumes at the subscription's saved cursor. Messages buffered from the old sessi
 dropped, and acks of messages from it are ignored: the broker redelivers them (at least
 once). Errors on the first open (no such topic, bad name, an exclusive subscription held by
 another consumer) are raised to the caller.
+
+The first open waits for the broker as a reconnect does: while the broker is unreachable
+(UNAVAILABLE, DEADLINE_EXCEEDED) ``start`` retries with the same backoff for up to
+``connect_timeout`` seconds, then raises ``Unavailable`` naming the address and the wait.
+Example: the broker restarts and is back 3 s later; a consumer started meanwhile opens its
+subscription then, instead of failing at once.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterable
 from types import TracebackType
@@ -31,6 +38,7 @@ from typing import Self
 
 import grpc
 
+from client._channel import DEFAULT_RECONNECT_BACKOFF_MAX_S, aio_channel
 from client._message import DeliveredBatch, Message
 from client._retry import backoff_s
 from client._types import DEFAULT_BROKER
@@ -42,6 +50,7 @@ from client.errors import (
     NotFound,
     PermissionDenied,
     Unauthenticated,
+    Unavailable,
     from_rpc_error,
 )
 from proto import broker_pb2 as _pb
@@ -49,7 +58,6 @@ from proto import broker_pb2_grpc
 
 logger = logging.getLogger(__name__)
 
-_MAX_MESSAGE = 64 << 20
 _TYPES = {
     "exclusive": _pb.EXCLUSIVE,
     "failover": _pb.FAILOVER,
@@ -82,6 +90,11 @@ class AsyncConsumer:
         receive_queue: Records the broker may send ahead of the application. Default 1,000.
         ack_interval_ms: The longest an ack waits to be sent. Default 20 ms.
         channel: An existing channel to use (not closed by the consumer).
+        connect_timeout: How long the first open waits for an unreachable broker,
+            seconds, before ``start`` raises ``Unavailable``. Default 30.
+        reconnect_backoff_max_s: Longest pause between the channel's reconnect attempts
+            while the broker is unreachable, seconds (see :mod:`client._channel`).
+            Default 1.
     """
 
     def __init__(
@@ -97,6 +110,8 @@ class AsyncConsumer:
         receive_queue: int = 1_000,
         ack_interval_ms: float = 20.0,
         channel: grpc.aio.Channel | None = None,
+        connect_timeout: float = 30.0,
+        reconnect_backoff_max_s: float = DEFAULT_RECONNECT_BACKOFF_MAX_S,
     ) -> None:
         if type not in _TYPES:
             raise ValueError(f"type must be one of {', '.join(_TYPES)}, not {type!r}")
@@ -108,6 +123,9 @@ class AsyncConsumer:
             raise ValueError(f"mode must be at_least_once or at_most_once, not {mode!r}")
         if receive_queue < 1 or ack_interval_ms < 0:
             raise ValueError("receive_queue >= 1 and ack_interval_ms >= 0")
+        if not connect_timeout > 0:
+            raise ValueError(f"connect_timeout must be > 0 seconds, not {connect_timeout!r}")
+        self._connect_timeout = connect_timeout
         self.topic = topic
         self.subscription = subscription
         self._open = _pb.OpenSubscription(
@@ -122,13 +140,8 @@ class AsyncConsumer:
         self._credit_chunk = max(1, receive_queue // 2)
         self._ack_interval_s = ack_interval_ms / 1000
         self._owns_channel = channel is None
-        self._channel = channel or grpc.aio.insecure_channel(
-            broker,
-            options=[
-                ("grpc.max_send_message_length", _MAX_MESSAGE),
-                ("grpc.max_receive_message_length", _MAX_MESSAGE),
-            ],
-        )
+        self._target = broker
+        self._channel = channel or aio_channel(broker, reconnect_backoff_max_s)
         self._stub = broker_pb2_grpc.BrokerStub(self._channel)
         self._rng = random.Random()
         self._buffer: deque[Message] = deque()
@@ -367,6 +380,7 @@ class AsyncConsumer:
 
     async def _run(self) -> None:
         attempt = 0
+        started = time.monotonic()
         while not self._closed:
             opened = self._opened
             try:
@@ -376,13 +390,16 @@ class AsyncConsumer:
                 error = from_rpc_error(exc)
             except ClientError as exc:
                 error = exc
-            if not self._subscribed.is_set() or not _reconnectable(error) or self._closed:
-                self._error = error
+            final = self._final_error(error, started)
+            if final is not None:
+                self._error = final
                 self._ready.set()
                 return
             if self._opened > opened:
                 attempt = 0  # that session was open: start the backoff over
             pause = backoff_s(attempt, self._rng)
+            if not self._subscribed.is_set():  # never sleep past connect_timeout
+                pause = min(pause, max(0.0, started + self._connect_timeout - time.monotonic()))
             logger.warning(
                 "subscription %s of %s: stream broke (%s); reconnecting in %.2f s",
                 self.subscription,
@@ -392,6 +409,27 @@ class AsyncConsumer:
             )
             await asyncio.sleep(pause)
             attempt = min(attempt + 1, 10)
+
+    def _final_error(self, error: ClientError, started: float) -> ClientError | None:
+        """The error that ends the consumer, or ``None`` to open a new session.
+
+        Before the first session opened, only an unreachable broker is waited for, and
+        only for ``connect_timeout`` seconds from ``started``; after it, every error is
+        worth a reconnect but a permanent one (:func:`_reconnectable`).
+        """
+        if self._closed:
+            return error
+        if self._subscribed.is_set():
+            return None if _reconnectable(error) else error
+        if not error.retryable:
+            return error
+        if time.monotonic() - started < self._connect_timeout:
+            return None
+        return Unavailable(
+            f"the broker at {self._target} could not be reached for "
+            f"{self._connect_timeout:g} s ({error}); check that it runs there, or raise "
+            "connect_timeout"
+        )
 
     def _new_session(self) -> _Requests:
         self._epoch += 1

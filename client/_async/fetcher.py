@@ -25,6 +25,7 @@ from typing import Any, Self
 
 import grpc
 
+from client._channel import DEFAULT_RECONNECT_BACKOFF_MAX_S, aio_channel
 from client._retry import retrying
 from client._types import DEFAULT_BROKER
 from client._wire.batch import RecordBatch, decode_batch
@@ -108,6 +109,8 @@ class AsyncFetcher:
         broker: ``host:port`` of the broker.
         timeout_s: How long one call may take, retries included, seconds. Default 30.
         channel: An existing channel to use instead (not closed by this client).
+        reconnect_backoff_max_s: Longest pause between reconnect attempts while the broker
+            is unreachable, seconds (see :mod:`client._channel`). Default 1.
     """
 
     def __init__(
@@ -116,13 +119,12 @@ class AsyncFetcher:
         *,
         timeout_s: float = 30.0,
         channel: grpc.aio.Channel | None = None,
+        reconnect_backoff_max_s: float = DEFAULT_RECONNECT_BACKOFF_MAX_S,
     ) -> None:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
         self._owns_channel = channel is None
-        self._channel = channel or grpc.aio.insecure_channel(
-            broker, options=[("grpc.max_receive_message_length", MAX_MESSAGE)]
-        )
+        self._channel = channel or aio_channel(broker, reconnect_backoff_max_s)
         self._stub = _grpc.BrokerStub(self._channel)
         self._timeout = timeout_s
         self._rng = random.Random()

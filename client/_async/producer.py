@@ -38,6 +38,7 @@ from typing import Self, TypeVar
 
 import grpc
 
+from client._channel import aio_channel
 from client._retry import retrying
 from client._types import DEFAULT_BROKER, PublishedRange, RecordMetadata, SentRecords
 from client._wire.batch import crc32c, encode_columns
@@ -315,13 +316,7 @@ class AsyncProducer:
         self._timeout = delivery_timeout_s
         self._idempotent = idempotent
         self._owns_channel = channel is None
-        self._channel = channel or grpc.aio.insecure_channel(
-            broker,
-            options=[
-                ("grpc.max_send_message_length", _MAX_MESSAGE),
-                ("grpc.max_receive_message_length", _MAX_MESSAGE),
-            ],
-        )
+        self._channel = channel or aio_channel(broker)
         self._stub = broker_pb2_grpc.BrokerStub(self._channel)
         self._admin = admin_pb2_grpc.AdminStub(self._channel)
         self._partitions: dict[str, int] = {}

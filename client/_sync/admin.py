@@ -13,6 +13,7 @@ from types import TracebackType
 from typing import Self
 
 from client._async.admin import AsyncAdminClient
+from client._channel import DEFAULT_RECONNECT_BACKOFF_MAX_S
 from client._sync._bridge import LoopThread
 from client._types import (
     DEFAULT_BROKER,
@@ -38,9 +39,20 @@ class AdminClient:
     channel is bound to the loop it was made on, and this client's loop is private.
     """
 
-    def __init__(self, broker: str = DEFAULT_BROKER, *, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        broker: str = DEFAULT_BROKER,
+        *,
+        timeout_s: float = 10.0,
+        reconnect_backoff_max_s: float = DEFAULT_RECONNECT_BACKOFF_MAX_S,
+    ) -> None:
         self._bridge = LoopThread("AdminClient", "AsyncAdminClient")
-        self._admin = self._bridge.create(AsyncAdminClient, broker, timeout_s=timeout_s)
+        self._admin = self._bridge.create(
+            AsyncAdminClient,
+            broker,
+            timeout_s=timeout_s,
+            reconnect_backoff_max_s=reconnect_backoff_max_s,
+        )
 
     def create_topic(self, name: str, partitions: int = 1) -> TopicInfo:
         """Create a topic. Raises ``AlreadyExists`` or ``InvalidArgument``."""

@@ -14,6 +14,7 @@ from types import TracebackType
 from typing import Self
 
 from client._async.consumer import AsyncConsumer
+from client._channel import DEFAULT_RECONNECT_BACKOFF_MAX_S
 from client._message import Message
 from client._sync._bridge import LoopThread
 from client._types import DEFAULT_BROKER
@@ -41,6 +42,8 @@ class Consumer:
         consumer_name: str = "",
         receive_queue: int = 1_000,
         ack_interval_ms: float = 20.0,
+        connect_timeout: float = 30.0,
+        reconnect_backoff_max_s: float = DEFAULT_RECONNECT_BACKOFF_MAX_S,
     ) -> None:
         self._bridge = LoopThread("Consumer", "AsyncConsumer")
         self._consumer = self._bridge.create(
@@ -54,6 +57,8 @@ class Consumer:
             consumer_name=consumer_name,
             receive_queue=receive_queue,
             ack_interval_ms=ack_interval_ms,
+            connect_timeout=connect_timeout,
+            reconnect_backoff_max_s=reconnect_backoff_max_s,
         )
 
     def start(self) -> None:

@@ -25,12 +25,12 @@ import grpc
 
 from client._async.fetcher import (
     DEFAULT_FETCH_BYTES,
-    MAX_MESSAGE,
     FetchResult,
     ack_request,
     fetch_request,
     fetch_result,
 )
+from client._channel import DEFAULT_RECONNECT_BACKOFF_MAX_S, blocking_channel
 from client._retry import retrying_blocking
 from client._types import DEFAULT_BROKER
 from client.errors import ClientClosed, from_rpc_error
@@ -77,14 +77,20 @@ class Fetcher:
     Args:
         broker: ``host:port`` of the broker. Default ``127.0.0.1:50051``.
         timeout_s: How long one call may take, retries included, seconds. Default 30.
+        reconnect_backoff_max_s: Longest pause between reconnect attempts while the broker
+            is unreachable, seconds (see :mod:`client._channel`). Default 1.
     """
 
-    def __init__(self, broker: str = DEFAULT_BROKER, *, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        broker: str = DEFAULT_BROKER,
+        *,
+        timeout_s: float = 30.0,
+        reconnect_backoff_max_s: float = DEFAULT_RECONNECT_BACKOFF_MAX_S,
+    ) -> None:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
-        self._channel = grpc.insecure_channel(
-            broker, options=[("grpc.max_receive_message_length", MAX_MESSAGE)]
-        )
+        self._channel = blocking_channel(broker, reconnect_backoff_max_s)
         self._stub = _grpc.BrokerStub(self._channel)
         self._timeout = timeout_s
         self._rng = random.Random()

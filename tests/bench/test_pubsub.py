@@ -44,6 +44,7 @@ METRICS = {
     "e2e_latency_p99_ms": "ms",
     "restart_to_serving_s": "s",
     "rss_mib": "MiB",
+    "restart_after_kill_s": "s",
 }
 
 
@@ -541,7 +542,7 @@ def _measured(system: str, values: dict[str, float]) -> list[Result]:
 
 
 def test_goals_judge_headrace_only() -> None:
-    """Each of Headrace's six metrics gets a goal row saying whether it was met; peers'
+    """Each of Headrace's seven metrics gets a goal row saying whether it was met; peers'
     results get none."""
     values = {
         "publish_msgs_s": 2_000_000.0,
@@ -550,6 +551,7 @@ def test_goals_judge_headrace_only() -> None:
         "e2e_latency_p99_ms": 7.0,
         "restart_to_serving_s": 0.2,
         "rss_mib": 150.0,
+        "restart_after_kill_s": 0.5,
     }
     results = _measured("headrace", values) + _measured("redis-streams", values)
     goals = {r.metric: r for r in pubsub.derive_goals(results)}
@@ -562,6 +564,7 @@ def test_goals_judge_headrace_only() -> None:
         "e2e_latency_p99_ms": False,
         "restart_to_serving_s": True,
         "rss_mib": False,
+        "restart_after_kill_s": False,
     }
     assert all(r.system == "headrace" and r.is_goal for r in goals.values())
     assert goals["publish_msgs_s"].params["goal"] == ">= 1000000"
@@ -599,7 +602,7 @@ def test_run_reports_every_metric_of_every_system(tmp_path: Path) -> None:
         pubsub.run(options, entries=entries, sizes=TINY, chart_path=tmp_path / "c.png", warn=said)
     )
     measured = [r for r in results if not r.is_goal]
-    assert [r.system for r in measured[::6]] == ["headrace", "nats-jetstream", "redis-streams"]
+    assert [r.system for r in measured[::7]] == ["headrace", "nats-jetstream", "redis-streams"]
     for r in measured:
         assert r.unit == METRICS[r.metric]
         assert r.value > 0
@@ -632,7 +635,7 @@ def test_a_failing_system_is_reported_stopped_and_skipped(tmp_path: Path) -> Non
     )
     nats_metrics = [r.metric for r in results if r.system == "nats-jetstream"]
     assert nats_metrics == ["publish_msgs_s"]
-    assert len([r for r in results if r.system == "redis-streams"]) == 6
+    assert len([r for r in results if r.system == "redis-streams"]) == 7
     assert built[0].calls == ["start", "publish", "consume", "stop"]
     assert said.mentioning("nats-jetstream failed", "failed in consume")
 
@@ -685,3 +688,34 @@ def test_apt_install_output_goes_to_stderr(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(subprocess, "run", fake_run)
     assert apt_install(["redis-server"]) is False
     assert calls == [(["apt-get", "update"], sys.stderr)]
+
+
+class _CountingSystem(FakeSystem):
+    """A FakeSystem that remembers what each publish sent and whether a restart followed."""
+
+    def __init__(self) -> None:
+        super().__init__("headrace", "always")
+        self.published: list[tuple[int, int]] = []
+
+    async def publish(self, count: int, payload: bytes) -> float:
+        self.published.append((count, len(payload)))
+        return await super().publish(count, payload)
+
+
+def test_restart_after_kill_fills_the_log_then_kills(tmp_path: Path) -> None:
+    """The last phase publishes ``restart_log_bytes`` in 64 KiB payloads, then SIGKILLs and
+    restarts; its result says how much was written, beside the usual params, and Headrace's
+    goal for it is < 0.5 s."""
+    fake = _CountingSystem()
+    sizes = Sizes(messages=1000, e2e_rate=100.0, e2e_seconds=0.5, restart_log_bytes=8 << 20)
+    entry = Entry("headrace", lambda _d: fake)
+    results = list(pubsub.measure_system(entry, tmp_path / "x", sizes, {}, warn=Messages()))
+    last = results[-1]
+    assert last.metric == "restart_after_kill_s"
+    assert (last.value, last.unit) == (0.25, "s")
+    assert last.params["log_bytes"] == 8 << 20
+    assert last.params["log_payload_bytes"] == 64 << 10
+    assert last.params["fsync"] == "always"
+    assert fake.published[-1] == (128, 64 << 10)
+    assert fake.calls[-3:] == ["publish", "kill_and_restart", "stop"]
+    assert GOALS["restart_after_kill_s"].params(0.4)["met"] is True

@@ -156,11 +156,9 @@ def test_an_old_retry_is_not_answered_from_in_flight_sequences() -> None:
     assert table.admit(4, 80, 5) == Admit()
 
 
-def test_a_broken_run_moves_the_first_sequence_up() -> None:
-    """Batches 0-9 and 10-19 appended; 20-29 and 30-39 admitted back to back; the first
-    append fails (release) and the second succeeds. Sequences 20-29 are a hole, so a retry
-    of anything before 30 that is not in the window is out of sequence, never a duplicate;
-    the window still answers its own batches."""
+def broken_run() -> ProducerTable:
+    """Producer 2: batches 0-9 and 10-19 appended at offsets 0-19; 20-29 and 30-39
+    admitted back to back; the first append fails and the second lands at 20-29."""
     table = ProducerTable()
     appended(table, 2, 0, 10, 0)
     appended(table, 2, 10, 10, 10)
@@ -168,6 +166,15 @@ def test_a_broken_run_moves_the_first_sequence_up() -> None:
     assert table.admit(2, 30, 10) == Admit()
     table.release(2, 20)
     table.commit(2, 30, 20, 29, at_ms=NOW)
+    return table
+
+
+def test_a_broken_run_moves_the_first_sequence_up() -> None:
+    """Batches 0-9 and 10-19 appended; 20-29 and 30-39 admitted back to back; the first
+    append fails (release) and the second succeeds. Sequences 20-29 are a hole, so a retry
+    of anything before 30 that is not in the window is out of sequence, never a duplicate;
+    the window still answers its own batches."""
+    table = broken_run()
     assert table.admit(2, 20, 10) == OutOfSequence(expected=40, got=20)
     assert table.admit(2, 0, 5) == OutOfSequence(expected=40, got=0)
     assert table.admit(2, 10, 10) == Duplicate(10, 19)
@@ -227,6 +234,45 @@ def test_a_snapshot_continued_by_observe_keeps_the_first_sequence() -> None:
         rebuilt.observe(4, 10 * i, 100 + 10 * i, 109 + 10 * i, at_ms=NOW)
     assert rebuilt.admit(4, 0, 10) == AppendedLongAgo()
     assert rebuilt.admit(4, 110, 10) == Admit()
+
+
+def test_a_snapshot_below_an_offset_plus_the_log_after_it_is_the_whole_table() -> None:
+    """Eight batches of 10 at offsets 100-179; a snapshot below offset 150 (batches 150+
+    were committed while it was taken), restored, then the log from 150 observed.
+    Expected: the snapshot holds the window's batches ending below 150 only; the rebuilt table
+    equals the original, so it answers every retry the same way."""
+    table = eight_batches()
+    doc = json.loads(json.dumps(table.snapshot(below=150)))
+    assert [row[3] for row in doc["4"]["appended"]] == [139, 149]  # the window, below 150
+    rebuilt = ProducerTable.restore(doc, now_ms=NOW)
+    for i in range(5, 8):
+        rebuilt.observe(4, 10 * i, 100 + 10 * i, 109 + 10 * i, at_ms=NOW)
+    assert rebuilt.snapshot() == table.snapshot()
+    assert rebuilt.admit(4, 0, 10) == AppendedLongAgo()
+    assert rebuilt.admit(4, 70, 10) == Duplicate(170, 179)
+
+
+def test_a_snapshot_below_a_later_broken_run_starts_the_run_at_its_rows() -> None:
+    """Batches 0-9, 10-19 at offsets 0-19; then 20-29 fails and 30-39 lands at 20-29 (the
+    run breaks: it starts at 30 now). A snapshot below offset 20 cannot say the run
+    started at 30. Expected: it says the run of its own rows (from 0), which restores
+    cleanly; observing the batch at 20 then breaks the run at 30 again, as in the log."""
+    table = broken_run()
+    doc = table.snapshot(below=20)
+    assert doc["2"]["first_sequence"] == 0
+    rebuilt = ProducerTable.restore(doc, now_ms=NOW)
+    assert rebuilt.admit(2, 0, 10) == Duplicate(0, 9)
+    rebuilt.observe(2, 30, 20, 29, at_ms=NOW)
+    assert rebuilt.snapshot() == table.snapshot()
+    assert rebuilt.admit(2, 20, 10) == OutOfSequence(expected=40, got=20)
+
+
+def test_a_snapshot_below_a_producers_first_batch_leaves_it_out() -> None:
+    """A producer whose only batch ends at or past the offset is not in the snapshot."""
+    table = ProducerTable()
+    appended(table, 1, 0, 5, 0)
+    appended(table, 9, 0, 5, 5)
+    assert set(table.snapshot(below=5)) == {"1"}
 
 
 def test_restore_reads_the_old_format() -> None:

@@ -4,6 +4,7 @@ acks and cursors, partitioning by key, reconnects across a broker restart."""
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -18,9 +19,11 @@ from client import (
     InvalidArgument,
     Message,
     NotFound,
+    Unavailable,
     partition_for,
 )
 from tests.broker.conftest import broker_config
+from tests.broker.test_serve_process import free_port
 from tests.client.conftest import address
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
@@ -239,3 +242,33 @@ async def test_reconnects_across_a_broker_restart_and_resumes_at_the_cursor(
     finally:
         await consumer.aclose()
         await first.aclose()
+
+
+async def test_start_waits_for_a_broker_that_comes_up_later(tmp_path: Path) -> None:
+    """Scenario: a consumer starts while nothing listens on the broker's port; the broker
+    starts there 1.5 s later. Expected: ``start`` waits (instead of raising Unavailable)
+    and returns once the subscription is open; a message published then is received."""
+    config = broker_config(tmp_path / "d").replace(listen=f"127.0.0.1:{free_port()}")
+    consumer = AsyncConsumer("late", "s", broker=config.listen, reconnect_backoff_max_s=0.2)
+    starting = asyncio.ensure_future(consumer.start())
+    await asyncio.sleep(1.5)
+    assert not starting.done()
+    async with Broker(config) as broker:
+        await _create(broker, "late")
+        await asyncio.wait_for(starting, 10)
+        await _produce(broker, "late", [b"hello"])
+        assert (await consumer.receive(timeout=10)).value == b"hello"
+        await consumer.aclose()
+
+
+async def test_start_gives_up_after_connect_timeout_naming_the_broker() -> None:
+    """Scenario: nothing ever listens at the address; ``connect_timeout`` 0.5 s.
+    Expected: ``start`` raises Unavailable after about 0.5 s (not at once, not much
+    later), saying which address could not be reached for how long."""
+    where = f"127.0.0.1:{free_port()}"
+    consumer = AsyncConsumer("t", "s", broker=where, connect_timeout=0.5)
+    started = time.monotonic()
+    with pytest.raises(Unavailable, match=rf"the broker at {where} could not be reached for 0.5 s"):
+        await consumer.start()
+    assert 0.5 <= time.monotonic() - started < 3
+    await consumer.aclose()

@@ -33,6 +33,7 @@ from client import (
     NotFound,
     RecordMetadata,
     ResourceExhausted,
+    Unavailable,
     partition_for,
 )
 from client._sync._bridge import LoopThread, to_concurrent
@@ -43,6 +44,7 @@ from client._wire.batch import decode_batch
 from proto import broker_pb2 as pb
 from proto import broker_pb2_grpc
 from tests.broker.conftest import broker_config
+from tests.broker.test_serve_process import free_port
 
 # -- harness ------------------------------------------------------------------------------
 
@@ -755,3 +757,13 @@ def test_consumer_iterates_acks_and_times_out(broker_address: str) -> None:
     with AdminClient(broker_address) as admin:
         info = admin.describe_subscription("sync-consume", "s")
     assert [(p.cursor, p.lag) for p in info.partitions] == [(20, 0)]
+
+
+def test_the_sync_consumer_gives_up_after_connect_timeout() -> None:
+    """The blocking twin takes the same setting and raises the same error."""
+    consumer = Consumer("t", "s", broker=f"127.0.0.1:{free_port()}", connect_timeout=0.3)
+    try:
+        with pytest.raises(Unavailable, match=r"could not be reached for 0\.3 s"):
+            consumer.start()
+    finally:
+        consumer.close()
