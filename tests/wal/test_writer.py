@@ -50,8 +50,8 @@ class DurableFs(FaultyFs):
         self.durable = 0
         self._names: dict[int, str] = {}
 
-    def open(self, path: str, *, create: bool = False) -> int:
-        fd = super().open(path, create=create)
+    def open(self, path: str, *, create: bool = False, exclusive: bool = False) -> int:
+        fd = super().open(path, create=create, exclusive=exclusive)
         self._names[fd] = path
         return fd
 
