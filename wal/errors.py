@@ -174,8 +174,8 @@ class DiskFullError(WalIOError):
             op,
             path,
             errno,
-            f"the disk is full ({cause}); nothing more was written; free space on that "
-            "filesystem and retry (writes resume by themselves, no restart needed)",
+            f"the disk is full ({cause}); nothing of this write was kept; free space on "
+            "that filesystem, then retry",
         )
 
 
