@@ -24,7 +24,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from pathlib import Path
 
 import grpc
@@ -37,7 +37,7 @@ from proto import admin_pb2 as admin
 from proto import admin_pb2_grpc, broker_pb2_grpc
 from proto import broker_pb2 as pb
 from tests._helpers import eventually
-from tests.broker.conftest import Client, broker_config
+from tests.broker.conftest import Client, broker_config, serving
 from tests.broker.test_serve_process import _serve_child, free_port, wait_serving
 from tests.broker.test_service import batch, create, fetched_values
 from wal import DiskFullError, Fault, FaultyFs, WalIOError
@@ -70,9 +70,11 @@ async def test_full_disk_rejects_publishes_serves_the_rest_and_recovers_by_itsel
     freed and one more record is published; then the broker restarts. Expected: the 3
     publishes fail with RESOURCE_EXHAUSTED naming the full disk and the segment file and are
     counted; the fetch returns the 5 records; the ack's state save fails and leaves the old
-    state file whole (no temp file left); after freeing, the publish is acknowledged at
-    offset 5 with no restart, the stream delivers it, the ack is saved by a later flush;
-    after the restart all 6 records read back byte for byte and the saved cursor holds."""
+    state file whole (no temp file left); a commit (AckUpTo, saved before its reply) fails
+    with RESOURCE_EXHAUSTED naming the state file; after freeing, the publish is acknowledged at
+    offset 5 with no restart, the stream delivers it, the ack is saved by a later flush,
+    the commit succeeds; after the restart all 6 records read back byte for byte and both
+    saved cursors hold."""
     data = tmp_path / "data"
     fs, metrics = FaultyFs(), BrokerMetrics()
     config = broker_config(data, cursor_flush_interval_ms=20)
@@ -96,14 +98,15 @@ async def test_full_disk_rejects_publishes_serves_the_rest_and_recovers_by_itsel
         while len(seen) < 5:
             seen += fetched_values(pb.FetchResponse(batches=[(await call.read()).delivery.batch]))
         assert _saved_cursor(data) == 0
+        commit = pb.AckUpToRequest(topic="t", subscription="spark", offset=1)
+        assert (await client.broker.AckUpTo(commit)).cursor == 1
 
         fs.faults.append(Fault("pwritev", error=errno.ENOSPC, times=None))  # the disk fills
         for _ in range(3):
-            with pytest.raises(grpc.aio.AioRpcError) as info:
-                await client.broker.Publish(pb.PublishRequest(topic="t", batch=batch(b"x")))
-            assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-            assert "disk is full" in (info.value.details() or "")
-            assert str(data / "topics" / "t" / "0") in (info.value.details() or "")
+            await _rejected(
+                client.broker.Publish(pb.PublishRequest(topic="t", batch=batch(b"x"))),
+                data / "topics" / "t" / "0",
+            )
         assert metrics.publish_disk_full.labels("t", "0")._value.get() == 3
         got = await client.broker.Fetch(pb.FetchRequest(topic="t", offset=0))
         assert fetched_values(got) == [(i, value(i)) for i in range(5)]
@@ -112,6 +115,9 @@ async def test_full_disk_rejects_publishes_serves_the_rest_and_recovers_by_itsel
         queue.put_nowait(pb.SubscribeRequest(ack=pb.Acks(ranges=[pb.OffsetRange(begin=0, end=5)])))
         await eventually(lambda: fs.faults[0].seen > before + 1)  # flushes tried, and failed
         assert _saved_cursor(data) == 0
+        commit = pb.AckUpToRequest(topic="t", subscription="spark", offset=3)
+        # a commit is saved before its reply
+        await _rejected(client.broker.AckUpTo(commit), data / "subscriptions" / "t" / "spark")
         assert not [p for p in (data / "subscriptions" / "t").iterdir() if p.name.endswith(".tmp")]
 
         fs.faults.clear()  # space freed
@@ -120,19 +126,26 @@ async def test_full_disk_rejects_publishes_serves_the_rest_and_recovers_by_itsel
         delivered = fetched_values(pb.FetchResponse(batches=[(await call.read()).delivery.batch]))
         assert delivered == [(5, value(5))]
         await eventually(lambda: _saved_cursor(data) == 5)
+        assert (await client.broker.AckUpTo(commit)).cursor == 3
         call.cancel()
 
-    async with (
-        Broker(config) as running,
-        grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel,
-    ):
-        client = Client(channel)
+    async with serving(config) as (_, client):
         got = await client.broker.Fetch(pb.FetchRequest(topic="t", offset=0))
         assert fetched_values(got) == [(i, value(i)) for i in range(6)]
-        described = await client.admin.DescribeSubscription(
-            admin.DescribeSubscriptionRequest(topic="t", subscription="s")
-        )
-        assert described.partitions[0].cursor == 5
+        for name, cursor in [("s", 5), ("spark", 3)]:
+            described = await client.admin.DescribeSubscription(
+                admin.DescribeSubscriptionRequest(topic="t", subscription=name)
+            )
+            assert described.partitions[0].cursor == cursor
+
+
+async def _rejected(call: Awaitable[object], where: Path) -> None:
+    """``call`` fails with RESOURCE_EXHAUSTED, saying the disk is full and naming ``where``."""
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await call
+    assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "disk is full" in (info.value.details() or "")
+    assert str(where) in (info.value.details() or "")
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.wal._helpers import CrashableFs, read_all
-from wal import Log, LogConfig, encode_columns
+from wal import FaultyFs, Log, LogConfig, encode_columns
 from wal.index import ENTRY
 
 
@@ -409,3 +409,39 @@ def _entries(index: Path) -> list[bytes]:
     """The raw 16-byte entries of an ``.index`` file."""
     data = index.read_bytes()
     return [data[i : i + ENTRY.size] for i in range(0, len(data) - ENTRY.size + 1, ENTRY.size)]
+
+
+class _SyncLog(FaultyFs):
+    """Records the path of every fdatasync."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.synced: list[str] = []
+
+    def fdatasync(self, fd: int) -> None:
+        self.synced.append(self._paths.get(fd, ""))
+        super().fdatasync(fd)
+
+
+def test_index_entries_recovery_drops_are_cut_and_the_cut_synced(tmp_path: Path) -> None:
+    """Scenario: a clean log of 10 batches (one index entry each); then two entries that
+    point past the end of the log are appended to its ``.index`` (stale entries of data a
+    power cut took back). Expected: opening drops them, cuts the ``.index`` to the trusted
+    entries and fdatasyncs the ``.index`` before anything is appended, so they cannot come
+    back later and vouch for new data written at their positions."""
+    config = LogConfig(segment_bytes=1 << 20, index_interval_bytes=1)
+    path = tmp_path / "log"
+    log = Log.open(str(path), config)
+    for k in range(10):
+        log.append(batch_bytes(log.head, 1 + k % 3))
+    head, end = log.head, log.size_bytes
+    log.close()
+    index = path / f"{0:020d}.index"
+    trusted = index.read_bytes()
+    index.write_bytes(trusted + ENTRY.pack(head, end, 0) + ENTRY.pack(head + 2, end + 90, 0))
+    fs = _SyncLog()
+    log = Log.open(str(path), config, fs=fs)
+    assert index.read_bytes() == trusted
+    assert str(index) in fs.synced
+    assert_intact(log, head)
+    log.close()
