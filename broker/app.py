@@ -8,7 +8,12 @@ Order of shutdown (STYLE rule 39): health goes to NOT_SERVING; the retention tas
 (publishes blocked by the backlog quota fail with ``UNAVAILABLE``); subscriptions stop
 dispatching, end their consumer streams (``UNAVAILABLE``: consumers reconnect elsewhere or
 later) and save their cursors; the server stops accepting and lets in-flight calls finish
-for ``grace_seconds``; then every log syncs and closes.
+for ``grace_seconds``; then every log syncs and closes. A shutdown step that fails on the
+disk (a state save on a full disk) is logged and the next step still runs.
+
+Start-up I/O errors (a read-only or full data directory, a file that cannot be opened) are
+raised as :class:`wal.WalIOError` naming the file and the cause, so that ``headrace
+serve`` can print one line for them.
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ from dispatcher import SubscriptionRegistry
 from proto import admin_pb2 as _admin
 from proto import admin_pb2_grpc
 from proto import broker_pb2 as _pb
+from wal import FileSystem, WalIOError
+from wal.errors import io_error
 from wal.lock import DirectoryLock
 from wal.log import Clock
 
@@ -61,6 +68,8 @@ class Broker:
         metrics: Where metrics are recorded. Default: a fresh registry.
         clock: Wall-clock ms since the epoch for the partitions (log rolling and retention
             by age, producer expiry). Default: the system clock; tests pass a manual one.
+        fs: File operations for the logs and subscription state. Default: the real ones;
+            tests pass a :class:`wal.FaultyFs` (a full disk, failing syncs).
     """
 
     def __init__(
@@ -69,18 +78,21 @@ class Broker:
         *,
         metrics: BrokerMetrics | None = None,
         clock: Clock | None = None,
+        fs: FileSystem | None = None,
     ) -> None:
         self.config = config
         self.metrics = metrics or BrokerMetrics()
         self.topics = TopicRegistry(
             config.data_dir,
             config.wal,
+            fs,
             on_open=self._watch_partition,
             clock=clock,
             snapshot_bytes=config.producer_snapshot_bytes,
         )
         self.subscriptions = SubscriptionRegistry(
             config.data_dir,
+            fs=fs,
             max_unacked=config.max_unacked,
             dispatch=config.dispatch,
             on_dispatch=self.metrics.dispatch_observer,
@@ -113,18 +125,33 @@ class Broker:
 
         Raises:
             DataDirLockedError: Another broker holds the data directory.
+            WalIOError: A file or directory under the data directory cannot be created,
+                read or written (read-only, full, no permission); it names which and why.
         """
         check_listen("listen", self.config.listen)
         if self.config.metrics_listen:
             check_listen("metrics_listen", self.config.metrics_listen)
         # Synchronous (a mkdir, an open, a flock, one small file): no await between taking
         # the lock and owning it, so a cancelled start cannot leave it held by nobody.
-        self._lock = DirectoryLock(self.config.data_dir)
+        try:
+            self._lock = DirectoryLock(self.config.data_dir)
+        except OSError as exc:
+            raise io_error("lock the data directory", self.config.data_dir, exc) from exc
         try:
             await self._open_and_serve()
-        except BaseException:
-            await self.aclose()
+        except BaseException as exc:
+            await self._abandon_start()
+            if isinstance(exc, OSError) and exc.filename:  # a file, not a socket
+                raise io_error("open the data directory", self.config.data_dir, exc) from exc
             raise
+
+    async def _abandon_start(self) -> None:
+        """Close what a failed start opened; a second failure is logged, so that the first,
+        the one that explains the failed start, is what the caller sees."""
+        try:
+            await self.aclose()
+        except Exception as exc:
+            logger.warning("closing after a failed start failed too: %s", exc)
 
     async def _open_and_serve(self) -> None:
         await self.topics.open()
@@ -185,10 +212,20 @@ class Broker:
         if server is not None:
             await self._health.enter_graceful_shutdown()
         await self.retention.aclose()  # before the subscriptions: it reads their floors
-        await self.subscriptions.aclose()
+        try:
+            await self.subscriptions.aclose()
+        except (OSError, WalIOError) as exc:
+            logger.error(
+                "saving subscription state at shutdown failed (%s); acknowledgements since "
+                "the last save will be redelivered",
+                exc,
+            )
         if server is not None:
             await server.stop(self.config.grace_seconds)
-        await self.topics.aclose()
+        try:
+            await self.topics.aclose()
+        except (OSError, WalIOError) as exc:
+            logger.error("closing the topics failed (%s); the next start recovers them", exc)
         http, self._metrics_http = self._metrics_http, None
         if http is not None:
             await asyncio.to_thread(http.shutdown)  # stop serve_forever on its thread

@@ -25,7 +25,7 @@ from broker.cli_client import consume, lag, produce, seek, topics
 from broker.cli_dlq import dlq
 from broker.config import BrokerConfig, ConfigError
 from broker.errors import ListenError
-from wal.errors import DataDirLockedError
+from wal.errors import DataDirLockedError, WalIOError
 from wal.inspect import inspect_dir
 
 
@@ -74,8 +74,14 @@ def serve(
             runner.run(run_broker(config))
     except (DataDirLockedError, ListenError) as exc:
         raise click.ClickException(str(exc)) from exc
+    except WalIOError as exc:
+        raise click.ClickException(
+            f"cannot serve from data directory {config.data_dir}: {exc}; make it writable "
+            "(or free space), or give another --data-dir"
+        ) from exc
     except OSError as exc:
-        raise click.ClickException(f"cannot serve: {exc.strerror or exc}") from exc
+        where = f" ({exc.filename})" if exc.filename else ""
+        raise click.ClickException(f"cannot serve: {exc.strerror or exc}{where}") from exc
 
 
 @cli.group()

@@ -3,7 +3,10 @@
 Owns :func:`append_batch` and :data:`Append` (its shape once bound to a broker's parts).
 The Publish RPCs and dead-letter replay both go through it, so a replay obeys the backlog
 quota (waits under ``block_producer``, fails under ``reject_producer``, makes room under
-``evict_oldest_backlog``) and counts in ``headrace_published_*`` like any producer.
+``evict_oldest_backlog``) and counts in ``headrace_published_*`` like any producer. A publish
+that finds the disk full is counted in ``headrace_publish_disk_full_total`` and fails with
+:class:`~wal.DiskFullError` (``RESOURCE_EXHAUSTED``); nothing of it stays in the log, and
+the next publish tries the disk again.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from broker.metrics import BrokerMetrics
 from broker.partition import Partition
 from broker.retention import RetentionService
-from wal import AppendResult
+from wal import AppendResult, DiskFullError
 
 #: ``append(topic, partition, data) -> (result, duplicate)``: :func:`append_batch` bound to
 #: a broker's backlog quota and metrics.
@@ -38,11 +41,16 @@ async def append_batch(
         BacklogQuotaExceededError: over quota under ``reject_producer``, or still over it
             when ``block_producer``'s wait ends.
         InvalidBatchError: the batch is malformed or over a limit; nothing was appended.
+        DiskFullError: the disk is full; nothing was appended.
     """
     blocked = retention.admit(topic, partition) if retention is not None else None
     if blocked is not None:
         await blocked  # block_producer: the backlog is over its quota
-    result, duplicate = await partition.append(data)
+    try:
+        result, duplicate = await partition.append(data)
+    except DiskFullError:
+        metrics.disk_full(topic, partition.index)
+        raise
     if not duplicate:
         metrics.published(topic, partition.index, result, len(data))
     return result, duplicate

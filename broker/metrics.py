@@ -71,6 +71,13 @@ class BrokerMetrics:
             labels,
             registry=self.registry,
         )
+        self.publish_disk_full = Counter(
+            "headrace_publish_disk_full",
+            "Publishes rejected (RESOURCE_EXHAUSTED) because the disk holding the partition's "
+            "log was full; nothing of them was written.",
+            labels,
+            registry=self.registry,
+        )
         self.producer_ids_expired = Counter(
             "headrace_producer_ids_expired",
             "Idempotent producer ids forgotten after producer_expiry_ms without an append.",
@@ -132,6 +139,10 @@ class BrokerMetrics:
         labels = (topic, str(partition))
         self.published_records.labels(*labels).inc(result.last_offset - result.first_offset + 1)
         self.published_bytes.labels(*labels).inc(size)
+
+    def disk_full(self, topic: str, partition: int) -> None:
+        """Count one publish rejected because the disk was full."""
+        self.publish_disk_full.labels(topic, str(partition)).inc()
 
     def quota_exceeded(self, topic: str, partition: int, policy: str) -> None:
         """Count one publish that found its partition over the backlog quota."""

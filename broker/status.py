@@ -4,6 +4,13 @@ Role: servicers catch nothing themselves; their unary methods are decorated with
 :func:`rpc`, which hands any error to :func:`abort_for`, which turns it into
 ``context.abort(code, message)`` with the error's own actionable message. Unknown errors are
 logged with their traceback and reported as ``INTERNAL`` without internals.
+
+I/O errors: a full disk is ``RESOURCE_EXHAUSTED`` (the request was fine, the broker has no
+room; it accepts writes again by itself once space is freed). Any other I/O error is
+``UNAVAILABLE``: this broker's disk failed the request, which may succeed later or on
+another broker, and the message names the file and the cause. A bare ``OSError`` that
+reaches a servicer (a subscription's state save) is first translated with
+:func:`wal.errors.io_error`, so it gets the same rows and messages.
 """
 
 from __future__ import annotations
@@ -35,12 +42,15 @@ from dispatcher.dead_letter import DlqCorruptError
 from wal import (
     BatchTooLargeError,
     CorruptSegmentError,
+    DiskFullError,
     InvalidBatchError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
     WalClosedError,
     WalFailedError,
+    WalIOError,
 )
+from wal.errors import DISK_FULL_ERRNOS, io_error
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +59,7 @@ STATUS_TABLE: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (RecordTooLargeError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (BatchTooLargeError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (BacklogQuotaExceededError, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (DiskFullError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (InvalidBatchError, grpc.StatusCode.INVALID_ARGUMENT),
     (InvalidRequestError, grpc.StatusCode.INVALID_ARGUMENT),
     (TopicNotFoundError, grpc.StatusCode.NOT_FOUND),
@@ -63,6 +74,7 @@ STATUS_TABLE: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (CorruptSegmentError, grpc.StatusCode.DATA_LOSS),
     (DlqCorruptError, grpc.StatusCode.DATA_LOSS),
     (WalFailedError, grpc.StatusCode.UNAVAILABLE),
+    (WalIOError, grpc.StatusCode.UNAVAILABLE),
     (WalClosedError, grpc.StatusCode.UNAVAILABLE),
     (ShuttingDownError, grpc.StatusCode.UNAVAILABLE),
     (DispatcherClosedError, grpc.StatusCode.UNAVAILABLE),
@@ -71,11 +83,26 @@ STATUS_TABLE: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
 
 def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     """The status code and message for ``exc`` (``INTERNAL`` for anything unknown)."""
+    exc = _typed_io_error(exc)
     for cls, code in STATUS_TABLE:
         if isinstance(exc, cls):
             return code, str(exc)
     logger.error("unexpected error serving a request", exc_info=exc)
     return grpc.StatusCode.INTERNAL, "internal broker error; see the broker log"
+
+
+def _typed_io_error(exc: BaseException) -> BaseException:
+    """``exc``, with a foreign ``OSError`` translated to the wal's typed I/O error, and an
+    I/O error that reports a full disk made a :class:`DiskFullError`."""
+    if isinstance(exc, OSError):
+        return io_error("file I/O", "a file of the data directory", exc)
+    if (
+        isinstance(exc, WalIOError)
+        and not isinstance(exc, DiskFullError)
+        and exc.errno in DISK_FULL_ERRNOS
+    ):
+        return DiskFullError(exc.op, exc.path, exc.errno)
+    return exc
 
 
 async def abort_for(exc: BaseException, context: grpc.aio.ServicerContext[Any, Any]) -> NoReturn:

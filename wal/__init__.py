@@ -34,8 +34,15 @@ implausible.
 
 Write protocol: the writer task gathers queued batches, writes them with one ``pwritev``
 into the active segment, then one ``fdatasync`` (policy ``always``), then advances the
-high-water mark, then acknowledges. Index entries are written after the data they point at,
-never synced except when a segment is sealed.
+high-water mark, then acknowledges. An index entry is written to the ``.index`` only after
+an ``fdatasync`` of the ``.log`` that began after its batch was written (the group's own
+under ``always``; the periodic one under ``interval``; the one of a roll or a close under
+``never``); until then it lives only in memory. The ``.index`` is synced only when a segment
+is sealed, and when opening cuts entries from it (so a dropped entry never comes back).
+
+A write that finds the disk full (ENOSPC, EDQUOT) is cut back to the last whole batch at
+once and the log stays writable: the next append tries the disk again. Any other write
+error, and any failed sync, latches the log until it is reopened.
 
 Multi-file changes: a roll syncs the old segment and its index, creates the new pair, then
 fsyncs the directory. Retention renames a segment's files to ``.deleted``, fsyncs the
@@ -47,11 +54,17 @@ every path to it) from before it opens anything until it has closed everything, 
 its pid to ``<data>/LOCK`` so a refused second broker can name the holder.
 
 Recovery rule: only the active segment's tail is scanned, from its newest index entry whose
-header checks out (data before it was durable before the entry was written). The scan
-stops at the first batch whose magic, length, CRC or layout fails, or whose base offset does
-not follow on; everything from there is cut, copied first to
-``<segment>.log.<position>.broken``, and the count is logged. Damage inside a sealed
-segment is never cut: reads that reach it raise ``CorruptSegmentError`` and stop there.
+header checks out. Every byte before that entry was durable before the entry was written:
+by the write protocol an entry on disk points at a batch that an ``fdatasync`` covered, and
+``fdatasync`` covers every byte before it too, whatever order the disk wrote pages back in.
+(Entries a power cut lost only make the scan longer; a torn ``.index`` is dropped whole and
+the whole segment scanned.) The scan stops at the first batch whose magic, length, CRC or
+layout fails, or whose base offset does not follow on; everything from there is cut, copied
+first to ``<segment>.log.<position>.broken``, and the count is logged. So after a power
+cut that lost any unsynced page, even one followed by kept pages, the log is a prefix of
+what was written, and it holds everything that was synced. Sealed segments were synced whole
+when sealed. Damage inside a sealed segment (bit rot, a restored bad copy) is never cut:
+reads that reach it raise ``CorruptSegmentError`` and stop there.
 """
 
 from wal.batch import (
@@ -67,6 +80,7 @@ from wal.errors import (
     CorruptBatchError,
     CorruptSegmentError,
     DataDirLockedError,
+    DiskFullError,
     EmptyBatchError,
     InvalidBatchError,
     OffsetOutOfRangeError,
@@ -92,6 +106,7 @@ __all__ = [
     "CorruptSegmentError",
     "DataDirLockedError",
     "DirectoryLock",
+    "DiskFullError",
     "EmptyBatchError",
     "Fault",
     "FaultyFs",

@@ -13,6 +13,15 @@ Invariants:
 - ``makedirs`` fsyncs the parent of every directory it creates.
 - Crash points are named strings (``CRASH_POINTS``); production code calls
   :meth:`FileSystem.crash_point` at each, which does nothing outside tests.
+- A failed ``atomic_write_many`` leaves no temp file behind (a full disk is not made fuller).
+
+Power-loss model of :class:`FaultyFs` (what :meth:`FaultyFs.power_cut` may do to bytes
+written since a file's last ``fdatasync``/``fsync``): the file's size stays or falls back
+anywhere between its synced size and its current size, and each unsynced page below the new size
+independently reaches the disk or not. A page that does not keeps its content as of the last
+sync (zeros where the file had no bytes then). So a power cut can keep a later page and lose
+an earlier one, as a real disk that writes back pages in any order can. Truncation is taken
+as durable at once (every caller syncs after truncating).
 
 Errors are raised as ``OSError``; the segment and log layers translate them.
 """
@@ -44,10 +53,16 @@ CRASH_POINTS = (
 class FileSystem:
     """Real file operations. Task-safe as far as the OS is: it holds no state."""
 
-    def open(self, path: str, *, create: bool = False) -> int:
-        """Open ``path`` read-write and return the descriptor."""
-        flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if create else 0)
-        return os.open(path, flags, 0o644)
+    def open(self, path: str, *, create: bool = False, exclusive: bool = False) -> int:
+        """Open ``path`` read-write and return the descriptor.
+
+        Args:
+            path: The file.
+            create: Create it if it is missing.
+            exclusive: Create it, failing if it exists (``O_EXCL``).
+        """
+        flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if create or exclusive else 0)
+        return os.open(path, flags | (os.O_EXCL if exclusive else 0), 0o644)
 
     def open_readonly(self, path: str) -> int:
         """Open ``path`` read-only (inspection tools) and return the descriptor."""
@@ -157,7 +172,7 @@ class FileSystem:
 
     def write_new(self, path: str, data: Buffer) -> None:
         """Create ``path`` (it must not exist), write ``data`` and fdatasync it."""
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        fd = self.open(path, exclusive=True)
         try:
             self.write_all(fd, [data], 0)
             self.fdatasync(fd)
@@ -172,11 +187,20 @@ class FileSystem:
         """Replace several files, each atomically, at the cost of one directory fsync per
         directory: every temp is written and fsynced, then every rename is done, then each
         directory is fsynced once. A crash leaves each file old or new, never a mix (some
-        may be new and others old); once this returns, all are new and durable."""
-        for path, data in files:
-            tmp = path + ".tmp"
-            self.remove(tmp)
-            self.write_new(tmp, data)
+        may be new and others old); once this returns, all are new and durable. If writing
+        a temp file fails (a full disk), every temp file is removed and nothing is renamed."""
+        written: list[str] = []
+        try:
+            for path, data in files:
+                tmp = path + ".tmp"
+                self.remove(tmp)
+                written.append(tmp)
+                self.write_new(tmp, data)
+        except OSError:
+            for tmp in written:
+                with contextlib.suppress(OSError):
+                    self.remove(tmp)
+            raise
         self.crash_point("index.after_tmp")
         for path, _data in files:
             self.rename(path + ".tmp", path)
@@ -226,12 +250,16 @@ class FaultyFs(FileSystem):
     """A :class:`FileSystem` that injects faults; a test aid importable beside the real one.
 
     Features:
-        - ``faults``: errno failures of chosen operations (see :class:`Fault`).
+        - ``faults``: errno failures of chosen operations (see :class:`Fault`); remove a
+          fault from the list (``faults.clear()``) to end it, as freeing disk space does.
         - ``max_write``: cap each ``pwritev`` at this many bytes (short writes).
         - ``crash_at``: raise :class:`SimulatedCrash` at that named crash point (or call
           ``on_crash`` instead, e.g. ``os._exit`` in a child process).
-        - ``power_cut(rng)``: drop what was written but never fdatasynced, keeping a random
-          prefix of it, as a power loss would.
+        - ``power_cut(rng)``: lose what was written but never synced, as a power loss would
+          (the model is in the module docstring): a random part of each file's unsynced
+          tail is kept, and each unsynced page below it independently survives or not.
+        - ``page_size``: the unit a power cut keeps or loses, bytes. Default 4096; tests of
+          tiny segments pass 64 so that one segment spans many pages.
 
     Not task-safe; tests use it from one thread at a time.
     """
@@ -243,14 +271,21 @@ class FaultyFs(FileSystem):
         max_write: int | None = None,
         crash_at: str | None = None,
         on_crash: Callable[[str], None] | None = None,
+        page_size: int = 4096,
     ) -> None:
+        if page_size < 1:
+            raise ValueError(f"page_size must be at least 1, not {page_size}")
         self.faults = list(faults)
         self.max_write = max_write
         self.crash_at = crash_at
         self.on_crash = on_crash
+        self.page_size = page_size
         self.calls: dict[str, int] = {}
         self._paths: dict[int, str] = {}
         self._synced: dict[str, int] = {}
+        # path -> page number -> the page's bytes as of the file's last sync, for every page
+        # written since (shorter than a page where the file ended).
+        self._before: dict[str, dict[int, bytes]] = {}
 
     def _check(self, op: str, path: str) -> Fault | None:
         self.calls[op] = self.calls.get(op, 0) + 1
@@ -268,13 +303,16 @@ class FaultyFs(FileSystem):
     def _raise(self, fault: Fault, path: str) -> None:
         raise OSError(fault.error, os.strerror(fault.error), path)
 
-    def open(self, path: str, *, create: bool = False) -> int:
+    def open(self, path: str, *, create: bool = False, exclusive: bool = False) -> int:
         """Open, recording the path for later faults and power cuts."""
         fault = self._check("open", path)
         if fault:
             self._raise(fault, path)
-        fd = super().open(path, create=create)
+        fd = super().open(path, create=create, exclusive=exclusive)
         self._paths[fd] = path
+        if exclusive:  # a new file: nothing of it is durable yet
+            self._synced[path] = 0
+            self._before[path] = {}
         self._synced.setdefault(path, super().size(fd))
         return fd
 
@@ -290,11 +328,24 @@ class FaultyFs(FileSystem):
         data = b"".join(bytes(b) for b in buffers)
         if fault:
             if fault.partial:
-                super().pwritev(fd, [data[: fault.partial]], offset)
+                self._write(fd, path, data[: fault.partial], offset)
             self._raise(fault, path)
         if self.max_write is not None:
             data = data[: self.max_write]
+        return self._write(fd, path, data, offset)
+
+    def _write(self, fd: int, path: str, data: bytes, offset: int) -> int:
+        """Write, first keeping the synced content of every page the write touches."""
+        before = self._before.setdefault(path, {})
+        ps = self.page_size
+        for page in range(offset // ps, (offset + len(data) + ps - 1) // ps):
+            if page not in before:  # untouched since the last sync: it holds synced bytes
+                before[page] = os.pread(fd, ps, page * ps)
         return super().pwritev(fd, [data], offset)
+
+    def _mark_synced(self, fd: int, path: str) -> None:
+        self._synced[path] = super().size(fd)
+        self._before[path] = {}
 
     def fdatasync(self, fd: int) -> None:
         """fdatasync, or fail; on success remember the durable size."""
@@ -303,7 +354,7 @@ class FaultyFs(FileSystem):
         if fault:
             self._raise(fault, path)
         super().fdatasync(fd)
-        self._synced[path] = super().size(fd)
+        self._mark_synced(fd, path)
 
     def fsync(self, fd: int) -> None:
         """fsync, or fail; on success remember the durable size."""
@@ -312,7 +363,7 @@ class FaultyFs(FileSystem):
         if fault:
             self._raise(fault, path)
         super().fsync(fd)
-        self._synced[path] = super().size(fd)
+        self._mark_synced(fd, path)
 
     def rename(self, src: str, dst: str) -> None:
         """Rename, or fail."""
@@ -322,6 +373,13 @@ class FaultyFs(FileSystem):
         super().rename(src, dst)
         if src in self._synced:
             self._synced[dst] = self._synced.pop(src)
+            self._before[dst] = self._before.pop(src, {})
+
+    def remove(self, path: str) -> None:
+        """Remove, forgetting what was known about the file."""
+        super().remove(path)
+        self._synced.pop(path, None)
+        self._before.pop(path, None)
 
     def fsync_dir(self, path: str) -> None:
         """Directory fsync, or fail."""
@@ -331,13 +389,21 @@ class FaultyFs(FileSystem):
         super().fsync_dir(path)
 
     def truncate(self, fd: int, size: int) -> None:
-        """Truncate, or fail."""
+        """Truncate, or fail. The new size counts as durable at once (see the module
+        docstring): pages past it are forgotten, and none comes back in a power cut."""
         path = self._paths.get(fd, "")
         fault = self._check("truncate", path)
         if fault:
             self._raise(fault, path)
         super().truncate(fd, size)
         self._synced[path] = min(self._synced.get(path, size), size)
+        ps = self.page_size
+        before = self._before.get(path, {})
+        for page in [p for p in before if p * ps >= size]:
+            del before[page]
+        last = size // ps
+        if last in before:
+            before[last] = before[last][: size - last * ps]
 
     def crash_point(self, name: str) -> None:
         """Crash here if this is the chosen point."""
@@ -350,21 +416,48 @@ class FaultyFs(FileSystem):
             raise SimulatedCrash(name)
 
     def power_cut(self, rng: random.Random) -> dict[str, int]:
-        """Simulate power loss: cut every file written through this fs back towards its
-        last synced size, keeping a random part of the unsynced bytes (a torn write).
+        """Simulate power loss on every file written through this fs (see the module
+        docstring): keep each file's size, or (even odds) cut it back to a random size
+        between its synced and its current size; then give each unsynced page below that
+        size an even chance of losing its new bytes (it reverts to its content as of the
+        last sync, zeros where there was none).
 
         Call only after every descriptor is closed (the process "died").
 
         Returns:
-            Path -> new size, for files that lost bytes.
+            Path -> new size, for files that lost bytes (a cut tail or a lost page).
         """
         cut: dict[str, int] = {}
         for path, synced in self._synced.items():
             if not os.path.exists(path):
                 continue
             size = os.path.getsize(path)
-            if size > synced:
+            keep = size
+            if size > synced and rng.random() < 0.5:  # else the new size reached the disk
                 keep = synced + rng.randint(0, size - synced)
+            if keep < size:
                 os.truncate(path, keep)
                 cut[path] = keep
+            if self._lose_pages(path, keep, rng):
+                cut[path] = keep
+        self._before = {}
+        self._synced = {p: os.path.getsize(p) for p in self._synced if os.path.exists(p)}
         return cut
+
+    def _lose_pages(self, path: str, size: int, rng: random.Random) -> bool:
+        """Revert each unsynced page below ``size`` with probability 1/2; return whether any
+        page changed."""
+        ps = self.page_size
+        lost = False
+        with open(path, "r+b") as f:
+            for page, old in sorted(self._before.get(path, {}).items()):
+                start = page * ps
+                if start >= size or rng.random() < 0.5:
+                    continue
+                length = min(ps, size - start)
+                f.seek(start)
+                if f.read(length) != old[:length].ljust(length, b"\0"):
+                    f.seek(start)
+                    f.write(old[:length].ljust(length, b"\0"))
+                    lost = True
+        return lost

@@ -10,6 +10,11 @@ Invariants:
 - After an I/O error in an append, flush or roll the log is *failed*: every later write
   raises :class:`~wal.errors.WalFailedError` until the log is reopened, which recovers.
   Nothing half-written is acknowledged, because acknowledgement follows a successful sync.
+- One exception: a *write* (not a sync) that finds the disk full is cut back, so the log is
+  exactly as before it, and raises :class:`~wal.errors.DiskFullError` without latching; the
+  next append tries the disk again, so appends resume by themselves once space is freed.
+  A full disk met by a sync still latches: after a failed ``fdatasync`` the kernel may have
+  dropped the dirty pages, and only a reopen (which rescans the tail) can be trusted.
 
 Not task-safe: one owner (a ``LogWriter``) issues writes, one at a time. Reads of offsets
 below :attr:`Log.head` as observed before a write began are safe from another thread while
@@ -30,10 +35,12 @@ from typing import NamedTuple
 from wal.batch import RecordBatch
 from wal.config import LogConfig
 from wal.errors import (
+    DISK_FULL_ERRNOS,
     OffsetOutOfRangeError,
     WalClosedError,
+    WalError,
     WalFailedError,
-    WalIOError,
+    io_error,
 )
 from wal.fs import FileSystem
 from wal.naming import INDEX_SUFFIX, LOG_SUFFIX, is_leftover, parse_segment_name, segment_name
@@ -127,7 +134,7 @@ class Log:
         try:
             return cls._open(path, config, fs, clock or wall_clock_ms)
         except OSError as exc:
-            raise WalIOError("open", path, exc.errno, str(exc)) from exc
+            raise io_error("open", path, exc) from exc
 
     @classmethod
     def _open(cls, path: str, config: LogConfig, fs: FileSystem, clock: Clock) -> Log:
@@ -234,6 +241,8 @@ class Log:
         """Write validated batches in order, rolling segments as needed (not synced).
 
         Raises:
+            DiskFullError: the disk is full; ``written`` batches (a prefix, written before
+                a roll) are in the log and the rest are not; the log stays healthy.
             WalFailedError: the log is failed, or this write failed and latched it.
             WalClosedError: the log is closed.
         """
@@ -243,11 +252,13 @@ class Log:
         group: list[tuple[int, RecordBatch]] = []
         group_bytes = 0
         offset = self.head
+        written = 0
         try:
             for batch in batches:
                 if self._needs_roll(self._segments[-1], group_bytes, batch.size, now):
                     if group:
                         self._segments[-1].append(group, now)
+                        written += len(group)
                         group, group_bytes = [], 0
                     self._roll()
                 group.append((offset, batch))
@@ -259,12 +270,14 @@ class Log:
                 self._segments[-1].append(group, now)
                 self._fs.crash_point("append.after_write")
         except OSError as exc:
-            raise self._latch("append", exc) from exc
+            raise self._write_failed("append", exc, written) from exc
         return results
 
     def _needs_roll(self, active: Segment, unwritten: int, incoming: int, now: int) -> bool:
         """Whether ``incoming`` bytes must go to a new segment; ``unwritten`` bytes of this
         group are already bound for the active one."""
+        if active.sealed:
+            return True  # a roll sealed it, then failed to create the next (a full disk)
         cfg = self.config
         size = active.size + unwritten
         if size + incoming <= cfg.segment_bytes and cfg.segment_ms is None:
@@ -295,7 +308,7 @@ class Log:
         try:
             self._roll()
         except OSError as exc:
-            raise self._latch("roll", exc) from exc
+            raise self._write_failed("roll", exc) from exc
 
     def _roll(self) -> None:
         old = self._segments[-1]
@@ -318,6 +331,17 @@ class Log:
             raise WalClosedError(self.path)
         if self._failure is not None:
             raise WalFailedError(self.path, self._failure)
+
+    def _write_failed(self, op: str, exc: OSError, written: int = 0) -> WalError:
+        """The error for a failed write: a full disk that left every segment as it was
+        (each failed write cut back, no sync failed) is a :class:`DiskFullError` and the
+        log stays healthy; anything else latches the log."""
+        touched = self._segments[-2:]  # a roll touches the old and the new active segment
+        if exc.errno in DISK_FULL_ERRNOS and not any(s.write_fault for s in touched):
+            error = io_error(op, self._segments[-1].path, exc, written=written)
+            logger.warning("log %s: %s", self.path, error)
+            return error
+        return self._latch(op, exc)
 
     def _latch(self, op: str, exc: OSError) -> WalFailedError:
         self._failure = f"{op} failed: {exc.strerror or exc} (errno {exc.errno})"
@@ -380,7 +404,7 @@ class Log:
             for path in renamed:
                 self._fs.remove(path)
         except OSError as exc:
-            raise WalIOError("delete segment", seg.path, exc.errno, str(exc)) from exc
+            raise io_error("delete segment", seg.path, exc) from exc
         logger.info(
             "log %s deleted segment %d (retention); first offset now %d",
             self.path,
@@ -431,7 +455,7 @@ class Log:
                 if seg.next_offset > offset:
                     break  # this segment has more; the budget ran out
         except OSError as exc:
-            raise WalIOError("read", self.path, exc.errno, str(exc)) from exc
+            raise io_error("read", self.path, exc) from exc
         return out
 
     # -- closing ----------------------------------------------------------------------

@@ -6,9 +6,24 @@ up to :class:`wal.log.Log`, which latches and translates it.
 
 Invariants:
 - ``size`` counts only bytes whose write completed; ``next_offset`` follows the last batch.
-- The log data is written before the index entries that point into it, so an index can be
-  ahead of the data only after a crash, and recovery drops such entries.
+  A write that fails is cut back to ``size`` at once, so no torn bytes stay for a later
+  batch to follow (a full disk leaves the segment as it was, ready for the next write).
+- An index entry reaches the ``.index`` file only after an ``fdatasync`` of the ``.log``
+  that began after the entry's batch was written (:meth:`Segment.flush`, :meth:`Segment.seal`).
+  Until then it is *pending*: in the in-memory index, for reads, but not in the file. Since
+  ``fdatasync`` covers every byte of the file, every byte before an entry in the file was
+  durable before the entry was written, whatever order the disk writes pages back in; that
+  is what lets recovery scan only after the newest entry (``wal/__init__``'s recovery rule).
+  Entries recovery drops are cut from the file and the cut is synced at once, so a dropped
+  entry never returns after a power cut to vouch for bytes written later at its position.
 - A sealed segment is never written again. Damage found in it is reported, never cut.
+
+Why deferred entries rather than a checkpointed recovery point (Kafka's
+``recovery-point-offset-checkpoint``): the entries already carry exactly the fact recovery
+needs, per segment, in a file that is written anyway, so there is no second file to replace
+atomically and keep in step with roll and retention. The cost: under the ``interval`` and
+``never`` policies entries lag the data by up to one sync, so recovery may scan that much
+more (under ``never`` a whole active segment, as no sync happens before a roll or a close).
 
 Not task-safe: owned by one :class:`wal.log.Log`. Reads of bytes below ``size`` may run on
 another thread while an append runs, because appended bytes never move and ``size`` is
@@ -20,12 +35,13 @@ from __future__ import annotations
 import logging
 import os
 import struct
+import threading
 from dataclasses import dataclass
 
 from wal.batch import HEADER_SIZE, MAGIC, RecordBatch, decode_batch
-from wal.errors import CorruptBatchError, CorruptSegmentError
+from wal.errors import DISK_FULL_ERRNOS, CorruptBatchError, CorruptSegmentError
 from wal.fs import FileSystem
-from wal.index import ENTRY_SIZE, NO_TIMESTAMP, IndexCorruptError, OffsetIndex
+from wal.index import ENTRY, ENTRY_SIZE, NO_TIMESTAMP, IndexCorruptError, OffsetIndex
 from wal.naming import INDEX_SUFFIX, LOG_SUFFIX, broken_name, segment_name
 from wal.recovery import BatchPos, ScanResult, scan_file
 
@@ -33,6 +49,8 @@ logger = logging.getLogger(__name__)
 
 _BASE = struct.Struct("<Q")
 _PEEK = struct.Struct("<QIIBBHI")  # base, length, crc, magic, version, flags, count
+#: One index entry: (offset, position, max_timestamp_before).
+Entry = tuple[int, int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +73,16 @@ class TailRecovery:
 
 
 class Segment:
-    """A ``.log`` + ``.index`` pair. Not task-safe: owned by its ``Log``."""
+    """A ``.log`` + ``.index`` pair. Not task-safe: owned by its ``Log``.
+
+    One exception: under the ``interval`` policy :meth:`flush` runs on a second thread
+    while :meth:`append` runs; the pending index entries and the ``.index`` descriptor are
+    guarded by a lock for that.
+
+    Attributes:
+        write_fault: Why the files may no longer match this object (a failed sync, or a
+            failed write that could not be cut back), or ``None``. The log latches on it.
+    """
 
     def __init__(
         self,
@@ -84,6 +111,12 @@ class Segment:
         self._max_ts: int | None = None
         # (first offset not readable, byte position, reason) once damage is known.
         self._damage: tuple[int, int, str] | None = None
+        # Entries in the in-memory index but not yet in the file (their data is not known
+        # to be synced), and how many entries the file holds.
+        self._pending: list[Entry] = []
+        self._index_written = 0
+        self._index_lock = threading.Lock()
+        self.write_fault: str | None = None
 
     # -- life cycle -------------------------------------------------------------------
 
@@ -96,7 +129,7 @@ class Segment:
         try:
             seg._index = OffsetIndex(base_offset)
             fs.truncate(seg._fd, 0)
-            seg._open_index_for_append(truncate=True)
+            seg._open_index_for_append()
         except BaseException:
             seg.close()
             raise
@@ -125,7 +158,7 @@ class Segment:
         seg = cls._open_files(fs, directory, base_offset, index_interval, create=True)
         try:
             report = seg._recover_tail()
-            seg._open_index_for_append(truncate=False)
+            seg._open_index_for_append()
         except BaseException:
             seg.close()
             raise
@@ -144,14 +177,15 @@ class Segment:
             raise
         return cls(fs, directory, base, interval, log_fd=fd, size=size, next_offset=base)
 
-    def _open_index_for_append(self, *, truncate: bool) -> None:
-        assert self._index is not None
+    def _open_index_for_append(self) -> None:
+        """Open the ``.index`` for appending. The file keeps exactly the entries recovery
+        trusted (``_index_written``); anything after them is cut and the cut synced, so a
+        dropped entry cannot come back after a power cut (see the module docstring)."""
         self._index_fd = self.fs.open(self.index_path, create=True)
-        want = len(self._index) * ENTRY_SIZE
-        if truncate or self.fs.size(self._index_fd) != want:
-            self.fs.truncate(self._index_fd, 0)
-            if want:
-                self.fs.write_all(self._index_fd, [self._index.to_bytes()], 0)
+        want = self._index_written * ENTRY_SIZE
+        if self.fs.size(self._index_fd) != want:
+            self.fs.truncate(self._index_fd, want)
+            self.fs.fdatasync(self._index_fd)
 
     def close(self) -> None:
         """Close the files (no sync; call :meth:`flush` or :meth:`seal` first if needed)."""
@@ -167,11 +201,12 @@ class Segment:
         """Write batches at the end; ``items`` pairs each batch with its base offset.
 
         Raises:
-            OSError: the write failed; ``size`` is unchanged and the log must latch.
+            OSError: the write failed; ``size`` is unchanged. On a full disk the file was
+                cut back to ``size`` too (if even that failed, ``write_fault`` says so).
         """
         index = self._loaded_index()
         buffers: list[bytes | memoryview] = []
-        entries: list[tuple[int, int, int]] = []
+        entries: list[Entry] = []
         pos = self.size
         since = self._since_index
         max_ts = self._max_ts
@@ -184,7 +219,12 @@ class Segment:
             since += batch.size
             if max_ts is None or batch.max_timestamp_ms > max_ts:
                 max_ts = batch.max_timestamp_ms
-        self.fs.write_all(self._fd, buffers, self.size)
+        try:
+            self.fs.write_all(self._fd, buffers, self.size)
+        except OSError as exc:
+            if exc.errno in DISK_FULL_ERRNOS:
+                self._cut_back()  # the log stays healthy; other errors latch it instead
+            raise
         self.size = pos
         self._since_index = since
         self._max_ts = max_ts
@@ -193,26 +233,69 @@ class Segment:
         if self.first_append_ms is None:
             self.first_append_ms = now_ms
         if entries:
-            assert self._index_fd is not None
-            at = len(index) * ENTRY_SIZE
-            for offset, position, ts in entries:
-                index.append(offset, position, ts)
-            self.fs.write_all(
-                self._index_fd, [b"".join(index.encode_entry(*e) for e in entries)], at
-            )
+            with self._index_lock:
+                for offset, position, ts in entries:
+                    index.append(offset, position, ts)
+                self._pending += entries  # written to the file by the next sync
+
+    def _cut_back(self) -> None:
+        """After a failed write: cut whatever part of it landed, back to ``size``."""
+        try:
+            self.fs.truncate(self._fd, self.size)
+        except OSError as exc:
+            self.write_fault = f"cutting back a failed write failed: {exc.strerror or exc}"
+            logger.error("segment %s: %s", self.path, self.write_fault)
 
     def flush(self) -> None:
-        """fdatasync the log file."""
-        self.fs.fdatasync(self._fd)
+        """fdatasync the log file, then write the index entries of the data it covered."""
+        with self._index_lock:
+            covered = len(self._pending)  # their batches were written before this sync
+        self._sync_log()
+        with self._index_lock:
+            self._write_entries(covered)
 
     def seal(self) -> None:
-        """Make the segment read-only: sync the log and its index."""
-        self.fs.fdatasync(self._fd)
-        if self._index_fd is not None:
-            self.fs.fdatasync(self._index_fd)
-            self.fs.close(self._index_fd)
-            self._index_fd = None
+        """Make the segment read-only: sync the log, write every pending index entry, then
+        sync and close the index."""
+        with self._index_lock:
+            covered = len(self._pending)
+        self._sync_log()
+        with self._index_lock:
+            self._write_entries(covered)
+            if self._index_fd is not None:
+                self.fs.fdatasync(self._index_fd)
+                self.fs.close(self._index_fd)
+                self._index_fd = None
         self.sealed = True
+
+    def _sync_log(self) -> None:
+        try:
+            self.fs.fdatasync(self._fd)
+        except OSError as exc:  # the kernel may have dropped the dirty pages: trust nothing
+            self.write_fault = f"fdatasync failed: {exc.strerror or exc}"
+            raise
+
+    def _write_entries(self, count: int) -> None:
+        """Write the first ``count`` pending entries to the ``.index`` (the caller holds the
+        lock). A failure is logged, not raised: the index is a cache, and the entries stay
+        pending for the next sync to write (at the same position)."""
+        count = min(count, len(self._pending))
+        if not count or self._index_fd is None:
+            return
+        entries = self._pending[:count]
+        data = b"".join(ENTRY.pack(o - self.base_offset, p, t) for o, p, t in entries)
+        try:
+            self.fs.write_all(self._index_fd, [data], self._index_written * ENTRY_SIZE)
+        except OSError as exc:
+            logger.warning(
+                "segment %s: writing %d index entries failed (%s); they stay pending",
+                self.path,
+                count,
+                exc.strerror or exc,
+            )
+            return
+        del self._pending[:count]
+        self._index_written += count
 
     def rename_deleted(self) -> list[str]:
         """Close and rename both files to ``.deleted``; return the new paths."""
@@ -353,13 +436,21 @@ class Segment:
         return index
 
     def _index_from(
-        self, index: OffsetIndex, batches: list[BatchPos], since: int, running: int
+        self,
+        index: OffsetIndex,
+        batches: list[BatchPos],
+        since: int,
+        running: int,
+        added: list[Entry] | None = None,
     ) -> tuple[int, int]:
         """Add entries for ``batches`` (``since`` bytes after the last entry, ``running``
-        the largest timestamp before them); return the updated (since, running)."""
+        the largest timestamp before them), also to ``added`` if given; return the updated
+        (since, running)."""
         for b in batches:
             if since >= self._interval:
                 index.append(b.base_offset, b.position, running)
+                if added is not None:
+                    added.append((b.base_offset, b.position, running))
                 since = 0
             since += b.size
             running = max(running, b.max_timestamp_ms)
@@ -437,11 +528,14 @@ class Segment:
     def _recover_tail(self) -> TailRecovery:
         """Check the tail from the newest trustworthy index entry; cut whatever is invalid.
 
-        Data before that entry was durable before the entry was written, so it is trusted:
-        only the tail is scanned, which keeps opening a large log fast. The entry's
+        Data before that entry was durable before the entry was written (entries are
+        written only after a sync covering their data), so it is trusted: only the tail is
+        scanned, which keeps opening a large log fast. The entry's
         ``max_timestamp_before`` plus the scanned tail give the segment's newest timestamp.
+        Entries for the scanned batches stay pending until the next sync.
         """
         index, kept, start, rebuilt = self._tail_start()
+        self._index_written = len(index)
         last = index.last()
         expected = last[0] if kept and last is not None else self.base_offset
         result = self._scan_from(start, expected)
@@ -450,7 +544,8 @@ class Segment:
         if kept and batches:  # the kept entry already indexes the first scanned batch
             since, running = batches[0].size, max(running, batches[0].max_timestamp_ms)
             batches = batches[1:]
-        self._since_index, running = self._index_from(index, batches, since, running)
+        self._pending = []
+        self._since_index, running = self._index_from(index, batches, since, running, self._pending)
         self._index = index
         self._max_ts = None if running == NO_TIMESTAMP else running
         self.next_offset = result.next_offset if result.batches else expected
@@ -480,7 +575,10 @@ class Segment:
             broken,
         )
         self.size = end
-        self._loaded_index().truncate_to_position(end)
+        index = self._loaded_index()
+        index.truncate_to_position(end)
+        self._pending = [e for e in self._pending if e[1] < end]
+        self._index_written = min(self._index_written, len(index) - len(self._pending))
         return broken
 
 

@@ -18,7 +18,10 @@ Invariants:
   ``INTERVAL`` and ``NEVER``. See :class:`~wal.config.FsyncPolicy`.
 - The high-water mark only moves forward and only over durable data; it is always a batch
   boundary.
-- After a failed write every pending and later append fails with ``WalFailedError``.
+- After a failed write every pending and later append fails with ``WalFailedError``;
+  except on a full disk: the group's appends fail with ``DiskFullError`` (those the log
+  wrote whole before the disk filled, a prefix, are acknowledged after the sync as usual),
+  nothing of the rest stays on disk, and the next group tries the disk again.
 
 Threading contract: the writer task is the only writer. It runs writes and syncs on a worker
 thread while reads run on the event loop; that is safe because bytes below the high-water
@@ -42,7 +45,7 @@ from typing import Any, NamedTuple, Self, TypeVar
 
 from wal.batch import RecordBatch
 from wal.config import FsyncPolicy, LogConfig
-from wal.errors import WalClosedError, WalError, WalFailedError
+from wal.errors import DiskFullError, WalClosedError, WalError, WalFailedError
 from wal.fs import FileSystem
 from wal.log import AppendResult, Clock, Log
 from wal.tail import TailCache
@@ -118,6 +121,17 @@ class Close:
 
 
 Command = Append | Flush | Roll | ApplyRetention | Close
+
+
+class _Written(NamedTuple):
+    """What one group commit's thread hop did: the results of the batches written (a
+    prefix of the group when the disk filled, then ``full`` says why the rest were not),
+    and the seconds spent writing and syncing (``None``: no sync)."""
+
+    results: list[AppendResult]
+    write_s: float
+    sync_s: float | None
+    full: DiskFullError | None
 
 
 class LogWriter:
@@ -325,7 +339,7 @@ class LogWriter:
     async def _commit(self, group: list[Append]) -> None:
         sync = self._policy.is_always()
         try:
-            results, write_s, sync_s = await asyncio.to_thread(
+            results, write_s, sync_s, full = await asyncio.to_thread(
                 self._write, [a.batch for a in group], sync
             )
         except WalError as exc:
@@ -338,23 +352,31 @@ class LogWriter:
                 _fail(a.future, exc)
             return
         self._written = self._log.head
-        self._tail.add([a.batch for a in group], [r.first_offset for r in results])
+        done, rest = group[: len(results)], group[len(results) :]
+        self._tail.add([a.batch for a in done], [r.first_offset for r in results])
         if self._policy is not FsyncPolicy.INTERVAL:
             self._advance(self._written)
-        for a, result in zip(group, results, strict=True):
+        for a, result in zip(done, results, strict=True):
             _resolve(a.future, result)
-        self.on_commit(write_s, sync_s, len(group))
+        for a in rest:
+            _fail(a.future, full or WalFailedError(self._log.path, "group commit ended early"))
+        self.on_commit(write_s, sync_s, len(done))
 
-    def _write(
-        self, batches: list[RecordBatch], sync: bool
-    ) -> tuple[list[AppendResult], float, float | None]:
+    def _write(self, batches: list[RecordBatch], sync: bool) -> _Written:
         started = time.perf_counter()
-        results = self._log.append_many(batches)
+        head = self._log.head
+        full = None
+        try:
+            results = self._log.append_many(batches)
+        except DiskFullError as exc:
+            if not exc.written:
+                raise
+            full, results = exc, _results(head, batches[: exc.written])
         written = time.perf_counter()
         if not sync:
-            return results, written - started, None
+            return _Written(results, written - started, None, full)
         self._log.flush()
-        return results, written - started, time.perf_counter() - written
+        return _Written(results, written - started, time.perf_counter() - written, full)
 
     async def _control(self, cmd: Flush | Roll | ApplyRetention) -> None:
         try:
@@ -426,6 +448,15 @@ class LogWriter:
                 logger.error("log %s: periodic fsync failed: %s", self._log.path, exc)
                 continue
             self._advance(target)
+
+
+def _results(first_offset: int, batches: list[RecordBatch]) -> list[AppendResult]:
+    """Where ``batches`` landed, appended in order from ``first_offset``."""
+    results = []
+    for batch in batches:
+        results.append(AppendResult(first_offset, first_offset + batch.record_count - 1))
+        first_offset += batch.record_count
+    return results
 
 
 def _ignore_commit(_write_s: float, _sync_s: float | None, _batches: int) -> None:

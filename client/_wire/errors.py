@@ -17,6 +17,11 @@ Pure module: imports neither ``asyncio``, ``os`` nor ``time``.
 
 from __future__ import annotations
 
+import errno as _errno
+
+#: errno values that mean the filesystem is full: no space (ENOSPC) or over quota (EDQUOT).
+DISK_FULL_ERRNOS = frozenset({_errno.ENOSPC, _errno.EDQUOT})
+
 
 class WalError(Exception):
     """Root of every error raised by the ``wal`` package."""
@@ -141,13 +146,59 @@ class WalClosedError(WalError):
 
 
 class WalIOError(WalError):
-    """Raised when the filesystem reports an error (EIO, ENOSPC, ...) outside the append path."""
+    """Raised when the filesystem reports an error (EIO, EROFS, EACCES, ...) on ``path``.
+
+    Build one from an ``OSError`` with :func:`io_error`, which picks :class:`DiskFullError`
+    when the disk is full and names the file the OS names.
+    """
 
     def __init__(self, op: str, path: str, errno: int | None, detail: str) -> None:
         self.op = op
         self.path = path
         self.errno = errno
         super().__init__(f"{op} failed on {path}: {detail}")
+
+
+class DiskFullError(WalIOError):
+    """Raised when a write finds the filesystem full (ENOSPC or EDQUOT).
+
+    What the write began was cut back, so nothing torn stays behind, and the log stays
+    healthy: the next write tries the disk again, so writes resume by themselves once space
+    is freed. ``written`` counts the batches of one append call that were written whole
+    before the disk filled (a call whose batches span a segment roll); the rest were not.
+    """
+
+    def __init__(self, op: str, path: str, errno: int | None, *, written: int = 0) -> None:
+        self.written = written
+        cause = _errno.errorcode.get(errno or 0, "ENOSPC")
+        WalIOError.__init__(
+            self,
+            op,
+            path,
+            errno,
+            f"the disk is full ({cause}); nothing of this write was kept; free space on "
+            "that filesystem, then retry",
+        )
+
+
+def io_error(op: str, path: str, exc: OSError, *, written: int = 0) -> WalIOError:
+    """The typed error for ``exc``, raised while doing ``op`` on ``path``.
+
+    Args:
+        op: What was being done ("append", "open", "save state").
+        path: The file or directory worked on; the file the OS names wins when it names one.
+        exc: The error the OS raised.
+        written: For appends, the batches written whole before the error.
+
+    Returns:
+        A :class:`DiskFullError` when the disk is full, else a :class:`WalIOError`.
+    """
+    where = exc.filename if isinstance(exc.filename, str) and exc.filename else path
+    if exc.errno in DISK_FULL_ERRNOS:
+        return DiskFullError(op, where, exc.errno, written=written)
+    cause = exc.strerror or str(exc)
+    name = _errno.errorcode.get(exc.errno or 0)
+    return WalIOError(op, where, exc.errno, f"{cause} ({name})" if name else cause)
 
 
 class WalFailedError(WalError):

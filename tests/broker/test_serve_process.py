@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from proto import broker_pb2
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -186,3 +191,79 @@ def test_a_port_clash_names_the_address_and_touches_no_disk(tmp_path: Path, sett
         f"use; free the port or choose another with --{setting}"
     ]
     assert not (tmp_path / "data").exists()
+
+
+# -- I/O errors at start: one line naming the file and the cause --------------------------
+
+
+@contextlib.contextmanager
+def _mounted(*commands: list[str]) -> Iterator[None]:
+    """Run each ``mount`` command (the last argument of the first is the mount point), and
+    unmount it afterwards; skip the test when not root or a mount fails."""
+    if os.geteuid() != 0:
+        pytest.skip("read-only mounts need root (root bypasses chmod, so chmod cannot test it)")
+    point = commands[0][-1]
+    try:
+        for args in commands:
+            made = subprocess.run(["mount", *args], capture_output=True, text=True, check=False)
+            if made.returncode != 0:
+                pytest.skip(f"cannot mount: {made.stderr.strip()}")
+        yield
+    finally:
+        subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+
+
+def _start_fails(data_dir: Path) -> list[str]:
+    """Run `headrace serve` on ``data_dir``, which must fail; return the stderr lines that
+    are not log records (a log record starts with its date)."""
+    flags = ["--data-dir", str(data_dir), "--listen", f"127.0.0.1:{free_port()}"]
+    done = subprocess.run(
+        [*_SERVE, *flags, "--metrics-listen", ""],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    return [line for line in done.stderr.splitlines() if not line[:2].isdigit()]
+
+
+async def _make_topic(data_dir: Path) -> None:
+    from proto import admin_pb2 as admin
+    from tests.broker.conftest import broker_config, serving
+    from tests.broker.test_service import batch
+
+    async with serving(broker_config(data_dir)) as (_, client):
+        await client.admin.CreateTopic(admin.CreateTopicRequest(name="t", partitions=1))
+        await client.broker.Publish(broker_pb2.PublishRequest(topic="t", batch=batch(b"a")))
+
+
+def test_an_existing_read_only_data_directory_fails_start_with_one_line(tmp_path: Path) -> None:
+    """Scenario: a data directory holding a topic, whose ``topics`` directory is then made
+    read-only (a read-only bind mount). Expected: exit 1, no traceback, and exactly one
+    line, which names the file that could not be opened and the cause (EROFS)."""
+    data = tmp_path / "data"
+    asyncio.run(_make_topic(data))
+    topics = data / "topics"
+    with _mounted(["--bind", str(topics), str(topics)], ["-o", "remount,ro,bind", str(topics)]):
+        lines = _start_fails(data)
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"Error: cannot serve from data directory {data}: ")
+    assert str(topics / "t" / "0") in lines[0]
+    assert "Read-only file system (EROFS)" in lines[0]
+
+
+def test_a_new_data_directory_on_a_read_only_filesystem_fails_start_with_one_line(
+    tmp_path: Path,
+) -> None:
+    """Scenario: --data-dir names a directory to be created on a read-only tmpfs.
+    Expected: exit 1, no traceback, one line naming the directory and the cause."""
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    with _mounted(["-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(mount)]):
+        lines = _start_fails(mount / "data")
+    assert len(lines) == 1, lines
+    assert str(mount / "data") in lines[0]
+    assert "Read-only file system (EROFS)" in lines[0]

@@ -11,12 +11,14 @@ from wal import Fault, FaultyFs, Log, RecordBatch
 class CrashableFs(FaultyFs):
     """A FaultyFs that tracks open descriptors, so a "dead" process can drop them unsynced."""
 
-    def __init__(self, *, faults: Sequence[Fault] = (), crash_at: str | None = None) -> None:
-        super().__init__(faults=faults, crash_at=crash_at)
+    def __init__(
+        self, *, faults: Sequence[Fault] = (), crash_at: str | None = None, page_size: int = 4096
+    ) -> None:
+        super().__init__(faults=faults, crash_at=crash_at, page_size=page_size)
         self.open_fds: set[int] = set()
 
-    def open(self, path: str, *, create: bool = False) -> int:
-        fd = super().open(path, create=create)
+    def open(self, path: str, *, create: bool = False, exclusive: bool = False) -> int:
+        fd = super().open(path, create=create, exclusive=exclusive)
         self.open_fds.add(fd)
         return fd
 

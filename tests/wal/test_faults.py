@@ -27,6 +27,7 @@ import pytest
 from tests.wal._helpers import CrashableFs
 from wal import (
     BatchTooLargeError,
+    DiskFullError,
     EmptyBatchError,
     Fault,
     FaultyFs,
@@ -90,9 +91,10 @@ def append_until_failure(log: Log, first_id: int) -> None:
 
 IO_FAULTS = [
     # op, errno, partial bytes written before failing, what reopening finds
-    pytest.param("pwritev", errno.ENOSPC, 0, "acked", id="pwritev-ENOSPC"),
+    # (a write that finds the disk full does not latch: see the disk-full tests below)
+    pytest.param("pwritev", errno.EROFS, 0, "acked", id="pwritev-EROFS"),
     pytest.param("pwritev", errno.EIO, 0, "acked", id="pwritev-EIO"),
-    pytest.param("pwritev", errno.ENOSPC, 1, "acked", id="pwritev-ENOSPC-torn-1B"),
+    pytest.param("pwritev", errno.EIO, 1, "acked", id="pwritev-EIO-torn-1B"),
     pytest.param("pwritev", errno.EIO, 57, "acked", id="pwritev-EIO-torn-57B"),
     pytest.param("pwritev", errno.EIO, 95, "acked", id="pwritev-EIO-torn-95B"),
     pytest.param("fdatasync", errno.EIO, 0, "written", id="fdatasync-EIO"),
@@ -263,6 +265,131 @@ def test_retention_rename_failure_is_reported_and_log_stays_usable(wal_dir: str)
     log.close()
 
 
+# -- a full disk: cut back, stay healthy, accept again once there is room ---------------
+
+
+@pytest.mark.parametrize("error", [errno.ENOSPC, errno.EDQUOT], ids=["ENOSPC", "EDQUOT"])
+@pytest.mark.parametrize("partial", [0, 1, 57], ids=["nothing", "torn-1B", "torn-57B"])
+def test_full_disk_write_is_cut_back_and_the_log_stays_healthy(
+    wal_dir: str, error: int, partial: int
+) -> None:
+    """Scenario: 12 batches acknowledged; then every write to the .log finds the disk full
+    (having written ``partial`` bytes first), for two appends; then space is freed.
+    Expected: each append raises DiskFullError naming the segment file and saying the disk
+    is full, the log does not latch, the file holds exactly the acknowledged bytes (the torn
+    part was cut back), the second append tried the disk again; once space is back the next
+    append lands at the old head, and a reopen cuts nothing and reads every record."""
+    config = LogConfig(segment_bytes=4096, index_interval_bytes=100)
+    fs = FaultyFs()
+    log = Log.open(wal_dir, config, fs=fs)
+    for i in range(12):
+        append_and_flush(log, batch_bytes([i]))
+    acked, size = log.head, files(wal_dir)[f"{0:020d}.log"]
+    fault = Fault("pwritev", error=error, partial=partial, times=None, path_contains=".log")
+    fs.faults.append(fault)
+    for k in range(2):
+        with pytest.raises(DiskFullError) as info:
+            append_and_flush(log, batch_bytes([100 + k]))
+        assert info.value.path == os.path.join(wal_dir, f"{0:020d}.log")
+        assert info.value.errno == error
+        assert "disk is full" in str(info.value)
+        assert log.failure is None
+        assert log.head == acked
+        assert files(wal_dir)[f"{0:020d}.log"] == size
+    assert fault.seen == 2, "the second append must try the disk again"
+    fs.faults.clear()  # space freed
+    append_and_flush(log, batch_bytes([200]))
+    expected = [value_for(i) for i in range(12)] + [value_for(200)]
+    assert read_values(log) == expected
+    log.close()
+    log = Log.open(wal_dir, config)
+    assert log.recovery.truncated_bytes == 0
+    assert read_values(log) == expected
+    log.close()
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        pytest.param(
+            Fault("pwritev", error=errno.ENOSPC, after=1, partial=30, path_contains=".log"),
+            id="write-to-the-new-segment",
+        ),
+        pytest.param(
+            Fault("open", error=errno.ENOSPC, path_contains=".log"), id="create-the-new-segment"
+        ),
+    ],
+)
+def test_full_disk_in_a_group_that_spans_a_roll_keeps_the_written_prefix(
+    wal_dir: str, fault: Fault
+) -> None:
+    """Scenario: one append_many of 8 batches must roll after the first few (3 or so); the
+    disk fills while the roll creates the next segment or writes into it. Expected:
+    DiskFullError whose ``written`` counts the batches that fit before the roll; the log
+    holds exactly those (sealed, whole) and does not latch; once
+    space is back the next append rolls and lands right after them; a reopen agrees."""
+    config = LogConfig(segment_bytes=512, index_interval_bytes=100)
+    fs = FaultyFs()
+    log = Log.open(wal_dir, config, fs=fs)
+    i = 0
+    while log.size_bytes + 3 * len(batch_bytes([0])) <= 512:
+        append_and_flush(log, batch_bytes([i]))
+        i += 1
+    fs.faults.append(fault)
+    batches = [log.validate(batch_bytes([100 + k])) for k in range(8)]
+    fit, room = 0, 512 - log.size_bytes
+    while batches[fit].size <= room:
+        room -= batches[fit].size
+        fit += 1
+    assert 1 <= fit < 8
+    with pytest.raises(DiskFullError) as info:
+        log.append_many(batches)
+    assert info.value.written == fit
+    assert log.failure is None
+    assert log.head == i + fit
+    fs.faults.clear()
+    append_and_flush(log, batch_bytes([300]))
+    expected = [value_for(k) for k in range(i)] + [value_for(100 + k) for k in range(fit)]
+    expected.append(value_for(300))
+    assert read_values(log) == expected
+    assert log.segment_count == 2
+    log.close()
+    log = Log.open(wal_dir, config)
+    assert log.recovery.truncated_bytes == 0
+    assert read_values(log) == expected
+    log.close()
+
+
+@pytest.mark.asyncio
+async def test_writer_rejects_appends_while_the_disk_is_full_and_resumes_by_itself(
+    wal_dir: str,
+) -> None:
+    """Scenario: a writer with 5 acknowledged appends; the disk fills; 10 concurrent appends
+    and a flush arrive; space is freed; 3 more appends. Expected: the 10 fail with
+    DiskFullError (not WalFailedError), the high-water mark stays at 5 and reads still
+    work; after space is freed the appends are acknowledged at offsets 5, 6, 7 with no
+    restart, and everything reads back in order."""
+    fs = FaultyFs()
+    writer = await LogWriter.open(wal_dir, LogConfig(), fs=fs)
+    for i in range(5):
+        await writer.append(batch_bytes([i]))
+    fs.faults.append(Fault("pwritev", error=errno.ENOSPC, times=None, path_contains=".log"))
+    outcomes = await asyncio.gather(
+        *(writer.append(batch_bytes([100 + k])) for k in range(10)), return_exceptions=True
+    )
+    assert all(isinstance(o, DiskFullError) for o in outcomes), outcomes
+    await writer.flush()
+    assert writer.high_water_mark == 5
+    assert [b.values()[0] for b in writer.read(0)] == [value_for(i) for i in range(5)]
+    fs.faults.clear()
+    got = [await writer.append(batch_bytes([5 + k])) for k in range(3)]
+    assert [r.first_offset for r in got] == [5, 6, 7]
+    assert writer.high_water_mark == 8
+    values = [v for b in writer.read(0) for v in b.values()]
+    assert values == [value_for(i) for i in range(8)]
+    await writer.aclose()
+
+
 # -- the writer: a failed group commit --------------------------------------------------
 
 
@@ -285,7 +412,7 @@ class GatedFs(FaultyFs):
 
 
 WRITER_FAULTS = [
-    pytest.param("pwritev", errno.ENOSPC, 0, id="pwritev-ENOSPC"),
+    pytest.param("pwritev", errno.EIO, 0, id="pwritev-EIO"),
     pytest.param("pwritev", errno.EIO, 300, id="pwritev-EIO-torn-300B"),
     pytest.param("fdatasync", errno.EIO, 0, id="fdatasync-EIO"),
 ]

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.wal._helpers import read_all
-from wal import Log, LogConfig, encode_columns
+from tests.wal._helpers import CrashableFs, read_all
+from wal import FaultyFs, Log, LogConfig, encode_columns
 from wal.index import ENTRY
 
 
@@ -359,3 +359,89 @@ def test_second_tear_at_the_same_position_keeps_both_broken_files(tmp_path: Path
     assert contents == [b"\x01" * 30, b"\x02" * 40]
     first = case / f"{active.name}.{t.end}.broken"
     assert first.read_bytes() == b"\x01" * 30
+
+
+def test_an_index_entry_never_vouches_for_unsynced_data(tmp_path: Path) -> None:
+    """Regression (issue 14 A). Scenario: 4 batches appended and synced; then a large batch
+    A and a small batch B are appended and not synced (B's position gets an index entry:
+    one entry per batch); the process dies and the power cut loses a page inside A but keeps
+    B's page and the ``.index`` as written. Expected: no entry in the ``.index`` points at A
+    or B (entries are written only for synced data), so recovery scans from before A, cuts
+    A and B, and every read succeeds, also once the segment is sealed. (Before the fix the
+    entry for B was on disk, recovery trusted everything before it, and the hole in A
+    made a later read of the sealed segment fail with CorruptSegmentError.)"""
+    config = LogConfig(segment_bytes=1 << 20, index_interval_bytes=1)
+    path = tmp_path / "log"
+    fs = CrashableFs()
+    log = Log.open(str(path), config, fs=fs)
+    for k in range(4):
+        log.append(batch_bytes(log.head, 1 + k % 3))
+    log.flush()
+    synced = log.head
+    a_pos = log.size_bytes
+    log.append(encode_columns([b"A" * 9000]))
+    b_pos = log.size_bytes
+    log.append(batch_bytes(log.head, 1))
+    fs.die()  # no sync: A and B are in the page cache only
+    positions = [ENTRY.unpack_from(e)[1] for e in _entries(path / f"{0:020d}.index")]
+    segment = path / f"{0:020d}.log"
+    raw = bytearray(segment.read_bytes())
+    lost = (a_pos // 4096 + 1) * 4096  # a page wholly inside A: the disk never got it
+    assert a_pos < lost
+    assert lost + 4096 <= b_pos
+    raw[lost : lost + 4096] = bytes(4096)
+    segment.write_bytes(raw)
+    log = Log.open(str(path), config)
+    assert log.head == synced, "recovery accepted a hole: it trusted an unsynced region"
+    assert log.recovery.truncated_bytes == len(raw) - a_pos
+    assert_intact(log, synced)
+    assert a_pos not in positions
+    assert b_pos not in positions
+    log.append(batch_bytes(synced, 2))
+    log.roll()
+    log.close()
+    log = Log.open(str(path), config)
+    assert_intact(log, synced + 2)
+    log.close()
+
+
+def _entries(index: Path) -> list[bytes]:
+    """The raw 16-byte entries of an ``.index`` file."""
+    data = index.read_bytes()
+    return [data[i : i + ENTRY.size] for i in range(0, len(data) - ENTRY.size + 1, ENTRY.size)]
+
+
+class _SyncLog(FaultyFs):
+    """Records the path of every fdatasync."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.synced: list[str] = []
+
+    def fdatasync(self, fd: int) -> None:
+        self.synced.append(self._paths.get(fd, ""))
+        super().fdatasync(fd)
+
+
+def test_index_entries_recovery_drops_are_cut_and_the_cut_synced(tmp_path: Path) -> None:
+    """Scenario: a clean log of 10 batches (one index entry each); then two entries that
+    point past the end of the log are appended to its ``.index`` (stale entries of data a
+    power cut took back). Expected: opening drops them, cuts the ``.index`` to the trusted
+    entries and fdatasyncs the ``.index`` before anything is appended, so they cannot come
+    back later and vouch for new data written at their positions."""
+    config = LogConfig(segment_bytes=1 << 20, index_interval_bytes=1)
+    path = tmp_path / "log"
+    log = Log.open(str(path), config)
+    for k in range(10):
+        log.append(batch_bytes(log.head, 1 + k % 3))
+    head, end = log.head, log.size_bytes
+    log.close()
+    index = path / f"{0:020d}.index"
+    trusted = index.read_bytes()
+    index.write_bytes(trusted + ENTRY.pack(head, end, 0) + ENTRY.pack(head + 2, end + 90, 0))
+    fs = _SyncLog()
+    log = Log.open(str(path), config, fs=fs)
+    assert index.read_bytes() == trusted
+    assert str(index) in fs.synced
+    assert_intact(log, head)
+    log.close()

@@ -346,3 +346,31 @@ def test_rename_deleted_moves_both_files(tmp_path: Path) -> None:
     assert not os.path.exists(seg.path)
     assert not os.path.exists(seg.index_path)
     assert all(os.path.exists(p) for p in renamed)
+
+
+def test_index_entries_reach_the_file_only_after_a_sync_of_their_data(tmp_path: Path) -> None:
+    """Scenario: 12 batches appended (several index entries due), then flush, then 3 more
+    appended, then seal. Expected: before the flush the ``.index`` file is empty though
+    reads already work; after the flush it holds entries that all point at the starts of
+    the 12 synced batches; the 3 later batches' entries reach it only with the seal's sync.
+    (The recovery rule in ``wal/__init__`` rests on this.)"""
+    seg = new_segment(tmp_path)
+    placed = fill(seg, COUNTS)
+    index_file = tmp_path / f"{BASE:020d}.index"
+
+    def stored() -> list[tuple[int, int]]:
+        return [(BASE + rel, pos) for rel, pos, _ts in ENTRY.iter_unpack(index_file.read_bytes())]
+
+    assert stored() == []
+    assert_records(walk(seg, BASE), BASE, seg.next_offset)
+    seg.flush()
+    synced = stored()
+    assert synced
+    assert set(synced) <= {(base, pos) for base, _nxt, pos in placed}
+    more = fill(seg, [2, 2, 2])
+    assert stored() == synced
+    seg.seal()
+    assert stored()[: len(synced)] == synced
+    assert set(stored()[len(synced) :]) <= {(base, pos) for base, _nxt, pos in more}
+    assert len(stored()) > len(synced)
+    seg.close()
