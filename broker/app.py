@@ -42,6 +42,7 @@ from dispatcher import SubscriptionRegistry
 from proto import admin_pb2 as _admin
 from proto import admin_pb2_grpc
 from proto import broker_pb2 as _pb
+from wal import FileSystem
 from wal.lock import DirectoryLock
 from wal.log import Clock
 
@@ -61,6 +62,8 @@ class Broker:
         metrics: Where metrics are recorded. Default: a fresh registry.
         clock: Wall-clock ms since the epoch for the partitions (log rolling and retention
             by age, producer expiry). Default: the system clock; tests pass a manual one.
+        fs: The file system of the partitions' logs. Default: the real one; tests pass a
+            :class:`wal.FaultyFs` to hold or fail the writer.
     """
 
     def __init__(
@@ -69,11 +72,12 @@ class Broker:
         *,
         metrics: BrokerMetrics | None = None,
         clock: Clock | None = None,
+        fs: FileSystem | None = None,
     ) -> None:
         self.config = config
         self.metrics = metrics or BrokerMetrics()
         self.topics = TopicRegistry(
-            config.data_dir, config.wal, on_open=self._watch_partition, clock=clock
+            config.data_dir, config.wal, fs, on_open=self._watch_partition, clock=clock
         )
         self.subscriptions = SubscriptionRegistry(
             config.data_dir,
