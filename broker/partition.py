@@ -5,6 +5,15 @@ a batch, asks the table, and appends, answers from the table, waits for an in-fl
 or rejects. A retry appended before the table's window is answered as a duplicate at
 offsets -1 (:data:`UNKNOWN_OFFSETS`): it is in the log, but where is no longer known.
 
+Cancellation: an admitted append runs to its end under :func:`wal.run_to_end`, whatever
+happens to its caller (a Publish whose deadline expires or whose connection drops while its
+batch waits in the log writer). The writer appends the batch anyway, so its dedup entry
+must be committed: the client's retry of the same bytes is then answered as a duplicate
+(``InFlight`` while the first copy is still being written, ``Duplicate`` after), never
+appended a second time. A twin waiting on the first copy never sees a cancellation that
+is not its own: a gRPC handler that raises ``CancelledError`` sends no status, and its
+client would wait out its deadline.
+
 The table survives restarts: ``aclose`` writes a snapshot (atomic) once every append has
 settled, and ``open`` restores it and replays the batches after it from the log, so a crash
 (no snapshot written) costs a longer scan, never a lost dedup entry. Without a snapshot the
@@ -42,7 +51,7 @@ from broker.producers import (
     OutOfSequence,
     ProducerTable,
 )
-from wal import AppendResult, FileSystem, Log, LogConfig, LogWriter, RecordBatch
+from wal import AppendResult, FileSystem, Log, LogConfig, LogWriter, RecordBatch, run_to_end
 from wal.log import Clock, wall_clock_ms
 
 logger = logging.getLogger(__name__)
@@ -123,7 +132,9 @@ class Partition:
         """Append a batch unless it is a retry; return its offsets and whether it was one.
 
         A retry of a batch appended before the producer table's window returns
-        :data:`UNKNOWN_OFFSETS` (-1, -1) and ``True``.
+        :data:`UNKNOWN_OFFSETS` (-1, -1) and ``True``; a retry of a batch still being
+        appended waits for it and returns its offsets and ``True``. Once admitted, the
+        append runs to its end even if the caller is cancelled (see the module docstring).
 
         Raises:
             InvalidBatchError: the batch is malformed or too large.
@@ -145,9 +156,11 @@ class Partition:
         if isinstance(decision, OutOfSequence):
             raise ProducerSequenceError(pid, decision.expected, decision.got)
         assert isinstance(decision, Admit)
-        return await self._append_admitted(batch, pid, seq), False
+        return await run_to_end(self._append_admitted(batch, pid, seq)), False
 
     async def _append_admitted(self, batch: RecordBatch, pid: int, seq: int) -> AppendResult:
+        """Append an admitted batch, then commit its reservation (or release it if the
+        append failed) and answer the twins waiting on it. Run under ``run_to_end``."""
         future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
         if pid >= 0:
             self._in_flight[(pid, seq)] = future
@@ -157,9 +170,7 @@ class Partition:
             result = await self.writer.append(batch)
         except BaseException as exc:
             self._table.release(pid, seq)
-            if not future.done():
-                future.set_exception(exc)
-                future.exception()  # retrieved here, so no "never retrieved" warning
+            _fail_twins(future, exc)
             raise
         else:
             at_ms = self._clock()
@@ -189,6 +200,19 @@ class Partition:
         if self.writer.log.failure is None:
             doc = {"offset": self.writer.head, "producers": self._table.snapshot()}
             await asyncio.to_thread(self._fs.atomic_write, self._snapshot, json.dumps(doc).encode())
+
+
+def _fail_twins(future: asyncio.Future[AppendResult], exc: BaseException) -> None:
+    """Fail the twins of a batch whose append failed with ``exc``.
+
+    Twins get a ``CancelledError`` as :class:`ShuttingDownError`: only this task's own
+    cancellation (the loop going away) can raise one here, and a twin's handler that raised
+    it would send its client no status at all.
+    """
+    if future.done():
+        return
+    future.set_exception(exc if isinstance(exc, Exception) else ShuttingDownError())
+    future.exception()  # retrieved here, so no "never retrieved" warning
 
 
 def _rebuild(log: Log, snapshot: str, fs: FileSystem, now_ms: int) -> ProducerTable:
