@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import shutil
@@ -340,6 +341,37 @@ async def test_a_twin_of_a_publish_cancelled_in_the_writer_gets_its_answer(
         assert (answer.base_offset, answer.last_offset, answer.duplicate) == (0, 1, True)
         assert await head(c, "t") == 2
         assert await fetched_values(c, "t") == [b"a", b"b"]
+    assert errors_logged(caplog) == []
+
+
+@pytest.mark.asyncio
+async def test_a_publish_stream_cut_while_its_batch_is_held_logs_nothing_at_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Scenario: a PublishStream sends batch a (held in the writer's fdatasync) and a batch
+    of the same producer that leaves a sequence gap; the client cancels the stream; then
+    the writer is released, and a is published again. Expected: a is appended once (the
+    re-publish is its duplicate at offset 0; head 1); the gap batch's failure, which has
+    no stream left to go to, is not logged (nothing at ERROR, even after a garbage
+    collection, where a never-retrieved task exception would be reported)."""
+    caplog.set_level(logging.DEBUG)
+    async with held_broker(tmp_path) as (_, c, fs):
+        a = batch(23, 0, b"a")
+        requests = [
+            pb.PublishRequest(topic="t", batch=a),
+            pb.PublishRequest(topic="t", batch=batch(23, 7, b"gap")),
+        ]
+        fs.hold = True
+        stream = c.broker.PublishStream(iter(requests))
+        assert await asyncio.to_thread(fs.entered.wait, 5)
+        await asyncio.sleep(0.1)  # the gap batch reaches the broker too
+        stream.cancel()
+        await asyncio.sleep(0.2)  # the cancellation crosses loopback
+        fs.released.set()
+        again = await publish(c, a)
+        assert (again.base_offset, again.duplicate) == (0, True)
+        assert await head(c, "t") == 1
+        gc.collect()
     assert errors_logged(caplog) == []
 
 
