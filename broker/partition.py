@@ -156,16 +156,26 @@ class Partition:
         if isinstance(decision, OutOfSequence):
             raise ProducerSequenceError(pid, decision.expected, decision.got)
         assert isinstance(decision, Admit)
-        return await run_to_end(self._append_admitted(batch, pid, seq)), False
+        future = self._track(pid, seq)
+        return await run_to_end(self._append_admitted(batch, pid, seq, future)), False
 
-    async def _append_admitted(self, batch: RecordBatch, pid: int, seq: int) -> AppendResult:
-        """Append an admitted batch, then commit its reservation (or release it if the
-        append failed) and answer the twins waiting on it. Run under ``run_to_end``."""
+    def _track(self, pid: int, seq: int) -> asyncio.Future[AppendResult]:
+        """Register an admitted batch as in flight, at once: its append runs in a task of
+        its own that starts later, and a twin admitted ``InFlight`` in between must find
+        its future (as ``aclose`` must find it pending)."""
         future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
         if pid >= 0:
             self._in_flight[(pid, seq)] = future
         self._pending += 1
         self._settled.clear()
+        return future
+
+    async def _append_admitted(
+        self, batch: RecordBatch, pid: int, seq: int, future: asyncio.Future[AppendResult]
+    ) -> AppendResult:
+        """Append a batch :meth:`_track` registered, then commit its reservation (or
+        release it if the append failed) and answer its twins through ``future``. Run
+        under ``run_to_end``."""
         try:
             result = await self.writer.append(batch)
         except BaseException as exc:
