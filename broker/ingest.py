@@ -5,10 +5,11 @@ The Publish RPCs and dead-letter replay both go through it, so a replay obeys th
 quota (waits under ``block_producer``, fails under ``reject_producer``, makes room under
 ``evict_oldest_backlog``) and counts in ``headrace_published_*`` like any producer.
 
-Cancellation: the wait for the quota ends with the caller; once the partition has the
-batch, the append and its count run to their end (:func:`wal.run_to_end`), so a Publish
-whose deadline expires or whose connection drops leaves the batch in the log, its dedup
-entry committed and its records counted, exactly as if it had been answered.
+Cancellation: the wait for the quota ends with the caller; once the partition has
+admitted the batch, the append and its count run to their end (:class:`Partition` runs
+them under :func:`wal.run_to_end`), so a Publish whose deadline expires or whose
+connection drops leaves the batch in the log, its dedup entry committed and its records
+counted, exactly as if it had been answered.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from broker.metrics import BrokerMetrics
 from broker.partition import Partition
 from broker.retention import RetentionService
-from wal import AppendResult, run_to_end
+from wal import AppendResult
 
 #: ``append(topic, partition, data) -> (result, duplicate)``: :func:`append_batch` bound to
 #: a broker's backlog quota and metrics.
@@ -47,13 +48,8 @@ async def append_batch(
     blocked = retention.admit(topic, partition) if retention is not None else None
     if blocked is not None:
         await blocked  # block_producer: the backlog is over its quota
-    return await run_to_end(_append_counted(topic, partition, data, metrics))
 
-
-async def _append_counted(
-    topic: str, partition: Partition, data: bytes, metrics: BrokerMetrics
-) -> tuple[AppendResult, bool]:
-    result, duplicate = await partition.append(data)
-    if not duplicate:
+    def count(result: AppendResult) -> None:
         metrics.published(topic, partition.index, result, len(data))
-    return result, duplicate
+
+    return await partition.append(data, count)

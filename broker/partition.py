@@ -41,6 +41,7 @@ import asyncio
 import json
 import logging
 import os
+from collections.abc import Callable
 
 from broker.errors import ProducerSequenceError, ShuttingDownError
 from broker.producers import (
@@ -60,6 +61,10 @@ _SCAN_BYTES = 8 << 20
 
 #: The offsets of a duplicate appended too long ago for the table to remember them.
 UNKNOWN_OFFSETS = AppendResult(-1, -1)
+
+
+def _ignore(_result: AppendResult) -> None:
+    """The default ``on_appended`` of :meth:`Partition.append`."""
 
 
 class Partition:
@@ -128,13 +133,20 @@ class Partition:
         """The partition's log (read-only use)."""
         return self.writer.log
 
-    async def append(self, data: bytes) -> tuple[AppendResult, bool]:
+    async def append(
+        self, data: bytes, on_appended: Callable[[AppendResult], None] = _ignore
+    ) -> tuple[AppendResult, bool]:
         """Append a batch unless it is a retry; return its offsets and whether it was one.
 
         A retry of a batch appended before the producer table's window returns
         :data:`UNKNOWN_OFFSETS` (-1, -1) and ``True``; a retry of a batch still being
         appended waits for it and returns its offsets and ``True``. Once admitted, the
         append runs to its end even if the caller is cancelled (see the module docstring).
+
+        Args:
+            data: The encoded batch (untrusted: validated here).
+            on_appended: Called with the offsets once this call appended the batch (never
+                for a retry), even if the caller was cancelled meanwhile: for counting.
 
         Raises:
             InvalidBatchError: the batch is malformed or too large.
@@ -157,7 +169,8 @@ class Partition:
             raise ProducerSequenceError(pid, decision.expected, decision.got)
         assert isinstance(decision, Admit)
         future = self._track(pid, seq)
-        return await run_to_end(self._append_admitted(batch, pid, seq, future)), False
+        work = self._append_admitted(batch, pid, seq, future, on_appended)
+        return await run_to_end(work), False
 
     def _track(self, pid: int, seq: int) -> asyncio.Future[AppendResult]:
         """Register an admitted batch as in flight, at once: its append runs in a task of
@@ -171,11 +184,16 @@ class Partition:
         return future
 
     async def _append_admitted(
-        self, batch: RecordBatch, pid: int, seq: int, future: asyncio.Future[AppendResult]
+        self,
+        batch: RecordBatch,
+        pid: int,
+        seq: int,
+        future: asyncio.Future[AppendResult],
+        on_appended: Callable[[AppendResult], None],
     ) -> AppendResult:
         """Append a batch :meth:`_track` registered, then commit its reservation (or
-        release it if the append failed) and answer its twins through ``future``. Run
-        under ``run_to_end``."""
+        release it if the append failed), tell ``on_appended`` and answer its twins
+        through ``future``. Run under ``run_to_end``."""
         try:
             result = await self.writer.append(batch)
         except BaseException as exc:
@@ -186,6 +204,7 @@ class Partition:
             at_ms = self._clock()
             self._table.commit(pid, seq, result.first_offset, result.last_offset, at_ms=at_ms)
             future.set_result(result)
+            on_appended(result)
             return result
         finally:
             self._in_flight.pop((pid, seq), None)
