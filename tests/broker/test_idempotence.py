@@ -14,13 +14,15 @@ from pathlib import Path
 
 import grpc
 import pytest
+import pytest_asyncio
 
 from broker.app import Broker
+from broker.partition import Partition
 from proto import admin_pb2 as admin
 from proto import broker_pb2 as pb
 from tests.broker.conftest import Client, broker_config, serving
 from tests.wal.test_writer import HeldFs
-from wal import decode_batch, encode_columns
+from wal import AppendResult, LogConfig, decode_batch, encode_columns
 
 
 def batch(pid: int, seq: int, *values: bytes) -> bytes:
@@ -373,6 +375,65 @@ async def test_a_publish_stream_cut_while_its_batch_is_held_logs_nothing_at_erro
         assert await head(c, "t") == 1
         gc.collect()
     assert errors_logged(caplog) == []
+
+
+# -- the same at the Partition, without gRPC ------------------------------------------
+
+
+@pytest_asyncio.fixture
+async def held_partition(tmp_path: Path) -> AsyncIterator[tuple[Partition, HeldFs]]:
+    """Partition 0 of a topic directory, on a :class:`HeldFs`: no broker, no gRPC."""
+    fs = HeldFs()
+    partition = await Partition.open(0, str(tmp_path), LogConfig(), fs)
+    try:
+        yield partition, fs
+    finally:
+        fs.released.set()
+        await partition.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_twin_admitted_before_the_append_task_starts_waits_for_it(
+    held_partition: tuple[Partition, HeldFs],
+) -> None:
+    """Scenario: two appends of the same batch started together, so the second is decided
+    (InFlight) before the first one's append task has run a step. Expected: both answer
+    offset 0, exactly one as a duplicate; the head is 1."""
+    partition, _ = held_partition
+    data = batch(3, 0, b"x")
+    answers = await asyncio.gather(partition.append(data), partition.append(data))
+    assert sorted(answers, key=lambda a: a[1]) == [
+        (AppendResult(0, 0), False),
+        (AppendResult(0, 0), True),
+    ]
+    assert partition.writer.head == 1
+
+
+@pytest.mark.asyncio
+async def test_a_cancelled_caller_waits_for_its_append_which_is_committed(
+    held_partition: tuple[Partition, HeldFs],
+) -> None:
+    """Scenario: an append held in the writer's fdatasync; its caller is cancelled; a twin
+    arrives; the writer is released; then the batch is appended again. Expected: the
+    cancelled caller waits for the append (not done while it is held), then raises
+    CancelledError; the twin and the later retry answer offsets 0-1 as duplicates; the
+    head is 2: the dedup entry was committed although the caller was gone."""
+    partition, fs = held_partition
+    data = batch(4, 0, b"a", b"b")
+    fs.hold = True
+    caller = asyncio.create_task(partition.append(data))
+    assert await asyncio.to_thread(fs.entered.wait, 5)
+    caller.cancel()
+    twin = asyncio.create_task(partition.append(data))
+    await asyncio.sleep(0.05)
+    assert not caller.done()
+    assert not twin.done()
+    fs.released.set()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    assert await twin == (AppendResult(0, 1), True)
+    assert await partition.append(data) == (AppendResult(0, 1), True)
+    assert partition.writer.head == 2
 
 
 # -- producer expiry ----------------------------------------------------------------------
