@@ -7,6 +7,12 @@ quota (waits under ``block_producer``, fails under ``reject_producer``, makes ro
 that finds the disk full is counted in ``headrace_publish_disk_full_total`` and fails with
 :class:`~wal.DiskFullError` (``RESOURCE_EXHAUSTED``); nothing of it stays in the log, and
 the next publish tries the disk again.
+
+Cancellation: the wait for the quota ends with the caller; once the partition has
+admitted the batch, the append and its count run to their end (:class:`Partition` runs
+them under :func:`wal.run_to_end`), so a Publish whose deadline expires or whose
+connection drops leaves the batch in the log, its dedup entry committed and its records
+counted, exactly as if it had been answered.
 """
 
 from __future__ import annotations
@@ -46,11 +52,12 @@ async def append_batch(
     blocked = retention.admit(topic, partition) if retention is not None else None
     if blocked is not None:
         await blocked  # block_producer: the backlog is over its quota
+
+    def count(result: AppendResult) -> None:
+        metrics.published(topic, partition.index, result, len(data))
+
     try:
-        result, duplicate = await partition.append(data)
+        return await partition.append(data, count)
     except DiskFullError:
         metrics.disk_full(topic, partition.index)
         raise
-    if not duplicate:
-        metrics.published(topic, partition.index, result, len(data))
-    return result, duplicate

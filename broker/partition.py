@@ -5,6 +5,15 @@ a batch, asks the table, and appends, answers from the table, waits for an in-fl
 or rejects. A retry appended before the table's window is answered as a duplicate at
 offsets -1 (:data:`UNKNOWN_OFFSETS`): it is in the log, but where is no longer known.
 
+Cancellation: an admitted append runs to its end under :func:`wal.run_to_end`, whatever
+happens to its caller (a Publish whose deadline expires or whose connection drops while its
+batch waits in the log writer). The writer appends the batch anyway, so its dedup entry
+must be committed: the client's retry of the same bytes is then answered as a duplicate
+(``InFlight`` while the first copy is still being written, ``Duplicate`` after), never
+appended a second time. A twin waiting on the first copy never sees a cancellation that
+is not its own: a gRPC handler that raises ``CancelledError`` sends no status, and its
+client would wait out its deadline.
+
 The table survives restarts: a snapshot is written (atomically: temp, fsync, rename, fsync
 of the directory) at every segment roll, after every ``snapshot_bytes`` appended, and by
 ``aclose`` once every append has settled; ``open`` restores it and replays the batches
@@ -47,6 +56,7 @@ import asyncio
 import json
 import logging
 import os
+from collections.abc import Callable
 
 from broker.errors import ProducerSequenceError, ShuttingDownError
 from broker.producers import (
@@ -68,6 +78,10 @@ DEFAULT_SNAPSHOT_BYTES = 32 << 20
 
 #: The offsets of a duplicate appended too long ago for the table to remember them.
 UNKNOWN_OFFSETS = AppendResult(-1, -1)
+
+
+def _ignore(_result: AppendResult) -> None:
+    """The default ``on_appended`` of :meth:`Partition.append`."""
 
 
 class Partition:
@@ -148,11 +162,20 @@ class Partition:
         """The partition's log (read-only use)."""
         return self.writer.log
 
-    async def append(self, data: bytes) -> tuple[AppendResult, bool]:
+    async def append(
+        self, data: bytes, on_appended: Callable[[AppendResult], None] = _ignore
+    ) -> tuple[AppendResult, bool]:
         """Append a batch unless it is a retry; return its offsets and whether it was one.
 
         A retry of a batch appended before the producer table's window returns
-        :data:`UNKNOWN_OFFSETS` (-1, -1) and ``True``.
+        :data:`UNKNOWN_OFFSETS` (-1, -1) and ``True``; a retry of a batch still being
+        appended waits for it and returns its offsets and ``True``. Once admitted, the
+        append runs to its end even if the caller is cancelled (see the module docstring).
+
+        Args:
+            data: The encoded batch (untrusted: validated here).
+            on_appended: Called with the offsets once this call appended the batch (never
+                for a retry), even if the caller was cancelled meanwhile: for counting.
 
         Raises:
             InvalidBatchError: the batch is malformed or too large.
@@ -174,26 +197,43 @@ class Partition:
         if isinstance(decision, OutOfSequence):
             raise ProducerSequenceError(pid, decision.expected, decision.got)
         assert isinstance(decision, Admit)
-        return await self._append_admitted(batch, pid, seq), False
+        future = self._track(pid, seq)
+        work = self._append_admitted(batch, pid, seq, future, on_appended)
+        return await run_to_end(work), False
 
-    async def _append_admitted(self, batch: RecordBatch, pid: int, seq: int) -> AppendResult:
+    def _track(self, pid: int, seq: int) -> asyncio.Future[AppendResult]:
+        """Register an admitted batch as in flight, at once: its append runs in a task of
+        its own that starts later, and a twin admitted ``InFlight`` in between must find
+        its future (as ``aclose`` must find it pending)."""
         future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
         if pid >= 0:
             self._in_flight[(pid, seq)] = future
         self._pending += 1
         self._settled.clear()
+        return future
+
+    async def _append_admitted(
+        self,
+        batch: RecordBatch,
+        pid: int,
+        seq: int,
+        future: asyncio.Future[AppendResult],
+        on_appended: Callable[[AppendResult], None],
+    ) -> AppendResult:
+        """Append a batch :meth:`_track` registered, then commit its reservation (or
+        release it if the append failed), tell ``on_appended`` and answer its twins
+        through ``future``. Run under ``run_to_end``."""
         try:
             result = await self.writer.append(batch)
         except BaseException as exc:
             self._table.release(pid, seq)
-            if not future.done():
-                future.set_exception(exc)
-                future.exception()  # retrieved here, so no "never retrieved" warning
+            _fail_twins(future, exc)
             raise
         else:
             at_ms = self._clock()
             self._table.commit(pid, seq, result.first_offset, result.last_offset, at_ms=at_ms)
             future.set_result(result)
+            on_appended(result)
             return result
         finally:
             self._in_flight.pop((pid, seq), None)
@@ -271,6 +311,19 @@ class Partition:
 
 def _write_json(fs: FileSystem, path: str, doc: object) -> None:
     fs.atomic_write(path, json.dumps(doc, separators=(",", ":")).encode())
+
+
+def _fail_twins(future: asyncio.Future[AppendResult], exc: BaseException) -> None:
+    """Fail the twins of a batch whose append failed with ``exc``.
+
+    Twins get a ``CancelledError`` as :class:`ShuttingDownError`: only this task's own
+    cancellation (the loop going away) can raise one here, and a twin's handler that raised
+    it would send its client no status at all.
+    """
+    if future.done():
+        return
+    future.set_exception(exc if isinstance(exc, Exception) else ShuttingDownError())
+    future.exception()  # retrieved here, so no "never retrieved" warning
 
 
 def _rebuild(log: Log, snapshot: str, fs: FileSystem, now_ms: int) -> ProducerTable:

@@ -8,6 +8,9 @@ Invariants:
 - A publish is answered only after the log acknowledged it (durable under the topic's
   fsync policy).
 - Fetch returns only batches below the high-water mark (durable data).
+- A publish the client stops waiting for (deadline, cancellation, dropped connection) still
+  runs to its end (:mod:`broker.ingest`); a PublishStream cut short leaves its queued
+  publishes running, unanswered, and logs nothing for them.
 - A Subscribe stream is one consumer session: it ends when the client half-closes, when a
   request is bad (with that request's status), or when the broker shuts down
   (``UNAVAILABLE``). Whatever it did not acknowledge goes to the next consumer.
@@ -108,7 +111,9 @@ class BrokerService(_grpc.BrokerServicer):
         async def read_requests() -> None:
             try:
                 async for request in request_iterator:
-                    await pending.put(asyncio.create_task(self._publish(request)))
+                    task = asyncio.create_task(self._publish(request))
+                    task.add_done_callback(_retrieve_failure)
+                    await pending.put(task)
             finally:
                 await pending.put(None)
 
@@ -269,6 +274,15 @@ async def _read_subscribe(
                 raise InvalidRequestError("kind", "empty request; send credit or ack")
     finally:
         session.outbox.put_nowait(None)
+
+
+def _retrieve_failure(task: asyncio.Task[_pb.PublishResponse]) -> None:
+    """Mark a stream's publish failure as retrieved. A stream the client cancelled leaves
+    its queued publishes running to their end, unanswered: their failures (a sequence
+    gap, say) have no one to go to, and must not be logged as a task exception never
+    retrieved (a traceback at ERROR for a client's cancellation)."""
+    if not task.cancelled():
+        task.exception()
 
 
 async def _stream_response(task: asyncio.Task[_pb.PublishResponse]) -> _pb.PublishResponse:

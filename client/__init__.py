@@ -1,9 +1,10 @@
 """The Headrace Python client: async-first producers, consumers and admin, with sync twins.
 
 Modules:
-    errors          ClientError and one class per gRPC status code; from_rpc_error
+    errors          ClientError and one class per gRPC status code; from_rpc_error;
+                    publish_outcome: whether a failed send's records were written
     _types          TopicInfo, PartitionInfo, RecordMetadata, SentRecords, lag records,
-                    DeadLetterEntry, ReplayResult
+                    DeadLetterEntry, ReplayResult, PublishOutcome
     _async.producer AsyncProducer: batching, per-partition pipelining, retries, idempotence
     _async.consumer AsyncConsumer: credits, batched acks, reconnects
     _async.admin    AsyncAdminClient: topics, subscriptions and dead-letter queues
@@ -34,6 +35,7 @@ from client._types import (
     PartitionInfo,
     PartitionLag,
     PublishedRange,
+    PublishOutcome,
     RecordMetadata,
     ReplayResult,
     SentRecords,
@@ -83,6 +85,7 @@ __all__ = [
     "PartitionLag",
     "PermissionDenied",
     "Producer",
+    "PublishOutcome",
     "PublishedRange",
     "RecordBatch",
     "RecordMetadata",

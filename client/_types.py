@@ -6,6 +6,7 @@ Pure module: imports neither ``asyncio``, ``os`` nor ``time``.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import overload
@@ -30,6 +31,35 @@ class TopicInfo:
 
     name: str
     partitions: tuple[PartitionInfo, ...]
+
+
+class PublishOutcome(enum.Enum):
+    """What a failed send left in the log, as far as the client can know
+    (:attr:`ClientError.outcome <client.errors.ClientError.outcome>`).
+
+    ``REFUSED``: the records were not written, so sending them again is safe. The broker
+    refused the batch before appending it (a bad or oversized batch, a missing topic, the
+    backlog quota, a sequence gap, auth), or it was never sent.
+
+    ``UNKNOWN``: the records may or may not have been written; sending them again may
+    store them twice. No answer came (the delivery timeout ran out while the broker was
+    unreachable or slow), or the broker answered with an error that can follow an append
+    (``UNKNOWN``, ``INTERNAL``, ``CANCELLED``...). Read the partition to find out.
+    """
+
+    REFUSED = "refused"
+    UNKNOWN = "unknown"
+
+    def is_refused(self) -> bool:
+        """Whether the records were certainly not written."""
+        return self is PublishOutcome.REFUSED
+
+    @property
+    def advice(self) -> str:
+        """What the outcome means for the caller, as the error message ends with it."""
+        if self.is_refused():
+            return "not written; safe to resend"
+        return "may or may not have been written; resending may duplicate"
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,20 +3,44 @@
 Role: callers branch on classes, never on gRPC internals. :func:`from_rpc_error` translates
 a ``grpc.RpcError`` once, at the edge, keeping the broker's actionable message and the
 status code; :attr:`ClientError.retryable` says whether trying again may succeed.
+
+A failed send also says whether its records were written (:attr:`ClientError.outcome`,
+set by :func:`publish_failure`): only a status that the broker gives *before* it appends
+proves they were not (``REFUSED``); any other failure is ``UNKNOWN``. Example: a batch
+answered ``RESOURCE_EXHAUSTED`` on its first attempt was refused; one answered
+``UNAVAILABLE`` and then, on the retry, ``RESOURCE_EXHAUSTED`` (the backlog quota) is
+unknown, because the first attempt may have been appended before its answer was lost.
 """
 
 from __future__ import annotations
 
 import grpc
 
+from client._types import PublishOutcome
+
 
 class ClientError(Exception):
-    """Root of every error raised by the ``client`` package."""
+    """Root of every error raised by the ``client`` package.
+
+    Attributes:
+        code: The gRPC status code behind the error, if any.
+        outcome: For a failed send or publish, whether its records were written
+            (:class:`PublishOutcome`: ``REFUSED``, not written, safe to resend; or
+            ``UNKNOWN``, may or may not have been written, resending may duplicate);
+            ``None`` for every other call.
+    """
 
     retryable = False
 
-    def __init__(self, message: str, code: grpc.StatusCode | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        code: grpc.StatusCode | None = None,
+        *,
+        outcome: PublishOutcome | None = None,
+    ) -> None:
         self.code = code
+        self.outcome = outcome
         super().__init__(message)
 
 
@@ -85,6 +109,43 @@ _BY_CODE: dict[grpc.StatusCode, type[ClientError]] = {
     grpc.StatusCode.UNAVAILABLE: Unavailable,
     grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceeded,
 }
+
+
+#: The statuses a broker answers a Publish with only before it appends anything: a batch
+#: failed with one of them on its only attempt is certainly not in the log.
+REFUSING_CODES = frozenset(
+    {
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.ALREADY_EXISTS,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.OUT_OF_RANGE,
+        grpc.StatusCode.UNAUTHENTICATED,
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.UNIMPLEMENTED,
+    }
+)
+
+
+def publish_outcome(error: ClientError, *, attempts: int) -> PublishOutcome:
+    """What a publish that failed with ``error`` after ``attempts`` calls left in the log.
+
+    ``REFUSED`` only if there was one attempt and its status is in :data:`REFUSING_CODES`
+    (a retry follows an unknown outcome, so a refused retry proves nothing of the first
+    attempt); ``UNKNOWN`` otherwise.
+    """
+    if attempts == 1 and error.code in REFUSING_CODES:
+        return PublishOutcome.REFUSED
+    return PublishOutcome.UNKNOWN
+
+
+def publish_failure(error: ClientError, outcome: PublishOutcome, where: str) -> ClientError:
+    """``error`` restated for a failed publish to ``where`` (``topic/partition``): the same
+    class and code, with ``outcome`` set and its advice at the end of the message. Raise it
+    ``from error``."""
+    message = f"publish to {where} failed: {error} ({outcome.advice})"
+    return type(error)(message, error.code, outcome=outcome)
 
 
 def from_status(code: grpc.StatusCode, message: str) -> ClientError:

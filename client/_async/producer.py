@@ -15,8 +15,24 @@ records that arrive meanwhile form the next, larger batch.
 Retries: UNAVAILABLE and DEADLINE_EXCEEDED are retried with exponential backoff and full
 jitter until ``delivery_timeout_s``; the same bytes are resent, so the broker's dedup turns
 a retry of an appended batch into its original offsets. Other errors fail the batch's
-records at once. After a failure whose outcome is unknown (timeout), the partition moves to
-a fresh producer id, so later batches never hit a sequence gap.
+records at once.
+
+A failed batch's error says whether its records were written
+(:attr:`ClientError.outcome <client.errors.ClientError.outcome>`, see
+:func:`client.errors.publish_outcome`), and that decides how the partition goes on:
+
+- ``REFUSED`` (the broker refused the batch before appending it: a bad or oversized
+  batch, a missing topic, the backlog quota): its sequence numbers are free again, and
+  the next batch reuses them under the same producer id;
+- ``REFUSED`` with ``FAILED_PRECONDITION`` (a sequence gap: the broker's state of this
+  producer id no longer matches ours, e.g. acknowledged data was cut from its log), and
+  ``UNKNOWN`` (no answer, or ``UNKNOWN``/``INTERNAL``/``CANCELLED``, which can follow an
+  append): the partition moves to a fresh producer id. An unknown outcome never lends
+  its sequences to a later batch: were the batch in the log, the broker would answer the
+  next batch of the same size as its duplicate, acknowledging records it never wrote.
+
+Under a fixed ``producer_id`` the id cannot change, so any failure ends the partition's
+batches instead: every later batch fails, unsent, with the first failure's error.
 """
 
 from __future__ import annotations
@@ -40,9 +56,21 @@ import grpc
 
 from client._channel import aio_channel
 from client._retry import retrying
-from client._types import DEFAULT_BROKER, PublishedRange, RecordMetadata, SentRecords
+from client._types import (
+    DEFAULT_BROKER,
+    PublishedRange,
+    PublishOutcome,
+    RecordMetadata,
+    SentRecords,
+)
 from client._wire.batch import crc32c, encode_columns
-from client.errors import ClientClosed, ClientError, NotFound
+from client.errors import (
+    ClientClosed,
+    ClientError,
+    NotFound,
+    publish_failure,
+    publish_outcome,
+)
 from proto import admin_pb2 as _admin
 from proto import admin_pb2_grpc, broker_pb2_grpc
 from proto import broker_pb2 as _pb
@@ -238,7 +266,8 @@ class _Accumulator:
         try:
             data = p.encode(self._producer_id, self._sequence if self._producer_id >= 0 else -1)
         except Exception as exc:  # the wire codec's own errors: a field out of range
-            p.fail(ClientError(f"cannot encode the batch: {exc}"))
+            message = f"cannot encode the batch: {exc} (not written; fix the record)"
+            p.fail(ClientError(message, outcome=PublishOutcome.REFUSED))
             return
         try:
             response = await self._producer.publish_batch(self.topic, self.partition, data)
@@ -250,18 +279,23 @@ class _Accumulator:
         p.resolve(self.topic, response)
 
     def _after_failure(self, exc: ClientError) -> None:
+        """Decide how the partition goes on after a failed batch (see the module docstring)."""
         if self._producer.fixed_producer_id is not None:
             # Under an id that cannot change, any failure ends this partition's batches: an
             # unknown outcome (a timeout, but also UNKNOWN or INTERNAL) may have appended
             # the batch, and a later batch under its sequences would then be answered as
             # its duplicate. The caller re-sends everything under the same id instead.
             self._failed = exc
-        elif exc.retryable:
-            # Unknown outcome: the batch may be in the log. Continue under a new producer id
-            # so the next batch cannot collide with, or leave a gap after, this one.
-            self._producer_id = self._producer.new_producer_id()
-            self._sequence = 0
-        # Otherwise the broker refused the batch: its sequence numbers are free again.
+            return
+        gap = exc.code == grpc.StatusCode.FAILED_PRECONDITION
+        if exc.outcome is PublishOutcome.REFUSED and not gap:
+            return  # refused before any append: its sequence numbers are free again
+        # Unknown outcome (the batch may be in the log), or the broker's sequence state of
+        # this id lost step with ours: continue under a new id, so the next batch can be
+        # neither taken for this one's duplicate nor refused for a gap.
+        old, self._producer_id = self._producer_id, self._producer.new_producer_id()
+        self._sequence = 0
+        logger.warning("%s; continuing under producer id %d, not %d", exc, self._producer_id, old)
 
 
 class AsyncProducer:
@@ -284,7 +318,9 @@ class AsyncProducer:
             retried Spark task) gets them answered as duplicates, not appended again.
             Because the id cannot change, a failed batch fails every later batch of its
             partition: after an unknown outcome, a later batch under the same sequences
-            could be taken for a duplicate. Default: random ids.
+            could be taken for a duplicate. Default: random ids, one per partition,
+            replaced by a fresh one after a failure whose outcome is unknown or a
+            sequence gap (see the module docstring).
         channel: An existing channel to use (not closed by the producer).
     """
 
@@ -343,6 +379,11 @@ class AsyncProducer:
     ) -> asyncio.Future[RecordMetadata]:
         """Queue one record; the future resolves once the broker acknowledged it.
 
+        The future fails with a :class:`ClientError` whose ``outcome`` says whether the
+        record was written: ``REFUSED`` (not written; safe to resend) or ``UNKNOWN`` (may
+        or may not have been written; resending may duplicate). The message ends with the
+        same advice.
+
         Raises:
             NotFound: the topic does not exist.
             ClientClosed: the producer is closed.
@@ -371,7 +412,11 @@ class AsyncProducer:
         partition: int | None = None,
         timestamp_ms: int | None = None,
     ) -> RecordMetadata:
-        """Send one record and wait for its acknowledgement (see :meth:`send`)."""
+        """Send one record and wait for its acknowledgement (see :meth:`send`).
+
+        Raises:
+            ClientError: The record failed; its ``outcome`` says whether it was written.
+        """
         future = await self.send(
             topic,
             value,
@@ -413,8 +458,9 @@ class AsyncProducer:
         Returns:
             A future that resolves to :class:`SentRecords` (one :class:`RecordMetadata`
             per value, in order) once every batch is acknowledged, or fails with the first
-            batch's error. There is no atomicity across batches: batches acknowledged
-            before a failure stay in the log.
+            batch's error (its ``outcome`` says whether that batch was written). There is
+            no atomicity across batches: batches acknowledged before a failure stay in
+            the log.
 
         Raises:
             ValueError: A column's length differs from ``values``'s, or ``partition`` is
@@ -535,12 +581,30 @@ class AsyncProducer:
             self._sticky[topic] = (partition + 1) % self._partitions[topic]
 
     async def publish_batch(self, topic: str, partition: int, data: bytes) -> _pb.PublishResponse:
-        """Publish one batch, retrying retryable errors until the delivery timeout."""
+        """Publish one batch, retrying retryable errors until the delivery timeout.
+
+        Raises:
+            ClientError: The subclass for the last attempt's status, with ``outcome`` set
+                (:func:`~client.errors.publish_outcome`) and the message saying whether the
+                records were written.
+        """
         request = _pb.PublishRequest(topic=topic, partition=partition, batch=data)
-        response: _pb.PublishResponse = await self._retrying(
-            self._stub.Publish, request, f"publish to {topic}/{partition}"
-        )
-        return response
+        attempts = 0
+
+        def call(timeout: float) -> Awaitable[_pb.PublishResponse]:
+            nonlocal attempts
+            attempts += 1
+            response: Awaitable[_pb.PublishResponse] = self._stub.Publish(request, timeout=timeout)
+            return response
+
+        where = f"{topic}/{partition}"
+        try:
+            return await retrying(
+                call, timeout_s=self._timeout, rng=self._rng, what=f"publish to {where}"
+            )
+        except ClientError as exc:
+            outcome = publish_outcome(exc, attempts=attempts)
+            raise publish_failure(exc, outcome, where) from exc
 
     async def _retrying(self, method: Callable[..., Awaitable[R]], request: object, what: str) -> R:
         """Call ``method``, retrying retryable errors with backoff until the delivery

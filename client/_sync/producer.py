@@ -99,7 +99,10 @@ class Producer:
 
         Returns:
             A future holding the record's :class:`RecordMetadata` once the broker has
-            acknowledged it, or the :class:`~client.errors.ClientError` that failed it. Use
+            acknowledged it, or the :class:`~client.errors.ClientError` that failed it,
+            whose ``outcome`` says whether the record was written (``REFUSED``: not
+            written, safe to resend; ``UNKNOWN``: may or may not have been written,
+            resending may duplicate), as with :class:`AsyncProducer`. Use
             ``.result(timeout)`` to wait. The future is already running, so ``cancel()``
             returns False and does not withdraw the record. Done callbacks run on the
             producer's loop thread. Keep them short, and do not call the producer from them
@@ -135,7 +138,8 @@ class Producer:
 
         Raises:
             ClientError: The subclass for the cause, e.g. ``ResourceExhausted`` for an
-                oversized record or ``Unavailable`` after ``delivery_timeout_s``.
+                oversized record or ``Unavailable`` after ``delivery_timeout_s``; its
+                ``outcome`` says whether the record was written.
         """
         return self._bridge.run(
             self._producer.publish(
@@ -164,7 +168,8 @@ class Producer:
 
         Returns:
             A future holding :class:`SentRecords` (one :class:`RecordMetadata` per value, in
-            order) once every batch is acknowledged, or the first batch's error.
+            order) once every batch is acknowledged, or the first failed batch's error
+            (with its ``outcome``).
 
         Raises:
             ValueError: A column's length differs from ``values``'s, or ``partition`` is

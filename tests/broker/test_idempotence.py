@@ -3,19 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import json
 import logging
 import shutil
+import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
 import pytest
+import pytest_asyncio
 
 from broker.app import Broker
+from broker.partition import Partition
 from proto import admin_pb2 as admin
 from proto import broker_pb2 as pb
 from tests.broker.conftest import Client, broker_config, serving
-from wal import decode_batch, encode_columns
+from tests.wal.test_writer import HeldFs
+from wal import AppendResult, LogConfig, decode_batch, encode_columns
 
 
 def batch(pid: int, seq: int, *values: bytes) -> bytes:
@@ -228,6 +235,205 @@ async def test_a_data_dir_with_an_old_format_snapshot_opens(tmp_path: Path) -> N
         assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert await head(c, "t") == 16
         assert await fetched_values(c, "t") == eight_values()
+
+
+# -- a publish cancelled while its batch waits in the log writer ---------------------------
+
+
+@contextlib.asynccontextmanager
+async def held_broker(tmp_path: Path) -> AsyncIterator[tuple[Broker, Client, HeldFs]]:
+    """A broker whose partitions' logs run on a :class:`HeldFs` (its next fdatasync held
+    while ``hold`` is set, until ``released``), a client, and topic t."""
+    fs = HeldFs()
+    try:
+        async with (
+            Broker(broker_config(tmp_path / "d"), fs=fs) as running,
+            grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel,
+        ):
+            c = Client(channel)
+            await c.admin.CreateTopic(admin.CreateTopicRequest(name="t", partitions=1))
+            yield running, c, fs
+    finally:
+        fs.released.set()  # never leave the writer's thread waiting
+
+
+def published_records(broker: Broker) -> float:
+    """``headrace_published_records_total`` of t/0."""
+    value = broker.metrics.registry.get_sample_value(
+        "headrace_published_records_total", {"topic": "t", "partition": "0"}
+    )
+    return value or 0.0
+
+
+def errors_logged(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """Every record logged at ERROR or above, by any logger."""
+    return [f"{r.name}: {r.getMessage()}" for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+PublishCall = grpc.aio.UnaryUnaryCall[pb.PublishRequest, pb.PublishResponse]
+
+
+async def publish_held(c: Client, fs: HeldFs, data: bytes, deadline_s: float) -> PublishCall:
+    """Start a Publish of ``data`` with a ``deadline_s`` deadline; return once its batch is
+    held in the writer's fdatasync."""
+    fs.hold = True
+    call: PublishCall = c.broker.Publish(
+        pb.PublishRequest(topic="t", batch=data), timeout=deadline_s
+    )
+    assert await asyncio.to_thread(fs.entered.wait, 5)
+    return call
+
+
+async def deadline_passes(call: PublishCall) -> None:
+    """Wait for ``call`` to fail with DEADLINE_EXCEEDED, then give the broker a moment to
+    cancel its handler (the cancellation crosses loopback)."""
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await call
+    assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    await asyncio.sleep(0.2)
+
+
+@pytest.mark.asyncio
+async def test_a_publish_cancelled_in_the_writer_is_kept_and_its_retry_is_a_duplicate(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Scenario: a Publish with a 100 ms deadline whose batch is held in the writer's
+    fdatasync until after the deadline; then the same bytes again, twice (the client's
+    retries: the first while the batch is still held, the second after). Expected: the
+    first call fails DEADLINE_EXCEEDED; the batch is appended once, and both retries answer
+    its offsets 0-1 as duplicates; head 2, two records counted as published, and nothing
+    logged at ERROR."""
+    caplog.set_level(logging.DEBUG)
+    async with held_broker(tmp_path) as (broker, c, fs):
+        data = batch(21, 0, b"a", b"b")
+        await deadline_passes(await publish_held(c, fs, data, 0.1))
+        retry = asyncio.ensure_future(publish(c, data))
+        await asyncio.sleep(0.1)
+        assert not retry.done()  # it waits for the held copy: neither appended nor refused
+        fs.released.set()
+        answer = await asyncio.wait_for(retry, 5)
+        assert (answer.base_offset, answer.last_offset, answer.duplicate) == (0, 1, True)
+        again = await publish(c, data)
+        assert (again.base_offset, again.last_offset, again.duplicate) == (0, 1, True)
+        assert await head(c, "t") == 2
+        assert published_records(broker) == 2
+    assert errors_logged(caplog) == []
+
+
+@pytest.mark.asyncio
+async def test_a_twin_of_a_publish_cancelled_in_the_writer_gets_its_answer(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Scenario: a Publish with a 300 ms deadline whose batch is held in the writer's
+    fdatasync; its twin (the same bytes, 10 s deadline) arrives while it is held and waits
+    for it; then the first call's deadline passes, then the writer is released. Expected:
+    the twin is answered at once with the batch's offsets 0-1 as a duplicate (not
+    DEADLINE_EXCEEDED 10 s later: the first caller's cancellation is not the twin's); the
+    log holds the two records once (head 2), and nothing is logged at ERROR."""
+    caplog.set_level(logging.DEBUG)
+    async with held_broker(tmp_path) as (_, c, fs):
+        data = batch(22, 0, b"a", b"b")
+        first = await publish_held(c, fs, data, 0.3)
+        twin = c.broker.Publish(pb.PublishRequest(topic="t", batch=data), timeout=10)
+        await deadline_passes(first)
+        fs.released.set()
+        started = time.monotonic()
+        answer = await twin
+        assert time.monotonic() - started < 5
+        assert (answer.base_offset, answer.last_offset, answer.duplicate) == (0, 1, True)
+        assert await head(c, "t") == 2
+        assert await fetched_values(c, "t") == [b"a", b"b"]
+    assert errors_logged(caplog) == []
+
+
+@pytest.mark.asyncio
+async def test_a_publish_stream_cut_while_its_batch_is_held_logs_nothing_at_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Scenario: a PublishStream sends batch a (held in the writer's fdatasync) and a batch
+    of the same producer that leaves a sequence gap; the client cancels the stream; then
+    the writer is released, and a is published again. Expected: a is appended once (the
+    re-publish is its duplicate at offset 0; head 1); the gap batch's failure, which has
+    no stream left to go to, is not logged (nothing at ERROR, even after a garbage
+    collection, where a never-retrieved task exception would be reported)."""
+    caplog.set_level(logging.DEBUG)
+    async with held_broker(tmp_path) as (_, c, fs):
+        a = batch(23, 0, b"a")
+        requests = [
+            pb.PublishRequest(topic="t", batch=a),
+            pb.PublishRequest(topic="t", batch=batch(23, 7, b"gap")),
+        ]
+        fs.hold = True
+        stream = c.broker.PublishStream(iter(requests))
+        assert await asyncio.to_thread(fs.entered.wait, 5)
+        await asyncio.sleep(0.1)  # the gap batch reaches the broker too
+        stream.cancel()
+        await asyncio.sleep(0.2)  # the cancellation crosses loopback
+        fs.released.set()
+        again = await publish(c, a)
+        assert (again.base_offset, again.duplicate) == (0, True)
+        assert await head(c, "t") == 1
+        gc.collect()
+    assert errors_logged(caplog) == []
+
+
+# -- the same at the Partition, without gRPC ------------------------------------------
+
+
+@pytest_asyncio.fixture
+async def held_partition(tmp_path: Path) -> AsyncIterator[tuple[Partition, HeldFs]]:
+    """Partition 0 of a topic directory, on a :class:`HeldFs`: no broker, no gRPC."""
+    fs = HeldFs()
+    partition = await Partition.open(0, str(tmp_path), LogConfig(), fs)
+    try:
+        yield partition, fs
+    finally:
+        fs.released.set()
+        await partition.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_twin_admitted_before_the_append_task_starts_waits_for_it(
+    held_partition: tuple[Partition, HeldFs],
+) -> None:
+    """Scenario: two appends of the same batch started together, so the second is decided
+    (InFlight) before the first one's append task has run a step. Expected: both answer
+    offset 0, exactly one as a duplicate; the head is 1."""
+    partition, _ = held_partition
+    data = batch(3, 0, b"x")
+    answers = await asyncio.gather(partition.append(data), partition.append(data))
+    assert sorted(answers, key=lambda a: a[1]) == [
+        (AppendResult(0, 0), False),
+        (AppendResult(0, 0), True),
+    ]
+    assert partition.writer.head == 1
+
+
+@pytest.mark.asyncio
+async def test_a_cancelled_caller_waits_for_its_append_which_is_committed(
+    held_partition: tuple[Partition, HeldFs],
+) -> None:
+    """Scenario: an append held in the writer's fdatasync; its caller is cancelled; a twin
+    arrives; the writer is released; then the batch is appended again. Expected: the
+    cancelled caller waits for the append (not done while it is held), then raises
+    CancelledError; the twin and the later retry answer offsets 0-1 as duplicates; the
+    head is 2: the dedup entry was committed although the caller was gone."""
+    partition, fs = held_partition
+    data = batch(4, 0, b"a", b"b")
+    fs.hold = True
+    caller = asyncio.create_task(partition.append(data))
+    assert await asyncio.to_thread(fs.entered.wait, 5)
+    caller.cancel()
+    twin = asyncio.create_task(partition.append(data))
+    await asyncio.sleep(0.05)
+    assert not caller.done()
+    assert not twin.done()
+    fs.released.set()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    assert await twin == (AppendResult(0, 1), True)
+    assert await partition.append(data) == (AppendResult(0, 1), True)
+    assert partition.writer.head == 2
 
 
 # -- producer expiry ----------------------------------------------------------------------

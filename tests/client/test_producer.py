@@ -11,11 +11,14 @@ import pytest
 
 from broker.app import Broker
 from client import (
+    AdminClient,
     AlreadyExists,
     AsyncAdminClient,
     AsyncProducer,
     ClientClosed,
     NotFound,
+    Producer,
+    PublishOutcome,
     RecordMetadata,
     ResourceExhausted,
     Unavailable,
@@ -26,7 +29,8 @@ from client._wire.batch import decode_batch
 from proto import broker_pb2 as pb
 from proto import broker_pb2_grpc
 from tests.broker.conftest import broker_config
-from tests.client.conftest import address, read_partition
+from tests.client.conftest import address, read_batches, read_partition
+from tests.client.test_sync import BrokerThread
 
 
 @pytest.mark.asyncio
@@ -127,16 +131,44 @@ async def test_unknown_topic_and_closed_producer_are_typed_errors(broker: Broker
 
 @pytest.mark.asyncio
 async def test_oversized_record_fails_its_future_not_the_producer(broker: Broker) -> None:
-    """Scenario: a 2 MiB record (over the broker's 1 MiB record limit), then a small one.
-    Expected: the big one fails with ResourceExhausted naming the limit; the small one is
-    acknowledged."""
+    """Scenario: a small record, a 2 MiB one (over the broker's 1 MiB record limit), then
+    another small one. Expected: the big one fails with ResourceExhausted naming the limit,
+    outcome REFUSED, and a message saying it was not written; the small ones are
+    acknowledged, under the same producer id with consecutive sequences (the refused
+    batch's sequence was reused: the broker never appended it)."""
     async with AsyncAdminClient(address(broker)) as admin:
         await admin.create_topic("limits", 1)
     async with AsyncProducer(address(broker), linger_ms=0) as producer:
-        with pytest.raises(ResourceExhausted, match="max_record_bytes"):
+        assert (await producer.publish("limits", b"first")).offset == 0
+        with pytest.raises(ResourceExhausted, match="max_record_bytes") as refused:
             await producer.publish("limits", b"x" * (2 << 20))
         ok = await producer.publish("limits", b"fine")
-        assert ok.offset == 0
+        assert ok.offset == 1
+    assert refused.value.outcome is PublishOutcome.REFUSED
+    assert str(refused.value).endswith("(not written; safe to resend)")
+    batches = await read_batches(broker, "limits", 0)
+    assert [(b.producer_id, b.base_sequence) for b in batches] == [
+        (batches[0].producer_id, 0),
+        (batches[0].producer_id, 1),
+    ]
+
+
+def test_the_sync_producer_reports_the_same_outcome(tmp_path: Path) -> None:
+    """Scenario: the blocking Producer publishes a 2 MiB record (over the limit), then a
+    small one. Expected: ResourceExhausted with outcome REFUSED and the same advice as the
+    async producer, from publish and from the future of send; the small one is
+    acknowledged."""
+    with BrokerThread(tmp_path / "data") as broker, AdminClient(broker) as admin:
+        admin.create_topic("sync-limits", 1)
+        with Producer(broker, linger_ms=0) as producer:
+            with pytest.raises(ResourceExhausted) as refused:
+                producer.publish("sync-limits", b"x" * (2 << 20))
+            error = producer.send("sync-limits", b"y" * (2 << 20)).exception(10)
+            assert producer.publish("sync-limits", b"fine").offset == 0
+    assert refused.value.outcome is PublishOutcome.REFUSED
+    assert isinstance(error, ResourceExhausted)
+    assert error.outcome is PublishOutcome.REFUSED
+    assert str(error).endswith("(not written; safe to resend)")
 
 
 @pytest.mark.asyncio

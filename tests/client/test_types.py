@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from client._types import PublishedRange, RecordMetadata, SentRecords
+from client._types import PublishedRange, PublishOutcome, RecordMetadata, SentRecords
 
 
 def test_sent_records_of_a_duplicate_without_offsets_report_minus_one() -> None:
@@ -21,3 +21,14 @@ def test_sent_records_of_a_duplicate_without_offsets_report_minus_one() -> None:
         RecordMetadata("t", 0, 41),
         *[RecordMetadata("t", 0, -1, duplicate=True)] * 3,
     ]
+
+
+def test_publish_outcome_predicate_and_advice() -> None:
+    """REFUSED is refused and says the records were not written; UNKNOWN is not refused
+    and warns that resending may duplicate."""
+    assert PublishOutcome.REFUSED.is_refused()
+    assert PublishOutcome.REFUSED.advice == "not written; safe to resend"
+    assert not PublishOutcome.UNKNOWN.is_refused()
+    assert PublishOutcome.UNKNOWN.advice == (
+        "may or may not have been written; resending may duplicate"
+    )
