@@ -50,7 +50,8 @@ class ProducerSequenceError(BrokerError):
         self.got = got
         super().__init__(
             f"producer {producer_id}: batch sequence {got} is out of order (expected "
-            f"{expected}); restart the producer to get a new producer id"
+            f"{expected}); the batch was not written. Send it again under a new producer id "
+            "(the Python producer does so by itself)"
         )
 
 

@@ -54,7 +54,7 @@ from typing import Self, TypeVar
 
 import grpc
 
-from client._channel import aio_channel
+from client._channel import DEFAULT_RECONNECT_BACKOFF_MAX_S, aio_channel
 from client._retry import retrying
 from client._types import (
     DEFAULT_BROKER,
@@ -77,7 +77,6 @@ from proto import broker_pb2 as _pb
 
 logger = logging.getLogger(__name__)
 
-_MAX_MESSAGE = 64 << 20
 _RECORD_OVERHEAD = 16  # bytes a record counts for beyond its key and value
 R = TypeVar("R")
 
@@ -321,7 +320,10 @@ class AsyncProducer:
             could be taken for a duplicate. Default: random ids, one per partition,
             replaced by a fresh one after a failure whose outcome is unknown or a
             sequence gap (see the module docstring).
-        channel: An existing channel to use (not closed by the producer).
+        reconnect_backoff_max_s: The longest pause between reconnect attempts while the
+            broker is unreachable (see :mod:`client._channel`). Default 1 s.
+        channel: An existing channel to use (not closed by the producer);
+            ``reconnect_backoff_max_s`` then does not apply.
     """
 
     def __init__(
@@ -334,6 +336,7 @@ class AsyncProducer:
         buffer_max_bytes: int = 64 << 20,
         idempotent: bool = True,
         producer_id: int | None = None,
+        reconnect_backoff_max_s: float = DEFAULT_RECONNECT_BACKOFF_MAX_S,
         channel: grpc.aio.Channel | None = None,
     ) -> None:
         if linger_ms < 0 or batch_max_bytes < 1 or delivery_timeout_s <= 0:
@@ -352,7 +355,7 @@ class AsyncProducer:
         self._timeout = delivery_timeout_s
         self._idempotent = idempotent
         self._owns_channel = channel is None
-        self._channel = channel or aio_channel(broker)
+        self._channel = channel or aio_channel(broker, reconnect_backoff_max_s)
         self._stub = broker_pb2_grpc.BrokerStub(self._channel)
         self._admin = admin_pb2_grpc.AdminStub(self._channel)
         self._partitions: dict[str, int] = {}

@@ -26,6 +26,7 @@ from types import TracebackType
 from typing import Self, TypeVar
 
 from client._async.producer import AsyncProducer
+from client._channel import DEFAULT_RECONNECT_BACKOFF_MAX_S
 from client._sync._bridge import LoopThread, to_concurrent
 from client._types import DEFAULT_BROKER, RecordMetadata, SentRecords
 
@@ -54,6 +55,8 @@ class Producer:
             drops retried duplicates. Default on.
         producer_id: A fixed producer id, for callers that re-send the same records after a
             failure (a retried Spark task): see :class:`AsyncProducer`. Default: random.
+        reconnect_backoff_max_s: The longest pause between reconnect attempts while the
+            broker is unreachable, seconds. Default 1.
 
     Unlike :class:`AsyncProducer`, there is no ``channel`` argument. A ``grpc.aio`` channel
     is bound to the loop it was made on, and this producer's loop is private.
@@ -72,6 +75,7 @@ class Producer:
         buffer_max_bytes: int = 64 << 20,
         idempotent: bool = True,
         producer_id: int | None = None,
+        reconnect_backoff_max_s: float = DEFAULT_RECONNECT_BACKOFF_MAX_S,
     ) -> None:
         self._bridge = LoopThread("Producer", "AsyncProducer")
         self._producer = self._bridge.create(
@@ -83,6 +87,7 @@ class Producer:
             buffer_max_bytes=buffer_max_bytes,
             idempotent=idempotent,
             producer_id=producer_id,
+            reconnect_backoff_max_s=reconnect_backoff_max_s,
         )
 
     def send(

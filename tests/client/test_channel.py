@@ -64,7 +64,7 @@ async def test_clients_are_back_soon_after_an_outage_longer_than_the_cap(
 ) -> None:
     """Scenario: a consumer (``reconnect_backoff_max_s`` 0.5) receives from a real
     ``headrace serve``; the broker is SIGKILLed, stays down 20 s, and starts again on the
-    same port; meanwhile a producer (default cap, 1 s) keeps publishing. Expected: within
+    same port; meanwhile a producer (also capped at 0.5 s) keeps publishing. Expected: within
     3.5 s of the broker serving again, a record published after the restart is
     acknowledged and the consumer receives it (both channels reconnected at the capped
     backoff; with gRPC's default backoff this fails)."""
@@ -74,7 +74,9 @@ async def test_clients_are_back_soon_after_an_outage_longer_than_the_cap(
         async with AsyncAdminClient(broker.address) as admin:
             await admin.create_topic("t", 1)
         async with (
-            AsyncProducer(broker.address, linger_ms=0, delivery_timeout_s=60) as producer,
+            AsyncProducer(
+                broker.address, linger_ms=0, delivery_timeout_s=60, reconnect_backoff_max_s=0.5
+            ) as producer,
             AsyncConsumer("t", "s", broker=broker.address, reconnect_backoff_max_s=0.5) as consumer,
         ):
             await producer.publish("t", b"before")
