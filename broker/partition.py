@@ -43,6 +43,7 @@ from broker.producers import (
     ProducerTable,
 )
 from wal import AppendResult, FileSystem, Log, LogConfig, LogWriter, RecordBatch
+from wal.fdcache import FileCache
 from wal.log import Clock, wall_clock_ms
 
 logger = logging.getLogger(__name__)
@@ -97,15 +98,17 @@ class Partition:
         fs: FileSystem,
         *,
         clock: Clock | None = None,
+        files: FileCache | None = None,
     ) -> Partition:
         """Open the partition's log and rebuild its producer state.
 
         ``clock`` (wall-clock ms; default the system clock) serves the log (rolling,
-        retention) and the producer table (commit stamps, expiry) alike.
+        retention) and the producer table (commit stamps, expiry) alike; ``files`` is the
+        broker's descriptor cache (default: one of the log's own).
         """
         clock = clock or wall_clock_ms
         path = os.path.join(topic_dir, str(index))
-        writer = await LogWriter.open(path, config, fs=fs, clock=clock)
+        writer = await LogWriter.open(path, config, fs=fs, clock=clock, files=files)
         snapshot = os.path.join(topic_dir, f"{index}.producers.json")
         try:
             table = await asyncio.to_thread(_rebuild, writer.log, snapshot, fs, clock())
