@@ -204,8 +204,11 @@ class Segment:
             yield fd
 
     def _pread(self, size: int, pos: int) -> bytes:
-        with self._log_file() as fd:
-            return self.fs.pread(fd, size, pos)
+        pin = self.files.acquire(self.fs, self.path)  # on every read: no generator
+        try:
+            return self.fs.pread(pin.fd, size, pos)
+        finally:
+            self.files.release(pin)
 
     def _unpin(self) -> None:
         pin, self._pin, self._fd = self._pin, None, -1

@@ -403,3 +403,54 @@ async def test_topics_on_disk_over_the_budget_are_refused_at_open(tmp_path: Path
         await reg.open()
     assert reg.names() == []
     await close(reg)
+
+
+class CountingFs(FileSystem):
+    """Counts the descriptors opened through :meth:`open` and open now, and the most that
+    ever were (segment files; not the transient ones of ``write_new``)."""
+
+    def __init__(self) -> None:
+        self.fds: set[int] = set()
+        self.peak = 0
+
+    @property
+    def open_now(self) -> int:
+        """Descriptors opened here and not closed yet."""
+        return len(self.fds)
+
+    def open(self, path: str, *, create: bool = False) -> int:
+        fd = super().open(path, create=create)
+        self.fds.add(fd)
+        self.peak = max(self.peak, len(self.fds))
+        return fd
+
+    def close(self, fd: int) -> None:
+        super().close(fd)
+        self.fds.discard(fd)
+
+
+async def test_a_start_with_many_sealed_segments_holds_few_descriptors(tmp_path: Path) -> None:
+    """Scenario: 4 partitions of 30 or more segments each; the producer snapshots are removed
+    (as after a crash), so the start reads every segment to rebuild producer state; the
+    registry reopens with a cache of 4 idle descriptors. Expected: at no moment of the start
+    were more than 4 (active) + 4 (idle) + 1 (being read) descriptors open; once open, only
+    the 4 active ones and at most 4 idle ones are; closing leaves none."""
+    config = LogConfig(segment_bytes=512, index_interval_bytes=100)
+    reg = TopicRegistry(str(tmp_path), config, files=FileCache(4))
+    await reg.open()
+    await reg.create(NAME, 4)
+    for partition in reg.get(NAME).partitions:
+        for i in range(200):
+            await partition.append(encode_columns([b"record %d" % i]))
+    assert all(p.log.segment_count >= 30 for p in reg.get(NAME).partitions)
+    await close(reg)
+    for snapshot in (tmp_path / "topics" / NAME).glob("*.producers.json"):
+        snapshot.unlink()
+    fs = CountingFs()
+    reg = TopicRegistry(str(tmp_path), config, fs, files=FileCache(4))
+    await reg.open()
+    assert fs.peak <= 4 + 4 + 1
+    assert fs.open_now <= 4 + 4
+    assert reg.files.busy_count == 4
+    await close(reg)
+    assert fs.open_now == 0
