@@ -124,7 +124,8 @@ class FileLimitError(BrokerError):
         self.available = available
         self.limit = limit
         super().__init__(
-            f"{what} needs {needed} file descriptors (one per partition) but only {available} "
-            f"are free under the open-files limit of {limit}; raise the limit (`ulimit -n`, "
-            "or LimitNOFILE= under systemd) and restart the broker, or use fewer partitions"
+            f"{what} would need {needed} file descriptors (one per partition) but only "
+            f"{available} are free under the open-files limit of {limit}; raise the limit "
+            "(`ulimit -n`, or LimitNOFILE= under systemd) and restart the broker, or use "
+            "fewer partitions"
         )

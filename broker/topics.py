@@ -174,7 +174,7 @@ class TopicRegistry:
         """
         found = await asyncio.to_thread(self._scan)
         total = sum(partitions for _name, partitions in found)
-        self._check_budget(f"the {len(found)} topics on disk", total)
+        self._check_budget(f"the {total} partitions of the {len(found)} topics on disk", total)
         for name, partitions in found:
             self._topics[name] = await self._open_topic(name, partitions)
         logger.info(

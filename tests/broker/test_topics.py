@@ -399,7 +399,9 @@ async def test_topics_on_disk_over_the_budget_are_refused_at_open(tmp_path: Path
     await reg.create(NAME, 700)
     await close(reg)
     reg = registry(tmp_path, usage=usage(1000))
-    with pytest.raises(FileLimitError, match="the 1 topics on disk needs 700"):
+    with pytest.raises(
+        FileLimitError, match="the 700 partitions of the 1 topics on disk would need 700"
+    ):
         await reg.open()
     assert reg.names() == []
     await close(reg)

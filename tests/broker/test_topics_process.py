@@ -23,10 +23,12 @@ from pathlib import Path
 import grpc
 import pytest
 
+from broker.topics import TopicRegistry
 from proto import admin_pb2 as _admin
 from proto import admin_pb2_grpc
 from tests.broker.test_kill import ROOT, BrokerProcess
 from tests.broker.test_serve_process import free_port, wait_serving
+from wal import LogConfig
 
 LOW_LIMIT = 600
 PARTITIONS = 2_000
@@ -58,17 +60,10 @@ def lowered_limit() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (LOW_LIMIT, LOW_LIMIT))
 
 
-def test_a_topic_over_a_lowered_fd_limit_is_refused_up_front(tmp_path: Path) -> None:
-    """Scenario: ``headrace serve`` runs with RLIMIT_NOFILE 600 (soft and hard); a client
-    creates a topic of 1,000 partitions, then one of 50, and publishes to the latter.
-    Expected: the first gets RESOURCE_EXHAUSTED naming the 1,000 descriptors needed, the
-    ones free and the remedy, and leaves nothing under topics/; the broker keeps serving,
-    the second topic is created and takes a record; the log states the budget."""
-    port = free_port()
-    data = tmp_path / "data"
-    log = tmp_path / "serve.log"
+def serve_under_low_limit(data: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
+    """``headrace serve`` on ``data`` and ``port`` under ``LOW_LIMIT``; stderr to ``log``."""
     with log.open("wb") as stderr:
-        proc = subprocess.Popen(
+        return subprocess.Popen(
             [
                 *(sys.executable, "-c", "from broker.cli import main; main()", "serve"),
                 *("--data-dir", str(data), "--listen", f"127.0.0.1:{port}"),
@@ -78,6 +73,18 @@ def test_a_topic_over_a_lowered_fd_limit_is_refused_up_front(tmp_path: Path) -> 
             stderr=stderr,
             preexec_fn=lowered_limit,  # noqa: PLW1509 - only setrlimit, no locks taken
         )
+
+
+def test_a_topic_over_a_lowered_fd_limit_is_refused_up_front(tmp_path: Path) -> None:
+    """Scenario: ``headrace serve`` runs with RLIMIT_NOFILE 600 (soft and hard); a client
+    creates a topic of 1,000 partitions, then one of 50. Expected: the first gets
+    RESOURCE_EXHAUSTED naming the 1,000 descriptors needed, the limit and the remedy, and
+    leaves nothing under topics/; the broker keeps serving and creates the second; the log
+    states the budget."""
+    port = free_port()
+    data = tmp_path / "data"
+    log = tmp_path / "serve.log"
+    proc = serve_under_low_limit(data, port, log)
     try:
         wait_serving(port, time.monotonic() + 20)
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
@@ -86,7 +93,7 @@ def test_a_topic_over_a_lowered_fd_limit_is_refused_up_front(tmp_path: Path) -> 
                 admin.CreateTopic(_admin.CreateTopicRequest(name="big", partitions=1000))
             assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
             message = refused.value.details() or ""
-            assert "needs 1000 file descriptors" in message
+            assert "would need 1000 file descriptors" in message
             assert f"open-files limit of {LOW_LIMIT}" in message
             assert "ulimit -n" in message
             assert entries(data) == []
@@ -180,3 +187,31 @@ async def test_sigkill_during_a_large_create_or_delete_leaves_it_whole_or_absent
         broker.kill()
     print(f"[topics-kill] (change, kill after s, before the answer, there after): {outcomes}")
     assert any(cut for _kind, _delay, cut, _there in outcomes), "no kill cut a change short"
+
+
+async def make_topic(data: Path, name: str, partitions: int) -> None:
+    """Create ``name`` in ``data`` with an in-process registry (this process's limit)."""
+    reg = TopicRegistry(str(data), LogConfig())
+    await reg.open()
+    await reg.create(name, partitions)
+    await reg.aclose()
+
+
+def test_a_start_whose_topics_exceed_a_lowered_fd_limit_stops_with_one_line(
+    tmp_path: Path,
+) -> None:
+    """Scenario: a topic of 500 partitions exists; ``headrace serve`` starts under
+    RLIMIT_NOFILE 600. Expected: it exits 1 before serving, with one line on stderr saying
+    the 500 partitions would need 500 descriptors, the limit and the remedy; the topic's
+    files are untouched."""
+    data = tmp_path / "data"
+    asyncio.run(make_topic(data, "wide", 500))
+    before = sorted(p.name for p in (data / "topics" / "wide").iterdir())
+    log = tmp_path / "serve.log"
+    proc = serve_under_low_limit(data, free_port(), log)
+    assert proc.wait(timeout=60) == 1
+    errors = [line for line in log.read_text().splitlines() if line.startswith("Error")]
+    assert len(errors) == 1, log.read_text()
+    assert "the 500 partitions of the 1 topics on disk would need 500" in errors[0]
+    assert f"open-files limit of {LOW_LIMIT}" in errors[0]
+    assert sorted(p.name for p in (data / "topics" / "wide").iterdir()) == before
