@@ -262,8 +262,16 @@ class Segment:
                 self.fs.write_all(index_fd, [b"".join(index.encode_entry(*e) for e in entries)], at)
 
     def flush(self) -> None:
-        """fdatasync the log file."""
-        self.fs.fdatasync(self._fd)
+        """fdatasync the log file.
+
+        Leases its descriptor rather than using the writer's: under ``INTERVAL`` the
+        periodic sync runs on its own thread and may meet a roll that just sealed this
+        segment and gave up its pin (see :class:`wal.writer.LogWriter`)."""
+        pin = self.files.acquire(self.fs, self.path)
+        try:
+            self.fs.fdatasync(pin.fd)
+        finally:
+            self.files.release(pin)
 
     def seal(self) -> None:
         """Make the segment read-only: sync the log and its index, then give up the pin on

@@ -19,6 +19,7 @@ import pytest
 from tests.wal._helpers import read_all
 from wal import FileSystem, Log, LogConfig, encode_columns
 from wal.fdcache import MAX_CAPACITY, MIN_CAPACITY, FileCache, default_capacity
+from wal.segment import Segment
 
 SMALL = LogConfig(segment_bytes=512, index_interval_bytes=100)
 
@@ -258,3 +259,20 @@ def test_appends_after_the_index_was_evicted_keep_the_index_usable(tmp_path: Pat
         assert not log.recovery.tail.index_rebuilt
         assert values(log) == [value_for(1000 * i + k) for k in range(90)]
         log.close()
+
+
+def test_a_flush_after_a_seal_gave_up_the_pin_still_syncs(tmp_path: Path) -> None:
+    """Scenario: the INTERVAL ticker's flush meets a roll: it holds the segment that the
+    roll just sealed (its pin given up), and another file's lease evicted the descriptor
+    (capacity 1). Expected: flush syncs through a fresh lease (one open); before, it used
+    the writer's descriptor, gone by then (EBADF), which latched the log as failed."""
+    cache, fs = FileCache(1), FileSystem()
+    seg = Segment.create(fs, str(tmp_path), 0, 100, files=cache)
+    seg.seal()
+    (other,) = files(tmp_path, 1)
+    with cache.lease(fs, other):
+        pass  # on release two are idle: the sealed .log, least recent, is closed
+    opens = cache.opens
+    seg.flush()
+    assert cache.opens == opens + 1
+    seg.close()
