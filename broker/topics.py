@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import json
 import logging
@@ -265,10 +266,7 @@ class TopicRegistry:
 
     def _check_budget(self, what: str, partitions: int) -> None:
         """Raise ``FileLimitError`` unless ``partitions`` more partitions fit."""
-        usage = self._fd_usage(self.files)
-        usage = FdUsage(
-            usage.limit, usage.open_now, usage.idle_cached, usage.cache_capacity, self._reserved
-        )
+        usage = dataclasses.replace(self._fd_usage(self.files), reserved=self._reserved)
         short = shortfall(partitions, usage)
         if short is not None:
             logger.error("refused: %s: %s", what, short)
@@ -320,6 +318,8 @@ class TopicRegistry:
         if self._fs.exists(building):
             shutil.rmtree(building)
         os.mkdir(building)
+        # Plain mkdirs (not fs.makedirs, which fsyncs the parent of each): one fsync of
+        # the build directory below covers all of them.
         for p in range(partitions):
             os.mkdir(os.path.join(building, str(p)))
         meta = json.dumps({"name": name, "partitions": partitions}).encode()
