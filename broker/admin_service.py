@@ -9,6 +9,7 @@ these calls never create one. Replay itself lives in :mod:`broker.replay`.
 from __future__ import annotations
 
 import asyncio
+import functools
 
 from broker.convert import (
     ack_sequence,
@@ -86,10 +87,12 @@ class AdminService(_grpc.AdminServicer):
         request: _admin.DeleteTopicRequest,
         context: Context,
     ) -> _admin.DeleteTopicResponse:
-        """Delete a topic, its data and its subscriptions."""
-        self._topics.get(request.name)  # NOT_FOUND before anything is dropped
-        await self._subscriptions.drop_topic(request.name)
-        await self._topics.delete(request.name)
+        """Delete a topic, its data and its subscriptions. Once begun it runs to its end,
+        even past the call's deadline (see :meth:`TopicRegistry.delete`)."""
+        name = request.name
+        await self._topics.delete(
+            name, before_close=functools.partial(self._subscriptions.drop_topic, name)
+        )
         return _admin.DeleteTopicResponse()
 
     @rpc

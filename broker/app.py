@@ -22,6 +22,7 @@ import asyncio
 import functools
 import gc
 import logging
+import resource
 import signal
 import socket
 from types import TracebackType
@@ -137,6 +138,7 @@ class Broker:
             self._lock = DirectoryLock(self.config.data_dir)
         except OSError as exc:
             raise io_error("lock the data directory", self.config.data_dir, exc) from exc
+        raise_fd_limit()
         try:
             await self._open_and_serve()
         except BaseException as exc:
@@ -243,6 +245,28 @@ class Broker:
         self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
+
+
+def raise_fd_limit() -> int:
+    """Raise the soft ``RLIMIT_NOFILE`` to the hard limit, and log the budget.
+
+    Every partition holds a descriptor (:mod:`broker.fd_budget`), so the soft limit, often
+    1024, would cap a broker far below what the hard limit allows. Returns the soft limit
+    now in force (unchanged if raising it is refused).
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError) as exc:
+            logger.warning("cannot raise the open-files limit from %d to %d: %s", soft, hard, exc)
+    logger.info(
+        "file descriptor budget: soft limit %s, hard limit %s (RLIMIT_NOFILE)",
+        "unlimited" if soft == resource.RLIM_INFINITY else soft,
+        "unlimited" if hard == resource.RLIM_INFINITY else hard,
+    )
+    return soft
 
 
 def check_listen(setting: str, address: str) -> None:

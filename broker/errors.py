@@ -113,3 +113,20 @@ class ListenError(BrokerError):
             f"cannot listen on {address} ({setting}): {cause}; free the port or choose "
             f"another with --{setting.replace('_', '-')}"
         )
+
+
+class FileLimitError(BrokerError):
+    """Raised when partitions would not fit under the process's open-files limit: a topic
+    create (refused before any file is made), or the topics on disk at start."""
+
+    def __init__(self, what: str, needed: int, available: int, limit: int) -> None:
+        self.what = what
+        self.needed = needed
+        self.available = available
+        self.limit = limit
+        super().__init__(
+            f"{what} would need {needed} file descriptors (one per partition) but only "
+            f"{available} are free under the open-files limit of {limit}; raise the limit "
+            "(`ulimit -n`, or LimitNOFILE= under systemd) and restart the broker, or use "
+            "fewer partitions"
+        )

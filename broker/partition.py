@@ -68,6 +68,7 @@ from broker.producers import (
     ProducerTable,
 )
 from wal import AppendResult, FileSystem, Log, LogConfig, LogWriter, RecordBatch, run_to_end
+from wal.fdcache import FileCache
 from wal.log import Clock, wall_clock_ms
 
 logger = logging.getLogger(__name__)
@@ -139,16 +140,18 @@ class Partition:
         *,
         clock: Clock | None = None,
         snapshot_bytes: int = DEFAULT_SNAPSHOT_BYTES,
+        files: FileCache | None = None,
     ) -> Partition:
         """Open the partition's log and rebuild its producer state.
 
         ``clock`` (wall-clock ms; default the system clock) serves the log (rolling,
         retention) and the producer table (commit stamps, expiry) alike.
-        ``snapshot_bytes``: see the class.
+        ``snapshot_bytes``: see the class. ``files`` is the broker's descriptor cache
+        (default: one of the log's own).
         """
         clock = clock or wall_clock_ms
         path = os.path.join(topic_dir, str(index))
-        writer = await LogWriter.open(path, config, fs=fs, clock=clock)
+        writer = await LogWriter.open(path, config, fs=fs, clock=clock, files=files)
         snapshot = os.path.join(topic_dir, f"{index}.producers.json")
         try:
             table = await run_to_end(asyncio.to_thread(_rebuild, writer.log, snapshot, fs, clock()))

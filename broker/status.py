@@ -25,6 +25,7 @@ import grpc
 from broker.errors import (
     BacklogQuotaExceededError,
     DeadLetterReplayError,
+    FileLimitError,
     InvalidRequestError,
     ProducerSequenceError,
     ShuttingDownError,
@@ -60,6 +61,7 @@ STATUS_TABLE: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (BatchTooLargeError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (BacklogQuotaExceededError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (DiskFullError, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (FileLimitError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (InvalidBatchError, grpc.StatusCode.INVALID_ARGUMENT),
     (InvalidRequestError, grpc.StatusCode.INVALID_ARGUMENT),
     (TopicNotFoundError, grpc.StatusCode.NOT_FOUND),

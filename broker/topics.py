@@ -1,40 +1,65 @@
 """Topics: names, partitions and the log writer of each partition.
 
 Role: create, find, list and delete topics on disk, and own every partition's
-:class:`wal.LogWriter`. No protobuf types here.
+:class:`wal.LogWriter` and the descriptor cache their segments share. No protobuf types here.
 
 On-disk layout::
 
     <data_dir>/topics/<name>/topic.json      {"name": ..., "partitions": N}: the commit point
     <data_dir>/topics/<name>/<partition>/    one WAL directory per partition
     <data_dir>/topics/<name>/<partition>.producers.json   idempotent-producer snapshot
+    <data_dir>/topics/.<name>.creating/      a create being built (never a topic)
+    <data_dir>/topics/.<name>.deleting/      a delete being finished (never a topic)
 
 Invariants:
-- A topic exists exactly when its ``topic.json`` exists. It is written last, atomically
-  (temp, fsync, rename, fsync of the directory), so a crash mid-create leaves a directory
-  without it, which opening the registry removes.
-- Deleting renames the directory to ``.<name>.deleting`` first (atomic), then removes it;
-  opening the registry finishes any such leftover.
+- A topic exists exactly when ``<name>/topic.json`` exists; opening the registry removes
+  every other directory (a dot name, or no ``topic.json``): the leftovers of a create or a
+  delete cut short by a crash.
+- Create builds the whole topic in ``.<name>.creating`` (partition directories, then
+  ``topic.json`` written and fsynced, then a fsync of the directory) and renames it to
+  ``<name>`` (fsync of ``topics/``): a crash leaves the topic fully there or fully absent.
+  Then it opens the partitions; if that fails, the topic is deleted again as below.
+- Delete removes ``topic.json`` first (fsync of the topic directory): that is its commit
+  point. Then subscriptions stop, partitions settle and close, the directory is renamed to
+  ``.<name>.deleting`` (fsync) and removed. A crash after the commit point leaves a
+  directory that the next open removes; before it, the topic stays, whole.
+- Once started (past the name lock and the checks), a create or delete runs to its end
+  whatever happens to its caller (:func:`wal.run_to_end`); :meth:`TopicRegistry.aclose`
+  waits for it.
+- A create that would not fit under the open-files limit (:mod:`broker.fd_budget`) is
+  refused before any file is made.
 
-Task-safe on one event loop: create and delete hold a lock; lookups are plain dict reads.
+Task-safe on one event loop: creates and deletes of one name are serialized by that name's
+lock; lookups are plain dict reads.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import itertools
 import json
 import logging
 import os
 import re
+import resource
 import shutil
-from collections.abc import Callable, Coroutine
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from broker.errors import InvalidRequestError, TopicExistsError, TopicNotFoundError
+from broker.errors import (
+    FileLimitError,
+    InvalidRequestError,
+    TopicExistsError,
+    TopicNotFoundError,
+)
+from broker.fd_budget import FdUsage, fds_needed, shortfall
 from broker.partition import DEFAULT_SNAPSHOT_BYTES, Partition
 from wal import FileSystem, LogConfig, run_to_end
+from wal.fdcache import FileCache, default_capacity
 from wal.log import Clock
 
 logger = logging.getLogger(__name__)
@@ -42,7 +67,17 @@ logger = logging.getLogger(__name__)
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 _META = "topic.json"
 MAX_PARTITIONS = 10_000
-T = TypeVar("T", Partition, "Topic")
+T = TypeVar("T")
+
+#: Named points of a create and a delete where tests crash (``crash_point`` argument).
+CRASH_POINTS = (
+    "create.after_build",  # .<name>.creating complete and synced, not yet renamed
+    "create.after_rename",  # renamed to <name> (not yet fsynced), partitions not opened
+    "delete.after_commit",  # topic.json removed and synced; data still there
+    "delete.after_close",  # subscriptions stopped, partitions closed, not yet renamed
+    "delete.after_rename",  # renamed to .<name>.deleting, not yet removed
+)
+_Opened = TypeVar("_Opened", Partition, "Topic")
 
 
 def check_topic_name(name: str) -> None:
@@ -96,6 +131,13 @@ class TopicRegistry:
             appended (and at each roll). Default 32 MiB.
         open_concurrency: Partitions opened (recovered, producer state rebuilt) at once
             when the registry opens. Default 8.
+        files: The descriptor cache every partition's segments share. Default: one of
+            :func:`~wal.fdcache.default_capacity` for the soft ``RLIMIT_NOFILE`` when the
+            registry opens (so after the broker raised it).
+        fd_usage: Measures the process's descriptors for the budget check. Default: the
+            soft limit and ``/proc/self/fd``; tests pass a fake.
+        crash_point: Called with each name of :data:`CRASH_POINTS` as a create or delete
+            passes it. Default: nothing; tests raise or exit there.
     """
 
     def __init__(
@@ -108,6 +150,9 @@ class TopicRegistry:
         clock: Clock | None = None,
         snapshot_bytes: int = DEFAULT_SNAPSHOT_BYTES,
         open_concurrency: int = 8,
+        files: FileCache | None = None,
+        fd_usage: Callable[[FileCache], FdUsage] | None = None,
+        crash_point: Callable[[str], None] = lambda _point: None,
     ):
         self._clock = clock
         self._snapshot_bytes = snapshot_bytes
@@ -116,21 +161,44 @@ class TopicRegistry:
         self._root = os.path.join(data_dir, "topics")
         self._wal_config = wal_config
         self._fs = fs or FileSystem()
+        self._files = files
+        self._fd_usage = fd_usage or measure_fd_usage
+        self._crash_point = crash_point
         self._topics: dict[str, Topic] = {}
-        self._lock = asyncio.Lock()
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._reserved = 0  # descriptors promised to creates still opening partitions
+        self._work: set[asyncio.Task[Any]] = set()
+
+    @property
+    def files(self) -> FileCache:
+        """The descriptor cache of every partition's segments."""
+        if self._files is None:
+            self._files = FileCache(default_capacity(resource.getrlimit(resource.RLIMIT_NOFILE)[0]))
+        return self._files
 
     async def open(self) -> None:
         """Load every topic on disk, finishing interrupted creates and deletes.
 
         Partitions of every topic open concurrently, ``open_concurrency`` at a time: each
         recovers its log and rebuilds its producer state on a worker thread.
+
+        Raises:
+            FileLimitError: the topics on disk need more descriptors than the limit leaves.
         """
         found = await asyncio.to_thread(self._scan)
+        total = sum(partitions for _name, partitions in found)
+        self._check_budget(f"the {total} partitions of the {len(found)} topics on disk", total)
         limit = asyncio.Semaphore(self._open_concurrency)
         topics = await _open_all([self._open_topic(n, p, limit) for n, p in found])
         for topic in topics:
             self._topics[topic.name] = topic
-        logger.info("opened %d topics under %s", len(self._topics), self._root)
+        logger.info(
+            "opened %d topics (%d partitions) under %s; %d descriptors held",
+            len(self._topics),
+            total,
+            self._root,
+            self.files.open_count,
+        )
 
     def _scan(self) -> list[tuple[str, int]]:
         """The topics on disk as (name, partitions); removes interrupted creates/deletes."""
@@ -171,6 +239,7 @@ class TopicRegistry:
                     self._fs,
                     clock=self._clock,
                     snapshot_bytes=self._snapshot_bytes,
+                    files=self.files,
                 )
 
         opened = await _open_all([open_one(p) for p in range(partitions)])
@@ -193,30 +262,89 @@ class TopicRegistry:
         """Every topic name, sorted."""
         return sorted(self._topics)
 
+    # -- admin changes ----------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _name_lock(self, name: str) -> AsyncIterator[None]:
+        """Serialize the admin changes of one topic name (the lock lives while in use)."""
+        lock = self._locks.get(name)
+        if lock is None:
+            lock = self._locks[name] = asyncio.Lock()
+        async with lock:
+            yield
+
+    async def _to_end(self, work: Coroutine[Any, Any, T]) -> T:
+        """Run ``work`` to its end whatever happens to the caller; ``aclose`` waits for it."""
+        task = asyncio.ensure_future(work)
+        self._work.add(task)
+        task.add_done_callback(self._work.discard)
+        return await run_to_end(task)
+
+    def _check_budget(self, what: str, partitions: int) -> None:
+        """Raise ``FileLimitError`` unless ``partitions`` more partitions fit."""
+        usage = dataclasses.replace(self._fd_usage(self.files), reserved=self._reserved)
+        short = shortfall(partitions, usage)
+        if short is not None:
+            logger.error("refused: %s: %s", what, short)
+            raise FileLimitError(what, short.needed, short.available, short.limit)
+
     async def create(self, name: str, partitions: int) -> Topic:
         """Create a topic with ``partitions`` empty partitions.
+
+        Once past the checks it runs to its end even if the caller is cancelled: the topic
+        is then fully created, or (if opening it failed) fully removed again.
 
         Raises:
             InvalidRequestError: bad name or partition count.
             TopicExistsError: the name is taken.
+            FileLimitError: the partitions would not fit under the open-files limit
+                (nothing was created).
         """
         check_topic_name(name)
         if not 1 <= partitions <= MAX_PARTITIONS:
             raise InvalidRequestError(
                 "partitions", f"must be from 1 to {MAX_PARTITIONS}, got {partitions}"
             )
-        async with self._lock:
+        async with self._name_lock(name):
             if name in self._topics:
                 raise TopicExistsError(name)
-            topic = await self._open_topic(name, partitions)
-            meta = json.dumps({"name": name, "partitions": partitions}).encode()
-            await asyncio.to_thread(
-                self._fs.atomic_write, os.path.join(self._root, name, _META), meta
-            )
-            await asyncio.to_thread(self._fs.fsync_dir, self._root)
-            self._topics[name] = topic
+            self._check_budget(f"topic {name!r} with {partitions} partitions", partitions)
+            self._reserved += fds_needed(partitions)  # no await since the check
+            try:
+                topic = await self._to_end(self._create(name, partitions))
+            finally:  # after the work ended, even if the caller was cancelled
+                self._reserved -= fds_needed(partitions)
         logger.info("created topic %s with %d partitions", name, partitions)
         return topic
+
+    async def _create(self, name: str, partitions: int) -> Topic:
+        await asyncio.to_thread(self._build, name, partitions)
+        try:
+            topic = await self._open_topic(name, partitions)  # closes what it opened if not
+        except BaseException:
+            await asyncio.to_thread(self._remove, name, committed=False)
+            raise
+        self._topics[name] = topic
+        return topic
+
+    def _build(self, name: str, partitions: int) -> None:
+        """Lay the topic out in ``.<name>.creating`` and rename it in (see the module
+        docstring); the rename is the commit point."""
+        building = os.path.join(self._root, f".{name}.creating")
+        if self._fs.exists(building):
+            shutil.rmtree(building)
+        os.mkdir(building)
+        # Plain mkdirs (not fs.makedirs, which fsyncs the parent of each): one fsync of
+        # the build directory below covers all of them.
+        for p in range(partitions):
+            os.mkdir(os.path.join(building, str(p)))
+        meta = json.dumps({"name": name, "partitions": partitions}).encode()
+        self._fs.write_new(os.path.join(building, _META), meta)
+        self._fs.fsync_dir(building)
+        self._crash_point("create.after_build")
+        self._fs.rename(building, os.path.join(self._root, name))
+        self._crash_point("create.after_rename")
+        self._fs.fsync_dir(self._root)
 
     async def get_or_create(self, name: str, partitions: int) -> Topic:
         """The topic, created with ``partitions`` if missing (auto-create on publish)."""
@@ -228,32 +356,73 @@ class TopicRegistry:
             except TopicExistsError:
                 return self.get(name)
 
-    async def delete(self, name: str) -> None:
+    async def delete(
+        self, name: str, *, before_close: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
         """Delete a topic and all its data.
+
+        Once the topic is found it runs to its end even if the caller is cancelled.
+
+        Args:
+            name: The topic.
+            before_close: Awaited after the commit point, before the partitions close
+                (the broker stops and drops the topic's subscriptions there).
 
         Raises:
             TopicNotFoundError: there is none.
         """
-        async with self._lock:
+        async with self._name_lock(name):
             topic = self.get(name)
-            del self._topics[name]
-            for partition in topic.partitions:
-                await partition.aclose()
-            doomed = os.path.join(self._root, f".{name}.deleting")
-            await asyncio.to_thread(self._fs.rename, os.path.join(self._root, name), doomed)
-            await asyncio.to_thread(self._fs.fsync_dir, self._root)
-            await asyncio.to_thread(shutil.rmtree, doomed)
+            await self._to_end(self._delete(topic, before_close))
         logger.info("deleted topic %s", name)
 
+    async def _delete(
+        self, topic: Topic, before_close: Callable[[], Awaitable[None]] | None
+    ) -> None:
+        meta = os.path.join(self._root, topic.name, _META)
+        await asyncio.to_thread(self._commit_delete, meta)
+        del self._topics[topic.name]
+        try:
+            if before_close is not None:
+                await before_close()
+        finally:
+            # Together: each close waits on its syncs in the thread pool.
+            await asyncio.gather(*(p.aclose() for p in topic.partitions))
+            self._crash_point("delete.after_close")
+            await asyncio.to_thread(self._remove, topic.name, committed=True)
+
+    def _commit_delete(self, meta: str) -> None:
+        self._fs.remove(meta)
+        self._fs.fsync_dir(os.path.dirname(meta))
+        self._crash_point("delete.after_commit")
+
+    def _remove(self, name: str, *, committed: bool) -> None:
+        """Remove ``<name>``: drop its ``topic.json`` unless ``committed`` already did, then
+        rename it to ``.<name>.deleting`` (fsync) and remove that."""
+        path = os.path.join(self._root, name)
+        if not committed:
+            self._commit_delete(os.path.join(path, _META))
+        doomed = os.path.join(self._root, f".{name}.deleting")
+        if self._fs.exists(doomed):
+            shutil.rmtree(doomed)
+        self._fs.rename(path, doomed)
+        self._fs.fsync_dir(self._root)
+        self._crash_point("delete.after_rename")
+        shutil.rmtree(doomed)
+
     async def aclose(self) -> None:
-        """Close every partition (each settles its appends, syncs, snapshots)."""
+        """Let running creates and deletes finish, then close every partition (each
+        settles its appends, syncs, snapshots)."""
+        if self._work:
+            await asyncio.gather(*self._work, return_exceptions=True)
         topics, self._topics = list(self._topics.values()), {}
         for topic in topics:
             for partition in topic.partitions:
                 await partition.aclose()
+        self.files.clear()
 
 
-async def _open_all(openings: list[Coroutine[Any, Any, T]]) -> list[T]:
+async def _open_all(openings: list[Coroutine[Any, Any, _Opened]]) -> list[_Opened]:
     """Run ``openings`` concurrently to their end, even if the caller is cancelled; return
     what they opened, in order. If any failed (or the caller was cancelled), close what
     the others opened and raise the first failure: all open, or nothing left open."""
@@ -279,3 +448,11 @@ async def _close_opened(opened: list[Partition] | list[Topic]) -> None:
 
 def _succeeded(task: asyncio.Future[Any]) -> bool:
     return task.done() and not task.cancelled() and task.exception() is None
+
+
+def measure_fd_usage(files: FileCache) -> FdUsage:
+    """The process's descriptors now: the soft limit and a count of ``/proc/self/fd``."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    limit = soft if soft != resource.RLIM_INFINITY else 1 << 30
+    fd_dir = "/proc/self/fd" if os.path.isdir("/proc/self/fd") else "/dev/fd"
+    return FdUsage(limit, len(os.listdir(fd_dir)), files.idle_count, files.capacity)

@@ -42,6 +42,7 @@ from wal.errors import (
     WalFailedError,
     io_error,
 )
+from wal.fdcache import PRIVATE_CAPACITY, FileCache
 from wal.fs import FileSystem
 from wal.naming import INDEX_SUFFIX, LOG_SUFFIX, is_leftover, parse_segment_name, segment_name
 from wal.policy import SegmentInfo, segments_to_delete, should_roll
@@ -100,6 +101,7 @@ class Log:
         clock: Clock,
         segments: list[Segment],
         recovery: RecoveryReport,
+        files: FileCache,
     ) -> None:
         self.path = path
         self.config = config
@@ -107,6 +109,7 @@ class Log:
         self._fs = fs
         self._clock = clock
         self._segments = segments
+        self._files = files
         self._failure: str | None = None
         self._closed = False
 
@@ -120,11 +123,15 @@ class Log:
         *,
         fs: FileSystem | None = None,
         clock: Clock | None = None,
+        files: FileCache | None = None,
     ) -> Log:
         """Open (or create) the log in directory ``path``, recovering as needed.
 
         Leftover temp and ``.deleted`` files are discarded; the active segment's tail is
-        checked and a torn tail is cut (kept in a ``.broken`` file).
+        checked and a torn tail is cut (kept in a ``.broken`` file). Sealed segments are not
+        opened: ``files`` (default: a cache of the log's own) opens them when they are read,
+        so opening costs two descriptors at most, whatever the number of segments, and the
+        open log holds one (its active ``.log``).
 
         Raises:
             WalIOError: the directory or a file could not be read or repaired.
@@ -132,12 +139,16 @@ class Log:
         config = config or LogConfig()
         fs = fs or FileSystem()
         try:
-            return cls._open(path, config, fs, clock or wall_clock_ms)
+            return cls._open(
+                path, config, fs, clock or wall_clock_ms, files or FileCache(PRIVATE_CAPACITY)
+            )
         except OSError as exc:
             raise io_error("open", path, exc) from exc
 
     @classmethod
-    def _open(cls, path: str, config: LogConfig, fs: FileSystem, clock: Clock) -> Log:
+    def _open(
+        cls, path: str, config: LogConfig, fs: FileSystem, clock: Clock, files: FileCache
+    ) -> Log:
         fs.makedirs(path)
         names = fs.listdir(path)
         leftovers = [n for n in names if is_leftover(n)]
@@ -156,13 +167,12 @@ class Log:
                 fs.remove(os.path.join(path, segment_name(bases[-1], suffix)))
             bases.pop()
         segments: list[Segment] = []
+        interval = config.index_interval_bytes
         try:
             for base, nxt in pairwise(bases):
-                segments.append(
-                    Segment.open_sealed(fs, path, base, nxt, config.index_interval_bytes)
-                )
+                segments.append(Segment.open_sealed(fs, path, base, nxt, interval, files=files))
             active, tail = Segment.open_active(
-                fs, path, bases[-1] if bases else 0, config.index_interval_bytes
+                fs, path, bases[-1] if bases else 0, interval, files=files
             )
         except BaseException:
             for seg in segments:
@@ -181,7 +191,9 @@ class Log:
             tail.scanned_bytes,
             tail.truncated_bytes,
         )
-        return cls(path, config, fs=fs, clock=clock, segments=segments, recovery=report)
+        return cls(
+            path, config, fs=fs, clock=clock, segments=segments, recovery=report, files=files
+        )
 
     @staticmethod
     def _is_empty(fs: FileSystem, path: str, base: int) -> bool:
@@ -314,7 +326,13 @@ class Log:
         old = self._segments[-1]
         old.seal()
         self._fs.crash_point("roll.after_seal")
-        new = Segment.create(self._fs, self.path, old.next_offset, self.config.index_interval_bytes)
+        new = Segment.create(
+            self._fs,
+            self.path,
+            old.next_offset,
+            self.config.index_interval_bytes,
+            files=self._files,
+        )
         self._fs.crash_point("roll.after_create")
         self._fs.fsync_dir(self.path)
         self._segments.append(new)

@@ -18,6 +18,12 @@ Invariants:
   entry never returns after a power cut to vouch for bytes written later at its position.
 - A sealed segment is never written again. Damage found in it is reported, never cut.
 
+Descriptors: every file is opened through a :class:`wal.fdcache.FileCache`. The active
+segment pins its ``.log`` for its whole life (appends use that descriptor with no lookup);
+sealing unpins it. Reads, syncs, the ``.index`` file and sealed segments lease a
+descriptor for one operation, so a sealed segment costs no descriptor while nobody reads
+it, and opening a log opens no sealed segment.
+
 Why deferred entries rather than a checkpointed recovery point (Kafka's
 ``recovery-point-offset-checkpoint``): the entries already carry exactly the fact recovery
 needs, per segment, in a file that is written anyway, so there is no second file to replace
@@ -27,19 +33,24 @@ more (under ``never`` a whole active segment, as no sync happens before a roll o
 
 Not task-safe: owned by one :class:`wal.log.Log`. Reads of bytes below ``size`` may run on
 another thread while an append runs, because appended bytes never move and ``size`` is
-updated only after they are written (see :class:`wal.writer.LogWriter`).
+updated only after they are written (see :class:`wal.writer.LogWriter`). A read leases its
+descriptor, so a seal or close on the writer's thread never closes it under the read.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import struct
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from wal.batch import HEADER_SIZE, MAGIC, RecordBatch, decode_batch
 from wal.errors import DISK_FULL_ERRNOS, CorruptBatchError, CorruptSegmentError
+from wal.fdcache import PRIVATE_CAPACITY, FileCache, Pin
 from wal.fs import FileSystem
 from wal.index import ENTRY, ENTRY_SIZE, NO_TIMESTAMP, IndexCorruptError, OffsetIndex
 from wal.naming import INDEX_SUFFIX, LOG_SUFFIX, broken_name, segment_name
@@ -91,7 +102,8 @@ class Segment:
         base_offset: int,
         index_interval: int,
         *,
-        log_fd: int,
+        files: FileCache,
+        pin: Pin | None,
         size: int,
         next_offset: int,
     ) -> None:
@@ -103,8 +115,9 @@ class Segment:
         self.next_offset = next_offset
         self.sealed = False
         self.first_append_ms: int | None = None
-        self._fd = log_fd
-        self._index_fd: int | None = None
+        self.files = files
+        self._pin = pin  # held while active: the writer's descriptor of the .log
+        self._fd = pin.fd if pin is not None else -1
         self._index: OffsetIndex | None = None
         self._interval = index_interval
         self._since_index = 0
@@ -122,10 +135,16 @@ class Segment:
 
     @classmethod
     def create(
-        cls, fs: FileSystem, directory: str, base_offset: int, index_interval: int
+        cls,
+        fs: FileSystem,
+        directory: str,
+        base_offset: int,
+        index_interval: int,
+        *,
+        files: FileCache | None = None,
     ) -> Segment:
         """Create an empty segment (the caller fsyncs the directory)."""
-        seg = cls._open_files(fs, directory, base_offset, index_interval, create=True)
+        seg = cls._open_files(fs, directory, base_offset, index_interval, files, active=True)
         try:
             seg._index = OffsetIndex(base_offset)
             fs.truncate(seg._fd, 0)
@@ -143,19 +162,27 @@ class Segment:
         base_offset: int,
         next_offset: int,
         index_interval: int,
+        *,
+        files: FileCache | None = None,
     ) -> Segment:
-        """Open a sealed segment; its index is loaded on first read."""
-        seg = cls._open_files(fs, directory, base_offset, index_interval, create=False)
+        """Open a sealed segment: no descriptor until a read; its index loads on first read."""
+        seg = cls._open_files(fs, directory, base_offset, index_interval, files, active=False)
         seg.next_offset = next_offset
         seg.sealed = True
         return seg
 
     @classmethod
     def open_active(
-        cls, fs: FileSystem, directory: str, base_offset: int, index_interval: int
+        cls,
+        fs: FileSystem,
+        directory: str,
+        base_offset: int,
+        index_interval: int,
+        *,
+        files: FileCache | None = None,
     ) -> tuple[Segment, TailRecovery]:
         """Open the newest segment, checking only its tail and cutting a torn one."""
-        seg = cls._open_files(fs, directory, base_offset, index_interval, create=True)
+        seg = cls._open_files(fs, directory, base_offset, index_interval, files, active=True)
         try:
             report = seg._recover_tail()
             seg._open_index_for_append()
@@ -166,34 +193,69 @@ class Segment:
 
     @classmethod
     def _open_files(
-        cls, fs: FileSystem, directory: str, base: int, interval: int, *, create: bool
+        cls,
+        fs: FileSystem,
+        directory: str,
+        base: int,
+        interval: int,
+        files: FileCache | None,
+        *,
+        active: bool,
     ) -> Segment:
+        files = files or FileCache(PRIVATE_CAPACITY)
         path = os.path.join(directory, segment_name(base, LOG_SUFFIX))
-        fd = fs.open(path, create=create)
+        if not active:
+            size = fs.file_size(path)
+            return cls(
+                fs, directory, base, interval, files=files, pin=None, size=size, next_offset=base
+            )
+        pin = files.acquire(fs, path, create=True)
         try:
-            size = fs.size(fd)
+            size = fs.size(pin.fd)
         except BaseException:
-            fs.close(fd)
+            files.release(pin)
             raise
-        return cls(fs, directory, base, interval, log_fd=fd, size=size, next_offset=base)
+        return cls(fs, directory, base, interval, files=files, pin=pin, size=size, next_offset=base)
 
     def _open_index_for_append(self) -> None:
         """Open the ``.index`` for appending. The file keeps exactly the entries recovery
         trusted (``_index_written``); anything after them is cut and the cut synced, so a
         dropped entry cannot come back after a power cut (see the module docstring)."""
-        self._index_fd = self.fs.open(self.index_path, create=True)
         want = self._index_written * ENTRY_SIZE
-        if self.fs.size(self._index_fd) != want:
-            self.fs.truncate(self._index_fd, want)
-            self.fs.fdatasync(self._index_fd)
+        with self._index_file() as fd:
+            if self.fs.size(fd) != want:
+                self.fs.truncate(fd, want)
+                self.fs.fdatasync(fd)
+
+    def _index_file(self) -> contextlib.AbstractContextManager[int]:
+        """A leased descriptor of the ``.index`` (created if missing)."""
+        return self.files.lease(self.fs, self.index_path, create=True)
+
+    @contextmanager
+    def _log_file(self) -> Iterator[int]:
+        """A leased descriptor of the ``.log`` (the active one's pin makes it a hit)."""
+        with self.files.lease(self.fs, self.path) as fd:
+            yield fd
+
+    def _pread(self, size: int, pos: int) -> bytes:
+        pin = self.files.acquire(self.fs, self.path)  # on every read: no generator
+        try:
+            return self.fs.pread(pin.fd, size, pos)
+        finally:
+            self.files.release(pin)
+
+    def _unpin(self) -> None:
+        pin, self._pin, self._fd = self._pin, None, -1
+        if pin is not None:
+            self.files.release(pin)
 
     def close(self) -> None:
-        """Close the files (no sync; call :meth:`flush` or :meth:`seal` first if needed)."""
-        fds, self._index_fd = [self._fd, self._index_fd], None
-        self._fd = -1
-        for fd in fds:
-            if fd is not None and fd >= 0:
-                self.fs.close(fd)
+        """Close the files (no sync; call :meth:`flush` or :meth:`seal` first if needed).
+
+        A read still holding a lease keeps its descriptor until the read ends."""
+        self._unpin()
+        self.files.forget(self.path)
+        self.files.forget(self.index_path)
 
     # -- writing ----------------------------------------------------------------------
 
@@ -255,37 +317,46 @@ class Segment:
             self._write_entries(covered)
 
     def seal(self) -> None:
-        """Make the segment read-only: sync the log, write every pending index entry, then
-        sync and close the index."""
+        """Make the segment read-only: sync the log, write every pending index entry, sync
+        and close the index, then give up the pin on the log (a read will lease it again)."""
+        if self.sealed:
+            return
         with self._index_lock:
             covered = len(self._pending)
         self._sync_log()
         with self._index_lock:
             self._write_entries(covered)
-            if self._index_fd is not None:
-                self.fs.fdatasync(self._index_fd)
-                self.fs.close(self._index_fd)
-                self._index_fd = None
+            with self._index_file() as index_fd:
+                self.fs.fdatasync(index_fd)
+        self.files.forget(self.index_path)
         self.sealed = True
+        self._unpin()
 
     def _sync_log(self) -> None:
+        """fdatasync the ``.log``. Leases its descriptor rather than using the writer's:
+        under ``INTERVAL`` the periodic sync runs on its own thread and may meet a roll that
+        just sealed this segment and gave up its pin (see :class:`wal.writer.LogWriter`)."""
+        pin = self.files.acquire(self.fs, self.path)
         try:
-            self.fs.fdatasync(self._fd)
+            self.fs.fdatasync(pin.fd)
         except OSError as exc:  # the kernel may have dropped the dirty pages: trust nothing
             self.write_fault = f"fdatasync failed: {exc.strerror or exc}"
             raise
+        finally:
+            self.files.release(pin)
 
     def _write_entries(self, count: int) -> None:
         """Write the first ``count`` pending entries to the ``.index`` (the caller holds the
         lock). A failure is logged, not raised: the index is a cache, and the entries stay
         pending for the next sync to write (at the same position)."""
         count = min(count, len(self._pending))
-        if not count or self._index_fd is None:
+        if not count or self.sealed:
             return
         entries = self._pending[:count]
         data = b"".join(ENTRY.pack(o - self.base_offset, p, t) for o, p, t in entries)
         try:
-            self.fs.write_all(self._index_fd, [data], self._index_written * ENTRY_SIZE)
+            with self._index_file() as index_fd:
+                self.fs.write_all(index_fd, [data], self._index_written * ENTRY_SIZE)
         except OSError as exc:
             logger.warning(
                 "segment %s: writing %d index entries failed (%s); they stay pending",
@@ -326,7 +397,7 @@ class Segment:
         pos, first_len = self._locate(offset)
         if not min_one and first_len > max_bytes:
             return []
-        data = self.fs.pread(self._fd, min(max(max_bytes, first_len), self.size - pos), pos)
+        data = self._pread(min(max(max_bytes, first_len), self.size - pos), pos)
         batches: list[RecordBatch] = []
         p = 0
         while True:
@@ -384,7 +455,7 @@ class Segment:
             if pos + HEADER_SIZE > chunk_pos + len(chunk):
                 chunk_pos = pos
                 want = min(self._interval + HEADER_SIZE, self.size - pos)
-                chunk = self.fs.pread(self._fd, want, pos)
+                chunk = self._pread(want, pos)
             base, length, _crc, magic, _v, _f, count = _PEEK.unpack_from(chunk, pos - chunk_pos)
             if magic != MAGIC or length < HEADER_SIZE or count == 0:
                 raise _WalkFailedError(pos, "not a batch header (bad magic, length or count)")
@@ -499,7 +570,8 @@ class Segment:
 
     def _scan_from(self, pos: int, expected: int) -> ScanResult:
         """Scan from ``pos`` to the end of the file."""
-        return scan_file(self.fs, self._fd, pos, self.size, expected)
+        with self._log_file() as fd:
+            return scan_file(self.fs, fd, pos, self.size, expected)
 
     def _tail_start(self) -> tuple[OffsetIndex, bool, int, bool]:
         """Choose where to start checking: the newest index entry that points at a batch
@@ -516,7 +588,7 @@ class Segment:
         entries = index.entries()
         for i in range(len(entries) - 1, -1, -1):
             offset, pos = entries[i]
-            head = self.fs.pread(self._fd, HEADER_SIZE, pos)
+            head = self._pread(HEADER_SIZE, pos)
             if len(head) == HEADER_SIZE:
                 base, _len, _crc, magic, _v, _f, _n = _PEEK.unpack_from(head)
                 if magic == MAGIC and base == offset:
@@ -555,7 +627,7 @@ class Segment:
         return TailRecovery(scanned, cut, broken, result.detail if cut else "", rebuilt)
 
     def _cut_tail(self, end: int, reason: str) -> str:
-        dropped = self.fs.pread(self._fd, self.size - end, end)
+        dropped = self._pread(self.size - end, end)
         directory = os.path.dirname(self.path)
         n = 0
         broken = os.path.join(directory, broken_name(self.base_offset, end))

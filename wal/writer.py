@@ -46,6 +46,7 @@ from typing import Any, NamedTuple, Self, TypeVar
 from wal.batch import RecordBatch
 from wal.config import FsyncPolicy, LogConfig
 from wal.errors import DiskFullError, WalClosedError, WalError, WalFailedError
+from wal.fdcache import FileCache
 from wal.fs import FileSystem
 from wal.log import AppendResult, Clock, Log
 from wal.tail import TailCache
@@ -165,9 +166,11 @@ class LogWriter:
         fs: FileSystem | None = None,
         clock: Clock | None = None,
         queue_size: int = 10_000,
+        files: FileCache | None = None,
     ) -> LogWriter:
-        """Open (recovering) the log at ``path`` and start its writer task."""
-        log = await asyncio.to_thread(Log.open, path, config, fs=fs, clock=clock)
+        """Open (recovering) the log at ``path`` and start its writer task; ``files`` is the
+        descriptor cache its segments share with other logs (default: its own)."""
+        log = await asyncio.to_thread(Log.open, path, config, fs=fs, clock=clock, files=files)
         try:
             # Data recovered under a lax policy may still sit in the page cache.
             await asyncio.to_thread(log.flush)
