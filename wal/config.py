@@ -18,6 +18,8 @@ from wal.validate import BatchLimits
 KIB = 1024
 MIB = 1024 * KIB
 _SEGMENT_MAX = 2**31  # positions in the index are u32; keep well inside.
+#: The header limits: fields the broker fills from its ``[limits]`` table, not ``[wal]``.
+HEADER_LIMITS = ("max_headers_per_record", "max_header_bytes", "max_header_name_bytes")
 
 
 class FsyncPolicy(enum.Enum):
@@ -70,6 +72,11 @@ class LogConfig:
         tail_cache_bytes: The newest batches kept in memory, bytes, so that every reader
             near the head (each subscription of a topic) shares one copy instead of reading
             the file. Default 1 MiB per partition; 0 turns the cache off.
+        max_headers_per_record: Most headers of one record; ``None`` (default) no limit.
+        max_header_bytes: Most bytes of one record's header names and values; ``None``
+            (default) no limit.
+        max_header_name_bytes: Longest header name, bytes; ``None`` (default) no limit.
+            The broker sets these three from its ``[limits]`` table (same key names).
     """
 
     segment_bytes: int = 128 * MIB
@@ -83,6 +90,9 @@ class LogConfig:
     fsync_interval_ms: int = 100
     max_group_bytes: int = 32 * MIB
     tail_cache_bytes: int = 1 * MIB
+    max_headers_per_record: int | None = None
+    max_header_bytes: int | None = None
+    max_header_name_bytes: int | None = None
 
     def __post_init__(self) -> None:
         _positive("segment_bytes", self.segment_bytes, 128, _SEGMENT_MAX)
@@ -95,6 +105,9 @@ class LogConfig:
         _optional("segment_ms", self.segment_ms)
         _optional("retention_ms", self.retention_ms)
         _optional("retention_bytes", self.retention_bytes)
+        for name in HEADER_LIMITS:
+            if getattr(self, name) is not None:
+                _positive(name, getattr(self, name), 0, 256 * MIB)
         if not isinstance(self.fsync, FsyncPolicy):
             raise WalConfigError(
                 "fsync", self.fsync, "must be one of " + ", ".join(p.value for p in FsyncPolicy)
@@ -103,7 +116,13 @@ class LogConfig:
     @property
     def limits(self) -> BatchLimits:
         """The limits applied to each appended batch."""
-        return BatchLimits(self.max_record_bytes, self.max_batch_bytes)
+        return BatchLimits(
+            self.max_record_bytes,
+            self.max_batch_bytes,
+            self.max_headers_per_record,
+            self.max_header_bytes,
+            self.max_header_name_bytes,
+        )
 
 
 def _positive(field: str, value: object, lo: int, hi: int) -> None:

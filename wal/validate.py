@@ -10,6 +10,7 @@ Pure module: imports neither ``asyncio``, ``os`` nor ``time``.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
 from itertools import pairwise
 
@@ -17,6 +18,7 @@ from wal.batch import HEADER_SIZE, I32, RecordBatch, decode_batch, read_length
 from wal.errors import (
     BatchTooLargeError,
     CorruptBatchError,
+    HeaderLimitError,
     InvalidBatchError,
     RecordTooLargeError,
 )
@@ -29,10 +31,17 @@ class BatchLimits:
     Attributes:
         max_record_bytes: Largest key + value + headers of one record, in bytes.
         max_batch_bytes: Largest encoded batch, in bytes.
+        max_headers_per_record: Most headers of one record; ``None``: no limit.
+        max_header_bytes: Most bytes of one record's header names and values together;
+            ``None``: no limit.
+        max_header_name_bytes: Longest header name, bytes; ``None``: no limit.
     """
 
     max_record_bytes: int
     max_batch_bytes: int
+    max_headers_per_record: int | None = None
+    max_header_bytes: int | None = None
+    max_header_name_bytes: int | None = None
 
 
 def validate_batch(data: bytes | bytearray | memoryview, limits: BatchLimits) -> RecordBatch:
@@ -44,6 +53,7 @@ def validate_batch(data: bytes | bytearray | memoryview, limits: BatchLimits) ->
     Raises:
         BatchTooLargeError: the batch exceeds ``max_batch_bytes``.
         RecordTooLargeError: a record exceeds ``max_record_bytes``.
+        HeaderLimitError: a record's headers break one of the header limits.
         InvalidBatchError: anything else; the message names the problem.
     """
     if len(data) > limits.max_batch_bytes:
@@ -59,6 +69,8 @@ def validate_batch(data: bytes | bytearray | memoryview, limits: BatchLimits) ->
         )
     _check_offsets(batch)
     _check_timestamps(batch)
+    if batch.has_headers:
+        _check_headers(batch, limits)
     if batch.size - HEADER_SIZE > limits.max_record_bytes:
         _check_record_sizes(batch, limits.max_record_bytes)
     return batch
@@ -140,3 +152,37 @@ def _check_record_sizes(batch: RecordBatch, limit: int) -> None:
     worst = max(range(len(sizes)), key=sizes.__getitem__)
     if sizes[worst] > limit:
         raise RecordTooLargeError(worst, sizes[worst], limit)
+
+
+def _check_headers(batch: RecordBatch, limits: BatchLimits) -> None:
+    """Apply the header limits. Each is checked per record only when the whole batch's
+    figure (all headers, all header bytes, all name bytes) is over it."""
+    lay = batch.layout
+    most, total_bytes, longest = (
+        limits.max_headers_per_record,
+        limits.max_header_bytes,
+        limits.max_header_name_bytes,
+    )
+    per = batch.int32s(lay.header_offsets, batch.record_count + 1).tolist()
+    hk = batch.int32s(lay.header_key_offsets, lay.header_count + 1).tolist()
+    if most is not None and lay.header_count > most:
+        counts = [b - a for a, b in pairwise(per)]
+        worst = max(range(len(counts)), key=counts.__getitem__)
+        if counts[worst] > most:
+            raise HeaderLimitError(
+                worst, "max_headers_per_record", f"{counts[worst]} headers", most
+            )
+    hv = batch.int32s(lay.header_value_offsets, lay.header_count + 1).tolist()
+    if total_bytes is not None and hk[-1] + hv[-1] > total_bytes:
+        sizes = [hk[b] - hk[a] + hv[b] - hv[a] for a, b in pairwise(per)]
+        worst = max(range(len(sizes)), key=sizes.__getitem__)
+        if sizes[worst] > total_bytes:
+            found = f"{sizes[worst]} bytes of header names and values"
+            raise HeaderLimitError(worst, "max_header_bytes", found, total_bytes)
+    if longest is not None and hk[-1] > longest:
+        names = [b - a for a, b in pairwise(hk)]
+        worst = max(range(len(names)), key=names.__getitem__)
+        if names[worst] > longest:
+            record = bisect_right(per, worst) - 1
+            found = f"a header name of {names[worst]} bytes"
+            raise HeaderLimitError(record, "max_header_name_bytes", found, longest)

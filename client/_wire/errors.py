@@ -81,6 +81,23 @@ class BatchTooLargeError(InvalidBatchError):
         self.reason = "batch too large"
 
 
+class HeaderLimitError(InvalidBatchError):
+    """Raised when one record's headers break a header limit: too many headers, too many
+    header bytes, or too long a header name. ``setting`` names the limit: the broker sets
+    these from its ``[limits]`` table, under the same key."""
+
+    def __init__(self, index: int, setting: str, found: str, limit: int) -> None:
+        self.index = index
+        self.setting = setting
+        self.limit = limit
+        WalError.__init__(
+            self,
+            f"record {index} has {found}; the limit is {limit} ([limits] {setting}); "
+            "send fewer or smaller headers; nothing was appended",
+        )
+        self.reason = "headers over a limit"
+
+
 class CorruptBatchError(WalError):
     """Raised when bytes that should hold a batch fail the magic, length, CRC or layout check.
 
