@@ -85,11 +85,12 @@ class Broker:
         self.metrics = metrics or BrokerMetrics()
         self.topics = TopicRegistry(
             config.data_dir,
-            config.wal,
+            config.log_config,
             fs,
             on_open=self._watch_partition,
             clock=clock,
             snapshot_bytes=config.producer_snapshot_bytes,
+            max_partitions=config.limits.max_partitions_per_topic,
         )
         self.subscriptions = SubscriptionRegistry(
             config.data_dir,
@@ -99,6 +100,7 @@ class Broker:
             on_dispatch=self.metrics.dispatch_observer,
             flush_interval_s=config.cursor_flush_interval_ms / 1000,
             heartbeat=config.heartbeat,
+            limits=config.limits.dispatch_limits(),
         )
         self.metrics.watch_subscriptions(lambda: self.subscriptions.samples)
         self.retention = RetentionService(
@@ -176,6 +178,7 @@ class Broker:
                 auto_create=self.config.auto_create_topics,
                 default_partitions=self.config.default_partitions,
                 retention=self.retention,
+                limits=self.config.limits,
             ),
             server,
         )

@@ -55,6 +55,17 @@ TOML layout (every key optional)::
     overflow = "drop_oldest"         # drop_oldest | reject | block
     max_event_bytes = 1048576        # longer values are cut and flagged
     max_replays = 3                  # replay loop guard: x-replay-count at most this
+
+    [limits]                         # what one client may ask; see broker.limits
+    max_headers_per_record = 64      # headers of one record
+    max_header_bytes = 16384         # header names + values of one record, bytes
+    max_header_name_bytes = 256      # one header name, bytes
+    max_partitions_per_topic = 10000
+    max_subscriptions_per_topic = 1000
+    max_consumers_per_subscription = 1000
+    max_streams_per_connection = 100 # open Subscribe + PublishStream per client connection
+    max_credit_per_consumer = 100000 # records of credit a consumer holds at once
+    max_publish_stream_in_flight = 256  # publishes processed at once per PublishStream
 """
 
 from __future__ import annotations
@@ -68,6 +79,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from broker.backlog import BacklogConfig, BacklogPolicy
+from broker.limits import LimitsConfig
 from dispatcher import (
     DispatchConfig,
     DispatchPolicy,
@@ -77,6 +89,7 @@ from dispatcher import (
 )
 from dispatcher.dlq import DlqConfig, DlqConfigError, OverflowPolicy
 from wal import FsyncPolicy, LogConfig, WalConfigError
+from wal.config import HEADER_LIMITS
 
 MIB = 1 << 20
 DAY_MS = 86_400_000
@@ -129,6 +142,9 @@ class BrokerConfig:
             (:class:`dispatcher.DispatchConfig`): ack timeout 30 s, backoff 1 s doubling to
             60 s with 20 % jitter, 10 deliveries then ``dead_letter``; overrides per
             subscription; dead-letter queues of at most 100,000 entries, 7 days.
+        limits: What one client may ask of the broker (:class:`broker.limits.LimitsConfig`):
+            headers per record, streams per connection, credit, partitions, subscriptions
+            and consumers; each key's default and range are documented there.
     """
 
     data_dir: str = "./data"
@@ -147,6 +163,7 @@ class BrokerConfig:
     heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)
     backlog: BacklogConfig = field(default_factory=BacklogConfig)
     dispatch: DispatchConfig = field(default_factory=DispatchConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
 
     def __post_init__(self) -> None:
         _address("listen", self.listen, allow_empty=False)
@@ -159,12 +176,20 @@ class BrokerConfig:
         _int_range("producer_expiry_ms", self.producer_expiry_ms, 60_000, 3_650 * DAY_MS)
         _int_range("producer_snapshot_bytes", self.producer_snapshot_bytes, 1024, 64 << 30)
         _check_backlog(self.backlog)
+        _check_limits(self.limits, self.default_partitions)
         if not isinstance(self.auto_create_topics, bool):
             raise ConfigError("auto_create_topics must be true or false")
         if not isinstance(self.data_dir, str) or not self.data_dir:
             raise ConfigError("data_dir must be a non-empty path")
         if not isinstance(self.grace_seconds, int | float) or not 0 <= self.grace_seconds <= 600:
             raise ConfigError("grace_seconds must be a number of seconds from 0 to 600")
+
+    @property
+    def log_config(self) -> LogConfig:
+        """Every partition's log settings: ``[wal]`` with the header limits of ``[limits]``."""
+        return dataclasses.replace(
+            self.wal, **{name: getattr(self.limits, name) for name in HEADER_LIMITS}
+        )
 
     def replace(self, **changes: Any) -> BrokerConfig:
         """A copy with ``changes`` applied (``None`` values are ignored)."""
@@ -215,14 +240,15 @@ class BrokerConfig:
     @classmethod
     def from_mapping(cls, doc: Mapping[str, Any], *, source: str = "config") -> BrokerConfig:
         """Build from a parsed document with ``[broker]``, ``[wal]``, ``[heartbeat]``,
-        ``[backlog]``, ``[dispatch]`` and ``[dlq]`` tables."""
-        _known(doc, {"broker", "wal", "heartbeat", "backlog", "dispatch", "dlq"}, source)
+        ``[backlog]``, ``[dispatch]``, ``[dlq]`` and ``[limits]`` tables."""
+        _known(doc, {"broker", "wal", "heartbeat", "backlog", "dispatch", "dlq", "limits"}, source)
         broker = dict(doc.get("broker", {}))
-        tables = {"wal", "heartbeat", "backlog", "dispatch"}
+        tables = {"wal", "heartbeat", "backlog", "dispatch", "limits"}
         names = {f.name for f in dataclasses.fields(cls)} - tables
         _known(broker, names, f"{source} [broker]")
         wal_doc = dict(doc.get("wal", {}))
-        _known(wal_doc, {f.name for f in dataclasses.fields(LogConfig)}, f"{source} [wal]")
+        wal_keys = {f.name for f in dataclasses.fields(LogConfig)} - set(HEADER_LIMITS)
+        _known(wal_doc, wal_keys, f"{source} [wal]")
         if "fsync" in wal_doc:
             wal_doc["fsync"] = _choice(FsyncPolicy, wal_doc["fsync"], "[wal] fsync")
         heartbeat = _heartbeat(doc.get("heartbeat", {}), f"{source} [heartbeat]")
@@ -239,6 +265,7 @@ class BrokerConfig:
                 heartbeat=heartbeat,
                 backlog=backlog,
                 dispatch=dispatch,
+                limits=_limits(doc.get("limits", {}), f"{source} [limits]"),
             )
         except WalConfigError as exc:
             raise ConfigError(f"{source} [wal]: {exc}") from exc
@@ -352,6 +379,27 @@ def _dlq(table: object, where: str) -> DlqConfig:
         return DlqConfig(**values)
     except DlqConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from exc
+
+
+def _limits(table: object, where: str) -> LimitsConfig:
+    """``[limits]`` as a :class:`LimitsConfig`."""
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{where} must be a table")
+    _known(table, {f.name for f in dataclasses.fields(LimitsConfig)}, where)
+    try:
+        return LimitsConfig(**table)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
+def _check_limits(limits: object, default_partitions: int) -> None:
+    if not isinstance(limits, LimitsConfig):
+        raise ConfigError("limits must be a broker.limits.LimitsConfig")
+    if default_partitions > limits.max_partitions_per_topic:
+        raise ConfigError(
+            f"default_partitions = {default_partitions} is over [limits] "
+            f"max_partitions_per_topic = {limits.max_partitions_per_topic}"
+        )
 
 
 def _backlog(table: object, where: str) -> BacklogConfig:

@@ -130,3 +130,14 @@ class FileLimitError(BrokerError):
             "(`ulimit -n`, or LimitNOFILE= under systemd) and restart the broker, or use "
             "fewer partitions"
         )
+
+
+class LimitExceededError(BrokerError):
+    """Raised when a request would take the broker past one of its ``[limits]`` (streams
+    per connection, partitions per topic); nothing was changed."""
+
+    def __init__(self, setting: str, limit: int, problem: str, advice: str) -> None:
+        self.setting = setting
+        self.limit = limit
+        self.problem = problem
+        super().__init__(f"{problem}; the limit is {limit} ([limits] {setting}); {advice}")

@@ -34,8 +34,9 @@ from broker.convert import (
     publish_response,
     subscription_type,
 )
-from broker.errors import InvalidRequestError, ShuttingDownError
+from broker.errors import InvalidRequestError, LimitExceededError, ShuttingDownError
 from broker.ingest import append_batch
+from broker.limits import LimitsConfig, StreamSlots
 from broker.metrics import BrokerMetrics
 from broker.retention import RetentionService
 from broker.status import Context, abort_for, rpc, status_for
@@ -49,7 +50,6 @@ logger = logging.getLogger(__name__)
 
 _MAX_FETCH_BYTES = 16 << 20
 _MAX_WAIT_MS = 30_000
-_STREAM_WINDOW = 256  # publishes in flight per PublishStream
 
 
 class BrokerService(_grpc.BrokerServicer):
@@ -65,7 +65,10 @@ class BrokerService(_grpc.BrokerServicer):
         auto_create: bool = False,
         default_partitions: int = 1,
         retention: RetentionService | None = None,
+        limits: LimitsConfig | None = None,
     ) -> None:
+        self._limits = limits or LimitsConfig()
+        self._streams = StreamSlots(self._limits.max_streams_per_connection)
         self._topics = topics
         self._retention = retention  # applies the backlog quota; None: no quota
         self._subscriptions = subscriptions
@@ -102,30 +105,57 @@ class BrokerService(_grpc.BrokerServicer):
         request_iterator: AsyncIterator[_pb.PublishRequest],
         context: Context,
     ) -> AsyncIterator[_pb.PublishResponse]:
-        """Pipeline publishes: up to ``_STREAM_WINDOW`` in flight, answered in order, each
-        with its own status, so one bad batch does not end the stream."""
-        pending: asyncio.Queue[asyncio.Task[_pb.PublishResponse] | None] = asyncio.Queue(
-            _STREAM_WINDOW
-        )
+        """Pipeline publishes: up to ``[limits] max_publish_stream_in_flight`` read and not
+        yet answered, answered in order, each with its own status, so one bad batch does
+        not end the stream. At the limit the broker stops reading the stream until the
+        oldest is answered: backpressure (HTTP/2 flow control stalls the client), not an
+        error."""
+        peer = await self._open_stream(context)
+        try:
+            async for response in self._publish_stream(request_iterator):
+                yield response
+        finally:
+            self._streams.release(peer)
+
+    async def _publish_stream(
+        self, request_iterator: AsyncIterator[_pb.PublishRequest]
+    ) -> AsyncIterator[_pb.PublishResponse]:
+        window = asyncio.Semaphore(self._limits.max_publish_stream_in_flight)
+        pending: asyncio.Queue[asyncio.Task[_pb.PublishResponse] | None] = asyncio.Queue()
 
         async def read_requests() -> None:
+            requests = aiter(request_iterator)
             try:
-                async for request in request_iterator:
+                while True:
+                    await window.acquire()  # released once a response is sent
+                    if (request := await anext(requests, None)) is None:
+                        return
                     task = asyncio.create_task(self._publish(request))
                     task.add_done_callback(_retrieve_failure)
-                    await pending.put(task)
+                    pending.put_nowait(task)
             finally:
-                await pending.put(None)
+                pending.put_nowait(None)
 
         reader = asyncio.create_task(read_requests())
         try:
             while (task := await pending.get()) is not None:
                 yield await _stream_response(task)
+                window.release()
             await reader
         finally:
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
+
+    async def _open_stream(self, context: Context) -> str:
+        """Count a new stream on the caller's connection; end the call with
+        ``RESOURCE_EXHAUSTED`` if it has ``[limits] max_streams_per_connection`` open."""
+        peer = context.peer()
+        try:
+            self._streams.acquire(peer)
+        except LimitExceededError as exc:
+            await abort_for(exc, context)
+        return peer
 
     async def Subscribe(  # noqa: N802 - gRPC method name
         self,
@@ -133,6 +163,18 @@ class BrokerService(_grpc.BrokerServicer):
         context: Context,
     ) -> AsyncIterator[_pb.SubscribeResponse]:
         """One consumer session: ``open`` first, then credits and acks in, deliveries out."""
+        peer = await self._open_stream(context)
+        try:
+            async for response in self._subscribe(request_iterator, context):
+                yield response
+        finally:
+            self._streams.release(peer)
+
+    async def _subscribe(
+        self,
+        request_iterator: AsyncIterator[_pb.SubscribeRequest],
+        context: Context,
+    ) -> AsyncIterator[_pb.SubscribeResponse]:
         requests = aiter(request_iterator)
         try:
             first = await anext(requests, None)

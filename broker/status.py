@@ -27,6 +27,7 @@ from broker.errors import (
     DeadLetterReplayError,
     FileLimitError,
     InvalidRequestError,
+    LimitExceededError,
     ProducerSequenceError,
     ShuttingDownError,
     TopicExistsError,
@@ -37,6 +38,7 @@ from dispatcher import (
     InvalidAckError,
     InvalidSubscriptionError,
     SubscriptionBusyError,
+    SubscriptionLimitError,
     SubscriptionNotFoundError,
 )
 from dispatcher.dead_letter import DlqCorruptError
@@ -62,6 +64,8 @@ STATUS_TABLE: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (BacklogQuotaExceededError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (DiskFullError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (FileLimitError, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (LimitExceededError, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (SubscriptionLimitError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (InvalidBatchError, grpc.StatusCode.INVALID_ARGUMENT),
     (InvalidRequestError, grpc.StatusCode.INVALID_ARGUMENT),
     (TopicNotFoundError, grpc.StatusCode.NOT_FOUND),

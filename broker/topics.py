@@ -42,7 +42,6 @@ import itertools
 import json
 import logging
 import os
-import re
 import resource
 import shutil
 import weakref
@@ -58,13 +57,13 @@ from broker.errors import (
 )
 from broker.fd_budget import FdUsage, fds_needed, shortfall
 from broker.partition import DEFAULT_SNAPSHOT_BYTES, Partition
+from dispatcher.names import NAME_RULE, is_valid_name
 from wal import FileSystem, LogConfig, run_to_end
 from wal.fdcache import FileCache, default_capacity
 from wal.log import Clock
 
 logger = logging.getLogger(__name__)
 
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 _META = "topic.json"
 MAX_PARTITIONS = 10_000
 T = TypeVar("T")
@@ -82,12 +81,8 @@ _Opened = TypeVar("_Opened", Partition, "Topic")
 
 def check_topic_name(name: str) -> None:
     """Raise ``InvalidRequestError`` unless ``name`` is a valid topic name."""
-    if not _NAME.fullmatch(name or ""):
-        raise InvalidRequestError(
-            "topic",
-            f"{name!r} is not a valid topic name: use 1-200 characters from A-Z a-z 0-9 . _ -, "
-            "starting with a letter or digit",
-        )
+    if not is_valid_name(name):
+        raise InvalidRequestError("topic", f"{name!r} is not a valid topic name: {NAME_RULE}")
 
 
 @dataclass
@@ -138,6 +133,8 @@ class TopicRegistry:
             soft limit and ``/proc/self/fd``; tests pass a fake.
         crash_point: Called with each name of :data:`CRASH_POINTS` as a create or delete
             passes it. Default: nothing; tests raise or exit there.
+        max_partitions: Most partitions one topic may be created with (``[limits]
+            max_partitions_per_topic``). Default :data:`MAX_PARTITIONS`.
     """
 
     def __init__(
@@ -153,7 +150,9 @@ class TopicRegistry:
         files: FileCache | None = None,
         fd_usage: Callable[[FileCache], FdUsage] | None = None,
         crash_point: Callable[[str], None] = lambda _point: None,
+        max_partitions: int = MAX_PARTITIONS,
     ):
+        self._max_partitions = max_partitions
         self._clock = clock
         self._snapshot_bytes = snapshot_bytes
         self._open_concurrency = open_concurrency
@@ -301,9 +300,11 @@ class TopicRegistry:
                 (nothing was created).
         """
         check_topic_name(name)
-        if not 1 <= partitions <= MAX_PARTITIONS:
+        if not 1 <= partitions <= self._max_partitions:
             raise InvalidRequestError(
-                "partitions", f"must be from 1 to {MAX_PARTITIONS}, got {partitions}"
+                "partitions",
+                f"must be from 1 to {self._max_partitions} ([limits] max_partitions_per_topic), "
+                f"got {partitions}",
             )
         async with self._name_lock(name):
             if name in self._topics:

@@ -15,6 +15,7 @@ Modules:
     subscription      Subscription, ConsumerSession: the async shell that runs the state machine
     state_file        StateDoc: a subscription's state file, its versions, fitting it to the
                       logs (pure)
+    names             the one topic and subscription name pattern (pure)
     registry          SubscriptionRegistry: create, find, drop, persist state atomically; dead-
                       letter queues; the heartbeat task and the metrics snapshot
     errors            DispatchError and its subclasses
@@ -29,12 +30,14 @@ from dispatcher.errors import (
     InvalidAckError,
     InvalidSubscriptionError,
     SubscriptionBusyError,
+    SubscriptionLimitError,
     SubscriptionNotFoundError,
 )
 from dispatcher.lag import HeartbeatConfig
 from dispatcher.protocol import (
     Delivery,
     DeliveryMode,
+    DispatchLimits,
     DispatchPolicy,
     PartitionSnapshot,
     PoisonPolicy,
@@ -62,6 +65,7 @@ __all__ = [
     "DeliveryMode",
     "DispatchConfig",
     "DispatchError",
+    "DispatchLimits",
     "DispatchPolicy",
     "DispatcherClosedError",
     "HeartbeatConfig",
@@ -74,6 +78,7 @@ __all__ = [
     "PoisonPolicy",
     "Subscription",
     "SubscriptionBusyError",
+    "SubscriptionLimitError",
     "SubscriptionNotFoundError",
     "SubscriptionRegistry",
     "SubscriptionSample",

@@ -61,3 +61,15 @@ class DispatcherClosedError(DispatchError):
 
     def __init__(self) -> None:
         super().__init__("the broker is shutting down; reconnect once it is back")
+
+
+class SubscriptionLimitError(DispatchError):
+    """Raised when a request would take a topic or subscription past one of the broker's
+    ``[limits]`` (subscriptions per topic, consumers per subscription, credit per
+    consumer); nothing was changed."""
+
+    def __init__(self, setting: str, limit: int, problem: str, advice: str) -> None:
+        self.setting = setting
+        self.limit = limit
+        self.problem = problem
+        super().__init__(f"{problem}; the limit is {limit} ([limits] {setting}); {advice}")

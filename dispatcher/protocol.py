@@ -160,6 +160,24 @@ class Delivery:
 
 
 @dataclass(frozen=True, slots=True)
+class DispatchLimits:
+    """What clients may ask of the dispatcher; ``None`` means no limit (the default, for
+    tests and benches). The broker sets them from its ``[limits]`` table, whose key names
+    they share.
+
+    Attributes:
+        max_subscriptions_per_topic: Subscriptions one topic may have.
+        max_consumers_per_subscription: Consumers attached to one subscription at once.
+        max_credit_per_consumer: Records of credit one consumer may hold at once (granted
+            and not yet used).
+    """
+
+    max_subscriptions_per_topic: int | None = None
+    max_consumers_per_subscription: int | None = None
+    max_credit_per_consumer: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Attach:
     """A consumer joins with ``credit`` records it may receive now."""
 

@@ -38,7 +38,6 @@ import contextlib
 import dataclasses
 import logging
 import os
-import re
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -50,11 +49,14 @@ from dispatcher.dlq import DeadLetterQueue, DlqConfig, PutOutcome
 from dispatcher.errors import (
     DispatcherClosedError,
     InvalidSubscriptionError,
+    SubscriptionLimitError,
     SubscriptionNotFoundError,
 )
 from dispatcher.lag import HeartbeatConfig
+from dispatcher.names import NAME_RULE, is_valid_name
 from dispatcher.protocol import (
     DeliveryMode,
+    DispatchLimits,
     DispatchPolicy,
     PartitionSnapshot,
     SubscriptionType,
@@ -65,16 +67,12 @@ from wal import FileSystem, LogWriter, run_to_end
 
 logger = logging.getLogger(__name__)
 
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
-
 
 def check_subscription_name(name: str) -> None:
     """Raise ``InvalidSubscriptionError`` unless ``name`` is a valid subscription name."""
-    if not _NAME.fullmatch(name or ""):
+    if not is_valid_name(name):
         raise InvalidSubscriptionError(
-            "subscription",
-            f"{name!r} is not a valid subscription name: use 1-200 characters from "
-            "A-Z a-z 0-9 . _ -, starting with a letter or digit",
+            "subscription", f"{name!r} is not a valid subscription name: {NAME_RULE}"
         )
 
 
@@ -170,7 +168,9 @@ class SubscriptionRegistry:
         monotonic: Callable[[], float] = time.monotonic,
         clock: Callable[[], float] = time.time,
         on_dispatch: Callable[[str], Callable[[float], None]] | None = None,
+        limits: DispatchLimits | None = None,
     ) -> None:
+        self._limits = limits or DispatchLimits()
         self._root = os.path.join(data_dir, "subscriptions")
         self._dlq_root = os.path.join(data_dir, "dlq")
         self._fs = fs or FileSystem()
@@ -253,6 +253,8 @@ class SubscriptionRegistry:
 
         Raises:
             InvalidSubscriptionError: a bad name, or it exists with another type or mode.
+            SubscriptionLimitError: it is new and the topic has
+                ``max_subscriptions_per_topic`` subscriptions already.
             DispatcherClosedError: the registry is closed (the broker is shutting down).
         """
         if self._closed:
@@ -270,6 +272,7 @@ class SubscriptionRegistry:
                         f"{want.value}; use its {what} or another subscription name",
                     )
             return sub
+        self._check_room(topic)
         if initial is InitialPosition.LATEST:
             snaps = [PartitionSnapshot(w.high_water_mark) for w in writers]
         else:
@@ -278,6 +281,20 @@ class SubscriptionRegistry:
         await self._save(sub)
         logger.info("created subscription %s/%s at %s", topic, name, initial.value)
         return sub
+
+    def _check_room(self, topic: str) -> None:
+        """Raise unless ``topic`` may have one more subscription."""
+        most = self._limits.max_subscriptions_per_topic
+        if most is None:
+            return
+        count = sum(1 for t, _name in self._subs if t == topic)
+        if count >= most:
+            raise SubscriptionLimitError(
+                "max_subscriptions_per_topic",
+                most,
+                f"topic {topic!r} has {count} subscriptions",
+                "reuse an existing subscription of the topic, or raise the limit",
+            )
 
     def get(self, topic: str, name: str) -> Subscription:
         """The subscription, or ``SubscriptionNotFoundError``."""
@@ -461,6 +478,7 @@ class SubscriptionRegistry:
             clock=self._clock,
             heartbeat_interval_s=self._heartbeat.interval_for(topic, name),
             stall_timeout_s=self._heartbeat.stall_timeout_s,
+            limits=self._limits,
         )
         if self._on_dispatch is not None:
             sub.on_dispatch = self._on_dispatch(topic)

@@ -47,7 +47,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from dispatcher.errors import InvalidSubscriptionError
+from dispatcher.errors import InvalidSubscriptionError, SubscriptionLimitError
 from dispatcher.lag import (
     DEFAULT_INTERVAL_S,
     DEFAULT_STALL_TIMEOUT_S,
@@ -68,6 +68,7 @@ from dispatcher.protocol import (
     Deleted,
     Delivery,
     Detach,
+    DispatchLimits,
     DispatchPolicy,
     Fetched,
     Grant,
@@ -177,6 +178,7 @@ class Subscription:
         random: Uniform ``[0, 1)`` numbers for backoff jitter.
         heartbeat_interval_s: How often the registry should call :meth:`tick`, seconds.
         stall_timeout_s: A backlog with room and no progress for this long is STALLED.
+        limits: Consumers at once and credit per consumer, at most. Default: no limits.
     """
 
     def __init__(
@@ -195,7 +197,9 @@ class Subscription:
         random: Callable[[], float] = _random.random,
         heartbeat_interval_s: float = DEFAULT_INTERVAL_S,
         stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S,
+        limits: DispatchLimits | None = None,
     ) -> None:
+        self._limits = limits or DispatchLimits()
         if len(writers) != len(partitions):
             raise ValueError(f"{len(writers)} partitions but {len(partitions)} states")
         self.topic = topic
@@ -352,7 +356,19 @@ class Subscription:
 
         Raises:
             SubscriptionBusyError: another consumer holds this exclusive subscription.
+            SubscriptionLimitError: ``max_consumers_per_subscription`` consumers are
+                attached already, or ``credit`` is over ``max_credit_per_consumer``.
         """
+        most = self._limits.max_consumers_per_subscription
+        if most is not None and len(self._sessions) >= most:
+            raise SubscriptionLimitError(
+                "max_consumers_per_subscription",
+                most,
+                f"subscription {self.name!r} on topic {self.topic!r} has "
+                f"{len(self._sessions)} consumers",
+                "stop a consumer or use another subscription",
+            )
+        self._check_credit(0, credit)
         session = ConsumerSession(consumer_name)
         self._apply(Attach(session.consumer_id, session.name, credit))
         self._sessions[session.consumer_id] = session
@@ -367,8 +383,26 @@ class Subscription:
         logger.info("%s/%s: consumer %s detached", self.topic, self.name, session.name)
 
     def grant(self, session: ConsumerSession, credit: int) -> None:
-        """``session`` may receive ``credit`` more records."""
+        """``session`` may receive ``credit`` more records.
+
+        Raises:
+            SubscriptionLimitError: the consumer would hold more than
+                ``max_credit_per_consumer`` records of credit.
+        """
+        if session.consumer_id in self._sessions:
+            self._check_credit(self.state.credit(session.consumer_id), credit)
         self._apply(Grant(session.consumer_id, credit))
+
+    def _check_credit(self, held: int, more: int) -> None:
+        most = self._limits.max_credit_per_consumer
+        if most is not None and held + more > most:
+            raise SubscriptionLimitError(
+                "max_credit_per_consumer",
+                most,
+                f"a consumer of {self.topic}/{self.name} holding {held} records of credit "
+                f"asked for {more} more",
+                "grant credit as messages are taken, not ahead of them",
+            )
 
     def ack(self, partition: int, begin: int, end: int) -> None:
         """Acknowledge the delivered offsets ``[begin, end)`` of ``partition``.
