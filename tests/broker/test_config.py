@@ -274,3 +274,52 @@ def test_missing_config_file_is_a_clear_error(tmp_path: Path) -> None:
 def test_parse_address(text: str, expected: tuple[str, int]) -> None:
     """host:port parsing, IPv6 in brackets."""
     assert parse_address(text) == expected
+
+
+def test_limits_table(tmp_path: Path) -> None:
+    """Scenario: a [limits] table sets four keys. Expected: they are read; the others keep
+    their documented defaults; the header limits reach every partition's log config (and
+    are not [wal] keys)."""
+    path = tmp_path / "b.toml"
+    path.write_text(
+        "[limits]\nmax_headers_per_record = 8\nmax_header_bytes = 1024\n"
+        "max_streams_per_connection = 5\nmax_publish_stream_in_flight = 16\n"
+    )
+    config = BrokerConfig.from_toml(str(path))
+    assert config.limits.max_headers_per_record == 8
+    assert config.limits.max_streams_per_connection == 5
+    assert config.limits.max_publish_stream_in_flight == 16
+    assert config.limits.max_credit_per_consumer == 100_000
+    assert config.limits.max_partitions_per_topic == 10_000
+    log = config.log_config
+    assert (log.max_headers_per_record, log.max_header_bytes, log.max_header_name_bytes) == (
+        8,
+        1024,
+        256,
+    )
+    assert BrokerConfig().wal.max_headers_per_record is None
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("[limits]\nmax_headers = 3\n", "[limits]: unknown setting(s) max_headers"),
+        (
+            "[limits]\nmax_streams_per_connection = 0\n",
+            "[limits] max_streams_per_connection = 0: must be an integer from 1 to 100000",
+        ),
+        ("[wal]\nmax_headers_per_record = 3\n", "[wal]: unknown setting(s) max_headers_per_record"),
+        (
+            "[broker]\ndefault_partitions = 8\n[limits]\nmax_partitions_per_topic = 4\n",
+            "default_partitions = 8 is over [limits] max_partitions_per_topic = 4",
+        ),
+    ],
+)
+def test_bad_limits_name_the_key(tmp_path: Path, text: str, words: str) -> None:
+    """Scenario: a [limits] key unknown or out of range, a header limit under [wal], and
+    auto-created topics wider than the partition limit. Expected: ConfigError naming it."""
+    path = tmp_path / "b.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        BrokerConfig.from_toml(str(path))
+    assert words in str(info.value)
