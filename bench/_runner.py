@@ -61,8 +61,19 @@ def _dispatch(options: RunOptions) -> Iterator[Result]:
     return dispatch.run(options)
 
 
+def _memory(options: RunOptions) -> Iterator[Result]:
+    from bench import memory
+
+    return memory.run(options)
+
+
 #: Every scenario by name.
-SCENARIOS: dict[str, Scenario] = {"wal": _wal, "pubsub": _pubsub, "dispatch": _dispatch}
+SCENARIOS: dict[str, Scenario] = {
+    "wal": _wal,
+    "pubsub": _pubsub,
+    "dispatch": _dispatch,
+    "memory": _memory,
+}
 
 
 def filesystem_type(path: Path) -> str:
