@@ -13,6 +13,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from dataclasses import dataclass
 from itertools import pairwise
+from operator import sub
 
 from wal.batch import HEADER_SIZE, I32, RecordBatch, decode_batch, read_length
 from wal.errors import (
@@ -156,33 +157,37 @@ def _check_record_sizes(batch: RecordBatch, limit: int) -> None:
 
 def _check_headers(batch: RecordBatch, limits: BatchLimits) -> None:
     """Apply the header limits. Each is checked per record only when the whole batch's
-    figure (all headers, all header bytes, all name bytes) is over it."""
+    figure (all headers, all header bytes, all name bytes) is over it, and then with
+    C-level passes (``map(sub, ...)``); only a breach pays for finding the record."""
     lay = batch.layout
-    most, total_bytes, longest = (
-        limits.max_headers_per_record,
-        limits.max_header_bytes,
-        limits.max_header_name_bytes,
-    )
     per = batch.int32s(lay.header_offsets, batch.record_count + 1).tolist()
     hk = batch.int32s(lay.header_key_offsets, lay.header_count + 1).tolist()
+    most = limits.max_headers_per_record
     if most is not None and lay.header_count > most:
-        counts = [b - a for a, b in pairwise(per)]
-        worst = max(range(len(counts)), key=counts.__getitem__)
-        if counts[worst] > most:
-            raise HeaderLimitError(
-                worst, "max_headers_per_record", f"{counts[worst]} headers", most
-            )
-    hv = batch.int32s(lay.header_value_offsets, lay.header_count + 1).tolist()
-    if total_bytes is not None and hk[-1] + hv[-1] > total_bytes:
-        sizes = [hk[b] - hk[a] + hv[b] - hv[a] for a, b in pairwise(per)]
-        worst = max(range(len(sizes)), key=sizes.__getitem__)
-        if sizes[worst] > total_bytes:
-            found = f"{sizes[worst]} bytes of header names and values"
-            raise HeaderLimitError(worst, "max_header_bytes", found, total_bytes)
+        _raise_worst(
+            list(map(sub, per[1:], per[:-1])), most, "max_headers_per_record", "{} headers"
+        )
+    total = limits.max_header_bytes
+    if total is not None:
+        hv = batch.int32s(lay.header_value_offsets, lay.header_count + 1).tolist()
+        if hk[-1] + hv[-1] > total:
+            sizes = [hk[b] - hk[a] + hv[b] - hv[a] for a, b in pairwise(per)]
+            found = "{} bytes of header names and values"
+            _raise_worst(sizes, total, "max_header_bytes", found)
+    longest = limits.max_header_name_bytes
     if longest is not None and hk[-1] > longest:
-        names = [b - a for a, b in pairwise(hk)]
-        worst = max(range(len(names)), key=names.__getitem__)
-        if names[worst] > longest:
-            record = bisect_right(per, worst) - 1
+        names = list(map(sub, hk[1:], hk[:-1]))
+        if max(names) > longest:
+            worst = names.index(max(names))
+            record = bisect_right(per, worst) - 1  # the record whose entries hold it
             found = f"a header name of {names[worst]} bytes"
             raise HeaderLimitError(record, "max_header_name_bytes", found, longest)
+
+
+def _raise_worst(per_record: list[int], limit: int, setting: str, found: str) -> None:
+    """Raise :class:`HeaderLimitError` for the first record with the largest figure if it
+    is over ``limit`` (``found`` formats the figure)."""
+    worst = max(per_record)
+    if worst > limit:
+        index = per_record.index(worst)
+        raise HeaderLimitError(index, setting, found.format(worst), limit)
