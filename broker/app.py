@@ -35,6 +35,7 @@ from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
 from broker.admin_service import AdminService
+from broker.auth import AuthInterceptor, TokensFile
 from broker.config import BrokerConfig, parse_address
 from broker.errors import ListenError
 from broker.ingest import append_batch
@@ -163,10 +164,11 @@ class Broker:
         self.retention.start()
         limit = self.config.max_request_bytes
         server = grpc.aio.server(
+            interceptors=self._interceptors(),
             options=[
                 ("grpc.max_receive_message_length", limit),
                 ("grpc.max_send_message_length", limit),
-            ]
+            ],
         )
         add_broker_service(
             BrokerService(
@@ -198,6 +200,18 @@ class Broker:
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         self._start_metrics()
         logger.info("headrace serving on %s:%d (data in %s)", host, self.port, self.config.data_dir)
+
+    def _interceptors(self) -> list[grpc.aio.ServerInterceptor]:
+        """Token authentication when ``[security] tokens_file`` is set (loaded now, so a
+        bad file stops the start with one line naming it)."""
+        path = self.config.security.tokens_file
+        if not path:
+            return []
+        tokens = TokensFile(path)
+        tokens.load()
+        failures = self.metrics.auth_failures
+        logger.info("bearer tokens required: %d tokens in %s", len(tokens.current()), path)
+        return [AuthInterceptor(tokens, lambda reason: failures.labels(reason).inc())]
 
     def _start_metrics(self) -> None:
         if not self.config.metrics_listen:

@@ -24,7 +24,7 @@ from broker.app import serve as run_broker
 from broker.cli_client import consume, lag, produce, seek, topics
 from broker.cli_dlq import dlq
 from broker.config import BrokerConfig, ConfigError
-from broker.errors import FileLimitError, ListenError
+from broker.errors import FileLimitError, ListenError, TokensFileError
 from wal.errors import DataDirLockedError, WalIOError
 from wal.inspect import inspect_dir
 
@@ -72,7 +72,7 @@ def serve(
     try:
         with runner:
             runner.run(run_broker(config))
-    except (DataDirLockedError, ListenError, FileLimitError) as exc:
+    except (DataDirLockedError, ListenError, FileLimitError, TokensFileError) as exc:
         raise click.ClickException(str(exc)) from exc
     except WalIOError as exc:
         raise click.ClickException(

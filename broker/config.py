@@ -55,6 +55,9 @@ TOML layout (every key optional)::
     overflow = "drop_oldest"         # drop_oldest | reject | block
     max_event_bytes = 1048576        # longer values are cut and flagged
     max_replays = 3                  # replay loop guard: x-replay-count at most this
+
+    [security]
+    tokens_file = ""                 # bearer tokens (headrace tokens ...); "" = auth off
 """
 
 from __future__ import annotations
@@ -84,6 +87,24 @@ DAY_MS = 86_400_000
 
 class ConfigError(ValueError):
     """Raised when a setting is unknown, of the wrong type or out of range."""
+
+
+@dataclass(frozen=True, slots=True)
+class SecurityConfig:
+    """The ``[security]`` table.
+
+    Attributes:
+        tokens_file: Path of the tokens file (``headrace tokens create`` makes it). When
+            set, every RPC but health and reflection needs a valid bearer token with a
+            grant for it; the broker rereads the file within a second of a change.
+            Default ``""``: no token is asked for.
+    """
+
+    tokens_file: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.tokens_file, str):
+            raise ConfigError("[security] tokens_file must be a path (a string)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +150,8 @@ class BrokerConfig:
             (:class:`dispatcher.DispatchConfig`): ack timeout 30 s, backoff 1 s doubling to
             60 s with 20 % jitter, 10 deliveries then ``dead_letter``; overrides per
             subscription; dead-letter queues of at most 100,000 entries, 7 days.
+        security: Authentication (:class:`SecurityConfig`): ``tokens_file``, default unset
+            (no token asked for).
     """
 
     data_dir: str = "./data"
@@ -147,6 +170,7 @@ class BrokerConfig:
     heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)
     backlog: BacklogConfig = field(default_factory=BacklogConfig)
     dispatch: DispatchConfig = field(default_factory=DispatchConfig)
+    security: SecurityConfig = field(default_factory=SecurityConfig)
 
     def __post_init__(self) -> None:
         _address("listen", self.listen, allow_empty=False)
@@ -216,9 +240,11 @@ class BrokerConfig:
     def from_mapping(cls, doc: Mapping[str, Any], *, source: str = "config") -> BrokerConfig:
         """Build from a parsed document with ``[broker]``, ``[wal]``, ``[heartbeat]``,
         ``[backlog]``, ``[dispatch]`` and ``[dlq]`` tables."""
-        _known(doc, {"broker", "wal", "heartbeat", "backlog", "dispatch", "dlq"}, source)
+        _known(
+            doc, {"broker", "wal", "heartbeat", "backlog", "dispatch", "dlq", "security"}, source
+        )
         broker = dict(doc.get("broker", {}))
-        tables = {"wal", "heartbeat", "backlog", "dispatch"}
+        tables = {"wal", "heartbeat", "backlog", "dispatch", "security"}
         names = {f.name for f in dataclasses.fields(cls)} - tables
         _known(broker, names, f"{source} [broker]")
         wal_doc = dict(doc.get("wal", {}))
@@ -227,6 +253,7 @@ class BrokerConfig:
             wal_doc["fsync"] = _choice(FsyncPolicy, wal_doc["fsync"], "[wal] fsync")
         heartbeat = _heartbeat(doc.get("heartbeat", {}), f"{source} [heartbeat]")
         backlog = _backlog(doc.get("backlog", {}), f"{source} [backlog]")
+        security = _security(doc.get("security", {}), f"{source} [security]")
         dispatch = DispatchConfig(
             defaults=_policy(doc.get("dispatch", {}), f"{source} [dispatch]", DispatchPolicy()),
             subscriptions=_policy_overrides(doc.get("dispatch", {}), f"{source} [dispatch]"),
@@ -239,6 +266,7 @@ class BrokerConfig:
                 heartbeat=heartbeat,
                 backlog=backlog,
                 dispatch=dispatch,
+                security=security,
             )
         except WalConfigError as exc:
             raise ConfigError(f"{source} [wal]: {exc}") from exc
@@ -352,6 +380,13 @@ def _dlq(table: object, where: str) -> DlqConfig:
         return DlqConfig(**values)
     except DlqConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from exc
+
+
+def _security(table: object, where: str) -> SecurityConfig:
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{where} must be a table")
+    _known(table, {f.name for f in dataclasses.fields(SecurityConfig)}, where)
+    return SecurityConfig(**table)
 
 
 def _backlog(table: object, where: str) -> BacklogConfig:
