@@ -23,6 +23,7 @@ import uvloop
 from broker.app import serve as run_broker
 from broker.cli_client import consume, lag, produce, seek, topics
 from broker.cli_dlq import dlq
+from broker.cli_tokens import tokens
 from broker.config import BrokerConfig, ConfigError
 from broker.errors import FileLimitError, ListenError, TokensFileError
 from wal.errors import DataDirLockedError, WalIOError
@@ -124,6 +125,7 @@ cli.add_command(consume)
 cli.add_command(lag)
 cli.add_command(seek)
 cli.add_command(dlq)
+cli.add_command(tokens)
 
 
 def main() -> None:

@@ -211,7 +211,10 @@ class TokenSet:
             ValueError: Its name or id is taken, or the set is full.
         """
         if any(e.name == entry.name for e in self._by_id.values()):
-            raise ValueError(f"a token named {entry.name!r} exists; revoke it or pick another")
+            raise ValueError(
+                f"a token named {entry.name!r} exists (revoked tokens keep their names); "
+                "pick another name"
+            )
         if entry.id in self._by_id:
             raise ValueError(f"token id {entry.id} exists")
         if len(self._by_id) >= MAX_TOKENS:
