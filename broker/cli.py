@@ -2,7 +2,8 @@
 
 Role: one entry point with subcommands: ``serve`` runs a broker; ``topics``, ``produce``,
 ``consume``, ``lag`` and ``seek`` talk to one (:mod:`broker.cli_client`), and so does
-``dlq`` (:mod:`broker.cli_dlq`); ``wal inspect`` reads a partition directory offline.
+``dlq`` (:mod:`broker.cli_dlq`); ``tokens`` edits the bearer tokens file
+(:mod:`broker.cli_tokens`); ``wal inspect`` reads a partition directory offline.
 
 Conventions (DESIGN section 4): exit code 0 on success, 1 on error, 2 on usage errors;
 errors are one clear line on stderr, never a traceback.
