@@ -57,7 +57,7 @@ TOML layout (every key optional)::
     max_replays = 3                  # replay loop guard: x-replay-count at most this
 
     [security]
-    tokens_file = ""                 # bearer tokens (headrace tokens ...); "" = auth off
+    tokens_file = "tokens.json"      # every RPC then needs a bearer token; unset = auth off
 """
 
 from __future__ import annotations
@@ -97,14 +97,16 @@ class SecurityConfig:
         tokens_file: Path of the tokens file (``headrace tokens create`` makes it). When
             set, every RPC but health and reflection needs a valid bearer token with a
             grant for it; the broker rereads the file within a second of a change.
-            Default ``""``: no token is asked for.
+            Default unset: no token is asked for.
     """
 
-    tokens_file: str = ""
+    tokens_file: str | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.tokens_file, str):
-            raise ConfigError("[security] tokens_file must be a path (a string)")
+        if self.tokens_file is not None and (
+            not isinstance(self.tokens_file, str) or not self.tokens_file
+        ):
+            raise ConfigError("[security] tokens_file must be a non-empty path")
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -150,9 +151,10 @@ def _guarded(handler: Handler, rule: Rule, call: _Call) -> Handler:
     if handler.response_streaming and inspect.isasyncgenfunction(inner):
 
         async def stream(request: Any, context: Any) -> AsyncIterator[Any]:
-            try:
-                async for response in inner(requests(request), context):
-                    yield response
+            try:  # closing the servicer's stream at once runs its cleanup (a detach)
+                async with contextlib.aclosing(inner(requests(request), context)) as responses:
+                    async for response in responses:
+                        yield response
             except _AuthError as exc:
                 await abort_for(exc, context)
 

@@ -176,7 +176,9 @@ async def test_cli_tokens_work_on_a_running_broker_and_revoke_without_restart(
     first = await asyncio.to_thread(headrace, "tokens", "create", "--name", "boot",
                                     "--grant", "admin:*", "--tokens-file", str(path))  # fmt: skip
     assert first.returncode == 0, first.stderr
-    config = broker_config(tmp_path / "data").replace(security=SecurityConfig(str(path)))
+    config = broker_config(tmp_path / "data").replace(
+        security=SecurityConfig(tokens_file=str(path))
+    )
     async with Broker(config) as broker:
         made = await asyncio.to_thread(
             headrace, "tokens", "create", "--name", "ops", "--grant", "admin:*",

@@ -406,6 +406,32 @@ async def test_revoking_ends_an_open_stream_at_its_next_request(setup: Setup) ->
 
 
 @in_module_loop
+async def test_a_cancelled_stream_lets_its_exclusive_subscription_go(setup: Setup) -> None:
+    """Scenario: with auth on, a consumer of an exclusive subscription cancels its stream,
+    and another opens it. Expected: the second is subscribed within 5 s (the guarded
+    stream closes the servicer's, which detaches the first consumer)."""
+    md = bearer(setup.tokens["consumer"])
+    opening = pb.SubscribeRequest(open=pb.OpenSubscription(topic="quiet", subscription="excl"))
+    first = setup.client.broker.Subscribe(metadata=md)
+    await first.write(opening)
+    assert (await first.read()).HasField("subscribed")
+    first.cancel()
+    deadline = time.monotonic() + 5
+    while True:
+        second = setup.client.broker.Subscribe(metadata=md)
+        await second.write(opening)
+        try:
+            got = await second.read()
+            break
+        except grpc.RpcError as exc:
+            assert exc.code() == grpc.StatusCode.FAILED_PRECONDITION  # noqa: PT017
+            assert time.monotonic() < deadline, "the cancelled consumer was never detached"
+            await asyncio.sleep(0.05)
+    assert got.subscribed.subscription == "excl"
+    second.cancel()
+
+
+@in_module_loop
 async def test_a_publish_stream_ends_at_its_first_denied_topic(setup: Setup) -> None:
     """Scenario: a producer's PublishStream sends a batch to orders (granted), then one to
     other (not granted). Expected: the first is answered and durable; then the stream ends
@@ -559,7 +585,9 @@ async def test_a_broker_with_a_bad_tokens_file_does_not_start(tmp_path: Path) ->
     starts once the file is fixed)."""
     path = tmp_path / "tokens.json"
     path.write_text('{"version": 1, "tokens": [{"id": 5}]}')
-    config = broker_config(tmp_path / "data").replace(security=SecurityConfig(str(path)))
+    config = broker_config(tmp_path / "data").replace(
+        security=SecurityConfig(tokens_file=str(path))
+    )
     with pytest.raises(
         TokensFileError, match=re.escape(f"tokens file {path}: not a tokens document")
     ):
