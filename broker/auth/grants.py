@@ -7,14 +7,16 @@ matched case-sensitively (``fnmatch.fnmatchcase``: ``*``, ``?``, ``[abc]``). Pur
 Invariants:
 - ``admin`` implies ``produce`` and ``consume`` on the same patterns; nothing implies
   ``admin``.
-- A subscription pattern limits only ``consume`` (and ``admin``'s consume). A check with no
-  subscription (Fetch, OffsetsForTime: reading a topic by offset) passes a consume grant on
-  the topic whatever its subscription pattern.
+- A subscription pattern limits every check that names a subscription: consuming it, and
+  admin work on it (purging or replaying its dead letters). A check with no subscription
+  (Fetch, OffsetsForTime: reading a topic by offset) passes a consume grant on the topic
+  whatever its subscription pattern. Produce grants have none (always ``*``).
 
 Worked example: ``Grant(CONSUME, "orders.*", "billing-*")`` covers consume on
 ``orders.eu`` / ``billing-1`` and a Fetch of ``orders.eu``; it does not cover consume on
 ``orders.eu`` / ``audit``, produce on ``orders.eu``, or anything on ``orders`` (the dot is
-literal). ``Grant(ADMIN, "*")`` covers every role on every topic.
+literal). ``Grant(ADMIN, "*")`` covers every role on every topic; ``Grant(ADMIN, "*",
+"ops-*")`` covers a purge of ``t`` / ``ops-1`` but not of ``t`` / ``billing``.
 """
 
 from __future__ import annotations
@@ -70,8 +72,8 @@ def check_pattern(what: str, pattern: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Grant:
-    """One role on the topics matching ``topics`` (and, for consume, the subscriptions
-    matching ``subscriptions``; default every one)."""
+    """One role on the topics matching ``topics`` and, where a check names a subscription,
+    the subscriptions matching ``subscriptions`` (default every one)."""
 
     role: Role
     topics: str
@@ -81,9 +83,7 @@ class Grant:
         """Whether this grant allows ``role`` on ``topic`` (and ``subscription``)."""
         if not self.role.implies(role) or not fnmatchcase(topic, self.topics):
             return False
-        if role is Role.CONSUME and subscription is not None:
-            return fnmatchcase(subscription, self.subscriptions)
-        return True
+        return subscription is None or fnmatchcase(subscription, self.subscriptions)
 
     def __str__(self) -> str:
         base = f"{self.role.value}:{self.topics}"

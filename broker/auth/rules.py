@@ -19,8 +19,9 @@ DeleteTopic            admin      topic
 DescribeTopic          any role   topic (producers and readers need its partitions)
 ListTopics             any token  none; the answer lists only topics the token has a
                                   grant on
-ListSubscriptions      any token  none; the answer lists only subscriptions the token
-                                  may consume (``headrace lag`` over every topic)
+ListSubscriptions      any token  the topic, if the request names one (any role on it);
+                                  the answer lists only subscriptions the token may
+                                  consume (``headrace lag`` over every topic)
 DescribeSubscription   consume    topic and subscription
 Seek                   consume    topic and subscription
 OffsetsForTime         consume    topic
@@ -116,6 +117,10 @@ def _named(request: Any) -> Resource:
     return Resource(request.name)
 
 
+def _topic_if_named(request: Any) -> Resource | None:
+    return Resource(request.topic) if request.topic else None
+
+
 def _subscription(request: Any) -> Resource:
     return Resource(request.topic, request.subscription)
 
@@ -152,7 +157,7 @@ RULES: dict[str, Rule] = {
     _A + "DeleteTopic": Rule(Role.ADMIN, _named),
     _A + "DescribeTopic": Rule(None, _named),
     _A + "ListTopics": Rule(None, _none, _visible_topics),
-    _A + "ListSubscriptions": Rule(None, _none, _visible_subscriptions),
+    _A + "ListSubscriptions": Rule(None, _topic_if_named, _visible_subscriptions),
     _A + "DescribeSubscription": Rule(Role.CONSUME, _subscription),
     _A + "Seek": Rule(Role.CONSUME, _subscription),
     _A + "OffsetsForTime": Rule(Role.CONSUME, _topic),

@@ -28,6 +28,9 @@ from broker.auth.grants import Grant, Role, make_grant, parse_grant
         (Grant(Role.ADMIN, "*"), Role.PRODUCE, "anything", None, True),
         (Grant(Role.ADMIN, "*"), Role.CONSUME, "anything", "any", True),
         (Grant(Role.ADMIN, "*", "ops-*"), Role.CONSUME, "t", "billing", False),
+        (Grant(Role.ADMIN, "*", "ops-*"), Role.ADMIN, "t", "billing", False),
+        (Grant(Role.ADMIN, "*", "ops-*"), Role.ADMIN, "t", "ops-1", True),
+        (Grant(Role.ADMIN, "*", "ops-*"), Role.ADMIN, "t", None, True),
         (Grant(Role.ADMIN, "team-[ab]"), Role.ADMIN, "team-c", None, False),
     ],
 )
@@ -36,7 +39,8 @@ def test_covers(
 ) -> None:
     """Scenario: one grant, one (role, topic, subscription). Expected: covered as the table
     says: globs are case-sensitive, admin implies produce and consume, a subscription
-    pattern limits consume only, and no subscription (a Fetch) passes a consume grant."""
+    pattern limits consume and admin work on subscriptions, and no subscription (a Fetch)
+    passes a consume grant."""
     assert grant.covers(role, topic, subscription) is covered
 
 

@@ -86,6 +86,18 @@ def test_rows_check_role_and_resource(
     assert "token 'etl' (hr_ab12ab12ab12_…)" in str(caught.value)
 
 
+def test_list_subscriptions_of_a_named_topic_needs_a_grant_on_it() -> None:
+    """Scenario: ListSubscriptions naming topic 'secret', and naming none, with a token
+    that has grants on orders only. Expected: refused for 'secret' (so the answer cannot
+    tell whether it exists), allowed with no topic (then filtered)."""
+    token = entry(ORDERS)
+    rule = RULES[A + "ListSubscriptions"]
+    with pytest.raises(PermissionDeniedError, match="on topic 'secret'"):
+        authorize(rule, token, admin.ListSubscriptionsRequest(topic="secret"))
+    authorize(rule, token, admin.ListSubscriptionsRequest())
+    authorize(rule, token, admin.ListSubscriptionsRequest(topic="orders"))
+
+
 def test_subscribe_credits_and_acks_need_no_grant_of_their_own() -> None:
     """Scenario: a Subscribe credit request (after the open was checked). Expected: no
     resource, so no refusal even for a token without a consume grant."""
