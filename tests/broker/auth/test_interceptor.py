@@ -581,8 +581,8 @@ async def test_an_rpc_missing_from_the_table_is_refused(tmp_path: Path) -> None:
 @in_module_loop
 async def test_a_broker_with_a_bad_tokens_file_does_not_start(tmp_path: Path) -> None:
     """Scenario: [security] tokens_file names a damaged file. Expected: start fails with
-    TokensFileError naming the file; the data directory is released (a second broker on it
-    starts once the file is fixed)."""
+    TokensFileError naming the file before the data directory is made; a broker starts
+    once the file is fixed."""
     path = tmp_path / "tokens.json"
     path.write_text('{"version": 1, "tokens": [{"id": 5}]}')
     config = broker_config(tmp_path / "data").replace(
@@ -592,6 +592,7 @@ async def test_a_broker_with_a_bad_tokens_file_does_not_start(tmp_path: Path) ->
         TokensFileError, match=re.escape(f"tokens file {path}: not a tokens document")
     ):
         await Broker(config).start()
+    assert not (tmp_path / "data").exists()
     path.unlink()
     make_tokens(path, {"root": "admin:*"})
     async with Broker(config) as broker:
