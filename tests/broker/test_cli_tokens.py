@@ -210,3 +210,21 @@ async def test_cli_tokens_work_on_a_running_broker_and_revoke_without_restart(
                     refusal = exc
             assert refusal.code() == grpc.StatusCode.UNAUTHENTICATED
             assert "is revoked" in (refusal.details() or "")
+
+
+def test_serve_with_a_missing_tokens_file_exits_1_in_one_line(tmp_path: Path) -> None:
+    """Scenario: `headrace serve --config` whose [security] tokens_file does not exist.
+    Expected: exit 1; one line naming the file and the command that creates it; no data
+    directory is made."""
+    config = tmp_path / "broker.toml"
+    config.write_text(
+        f'[broker]\ndata_dir = "{tmp_path / "data"}"\nlisten = "127.0.0.1:0"\n'
+        f'metrics_listen = ""\n[security]\ntokens_file = "{tmp_path / "none.json"}"\n'
+    )
+    code, _, err = run("serve", "--config", str(config))
+    assert code == 1
+    assert err.strip().splitlines() == [
+        f"Error: tokens file {tmp_path / 'none.json'}: does not exist; create a token with "
+        f"`headrace tokens create --tokens-file {tmp_path / 'none.json'} ...` first"
+    ]
+    assert not (tmp_path / "data").exists()
