@@ -13,6 +13,9 @@ Invariants:
   a revocation takes effect within about a second, without a restart. If the new file does
   not load (torn by hand, invalid), the last good set stays in force and the error is
   logged, once per change of the file.
+- A reread runs on the event loop, once per change: about 2 ms for 100 tokens, 10 ms for
+  1,000 and 120 ms for the most a file may hold, 10,000 (measured on the dev machine);
+  calls wait that long. A check between changes is one ``stat`` a second.
 
 Worked example: the broker loads 2 tokens at t=0. At t=0.4 ``tokens revoke etl`` renames a
 new file in (new inode). A call at t=0.7 is still checked against the old set (no stat
