@@ -162,6 +162,23 @@ class PermissionDeniedError(BrokerError):
         )
 
 
+class UnlistedMethodError(PermissionDeniedError):
+    """Raised when a call's method has no row in the authorization table: refused to every
+    token (fail closed); a broker bug, since a test checks the table covers every RPC."""
+
+    def __init__(self, token_name: str, token_id: str, method: str) -> None:
+        BrokerError.__init__(
+            self,
+            f"method {method} has no authorization rule, so it is refused to every token; "
+            "this is a broker bug: report it",
+        )
+        self.token_name = token_name
+        self.token_id = token_id
+        self.role = ""
+        self.resource_kind = "method"
+        self.resource = method
+
+
 class TokensFileError(BrokerError):
     """Raised when the tokens file cannot be read or written, or holds something invalid;
     ``problem`` says what and where in the file."""

@@ -33,7 +33,7 @@ import grpc
 from broker.auth.rules import OPEN_SERVICES, RULES, Rule, authorize, service_of
 from broker.auth.store import TokensFile
 from broker.auth.tokens import TokenEntry, TokenSet, bearer_token
-from broker.errors import AuthenticationError, PermissionDeniedError
+from broker.errors import AuthenticationError, PermissionDeniedError, UnlistedMethodError
 from broker.status import abort_for
 
 logger = logging.getLogger(__name__)
@@ -68,10 +68,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             call.authenticate()
             rule = RULES.get(details.method)
             if rule is None:
-                raise PermissionDeniedError(
-                    call.entry.name, call.entry.id, "(none: not in the authorization table)",
-                    "method", details.method,
-                )  # fmt: skip
+                raise UnlistedMethodError(call.entry.name, call.entry.id, details.method)
         except _AuthError as exc:
             self.refused(exc)
             return _refusal(handler, exc)
