@@ -8,6 +8,8 @@ import re
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from broker.auth.grants import Grant, Role
 from broker.auth.tokens import (
@@ -195,3 +197,19 @@ def test_find_by_id_prefixed_id_or_name() -> None:
     entry = tokens.entries[0]
     assert tokens.find(entry.id) == tokens.find(f"hr_{entry.id}") == tokens.find("etl") == entry
     assert tokens.find("nobody") is None
+
+
+@given(
+    st.lists(st.one_of(st.text(max_size=300), st.binary(max_size=300)), max_size=3),
+)
+def test_any_metadata_gives_a_token_or_an_authentication_error(values: list[Any]) -> None:
+    """Scenario: arbitrary authorization values (any text, any bytes, any count). Expected:
+    a token string or AuthenticationError, never another exception; and authenticating
+    whatever came out is a clean refusal too."""
+    _token, tokens = minted()
+    try:
+        presented = bearer_token(values)
+    except AuthenticationError:
+        return
+    with pytest.raises(AuthenticationError):
+        tokens.authenticate(presented)
