@@ -35,6 +35,7 @@ from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
 from broker.admin_service import AdminService
+from broker.auth import AuthInterceptor, TokensFile
 from broker.config import BrokerConfig, parse_address
 from broker.errors import ListenError
 from broker.ingest import append_batch
@@ -117,6 +118,7 @@ class Broker:
         self._health = health.aio.HealthServicer()
         self._metrics_http: WSGIServer | None = None
         self._lock: DirectoryLock | None = None
+        self._auth: AuthInterceptor | None = None
 
     def _watch_partition(self, topic: str, partition: Partition) -> None:
         """Time every group commit of a partition's log (WAL latency histograms)."""
@@ -127,10 +129,12 @@ class Broker:
         gRPC and metrics.
 
         Raises:
+            TokensFileError: ``[security] tokens_file`` is missing, unreadable or invalid.
             DataDirLockedError: Another broker holds the data directory.
             WalIOError: A file or directory under the data directory cannot be created,
                 read or written (read-only, full, no permission); it names which and why.
         """
+        self._auth = auth_interceptor(self.config, self.metrics)
         check_listen("listen", self.config.listen)
         if self.config.metrics_listen:
             check_listen("metrics_listen", self.config.metrics_listen)
@@ -165,10 +169,11 @@ class Broker:
         self.retention.start()
         limit = self.config.max_request_bytes
         server = grpc.aio.server(
+            interceptors=[self._auth] if self._auth else [],
             options=[
                 ("grpc.max_receive_message_length", limit),
                 ("grpc.max_send_message_length", limit),
-            ]
+            ],
         )
         add_broker_service(
             BrokerService(
@@ -248,6 +253,24 @@ class Broker:
         self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
+
+
+def auth_interceptor(config: BrokerConfig, metrics: BrokerMetrics) -> AuthInterceptor | None:
+    """Token authentication when ``[security] tokens_file`` is set, else None. The file is
+    loaded now, before the data directory is touched, so a bad one stops the start with
+    one line naming it.
+
+    Raises:
+        TokensFileError: The tokens file is missing, unreadable or invalid.
+    """
+    path = config.security.tokens_file
+    if not path:
+        return None
+    tokens = TokensFile(path)
+    count = len(tokens.load())
+    logger.info("bearer tokens required on every RPC: %d tokens in %s", count, path)
+    failures = metrics.auth_failures
+    return AuthInterceptor(tokens, lambda reason: failures.labels(reason).inc())
 
 
 def raise_fd_limit() -> int:

@@ -2,7 +2,8 @@
 
 Role: one entry point with subcommands: ``serve`` runs a broker; ``topics``, ``produce``,
 ``consume``, ``lag`` and ``seek`` talk to one (:mod:`broker.cli_client`), and so does
-``dlq`` (:mod:`broker.cli_dlq`); ``wal inspect`` reads a partition directory offline.
+``dlq`` (:mod:`broker.cli_dlq`); ``tokens`` edits the bearer tokens file
+(:mod:`broker.cli_tokens`); ``wal inspect`` reads a partition directory offline.
 
 Conventions (DESIGN section 4): exit code 0 on success, 1 on error, 2 on usage errors;
 errors are one clear line on stderr, never a traceback.
@@ -23,8 +24,9 @@ import uvloop
 from broker.app import serve as run_broker
 from broker.cli_client import consume, lag, produce, seek, topics
 from broker.cli_dlq import dlq
+from broker.cli_tokens import tokens
 from broker.config import BrokerConfig, ConfigError
-from broker.errors import FileLimitError, ListenError
+from broker.errors import FileLimitError, ListenError, TokensFileError
 from wal.errors import DataDirLockedError, WalIOError
 from wal.inspect import inspect_dir
 
@@ -72,7 +74,7 @@ def serve(
     try:
         with runner:
             runner.run(run_broker(config))
-    except (DataDirLockedError, ListenError, FileLimitError) as exc:
+    except (DataDirLockedError, ListenError, FileLimitError, TokensFileError) as exc:
         raise click.ClickException(str(exc)) from exc
     except WalIOError as exc:
         raise click.ClickException(
@@ -124,6 +126,7 @@ cli.add_command(consume)
 cli.add_command(lag)
 cli.add_command(seek)
 cli.add_command(dlq)
+cli.add_command(tokens)
 
 
 def main() -> None:

@@ -66,6 +66,8 @@ TOML layout (every key optional)::
     max_streams_per_connection = 100 # open Subscribe + PublishStream per client connection
     max_credit_per_consumer = 100000 # records of credit a consumer holds at once
     max_publish_stream_in_flight = 256  # publishes processed at once per PublishStream
+    [security]
+    tokens_file = "tokens.json"      # every RPC then needs a bearer token; unset = auth off
 """
 
 from __future__ import annotations
@@ -97,6 +99,26 @@ DAY_MS = 86_400_000
 
 class ConfigError(ValueError):
     """Raised when a setting is unknown, of the wrong type or out of range."""
+
+
+@dataclass(frozen=True, slots=True)
+class SecurityConfig:
+    """The ``[security]`` table.
+
+    Attributes:
+        tokens_file: Path of the tokens file (``headrace tokens create`` makes it). When
+            set, every RPC but health and reflection needs a valid bearer token with a
+            grant for it; the broker rereads the file within a second of a change.
+            Default unset: no token is asked for.
+    """
+
+    tokens_file: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.tokens_file is not None and (
+            not isinstance(self.tokens_file, str) or not self.tokens_file
+        ):
+            raise ConfigError("[security] tokens_file must be a non-empty path")
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +167,8 @@ class BrokerConfig:
         limits: What one client may ask of the broker (:class:`broker.limits.LimitsConfig`):
             headers per record, streams per connection, credit, partitions, subscriptions
             and consumers; each key's default and range are documented there.
+        security: Authentication (:class:`SecurityConfig`): ``tokens_file``, default unset
+            (no token asked for).
     """
 
     data_dir: str = "./data"
@@ -164,6 +188,7 @@ class BrokerConfig:
     backlog: BacklogConfig = field(default_factory=BacklogConfig)
     dispatch: DispatchConfig = field(default_factory=DispatchConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
+    security: SecurityConfig = field(default_factory=SecurityConfig)
 
     def __post_init__(self) -> None:
         _address("listen", self.listen, allow_empty=False)
@@ -240,10 +265,14 @@ class BrokerConfig:
     @classmethod
     def from_mapping(cls, doc: Mapping[str, Any], *, source: str = "config") -> BrokerConfig:
         """Build from a parsed document with ``[broker]``, ``[wal]``, ``[heartbeat]``,
-        ``[backlog]``, ``[dispatch]``, ``[dlq]`` and ``[limits]`` tables."""
-        _known(doc, {"broker", "wal", "heartbeat", "backlog", "dispatch", "dlq", "limits"}, source)
+        ``[backlog]``, ``[dispatch]``, ``[dlq]``, ``[limits]`` and ``[security]`` tables."""
+        _known(
+            doc,
+            {"broker", "wal", "heartbeat", "backlog", "dispatch", "dlq", "limits", "security"},
+            source,
+        )
         broker = dict(doc.get("broker", {}))
-        tables = {"wal", "heartbeat", "backlog", "dispatch", "limits"}
+        tables = {"wal", "heartbeat", "backlog", "dispatch", "limits", "security"}
         names = {f.name for f in dataclasses.fields(cls)} - tables
         _known(broker, names, f"{source} [broker]")
         wal_doc = dict(doc.get("wal", {}))
@@ -253,6 +282,7 @@ class BrokerConfig:
             wal_doc["fsync"] = _choice(FsyncPolicy, wal_doc["fsync"], "[wal] fsync")
         heartbeat = _heartbeat(doc.get("heartbeat", {}), f"{source} [heartbeat]")
         backlog = _backlog(doc.get("backlog", {}), f"{source} [backlog]")
+        security = _security(doc.get("security", {}), f"{source} [security]")
         dispatch = DispatchConfig(
             defaults=_policy(doc.get("dispatch", {}), f"{source} [dispatch]", DispatchPolicy()),
             subscriptions=_policy_overrides(doc.get("dispatch", {}), f"{source} [dispatch]"),
@@ -266,6 +296,7 @@ class BrokerConfig:
                 backlog=backlog,
                 dispatch=dispatch,
                 limits=_limits(doc.get("limits", {}), f"{source} [limits]"),
+                security=security,
             )
         except WalConfigError as exc:
             raise ConfigError(f"{source} [wal]: {exc}") from exc
@@ -400,6 +431,13 @@ def _check_limits(limits: object, default_partitions: int) -> None:
             f"default_partitions = {default_partitions} is over [limits] "
             f"max_partitions_per_topic = {limits.max_partitions_per_topic}"
         )
+
+
+def _security(table: object, where: str) -> SecurityConfig:
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{where} must be a table")
+    _known(table, {f.name for f in dataclasses.fields(SecurityConfig)}, where)
+    return SecurityConfig(**table)
 
 
 def _backlog(table: object, where: str) -> BacklogConfig:

@@ -141,3 +141,60 @@ class LimitExceededError(BrokerError):
         self.limit = limit
         self.problem = problem
         super().__init__(f"{problem}; the limit is {limit} ([limits] {setting}); {advice}")
+
+
+class AuthenticationError(BrokerError):
+    """Raised when a call carries no bearer token, a malformed one, one the tokens file does
+    not know, or a revoked one. ``reason`` is ``missing``, ``unknown`` or ``revoked`` (the
+    label of ``headrace_auth_failures_total``); ``token_id`` is set when the id is known."""
+
+    def __init__(self, reason: str, message: str, token_id: str | None = None) -> None:
+        self.reason = reason
+        self.token_id = token_id
+        super().__init__(message)
+
+
+class PermissionDeniedError(BrokerError):
+    """Raised when a valid token has no grant of the role a call needs on its resource
+    (``resource_kind`` is ``topic`` or ``subscription``; a subscription is ``topic/name``)."""
+
+    def __init__(
+        self, token_name: str, token_id: str, role: str, resource_kind: str, resource: str
+    ) -> None:
+        self.token_name = token_name
+        self.token_id = token_id
+        self.role = role
+        self.resource_kind = resource_kind
+        self.resource = resource
+        super().__init__(
+            f"token {token_name!r} (hr_{token_id}_…) lacks role {role} on {resource_kind} "
+            f"{resource!r}; ask an admin for a grant (`headrace tokens create ... --grant "
+            f"{role}:PATTERN`)"
+        )
+
+
+class UnlistedMethodError(PermissionDeniedError):
+    """Raised when a call's method has no row in the authorization table: refused to every
+    token (fail closed); a broker bug, since a test checks the table covers every RPC."""
+
+    def __init__(self, token_name: str, token_id: str, method: str) -> None:
+        BrokerError.__init__(
+            self,
+            f"method {method} has no authorization rule, so it is refused to every token; "
+            "this is a broker bug: report it",
+        )
+        self.token_name = token_name
+        self.token_id = token_id
+        self.role = ""
+        self.resource_kind = "method"
+        self.resource = method
+
+
+class TokensFileError(BrokerError):
+    """Raised when the tokens file cannot be read or written, or holds something invalid;
+    ``problem`` says what and where in the file."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        self.problem = problem
+        super().__init__(f"tokens file {path}: {problem}")

@@ -90,6 +90,14 @@ class BrokerMetrics:
             labels,
             registry=self.registry,
         )
+        self.auth_failures = Counter(
+            "headrace_auth_failures",
+            "Calls refused by token authentication or authorization, by reason: missing "
+            "(no bearer token), unknown (malformed, unknown or wrong secret), revoked, or "
+            "denied (no grant of the role on the resource).",
+            ("reason",),
+            registry=self.registry,
+        )
 
         self.dispatch_latency = Histogram(
             "headrace_dispatch_latency_seconds",

@@ -23,11 +23,13 @@ from typing import Any, NoReturn, TypeVar
 import grpc
 
 from broker.errors import (
+    AuthenticationError,
     BacklogQuotaExceededError,
     DeadLetterReplayError,
     FileLimitError,
     InvalidRequestError,
     LimitExceededError,
+    PermissionDeniedError,
     ProducerSequenceError,
     ShuttingDownError,
     TopicExistsError,
@@ -59,6 +61,8 @@ logger = logging.getLogger(__name__)
 
 #: Most specific classes first: the first ``isinstance`` match wins.
 STATUS_TABLE: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
+    (AuthenticationError, grpc.StatusCode.UNAUTHENTICATED),
+    (PermissionDeniedError, grpc.StatusCode.PERMISSION_DENIED),
     (RecordTooLargeError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (BatchTooLargeError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (BacklogQuotaExceededError, grpc.StatusCode.RESOURCE_EXHAUSTED),

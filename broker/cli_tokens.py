@@ -1,0 +1,180 @@
+"""``headrace tokens create|list|revoke``: manage the bearer tokens of a broker.
+
+Role: parse arguments and change the tokens file through :class:`broker.auth.TokensFile`;
+no broker is contacted (a running broker rereads the file within a second). The file is
+``--tokens-file PATH``, else ``[security] tokens_file`` of ``--config FILE``.
+
+``create`` prints the token on stdout once, alone on its line (``TOKEN=$(headrace tokens
+create ...)``); the file keeps only its hash, so it cannot be shown again. ``list`` never
+shows a secret or a hash, only ids. Exit codes: 0 success, 1 error (one line on stderr),
+2 usage.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import click
+
+from broker.auth import Grant, TokenEntry, TokenSet, TokensFile, mint, parse_grant
+from broker.auth.grants import make_grant
+from broker.config import BrokerConfig, ConfigError
+from broker.errors import TokensFileError
+
+T = TypeVar("T")
+_ROLES = click.Choice(["admin", "produce", "consume"])
+
+
+def _file_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    command = click.option(
+        "--config",
+        "config_path",
+        type=click.Path(dir_okay=False),
+        help="The broker's TOML file; its [security] tokens_file is used.",
+    )(command)
+    return click.option(
+        "--tokens-file",
+        envvar="HEADRACE_TOKENS_FILE",
+        type=click.Path(dir_okay=False),
+        help="The tokens file (env HEADRACE_TOKENS_FILE); wins over --config.",
+    )(command)
+
+
+def _tokens_file(tokens_file: str | None, config_path: str | None) -> TokensFile:
+    if tokens_file:
+        return TokensFile(tokens_file)
+    if config_path:
+        try:
+            path = BrokerConfig.from_toml(config_path).security.tokens_file
+        except ConfigError as exc:
+            raise click.UsageError(str(exc)) from exc
+        if path:
+            return TokensFile(path)
+        raise click.UsageError(f"{config_path} sets no [security] tokens_file")
+    raise click.UsageError("no tokens file: pass --tokens-file PATH or --config FILE")
+
+
+def _run(action: Callable[[], T]) -> T:
+    """Run a file operation; its errors become one line and exit code 1."""
+    try:
+        return action()
+    except (TokensFileError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+@click.group()
+def tokens() -> None:
+    """Create, list and revoke bearer tokens (in the tokens file; no broker needed)."""
+
+
+def _grants(
+    role: str | None, topics: str | None, subs: str | None, more: tuple[str, ...]
+) -> list[Grant]:
+    if (role is None) != (topics is None):
+        raise click.UsageError("--role and --topics go together")
+    if subs is not None and role is None:
+        raise click.UsageError("--subscriptions needs --role consume (or admin) and --topics")
+    try:
+        grants = [make_grant(role, topics, subs or "*")] if role and topics else []
+        grants += [parse_grant(text) for text in more]
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+    if not grants:
+        raise click.UsageError("give a grant: --role ROLE --topics PATTERN, or --grant")
+    return grants
+
+
+@tokens.command("create")
+@click.option("--name", required=True, help="Who or what the token is for (unique).")
+@click.option("--role", type=_ROLES, help="The role of the first grant.")
+@click.option("--topics", help="Topic name pattern of that grant (glob: orders.*).")
+@click.option("--subscriptions", help="Subscription pattern (consume, admin). [default: *]")
+@click.option(
+    "--grant",
+    "more",
+    multiple=True,
+    metavar="ROLE:TOPICS[:SUBS]",
+    help="Another grant; repeatable.",
+)
+@_file_options
+def create(  # click passes keywords
+    *,
+    name: str,
+    role: str | None,
+    topics: str | None,
+    subscriptions: str | None,
+    more: tuple[str, ...],
+    tokens_file: str | None,
+    config_path: str | None,
+) -> None:
+    """Create a token and print it once (the file keeps only its hash)."""
+    grants = _grants(role, topics, subscriptions, more)
+    store = _tokens_file(tokens_file, config_path)
+    created = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    made: list[tuple[str, TokenEntry]] = []
+
+    def add(current: TokenSet) -> TokenSet:
+        made.append(mint(name, grants, created, (e.id for e in current.entries)))
+        return current.added(made[-1][1])
+
+    _run(lambda: store.update(add))
+    token, entry = made[-1]
+    click.echo(token)
+    click.echo(
+        f"created token {entry.label} with {', '.join(map(str, grants))} in {store.path}; "
+        "it is shown only this once",
+        err=True,
+    )
+
+
+@tokens.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON array.")
+@_file_options
+def list_(as_json: bool, tokens_file: str | None, config_path: str | None) -> None:
+    """List tokens: id, name, grants, creation time, state. Never secrets or hashes."""
+    store = _tokens_file(tokens_file, config_path)
+    entries = _run(lambda: store.load(missing_ok=True)).entries
+    if as_json:
+        click.echo(json.dumps([_entry_json(e) for e in entries]))
+        return
+    click.echo(f"{'id':<14}{'name':<24}{'state':<9}{'created':<22}grants")
+    for e in entries:
+        state = "revoked" if e.revoked else "active"
+        grants = " ".join(map(str, e.grants))
+        click.echo(f"{e.id:<14}{e.name:<24}{state:<9}{e.created:<22}{grants}")
+
+
+def _entry_json(entry: TokenEntry) -> dict[str, Any]:
+    return {
+        "id": entry.id,
+        "name": entry.name,
+        "grants": [
+            {"role": g.role.value, "topics": g.topics, "subscriptions": g.subscriptions}
+            for g in entry.grants
+        ],
+        "created": entry.created,
+        "revoked": entry.revoked,
+    }
+
+
+@tokens.command("revoke")
+@click.argument("token", metavar="ID|NAME")
+@_file_options
+def revoke(token: str, tokens_file: str | None, config_path: str | None) -> None:
+    """Revoke a token by id or name; a running broker refuses it within a second."""
+    store = _tokens_file(tokens_file, config_path)
+    found: list[TokenEntry] = []
+
+    def mark(current: TokenSet) -> TokenSet:
+        entry = current.find(token)
+        if entry is None:
+            raise ValueError(f"no token with id or name {token!r} in {store.path}")
+        found.append(entry)
+        return current.revoked(entry.id)
+
+    _run(lambda: store.update(mark))
+    already = " (it was already revoked)" if found[0].revoked else ""
+    click.echo(f"revoked token {found[0].label}{already}")
