@@ -95,6 +95,12 @@ class AsyncConsumer:
         reconnect_backoff_max_s: Longest pause between the channel's reconnect attempts
             while the broker is unreachable, seconds (see :mod:`client._channel`).
             Default 1.
+        token: Bearer token sent on every call (``headrace tokens create`` makes one).
+        tls_ca: PEM file of the CA certificates to trust; setting it turns TLS on.
+        tls_cert: PEM client certificate, for a broker that requires one (mutual TLS).
+        tls_key: PEM private key of ``tls_cert``. These four are checked at construction
+            (``ValueError`` naming the argument; see :mod:`client._channel`) and are not
+            used when ``channel`` is given: that channel's own security applies.
     """
 
     def __init__(
@@ -112,6 +118,10 @@ class AsyncConsumer:
         channel: grpc.aio.Channel | None = None,
         connect_timeout: float = 30.0,
         reconnect_backoff_max_s: float = DEFAULT_RECONNECT_BACKOFF_MAX_S,
+        token: str | None = None,
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
     ) -> None:
         if type not in _TYPES:
             raise ValueError(f"type must be one of {', '.join(_TYPES)}, not {type!r}")
@@ -141,7 +151,14 @@ class AsyncConsumer:
         self._ack_interval_s = ack_interval_ms / 1000
         self._owns_channel = channel is None
         self._target = broker
-        self._channel = channel or aio_channel(broker, reconnect_backoff_max_s)
+        self._channel = channel or aio_channel(
+            broker,
+            reconnect_backoff_max_s,
+            token=token,
+            tls_ca=tls_ca,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+        )
         self._stub = broker_pb2_grpc.BrokerStub(self._channel)
         self._rng = random.Random()
         self._buffer: deque[Message] = deque()

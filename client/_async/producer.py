@@ -324,6 +324,12 @@ class AsyncProducer:
             broker is unreachable (see :mod:`client._channel`). Default 1 s.
         channel: An existing channel to use (not closed by the producer);
             ``reconnect_backoff_max_s`` then does not apply.
+        token: Bearer token sent on every call (``headrace tokens create`` makes one).
+        tls_ca: PEM file of the CA certificates to trust; setting it turns TLS on.
+        tls_cert: PEM client certificate, for a broker that requires one (mutual TLS).
+        tls_key: PEM private key of ``tls_cert``. These four are checked at construction
+            (``ValueError`` naming the argument; see :mod:`client._channel`) and are not
+            used when ``channel`` is given: that channel's own security applies.
     """
 
     def __init__(
@@ -337,6 +343,10 @@ class AsyncProducer:
         idempotent: bool = True,
         producer_id: int | None = None,
         reconnect_backoff_max_s: float = DEFAULT_RECONNECT_BACKOFF_MAX_S,
+        token: str | None = None,
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
         channel: grpc.aio.Channel | None = None,
     ) -> None:
         if linger_ms < 0 or batch_max_bytes < 1 or delivery_timeout_s <= 0:
@@ -355,7 +365,14 @@ class AsyncProducer:
         self._timeout = delivery_timeout_s
         self._idempotent = idempotent
         self._owns_channel = channel is None
-        self._channel = channel or aio_channel(broker, reconnect_backoff_max_s)
+        self._channel = channel or aio_channel(
+            broker,
+            reconnect_backoff_max_s,
+            token=token,
+            tls_ca=tls_ca,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+        )
         self._stub = broker_pb2_grpc.BrokerStub(self._channel)
         self._admin = admin_pb2_grpc.AdminStub(self._channel)
         self._partitions: dict[str, int] = {}
