@@ -55,6 +55,13 @@ TOML layout (every key optional)::
     overflow = "drop_oldest"         # drop_oldest | reject | block
     max_event_bytes = 1048576        # longer values are cut and flagged
     max_replays = 3                  # replay loop guard: x-replay-count at most this
+
+    [security]                       # TLS, tokens and the safe default (README "Security")
+    tls_cert = "server.pem"          # PEM server certificate chain; with tls_key: TLS only
+    tls_key = "server.key"           # PEM private key of tls_cert (unencrypted)
+    tls_client_ca = "clients-ca.pem" # PEM CAs of client certificates: mutual TLS
+    tokens_file = "tokens.json"      # every RPC then needs a bearer token
+    insecure = false                 # serve on a non-loopback address unprotected
 """
 
 from __future__ import annotations
@@ -84,6 +91,60 @@ DAY_MS = 86_400_000
 
 class ConfigError(ValueError):
     """Raised when a setting is unknown, of the wrong type or out of range."""
+
+
+@dataclass(frozen=True, slots=True)
+class SecurityConfig:
+    """``[security]``: TLS, bearer tokens and the safe default. Paths are relative to the
+    working directory, as ``data_dir`` is. Files are checked at start (:mod:`broker.tls`).
+
+    Attributes:
+        tls_cert: PEM file with the server's certificate chain, leaf first. With
+            ``tls_key`` the broker serves TLS only, on the same port (health and reflection
+            too). Default unset: plain TCP.
+        tls_key: PEM file with the unencrypted private key of ``tls_cert``. Set both or
+            neither.
+        tls_client_ca: PEM file with the CA certificates that sign client certificates.
+            When set, every client must present a certificate signed by one (mutual TLS).
+            Needs ``tls_cert``. Default unset.
+        tokens_file: The tokens file (``headrace tokens``). When set, every RPC needs a
+            valid bearer token. Default unset: tokens are not checked.
+        insecure: Serve on an address other hosts can reach without the protection that
+            :mod:`broker.exposure` requires (TLS plus tokens or client certificates);
+            the reason is logged as a warning. Default false: the broker refuses to start.
+    """
+
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_client_ca: str | None = None
+    tokens_file: str | None = None
+    insecure: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("tls_cert", "tls_key", "tls_client_ca", "tokens_file"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ConfigError(f"[security] {name} must be a non-empty path")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError(
+                "[security] tls_cert and tls_key go together: set both (TLS) or neither"
+            )
+        if self.tls_client_ca is not None and self.tls_cert is None:
+            raise ConfigError(
+                "[security] tls_client_ca needs tls_cert and tls_key: mutual TLS is TLS with "
+                "client certificates"
+            )
+        if not isinstance(self.insecure, bool):
+            raise ConfigError("[security] insecure must be true or false")
+
+    @property
+    def tls(self) -> bool:
+        """Whether the broker serves TLS."""
+        return self.tls_cert is not None
+
+    def replace(self, **changes: Any) -> SecurityConfig:
+        """A copy with ``changes`` applied (``None`` values are ignored)."""
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +190,8 @@ class BrokerConfig:
             (:class:`dispatcher.DispatchConfig`): ack timeout 30 s, backoff 1 s doubling to
             60 s with 20 % jitter, 10 deliveries then ``dead_letter``; overrides per
             subscription; dead-letter queues of at most 100,000 entries, 7 days.
+        security: TLS, tokens and the safe default (:class:`SecurityConfig`). Default: none
+            of them, which is allowed on a loopback ``listen`` address only.
     """
 
     data_dir: str = "./data"
@@ -147,6 +210,7 @@ class BrokerConfig:
     heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)
     backlog: BacklogConfig = field(default_factory=BacklogConfig)
     dispatch: DispatchConfig = field(default_factory=DispatchConfig)
+    security: SecurityConfig = field(default_factory=SecurityConfig)
 
     def __post_init__(self) -> None:
         _address("listen", self.listen, allow_empty=False)
@@ -159,6 +223,8 @@ class BrokerConfig:
         _int_range("producer_expiry_ms", self.producer_expiry_ms, 60_000, 3_650 * DAY_MS)
         _int_range("producer_snapshot_bytes", self.producer_snapshot_bytes, 1024, 64 << 30)
         _check_backlog(self.backlog)
+        if not isinstance(self.security, SecurityConfig):
+            raise ConfigError("security must be a broker.config.SecurityConfig")
         if not isinstance(self.auto_create_topics, bool):
             raise ConfigError("auto_create_topics must be true or false")
         if not isinstance(self.data_dir, str) or not self.data_dir:
@@ -215,10 +281,12 @@ class BrokerConfig:
     @classmethod
     def from_mapping(cls, doc: Mapping[str, Any], *, source: str = "config") -> BrokerConfig:
         """Build from a parsed document with ``[broker]``, ``[wal]``, ``[heartbeat]``,
-        ``[backlog]``, ``[dispatch]`` and ``[dlq]`` tables."""
-        _known(doc, {"broker", "wal", "heartbeat", "backlog", "dispatch", "dlq"}, source)
+        ``[backlog]``, ``[dispatch]``, ``[dlq]`` and ``[security]`` tables."""
+        _known(
+            doc, {"broker", "wal", "heartbeat", "backlog", "dispatch", "dlq", "security"}, source
+        )
         broker = dict(doc.get("broker", {}))
-        tables = {"wal", "heartbeat", "backlog", "dispatch"}
+        tables = {"wal", "heartbeat", "backlog", "dispatch", "security"}
         names = {f.name for f in dataclasses.fields(cls)} - tables
         _known(broker, names, f"{source} [broker]")
         wal_doc = dict(doc.get("wal", {}))
@@ -239,6 +307,7 @@ class BrokerConfig:
                 heartbeat=heartbeat,
                 backlog=backlog,
                 dispatch=dispatch,
+                security=_security(doc.get("security", {}), f"{source} [security]"),
             )
         except WalConfigError as exc:
             raise ConfigError(f"{source} [wal]: {exc}") from exc
@@ -352,6 +421,14 @@ def _dlq(table: object, where: str) -> DlqConfig:
         return DlqConfig(**values)
     except DlqConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from exc
+
+
+def _security(table: object, where: str) -> SecurityConfig:
+    """``[security]`` as a :class:`SecurityConfig` (files are checked at start)."""
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{where} must be a table")
+    _known(table, {f.name for f in dataclasses.fields(SecurityConfig)}, where)
+    return SecurityConfig(**table)
 
 
 def _backlog(table: object, where: str) -> BacklogConfig:
