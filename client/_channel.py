@@ -155,14 +155,15 @@ def _with_header(metadata: Any, header: tuple[str, str]) -> list[tuple[str, str 
     return [*(tuple(item) for item in metadata or ()), header]
 
 
-class _AioBearer(
-    grpc.aio.UnaryUnaryClientInterceptor,
-    grpc.aio.UnaryStreamClientInterceptor,
-    grpc.aio.StreamUnaryClientInterceptor,
-    grpc.aio.StreamStreamClientInterceptor,
-):
-    """Adds ``authorization: Bearer <token>`` to every call of a ``grpc.aio`` channel.
-    Task-safe: holds one immutable header."""
+class _AioBearer:
+    """Adds ``authorization: Bearer <token>`` to the calls of a ``grpc.aio`` channel.
+    Task-safe: holds one immutable header.
+
+    One subclass per call shape, each given to the channel: ``grpc.aio`` files an
+    interceptor under the first shape it is an instance of (an ``elif`` chain), so one
+    class deriving from all four would be run on unary-unary calls only, and the
+    consumer's Subscribe stream would go without the token.
+    """
 
     def __init__(self, value: str) -> None:
         self._header = ("authorization", value)
@@ -177,17 +178,33 @@ class _AioBearer(
             wait_for_ready=details.wait_for_ready,
         )
 
+
+class _AioBearerUU(_AioBearer, grpc.aio.UnaryUnaryClientInterceptor):
     async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
         return await continuation(self._details(details), request)
 
+
+class _AioBearerUS(_AioBearer, grpc.aio.UnaryStreamClientInterceptor):
     async def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
         return await continuation(self._details(details), request)
 
+
+class _AioBearerSU(_AioBearer, grpc.aio.StreamUnaryClientInterceptor):
     async def intercept_stream_unary(self, continuation: Any, details: Any, requests: Any) -> Any:
         return await continuation(self._details(details), requests)
 
+
+class _AioBearerSS(_AioBearer, grpc.aio.StreamStreamClientInterceptor):
     async def intercept_stream_stream(self, continuation: Any, details: Any, requests: Any) -> Any:
         return await continuation(self._details(details), requests)
+
+
+def _aio_interceptors(token: str | None) -> list[grpc.aio.ClientInterceptor] | None:
+    """The bearer interceptors, one per call shape; None without a token."""
+    bearer = _bearer(token)
+    if bearer is None:
+        return None
+    return [kind(bearer) for kind in (_AioBearerUU, _AioBearerUS, _AioBearerSU, _AioBearerSS)]
 
 
 class _BlockingBearer(
@@ -243,8 +260,7 @@ def aio_channel(
         ValueError: A bad option (see :func:`check_security`).
     """
     options = channel_options(reconnect_backoff_max_s)
-    bearer = _bearer(token)
-    interceptors = [_AioBearer(bearer)] if bearer else None
+    interceptors = _aio_interceptors(token)
     tls = _read_tls(tls_ca, tls_cert, tls_key)
     if tls is None:
         return grpc.aio.insecure_channel(broker, options=options, interceptors=interceptors)
