@@ -20,6 +20,7 @@ from importlib.metadata import PackageNotFoundError, version
 import click
 import uvloop
 
+import broker._grpc_env  # noqa: F401 - first of ours: sets gRPC's log level before grpc loads
 from broker.app import serve as run_broker
 from broker.cli_client import consume, lag, produce, seek, topics
 from broker.cli_dlq import dlq

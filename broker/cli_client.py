@@ -126,7 +126,7 @@ def explain(error: ClientError, target: Target) -> str:
     if not isinstance(error, Unavailable):
         return message
     if "handshake" in message.lower():
-        cause = message.rsplit("OPENSSL_internal:", 1)[-1].strip()
+        cause = message.rsplit("OPENSSL_internal:", 1)[-1].strip().removesuffix(": OK")
         return (
             f"TLS handshake with {target.broker} failed ({cause}); check that --tls-ca is "
             "the CA that signed the broker's certificate, that the broker serves TLS, and "
