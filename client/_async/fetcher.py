@@ -111,12 +111,10 @@ class AsyncFetcher:
         channel: An existing channel to use instead (not closed by this client).
         reconnect_backoff_max_s: Longest pause between reconnect attempts while the broker
             is unreachable, seconds (see :mod:`client._channel`). Default 1.
-        token: Bearer token sent on every call (``headrace tokens create`` makes one).
-        tls_ca: PEM file of the CA certificates to trust; setting it turns TLS on.
-        tls_cert: PEM client certificate, for a broker that requires one (mutual TLS).
-        tls_key: PEM private key of ``tls_cert``. These four are checked at construction
-            (``ValueError`` naming the argument; see :mod:`client._channel`) and are not
-            used when ``channel`` is given: that channel's own security applies.
+        token, tls_ca, tls_cert, tls_key: The bearer token sent on every call, the PEM
+            CA bundle that turns TLS on, and a client certificate and key for mutual TLS
+            (:mod:`client._channel`). Bad ones raise ``ValueError`` here. Unused with
+            ``channel`` (that channel's own security applies).
     """
 
     def __init__(
