@@ -12,6 +12,7 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from broker.app import Broker
 from broker.config import SecurityConfig
@@ -113,11 +114,19 @@ async def _health(channel: grpc.aio.Channel) -> int:
 @pytest.mark.asyncio
 async def test_tls_serves_admin_and_health_and_refuses_plain_tcp(pki: Pki, tmp_path: Path) -> None:
     """Scenario: a TLS broker; a TLS channel trusting the test CA, then a plain one.
-    Expected: health SERVING and ListTopics over TLS; the plain channel fails UNAVAILABLE
-    within the deadline."""
+    Expected: health SERVING, reflection listing both services, and ListTopics over TLS;
+    the plain channel fails UNAVAILABLE within the deadline."""
     async with _tls_broker(tmp_path, _security(pki)) as address:
         async with grpc.aio.secure_channel(address, _creds(pki.ca)) as channel:
             assert await _health(channel) == health_pb2.HealthCheckResponse.SERVING
+            reflect = reflection_pb2_grpc.ServerReflectionStub(channel)
+            call = reflect.ServerReflectionInfo(
+                iter([reflection_pb2.ServerReflectionRequest(list_services="")]),
+                timeout=DEADLINE_S,
+            )
+            answer = await call.read()
+            names = {s.name for s in answer.list_services_response.service}
+            assert {"headrace.v1.Broker", "headrace.v1.Admin"} <= names
             admin = admin_pb2_grpc.AdminStub(channel)
             got = await admin.ListTopics(admin_pb2.ListTopicsRequest(), timeout=DEADLINE_S)
             assert list(got.topics) == []
