@@ -11,6 +11,12 @@ later) and save their cursors; the server stops accepting and lets in-flight cal
 for ``grace_seconds``; then every log syncs and closes. A shutdown step that fails on the
 disk (a state save on a full disk) is logged and the next step still runs.
 
+Security (README "Security"): with ``[security] tls_cert``/``tls_key`` the one port serves
+TLS only (:mod:`broker.tls`); a certificate that cannot be used stops the start with one
+line. A ``listen`` address other hosts can reach needs TLS plus tokens or client
+certificates unless ``insecure`` is set (:mod:`broker.exposure`); a metrics listener
+there is allowed, with a warning. Both checks run before the data directory is touched.
+
 Start-up I/O errors (a read-only or full data directory, a file that cannot be opened) are
 raised as :class:`wal.WalIOError` naming the file and the cause, so that ``headrace
 serve`` can print one line for them.
@@ -37,13 +43,15 @@ from prometheus_client import start_http_server
 from broker.admin_service import AdminService
 from broker.auth import AuthInterceptor, TokensFile
 from broker.config import BrokerConfig, parse_address
-from broker.errors import ListenError
+from broker.errors import InsecureListenError, ListenError
+from broker.exposure import is_loopback, refusal
 from broker.ingest import append_batch
 from broker.metrics import BrokerMetrics
 from broker.partition import Partition
 from broker.retention import RetentionService
 from broker.service import BrokerService
 from broker.service import add_to_server as add_broker_service
+from broker.tls import ServerTls, load_server_tls
 from broker.topics import TopicRegistry
 from dispatcher import SubscriptionRegistry
 from proto import admin_pb2 as _admin
@@ -119,6 +127,7 @@ class Broker:
         self._metrics_http: WSGIServer | None = None
         self._lock: DirectoryLock | None = None
         self._auth: AuthInterceptor | None = None
+        self._tls: ServerTls | None = None
 
     def _watch_partition(self, topic: str, partition: Partition) -> None:
         """Time every group commit of a partition's log (WAL latency histograms)."""
@@ -130,10 +139,15 @@ class Broker:
 
         Raises:
             TokensFileError: ``[security] tokens_file`` is missing, unreadable or invalid.
+            TlsSetupError: A ``[security]`` TLS file cannot be used (names it and why).
+            InsecureListenError: ``listen`` is reachable from other hosts without enough
+                protection, and ``insecure`` is not set.
             DataDirLockedError: Another broker holds the data directory.
             WalIOError: A file or directory under the data directory cannot be created,
                 read or written (read-only, full, no permission); it names which and why.
         """
+        self._tls = load_server_tls(self.config.security)
+        check_exposure(self.config)
         self._auth = auth_interceptor(self.config, self.metrics)
         check_listen("listen", self.config.listen)
         if self.config.metrics_listen:
@@ -197,7 +211,10 @@ class Broker:
         )
         host, port = parse_address(self.config.listen)
         try:
-            self.port = server.add_insecure_port(f"{host}:{port}")
+            if self._tls is None:
+                self.port = server.add_insecure_port(f"{host}:{port}")
+            else:
+                self.port = server.add_secure_port(f"{host}:{port}", self._tls.credentials())
         except RuntimeError as exc:  # grpc's only signal that the bind failed
             raise ListenError("listen", self.config.listen, "the port cannot be bound") from exc
         await server.start()
@@ -205,7 +222,13 @@ class Broker:
         for name in ("", *SERVICE_NAMES):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         self._start_metrics()
-        logger.info("headrace serving on %s:%d (data in %s)", host, self.port, self.config.data_dir)
+        logger.info(
+            "headrace serving on %s:%d (%s; data in %s)",
+            host,
+            self.port,
+            _describe_tls(self._tls),
+            self.config.data_dir,
+        )
 
     def _start_metrics(self) -> None:
         if not self.config.metrics_listen:
@@ -293,6 +316,41 @@ def raise_fd_limit() -> int:
         "unlimited" if hard == resource.RLIM_INFINITY else hard,
     )
     return soft
+
+
+def check_exposure(config: BrokerConfig) -> None:
+    """Refuse to serve on an exposed, unprotected ``listen`` address (the rules are in
+    :mod:`broker.exposure`); with ``[security] insecure`` log the reason instead. Warn
+    when the metrics listener is reachable from other hosts.
+
+    Raises:
+        InsecureListenError: Refused, naming the address, why, and what to do.
+    """
+    security = config.security
+    host, _ = parse_address(config.listen)
+    reason = refusal(
+        host,
+        tls=security.tls,
+        client_certs=security.tls_client_ca is not None,
+        tokens=security.tokens_file is not None,
+    )
+    if reason and not security.insecure:
+        raise InsecureListenError(config.listen, reason)
+    if reason:
+        logger.warning("serving on %s with --insecure: %s", config.listen, reason)
+    if config.metrics_listen and not is_loopback(parse_address(config.metrics_listen)[0]):
+        logger.warning(
+            "metrics_listen %s is not a loopback address: /metrics (topic and subscription "
+            "names, lag, rates) is readable, without TLS or tokens, by anyone who reaches it",
+            config.metrics_listen,
+        )
+
+
+def _describe_tls(tls: ServerTls | None) -> str:
+    if tls is None:
+        return "plain TCP, no TLS"
+    clients = "client certificates required" if tls.client_ca else "no client certificates"
+    return f"TLS, {clients}, certificate valid until {tls.not_after:%Y-%m-%d}"
 
 
 def check_listen(setting: str, address: str) -> None:

@@ -21,12 +21,19 @@ from importlib.metadata import PackageNotFoundError, version
 import click
 import uvloop
 
+import broker._grpc_env  # noqa: F401 - first of ours: sets gRPC's log level before grpc loads
 from broker.app import serve as run_broker
 from broker.cli_client import consume, lag, produce, seek, topics
 from broker.cli_dlq import dlq
 from broker.cli_tokens import tokens
 from broker.config import BrokerConfig, ConfigError
-from broker.errors import FileLimitError, ListenError, TokensFileError
+from broker.errors import (
+    FileLimitError,
+    InsecureListenError,
+    ListenError,
+    TlsSetupError,
+    TokensFileError,
+)
 from wal.errors import DataDirLockedError, WalIOError
 from wal.inspect import inspect_dir
 
@@ -49,24 +56,55 @@ def cli() -> None:
 @click.option("--data-dir", help="Where topics live. [default: ./data]")
 @click.option("--listen", help="gRPC host:port. [default: 127.0.0.1:50051]")
 @click.option("--metrics-listen", help="Prometheus host:port. [default: 127.0.0.1:9464]")
+@click.option("--tls-cert", help="PEM server certificate chain ([security] tls_cert).")
+@click.option("--tls-key", help="PEM private key of --tls-cert ([security] tls_key).")
+@click.option(
+    "--tls-client-ca", help="PEM CAs of client certificates: mutual TLS ([security] tls_client_ca)."
+)
+@click.option(
+    "--tokens-file", help="Require bearer tokens from this file ([security] tokens_file)."
+)
+@click.option(
+    "--insecure",
+    is_flag=True,
+    default=None,
+    help="Serve on a non-loopback address without TLS plus tokens (or client certificates).",
+)
 @click.option(
     "--log-level",
     default="INFO",
     show_default=True,
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]),
 )
-def serve(
+def serve(  # noqa: PLR0917 - click passes every option as an argument
     config_path: str | None,
     data_dir: str | None,
     listen: str | None,
     metrics_listen: str | None,
+    tls_cert: str | None,
+    tls_key: str | None,
+    tls_client_ca: str | None,
+    tokens_file: str | None,
+    insecure: bool | None,
     log_level: str,
 ) -> None:
-    """Run a broker until SIGINT or SIGTERM."""
+    """Run a broker until SIGINT or SIGTERM.
+
+    On an address other hosts can reach it refuses to start without TLS and tokens (or
+    client certificates), unless --insecure is given; see README "Security".
+    """
     try:
         config = BrokerConfig.load(
             config_path, data_dir=data_dir, listen=listen, metrics_listen=metrics_listen
         )
+        security = config.security.replace(
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            tls_client_ca=tls_client_ca,
+            tokens_file=tokens_file,
+            insecure=insecure,
+        )
+        config = config.replace(security=security)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from exc
     logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -74,7 +112,14 @@ def serve(
     try:
         with runner:
             runner.run(run_broker(config))
-    except (DataDirLockedError, ListenError, FileLimitError, TokensFileError) as exc:
+    except (
+        DataDirLockedError,
+        ListenError,
+        FileLimitError,
+        TlsSetupError,
+        InsecureListenError,
+        TokensFileError,
+    ) as exc:
         raise click.ClickException(str(exc)) from exc
     except WalIOError as exc:
         raise click.ClickException(

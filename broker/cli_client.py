@@ -2,8 +2,11 @@
 ``consume``, ``lag`` and ``seek`` (``dlq`` is in :mod:`broker.cli_dlq`).
 
 Role: parse arguments, call the :mod:`client` library, print. Every command takes
-``--broker HOST:PORT`` (env ``HEADRACE_BROKER``). Client errors print one line on stderr and
-exit 1; usage errors exit 2 (click).
+``--broker HOST:PORT`` (env ``HEADRACE_BROKER``), ``--token`` (env ``HEADRACE_TOKEN``) and
+``--tls-ca``, ``--tls-cert``, ``--tls-key`` (env ``HEADRACE_TLS_CA``, ``HEADRACE_TLS_CERT``,
+``HEADRACE_TLS_KEY``), all added by :func:`broker_option` and handed to the command as one
+:class:`Target`. Client errors print one line on stderr and exit 1 (a failed TLS handshake
+says which option to check); usage errors exit 2 (click), bad security options included.
 """
 
 from __future__ import annotations
@@ -11,11 +14,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import json
 import sys
 import time
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -30,27 +34,107 @@ from client import (
     Message,
     SubscriptionInfo,
     TopicInfo,
+    Unavailable,
+    check_security,
 )
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
-broker_option = click.option(
-    "--broker",
-    envvar="HEADRACE_BROKER",
-    default=DEFAULT_BROKER,
-    show_default=True,
-    help="Broker host:port (env HEADRACE_BROKER).",
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where and how a command connects: the broker, the bearer token, the TLS files."""
+
+    broker: str
+    token: str | None = None
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+
+    def kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of every client class."""
+        return {
+            "broker": self.broker,
+            "token": self.token,
+            "tls_ca": self.tls_ca,
+            "tls_cert": self.tls_cert,
+            "tls_key": self.tls_key,
+        }
+
+
+_CONNECTION_OPTIONS = (
+    click.option(
+        "--broker",
+        envvar="HEADRACE_BROKER",
+        default=DEFAULT_BROKER,
+        show_default=True,
+        help="Broker host:port (env HEADRACE_BROKER).",
+    ),
+    click.option("--token", envvar="HEADRACE_TOKEN", help="Bearer token (env HEADRACE_TOKEN)."),
+    click.option(
+        "--tls-ca",
+        envvar="HEADRACE_TLS_CA",
+        help="PEM CA bundle that signed the broker's certificate; turns TLS on "
+        "(env HEADRACE_TLS_CA).",
+    ),
+    click.option(
+        "--tls-cert",
+        envvar="HEADRACE_TLS_CERT",
+        help="PEM client certificate, for mutual TLS (env HEADRACE_TLS_CERT).",
+    ),
+    click.option(
+        "--tls-key", envvar="HEADRACE_TLS_KEY", help="PEM key of --tls-cert (env HEADRACE_TLS_KEY)."
+    ),
 )
 
 
-def run(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+def broker_option(command: F) -> F:
+    """Add ``--broker``, ``--token``, ``--tls-ca``, ``--tls-cert`` and ``--tls-key`` to a
+    command, checked (a bad one is a usage error) and passed as ``target=Target(...)``."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        target = Target(
+            *(kwargs.pop(k) for k in ("broker", "token", "tls_ca", "tls_cert", "tls_key"))
+        )
+        try:
+            check_security(target.token, target.tls_ca, target.tls_cert, target.tls_key)
+        except ValueError as exc:
+            raise click.UsageError(str(exc).replace("tls_", "--tls-")) from exc
+        return command(*args, target=target, **kwargs)
+
+    for option in reversed(_CONNECTION_OPTIONS):
+        wrapper = option(wrapper)
+    return wrapper  # type: ignore[return-value]
+
+
+def run(make: Callable[[], Coroutine[Any, Any, T]], target: Target) -> T:
     """Run a client coroutine; turn client errors into one line and exit code 1."""
     try:
         return asyncio.run(make())
     except ClientError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise click.ClickException(explain(exc, target)) from exc
     except KeyboardInterrupt:
         raise SystemExit(130) from None
+
+
+def explain(error: ClientError, target: Target) -> str:
+    """The one line for ``error``: gRPC's words for a failed TLS handshake are replaced by
+    what failed and which option to check."""
+    message = str(error)
+    if not isinstance(error, Unavailable):
+        return message
+    if "handshake" in message.lower():
+        cause = message.rsplit("OPENSSL_internal:", 1)[-1].strip().removesuffix(": OK")
+        return (
+            f"TLS handshake with {target.broker} failed ({cause}); check that --tls-ca is "
+            "the CA that signed the broker's certificate, that the broker serves TLS, and "
+            "--tls-cert/--tls-key if it requires client certificates"
+        )
+    if target.tls_ca is None:
+        return f"{message} (if the broker serves TLS, pass --tls-ca)"
+    return message
 
 
 @click.group()
@@ -62,55 +146,55 @@ def topics() -> None:
 @click.argument("name")
 @click.option("--partitions", type=click.IntRange(1, 10_000), default=1, show_default=True)
 @broker_option
-def topics_create(name: str, partitions: int, broker: str) -> None:
+def topics_create(name: str, partitions: int, target: Target) -> None:
     """Create topic NAME."""
 
     async def go() -> TopicInfo:
-        async with AsyncAdminClient(broker) as admin:
+        async with AsyncAdminClient(**target.kwargs()) as admin:
             return await admin.create_topic(name, partitions)
 
-    info = run(go)
+    info = run(go, target)
     click.echo(f"created topic {info.name} with {len(info.partitions)} partition(s)")
 
 
 @topics.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON array.")
 @broker_option
-def topics_list(as_json: bool, broker: str) -> None:
+def topics_list(as_json: bool, target: Target) -> None:
     """List topics with their partitions and heads."""
 
     async def go() -> list[TopicInfo]:
-        async with AsyncAdminClient(broker) as admin:
+        async with AsyncAdminClient(**target.kwargs()) as admin:
             return await admin.list_topics()
 
-    _print_topics(run(go), as_json)
+    _print_topics(run(go, target), as_json)
 
 
 @topics.command("describe")
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON array.")
 @broker_option
-def topics_describe(name: str, as_json: bool, broker: str) -> None:
+def topics_describe(name: str, as_json: bool, target: Target) -> None:
     """Show topic NAME's partitions: offsets, bytes, segments."""
 
     async def go() -> TopicInfo:
-        async with AsyncAdminClient(broker) as admin:
+        async with AsyncAdminClient(**target.kwargs()) as admin:
             return await admin.describe_topic(name)
 
-    _print_topics([run(go)], as_json)
+    _print_topics([run(go, target)], as_json)
 
 
 @topics.command("delete")
 @click.argument("name")
 @broker_option
-def topics_delete(name: str, broker: str) -> None:
+def topics_delete(name: str, target: Target) -> None:
     """Delete topic NAME and all its data."""
 
     async def go() -> None:
-        async with AsyncAdminClient(broker) as admin:
+        async with AsyncAdminClient(**target.kwargs()) as admin:
             await admin.delete_topic(name)
 
-    run(go)
+    run(go, target)
     click.echo(f"deleted topic {name}")
 
 
@@ -134,7 +218,7 @@ def _print_topics(infos: list[TopicInfo], as_json: bool) -> None:
 @click.option("--key", help="Key of every record (picks the partition).")
 @click.option("--count", type=click.IntRange(1), help="Send N generated records, not stdin.")
 @broker_option
-def produce(topic: str, key: str | None, count: int | None, broker: str) -> None:
+def produce(topic: str, key: str | None, count: int | None, target: Target) -> None:
     """Publish each line of stdin (or --count generated records) as one record.
 
     Exits 0 only after every record was acknowledged.
@@ -143,12 +227,12 @@ def produce(topic: str, key: str | None, count: int | None, broker: str) -> None
     encoded_key = key.encode() if key is not None else None
 
     async def go() -> int:
-        async with AsyncProducer(broker) as producer:
+        async with AsyncProducer(**target.kwargs()) as producer:
             futures = [await producer.send(topic, v, key=encoded_key) for v in values]
             await asyncio.gather(*futures)
             return len(futures)
 
-    sent = run(go)
+    sent = run(go, target)
     click.echo(f"produced {sent} record(s) to {topic}", err=True)
 
 
@@ -185,7 +269,7 @@ def consume(  # noqa: PLR0917 - click passes every option as an argument
     start: str,
     count: int | None,
     output: str,
-    broker: str,
+    target: Target,
 ) -> None:
     """Print records of TOPIC through a subscription, one value per line, and ack them.
 
@@ -198,7 +282,7 @@ def consume(  # noqa: PLR0917 - click passes every option as an argument
     async def go() -> None:
         nonlocal printed
         async with AsyncConsumer(
-            topic, subscription, broker=broker, type=type_, initial_position=start
+            topic, subscription, **target.kwargs(), type=type_, initial_position=start
         ) as consumer:
             while count is None or printed < count:
                 batch = await consumer.receive_batch(
@@ -211,7 +295,7 @@ def consume(  # noqa: PLR0917 - click passes every option as an argument
                     consumer.ack(message)
                 printed += len(batch)
 
-    run(go)
+    run(go, target)
     click.echo(f"consumed {printed} record(s) from {topic}", err=True)
 
 
@@ -278,17 +362,17 @@ LAG_FIELDS = (
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON array.")
 @broker_option
 def lag(
-    topic: str | None, subscription: str | None, watch: bool, as_json: bool, broker: str
+    topic: str | None, subscription: str | None, watch: bool, as_json: bool, target: Target
 ) -> None:
     """Show each subscription's cursor, head and lag per partition."""
 
     async def rows() -> list[dict[str, Any]]:
-        async with AsyncAdminClient(broker) as admin:
+        async with AsyncAdminClient(**target.kwargs()) as admin:
             subs = await admin.list_subscriptions(topic)
         return lag_rows(s for s in subs if subscription in (None, s.subscription))
 
     while True:
-        found = run(rows)
+        found = run(rows, target)
         if as_json:
             click.echo(json.dumps(found))
         else:
@@ -339,23 +423,23 @@ def table(rows: Sequence[Mapping[str, Any]], fields: Sequence[str]) -> str:
 @click.option("--subscription", "-s", required=True)
 @click.option(
     "--to",
-    "target",
+    "position",
     required=True,
     help="earliest, latest, an OFFSET (same on every partition), or an ISO-8601 TIMESTAMP "
     "such as 2026-11-21T10:00:00Z.",
 )
 @broker_option
-def seek(topic: str | None, subscription: str, target: str, broker: str) -> None:
+def seek(topic: str | None, subscription: str, position: str, target: Target) -> None:
     """Move a subscription's cursors. TOPIC may be left out when the subscription name is
     used by one topic only."""
-    kwargs = _seek_target(target)
+    kwargs = _seek_target(position)
 
     async def go() -> SubscriptionInfo:
-        async with AsyncAdminClient(broker) as admin:
+        async with AsyncAdminClient(**target.kwargs()) as admin:
             name = topic or await _topic_of(admin, subscription)
             return await admin.seek(name, subscription, **kwargs)
 
-    info = run(go)
+    info = run(go, target)
     cursors = ", ".join(f"{p.partition}:{p.cursor}" for p in info.partitions)
     click.echo(f"{info.topic}/{info.subscription} now at partition:cursor {cursors}")
 

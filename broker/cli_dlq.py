@@ -2,8 +2,9 @@
 
 Role: ``peek``, ``count``, ``ack``, ``purge`` and ``replay`` over
 :class:`client.AsyncAdminClient`, in the style of :mod:`broker.cli_client` (whose
-``--broker`` option and error handling they share): client errors print one line on stderr
-and exit 1; usage errors exit 2 (click). Each names the queue by ``TOPIC --subscription S``.
+``--broker``, ``--token`` and ``--tls-*`` options and error handling they share): client
+errors print one line on stderr and exit 1; usage errors exit 2 (click). Each names the
+queue by ``TOPIC --subscription S``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 import click
 
-from broker.cli_client import add_record_bytes, as_text, broker_option, run, table
+from broker.cli_client import Target, add_record_bytes, as_text, broker_option, run, table
 from client import AsyncAdminClient, DeadLetterEntry, ReplayResult
 
 _PREVIEW = 40  # characters of a value shown in the peek table
@@ -55,17 +56,17 @@ def peek(  # noqa: PLR0917 - click passes every option as an argument
     limit: int,
     reason: str | None,
     as_json: bool,
-    broker: str,
+    target: Target,
 ) -> None:
     """Show dead letters, oldest first. Removes nothing."""
 
     async def go() -> list[DeadLetterEntry]:
-        async with AsyncAdminClient(broker) as admin:
+        async with AsyncAdminClient(**target.kwargs()) as admin:
             return await admin.peek_dead_letters(
                 topic, subscription, from_sequence=start, limit=limit, reason=reason
             )
 
-    entries = run(go)
+    entries = run(go, target)
     if as_json:
         click.echo(json.dumps([entry_doc(e) for e in entries]))
     elif not entries:
@@ -78,17 +79,17 @@ def peek(  # noqa: PLR0917 - click passes every option as an argument
 @click.argument("topic")
 @subscription_option
 @broker_option
-def count(topic: str, subscription: str, broker: str) -> None:
+def count(topic: str, subscription: str, target: Target) -> None:
     """Print how many dead letters there are.
 
     Prints a bare number: the entries TOPIC's subscription's queue holds.
     """
 
     async def go() -> int:
-        async with AsyncAdminClient(broker) as admin:
+        async with AsyncAdminClient(**target.kwargs()) as admin:
             return await admin.count_dead_letters(topic, subscription)
 
-    click.echo(str(run(go)))
+    click.echo(str(run(go, target)))
 
 
 @dlq.command("ack")
@@ -102,14 +103,14 @@ def count(topic: str, subscription: str, broker: str) -> None:
     help="Remove every entry with a sequence at or below this one (inclusive).",
 )
 @broker_option
-def ack(topic: str, subscription: str, up_to: int, broker: str) -> None:
+def ack(topic: str, subscription: str, up_to: int, target: Target) -> None:
     """Remove dead letters up to a sequence (inclusive)."""
 
     async def go() -> int:
-        async with AsyncAdminClient(broker) as admin:
+        async with AsyncAdminClient(**target.kwargs()) as admin:
             return await admin.ack_dead_letters(topic, subscription, up_to)
 
-    acked = run(go)
+    acked = run(go, target)
     click.echo(f"acked {acked} dead letter(s) of {topic}/{subscription} up to sequence {up_to}")
 
 
@@ -118,26 +119,26 @@ def ack(topic: str, subscription: str, up_to: int, broker: str) -> None:
 @subscription_option
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @broker_option
-def purge(topic: str, subscription: str, yes: bool, broker: str) -> None:
+def purge(topic: str, subscription: str, yes: bool, target: Target) -> None:
     """Remove every dead letter. Asks first unless --yes."""
 
     async def held() -> int:
-        async with AsyncAdminClient(broker) as admin:
+        async with AsyncAdminClient(**target.kwargs()) as admin:
             return await admin.count_dead_letters(topic, subscription)
 
     async def go() -> int:
-        async with AsyncAdminClient(broker) as admin:
+        async with AsyncAdminClient(**target.kwargs()) as admin:
             return await admin.purge_dead_letters(topic, subscription)
 
     if not yes:
-        entries = run(held)
+        entries = run(held, target)
         click.confirm(
             f"remove all {entries} dead letter(s) of {topic}/{subscription}? They cannot be "
             "brought back",
             abort=True,
             err=True,
         )
-    purged = run(go)
+    purged = run(go, target)
     click.echo(f"purged {purged} dead letter(s) of {topic}/{subscription}")
 
 
@@ -158,7 +159,7 @@ def replay(  # noqa: PLR0917 - click passes every option as an argument
     limit: int | None,
     up_to: int | None,
     rate: int | None,
-    broker: str,
+    target: Target,
 ) -> None:
     """Publish dead letters back to their original topic.
 
@@ -171,12 +172,12 @@ def replay(  # noqa: PLR0917 - click passes every option as an argument
     """
 
     async def go() -> ReplayResult:
-        async with AsyncAdminClient(broker) as admin:
+        async with AsyncAdminClient(**target.kwargs()) as admin:
             return await admin.replay_dead_letters(
                 topic, subscription, limit=limit, up_to_sequence=up_to, rate_per_s=rate
             )
 
-    result = run(go)
+    result = run(go, target)
     click.echo(
         f"replayed {result.replayed} dead letter(s) of {topic}/{subscription}; "
         f"{result.remaining} remain"

@@ -66,8 +66,12 @@ TOML layout (every key optional)::
     max_streams_per_connection = 100 # open Subscribe + PublishStream per client connection
     max_credit_per_consumer = 100000 # records of credit a consumer holds at once
     max_publish_stream_in_flight = 256  # publishes processed at once per PublishStream
-    [security]
-    tokens_file = "tokens.json"      # every RPC then needs a bearer token; unset = auth off
+    [security]                       # TLS, tokens and the safe default (README "Security")
+    tls_cert = "server.pem"          # PEM server certificate chain; with tls_key: TLS only
+    tls_key = "server.key"           # PEM private key of tls_cert (unencrypted)
+    tls_client_ca = "clients-ca.pem" # PEM CAs of client certificates: mutual TLS
+    tokens_file = "tokens.json"      # every RPC then needs a bearer token
+    insecure = false                 # serve on a non-loopback address unprotected
 """
 
 from __future__ import annotations
@@ -103,22 +107,56 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class SecurityConfig:
-    """The ``[security]`` table.
+    """``[security]``: TLS, bearer tokens and the safe default. Paths are relative to the
+    working directory, as ``data_dir`` is. Files are checked at start (:mod:`broker.tls`).
 
     Attributes:
-        tokens_file: Path of the tokens file (``headrace tokens create`` makes it). When
-            set, every RPC but health and reflection needs a valid bearer token with a
-            grant for it; the broker rereads the file within a second of a change.
-            Default unset: no token is asked for.
+        tls_cert: PEM file with the server's certificate chain, leaf first. With
+            ``tls_key`` the broker serves TLS only, on the same port (health and reflection
+            too). Default unset: plain TCP.
+        tls_key: PEM file with the unencrypted private key of ``tls_cert``. Set both or
+            neither.
+        tls_client_ca: PEM file with the CA certificates that sign client certificates.
+            When set, every client must present a certificate signed by one (mutual TLS).
+            Needs ``tls_cert``. Default unset.
+        tokens_file: The tokens file (``headrace tokens``). When set, every RPC needs a
+            valid bearer token. Default unset: tokens are not checked.
+        insecure: Serve on an address other hosts can reach without the protection that
+            :mod:`broker.exposure` requires (TLS plus tokens or client certificates);
+            the reason is logged as a warning. Default false: the broker refuses to start.
     """
 
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_client_ca: str | None = None
     tokens_file: str | None = None
+    insecure: bool = False
 
     def __post_init__(self) -> None:
-        if self.tokens_file is not None and (
-            not isinstance(self.tokens_file, str) or not self.tokens_file
-        ):
-            raise ConfigError("[security] tokens_file must be a non-empty path")
+        for name in ("tls_cert", "tls_key", "tls_client_ca", "tokens_file"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ConfigError(f"[security] {name} must be a non-empty path")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError(
+                "[security] tls_cert and tls_key go together: set both (TLS) or neither"
+            )
+        if self.tls_client_ca is not None and self.tls_cert is None:
+            raise ConfigError(
+                "[security] tls_client_ca needs tls_cert and tls_key: mutual TLS is TLS with "
+                "client certificates"
+            )
+        if not isinstance(self.insecure, bool):
+            raise ConfigError("[security] insecure must be true or false")
+
+    @property
+    def tls(self) -> bool:
+        """Whether the broker serves TLS."""
+        return self.tls_cert is not None
+
+    def replace(self, **changes: Any) -> SecurityConfig:
+        """A copy with ``changes`` applied (``None`` values are ignored)."""
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,8 +205,8 @@ class BrokerConfig:
         limits: What one client may ask of the broker (:class:`broker.limits.LimitsConfig`):
             headers per record, streams per connection, credit, partitions, subscriptions
             and consumers; each key's default and range are documented there.
-        security: Authentication (:class:`SecurityConfig`): ``tokens_file``, default unset
-            (no token asked for).
+        security: TLS, tokens and the safe default (:class:`SecurityConfig`). Default: none
+            of them, which is allowed on a loopback ``listen`` address only.
     """
 
     data_dir: str = "./data"
@@ -202,6 +240,8 @@ class BrokerConfig:
         _int_range("producer_snapshot_bytes", self.producer_snapshot_bytes, 1024, 64 << 30)
         _check_backlog(self.backlog)
         _check_limits(self.limits, self.default_partitions)
+        if not isinstance(self.security, SecurityConfig):
+            raise ConfigError("security must be a broker.config.SecurityConfig")
         if not isinstance(self.auto_create_topics, bool):
             raise ConfigError("auto_create_topics must be true or false")
         if not isinstance(self.data_dir, str) or not self.data_dir:
@@ -434,6 +474,7 @@ def _check_limits(limits: object, default_partitions: int) -> None:
 
 
 def _security(table: object, where: str) -> SecurityConfig:
+    """``[security]`` as a :class:`SecurityConfig` (files are checked at start)."""
     if not isinstance(table, Mapping):
         raise ConfigError(f"{where} must be a table")
     _known(table, {f.name for f in dataclasses.fields(SecurityConfig)}, where)

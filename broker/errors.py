@@ -198,3 +198,24 @@ class TokensFileError(BrokerError):
         self.path = path
         self.problem = problem
         super().__init__(f"tokens file {path}: {problem}")
+
+
+class TlsSetupError(BrokerError):
+    """Raised at start when a ``[security]`` TLS file cannot be used: unreadable, not PEM,
+    an expired certificate, or a key that does not match it."""
+
+    def __init__(self, setting: str, path: str, problem: str) -> None:
+        self.setting = setting
+        self.path = path
+        self.problem = problem
+        super().__init__(f"[security] {setting} = {path}: {problem}")
+
+
+class InsecureListenError(BrokerError):
+    """Raised at start when the gRPC address is reachable from other hosts and the broker
+    is not protected enough to serve there (see :mod:`broker.exposure`)."""
+
+    def __init__(self, address: str, reason: str) -> None:
+        self.address = address
+        self.reason = reason
+        super().__init__(f"refusing to serve on {address}: {reason}")

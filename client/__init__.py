@@ -11,7 +11,8 @@ Modules:
     _async.fetcher  AsyncFetcher: reads by offset (Fetch) and position commits (AckUpTo)
     _message        Message: a lazy view of one received record
     _retry          retrying(): calls retried with backoff while the broker is unavailable
-    _channel        every channel's options: message limits, the reconnect backoff cap
+    _channel        every channel's options: message limits, the reconnect backoff cap,
+                    TLS and the bearer token (check_security checks them up front)
     _sync           Producer, Consumer, AdminClient, Fetcher: blocking twins over a loop
                     thread
     _wire           generated copy of the wal batch codec (python -m client._codegen)
@@ -24,6 +25,7 @@ from client._async.admin import AsyncAdminClient
 from client._async.consumer import AsyncConsumer
 from client._async.fetcher import AsyncFetcher, FetchResult
 from client._async.producer import AsyncProducer, partition_for
+from client._channel import check_security
 from client._message import Message
 from client._sync.admin import AdminClient
 from client._sync.consumer import Consumer
@@ -97,5 +99,6 @@ __all__ = [
     "TopicInfo",
     "Unauthenticated",
     "Unavailable",
+    "check_security",
     "partition_for",
 ]

@@ -12,7 +12,13 @@ numbers to offsets, where ``-2`` means the earliest retained offset and ``-1`` t
 Partitions not named start at the earliest offset (``startingOffsets``) or end at the head
 (``endingOffsets``).
 
-Pure module: imports neither ``asyncio``, ``os`` nor ``time``.
+Security: ``token`` is sent as a bearer token on every call; ``tlsCa`` (a PEM CA bundle)
+turns TLS on, and ``tlsCert`` with ``tlsKey`` add a client certificate (mutual TLS). The
+files are read once here, on the driver, so that a missing one fails ``load()``; the
+executors open them again, so each path must exist on every executor too.
+
+Imports neither ``asyncio``, ``os`` nor ``time``; the one I/O is reading the TLS files
+through :func:`client.check_security`.
 """
 
 from __future__ import annotations
@@ -20,7 +26,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypedDict
 
+from client import check_security
 from spark_connector.errors import OptionError
 
 DEFAULT_BROKER = "127.0.0.1:50051"
@@ -34,6 +42,9 @@ SOURCE_OPTIONS = (
     "topic",
     "subscription",
     "token",
+    "tlsCa",
+    "tlsCert",
+    "tlsKey",
     "startingOffsets",
     "endingOffsets",
     "startingTimestamp",
@@ -42,7 +53,9 @@ SOURCE_OPTIONS = (
     "failOnDataLoss",
     "includeHeaders",
 )
-SINK_OPTIONS = ("broker", "topic", "token")
+SINK_OPTIONS = ("broker", "topic", "token", "tlsCa", "tlsCert", "tlsKey")
+#: Our option names of the client's security arguments.
+SECURITY_OPTIONS = {"token": "token", "tls_ca": "tlsCa", "tls_cert": "tlsCert", "tls_key": "tlsKey"}
 #: The most tasks ``minPartitions`` may ask one read to be cut into: each is a Spark task
 #: the driver plans and tracks, so a typo of extra zeros must not ask for millions.
 MAX_MIN_PARTITIONS = 100_000
@@ -53,6 +66,15 @@ SPARK_OPTIONS = frozenset({"checkpointlocation", "path"})
 Start = str | dict[int, int]
 #: An ending position: "latest" or offsets per partition.
 End = str | dict[int, int]
+
+
+class ClientSecurity(TypedDict):
+    """The token and TLS keyword arguments every client class takes."""
+
+    token: str | None
+    tls_ca: str | None
+    tls_cert: str | None
+    tls_key: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +89,9 @@ class SourceOptions:
             (default earliest) and acks nothing: the broker neither shows its lag nor
             keeps its records from retention (the reader warns). Batch reads never ack.
         token: Bearer token for the broker, or ``None``.
+        tls_ca: PEM CA bundle that signed the broker's certificate (TLS on), or ``None``.
+        tls_cert: PEM client certificate for mutual TLS, or ``None``; with ``tls_key``.
+        tls_key: PEM private key of ``tls_cert``, or ``None``.
         starting: ``"acked"`` (streams' default), ``"earliest"`` (batch default),
             ``"latest"``, or a partition -> offset dict (``EARLIEST``/``LATEST`` allowed).
         ending: ``"latest"`` (default) or a partition -> offset dict; batch reads only.
@@ -85,6 +110,9 @@ class SourceOptions:
     broker: str = DEFAULT_BROKER
     subscription: str | None = None
     token: str | None = None
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
     starting: Start = "acked"
     ending: End = "latest"
     starting_timestamp_ms: int | None = None
@@ -92,6 +120,10 @@ class SourceOptions:
     min_partitions: int | None = None
     fail_on_data_loss: bool = True
     include_headers: bool = True
+
+    def security(self) -> ClientSecurity:
+        """The token and TLS keyword arguments of every client class."""
+        return _client_security(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,11 +134,21 @@ class SinkOptions:
         broker: ``host:port`` of the broker. Default ``127.0.0.1:50051``.
         topic: The topic rows are published to. Required; it must exist.
         token: Bearer token for the broker, or ``None``.
+        tls_ca: PEM CA bundle that signed the broker's certificate (TLS on), or ``None``.
+        tls_cert: PEM client certificate for mutual TLS, or ``None``; with ``tls_key``.
+        tls_key: PEM private key of ``tls_cert``, or ``None``.
     """
 
     topic: str
     broker: str = DEFAULT_BROKER
     token: str | None = None
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+
+    def security(self) -> ClientSecurity:
+        """The token and TLS keyword arguments of every client class."""
+        return _client_security(self)
 
 
 def parse_source(options: Mapping[str, str], *, streaming: bool | None) -> SourceOptions:
@@ -140,7 +182,7 @@ def parse_source(options: Mapping[str, str], *, streaming: bool | None) -> Sourc
         topic=topic,
         broker=_broker(given),
         subscription=subscription,
-        token=given.get("token"),
+        **_security(given),
         starting=starting,
         ending=_ending(given),
         starting_timestamp_ms=timestamp,
@@ -154,9 +196,36 @@ def parse_source(options: Mapping[str, str], *, streaming: bool | None) -> Sourc
 def parse_sink(options: Mapping[str, str]) -> SinkOptions:
     """Check a write's options. Raises :class:`OptionError`."""
     given = _canonical(options, SINK_OPTIONS)
-    return SinkOptions(
-        topic=_required(given, "topic"), broker=_broker(given), token=given.get("token")
+    return SinkOptions(topic=_required(given, "topic"), broker=_broker(given), **_security(given))
+
+
+def _client_security(options: SourceOptions | SinkOptions) -> ClientSecurity:
+    return ClientSecurity(
+        token=options.token,
+        tls_ca=options.tls_ca,
+        tls_cert=options.tls_cert,
+        tls_key=options.tls_key,
     )
+
+
+def _security(given: dict[str, str]) -> ClientSecurity:
+    """``token``, ``tlsCa``, ``tlsCert``, ``tlsKey`` as the client's arguments, checked:
+    the token can be sent, the files can be read, a certificate comes with its key."""
+    args = ClientSecurity(
+        token=given.get("token"),
+        tls_ca=given.get("tlsCa"),
+        tls_cert=given.get("tlsCert"),
+        tls_key=given.get("tlsKey"),
+    )
+    try:
+        check_security(**args)
+    except ValueError as exc:
+        problem = str(exc)
+        for name, option in SECURITY_OPTIONS.items():
+            problem = problem.replace(name, option)
+        option = next((o for o in SECURITY_OPTIONS.values() if problem.startswith(o)), "tlsCa")
+        raise OptionError(option, problem.removeprefix(option).lstrip(": ")) from exc
+    return args
 
 
 #: Spark's Kafka source and sink options that have another name here.

@@ -96,13 +96,17 @@ class _Driver:
     @property
     def admin(self) -> AdminClient:
         if self._admin is None:
-            self._admin = AdminClient(self.options.broker, timeout_s=10.0)
+            self._admin = AdminClient(
+                self.options.broker, timeout_s=10.0, **self.options.security()
+            )
         return self._admin
 
     @property
     def fetcher(self) -> Fetcher:
         if self._fetcher is None:
-            self._fetcher = Fetcher(self.options.broker, timeout_s=ACK_TIMEOUT_S)
+            self._fetcher = Fetcher(
+                self.options.broker, timeout_s=ACK_TIMEOUT_S, **self.options.security()
+            )
         return self._fetcher
 
     def call(self, what: str, fn: Callable[[], T], wait_s: float | None = None) -> T:
@@ -393,7 +397,7 @@ def read_range(options: SourceOptions, part: HeadracePartition) -> Iterator[pa.R
     topic, p, end = options.topic, part.partition, part.end
     offset = part.start
     small: list[pa.RecordBatch] = []
-    with Fetcher(options.broker, timeout_s=BROKER_WAIT_S) as fetcher:
+    with Fetcher(options.broker, timeout_s=BROKER_WAIT_S, **options.security()) as fetcher:
         ahead = fetcher.fetch_ahead(topic, p, offset, end_offset=end, max_bytes=FETCH_BYTES)
         while offset < end:
             got = ahead.result()

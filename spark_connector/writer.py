@@ -147,7 +147,9 @@ def publish(options: SinkOptions, batches: Iterator[pa.RecordBatch], identity: s
     pid = producer_id_for(f"{identity}:{task}")
     records = duplicates = 0
     try:
-        with Producer(options.broker, producer_id=pid, delivery_timeout_s=60.0) as producer:
+        with Producer(
+            options.broker, producer_id=pid, delivery_timeout_s=60.0, **options.security()
+        ) as producer:
             count = producer.partition_count(options.topic)
             futures = []
             for i, batch in enumerate(batches):

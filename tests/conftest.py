@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from tests._certs import Pki, make_pki
 from wal import LogConfig
 
 
@@ -20,3 +21,9 @@ def wal_dir(tmp_path: Path) -> str:
 def small_config() -> LogConfig:
     """Segments that roll at ~512 B and an index entry every ~100 B (STYLE rule 31)."""
     return LogConfig(segment_bytes=512, index_interval_bytes=100)
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """Test-made certificates (a CA, server, client, expired, wrong CA): see tests._certs."""
+    return make_pki(tmp_path_factory.mktemp("pki"))

@@ -107,6 +107,10 @@ class AsyncAdminClient:
         timeout_s: Deadline of each call, seconds. Default 10.
         reconnect_backoff_max_s: Longest pause between reconnect attempts while the broker
             is unreachable, seconds (see :mod:`client._channel`). Default 1.
+        token, tls_ca, tls_cert, tls_key: The bearer token sent on every call, the PEM
+            CA bundle that turns TLS on, and a client certificate and key for mutual TLS
+            (:mod:`client._channel`). Bad ones raise ``ValueError`` here. Unused with
+            ``channel`` (that channel's own security applies).
     """
 
     def __init__(
@@ -116,9 +120,20 @@ class AsyncAdminClient:
         channel: grpc.aio.Channel | None = None,
         timeout_s: float = 10.0,
         reconnect_backoff_max_s: float = DEFAULT_RECONNECT_BACKOFF_MAX_S,
+        token: str | None = None,
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
     ) -> None:
         self._owns_channel = channel is None
-        self._channel = channel or aio_channel(broker, reconnect_backoff_max_s)
+        self._channel = channel or aio_channel(
+            broker,
+            reconnect_backoff_max_s,
+            token=token,
+            tls_ca=tls_ca,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+        )
         self._stub = _grpc.AdminStub(self._channel)
         self._timeout = timeout_s
 

@@ -95,6 +95,10 @@ class AsyncConsumer:
         reconnect_backoff_max_s: Longest pause between the channel's reconnect attempts
             while the broker is unreachable, seconds (see :mod:`client._channel`).
             Default 1.
+        token, tls_ca, tls_cert, tls_key: The bearer token sent on every call, the PEM
+            CA bundle that turns TLS on, and a client certificate and key for mutual TLS
+            (:mod:`client._channel`). Bad ones raise ``ValueError`` here. Unused with
+            ``channel`` (that channel's own security applies).
     """
 
     def __init__(
@@ -112,6 +116,10 @@ class AsyncConsumer:
         channel: grpc.aio.Channel | None = None,
         connect_timeout: float = 30.0,
         reconnect_backoff_max_s: float = DEFAULT_RECONNECT_BACKOFF_MAX_S,
+        token: str | None = None,
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
     ) -> None:
         if type not in _TYPES:
             raise ValueError(f"type must be one of {', '.join(_TYPES)}, not {type!r}")
@@ -141,7 +149,14 @@ class AsyncConsumer:
         self._ack_interval_s = ack_interval_ms / 1000
         self._owns_channel = channel is None
         self._target = broker
-        self._channel = channel or aio_channel(broker, reconnect_backoff_max_s)
+        self._channel = channel or aio_channel(
+            broker,
+            reconnect_backoff_max_s,
+            token=token,
+            tls_ca=tls_ca,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+        )
         self._stub = broker_pb2_grpc.BrokerStub(self._channel)
         self._rng = random.Random()
         self._buffer: deque[Message] = deque()

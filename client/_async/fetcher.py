@@ -111,6 +111,10 @@ class AsyncFetcher:
         channel: An existing channel to use instead (not closed by this client).
         reconnect_backoff_max_s: Longest pause between reconnect attempts while the broker
             is unreachable, seconds (see :mod:`client._channel`). Default 1.
+        token, tls_ca, tls_cert, tls_key: The bearer token sent on every call, the PEM
+            CA bundle that turns TLS on, and a client certificate and key for mutual TLS
+            (:mod:`client._channel`). Bad ones raise ``ValueError`` here. Unused with
+            ``channel`` (that channel's own security applies).
     """
 
     def __init__(
@@ -120,11 +124,22 @@ class AsyncFetcher:
         timeout_s: float = 30.0,
         channel: grpc.aio.Channel | None = None,
         reconnect_backoff_max_s: float = DEFAULT_RECONNECT_BACKOFF_MAX_S,
+        token: str | None = None,
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
     ) -> None:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
         self._owns_channel = channel is None
-        self._channel = channel or aio_channel(broker, reconnect_backoff_max_s)
+        self._channel = channel or aio_channel(
+            broker,
+            reconnect_backoff_max_s,
+            token=token,
+            tls_ca=tls_ca,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+        )
         self._stub = _grpc.BrokerStub(self._channel)
         self._timeout = timeout_s
         self._rng = random.Random()

@@ -324,6 +324,10 @@ class AsyncProducer:
             broker is unreachable (see :mod:`client._channel`). Default 1 s.
         channel: An existing channel to use (not closed by the producer);
             ``reconnect_backoff_max_s`` then does not apply.
+        token, tls_ca, tls_cert, tls_key: The bearer token sent on every call, the PEM
+            CA bundle that turns TLS on, and a client certificate and key for mutual TLS
+            (:mod:`client._channel`). Bad ones raise ``ValueError`` here. Unused with
+            ``channel`` (that channel's own security applies).
     """
 
     def __init__(
@@ -337,6 +341,10 @@ class AsyncProducer:
         idempotent: bool = True,
         producer_id: int | None = None,
         reconnect_backoff_max_s: float = DEFAULT_RECONNECT_BACKOFF_MAX_S,
+        token: str | None = None,
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
         channel: grpc.aio.Channel | None = None,
     ) -> None:
         if linger_ms < 0 or batch_max_bytes < 1 or delivery_timeout_s <= 0:
@@ -355,7 +363,14 @@ class AsyncProducer:
         self._timeout = delivery_timeout_s
         self._idempotent = idempotent
         self._owns_channel = channel is None
-        self._channel = channel or aio_channel(broker, reconnect_backoff_max_s)
+        self._channel = channel or aio_channel(
+            broker,
+            reconnect_backoff_max_s,
+            token=token,
+            tls_ca=tls_ca,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+        )
         self._stub = broker_pb2_grpc.BrokerStub(self._channel)
         self._admin = admin_pb2_grpc.AdminStub(self._channel)
         self._partitions: dict[str, int] = {}

@@ -34,6 +34,10 @@ class AdminClient:
     Args:
         broker: ``host:port`` of the broker. Default ``127.0.0.1:50051``.
         timeout_s: Deadline of each call, seconds. Default 10.
+        reconnect_backoff_max_s: Longest pause between reconnect attempts while the broker
+            is unreachable, seconds. Default 1.
+        token, tls_ca, tls_cert, tls_key: The bearer token and the TLS files, as for
+            :class:`AsyncAdminClient` (``ValueError`` at construction when one is bad).
 
     Unlike :class:`AsyncAdminClient`, there is no ``channel`` argument. A ``grpc.aio``
     channel is bound to the loop it was made on, and this client's loop is private.
@@ -45,6 +49,10 @@ class AdminClient:
         *,
         timeout_s: float = 10.0,
         reconnect_backoff_max_s: float = DEFAULT_RECONNECT_BACKOFF_MAX_S,
+        token: str | None = None,
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
     ) -> None:
         self._bridge = LoopThread("AdminClient", "AsyncAdminClient")
         self._admin = self._bridge.create(
@@ -52,6 +60,10 @@ class AdminClient:
             broker,
             timeout_s=timeout_s,
             reconnect_backoff_max_s=reconnect_backoff_max_s,
+            token=token,
+            tls_ca=tls_ca,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
         )
 
     def create_topic(self, name: str, partitions: int = 1) -> TopicInfo:

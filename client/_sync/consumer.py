@@ -44,6 +44,10 @@ class Consumer:
         ack_interval_ms: float = 20.0,
         connect_timeout: float = 30.0,
         reconnect_backoff_max_s: float = DEFAULT_RECONNECT_BACKOFF_MAX_S,
+        token: str | None = None,
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
     ) -> None:
         self._bridge = LoopThread("Consumer", "AsyncConsumer")
         self._consumer = self._bridge.create(
@@ -59,6 +63,10 @@ class Consumer:
             ack_interval_ms=ack_interval_ms,
             connect_timeout=connect_timeout,
             reconnect_backoff_max_s=reconnect_backoff_max_s,
+            token=token,
+            tls_ca=tls_ca,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
         )
 
     def start(self) -> None:

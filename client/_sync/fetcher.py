@@ -79,6 +79,8 @@ class Fetcher:
         timeout_s: How long one call may take, retries included, seconds. Default 30.
         reconnect_backoff_max_s: Longest pause between reconnect attempts while the broker
             is unreachable, seconds (see :mod:`client._channel`). Default 1.
+        token, tls_ca, tls_cert, tls_key: The bearer token and the TLS files, as for
+            :class:`AsyncFetcher` (``ValueError`` at construction when one is bad).
     """
 
     def __init__(
@@ -87,10 +89,21 @@ class Fetcher:
         *,
         timeout_s: float = 30.0,
         reconnect_backoff_max_s: float = DEFAULT_RECONNECT_BACKOFF_MAX_S,
+        token: str | None = None,
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
     ) -> None:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
-        self._channel = blocking_channel(broker, reconnect_backoff_max_s)
+        self._channel = blocking_channel(
+            broker,
+            reconnect_backoff_max_s,
+            token=token,
+            tls_ca=tls_ca,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+        )
         self._stub = _grpc.BrokerStub(self._channel)
         self._timeout = timeout_s
         self._rng = random.Random()

@@ -57,6 +57,8 @@ class Producer:
             failure (a retried Spark task): see :class:`AsyncProducer`. Default: random.
         reconnect_backoff_max_s: The longest pause between reconnect attempts while the
             broker is unreachable, seconds. Default 1.
+        token, tls_ca, tls_cert, tls_key: The bearer token and the TLS files, as for
+            :class:`AsyncProducer` (``ValueError`` at construction when one is bad).
 
     Unlike :class:`AsyncProducer`, there is no ``channel`` argument. A ``grpc.aio`` channel
     is bound to the loop it was made on, and this producer's loop is private.
@@ -76,6 +78,10 @@ class Producer:
         idempotent: bool = True,
         producer_id: int | None = None,
         reconnect_backoff_max_s: float = DEFAULT_RECONNECT_BACKOFF_MAX_S,
+        token: str | None = None,
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
     ) -> None:
         self._bridge = LoopThread("Producer", "AsyncProducer")
         self._producer = self._bridge.create(
@@ -88,6 +94,10 @@ class Producer:
             idempotent=idempotent,
             producer_id=producer_id,
             reconnect_backoff_max_s=reconnect_backoff_max_s,
+            token=token,
+            tls_ca=tls_ca,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
         )
 
     def send(
