@@ -122,8 +122,7 @@ class BrokerService(_grpc.BrokerServicer):
                 await abort_for(exc, context)
         finally:
             reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reader
+            await asyncio.wait([reader])  # a failure was reported above; don't raise it again
 
     async def Subscribe(  # noqa: N802 - gRPC method name
         self,
