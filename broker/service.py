@@ -108,7 +108,11 @@ class BrokerService(_grpc.BrokerServicer):
         async def read_requests() -> None:
             try:
                 async for request in request_iterator:
-                    await pending.put(asyncio.create_task(self._publish(request)))
+                    task = asyncio.create_task(self._publish(request))
+                    # A call that ends early (deadline, client gone) leaves its publishes
+                    # running to their end, unanswered: their errors are not news.
+                    task.add_done_callback(_observed)
+                    await pending.put(task)
             finally:
                 await pending.put(None)
 
@@ -245,6 +249,12 @@ async def _read_subscribe(
                 raise InvalidRequestError("kind", "empty request; send credit or ack")
     finally:
         session.outbox.put_nowait(None)
+
+
+def _observed(task: asyncio.Task[_pb.PublishResponse]) -> None:
+    """Mark ``task``'s outcome as seen (its awaiter, if any, still gets it)."""
+    if not task.cancelled():
+        task.exception()
 
 
 async def _stream_response(task: asyncio.Task[_pb.PublishResponse]) -> _pb.PublishResponse:
