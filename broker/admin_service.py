@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import functools
 
+import grpc
+
 from broker.convert import (
     ack_sequence,
     partition_info,
@@ -24,6 +26,7 @@ from broker.convert import (
 from broker.errors import InvalidRequestError
 from broker.ingest import Append
 from broker.replay import DeadLetterReplayer, ReplayOutcome
+from broker.rpc_handlers import add_service
 from broker.status import Context, rpc
 from broker.topics import Topic, TopicRegistry
 from dispatcher import SubscriptionRegistry
@@ -236,6 +239,12 @@ class AdminService(_grpc.AdminServicer):
             return replay_response(ReplayOutcome(0, (), 0))
         outcome = await self._replayer.replay(dlq, request.topic, request.subscription, order)
         return replay_response(outcome)
+
+
+def add_to_server(servicer: AdminService, server: grpc.aio.Server) -> None:
+    """Register the Admin service: every RPC of its descriptor, requests parsed by
+    :mod:`broker.rpc_handlers` (a request that does not parse gets INVALID_ARGUMENT)."""
+    add_service(server, _admin.DESCRIPTOR.services_by_name["Admin"], servicer)
 
 
 async def offset_for_time(writer: LogWriter, timestamp_ms: int) -> int:

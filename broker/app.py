@@ -41,6 +41,7 @@ from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
 from broker.admin_service import AdminService
+from broker.admin_service import add_to_server as add_admin_service
 from broker.auth import AuthInterceptor, TokensFile
 from broker.config import BrokerConfig, parse_address
 from broker.errors import InsecureListenError, ListenError
@@ -55,7 +56,6 @@ from broker.tls import ServerTls, load_server_tls
 from broker.topics import TopicRegistry
 from dispatcher import SubscriptionRegistry
 from proto import admin_pb2 as _admin
-from proto import admin_pb2_grpc
 from proto import broker_pb2 as _pb
 from wal import FileSystem, WalIOError
 from wal.errors import io_error
@@ -202,9 +202,7 @@ class Broker:
             server,
         )
         append = functools.partial(append_batch, retention=self.retention, metrics=self.metrics)
-        admin_pb2_grpc.add_AdminServicer_to_server(
-            AdminService(self.topics, self.subscriptions, append), server
-        )
+        add_admin_service(AdminService(self.topics, self.subscriptions, append), server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(
             (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server

@@ -45,7 +45,22 @@ def _version() -> str:
         return "0+unknown"
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Cli(click.Group):
+    """The top group; also turns an argument that is not UTF-8 into one error line."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except UnicodeEncodeError as exc:
+            # argv bytes that are not UTF-8 reach Python as lone surrogates, which gRPC
+            # cannot send: say which argument, not a traceback.
+            shown = repr(exc.object[:60]) if isinstance(exc.object, str) else "an argument"
+            raise click.ClickException(
+                f"{shown} is not UTF-8 text; names, keys and values sent to the broker must be"
+            ) from exc
+
+
+@click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(_version(), "-V", "--version", prog_name="headrace")
 def cli() -> None:
     """Headrace: a durable message broker."""

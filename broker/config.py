@@ -246,7 +246,8 @@ class BrokerConfig:
             raise ConfigError("auto_create_topics must be true or false")
         if not isinstance(self.data_dir, str) or not self.data_dir:
             raise ConfigError("data_dir must be a non-empty path")
-        if not isinstance(self.grace_seconds, int | float) or not 0 <= self.grace_seconds <= 600:
+        grace = self.grace_seconds
+        if not isinstance(grace, int | float) or isinstance(grace, bool) or not 0 <= grace <= 600:
             raise ConfigError("grace_seconds must be a number of seconds from 0 to 600")
 
     @property
@@ -300,6 +301,10 @@ class BrokerConfig:
             raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                f"config file {path} is not UTF-8 text (byte {exc.start}); save it as UTF-8"
+            ) from exc
         return cls.from_mapping(doc, source=path)
 
     @classmethod
@@ -311,11 +316,11 @@ class BrokerConfig:
             {"broker", "wal", "heartbeat", "backlog", "dispatch", "dlq", "limits", "security"},
             source,
         )
-        broker = dict(doc.get("broker", {}))
+        broker = _table(doc, "broker", source)
         tables = {"wal", "heartbeat", "backlog", "dispatch", "limits", "security"}
         names = {f.name for f in dataclasses.fields(cls)} - tables
         _known(broker, names, f"{source} [broker]")
-        wal_doc = dict(doc.get("wal", {}))
+        wal_doc = _table(doc, "wal", source)
         wal_keys = {f.name for f in dataclasses.fields(LogConfig)} - set(HEADER_LIMITS)
         _known(wal_doc, wal_keys, f"{source} [wal]")
         if "fsync" in wal_doc:
@@ -344,12 +349,19 @@ class BrokerConfig:
             raise ConfigError(f"{source}: {exc}") from exc
 
 
+def _table(doc: Mapping[str, Any], name: str, source: str) -> dict[str, Any]:
+    """A copy of the ``[name]`` table of ``doc`` (empty when absent)."""
+    table = doc.get(name, {})
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{source}: {name} must be a table ([{name}]), not {table!r}")
+    return dict(table)
+
+
 def _known(table: Mapping[str, Any], names: set[str], where: str) -> None:
     unknown = sorted(set(table) - names)
     if unknown:
-        raise ConfigError(
-            f"{where}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}"
-        )
+        shown = ", ".join(n if n.isprintable() else repr(n) for n in unknown)  # one line
+        raise ConfigError(f"{where}: unknown setting(s) {shown}; known: {', '.join(sorted(names))}")
 
 
 def _heartbeat(table: object, where: str) -> HeartbeatConfig:
@@ -535,7 +547,8 @@ def parse_address(value: str) -> tuple[str, int]:
         ConfigError: not ``host:port`` with a port from 0 to 65535.
     """
     host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+    # isascii: str.isdigit() also holds for superscript and Arabic-Indic digits.
+    if not sep or not host or not (port.isascii() and port.isdigit()) or int(port) > 65535:
         raise ConfigError(f"{value!r} is not host:port (for example 127.0.0.1:50051)")
     return host.strip("[]"), int(port)
 

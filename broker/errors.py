@@ -21,6 +21,18 @@ class InvalidRequestError(BrokerError):
         super().__init__(f"{field}: {problem}")
 
 
+class MalformedRequestError(BrokerError):
+    """Raised when a request's bytes do not parse as the RPC's request message."""
+
+    def __init__(self, message_type: str, reason: str) -> None:
+        self.message_type = message_type
+        self.reason = reason
+        super().__init__(
+            f"request does not parse as {message_type}: {reason}; send a serialized "
+            f"{message_type} (regenerate the client from proto/ if it is out of date)"
+        )
+
+
 class TopicNotFoundError(BrokerError):
     """Raised when a request names a topic that does not exist."""
 

@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
 
 import grpc
 
@@ -39,6 +38,7 @@ from broker.ingest import append_batch
 from broker.limits import LimitsConfig, StreamSlots
 from broker.metrics import BrokerMetrics
 from broker.retention import RetentionService
+from broker.rpc_handlers import add_service
 from broker.status import Context, abort_for, rpc, status_for
 from broker.topics import Topic, TopicRegistry
 from dispatcher import ConsumerSession, Subscription, SubscriptionRegistry
@@ -112,13 +112,13 @@ class BrokerService(_grpc.BrokerServicer):
         error."""
         peer = await self._open_stream(context)
         try:
-            async for response in self._publish_stream(request_iterator):
+            async for response in self._publish_stream(request_iterator, context):
                 yield response
         finally:
             self._streams.release(peer)
 
     async def _publish_stream(
-        self, request_iterator: AsyncIterator[_pb.PublishRequest]
+        self, request_iterator: AsyncIterator[_pb.PublishRequest], context: Context
     ) -> AsyncIterator[_pb.PublishResponse]:
         window = asyncio.Semaphore(self._limits.max_publish_stream_in_flight)
         pending: asyncio.Queue[asyncio.Task[_pb.PublishResponse] | None] = asyncio.Queue()
@@ -141,11 +141,13 @@ class BrokerService(_grpc.BrokerServicer):
             while (task := await pending.get()) is not None:
                 yield await _stream_response(task)
                 window.release()
-            await reader
+            try:
+                await reader
+            except Exception as exc:  # a request that did not parse: the rest is unread
+                await abort_for(exc, context)
         finally:
             reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reader
+            await asyncio.wait([reader])  # a failure was reported above; don't raise it again
 
     async def _open_stream(self, context: Context) -> str:
         """Count a new stream on the caller's connection; end the call with
@@ -256,40 +258,14 @@ class BrokerService(_grpc.BrokerServicer):
 
 
 def add_to_server(servicer: BrokerService, server: grpc.aio.Server) -> None:
-    """Register the Broker service, as the generated ``add_BrokerServicer_to_server``
-    does, except that Fetch answers bytes it serialized itself
+    """Register the Broker service (every RPC of its descriptor, requests parsed by
+    :mod:`broker.rpc_handlers`), except that Fetch answers bytes it serialized itself
     (:func:`~broker.convert.fetch_response_bytes`): building a protobuf message copies
     every batch twice more, a third of the broker's time per Fetch. The wire is the same.
     """
-    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
-        "Publish": grpc.unary_unary_rpc_method_handler(
-            servicer.Publish,
-            request_deserializer=_pb.PublishRequest.FromString,
-            response_serializer=_pb.PublishResponse.SerializeToString,
-        ),
-        "PublishStream": grpc.stream_stream_rpc_method_handler(
-            servicer.PublishStream,
-            request_deserializer=_pb.PublishRequest.FromString,
-            response_serializer=_pb.PublishResponse.SerializeToString,
-        ),
-        "Subscribe": grpc.stream_stream_rpc_method_handler(
-            servicer.Subscribe,
-            request_deserializer=_pb.SubscribeRequest.FromString,
-            response_serializer=_pb.SubscribeResponse.SerializeToString,
-        ),
-        "Fetch": grpc.unary_unary_rpc_method_handler(
-            servicer.Fetch,
-            request_deserializer=_pb.FetchRequest.FromString,
-            response_serializer=None,  # the servicer returns serialized bytes
-        ),
-        "AckUpTo": grpc.unary_unary_rpc_method_handler(
-            servicer.AckUpTo,
-            request_deserializer=_pb.AckUpToRequest.FromString,
-            response_serializer=_pb.AckUpToResponse.SerializeToString,
-        ),
-    }
-    name = _pb.DESCRIPTOR.services_by_name["Broker"].full_name
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(name, handlers),))
+    add_service(
+        server, _pb.DESCRIPTOR.services_by_name["Broker"], servicer, raw_responses={"Fetch"}
+    )
 
 
 async def _read_subscribe(

@@ -35,6 +35,9 @@ HEADER_TRUNCATED = "x-dlq-truncated"  # "1" when the value was cut, else "0"
 HEADER_ORIGINAL_BYTES = "x-dlq-original-bytes"  # length of the original value
 #: An original header: how often the record was replayed from a DLQ (ASCII digits).
 HEADER_REPLAY_COUNT = "x-replay-count"
+#: Largest replay count read from that header (the wire's uint32); larger ones are clamped.
+MAX_REPLAY_COUNT = 2**32 - 1
+_MAX_REPLAY_DIGITS = len(str(MAX_REPLAY_COUNT))
 #: The bookkeeping headers: added to each entry, stripped from ``DlqEntry.headers``.
 RESERVED_HEADERS = frozenset(
     {
@@ -111,7 +114,8 @@ class DlqEntry:
         dead_lettered_ms: When it entered the queue, ms since the epoch.
         truncated: Whether the value was cut to ``max_event_bytes``.
         original_size: Length of the original value, bytes.
-        replay_count: ``x-replay-count`` of the original headers (0 when absent).
+        replay_count: ``x-replay-count`` of the original headers (0 when absent or not
+            digits; at most :data:`MAX_REPLAY_COUNT`).
     """
 
     sequence: int
@@ -257,9 +261,19 @@ def _flag(headers: Mapping[str, bytes], name: str, seq: int) -> bool:
 
 
 def replay_count_of(headers: Mapping[str, bytes]) -> int:
-    """``x-replay-count`` of ``headers``: 0 when absent or not ASCII digits."""
+    """``x-replay-count`` of ``headers``, read as the untrusted producer input it is.
+
+    0 when absent or not ASCII digits; a count above :data:`MAX_REPLAY_COUNT` (however many
+    digits) is clamped to it, so a hostile value neither breaks the decoding of its entry
+    nor overflows the wire's uint32, and the loop guard still refuses it.
+    """
     raw = headers.get(HEADER_REPLAY_COUNT, b"")
-    return int(raw) if raw.isdigit() else 0
+    if not raw.isdigit():  # bytes.isdigit: ASCII digits only, and False when empty
+        return 0
+    digits = raw.lstrip(b"0")
+    if len(digits) > _MAX_REPLAY_DIGITS:  # int() of 5,000 digits raises; never try
+        return MAX_REPLAY_COUNT
+    return min(int(digits or b"0"), MAX_REPLAY_COUNT)
 
 
 def replay_refusal(entry: DlqEntry, max_replays: int) -> str | None:
@@ -286,5 +300,5 @@ def replay_record(entry: DlqEntry) -> tuple[bytes | None, bytes, dict[str, bytes
     :func:`replay_refusal` (or :meth:`DeadLetterQueue.replayable`) first.
     """
     headers = dict(entry.headers)
-    headers[HEADER_REPLAY_COUNT] = _digits(entry.replay_count + 1)
+    headers[HEADER_REPLAY_COUNT] = _digits(min(entry.replay_count + 1, MAX_REPLAY_COUNT))
     return entry.key, entry.value, headers

@@ -43,6 +43,7 @@ from typing import Self
 import msgspec
 
 from dispatcher.dead_letter import (
+    MAX_REPLAY_COUNT,
     DeadLetter,
     DlqEntry,
     decode_entries,
@@ -141,7 +142,8 @@ class DlqConfig:
         max_event_bytes: Values longer than this are cut to it and flagged ``truncated``,
             bytes. Default 1 MiB; from 1 to 255 MiB.
         max_replays: An entry whose ``x-replay-count`` has reached this is not replayed
-            again (the loop guard), count. Default 3; 0 forbids every replay.
+            again (the loop guard), count. Default 3; 0 forbids every replay; at most
+            ``MAX_REPLAY_COUNT`` (2**32 - 1), where a clamped count stops.
     """
 
     max_entries: int = 100_000
@@ -153,7 +155,7 @@ class DlqConfig:
     def __post_init__(self) -> None:
         _check_int("max_entries", self.max_entries, 1, None)
         _check_int("max_event_bytes", self.max_event_bytes, 1, MAX_EVENT_BYTES_LIMIT)
-        _check_int("max_replays", self.max_replays, 0, None)
+        _check_int("max_replays", self.max_replays, 0, MAX_REPLAY_COUNT)
         age = self.max_age_s
         if age is not None and (
             isinstance(age, bool)

@@ -84,6 +84,12 @@ def test_toml_then_env_then_flags(tmp_path: Path) -> None:
         ("[dlq]\nmax_entries = 0\n", "max_entries"),
         ("[dlq]\nmax_age_ms = -1\n", "max_age_ms = -1: must be milliseconds"),
         ("[dlq]\nsize = 1\n", "[dlq]: unknown setting(s) size"),
+        # Found by tests/fuzz/test_config_fuzz.py: each raised something else before.
+        ("broker = 5\n", "broker must be a table ([broker]), not 5"),
+        ("wal = 'x'\n", "wal must be a table ([wal]), not 'x'"),
+        ('[broker]\n"a\\nb" = 1\n', "unknown setting(s) 'a\\nb'; known:"),
+        ("[broker]\nlisten = 'h:\u00b2'\n", "listen: 'h:\u00b2' is not host:port"),
+        ("[broker]\ngrace_seconds = true\n", "grace_seconds must be a number"),
     ],
     ids=[
         "listen",
@@ -120,16 +126,32 @@ def test_toml_then_env_then_flags(tmp_path: Path) -> None:
         "dlq-entries",
         "dlq-age",
         "dlq-unknown",
+        "broker-not-table",
+        "wal-not-table",
+        "key-with-newline",
+        "port-superscript-digit",
+        "grace-bool",
     ],
 )
 def test_bad_config_file_names_the_problem(tmp_path: Path, text: str, words: str) -> None:
-    """Scenario: each kind of bad config file. Expected: ConfigError with a message that
-    names the setting and what is allowed."""
+    """Scenario: each kind of bad config file. Expected: ConfigError with a one-line
+    message that names the setting and what is allowed."""
     path = tmp_path / "bad.toml"
-    path.write_text(text)
+    path.write_text(text, encoding="utf-8")
     with pytest.raises(ConfigError) as info:
         BrokerConfig.from_toml(str(path))
     assert words in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_config_file_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
+    """Scenario: a config file holding a byte that is not UTF-8 (found by the config fuzz
+    test; it raised UnicodeDecodeError). Expected: ConfigError naming the file, the byte
+    position and the fix."""
+    path = tmp_path / "latin1.toml"
+    path.write_bytes(b"[broker]\ndata_dir = '/tmp/caf\xe9'\n")
+    with pytest.raises(ConfigError, match=r"latin1.toml is not UTF-8 text \(byte 29\)"):
+        BrokerConfig.from_toml(str(path))
 
 
 def test_dispatch_and_dlq_tables(tmp_path: Path) -> None:

@@ -17,6 +17,8 @@ from broker.backlog import BacklogConfig, BacklogPolicy
 from client import (
     AdminClient,
     AsyncAdminClient,
+    AsyncConsumer,
+    AsyncProducer,
     ClientError,
     FailedPrecondition,
     InvalidArgument,
@@ -25,8 +27,15 @@ from client import (
     ResourceExhausted,
     SkippedDeadLetter,
 )
-from dispatcher.dead_letter import HEADER_REPLAY_COUNT, RESERVED_HEADERS, DeadLetter
+from dispatcher import DispatchConfig, DispatchPolicy
+from dispatcher.dead_letter import (
+    HEADER_REPLAY_COUNT,
+    MAX_REPLAY_COUNT,
+    RESERVED_HEADERS,
+    DeadLetter,
+)
 from dispatcher.dlq import DeadLetterQueue
+from tests._helpers import eventually
 from tests.broker.conftest import broker_config
 from tests.client.conftest import address, read_batches
 from wal import encode_columns
@@ -390,3 +399,54 @@ async def test_replay_obeys_the_backlog_quota_and_counts_as_published(tmp_path: 
             b"x",
             b"y",
         ]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        pytest.param(b"9" * 5000, id="5000-digits"),
+        pytest.param(b"4294967296", id="uint32-max-plus-one"),
+        pytest.param(b"-3", id="negative"),
+        pytest.param(b"\xff\xfe", id="not-utf8"),
+    ],
+)
+async def test_hostile_replay_count_leaves_the_queue_readable(tmp_path: Path, raw: bytes) -> None:
+    """Scenario: a producer publishes, over gRPC, a record with x-replay-count set to a
+    hostile value next to a good record; a consumer nacks both until max_deliveries (2)
+    dead-letters them. Expected: peek answers both entries (the hostile count clamped to the
+    uint32 maximum, or 0 for a non-number) and keeps answering; replay publishes the good
+    entry, then refuses the clamped one by the loop guard (or republishes the one read as
+    0); nothing answers INTERNAL."""
+    dispatch = DispatchConfig(
+        defaults=DispatchPolicy(max_deliveries=2, backoff_initial_s=0.01, backoff_jitter=0.0)
+    )
+    clamped = raw.isdigit()
+    async with Broker(broker_config(tmp_path / "data", dispatch=dispatch)) as broker:
+        async with AsyncAdminClient(address(broker)) as admin:
+            await admin.create_topic(TOPIC, 1)
+            async with AsyncProducer(address(broker), linger_ms=0) as producer:
+                await (await producer.send(TOPIC, b"good"))
+                await (await producer.send(TOPIC, b"evil", headers={HEADER_REPLAY_COUNT: raw}))
+            consumer = AsyncConsumer(TOPIC, SUB, broker=address(broker), ack_interval_ms=0)
+            async with consumer, asyncio.timeout(10):
+                for _ in range(4):
+                    consumer.nack(await consumer.receive(), delay=0, reason="cannot parse")
+            await eventually(lambda: broker.subscriptions.get(TOPIC, SUB).state.cursor(0) == 2)
+            for _ in range(2):  # the queue stays readable, not only once
+                good, evil = await admin.peek_dead_letters(TOPIC, SUB)
+                assert (good.value, good.replay_count) == (b"good", 0)
+                assert evil.value == b"evil"
+                assert evil.replay_count == (MAX_REPLAY_COUNT if clamped else 0)
+                assert dict(evil.headers) == {HEADER_REPLAY_COUNT: raw}
+            result = await admin.replay_dead_letters(TOPIC, SUB)
+            if clamped:
+                assert (result.replayed, result.remaining) == (1, 1)
+                assert "max_replays" in result.skipped[0].reason
+            else:
+                assert result == ReplayResult(replayed=2, skipped=(), remaining=0)
+            assert await admin.count_dead_letters(TOPIC, SUB) == (1 if clamped else 0)
+        replayed = [(v, h) for _k, v, h in await records(broker, TOPIC, 0)][2:]
+    expected = [(b"good", {HEADER_REPLAY_COUNT: b"1"})]
+    if not clamped:
+        expected.append((b"evil", {HEADER_REPLAY_COUNT: b"1"}))
+    assert replayed == expected

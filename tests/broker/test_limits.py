@@ -348,7 +348,7 @@ async def test_publish_stream_stops_reading_at_in_flight_limit() -> None:
             yield pb.PublishRequest(request_id=i)
 
     service._publish = held_publish  # type: ignore[method-assign]
-    stream = service._publish_stream(requests())
+    stream = service._publish_stream(requests(), cast(Any, None))  # no request fails to parse
     first = asyncio.ensure_future(anext(stream))
     for _ in range(100):  # let the reader run as far as it can
         await asyncio.sleep(0)

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import logging
 import struct
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from pathlib import Path
+from typing import cast
 
 import grpc
 import pytest
 
+from broker.app import Broker
+from broker.service import BrokerService
+from broker.status import Context
 from proto import admin_pb2 as admin
 from proto import broker_pb2 as pb
 from tests.broker.conftest import Client, broker_config, serving
@@ -243,3 +249,42 @@ async def test_oversized_message_is_refused_and_the_broker_keeps_serving(
         assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         ok = await c.broker.Publish(pb.PublishRequest(topic="big", batch=batch(b"ok")))
         assert ok.base_offset == 0
+
+
+class _OneConnection:
+    """The one part of a call's context the stream uses here: its peer (for the
+    streams-per-connection count)."""
+
+    def peer(self) -> str:
+        return "ipv4:127.0.0.1:50000"
+
+
+@pytest.mark.asyncio
+async def test_publish_stream_ended_early_leaves_no_unobserved_task_error(
+    broker: Broker, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Scenario: a PublishStream gets a good publish and then an empty batch, and the call
+    ends (as a deadline ends it) right after the first answer, while the second publish is
+    still unanswered. Found by the RPC fuzz test: asyncio then logged "Task exception was
+    never retrieved". Expected: the good batch is appended; no error is logged."""
+    await broker.topics.create("t", 1)
+    service = BrokerService(broker.topics, broker.subscriptions, broker.metrics)
+    held = asyncio.Event()
+
+    async def requests() -> AsyncIterator[pb.PublishRequest]:
+        yield pb.PublishRequest(topic="t", partition=0, batch=batch(b"v"))
+        yield pb.PublishRequest(topic="t", partition=0, batch=b"")
+        await held.wait()  # the client keeps its side open
+
+    with caplog.at_level(logging.ERROR):
+        stream = cast(
+            AsyncGenerator[pb.PublishResponse, None],
+            service.PublishStream(requests(), cast(Context, _OneConnection())),
+        )
+        first = await anext(stream)
+        await asyncio.sleep(0.01)  # the second publish fails meanwhile, unanswered
+        await stream.aclose()
+        await asyncio.sleep(0)
+        gc.collect()  # an unobserved task error is logged when the task is collected
+    assert (first.error_code, first.base_offset) == (0, 0)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []

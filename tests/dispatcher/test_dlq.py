@@ -25,6 +25,7 @@ from dispatcher.dead_letter import (
     HEADER_REPLAY_COUNT,
     HEADER_TOPIC,
     HEADER_TRUNCATED,
+    MAX_REPLAY_COUNT,
     RESERVED_HEADERS,
     DeadLetter,
     DlqCorruptError,
@@ -249,13 +250,39 @@ def test_plain_record_without_headers_is_a_damaged_queue() -> None:
         pytest.param(b"", 0, id="empty"),
         pytest.param(b"-1", 0, id="negative"),
         pytest.param(b"x", 0, id="garbage"),
+        pytest.param(b" 7", 0, id="leading-space"),
+        pytest.param("\u0663".encode(), 0, id="non-ascii-digit"),
+        pytest.param(b"4294967295", MAX_REPLAY_COUNT, id="uint32-max"),
+        pytest.param(b"4294967296", MAX_REPLAY_COUNT, id="uint32-max-plus-one-clamped"),
+        pytest.param(b"9" * 5000, MAX_REPLAY_COUNT, id="5000-digits-clamped"),
+        pytest.param(b"0" * 5000 + b"5", 5, id="5000-leading-zeros"),
+        pytest.param(b"0" * 5000, 0, id="5000-zeros"),
     ],
 )
 def test_replay_count_reads_ascii_digits_only(raw: bytes | None, count: int) -> None:
-    """Scenario: an original record's x-replay-count is absent, digits or garbage.
-    Expected: digits give their value; anything else counts as 0 (a replay rewrites it)."""
+    """Scenario: an original record's x-replay-count is absent, digits, garbage or
+    hostile (more digits than int() takes, more than a uint32 holds).
+    Expected: digits give their value, clamped to MAX_REPLAY_COUNT; anything else counts
+    as 0 (a replay rewrites it); nothing raises."""
     headers = {} if raw is None else {HEADER_REPLAY_COUNT: raw}
     assert replay_count_of(headers) == count
+
+
+@pytest.mark.parametrize("raw", [b"9" * 5000, b"4294967296", b"4294967295"])
+def test_hostile_replay_count_decodes_and_is_refused(raw: bytes) -> None:
+    """Scenario: a dead-lettered record whose producer set x-replay-count to a huge value.
+    Expected: the entry decodes (the queue stays readable), its count is clamped to the
+    uint32 maximum, replay is refused by the loop guard, and a replay record would never
+    carry a count past the maximum."""
+    (entry,) = decode(
+        encode_letters([letter(headers=((HEADER_REPLAY_COUNT, raw),))], 1, max_event_bytes=64)
+    )
+    assert entry.replay_count == MAX_REPLAY_COUNT
+    refusal = replay_refusal(entry, max_replays=3)
+    assert refusal is not None
+    assert f"replayed {MAX_REPLAY_COUNT} times" in refusal
+    _, _, headers = replay_record(entry)
+    assert headers[HEADER_REPLAY_COUNT] == b"%d" % MAX_REPLAY_COUNT
 
 
 @pytest.mark.parametrize(
@@ -327,6 +354,7 @@ def test_truncated_entry_is_not_replayable() -> None:
         pytest.param("max_event_bytes", 0, id="max_event_bytes-zero"),
         pytest.param("max_event_bytes", 255 * 2**20 + 1, id="max_event_bytes-over"),
         pytest.param("max_replays", -1, id="max_replays-negative"),
+        pytest.param("max_replays", 2**32, id="max_replays-over-uint32"),
     ],
 )
 def test_config_rejects_bad_values(field: str, value: object) -> None:
@@ -349,6 +377,7 @@ def test_config_rejects_bad_values(field: str, value: object) -> None:
         pytest.param({"max_event_bytes": 1}, id="one-byte-events"),
         pytest.param({"max_event_bytes": 255 * 2**20}, id="largest-events"),
         pytest.param({"max_replays": 0}, id="no-replays"),
+        pytest.param({"max_replays": 2**32 - 1}, id="most-replays"),
         pytest.param({"overflow": OverflowPolicy.BLOCK}, id="block"),
     ],
 )
