@@ -12,20 +12,16 @@ errors are one clear line on stderr, never a traceback.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import logging
 import sys
 from dataclasses import asdict
-from importlib.metadata import PackageNotFoundError, version
 
 import click
 import uvloop
 
 import broker._grpc_env  # noqa: F401 - first of ours: sets gRPC's log level before grpc loads
-from broker.app import serve as run_broker
-from broker.cli_client import consume, lag, produce, seek, topics
-from broker.cli_dlq import dlq
-from broker.cli_tokens import tokens
 from broker.config import BrokerConfig, ConfigError
 from broker.errors import (
     FileLimitError,
@@ -37,16 +33,47 @@ from broker.errors import (
 from wal.errors import DataDirLockedError, WalIOError
 from wal.inspect import inspect_dir
 
+#: Subcommands imported only when they run (``module:attribute``): ``serve`` does not load
+#: the client library, and the client commands do not load the broker. That keeps a restart
+#: after a crash fast (imports are most of it) and a client command quick to start.
+_LAZY = {
+    "topics": "broker.cli_client:topics",
+    "produce": "broker.cli_client:produce",
+    "consume": "broker.cli_client:consume",
+    "lag": "broker.cli_client:lag",
+    "seek": "broker.cli_client:seek",
+    "dlq": "broker.cli_dlq:dlq",
+    "tokens": "broker.cli_tokens:tokens",
+}
 
-def _version() -> str:
+
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415 - 40 ms, only when asked
+
     try:
-        return version("headrace")
+        found = version("headrace")
     except PackageNotFoundError:  # running from a source tree that is not installed
-        return "0+unknown"
+        found = "0+unknown"
+    click.echo(f"headrace, version {found}")
+    ctx.exit()
 
 
 class _Cli(click.Group):
-    """The top group; also turns an argument that is not UTF-8 into one error line."""
+    """The top group: loads the :data:`_LAZY` subcommands when they are asked for, and
+    turns an argument that is not UTF-8 into one error line."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *_LAZY])
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = _LAZY.get(cmd_name)
+        if target is None:
+            return super().get_command(ctx, cmd_name)
+        module, attribute = target.split(":")
+        command: click.Command = getattr(importlib.import_module(module), attribute)
+        return command
 
     def invoke(self, ctx: click.Context) -> object:
         try:
@@ -61,7 +88,15 @@ class _Cli(click.Group):
 
 
 @click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(_version(), "-V", "--version", prog_name="headrace")
+@click.option(
+    "-V",
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Show the version and exit.",
+)
 def cli() -> None:
     """Headrace: a durable message broker."""
 
@@ -123,6 +158,8 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from exc
     logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from broker.app import serve as run_broker  # noqa: PLC0415 - client commands never load it
+
     runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
     try:
         with runner:
@@ -178,15 +215,6 @@ def wal_inspect(directory: str, as_json: bool) -> None:
             )
     if not all(r.is_clean for r in reports):
         sys.exit(1)
-
-
-cli.add_command(topics)
-cli.add_command(produce)
-cli.add_command(consume)
-cli.add_command(lag)
-cli.add_command(seek)
-cli.add_command(dlq)
-cli.add_command(tokens)
 
 
 def main() -> None:

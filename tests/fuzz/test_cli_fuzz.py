@@ -27,6 +27,7 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import broker.app
 import broker.cli
 from broker.config import BrokerConfig
 from proto import admin_pb2 as _admin
@@ -41,7 +42,10 @@ _BLOCKING = {("consume",)}
 def _leaves(
     group: click.Group, path: tuple[str, ...] = ()
 ) -> Iterator[tuple[tuple[str, ...], click.Command]]:
-    for name, cmd in sorted(group.commands.items()):
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):  # subcommands loaded lazily included
+        cmd = group.get_command(ctx, name)
+        assert cmd is not None, name
         if isinstance(cmd, click.Group):
             yield from _leaves(cmd, (*path, name))
         else:
@@ -139,7 +143,7 @@ def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Setup]:
     async def no_broker(config: BrokerConfig) -> None:
         assert isinstance(config, BrokerConfig)
 
-    monkeypatch.setattr(broker.cli, "run_broker", no_broker)
+    monkeypatch.setattr(broker.app, "serve", no_broker)  # `serve` imports it when it runs
     with BrokerThread(broker_config(tmp_path / "data")) as running:
         request = _admin.CreateTopicRequest(name="t", partitions=2).SerializeToString()
         with grpc.insecure_channel(f"127.0.0.1:{running.port}") as channel:
