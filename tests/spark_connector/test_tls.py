@@ -117,3 +117,31 @@ def test_a_stream_whose_token_lacks_consume_fails_naming_the_role(
     admin = AdminClient(secured.address, token=secured.tokens["admin"], tls_ca=secured.ca)
     with admin:
         assert admin.list_subscriptions("orders") == []
+
+
+def test_a_sink_whose_token_lacks_produce_fails_naming_the_role(
+    spark: Any, secured: Secured
+) -> None:
+    """Scenario: df.write of 5 rows to orders with the consumer token (consume only).
+    Expected: the write fails; the error Spark surfaces is the connector's access error
+    (not a complaint about the rows) naming the token, the role produce and the topic
+    orders; nothing was written (orders' heads are 0)."""
+    df = spark.createDataFrame([(f"v{i}",) for i in range(5)], "value string")
+    writer = (
+        df.write.format("headrace")
+        .option("broker", secured.address)
+        .option("tlsCa", secured.ca)
+        .option("token", secured.tokens["consumer"])
+        .option("topic", "orders")
+        .mode("append")
+    )
+    with pytest.raises(Exception) as caught:  # noqa: PT011 - Spark's own exception type
+        writer.save()
+    message = str(caught.value)
+    assert "AccessDeniedError: the headrace sink may not write to topic 'orders'" in message
+    assert "RowError" not in message
+    denied = "token 'consumer' (" + secured.tokens["consumer"][:15]
+    assert f"{denied}_…) lacks role produce on topic 'orders'" in message
+    admin = AdminClient(secured.address, token=secured.tokens["admin"], tls_ca=secured.ca)
+    with admin:
+        assert [p.head for p in admin.describe_topic("orders").partitions] == [0, 0]
