@@ -168,7 +168,8 @@ class AuthenticationError(BrokerError):
 
 class PermissionDeniedError(BrokerError):
     """Raised when a valid token has no grant of the role a call needs on its resource
-    (``resource_kind`` is ``topic`` or ``subscription``; a subscription is ``topic/name``)."""
+    (``resource_kind`` is ``topic`` or ``subscription``; a subscription is ``topic/name``;
+    ``role`` is one role, or several joined by `` or `` when any of them will do)."""
 
     def __init__(
         self, token_name: str, token_id: str, role: str, resource_kind: str, resource: str
@@ -178,10 +179,12 @@ class PermissionDeniedError(BrokerError):
         self.role = role
         self.resource_kind = resource_kind
         self.resource = resource
+        first, *others = role.split(" or ")
+        alternatives = "".join(f" or `--grant {other}:PATTERN`" for other in others)
         super().__init__(
             f"token {token_name!r} (hr_{token_id}_…) lacks role {role} on {resource_kind} "
             f"{resource!r}; ask an admin for a grant (`headrace tokens create ... --grant "
-            f"{role}:PATTERN`)"
+            f"{first}:PATTERN`{alternatives})"
         )
 
 

@@ -12,7 +12,8 @@ Modules:
     arrow        record batches -> pyarrow.RecordBatch over the same bytes; the schema
     reader       HeadraceBatchReader, HeadraceStreamReader: Fetch per task, AckUpTo on commit
     writer       HeadraceBatchWriter, HeadraceStreamWriter: idempotent, replay-safe publishing
-    errors    P  ConnectorError -> OptionError, BrokerUnreachableError, DataLossError, RowError
+    errors    P  ConnectorError -> OptionError, BrokerUnreachableError, DataLossError, RowError,
+                 AccessDeniedError
     demo         `make demo`: a broker, an order stream, an aggregating query, a broker kill
 
 Imports ``client`` only (DESIGN section 1). Needs the ``spark`` extra (pyspark, pyarrow).
@@ -23,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from spark_connector.errors import (
+    AccessDeniedError,
     BrokerUnreachableError,
     ConnectorError,
     DataLossError,
@@ -32,6 +34,7 @@ from spark_connector.errors import (
 from spark_connector.source import HeadraceDataSource
 
 __all__ = [
+    "AccessDeniedError",
     "BrokerUnreachableError",
     "ConnectorError",
     "DataLossError",

@@ -35,3 +35,8 @@ class DataLossError(ConnectorError):
 class RowError(ConnectorError, ValueError):
     """Raised by the sink for a row it cannot publish: a null or missing ``value``, a
     column of the wrong type, or a record over the broker's size limit."""
+
+
+class AccessDeniedError(ConnectorError):
+    """Raised when the broker refuses the ``token`` option: none, unknown or revoked
+    (UNAUTHENTICATED), or without the role the work needs (PERMISSION_DENIED)."""

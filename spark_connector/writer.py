@@ -32,6 +32,7 @@ gives for deterministic queries over replayable sources (Headrace's own source, 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import secrets
@@ -61,8 +62,21 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from client import ClientError, NotFound, Producer, Unavailable, partition_for
-from spark_connector.errors import BrokerUnreachableError, ConnectorError, RowError
+from client import (
+    ClientError,
+    NotFound,
+    PermissionDenied,
+    Producer,
+    Unauthenticated,
+    Unavailable,
+    partition_for,
+)
+from spark_connector.errors import (
+    AccessDeniedError,
+    BrokerUnreachableError,
+    ConnectorError,
+    RowError,
+)
 from spark_connector.options import SinkOptions
 
 logger = logging.getLogger(__name__)
@@ -134,19 +148,40 @@ def producer_id_for(identity: str) -> int:
     return int.from_bytes(digest, "little") >> 2
 
 
+@contextlib.contextmanager
+def _client_errors(options: SinkOptions) -> Iterator[None]:
+    """The client's errors inside as the connector's, each saying which option to check."""
+    try:
+        yield
+    except NotFound as exc:
+        raise ConnectorError(f"the headrace sink: {exc}") from exc
+    except (Unauthenticated, PermissionDenied) as exc:  # the token, not the rows
+        raise AccessDeniedError(
+            f"the headrace sink may not write to topic {options.topic!r} with its 'token' "
+            f"option: {exc}"
+        ) from exc
+    except Unavailable as exc:
+        raise BrokerUnreachableError(
+            f"cannot reach the headrace broker at {options.broker} (option 'broker'): {exc}"
+        ) from exc
+    except ClientError as exc:
+        raise RowError(f"the broker refused rows for topic {options.topic!r}: {exc}") from exc
+
+
 def publish(options: SinkOptions, batches: Iterator[pa.RecordBatch], identity: str) -> Published:
     """Publish every row of ``batches`` under the producer id of ``identity``; returns once
     all are durable.
 
     Raises:
         RowError: A row cannot be published (null value, record over the size limit).
+        AccessDeniedError: The ``token`` option may not produce to the topic.
         BrokerUnreachableError: The broker did not answer within the delivery timeout.
     """
     context = TaskContext.get()
     task = context.partitionId() if context is not None else 0
     pid = producer_id_for(f"{identity}:{task}")
     records = duplicates = 0
-    try:
+    with _client_errors(options):
         with Producer(
             options.broker, producer_id=pid, delivery_timeout_s=60.0, **options.security()
         ) as producer:
@@ -160,14 +195,6 @@ def publish(options: SinkOptions, batches: Iterator[pa.RecordBatch], identity: s
                 sent = future.result()
                 duplicates += sum(r.count for r in sent.ranges if r.duplicate)
         fault_point(context, "sink.after_publish")
-    except NotFound as exc:
-        raise ConnectorError(f"the headrace sink: {exc}") from exc
-    except Unavailable as exc:
-        raise BrokerUnreachableError(
-            f"cannot reach the headrace broker at {options.broker} (option 'broker'): {exc}"
-        ) from exc
-    except ClientError as exc:
-        raise RowError(f"the broker refused rows for topic {options.topic!r}: {exc}") from exc
     return Published(task, pid, records, duplicates)
 
 

@@ -5,17 +5,20 @@ failed handshake, and the token reaching the server."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from client import AdminClient
 from tests._certs import Pki
 from tests.broker.test_cli_client import CLI
 from tests.broker.test_serve_process import free_port
@@ -44,21 +47,28 @@ def _wait_tls(address: str, pki: Pki, deadline: float) -> None:
     raise AssertionError(f"TLS broker at {address} did not serve")
 
 
-def _tls_serve(tmp_path: Path, pki: Pki, *extra: str) -> Iterator[str]:
-    address = f"127.0.0.1:{free_port()}"
+@contextlib.contextmanager
+def _serving(tmp_path: Path, pki: Pki, address: str, *args: str) -> Iterator[None]:
+    """`headrace serve ARGS` (logging to serve.log) until it serves TLS at ``address``;
+    SIGTERM at the end."""
     with (tmp_path / "serve.log").open("w") as log:
-        proc = subprocess.Popen(
-            [*CLI, "serve", "--data-dir", str(tmp_path / "d"), "--listen", address,
-             "--metrics-listen", "", "--tls-cert", pki.server.cert,
-             "--tls-key", pki.server.key, *extra],
-            stderr=log,
-        )  # fmt: skip
+        proc = subprocess.Popen([*CLI, "serve", *args], stderr=log)
         try:
             _wait_tls(address, pki, time.monotonic() + 20)
-            yield address
+            yield
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=15)
+
+
+def _tls_serve(tmp_path: Path, pki: Pki, *extra: str) -> Iterator[str]:
+    address = f"127.0.0.1:{free_port()}"
+    with _serving(
+        tmp_path, pki, address, "--data-dir", str(tmp_path / "d"), "--listen", address,
+        "--metrics-listen", "", "--tls-cert", pki.server.cert, "--tls-key", pki.server.key,
+        *extra,
+    ):  # fmt: skip
+        yield address
 
 
 @pytest.fixture(scope="module")
@@ -191,3 +201,175 @@ async def test_the_token_reaches_the_server(pki: Pki) -> None:
     methods = {m.rsplit("/", 1)[1] for m, _ in recorder.seen}
     assert {"ListTopics", "Subscribe", "DescribeTopic"} <= methods
     assert all(value == "Bearer hr_tok_1" for _, value in recorder.seen)
+
+
+# A broker with auth on: `headrace serve --config` whose [security] sets tls_cert, tls_key
+# and tokens_file; its tokens made by `headrace tokens create --config` (processes).
+
+SECURED_TOML = """\
+[broker]
+data_dir = "{data}"
+listen = "{address}"
+metrics_listen = ""
+grace_seconds = 1.0
+[security]
+tls_cert = "{cert}"
+tls_key = "{key}"
+tokens_file = "{tokens}"
+"""
+
+#: Token name -> grant; each command below uses the narrowest token that may run it.
+SECURED_GRANTS = {
+    "admin": "admin:*",
+    "producer": "produce:orders",
+    "consumer": "consume:orders:billing",
+    "elsewhere": "consume:other",
+}
+
+
+@dataclass(frozen=True)
+class Secured:
+    """A running TLS + tokens broker: its address, TOML file, CA and tokens by name."""
+
+    address: str
+    config: str
+    ca: str
+    tokens: dict[str, str]
+
+    def state(self) -> tuple[object, ...]:
+        """Every topic with its partitions' heads, and every subscription's cursors (the
+        admin token's view, through the client library over TLS)."""
+        with AdminClient(self.address, token=self.tokens["admin"], tls_ca=self.ca) as admin:
+            topics = admin.list_topics()
+            subscriptions = admin.list_subscriptions()
+        cursors = [(s.topic, s.subscription, [(p.cursor, p.head) for p in s.partitions])
+                   for s in subscriptions]  # fmt: skip
+        return tuple(topics), tuple(map(repr, cursors))
+
+    def run(self, *args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:
+        """``headrace ARGS --broker --tls-ca [--token]`` with the token of that name."""
+        extra = ["--token", self.tokens[token]] if token else []
+        return headrace(*args, "--broker", self.address, "--tls-ca", self.ca, *extra)
+
+
+def create_token(config: str, name: str, grant: str) -> str:
+    """`headrace tokens create --config` as a process; the token it printed."""
+    done = headrace("tokens", "create", "--name", name, "--grant", grant, "--config", config)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+@contextlib.contextmanager
+def secured_serve(tmp_path: Path, pki: Pki) -> Iterator[Secured]:
+    """Write the TOML, create the tokens, serve it; topic 'orders' (2 partitions) exists."""
+    address = f"127.0.0.1:{free_port()}"
+    config = tmp_path / "broker.toml"
+    config.write_text(
+        SECURED_TOML.format(data=tmp_path / "data", address=address, cert=pki.server.cert,
+                            key=pki.server.key, tokens=tmp_path / "tokens.json")
+    )  # fmt: skip
+    tokens = {n: create_token(str(config), n, g) for n, g in SECURED_GRANTS.items()}
+    secured = Secured(address, str(config), pki.ca, tokens)
+    with _serving(tmp_path, pki, address, "--config", str(config)):
+        made = secured.run("topics", "create", "orders", "--partitions", "2", token="admin")
+        assert made.returncode == 0, made.stderr
+        yield secured
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[Secured]:
+    """One TLS + tokens broker for the module's auth tests."""
+    with secured_serve(tmp_path_factory.mktemp("cli-auth"), pki) as secured:
+        yield secured
+
+
+def test_every_client_command_with_a_token_over_tls(secured: Secured) -> None:
+    """Scenario: each client command against the TLS + tokens broker, with --token and
+    --tls-ca, each with the narrowest token that may run it; produce and the last delete
+    take token, CA and broker from HEADRACE_TOKEN, HEADRACE_TLS_CA and HEADRACE_BROKER.
+    Expected: every one exits 0 with its usual output."""
+    commands: list[tuple[list[str], str, str]] = [
+        (["topics", "create", "doomed", "--partitions", "1"], "admin", "created topic doomed"),
+        (["topics", "list"], "consumer", "orders"),
+        (["topics", "describe", "orders", "--json"], "producer", '"name": "orders"'),
+        (["consume", "orders", "-s", "billing", "--count", "3"], "consumer", "record-"),
+        (["lag", "--json", "--topic", "orders"], "consumer", '"subscription": "billing"'),
+        (["seek", "orders", "-s", "billing", "--to", "earliest"], "consumer", "now at"),
+        (["dlq", "peek", "orders", "-s", "billing"], "consumer", "no dead letters"),
+        (["dlq", "count", "orders", "-s", "billing"], "consumer", "0"),
+        (["dlq", "ack", "orders", "-s", "billing", "--up-to", "0"], "consumer", "acked 0"),
+        (["dlq", "purge", "orders", "-s", "billing", "--yes"], "admin", ""),
+        (["dlq", "replay", "orders", "-s", "billing"], "admin", ""),
+    ]
+    env = {"HEADRACE_BROKER": secured.address, "HEADRACE_TLS_CA": secured.ca}
+    produced = headrace("produce", "orders", "--count", "3",
+                        env=env | {"HEADRACE_TOKEN": secured.tokens["producer"]})  # fmt: skip
+    assert produced.returncode == 0, produced.stderr
+    for args, token, expected in commands:
+        done = secured.run(*args, token=token)
+        assert done.returncode == 0, (args, done.stderr)
+        assert expected in done.stdout, (args, done.stdout)
+    deleted = headrace("topics", "delete", "doomed",
+                       env=env | {"HEADRACE_TOKEN": secured.tokens["admin"]})  # fmt: skip
+    assert (deleted.returncode, deleted.stdout) == (0, "deleted topic doomed\n"), deleted.stderr
+
+
+BILLING = "subscription 'orders/billing'"
+
+#: Each client command, a token that lacks the role it needs, and the refusal's words.
+REFUSALS: list[tuple[list[str], str, str]] = [
+    (["topics", "create", "fresh", "--partitions", "1"], "producer",
+     "lacks role admin on topic 'fresh'"),
+    (["topics", "describe", "orders"], "elsewhere",
+     "lacks role produce or consume on topic 'orders'"),
+    (["topics", "delete", "orders"], "consumer", "lacks role admin on topic 'orders'"),
+    (["produce", "orders", "--count", "1"], "consumer", "lacks role produce on topic 'orders'"),
+    (["consume", "orders", "-s", "billing", "--count", "1"], "producer",
+     f"lacks role consume on {BILLING}"),
+    (["lag", "--topic", "orders"], "elsewhere",
+     "lacks role produce or consume on topic 'orders'"),
+    (["seek", "orders", "-s", "billing", "--to", "earliest"], "producer",
+     f"lacks role consume on {BILLING}"),
+    (["dlq", "peek", "orders", "-s", "billing"], "producer", f"lacks role consume on {BILLING}"),
+    (["dlq", "count", "orders", "-s", "billing"], "producer", f"lacks role consume on {BILLING}"),
+    (["dlq", "ack", "orders", "-s", "billing", "--up-to", "0"], "producer",
+     f"lacks role consume on {BILLING}"),
+    (["dlq", "purge", "orders", "-s", "billing", "--yes"], "consumer",
+     f"lacks role admin on {BILLING}"),
+    (["dlq", "replay", "orders", "-s", "billing"], "consumer", f"lacks role admin on {BILLING}"),
+]  # fmt: skip
+
+
+def _one_error_line(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("Error: "), lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize("args", [[*a] for a, _, _ in REFUSALS] + [["topics", "list"]],
+                         ids=lambda a: " ".join(a[:2]))  # fmt: skip
+def test_every_client_command_without_a_token_is_one_line(
+    secured: Secured, args: list[str]
+) -> None:
+    """Scenario: each client command against the TLS + tokens broker with no token.
+    Expected: exit 1 and one stderr line: no bearer token, pass --token or HEADRACE_TOKEN."""
+    line = _one_error_line(secured.run(*args))
+    assert line.endswith("no bearer token: pass --token or HEADRACE_TOKEN"), line
+
+
+@pytest.mark.parametrize(("args", "token", "refusal"), REFUSALS,
+                         ids=[" ".join(a[:2]) for a, _, _ in REFUSALS])  # fmt: skip
+def test_every_client_command_with_the_wrong_role_names_role_and_resource(
+    secured: Secured, args: list[str], token: str, refusal: str
+) -> None:
+    """Scenario: each client command with a valid token that lacks the role it needs.
+    Expected: exit 1 and one stderr line naming the token, the role and the resource, with
+    the grant to ask for; nothing changed (the topics and subscriptions, heads and cursors
+    are as before)."""
+    before = secured.state()
+    line = _one_error_line(secured.run(*args, token=token))
+    assert f"token {token!r} ({secured.tokens[token][:15]}_…) {refusal}; " in line, line
+    assert "ask an admin for a grant (`headrace tokens create ... --grant " in line
+    assert secured.state() == before

@@ -8,6 +8,7 @@ import json
 import re
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -19,8 +20,10 @@ from broker.auth import TokensFile
 from broker.cli import cli
 from broker.config import SecurityConfig
 from proto import admin_pb2 as admin
+from tests._certs import Pki
 from tests.broker.conftest import Client, broker_config
 from tests.broker.test_cli_client import CLI
+from tests.broker.test_cli_security import create_token, secured_serve
 
 TOKEN = re.compile(r"hr_[0-9a-f]{12}_[A-Za-z0-9_-]{43}")
 
@@ -228,3 +231,41 @@ def test_serve_with_a_missing_tokens_file_exits_1_in_one_line(tmp_path: Path) ->
         f"`headrace tokens create --tokens-file {tmp_path / 'none.json'} ...` first"
     ]
     assert not (tmp_path / "data").exists()
+
+
+def _until(check: Callable[[], subprocess.CompletedProcess[str]], code: int, what: str) -> str:
+    """Run ``check`` until it exits ``code`` (the broker rereads its tokens file about
+    once a second); its stdout, or stderr when it fails."""
+    deadline = time.monotonic() + 15
+    while (done := check()).returncode != code:
+        assert time.monotonic() < deadline, f"{what}: {done.stderr}"
+        time.sleep(0.1)
+    return done.stdout if code == 0 else done.stderr
+
+
+def test_tokens_commands_on_a_secured_brokers_file_act_without_restart(
+    tmp_path: Path, pki: Pki
+) -> None:
+    """Scenario: a TLS + tokens `headrace serve --config` process; `tokens create
+    --config` (the broker's own TOML) makes a consume token; `topics describe` with it;
+    `tokens list`; `tokens revoke --config`; `topics describe` again. Expected: the new
+    token works within seconds, is listed active, then is refused in one line 'is revoked'
+    (exit 1) and listed revoked; the broker was never restarted, and its other tokens
+    still work."""
+    with secured_serve(tmp_path, pki) as secured:
+        late = create_token(secured.config, "late", "consume:orders")
+        secured.tokens["late"] = late
+
+        def describe() -> subprocess.CompletedProcess[str]:
+            return secured.run("topics", "describe", "orders", token="late")
+
+        assert "orders" in _until(describe, 0, "the new token was never accepted")
+        listed = json.loads(headrace("tokens", "list", "--json", "--config", secured.config).stdout)
+        assert {e["name"]: e["revoked"] for e in listed}["late"] is False
+        gone = headrace("tokens", "revoke", "late", "--config", secured.config)
+        assert gone.returncode == 0, gone.stderr
+        refusal = _until(describe, 1, "the revoked token was still accepted").strip()
+        assert refusal == f"Error: token {late[:15]}_… is revoked; ask an admin for a new one"
+        listed = json.loads(headrace("tokens", "list", "--json", "--config", secured.config).stdout)
+        assert {e["name"]: e["revoked"] for e in listed}["late"] is True
+        assert secured.run("topics", "list", token="consumer").returncode == 0

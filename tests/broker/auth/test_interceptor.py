@@ -3,8 +3,9 @@
 The matrix: every RPC of both services with no token, an unknown token, a known id with a
 wrong secret, a token revoked while the broker runs, a token of the wrong role, and the
 right token; status code and message checked for each. The transport (server settings and
-client channel) comes from one fixture, :func:`transport`: plain TCP here; a TLS variant
-adds server certificate settings and channel credentials there and nowhere else.
+client channel) comes from one fixture, :func:`transport`, and every test of the module runs
+twice: over plain TCP and over TLS (the test CA's server certificate; the client trusts
+that CA). The matrix's assertions are the same for both.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from broker.config import SecurityConfig
 from broker.errors import TokensFileError
 from proto import admin_pb2 as admin
 from proto import broker_pb2 as pb
+from tests._certs import Pki
 from tests.broker.conftest import Client, broker_config
 from wal import encode_columns
 
@@ -42,17 +44,28 @@ UNKNOWN_TOKEN = "hr_000000000000_" + "A" * 43
 
 @dataclass(frozen=True)
 class Transport:
-    """How the matrix reaches the broker: extra broker settings and the client channel."""
+    """How the matrix reaches the broker: extra ``[security]`` settings (beside
+    tokens_file) and the client channel."""
 
     name: str
-    broker_settings: dict[str, Any] = field(default_factory=dict)
+    security: dict[str, str] = field(default_factory=dict)
     channel: Callable[[str], grpc.aio.Channel] = grpc.aio.insecure_channel
 
 
-@pytest.fixture(scope="module")
-def transport() -> Transport:
-    """The transport of the whole matrix (plain TCP on 127.0.0.1)."""
-    return Transport("plain")
+def tls_transport(pki: Pki) -> Transport:
+    """TLS with the test CA's server certificate for 127.0.0.1; the channel trusts the CA."""
+    creds = grpc.ssl_channel_credentials(Path(pki.ca).read_bytes())
+    return Transport(
+        "tls",
+        {"tls_cert": pki.server.cert, "tls_key": pki.server.key},
+        lambda address: grpc.aio.secure_channel(address, creds),
+    )
+
+
+@pytest.fixture(scope="module", params=["plain", "tls"])
+def transport(request: pytest.FixtureRequest, pki: Pki) -> Transport:
+    """The transport of the whole matrix: plain TCP, then TLS, on 127.0.0.1."""
+    return Transport("plain") if request.param == "plain" else tls_transport(pki)
 
 
 def make_tokens(path: Path, grants: dict[str, str]) -> dict[str, str]:
@@ -125,8 +138,8 @@ async def setup(
     root = tmp_path_factory.mktemp("auth")
     tokens_file = root / "tokens.json"
     tokens = make_tokens(tokens_file, GRANTS)
-    config = broker_config(root / "data", **transport.broker_settings).replace(
-        security=SecurityConfig(tokens_file=str(tokens_file))
+    config = broker_config(root / "data").replace(
+        security=SecurityConfig(tokens_file=str(tokens_file)).replace(**transport.security)
     )
     async with Broker(config) as broker, transport.channel(f"127.0.0.1:{broker.port}") as ch:
         client = Client(ch)
@@ -361,6 +374,22 @@ async def test_right_token(setup: Setup, rpc: Rpc) -> None:
     the token may see)."""
     result = await rpc.call(setup.client, bearer(setup.tokens[rpc.right]))
     assert rpc.ok(result)
+
+
+@in_module_loop
+async def test_the_transport_is_the_one_named(setup: Setup, transport: Transport) -> None:
+    """Scenario: a plain-TCP channel with the admin token to the matrix's broker.
+    Expected: it works when the transport is plain; against TLS it is UNAVAILABLE (the
+    broker serves TLS only, so the TLS rows really ran over TLS)."""
+    md = bearer(setup.tokens["admin"])
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{setup.broker.port}") as plain:
+        call = Client(plain).admin.ListTopics(admin.ListTopicsRequest(), metadata=md, timeout=5)
+        if transport.name == "plain":
+            assert (await call).topics
+            return
+        with pytest.raises(grpc.RpcError) as caught:
+            await call
+    assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
 
 
 @in_module_loop

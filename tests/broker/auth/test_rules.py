@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from broker.auth.grants import Grant, Role
+from broker.auth.grants import Grant, Role, parse_grant
 from broker.auth.rules import OPEN_SERVICES, RULES, authorize, service_of
 from broker.auth.tokens import TokenEntry
 from broker.errors import PermissionDeniedError
@@ -84,6 +84,28 @@ def test_rows_check_role_and_resource(
     with pytest.raises(PermissionDeniedError, match=re.escape(message)) as caught:
         authorize(rule, entry(denied), request_)
     assert "token 'etl' (hr_ab12ab12ab12_…)" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("role", "hint"),
+    [
+        ("admin", "(`headrace tokens create ... --grant admin:PATTERN`)"),
+        (
+            "produce or consume",
+            "(`headrace tokens create ... --grant produce:PATTERN` or `--grant consume:PATTERN`)",
+        ),
+    ],
+)
+def test_the_hint_is_a_grant_that_parses(role: str, hint: str) -> None:
+    """Scenario: a refusal needing one role, and one that any of two roles would lift
+    (DescribeTopic). Expected: the hint shows one well-formed ``--grant ROLE:PATTERN`` per
+    role (never ``--grant produce or consume:PATTERN``), each of which parse_grant accepts."""
+    message = str(PermissionDeniedError("etl", "ab12ab12ab12", role, "topic", "orders"))
+    assert message.endswith("; ask an admin for a grant " + hint)
+    grants = re.findall(r"--grant (\S+?)`", message)
+    assert len(grants) == len(role.split(" or "))
+    for grant in grants:
+        parse_grant(grant.replace("PATTERN", "orders"))
 
 
 def test_list_subscriptions_of_a_named_topic_needs_a_grant_on_it() -> None:
