@@ -12,7 +12,9 @@ Invariants:
   does not follow on (which the single writer never produces) empties the cache first.
 - Only batches the writer has written are added, so a read bounded by the high-water mark
   returns exactly what the file would.
-- It never holds more than ``max_bytes`` of batches (0 disables it); the oldest go first.
+- It never holds more than ``max_bytes`` (0 disables it), counting each batch as its size
+  plus :data:`ENTRY_OVERHEAD_BYTES`, the Python objects that carry it; the oldest go first.
+  Counting the bytes alone let 1 MiB of 100-byte batches take about 8 MiB.
 
 Not task-safe on its own: the writer task adds and the event loop reads, both on one loop.
 """
@@ -26,12 +28,16 @@ from collections.abc import Sequence
 from wal.batch import RecordBatch
 
 _BASE = struct.Struct("<Q")
+#: What one cached batch costs beyond its bytes: its ``RecordBatch`` and ``Layout`` tuples,
+#: the memoryview, the ``bytes`` header and the list slots (tracemalloc: ~700 bytes for a
+#: one-record batch on CPython 3.11), rounded up.
+ENTRY_OVERHEAD_BYTES = 768
 
 
 class TailCache:
     """The newest batches of one log, up to ``max_bytes`` of them."""
 
-    __slots__ = ("_bases", "_batches", "_bytes", "_max_bytes", "_start")
+    __slots__ = ("_bases", "_batches", "_bytes", "_charged", "_max_bytes", "_start")
 
     def __init__(self, max_bytes: int) -> None:
         if max_bytes < 0:
@@ -41,6 +47,7 @@ class TailCache:
         self._bases: list[int] = []
         self._start = 0  # index of the oldest live entry; entries before it are evicted
         self._bytes = 0
+        self._charged = 0  # _bytes plus ENTRY_OVERHEAD_BYTES per batch: what max_bytes bounds
 
     @property
     def first_offset(self) -> int | None:
@@ -63,7 +70,7 @@ class TailCache:
         if self._max_bytes == 0:
             return
         for batch, base in zip(batches, base_offsets, strict=True):
-            if batch.size > self._max_bytes:
+            if batch.size + ENTRY_OVERHEAD_BYTES > self._max_bytes:
                 self.clear()  # too big to hold; the next batch starts the cache afresh
                 continue
             if self.next_offset not in (None, base):
@@ -72,6 +79,7 @@ class TailCache:
             self._batches.append(batch._replace(buffer=memoryview(data), base_offset=base))
             self._bases.append(base)
             self._bytes += batch.size
+            self._charged += batch.size + ENTRY_OVERHEAD_BYTES
         self._evict()
 
     def read(self, offset: int, max_bytes: int, upper: int) -> list[RecordBatch] | None:
@@ -101,11 +109,13 @@ class TailCache:
         self._bases.clear()
         self._start = 0
         self._bytes = 0
+        self._charged = 0
 
     def _evict(self) -> None:
         batches = self._batches
-        while self._bytes > self._max_bytes:
+        while self._charged > self._max_bytes:
             self._bytes -= batches[self._start].size
+            self._charged -= batches[self._start].size + ENTRY_OVERHEAD_BYTES
             self._start += 1
         if self._start > 64 and self._start * 2 > len(batches):
             del batches[: self._start]

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from wal import FsyncPolicy, LogConfig, LogWriter, OffsetOutOfRangeError, encode_columns
 from wal.batch import RecordBatch, decode_batch
-from wal.tail import TailCache
+from wal.tail import ENTRY_OVERHEAD_BYTES, TailCache
 
 
 def _batch(values: list[bytes]) -> RecordBatch:
@@ -57,7 +57,7 @@ def test_reads_outside_the_cache_are_left_to_the_file() -> None:
 
 def test_the_oldest_batches_go_first_and_the_bytes_stay_bounded() -> None:
     one = _batch([b"x" * 100])
-    cache = TailCache(3 * one.size)
+    cache = TailCache(3 * (one.size + ENTRY_OVERHEAD_BYTES))
     for offset in range(200):
         cache.add([one], [offset])
         assert cache.size_bytes <= 3 * one.size
@@ -66,6 +66,21 @@ def test_the_oldest_batches_go_first_and_the_bytes_stay_bounded() -> None:
     got = cache.read(197, 1 << 20, upper=200)
     assert got is not None
     assert [b.base_offset for b in got] == [197, 198, 199]
+
+
+def test_tiny_batches_are_charged_for_their_objects_not_just_their_bytes() -> None:
+    """Scenario: 10,000 one-record batches of ~100 bytes through a 64 KiB cache. Expected:
+    it holds at most 64 KiB / (size + ENTRY_OVERHEAD_BYTES) of them (~73), not 64 KiB /
+    size (~630): what a batch costs in memory is mostly its Python objects."""
+    tiny = _batch([b"t"])
+    cache = TailCache(64 << 10)
+    for offset in range(10_000):
+        cache.add([tiny], [offset])
+    first, after = cache.first_offset, cache.next_offset
+    assert first is not None
+    assert after is not None
+    assert after == 10_000
+    assert after - first == (64 << 10) // (tiny.size + ENTRY_OVERHEAD_BYTES)
 
 
 def test_a_gap_or_an_oversized_batch_starts_the_cache_afresh() -> None:
