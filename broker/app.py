@@ -97,6 +97,7 @@ class Broker:
             config.log_config,
             fs,
             on_open=self._watch_partition,
+            on_delete=self.metrics.forget_topic,
             clock=clock,
             snapshot_bytes=config.producer_snapshot_bytes,
             max_partitions=config.limits.max_partitions_per_topic,

@@ -120,6 +120,8 @@ class TopicRegistry:
         wal_config: Settings of every partition's log.
         fs: The file system. Default: the real one.
         on_open: Called with each partition opened (e.g. to hook up its metrics).
+        on_delete: Called with a topic's name once its delete has closed its partitions
+            (e.g. to drop its metrics' label sets, which would otherwise outlive it).
         clock: Wall-clock ms since the epoch for every partition's log and producer table.
             Default: the system clock.
         snapshot_bytes: Each partition snapshots its producer table after this many bytes
@@ -144,6 +146,7 @@ class TopicRegistry:
         fs: FileSystem | None = None,
         *,
         on_open: Callable[[str, Partition], None] = lambda _topic, _partition: None,
+        on_delete: Callable[[str], None] = lambda _topic: None,
         clock: Clock | None = None,
         snapshot_bytes: int = DEFAULT_SNAPSHOT_BYTES,
         open_concurrency: int = 8,
@@ -157,6 +160,7 @@ class TopicRegistry:
         self._snapshot_bytes = snapshot_bytes
         self._open_concurrency = open_concurrency
         self._on_open = on_open  # e.g. hooks a partition's log up to the metrics
+        self._on_delete = on_delete
         self._root = os.path.join(data_dir, "topics")
         self._wal_config = wal_config
         self._fs = fs or FileSystem()
@@ -389,6 +393,7 @@ class TopicRegistry:
         finally:
             # Together: each close waits on its syncs in the thread pool.
             await asyncio.gather(*(p.aclose() for p in topic.partitions))
+            self._on_delete(topic.name)
             self._crash_point("delete.after_close")
             await asyncio.to_thread(self._remove, topic.name, committed=True)
 

@@ -115,3 +115,46 @@ async def test_redelivery_and_dead_letter_metrics(tmp_path: Path) -> None:
         assert samples["headrace_dlq_evicted_total", sub] == 0
         assert samples["headrace_dlq_rejected_total", sub] == 0
         assert samples["headrace_subscription_ack_timeouts_total", sub] == 0
+
+
+async def test_a_deleted_topics_series_leave_the_endpoint(tmp_path: Path) -> None:
+    """Scenario: two topics get records (with a subscription delivering from each), then
+    one is deleted. Expected: before, both topics have published, WAL and dispatch series
+    on /metrics; after, none of the deleted topic's series remain (they would be kept for
+    the life of the process), and the other topic's are unchanged."""
+    config = broker_config(tmp_path / "data", metrics_listen="127.0.0.1:0")
+    async with Broker(config) as broker:
+        address = f"127.0.0.1:{broker.port}"
+        async with AsyncAdminClient(address) as admin:
+            for topic in ("gone", "kept"):
+                await admin.create_topic(topic, 2)
+            async with AsyncProducer(address) as producer:
+                for topic in ("gone", "kept"):
+                    await (await producer.send_many(topic, [b"a", b"b", b"c", b"d"]))
+            for topic in ("gone", "kept"):
+                async with AsyncConsumer(topic, "s", broker=address) as consumer:
+                    async with asyncio.timeout(5):
+                        consumer.ack_many(await consumer.receive_batch(1))
+
+            def series(
+                samples: dict[tuple[str, frozenset[tuple[str, str]]], float],
+            ) -> dict[str, set[str]]:
+                by_topic: dict[str, set[str]] = {"gone": set(), "kept": set()}
+                for name, labels in samples:
+                    topic = dict(labels).get("topic")
+                    if topic in by_topic and "subscription" not in dict(labels):
+                        by_topic[topic].add(name)
+                return by_topic
+
+            before = series(await asyncio.to_thread(_scrape, broker.metrics_port))
+            expected = {
+                "headrace_published_records_total",
+                "headrace_wal_append_seconds_count",
+                "headrace_dispatch_latency_seconds_count",
+            }
+            assert expected <= before["gone"]
+            assert expected <= before["kept"]
+            await admin.delete_topic("gone")
+            after = series(await asyncio.to_thread(_scrape, broker.metrics_port))
+        assert after["gone"] == set()
+        assert after["kept"] == before["kept"]
