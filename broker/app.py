@@ -101,6 +101,7 @@ class Broker:
             clock=clock,
             snapshot_bytes=config.producer_snapshot_bytes,
             max_partitions=config.limits.max_partitions_per_topic,
+            max_producers=config.limits.max_producers_per_partition,
         )
         self.subscriptions = SubscriptionRegistry(
             config.data_dir,

@@ -66,6 +66,7 @@ TOML layout (every key optional)::
     max_streams_per_connection = 100 # open Subscribe + PublishStream per client connection
     max_credit_per_consumer = 100000 # records of credit a consumer holds at once
     max_publish_stream_in_flight = 256  # publishes processed at once per PublishStream
+    max_producers_per_partition = 10000  # idempotent producer ids one partition remembers
     [security]                       # TLS, tokens and the safe default (README "Security")
     tls_cert = "server.pem"          # PEM server certificate chain; with tls_key: TLS only
     tls_key = "server.key"           # PEM private key of tls_cert (unencrypted)

@@ -20,6 +20,8 @@ Where each limit is applied:
 ``max_credit_per_consumer``
 ``max_streams_per_connection``      Subscribe and PublishStream (:mod:`broker.service`)
 ``max_publish_stream_in_flight``    PublishStream: backpressure, not an error
+``max_producers_per_partition``     the producer table (:mod:`broker.producers`): the
+                                    least recently active idle producer is forgotten
 ==================================  ===============================================
 
 Worked example: with ``max_streams_per_connection = 2``, a client connection
@@ -64,6 +66,10 @@ class LimitsConfig:
         max_publish_stream_in_flight: Publishes of one PublishStream being processed at
             once. Beyond it the broker stops reading the stream (backpressure through
             HTTP/2 flow control), it does not fail it. Default 256; 1 to 10,000.
+        max_producers_per_partition: Idempotent producer ids one partition remembers
+            (about 2 KiB each). Past it, admitting a new producer forgets the least
+            recently active idle one, whose retries would then be appended again (see
+            :mod:`broker.producers`). Default 10,000; 16 to 10,000,000.
     """
 
     max_headers_per_record: int = 64
@@ -75,6 +81,7 @@ class LimitsConfig:
     max_streams_per_connection: int = 100
     max_credit_per_consumer: int = 100_000
     max_publish_stream_in_flight: int = 256
+    max_producers_per_partition: int = 10_000
 
     def __post_init__(self) -> None:
         for name, (lo, hi) in RANGES.items():
@@ -104,6 +111,7 @@ RANGES: dict[str, tuple[int, int]] = {
     "max_streams_per_connection": (1, 100_000),
     "max_credit_per_consumer": (1, 10_000_000),
     "max_publish_stream_in_flight": (1, 10_000),
+    "max_producers_per_partition": (16, 10_000_000),
 }
 
 

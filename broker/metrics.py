@@ -80,7 +80,8 @@ class BrokerMetrics:
         )
         self.producer_ids_expired = Counter(
             "headrace_producer_ids_expired",
-            "Idempotent producer ids forgotten after producer_expiry_ms without an append.",
+            "Idempotent producer ids forgotten: idle for producer_expiry_ms, or the least "
+            "recently active past [limits] max_producers_per_partition.",
             labels,
             registry=self.registry,
         )

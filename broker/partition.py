@@ -60,6 +60,7 @@ from collections.abc import Callable
 
 from broker.errors import ProducerSequenceError, ShuttingDownError
 from broker.producers import (
+    DEFAULT_MAX_PRODUCERS,
     Admit,
     AppendedLongAgo,
     Duplicate,
@@ -141,13 +142,15 @@ class Partition:
         clock: Clock | None = None,
         snapshot_bytes: int = DEFAULT_SNAPSHOT_BYTES,
         files: FileCache | None = None,
+        max_producers: int = DEFAULT_MAX_PRODUCERS,
     ) -> Partition:
         """Open the partition's log and rebuild its producer state.
 
         ``clock`` (wall-clock ms; default the system clock) serves the log (rolling,
         retention) and the producer table (commit stamps, expiry) alike.
         ``snapshot_bytes``: see the class. ``files`` is the broker's descriptor cache
-        (default: one of the log's own).
+        (default: one of the log's own). ``max_producers`` caps the producer table
+        (:class:`ProducerTable`).
         """
         clock = clock or wall_clock_ms
         path = os.path.join(topic_dir, str(index))
@@ -155,6 +158,7 @@ class Partition:
         snapshot = os.path.join(topic_dir, f"{index}.producers.json")
         try:
             table = await run_to_end(asyncio.to_thread(_rebuild, writer.log, snapshot, fs, clock()))
+            table.max_producers = max_producers  # applied from the next new producer on
         except BaseException:
             await writer.aclose()
             raise
@@ -252,6 +256,15 @@ class Partition:
             How many were forgotten.
         """
         return self._table.expire(self._clock(), max_idle_ms)
+
+    @property
+    def producer_count(self) -> int:
+        """Idempotent producers the partition remembers."""
+        return len(self._table)
+
+    def take_evicted_producers(self) -> int:
+        """How many producers the table's cap forgot since the last call."""
+        return self._table.take_evicted()
 
     async def aclose(self) -> None:
         """Refuse new appends, let the others settle (and a periodic snapshot finish),

@@ -51,6 +51,15 @@ Then ``admit(7, 0, 10)`` -> Admit: the retry is appended a second time (a batch 
 other sequence would have been admitted just as well), while ``admit(8, 0, 5)`` ->
 Duplicate as before.
 
+Cap: the table holds at most ``max_producers`` producers (``[limits]
+max_producers_per_partition``). Each costs about 2 KiB, and producer ids come from clients,
+so without a cap a client that invents ids (or many short-lived producers within the
+expiry) grows the broker without bound. Admitting a new producer past the cap forgets the
+least recently active one with nothing in flight, exactly as expiry would (its retries
+would be appended again); :meth:`take_evicted` counts them for the metrics. Worked example,
+``max_producers`` = 2: producers 7 and 8 commit, then 7 commits again; ``admit(9, 0, 1)``
+forgets 8 (7 was active since), and the table holds 7 and 9.
+
 Pure module: imports neither ``asyncio``, ``os`` nor ``time``.
 """
 
@@ -58,10 +67,12 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from itertools import pairwise
+from itertools import islice, pairwise
 from typing import Any
 
 WINDOW = 5
+#: Default of ``max_producers``: ~20 MiB of producer state per partition at most.
+DEFAULT_MAX_PRODUCERS = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,10 +172,21 @@ class _Producer:
 
 
 class ProducerTable:
-    """Dedup state of one partition. Not task-safe: used from one event loop."""
+    """Dedup state of one partition. Not task-safe: used from one event loop.
 
-    def __init__(self) -> None:
+    Args:
+        max_producers: Producers held at most; past it the least recently active idle one
+            is forgotten (see the module docstring). Default :data:`DEFAULT_MAX_PRODUCERS`.
+    """
+
+    def __init__(self, max_producers: int = DEFAULT_MAX_PRODUCERS) -> None:
+        if max_producers < 1:
+            raise ValueError(f"max_producers must be at least 1, not {max_producers}")
+        self.max_producers = max_producers
+        # Least recently active first: a producer moves to the end when it is admitted a
+        # batch, or one of its batches is committed or observed.
         self._producers: dict[int, _Producer] = {}
+        self._evicted = 0
 
     def admit(self, producer_id: int, base_sequence: int, count: int) -> Decision:
         """Decide what to do with a batch; on ``Admit`` the batch is reserved.
@@ -179,7 +201,7 @@ class ProducerTable:
         """
         if producer_id < 0:
             return Admit()
-        state = self._producers.setdefault(producer_id, _Producer())
+        state = self._active(producer_id)
         for done in state.appended:
             if done.base_sequence == base_sequence and done.count == count:
                 return Duplicate(done.first_offset, done.last_offset)
@@ -207,7 +229,7 @@ class ProducerTable:
         """
         if producer_id < 0:
             return
-        state = self._producers[producer_id]
+        state = self._producers[producer_id]  # in flight, so never evicted
         count = state.in_flight.pop(base_sequence)
         state.record(_Appended(base_sequence, count, first, last), at_ms)
 
@@ -231,7 +253,7 @@ class ProducerTable:
         """
         if producer_id < 0 or base_sequence < 0:
             return
-        state = self._producers.setdefault(producer_id, _Producer())
+        state = self._active(producer_id)
         count = last - first + 1
         state.record(_Appended(base_sequence, count, first, last), at_ms)
 
@@ -251,6 +273,30 @@ class ProducerTable:
         for pid in idle:
             del self._producers[pid]
         return len(idle)
+
+    def take_evicted(self) -> int:
+        """How many producers the cap forgot since the last call."""
+        evicted, self._evicted = self._evicted, 0
+        return evicted
+
+    def _active(self, producer_id: int) -> _Producer:
+        """The producer's state, made the most recently active (created if new, which
+        may forget the least recently active idle one past ``max_producers``)."""
+        state = self._producers.pop(producer_id, None)
+        if state is None:
+            state = _Producer()
+            self._evict_for_one_more()
+        self._producers[producer_id] = state
+        return state
+
+    def _evict_for_one_more(self) -> None:
+        over = len(self._producers) + 1 - self.max_producers
+        if over <= 0:
+            return
+        idle = (pid for pid, st in self._producers.items() if not st.in_flight)
+        for pid in list(islice(idle, over)):  # oldest activity first; in flight: kept
+            del self._producers[pid]
+            self._evicted += 1
 
     def __len__(self) -> int:
         """Producers the table holds state for."""

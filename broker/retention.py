@@ -166,6 +166,16 @@ class RetentionService:
                 self._producer_expiry_ms,
             )
             self._metrics.producers_expired(topic, partition.index, expired)
+        evicted = partition.take_evicted_producers()
+        if evicted:
+            logger.warning(
+                "%s/%d: forgot %d idempotent producer id(s) to stay within [limits] "
+                "max_producers_per_partition; a retry from one of them would be appended again",
+                topic,
+                partition.index,
+                evicted,
+            )
+            self._metrics.producers_expired(topic, partition.index, evicted)
 
     async def _retain(self, topic: str, partition: Partition, floor: int | None) -> None:
         writer = partition.writer

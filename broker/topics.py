@@ -57,6 +57,7 @@ from broker.errors import (
 )
 from broker.fd_budget import FdUsage, fds_needed, shortfall
 from broker.partition import DEFAULT_SNAPSHOT_BYTES, Partition
+from broker.producers import DEFAULT_MAX_PRODUCERS
 from dispatcher.names import NAME_RULE, is_valid_name
 from wal import FileSystem, LogConfig, run_to_end
 from wal.fdcache import FileCache, default_capacity
@@ -137,6 +138,8 @@ class TopicRegistry:
             passes it. Default: nothing; tests raise or exit there.
         max_partitions: Most partitions one topic may be created with (``[limits]
             max_partitions_per_topic``). Default :data:`MAX_PARTITIONS`.
+        max_producers: Idempotent producers each partition remembers (``[limits]
+            max_producers_per_partition``). Default 10,000.
     """
 
     def __init__(
@@ -154,8 +157,10 @@ class TopicRegistry:
         fd_usage: Callable[[FileCache], FdUsage] | None = None,
         crash_point: Callable[[str], None] = lambda _point: None,
         max_partitions: int = MAX_PARTITIONS,
+        max_producers: int = DEFAULT_MAX_PRODUCERS,
     ):
         self._max_partitions = max_partitions
+        self._max_producers = max_producers
         self._clock = clock
         self._snapshot_bytes = snapshot_bytes
         self._open_concurrency = open_concurrency
@@ -242,6 +247,7 @@ class TopicRegistry:
                     self._fs,
                     clock=self._clock,
                     snapshot_bytes=self._snapshot_bytes,
+                    max_producers=self._max_producers,
                     files=self.files,
                 )
 

@@ -360,3 +360,31 @@ async def test_publish_stream_stops_reading_at_in_flight_limit() -> None:
         assert pulled - len(answered) <= 3
         answered.append(response.request_id)
     assert answered == list(range(10))
+
+
+@pytest.mark.asyncio
+async def test_producers_per_partition(tmp_path: Path) -> None:
+    """Scenario: cap 16; 100 publishes, each from a new idempotent producer id (as a fuzzer
+    or a crowd of short-lived producers sends), then one retention pass. Expected: every
+    publish is appended (the cap is not an error); the newest producer's retry is still a
+    duplicate; the partition remembers 16 producers; the pass counts the 84 forgotten in
+    headrace_producer_ids_expired_total."""
+    limits = dataclasses.replace(LIMITS, max_producers_per_partition=16)
+    config = broker_config(tmp_path / "data", limits=limits)
+    async with serving(config) as (broker, client):
+        await create(client, "t", 1)
+        for pid in range(1_000, 1_100):
+            batch = encode_columns([b"v"], producer_id=pid, base_sequence=0)
+            answer = await client.broker.Publish(pb.PublishRequest(topic="t", batch=batch))
+            assert (answer.error_code, answer.duplicate) == (0, False)
+        retry = encode_columns([b"v"], producer_id=1_099, base_sequence=0)
+        answer = await client.broker.Publish(pb.PublishRequest(topic="t", batch=retry))
+        assert (answer.duplicate, answer.base_offset) == (True, 99)
+        partition = broker.topics.get("t").partition(0)
+        assert partition.producer_count == 16
+        await broker.retention.run_once()
+        labels = {"topic": "t", "partition": "0"}
+        sample = broker.metrics.registry.get_sample_value(
+            "headrace_producer_ids_expired_total", labels
+        )
+        assert sample == 84

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from typing import Any
 
 import pytest
@@ -439,3 +440,46 @@ def test_observe_stamps_the_given_time() -> None:
     table.observe(3, 1, 1, 1, at_ms=9_000)
     assert table.expire(9_000 + MINUTE, MINUTE) == 0
     assert table.expire(9_001 + MINUTE, MINUTE) == 1
+
+
+def test_the_cap_forgets_the_least_recently_active_producer() -> None:
+    """The module docstring's example: cap 2; producers 7 and 8 commit, then 7 again; a
+    new producer 9 forgets 8 (7 was active since), and 8's retry is admitted as new."""
+    table = ProducerTable(max_producers=2)
+    for pid, seq, offset in ((7, 0, 0), (8, 0, 1), (7, 1, 2)):
+        assert table.admit(pid, seq, 1) == Admit()
+        table.commit(pid, seq, offset, offset, at_ms=0)
+    assert table.admit(9, 0, 1) == Admit()
+    assert (len(table), table.take_evicted(), table.take_evicted()) == (2, 1, 0)
+    assert table.admit(7, 1, 1) == Duplicate(2, 2)
+    assert table.admit(8, 0, 1) == Admit()  # forgotten: its retry would be appended again
+
+
+def test_the_cap_never_forgets_a_producer_with_a_batch_in_flight() -> None:
+    """Cap 2, both producers with a batch in flight: a third is admitted over the cap
+    rather than forgetting state an append still needs; once one commits, the next new
+    producer brings the table back within the cap."""
+    table = ProducerTable(max_producers=2)
+    assert table.admit(1, 0, 1) == Admit()
+    assert table.admit(2, 0, 1) == Admit()
+    assert table.admit(3, 0, 1) == Admit()
+    assert (len(table), table.take_evicted()) == (3, 0)
+    table.commit(1, 0, 0, 0, at_ms=0)
+    table.commit(2, 0, 1, 1, at_ms=0)
+    table.commit(3, 0, 2, 2, at_ms=0)
+    assert table.admit(4, 0, 1) == Admit()
+    assert (len(table), table.take_evicted()) == (2, 2)
+    assert table.admit(3, 0, 1) == Duplicate(2, 2)
+
+
+def test_random_producer_ids_stay_within_the_cap() -> None:
+    """10,000 batches, each from a new random producer id (what a fuzzer sends), through a
+    table capped at 100: it never holds more than 100, and the newest are the ones kept."""
+    table = ProducerTable(max_producers=100)
+    ids = random.Random(7).sample(range(1 << 62), 10_000)
+    for offset, pid in enumerate(ids):
+        assert table.admit(pid, 0, 1) == Admit()
+        table.commit(pid, 0, offset, offset, at_ms=0)
+        assert len(table) <= 100
+    assert table.take_evicted() == 9_900
+    assert table.admit(ids[-1], 0, 1) == Duplicate(9_999, 9_999)
