@@ -23,7 +23,7 @@ from broker.config import BrokerConfig
 T = TypeVar("T")
 
 CI = 40
-SLOW = 1_000
+SLOW = 200
 
 settings.register_profile(
     "ci",
