@@ -13,6 +13,12 @@ Options set (gRPC channel arguments, milliseconds):
     ``grpc.min_reconnect_backoff_ms``      the least time one connection attempt gets
                                            (gRPC's connect timeout): the cap as well, so a
                                            slow handshake is not cut short
+    ``grpc.use_local_subchannel_pool``     1: connections of this channel only (below)
+
+Each channel also keeps its own connections (``grpc.use_local_subchannel_pool``). By
+default gRPC shares them between channels with the same target and options, so a client
+made just after a broker restart inherited another client's reconnect backoff, and its
+first call failed UNAVAILABLE ("connection refused") while the broker was serving.
 
 Example: ``reconnect_backoff_max_s=0.5`` and a 20 s outage: attempts every 0.1, 0.16,
 0.26, 0.41, then 0.5 s (each +-20 % jitter); the first attempt after the broker is back
@@ -67,6 +73,7 @@ def channel_options(reconnect_backoff_max_s: float = DEFAULT_RECONNECT_BACKOFF_M
         ("grpc.initial_reconnect_backoff_ms", min(_INITIAL_BACKOFF_MS, cap_ms)),
         ("grpc.min_reconnect_backoff_ms", cap_ms),
         ("grpc.max_reconnect_backoff_ms", cap_ms),
+        ("grpc.use_local_subchannel_pool", 1),
     ]
 
 

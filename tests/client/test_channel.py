@@ -28,6 +28,7 @@ def test_options_cap_the_reconnect_backoff(cap_s: float, initial_ms: int, cap_ms
     assert options["grpc.min_reconnect_backoff_ms"] == cap_ms
     assert options["grpc.max_send_message_length"] == MAX_MESSAGE_BYTES
     assert options["grpc.max_receive_message_length"] == MAX_MESSAGE_BYTES
+    assert options["grpc.use_local_subchannel_pool"] == 1  # no backoff inherited
 
 
 def test_the_default_cap_is_one_second() -> None:
