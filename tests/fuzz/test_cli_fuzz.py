@@ -144,6 +144,9 @@ def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Setup]:
         assert isinstance(config, BrokerConfig)
 
     monkeypatch.setattr(broker.app, "serve", no_broker)  # `serve` imports it when it runs
+    # Relative paths in fuzzed arguments (`tokens create --tokens-file -x` makes -x.lock)
+    # land in the test's directory, not in the checkout.
+    monkeypatch.chdir(tmp_path)
     with BrokerThread(broker_config(tmp_path / "data")) as running:
         request = _admin.CreateTopicRequest(name="t", partitions=2).SerializeToString()
         with grpc.insecure_channel(f"127.0.0.1:{running.port}") as channel:
