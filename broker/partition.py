@@ -124,7 +124,7 @@ class Partition:
         self._settled.set()
         self._closing = False
         self._snapshot_bytes = snapshot_bytes
-        self._snapshot_at = (writer.log.size_bytes, writer.log.segment_count)
+        self._snapshot_at = writer.log.active_position  # at the last snapshot (or open)
         self._snapshot_task: asyncio.Task[None] | None = None
         self._snapshot_lock = asyncio.Lock()
         #: Snapshots written since the partition opened (the one by ``aclose`` included).
@@ -284,13 +284,12 @@ class Partition:
         """After each group commit: start a snapshot after a roll or ``snapshot_bytes``."""
         if self._snapshot_task is not None or self._closing:
             return
-        log = self.writer.log
-        now = (log.size_bytes, log.segment_count)
-        last_size, last_segments = self._snapshot_at
-        if now[0] < last_size or now[1] < last_segments:  # retention deleted segments
-            self._snapshot_at = now
-            return
-        if now[0] - last_size < self._snapshot_bytes and now[1] == last_segments:
+        # The active segment only: a roll changes its base, and retention never touches it,
+        # so this is O(1) per commit however many segments the log has.
+        now = self.writer.log.active_position
+        base, size = now
+        last_base, last_size = self._snapshot_at
+        if base == last_base and size - last_size < self._snapshot_bytes:
             return
         self._snapshot_at = now
         self._snapshot_task = asyncio.create_task(

@@ -212,6 +212,13 @@ class Log:
         return self._segments[0].base_offset
 
     @property
+    def active_position(self) -> tuple[int, int]:
+        """The active segment's base offset and its size in bytes: where the next append
+        goes. O(1), for callers that look after every group commit."""
+        active = self._segments[-1]
+        return active.base_offset, active.size
+
+    @property
     def size_bytes(self) -> int:
         """Bytes in all segment logs."""
         return sum(s.size for s in self._segments)
