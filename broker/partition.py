@@ -157,8 +157,8 @@ class Partition:
         writer = await LogWriter.open(path, config, fs=fs, clock=clock, files=files)
         snapshot = os.path.join(topic_dir, f"{index}.producers.json")
         try:
-            table = await run_to_end(asyncio.to_thread(_rebuild, writer.log, snapshot, fs, clock()))
-            table.max_producers = max_producers  # applied from the next new producer on
+            rebuild = asyncio.to_thread(_rebuild, writer.log, snapshot, fs, clock(), max_producers)
+            table = await run_to_end(rebuild)
         except BaseException:
             await writer.aclose()
             raise
@@ -341,15 +341,18 @@ def _fail_twins(future: asyncio.Future[AppendResult], exc: BaseException) -> Non
     future.exception()  # retrieved here, so no "never retrieved" warning
 
 
-def _rebuild(log: Log, snapshot: str, fs: FileSystem, now_ms: int) -> ProducerTable:
+def _rebuild(
+    log: Log, snapshot: str, fs: FileSystem, now_ms: int, max_producers: int
+) -> ProducerTable:
     """The producer table: the snapshot if it is usable, then every batch after it.
 
     Producers without a saved ``last_append_ms``, and batches found in the log, count as
-    appended at ``now_ms`` (see the module docstring: never expire state early).
+    appended at ``now_ms`` (see the module docstring: never expire state early). The
+    table is built under its cap, ``max_producers``, as it will run.
     """
-    table, start = ProducerTable(), log.first_offset
+    table, start = ProducerTable(max_producers), log.first_offset
     if fs.exists(snapshot):
-        restored = _restore(log, snapshot, fs, now_ms)
+        restored = _restore(log, snapshot, fs, now_ms, max_producers)
         if restored is None:  # never trust it again, whatever the log becomes
             fs.remove(snapshot)
             fs.fsync_dir(os.path.dirname(snapshot))
@@ -367,7 +370,7 @@ def _rebuild(log: Log, snapshot: str, fs: FileSystem, now_ms: int) -> ProducerTa
 
 
 def _restore(
-    log: Log, snapshot: str, fs: FileSystem, now_ms: int
+    log: Log, snapshot: str, fs: FileSystem, now_ms: int, max_producers: int
 ) -> tuple[ProducerTable, int] | None:
     """The snapshot's table and offset, or ``None`` when it is damaged or covers offsets
     outside the log (ahead of a log whose tail recovery cut, or behind retention)."""
@@ -383,7 +386,8 @@ def _restore(
                 log.head,
             )
             return None
-        return ProducerTable.restore(doc["producers"], now_ms=now_ms), offset
+        table = ProducerTable.restore(doc["producers"], now_ms=now_ms, max_producers=max_producers)
+        return table, offset
     except (ValueError, KeyError, TypeError) as exc:
         logger.warning("%s is unusable (%s); discarding it, rescanning the log", snapshot, exc)
         return None

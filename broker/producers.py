@@ -338,7 +338,9 @@ class ProducerTable:
         return doc
 
     @classmethod
-    def restore(cls, doc: dict[str, Any], *, now_ms: int) -> ProducerTable:
+    def restore(
+        cls, doc: dict[str, Any], *, now_ms: int, max_producers: int = DEFAULT_MAX_PRODUCERS
+    ) -> ProducerTable:
         """Rebuild from :meth:`snapshot` output.
 
         Also reads the two older formats. Before ``first_sequence``, a bare list of rows per
@@ -356,7 +358,7 @@ class ProducerTable:
         Raises:
             ValueError: the document is not a snapshot.
         """
-        table = cls()
+        table = cls(max_producers)
         for pid, entry in doc.items():
             rows, first_sequence, at_ms = _parse_entry(pid, entry, now_ms)
             for seq, count, first, last in rows:

@@ -483,3 +483,15 @@ def test_random_producer_ids_stay_within_the_cap() -> None:
         assert len(table) <= 100
     assert table.take_evicted() == 9_900
     assert table.admit(ids[-1], 0, 1) == Duplicate(9_999, 9_999)
+
+
+def test_a_restore_keeps_producers_up_to_its_own_cap_not_the_default() -> None:
+    """A snapshot of 12,000 producers (more than the default cap of 10,000) restored under
+    a cap of 20,000 keeps all of them: the rebuild runs under the configured cap."""
+    table = ProducerTable(max_producers=20_000)
+    for pid in range(12_000):
+        assert table.admit(pid, 0, 1) == Admit()
+        table.commit(pid, 0, pid, pid, at_ms=0)
+    restored = ProducerTable.restore(table.snapshot(), now_ms=0, max_producers=20_000)
+    assert (len(restored), restored.take_evicted()) == (12_000, 0)
+    assert restored.admit(0, 0, 1) == Duplicate(0, 0)

@@ -45,11 +45,11 @@ async def test_partitions_open_concurrently_and_each_rebuilds_its_own_state(
     met: list[bool] = []
     real = broker.partition._rebuild
 
-    def rebuild(log: Log, snapshot: str, fs: FileSystem, now_ms: int) -> object:
+    def rebuild(log: Log, snapshot: str, fs: FileSystem, now_ms: int, cap: int) -> object:
         if len(met) < 3:  # the first three to arrive: the other three open later
             met.append(True)
             barrier.wait()
-        return real(log, snapshot, fs, now_ms)
+        return real(log, snapshot, fs, now_ms, cap)
 
     monkeypatch.setattr(broker.partition, "_rebuild", rebuild)
     registry = TopicRegistry(str(tmp_path), LogConfig(), open_concurrency=3)
