@@ -1,9 +1,9 @@
 """The ``headrace`` command line.
 
 Role: one entry point with subcommands: ``serve`` runs a broker; ``topics``, ``produce``,
-``consume``, ``lag`` and ``seek`` talk to one (:mod:`broker.cli_client`), and so does
-``dlq`` (:mod:`broker.cli_dlq`); ``tokens`` edits the bearer tokens file
-(:mod:`broker.cli_tokens`); ``wal inspect`` reads a partition directory offline.
+``consume`` and ``seek`` talk to one (:mod:`broker.cli_client`), and so do ``lag``
+(:mod:`broker.cli_lag`) and ``dlq`` (:mod:`broker.cli_dlq`); ``tokens`` edits the bearer
+tokens file (:mod:`broker.cli_tokens`); ``wal inspect`` reads a partition directory offline.
 
 Conventions (DESIGN section 4): exit code 0 on success, 1 on error, 2 on usage errors;
 errors are one clear line on stderr, never a traceback.
@@ -40,7 +40,7 @@ _LAZY = {
     "topics": "broker.cli_client:topics",
     "produce": "broker.cli_client:produce",
     "consume": "broker.cli_client:consume",
-    "lag": "broker.cli_client:lag",
+    "lag": "broker.cli_lag:lag",
     "seek": "broker.cli_client:seek",
     "dlq": "broker.cli_dlq:dlq",
     "tokens": "broker.cli_tokens:tokens",

@@ -1,5 +1,6 @@
 """The ``headrace`` commands that talk to a broker as a client: ``topics``, ``produce``,
-``consume``, ``lag`` and ``seek`` (``dlq`` is in :mod:`broker.cli_dlq`).
+``consume`` and ``seek`` (``dlq`` is in :mod:`broker.cli_dlq`, ``lag`` in
+:mod:`broker.cli_lag`).
 
 Role: parse arguments, call the :mod:`client` library, print. Every command takes
 ``--broker HOST:PORT`` (env ``HEADRACE_BROKER``), ``--token`` (env ``HEADRACE_TOKEN``) and
@@ -17,8 +18,7 @@ import contextlib
 import functools
 import json
 import sys
-import time
-from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -337,76 +337,6 @@ def as_text(raw: bytes | None) -> str | None:
         return raw.decode()
     except UnicodeDecodeError:
         return None
-
-
-LAG_FIELDS = (
-    "topic",
-    "partition",
-    "subscription",
-    "type",
-    "cursor",
-    "head",
-    "lag",
-    "oldest_unacked_age_s",
-    "consumers",
-    "in_flight",
-    "state",
-    "reason",
-)
-
-
-@click.command()
-@click.option("--topic", "-t", help="Only this topic.")
-@click.option("--subscription", "-s", help="Only this subscription.")
-@click.option("--watch", is_flag=True, help="Refresh every second until interrupted.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON array.")
-@broker_option
-def lag(
-    topic: str | None, subscription: str | None, watch: bool, as_json: bool, target: Target
-) -> None:
-    """Show each subscription's cursor, head and lag per partition."""
-
-    async def rows() -> list[dict[str, Any]]:
-        async with AsyncAdminClient(**target.kwargs()) as admin:
-            subs = await admin.list_subscriptions(topic)
-        return lag_rows(s for s in subs if subscription in (None, s.subscription))
-
-    while True:
-        found = run(rows, target)
-        if as_json:
-            click.echo(json.dumps(found))
-        else:
-            if watch:
-                click.clear()
-            click.echo(table(found, LAG_FIELDS) if found else "no subscriptions")
-        if not watch:
-            return
-        try:
-            time.sleep(1)
-        except KeyboardInterrupt:
-            return
-
-
-def lag_rows(subs: Iterable[SubscriptionInfo]) -> list[dict[str, Any]]:
-    """One row per (topic, partition, subscription), with the fields of DESIGN section 4."""
-    return [
-        {
-            "topic": s.topic,
-            "partition": p.partition,
-            "subscription": s.subscription,
-            "type": s.type,
-            "cursor": p.cursor,
-            "head": p.head,
-            "lag": p.lag,
-            "oldest_unacked_age_s": round(p.oldest_unacked_age_s, 3),
-            "consumers": len(s.consumers),
-            "in_flight": p.in_flight,
-            "state": p.state,
-            "reason": p.reason,
-        }
-        for s in subs
-        for p in s.partitions
-    ]
 
 
 def table(rows: Sequence[Mapping[str, Any]], fields: Sequence[str]) -> str:

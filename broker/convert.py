@@ -136,6 +136,10 @@ def subscription_info(status: SubscriptionStatus) -> _admin.SubscriptionInfo:
                 oldest_unacked_age_s=p.oldest_unacked_age_s,
                 state=p.state,
                 reason=p.reason,
+                ingress_rate=p.ingress_rate,
+                ack_rate=p.ack_rate,
+                drain_s=p.drain_s,
+                trend=p.trend,
             )
             for p in status.partitions
         ],

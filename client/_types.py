@@ -152,7 +152,16 @@ class PartitionLag:
     written, ``lag`` the records at or above the cursor not yet acknowledged, and
     ``in_flight`` those sent to a consumer and not yet acknowledged. ``state`` is one of
     ``CAUGHT_UP``, ``LAGGING``, ``STALLED``, ``NO_CONSUMER`` or ``BLOCKED``; ``reason`` says
-    why in words.
+    why: a fixed phrase (``no consumer``, ``window full``, ``consumer slow``, ``retry
+    backoff``, ``blocked on poison``, ``dlq full``, ``dlq error``, ``read error``, ``no
+    progress``), then ``": "`` and details; ``""`` when caught up.
+
+    The broker measures the rates over a sliding window of the last 10 s of heartbeats:
+    ``ingress_rate`` is records appended to the partition per second, ``ack_rate`` records
+    the subscription acknowledged per second. ``drain_s`` is the seconds until the lag is
+    drained at those rates (``lag / (ack_rate - ingress_rate)``), 0 when caught up, ``None``
+    when acks do not outpace ingress. ``trend`` is ``growing``, ``shrinking`` or
+    ``steady``: the lag's change over the window.
     """
 
     partition: int
@@ -163,6 +172,10 @@ class PartitionLag:
     oldest_unacked_age_s: float
     state: str
     reason: str
+    ingress_rate: float = 0.0
+    ack_rate: float = 0.0
+    drain_s: float | None = 0.0
+    trend: str = "steady"
 
 
 @dataclass(frozen=True, slots=True)

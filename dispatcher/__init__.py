@@ -9,7 +9,9 @@ Modules:
                       partition and consumer; the key_shared slot hash (pure)
     state             SubscriptionState: types, acks, leases, redelivery with backoff, poison
                       records, key_shared slots: the state machine (pure)
-    lag               HeartbeatConfig, LagMonitor: the heartbeat's re-poll and STALLED rules (pure)
+    lag               HeartbeatConfig, LagMonitor, RateWindow: the heartbeat's re-poll and
+                      STALLED rules, ingress and ack rates (pure)
+    diagnosis         LagState, Cause, diagnose(): a partition's lag state and reason (pure)
     dead_letter       DeadLetter, DlqEntry: dead letters as records, the codec, replay (pure)
     dlq               DeadLetterQueue: one subscription's dead letters in their own log
     subscription      Subscription, ConsumerSession: the async shell that runs the state machine

@@ -225,6 +225,21 @@ class SubscriptionState:
         """Why ``partition`` sends nothing (BLOCKED), or ``""``."""
         return self._parts[partition].blocked
 
+    def blocked_on_dead_letters(self, partition: int) -> bool:
+        """Whether ``partition`` is blocked by a dead-letter write that failed (retried),
+        rather than by a poison record under policy ``block``."""
+        return self._parts[partition].retry_dead_letters
+
+    def waiting_at_cursor(self, partition: int) -> tuple[float, int, str] | None:
+        """When the record at ``partition``'s cursor may go out again, how often it was
+        sent and why its last delivery failed; ``None`` when it does not wait."""
+        part = self._parts[partition]
+        cursor = part.acks.cursor
+        for _lo, _hi, at in part.waiting.overlapping(cursor, cursor + 1):
+            tries = part.tries.get(cursor)
+            return at, part.deliveries(cursor), tries.reason if tries else ""
+        return None
+
     def ready(self, heads: Sequence[int], now: float) -> int:
         """Records that could be sent now if a consumer had room."""
         total = 0

@@ -47,6 +47,8 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from dispatcher.diagnosis import DlqFull, PartitionFacts, Retry, diagnose
+from dispatcher.dlq import DlqFullError
 from dispatcher.errors import InvalidSubscriptionError, SubscriptionLimitError
 from dispatcher.lag import (
     DEFAULT_INTERVAL_S,
@@ -54,6 +56,8 @@ from dispatcher.lag import (
     IDLE,
     LagMonitor,
     Observation,
+    Rates,
+    RateWindow,
     Verdict,
 )
 from dispatcher.protocol import (
@@ -124,7 +128,11 @@ class PartitionStatus:
     in_flight: int  # sent and not yet acknowledged
     oldest_unacked_age_s: float  # age of the record at the cursor (0 when caught up)
     state: str  # CAUGHT_UP | LAGGING | STALLED | NO_CONSUMER | BLOCKED
-    reason: str  # why, in words
+    reason: str  # "<cause>: <detail>" (dispatcher.diagnosis), "" when caught up
+    ingress_rate: float = 0.0  # records/s appended, over the rate window (dispatcher.lag)
+    ack_rate: float = 0.0  # records/s acknowledged by this subscription, same window
+    drain_s: float | None = 0.0  # lag / (ack_rate - ingress_rate); None: never drains
+    trend: str = "steady"  # growing | shrinking | steady: the lag over the window
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +230,10 @@ class Subscription:
         #: How often the heartbeat should tick this subscription, seconds.
         self.heartbeat_interval_s = heartbeat_interval_s
         self._monitor = LagMonitor(stall_timeout_s)
+        #: Ingress and ack rates per partition, sampled on every tick.
+        self._rates = [RateWindow() for _ in self._writers]
+        #: Why the last dead-letter write failed (None after one that worked).
+        self._dead_letter_error: Exception | None = None
         self._heartbeat_poll = False
         #: When a pull reader (AckUpTo) last committed, per the clock; None if never.
         self._committed_at: float | None = None
@@ -279,6 +291,8 @@ class Subscription:
             self.task_restarts += 1
             self._start_task()
         heads = [w.high_water_mark for w in self._writers]
+        for i, (window, head) in enumerate(zip(self._rates, heads, strict=True)):
+            window.observe(now, head, head - self.state.lag(i, head))
         if self._monitor.idle and self.state.caught_up(heads):
             self.verdict = IDLE  # the common case, kept cheap: 1,000 idle subscriptions
             return IDLE
@@ -460,6 +474,7 @@ class Subscription:
             for w, offset in zip(self._writers, offsets, strict=True)
         )
         self._apply(Seek(clamped))
+        self._rates = [RateWindow() for _ in self._writers]  # the jump is not an ack rate
 
     # -- state ------------------------------------------------------------------------
 
@@ -490,41 +505,75 @@ class Subscription:
         ]
 
     def status(self) -> SubscriptionStatus:
-        """Cursor, head, lag, in-flight records and state per partition."""
+        """Cursor, head, lag, in-flight records, rates, state and reason per partition."""
         state = self.state
         consumers = tuple(state.consumers())
-        now_ms = self._clock() * 1000
+        now = self._clock()
         parts = []
         for i, writer in enumerate(self._writers):
             head = writer.high_water_mark
             cursor = state.cursor(i)
             lag = state.lag(i, head)
+            rates = self._rates[i].rates()
+            verdict = diagnose(self._facts(i, head, lag, len(consumers), now, rates))
             age = 0.0
-            blocked = state.blocked(i)
-            if lag == 0:
-                state_name, reason = "CAUGHT_UP", ""
-            else:
-                age = max(0.0, (now_ms - _timestamp_at(writer, cursor)) / 1000)
-                if blocked:
-                    state_name, reason = "BLOCKED", blocked
-                elif self.verdict.stalled and state.read_position(i) < head:
-                    state_name, reason = "STALLED", self.verdict.reason
-                elif consumers:
-                    state_name, reason = "LAGGING", f"{lag} records not yet acknowledged"
-                elif self._pull_reader_active(now_ms / 1000):
-                    assert self._committed_at is not None
-                    state_name = "LAGGING"
-                    reason = (
-                        f"{lag} records not yet committed by a reader that keeps its own "
-                        f"position (AckUpTo, e.g. Spark); last commit "
-                        f"{now_ms / 1000 - self._committed_at:.0f} s ago"
-                    )
-                else:
-                    state_name, reason = "NO_CONSUMER", f"{lag} records wait for a consumer"
+            if lag:
+                age = max(0.0, now - _timestamp_at(writer, cursor) / 1000)
             parts.append(
-                PartitionStatus(i, cursor, head, lag, state.in_flight(i), age, state_name, reason)
+                PartitionStatus(
+                    i,
+                    cursor,
+                    head,
+                    lag,
+                    state.in_flight(i),
+                    age,
+                    verdict.state.value,
+                    verdict.reason,
+                    ingress_rate=rates.ingress,
+                    ack_rate=rates.acked,
+                    drain_s=rates.drain_s(lag),
+                    trend=rates.trend.value,
+                )
             )
         return SubscriptionStatus(self.topic, self.name, self.type, consumers, tuple(parts))
+
+    def _facts(  # noqa: PLR0917 - one private caller
+        self, i: int, head: int, lag: int, consumers: int, now: float, rates: Rates
+    ) -> PartitionFacts:
+        """What :func:`~dispatcher.diagnosis.diagnose` judges partition ``i`` on."""
+        state = self.state
+        if lag == 0:
+            return PartitionFacts(lag=0)
+        unread = max(0, head - state.read_position(i))
+        retry = None
+        waiting = state.waiting_at_cursor(i)
+        if waiting is not None and waiting[0] > now:
+            retry = Retry(state.cursor(i), waiting[0] - now, waiting[1], waiting[2])
+        full = self._dead_letter_error
+        pull = None
+        if self._pull_reader_active(now):
+            assert self._committed_at is not None
+            pull = now - self._committed_at
+        return PartitionFacts(
+            lag=lag,
+            unread=unread,
+            in_flight=state.in_flight(i),
+            consumers=consumers,
+            has_room=state.has_room(),
+            held=state.held,
+            max_unacked=self.policy.max_unacked,
+            blocked=state.blocked(i),
+            on_dead_letters=state.blocked_on_dead_letters(i),
+            dlq_full=(
+                DlqFull(full.entries, full.max_entries) if isinstance(full, DlqFullError) else None
+            ),
+            read_error=self._last_error if unread else "",
+            stalled=self.verdict.stalled,
+            stuck_s=self.verdict.stuck_s,
+            retry=retry,
+            pull_commit_age_s=pull,
+            rates=rates,
+        )
 
     def _pull_reader_active(self, now: float) -> bool:
         """Whether a reader that pulls by offset (Fetch + AckUpTo) committed within
@@ -651,10 +700,12 @@ class Subscription:
                     raise RuntimeError("this subscription has no dead-letter queue")
                 await self._dead_letters(self, action)
             except Exception as exc:
+                self._dead_letter_error = exc
                 done = DeadLetterFailed(
                     action.partition, action.begin, action.end, str(exc) or type(exc).__name__
                 )
             else:
+                self._dead_letter_error = None
                 done = DeadLettered(action.partition, action.begin, action.end)
             await self._carry_out(self.state.handle(done, self._clock()))
             if self.state.changes != self._changes:

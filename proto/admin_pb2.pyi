@@ -70,7 +70,7 @@ class ListSubscriptionsRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ...) -> None: ...
 
 class PartitionLag(_message.Message):
-    __slots__ = ("partition", "cursor", "head", "lag", "in_flight", "oldest_unacked_age_s", "state", "reason")
+    __slots__ = ("partition", "cursor", "head", "lag", "in_flight", "oldest_unacked_age_s", "state", "reason", "ingress_rate", "ack_rate", "drain_s", "trend")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     CURSOR_FIELD_NUMBER: _ClassVar[int]
     HEAD_FIELD_NUMBER: _ClassVar[int]
@@ -79,6 +79,10 @@ class PartitionLag(_message.Message):
     OLDEST_UNACKED_AGE_S_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    INGRESS_RATE_FIELD_NUMBER: _ClassVar[int]
+    ACK_RATE_FIELD_NUMBER: _ClassVar[int]
+    DRAIN_S_FIELD_NUMBER: _ClassVar[int]
+    TREND_FIELD_NUMBER: _ClassVar[int]
     partition: int
     cursor: int
     head: int
@@ -87,7 +91,11 @@ class PartitionLag(_message.Message):
     oldest_unacked_age_s: float
     state: str
     reason: str
-    def __init__(self, partition: _Optional[int] = ..., cursor: _Optional[int] = ..., head: _Optional[int] = ..., lag: _Optional[int] = ..., in_flight: _Optional[int] = ..., oldest_unacked_age_s: _Optional[float] = ..., state: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+    ingress_rate: float
+    ack_rate: float
+    drain_s: float
+    trend: str
+    def __init__(self, partition: _Optional[int] = ..., cursor: _Optional[int] = ..., head: _Optional[int] = ..., lag: _Optional[int] = ..., in_flight: _Optional[int] = ..., oldest_unacked_age_s: _Optional[float] = ..., state: _Optional[str] = ..., reason: _Optional[str] = ..., ingress_rate: _Optional[float] = ..., ack_rate: _Optional[float] = ..., drain_s: _Optional[float] = ..., trend: _Optional[str] = ...) -> None: ...
 
 class SubscriptionInfo(_message.Message):
     __slots__ = ("topic", "subscription", "type", "partitions", "consumers")

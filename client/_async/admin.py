@@ -62,6 +62,10 @@ def _subscription(info: _admin.SubscriptionInfo) -> SubscriptionInfo:
                 p.oldest_unacked_age_s,
                 p.state,
                 p.reason,
+                ingress_rate=p.ingress_rate,
+                ack_rate=p.ack_rate,
+                drain_s=p.drain_s if p.HasField("drain_s") else None,
+                trend=p.trend or "steady",
             )
             for p in info.partitions
         ),
