@@ -53,7 +53,8 @@ LAG_FIELDS = (
     "drain_s",
     "trend",
 )
-#: The table's columns; ``trend`` is added in ``--watch``.
+#: The table's columns; ``trend`` is added in ``--watch``. ``age_s`` is
+#: ``oldest_unacked_age_s``, ``in/s`` and ``ack/s`` the ingress and ack rates.
 TABLE_FIELDS = (
     "topic",
     "subscription",
@@ -62,11 +63,11 @@ TABLE_FIELDS = (
     "cursor",
     "head",
     "lag",
-    "oldest_unacked_age_s",
+    "age_s",
     "consumers",
     "in_flight",
-    "ingress_rate",
-    "ack_rate",
+    "in/s",
+    "ack/s",
     "drain",
     "state",
     "reason",
@@ -231,9 +232,9 @@ def _cells(row: dict[str, Any]) -> dict[str, Any]:
     """A JSON row as table cells: rates to one decimal, drain as a duration."""
     return {
         **row,
-        "ingress_rate": f"{row['ingress_rate']:.1f}",
-        "ack_rate": f"{row['ack_rate']:.1f}",
-        "oldest_unacked_age_s": f"{row['oldest_unacked_age_s']:.1f}",
+        "in/s": f"{row['ingress_rate']:.1f}",
+        "ack/s": f"{row['ack_rate']:.1f}",
+        "age_s": f"{row['oldest_unacked_age_s']:.1f}",
         "drain": duration(row["drain_s"], row["lag"]),
     }
 
