@@ -240,6 +240,12 @@ class RateWindow:
         #: newest sample at least ``window_s`` old, so the rates span the whole window.
         self._samples: deque[tuple[float, int, int]] = deque()
 
+    def wants(self, now: float) -> bool:
+        """Whether a sample at ``now`` is worth taking: a quarter of the spacing has passed
+        since the last one (so a 10 ms heartbeat does not compute lags 100 times a
+        second for rates measured over seconds)."""
+        return not self._samples or now - self._samples[-1][0] >= self._spacing / 4
+
     def observe(self, now: float, head: int, acked: int) -> None:
         """Record the partition's ``head`` and ``acked`` total at ``now`` (monotonic s)."""
         samples = self._samples

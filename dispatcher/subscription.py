@@ -291,8 +291,9 @@ class Subscription:
             self.task_restarts += 1
             self._start_task()
         heads = [w.high_water_mark for w in self._writers]
-        for i, (window, head) in enumerate(zip(self._rates, heads, strict=True)):
-            window.observe(now, head, head - self.state.lag(i, head))
+        if self._rates and self._rates[0].wants(now):  # the windows are sampled together
+            for i, (window, head) in enumerate(zip(self._rates, heads, strict=True)):
+                window.observe(now, head, head - self.state.lag(i, head))
         if self._monitor.idle and self.state.caught_up(heads):
             self.verdict = IDLE  # the common case, kept cheap: 1,000 idle subscriptions
             return IDLE

@@ -100,3 +100,12 @@ def test_trend_ignores_noise(before: int, now: int, trend: Trend) -> None:
 def test_drain_time(ingress: float, acked: float, lag: int, drain: float | None) -> None:
     """drain_s = lag / (acks - ingress) when positive; 0 when caught up; else None."""
     assert Rates(ingress, acked, Trend.STEADY, 10.0).drain_s(lag) == drain
+
+
+def test_a_fast_heartbeat_samples_a_few_times_a_second() -> None:
+    """A window wants a sample only a quarter of its spacing after the last one."""
+    window = RateWindow(spacing_s=1.0)
+    assert window.wants(0.0)
+    window.observe(0.0, 0, 0)
+    assert not window.wants(0.2)
+    assert window.wants(0.25)
