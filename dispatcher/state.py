@@ -53,6 +53,10 @@ count 0. Released offsets below others still sent get a count-0 failure entry in
 (as :func:`~dispatcher.partition_book.pass_over` gives), and a redelivery that is
 released gets its entry's count lowered by one.
 
+A record whose failures reached max-deliveries while it waits goes to the poison policy
+even when no consumer has credit (all drained, or none attached): a consumer that nacks
+a record's last try and closes does not leave it waiting for the next consumer.
+
 Routing by type: ``exclusive`` has one consumer; ``failover`` sends to the consumer that
 attached first, the others stand by, and a takeover resends the unacknowledged records
 first, in order; ``shared`` sends each slice to the next consumer with credit; ``key_shared``
@@ -149,6 +153,10 @@ class SubscriptionState:
         self._parts = [PartitionBook(i, snap) for i, snap in enumerate(partitions)]
         self._consumers: dict[str, Consumer] = {}
         self._draining: set[str] = set()  # consumers that drained: credit is ignored
+        # Per partition: waiting offsets whose failures reached max_deliveries. They go to
+        # the poison policy at once, with or without a consumer that has credit (one that
+        # nacked its last try and closed must not leave them waiting for the next one).
+        self._exhausted: list[set[int]] = [set() for _ in self._parts]
         self._eligible_now: list[Consumer] = []  # see _eligible
         self._order = 0
         self._rr = 0  # shared: the next consumer to try
@@ -284,6 +292,9 @@ class SubscriptionState:
         for part in self._parts:
             if part.waiting and not part.blocked and credit:
                 times.extend(at for _, _, at in part.sendable_waiting())
+            elif self._exhausted[part.index] and not part.blocked:
+                for offset in self._exhausted[part.index]:
+                    times.extend(at for _, _, at in part.waiting.overlapping(offset, offset + 1))
             if part.retry_dead_letters:
                 times.extend(at for _, _, at in part.parked if at is not None)
         return min(times) if times else None
@@ -291,7 +302,7 @@ class SubscriptionState:
     def reads(self, heads: Sequence[int], now: float) -> list[tuple[int, int]]:
         """``(partition, offset)`` to read from, round robin: the first ready waiting
         record, or the read position when new records are durable and there is room."""
-        if not self._consumers:
+        if not self._consumers and not any(self._exhausted):
             return []
         count = len(self._parts)
         start = self._next_partition
@@ -311,11 +322,37 @@ class SubscriptionState:
             else:
                 if credit:  # waiting records are held already: credit is all they need
                     offset = next((b for b, _, at in part.sendable_waiting() if at <= now), None)
+                elif self._exhausted[p]:  # poison needs no credit
+                    offset = self._first_exhausted(part, now)
                 if room and offset is None and part.read_pos < heads[p]:
                     offset = part.read_pos
             if offset is not None:
                 out.append((p, offset))
         return out
+
+    def _first_exhausted(self, part: PartitionBook, now: float) -> int | None:
+        """The first waiting offset of ``part`` that reached max_deliveries and is ready
+        at ``now``; forgets those that no longer wait (acked, sent, sought past)."""
+        exhausted = self._exhausted[part.index]
+        first = None
+        for offset in sorted(exhausted):
+            pieces = list(part.waiting.overlapping(offset, offset + 1))
+            if not pieces:
+                exhausted.discard(offset)
+            elif first is None and pieces[0][2] <= now:
+                first = offset
+        return first
+
+    def _poison_exhausted(self, part: PartitionBook, ctx: BatchContext) -> None:
+        """With no consumer to send to, apply the poison policy to the waiting offsets of
+        ``ctx``'s batch that reached max_deliveries and are ready."""
+        base, nxt = ctx.base, ctx.batch.next_offset
+        for offset in sorted(o for o in self._exhausted[part.index] if base <= o < nxt):
+            if part.blocked:
+                return
+            if any(at <= ctx.now for _, _, at in part.waiting.overlapping(offset, offset + 1)):
+                part.waiting.cut(offset, offset + 1)
+                self._poison(part, ctx, offset)
 
     def snapshot(self, max_ranges: int) -> list[PartitionSnapshot]:
         """What to persist: per partition the cursor, at most ``max_ranges`` ack ranges
@@ -551,6 +588,8 @@ class SubscriptionState:
                 tries.reason = reason
                 tries.times.append(sent_ms)
                 failures = max(failures, tries.deliveries)
+                if self.policy.max_deliveries and tries.deliveries >= self.policy.max_deliveries:
+                    self._exhausted[part.index].add(offset)
             wait = delay if delay is not None else self.policy.backoff_s(failures, self._random())
             part.waiting.add(lo, hi, now + wait)
             self.changes += 1
@@ -597,6 +636,7 @@ class SubscriptionState:
             part.read_pos = offset
             part.sent_mark = max(part.sent_mark, offset)
             part.tries.clear()
+            self._exhausted[part.index].clear()
             unblock(part)
         self.changes += 1
         return []
@@ -687,6 +727,9 @@ class SubscriptionState:
                 part.read_pos = nxt
             return True
         ctx = BatchContext(batch, now, out)
+        if self._exhausted[part.index] and not any(c.credit > 0 for c in self._eligible()):
+            self._poison_exhausted(part, ctx)  # nothing else can go without credit
+            return False
         for lo, hi, waited in spans:
             if waited:
                 if not any(c.credit > 0 for c in self._eligible()):
@@ -724,6 +767,7 @@ class SubscriptionState:
         self._assign(part, ctx, lo, hi)
 
     def _poison(self, part: PartitionBook, ctx: BatchContext, offset: int) -> None:
+        self._exhausted[part.index].discard(offset)
         deliveries = part.deliveries(offset)
         policy = self.policy.poison
         if policy is PoisonPolicy.DROP:

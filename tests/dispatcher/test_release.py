@@ -221,3 +221,23 @@ def test_a_nacked_record_then_released_keeps_its_failure() -> None:
     d.take()
     d.pump()
     assert d.redeliveries("a") == {0: 1}
+
+
+@pytest.mark.parametrize("then", ["drain", "detach"])
+def test_an_exhausted_record_is_dead_lettered_with_no_consumer_to_send_to(then: str) -> None:
+    """Scenario: max_deliveries 2; record 0 is nacked twice (its last try), then the
+    consumer drains (no credit) or leaves (no consumer at all).
+    Expected: record 0 goes to the dead-letter queue at once, without waiting for a
+    consumer with credit (a nack of the last try followed by a close must not leave it
+    waiting for the next consumer); record 1 does not."""
+    d = Driver(DispatchPolicy(type=EXCLUSIVE, max_deliveries=2, backoff_initial_s=0))
+    d.logs[0].append(2)
+    d.attach("a")
+    d.pump()
+    d.do(Nack(0, 0, 1, delay_s=0))
+    d.pump()
+    assert d.redeliveries("a") == {0: 1}
+    d.do(Nack(0, 0, 1, delay_s=0))
+    d.do(Drain("a") if then == "drain" else Detach("a"))
+    dead = [a for a in d.pump() if isinstance(a, ToDeadLetter)]
+    assert [(a.begin, a.end) for a in dead] == [(0, 1)]  # record 1 is not poison
