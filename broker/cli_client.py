@@ -17,6 +17,7 @@ import base64
 import contextlib
 import functools
 import json
+import math
 import sys
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -260,6 +261,14 @@ def _stdin_lines() -> Iterator[bytes]:
     help="Where a new subscription starts.",
 )
 @click.option("--count", type=click.IntRange(1), help="Exit after N records.")
+@click.option(
+    "--timeout",
+    type=float,
+    callback=lambda _ctx, _param, value: _positive_seconds(value),
+    metavar="SECONDS",
+    help="Idle timeout: stop once this many seconds pass without a new record (exit 0, "
+    "with a note on stderr of how many of --count arrived).",
+)
 @click.option("--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @broker_option
 def consume(  # noqa: PLR0917 - click passes every option as an argument
@@ -268,35 +277,68 @@ def consume(  # noqa: PLR0917 - click passes every option as an argument
     type_: str,
     start: str,
     count: int | None,
+    timeout: float | None,
     output: str,
     target: Target,
 ) -> None:
     """Print records of TOPIC through a subscription, one value per line, and ack them.
 
     A record is acknowledged only after it was written to stdout. Runs until --count
-    records were printed, or until interrupted (Ctrl-C acks what was printed, then exits).
+    records were printed, until --timeout seconds pass without a new record, or until
+    interrupted (Ctrl-C acks what was printed, then exits). It asks the broker for no more
+    than --count records ahead; records it received but did not print are given back
+    uncounted on exit, so the next consumer gets them as first deliveries.
     """
     out = sys.stdout.buffer
     printed = 0
+    idle = False
+    prefetch = min(count, CONSUME_PREFETCH) if count is not None else CONSUME_PREFETCH
 
     async def go() -> None:
-        nonlocal printed
+        nonlocal printed, idle
         async with AsyncConsumer(
-            topic, subscription, **target.kwargs(), type=type_, initial_position=start
+            topic,
+            subscription,
+            **target.kwargs(),
+            type=type_,
+            initial_position=start,
+            receive_queue=prefetch,
         ) as consumer:
             while count is None or printed < count:
-                batch = await consumer.receive_batch(
-                    count - printed if count is not None else 1_000
-                )
+                want = count - printed if count is not None else CONSUME_PREFETCH
+                try:
+                    batch = await consumer.receive_batch(want, timeout=timeout)
+                except TimeoutError:
+                    idle = True
+                    return
                 for message in batch:
                     out.write(_render(message, output))
                 out.flush()
-                for message in batch:
-                    consumer.ack(message)
+                consumer.ack_many(batch)
                 printed += len(batch)
 
     run(go, target)
+    if idle:
+        of = f" of {count}" if count is not None else ""
+        click.echo(f"stopped after {timeout:g}s without a record; got {printed}{of}", err=True)
     click.echo(f"consumed {printed} record(s) from {topic}", err=True)
+
+
+#: The most records ``consume`` lets the broker send ahead (the client's default
+#: ``receive_queue``); with ``--count N`` it asks for at most N.
+CONSUME_PREFETCH = 1_000
+
+
+def _positive_seconds(value: float | None) -> float | None:
+    """``--timeout``: a finite number of seconds above 0 (else a usage error, exit 2)."""
+    if value is None:
+        return None
+    if not (math.isfinite(value) and value > 0):
+        raise click.BadParameter(
+            f"must be a positive number of seconds, like 5 or 0.5; got {value:g}",
+            param_hint="--timeout",
+        )
+    return value
 
 
 def _render(message: Message, output: str) -> bytes:

@@ -13,7 +13,9 @@ Invariants:
   publishes running, unanswered, and logs nothing for them.
 - A Subscribe stream is one consumer session: it ends when the client half-closes, when a
   request is bad (with that request's status), or when the broker shuts down
-  (``UNAVAILABLE``). Whatever it did not acknowledge goes to the next consumer.
+  (``UNAVAILABLE``). Whatever it did not acknowledge goes to the next consumer: as a
+  failed delivery, except what the client released (``Acks.releases``, after ``drain`` is
+  answered ``drained``: records it never handed to its application).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from broker.rpc_handlers import add_service
 from broker.status import Context, abort_for, rpc, status_for
 from broker.topics import Topic, TopicRegistry
 from dispatcher import ConsumerSession, Subscription, SubscriptionRegistry
+from dispatcher.subscription import DRAINED
 from proto import broker_pb2 as _pb
 from proto import broker_pb2_grpc as _grpc
 from wal import LogWriter
@@ -49,6 +52,7 @@ from wal import LogWriter
 logger = logging.getLogger(__name__)
 
 _MAX_FETCH_BYTES = 16 << 20
+_DRAINED = _pb.SubscribeResponse(drained=_pb.Drained())
 _MAX_WAIT_MS = 30_000
 
 
@@ -197,7 +201,10 @@ class BrokerService(_grpc.BrokerServicer):
                 )
             )
             while (item := await session.next()) is not None:
-                yield delivery(sub.topic, item)
+                if item is DRAINED:
+                    yield _DRAINED
+                else:
+                    yield delivery(sub.topic, item)
         finally:
             sub.detach(session)
             reader.cancel()
@@ -286,10 +293,14 @@ async def _read_subscribe(
                 for n in request.ack.nacks:
                     delay = n.delay_ms / 1000 if n.HasField("delay_ms") else None
                     sub.nack(n.partition, n.begin, n.end, delay_s=delay, reason=n.reason)
+                for r in request.ack.releases:
+                    sub.release(session, r.partition, r.begin, r.end)
+            elif kind == "drain":
+                sub.drain(session)
             elif kind == "open":
                 raise InvalidRequestError("open", "this stream's subscription is already open")
             else:
-                raise InvalidRequestError("kind", "empty request; send credit or ack")
+                raise InvalidRequestError("kind", "empty request; send credit, ack or drain")
     finally:
         session.outbox.put_nowait(None)
 

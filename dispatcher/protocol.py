@@ -194,6 +194,28 @@ class Detach:
 
 
 @dataclass(frozen=True, slots=True)
+class Drain:
+    """A consumer is closing cleanly: send it nothing more (its credit goes to 0, and
+    credit it is granted later is ignored). It keeps its leases until it acks, releases
+    or leaves."""
+
+    consumer: str
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """``consumer`` gives back offsets ``[begin, end)`` of a partition that it received but
+    never handed to its application: not a delivery attempt. Their delivery counts go back
+    to what they were before the send, and they are sent again at once, in order. Offsets
+    not leased to ``consumer`` (acked, or taken back by the ack timeout) are left alone."""
+
+    consumer: str
+    partition: int
+    begin: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
 class Grant:
     """A consumer may receive ``credit`` more records."""
 
@@ -291,6 +313,8 @@ class DeadLetterFailed:
 Command = (
     Attach
     | Detach
+    | Drain
+    | Release
     | Grant
     | Ack
     | AckUpTo

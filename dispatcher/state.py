@@ -15,8 +15,8 @@ Per partition every offset in ``[cursor, read_pos)`` is in exactly one place:
   ranges above it, so a restart does not resend what was acked out of order);
 - **leased**: sent to one consumer, unacknowledged, with a deadline (the ack timeout);
 - **waiting**: to be sent again once its ``ready_at`` has passed (a nack with a delay, an
-  ack timeout with exponential backoff and jitter, a consumer that left, or a key_shared
-  record whose consumer has no room);
+  ack timeout with exponential backoff and jitter, a consumer that left, a release, or a
+  key_shared record whose consumer has no room);
 - **parked**: handed to the dead-letter queue, acknowledged once it is written there.
 
 Offsets at or above ``read_pos`` have not been read yet. Leased, waiting and parked records
@@ -37,6 +37,25 @@ preceded, and a record whose delivery keeps crashing the broker still reaches
 max-deliveries. First deliveries are not saved first (``sent_mark`` is saved with the
 cursor, by the shell's flusher): a crash within that interval resends them as first
 deliveries.
+
+A failed delivery and a release are told apart. A consumer whose stream breaks, or that
+leaves holding records it handed to its application unacknowledged, failed them: each
+gets a failure entry (the next send is a redelivery, and a consumer that crashes on a
+poison record still drives it to max-deliveries). A consumer that closes cleanly first
+drains (:class:`~dispatcher.protocol.Drain`: it gets nothing more) and then releases what
+it received but never handed out (:class:`~dispatcher.protocol.Release`): those records
+were not attempted. Their counts go back to what they were before the send, and they wait
+with ``ready_at = now``, so they go out again at once, in order. Example: records 0..999
+are sent to consumer A (one lease, ``sent_mark`` 1000); A hands 0 to its application,
+acks it and releases 1..999: ``sent_mark`` goes back to 1 (the released run was the top
+of what was ever sent), 1..999 wait, and the next consumer gets them with redelivery
+count 0. Released offsets below others still sent get a count-0 failure entry instead
+(as :func:`~dispatcher.partition_book.pass_over` gives), and a redelivery that is
+released gets its entry's count lowered by one.
+
+A record whose failures reached max-deliveries while it waits goes to the poison policy
+even when no consumer has credit (all drained, or none attached): a consumer that nacks
+a record's last try and closes does not leave it waiting for the next consumer.
 
 Routing by type: ``exclusive`` has one consumer; ``failover`` sends to the consumer that
 attached first, the others stand by, and a takeover resends the unacknowledged records
@@ -89,6 +108,7 @@ from dispatcher.protocol import (
     DeliveryMode,
     Detach,
     DispatchPolicy,
+    Drain,
     Failure,
     Fetched,
     Grant,
@@ -96,6 +116,7 @@ from dispatcher.protocol import (
     Note,
     PartitionSnapshot,
     PoisonPolicy,
+    Release,
     Seek,
     Send,
     SubscriptionType,
@@ -131,6 +152,11 @@ class SubscriptionState:
         self._random = random
         self._parts = [PartitionBook(i, snap) for i, snap in enumerate(partitions)]
         self._consumers: dict[str, Consumer] = {}
+        self._draining: set[str] = set()  # consumers that drained: credit is ignored
+        # Per partition: waiting offsets whose failures reached max_deliveries. They go to
+        # the poison policy at once, with or without a consumer that has credit (one that
+        # nacked its last try and closed must not leave them waiting for the next one).
+        self._exhausted: list[set[int]] = [set() for _ in self._parts]
         self._eligible_now: list[Consumer] = []  # see _eligible
         self._order = 0
         self._rr = 0  # shared: the next consumer to try
@@ -151,11 +177,15 @@ class SubscriptionState:
         self.redelivered_total = 0
         self.ack_timeouts_total = 0
         self.nacked_total = 0
+        #: Records consumers gave back unseen (a clean close): not delivery attempts.
+        self.released_total = 0
         self.dead_lettered_total = 0
         self.dropped_total = 0
         self._handlers: dict[type, Callable[[Command, float], list[Action]]] = {
             Attach: self._attach,
             Detach: self._detach,
+            Drain: self._drain,
+            Release: self._release,
             Grant: self._grant,
             Ack: self._ack,
             AckUpTo: self._ack_up_to,
@@ -277,6 +307,9 @@ class SubscriptionState:
         for part in self._parts:
             if part.waiting and not part.blocked and credit:
                 times.extend(at for _, _, at in part.sendable_waiting())
+            elif self._exhausted[part.index] and not part.blocked:
+                for offset in self._exhausted[part.index]:
+                    times.extend(at for _, _, at in part.waiting.overlapping(offset, offset + 1))
             if part.retry_dead_letters:
                 times.extend(at for _, _, at in part.parked if at is not None)
         return min(times) if times else None
@@ -284,7 +317,7 @@ class SubscriptionState:
     def reads(self, heads: Sequence[int], now: float) -> list[tuple[int, int]]:
         """``(partition, offset)`` to read from, round robin: the first ready waiting
         record, or the read position when new records are durable and there is room."""
-        if not self._consumers:
+        if not self._consumers and not any(self._exhausted):
             return []
         count = len(self._parts)
         start = self._next_partition
@@ -304,11 +337,37 @@ class SubscriptionState:
             else:
                 if credit:  # waiting records are held already: credit is all they need
                     offset = next((b for b, _, at in part.sendable_waiting() if at <= now), None)
+                elif self._exhausted[p]:  # poison needs no credit
+                    offset = self._first_exhausted(part, now)
                 if room and offset is None and part.read_pos < heads[p]:
                     offset = part.read_pos
             if offset is not None:
                 out.append((p, offset))
         return out
+
+    def _first_exhausted(self, part: PartitionBook, now: float) -> int | None:
+        """The first waiting offset of ``part`` that reached max_deliveries and is ready
+        at ``now``; forgets those that no longer wait (acked, sent, sought past)."""
+        exhausted = self._exhausted[part.index]
+        first = None
+        for offset in sorted(exhausted):
+            pieces = list(part.waiting.overlapping(offset, offset + 1))
+            if not pieces:
+                exhausted.discard(offset)
+            elif first is None and pieces[0][2] <= now:
+                first = offset
+        return first
+
+    def _poison_exhausted(self, part: PartitionBook, ctx: BatchContext) -> None:
+        """With no consumer to send to, apply the poison policy to the waiting offsets of
+        ``ctx``'s batch that reached max_deliveries and are ready."""
+        base, nxt = ctx.base, ctx.batch.next_offset
+        for offset in sorted(o for o in self._exhausted[part.index] if base <= o < nxt):
+            if part.blocked:
+                return
+            if any(at <= ctx.now for _, _, at in part.waiting.overlapping(offset, offset + 1)):
+                part.waiting.cut(offset, offset + 1)
+                self._poison(part, ctx, offset)
 
     def snapshot(self, max_ranges: int) -> list[PartitionSnapshot]:
         """What to persist: per partition the cursor, at most ``max_ranges`` ack ranges
@@ -362,6 +421,7 @@ class SubscriptionState:
     def _detach(self, cmd: Command, now: float) -> list[Action]:
         assert isinstance(cmd, Detach)
         consumer = self._consumers.pop(cmd.consumer, None)
+        self._draining.discard(cmd.consumer)
         if consumer is None:
             return []
         self._consumers_changed()
@@ -374,9 +434,66 @@ class SubscriptionState:
     def _grant(self, cmd: Command, now: float) -> list[Action]:
         assert isinstance(cmd, Grant)
         consumer = self._consumers.get(cmd.consumer)
-        if consumer is not None:
+        if consumer is not None and cmd.consumer not in self._draining:
             consumer.credit += cmd.credit
         return []
+
+    def _drain(self, cmd: Command, now: float) -> list[Action]:
+        assert isinstance(cmd, Drain)
+        consumer = self._consumers.get(cmd.consumer)
+        if consumer is not None:
+            consumer.credit = min(consumer.credit, 0)
+            self._draining.add(consumer.id)
+        return []
+
+    def _release(self, cmd: Command, now: float) -> list[Action]:
+        assert isinstance(cmd, Release)
+        part = self._part(cmd.partition)
+        if not 0 <= cmd.begin < cmd.end:
+            raise InvalidSubscriptionError(
+                "release", f"[{cmd.begin}, {cmd.end}) is not an offset range"
+            )
+        if cmd.end > part.sent_mark:
+            raise InvalidAckError(cmd.partition, cmd.end - 1, part.sent_mark)
+        consumer = self._consumers.get(cmd.consumer)
+        if consumer is None or self.policy.mode is DeliveryMode.AT_MOST_ONCE:
+            return []
+        # Highest first: a released run at the top of what was sent lowers sent_mark,
+        # and then the run below it is at the top in turn (see the module doc).
+        for lo, hi, lease in reversed(list(part.leases.overlapping(cmd.begin, cmd.end))):
+            if lease.consumer is consumer:
+                self._release_lease(part, lease, lo, hi, now)
+        return []
+
+    def _release_lease(
+        self, part: PartitionBook, lease: Lease, begin: int, end: int, now: float
+    ) -> None:
+        """Take ``[begin, end)`` of ``lease`` back unattempted: restore the counts the
+        send raised, and make it wait with no delay."""
+        for lo, hi, _ in reversed(part.leases.cut(begin, end, only=lease)):
+            lease.remaining -= hi - lo
+            lease.consumer.in_flight -= hi - lo
+            self._unsend(part, lo, hi)
+            part.waiting.add(lo, hi, now)
+            self.released_total += hi - lo
+            self.changes += 1
+        if lease.remaining <= 0:
+            lease.consumer.leases.discard(lease)
+
+    @staticmethod
+    def _unsend(part: PartitionBook, lo: int, hi: int) -> None:
+        """Give ``[lo, hi)`` back the delivery counts they had before their last send."""
+        mark = part.sent_mark
+        for offset in range(hi - 1, lo - 1, -1):
+            tries = part.tries.get(offset)
+            if tries is not None:  # a redelivery: one send fewer
+                tries.deliveries = max(0, tries.deliveries - 1)
+            elif offset == mark - 1:  # a first delivery at the top: unsent again
+                mark = offset
+            elif len(part.tries) < MAX_FAILURES:  # a first delivery below others
+                part.tries[offset] = Tries(0, "", [])
+            # else: entries at their bound; it keeps its implicit 1 (an overcount by one)
+        part.sent_mark = mark
 
     def _rebalance(self) -> None:
         if self.policy.type is not SubscriptionType.KEY_SHARED or not self._consumers:
@@ -486,6 +603,8 @@ class SubscriptionState:
                 tries.reason = reason
                 tries.times.append(sent_ms)
                 failures = max(failures, tries.deliveries)
+                if self.policy.max_deliveries and tries.deliveries >= self.policy.max_deliveries:
+                    self._exhausted[part.index].add(offset)
             wait = delay if delay is not None else self.policy.backoff_s(failures, self._random())
             part.waiting.add(lo, hi, now + wait)
             self.changes += 1
@@ -532,6 +651,7 @@ class SubscriptionState:
             part.read_pos = offset
             part.sent_mark = max(part.sent_mark, offset)
             part.tries.clear()
+            self._exhausted[part.index].clear()
             unblock(part)
         self.changes += 1
         return []
@@ -622,6 +742,9 @@ class SubscriptionState:
                 part.read_pos = nxt
             return True
         ctx = BatchContext(batch, now, out)
+        if self._exhausted[part.index] and not any(c.credit > 0 for c in self._eligible()):
+            self._poison_exhausted(part, ctx)  # nothing else can go without credit
+            return False
         for lo, hi, waited in spans:
             if waited:
                 if not any(c.credit > 0 for c in self._eligible()):
@@ -659,6 +782,7 @@ class SubscriptionState:
         self._assign(part, ctx, lo, hi)
 
     def _poison(self, part: PartitionBook, ctx: BatchContext, offset: int) -> None:
+        self._exhausted[part.index].discard(offset)
         deliveries = part.deliveries(offset)
         policy = self.policy.poison
         if policy is PoisonPolicy.DROP:

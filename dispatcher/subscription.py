@@ -46,6 +46,7 @@ import random as _random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from dispatcher.diagnosis import DlqFull, PartitionFacts, Retry, diagnose
 from dispatcher.dlq import DlqFullError
@@ -74,12 +75,14 @@ from dispatcher.protocol import (
     Detach,
     DispatchLimits,
     DispatchPolicy,
+    Drain,
     Fetched,
     Grant,
     Nack,
     Note,
     PartitionSnapshot,
     Persist,
+    Release,
     Seek,
     Send,
     SubscriptionType,
@@ -151,19 +154,27 @@ class SubscriptionStatus:
         return sum(p.lag for p in self.partitions)
 
 
+#: Put in a draining consumer's outbox after its last delivery (:meth:`Subscription.drain`):
+#: a marker, compared by identity, that carries no records and names no partition.
+DRAINED: Final = Delivery(-1, b"", 0, 0, {})
+
+
 class ConsumerSession:
     """One attached consumer and the deliveries waiting for it."""
 
-    __slots__ = ("consumer_id", "name", "outbox")
+    __slots__ = ("consumer_id", "draining", "name", "outbox")
 
     def __init__(self, name: str) -> None:
         self.consumer_id = f"c{next(_consumer_ids)}"
         self.name = name or self.consumer_id
         #: Bounded by the credit: the dispatch task never puts more than was granted.
         self.outbox: asyncio.Queue[Delivery | None] = asyncio.Queue()
+        #: Set by :meth:`Subscription.drain`: nothing more goes into the outbox.
+        self.draining = False
 
     async def next(self) -> Delivery | None:
-        """The next delivery, or ``None`` once the subscription has let this consumer go."""
+        """The next delivery, :data:`DRAINED` after the last one a draining consumer gets,
+        or ``None`` once the subscription has let this consumer go."""
         return await self.outbox.get()
 
 
@@ -343,7 +354,7 @@ class Subscription:
 
     def _apply(
         self,
-        cmd: Attach | Detach | Grant | Ack | AckUpTo | Nack | Commit | Seek,
+        cmd: Attach | Detach | Drain | Release | Grant | Ack | AckUpTo | Nack | Commit | Seek,
         *,
         wake: bool = True,
     ) -> None:
@@ -396,6 +407,28 @@ class Subscription:
             return
         self._apply(Detach(session.consumer_id))
         logger.info("%s/%s: consumer %s detached", self.topic, self.name, session.name)
+
+    def drain(self, session: ConsumerSession) -> None:
+        """``session`` is closing cleanly: send it nothing more, and put :data:`DRAINED`
+        in its outbox after the last delivery. A send the state machine decided before
+        the drain and the shell carries out after it (a pass awaiting a save) is released
+        instead of sent (:meth:`_do`), so nothing ever follows the marker. Idempotent."""
+        if session.consumer_id not in self._sessions or session.draining:
+            return
+        self._apply(Drain(session.consumer_id), wake=False)
+        session.draining = True
+        session.outbox.put_nowait(DRAINED)
+
+    def release(self, session: ConsumerSession, partition: int, begin: int, end: int) -> None:
+        """``session`` gives back offsets ``[begin, end)`` of ``partition`` that it
+        received but never handed to its application: not a delivery attempt; they go
+        out again at once (see :mod:`dispatcher.state`).
+
+        Raises:
+            InvalidSubscriptionError: no such partition, or an empty or negative range.
+            InvalidAckError: some of the offsets were never delivered.
+        """
+        self._apply(Release(session.consumer_id, partition, begin, end))
 
     def grant(self, session: ConsumerSession, credit: int) -> None:
         """``session`` may receive ``credit`` more records.
@@ -662,6 +695,12 @@ class Subscription:
     def _do(self, action: Action) -> bool:
         if isinstance(action, Send):
             session = self._sessions.get(action.consumer)
+            if session is not None and session.draining:  # it would follow DRAINED
+                d = action.delivery
+                release = Release(action.consumer, d.partition, d.from_offset, d.to_offset)
+                self.state.handle(release, self._clock())
+                self._wake.set()
+                return False
             if session is not None:
                 session.outbox.put_nowait(action.delivery)
                 if not action.delivery.redeliveries:

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0c\x62roker.proto\x12\x0bheadrace.v1\"U\n\x0ePublishRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\r\n\x05\x62\x61tch\x18\x03 \x01(\x0c\x12\x12\n\nrequest_id\x18\x04 \x01(\x04\"\xa0\x01\n\x0fPublishResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x13\n\x0b\x62\x61se_offset\x18\x03 \x01(\x03\x12\x13\n\x0blast_offset\x18\x04 \x01(\x03\x12\x11\n\tduplicate\x18\x05 \x01(\x08\x12\x12\n\nerror_code\x18\x06 \x01(\x05\x12\x15\n\rerror_message\x18\x07 \x01(\t\"}\n\x10SubscribeRequest\x12-\n\x04open\x18\x01 \x01(\x0b\x32\x1d.headrace.v1.OpenSubscriptionH\x00\x12\x10\n\x06\x63redit\x18\x02 \x01(\rH\x00\x12 \n\x03\x61\x63k\x18\x03 \x01(\x0b\x32\x11.headrace.v1.AcksH\x00\x42\x06\n\x04kind\"\xf4\x01\n\x10OpenSubscription\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12+\n\x04type\x18\x03 \x01(\x0e\x32\x1d.headrace.v1.SubscriptionType\x12\x36\n\x10initial_position\x18\x04 \x01(\x0e\x32\x1c.headrace.v1.InitialPosition\x12\x15\n\rconsumer_name\x18\x05 \x01(\t\x12\x16\n\x0einitial_credit\x18\x06 \x01(\r\x12\'\n\x04mode\x18\x07 \x01(\x0e\x32\x19.headrace.v1.DeliveryMode\"\x7f\n\x04\x41\x63ks\x12(\n\x06ranges\x18\x01 \x03(\x0b\x32\x18.headrace.v1.OffsetRange\x12+\n\x05up_to\x18\x02 \x03(\x0b\x32\x1c.headrace.v1.PartitionOffset\x12 \n\x05nacks\x18\x03 \x03(\x0b\x32\x11.headrace.v1.Nack\"i\n\x04Nack\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\r\n\x05\x62\x65gin\x18\x02 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x03\x12\x15\n\x08\x64\x65lay_ms\x18\x04 \x01(\rH\x00\x88\x01\x01\x12\x0e\n\x06reason\x18\x05 \x01(\tB\x0b\n\t_delay_ms\"<\n\x0bOffsetRange\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\r\n\x05\x62\x65gin\x18\x02 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x03\"4\n\x0fPartitionOffset\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x0e\n\x06offset\x18\x02 \x01(\x03\"u\n\x11SubscribeResponse\x12-\n\nsubscribed\x18\x01 \x01(\x0b\x32\x17.headrace.v1.SubscribedH\x00\x12)\n\x08\x64\x65livery\x18\x02 \x01(\x0b\x32\x15.headrace.v1.DeliveryH\x00\x42\x06\n\x04kind\"o\n\nSubscribed\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\x12\n\npartitions\x18\x03 \x01(\x05\x12\x13\n\x0b\x63onsumer_id\x18\x04 \x01(\t\x12\x13\n\x0bmax_unacked\x18\x05 \x01(\r\"\xd7\x01\n\x08\x44\x65livery\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\r\n\x05\x62\x61tch\x18\x03 \x01(\x0c\x12\x13\n\x0b\x66rom_offset\x18\x04 \x01(\x03\x12\x11\n\tto_offset\x18\x05 \x01(\x03\x12=\n\x0credeliveries\x18\x06 \x03(\x0b\x32\'.headrace.v1.Delivery.RedeliveriesEntry\x1a\x33\n\x11RedeliveriesEntry\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01\"|\n\x0c\x46\x65tchRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x11\n\tmax_bytes\x18\x04 \x01(\r\x12\x12\n\nend_offset\x18\x05 \x01(\x03\x12\x13\n\x0bmax_wait_ms\x18\x06 \x01(\r\"O\n\rFetchResponse\x12\x0f\n\x07\x62\x61tches\x18\x01 \x03(\x0c\x12\x17\n\x0fhigh_water_mark\x18\x02 \x01(\x03\x12\x14\n\x0c\x66irst_offset\x18\x03 \x01(\x03\"X\n\x0e\x41\x63kUpToRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\x11\n\tpartition\x18\x03 \x01(\x05\x12\x0e\n\x06offset\x18\x04 \x01(\x03\"!\n\x0f\x41\x63kUpToResponse\x12\x0e\n\x06\x63ursor\x18\x01 \x01(\x03*n\n\x10SubscriptionType\x12!\n\x1dSUBSCRIPTION_TYPE_UNSPECIFIED\x10\x00\x12\r\n\tEXCLUSIVE\x10\x01\x12\x0c\n\x08\x46\x41ILOVER\x10\x02\x12\n\n\x06SHARED\x10\x03\x12\x0e\n\nKEY_SHARED\x10\x04*R\n\x0c\x44\x65liveryMode\x12\x1d\n\x19\x44\x45LIVERY_MODE_UNSPECIFIED\x10\x00\x12\x11\n\rAT_LEAST_ONCE\x10\x01\x12\x10\n\x0c\x41T_MOST_ONCE\x10\x02*M\n\x0fInitialPosition\x12 \n\x1cINITIAL_POSITION_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x45\x41RLIEST\x10\x01\x12\n\n\x06LATEST\x10\x02\x32\xf4\x02\n\x06\x42roker\x12\x44\n\x07Publish\x12\x1b.headrace.v1.PublishRequest\x1a\x1c.headrace.v1.PublishResponse\x12N\n\rPublishStream\x12\x1b.headrace.v1.PublishRequest\x1a\x1c.headrace.v1.PublishResponse(\x01\x30\x01\x12N\n\tSubscribe\x12\x1d.headrace.v1.SubscribeRequest\x1a\x1e.headrace.v1.SubscribeResponse(\x01\x30\x01\x12>\n\x05\x46\x65tch\x12\x19.headrace.v1.FetchRequest\x1a\x1a.headrace.v1.FetchResponse\x12\x44\n\x07\x41\x63kUpTo\x12\x1b.headrace.v1.AckUpToRequest\x1a\x1c.headrace.v1.AckUpToResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0c\x62roker.proto\x12\x0bheadrace.v1\"U\n\x0ePublishRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\r\n\x05\x62\x61tch\x18\x03 \x01(\x0c\x12\x12\n\nrequest_id\x18\x04 \x01(\x04\"\xa0\x01\n\x0fPublishResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x13\n\x0b\x62\x61se_offset\x18\x03 \x01(\x03\x12\x13\n\x0blast_offset\x18\x04 \x01(\x03\x12\x11\n\tduplicate\x18\x05 \x01(\x08\x12\x12\n\nerror_code\x18\x06 \x01(\x05\x12\x15\n\rerror_message\x18\x07 \x01(\t\"\xa2\x01\n\x10SubscribeRequest\x12-\n\x04open\x18\x01 \x01(\x0b\x32\x1d.headrace.v1.OpenSubscriptionH\x00\x12\x10\n\x06\x63redit\x18\x02 \x01(\rH\x00\x12 \n\x03\x61\x63k\x18\x03 \x01(\x0b\x32\x11.headrace.v1.AcksH\x00\x12#\n\x05\x64rain\x18\x04 \x01(\x0b\x32\x12.headrace.v1.DrainH\x00\x42\x06\n\x04kind\"\x07\n\x05\x44rain\"\xf4\x01\n\x10OpenSubscription\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12+\n\x04type\x18\x03 \x01(\x0e\x32\x1d.headrace.v1.SubscriptionType\x12\x36\n\x10initial_position\x18\x04 \x01(\x0e\x32\x1c.headrace.v1.InitialPosition\x12\x15\n\rconsumer_name\x18\x05 \x01(\t\x12\x16\n\x0einitial_credit\x18\x06 \x01(\r\x12\'\n\x04mode\x18\x07 \x01(\x0e\x32\x19.headrace.v1.DeliveryMode\"\xab\x01\n\x04\x41\x63ks\x12(\n\x06ranges\x18\x01 \x03(\x0b\x32\x18.headrace.v1.OffsetRange\x12+\n\x05up_to\x18\x02 \x03(\x0b\x32\x1c.headrace.v1.PartitionOffset\x12 \n\x05nacks\x18\x03 \x03(\x0b\x32\x11.headrace.v1.Nack\x12*\n\x08releases\x18\x04 \x03(\x0b\x32\x18.headrace.v1.OffsetRange\"i\n\x04Nack\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\r\n\x05\x62\x65gin\x18\x02 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x03\x12\x15\n\x08\x64\x65lay_ms\x18\x04 \x01(\rH\x00\x88\x01\x01\x12\x0e\n\x06reason\x18\x05 \x01(\tB\x0b\n\t_delay_ms\"<\n\x0bOffsetRange\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\r\n\x05\x62\x65gin\x18\x02 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x03\"4\n\x0fPartitionOffset\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x0e\n\x06offset\x18\x02 \x01(\x03\"\x9e\x01\n\x11SubscribeResponse\x12-\n\nsubscribed\x18\x01 \x01(\x0b\x32\x17.headrace.v1.SubscribedH\x00\x12)\n\x08\x64\x65livery\x18\x02 \x01(\x0b\x32\x15.headrace.v1.DeliveryH\x00\x12\'\n\x07\x64rained\x18\x03 \x01(\x0b\x32\x14.headrace.v1.DrainedH\x00\x42\x06\n\x04kind\"\t\n\x07\x44rained\"o\n\nSubscribed\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\x12\n\npartitions\x18\x03 \x01(\x05\x12\x13\n\x0b\x63onsumer_id\x18\x04 \x01(\t\x12\x13\n\x0bmax_unacked\x18\x05 \x01(\r\"\xd7\x01\n\x08\x44\x65livery\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\r\n\x05\x62\x61tch\x18\x03 \x01(\x0c\x12\x13\n\x0b\x66rom_offset\x18\x04 \x01(\x03\x12\x11\n\tto_offset\x18\x05 \x01(\x03\x12=\n\x0credeliveries\x18\x06 \x03(\x0b\x32\'.headrace.v1.Delivery.RedeliveriesEntry\x1a\x33\n\x11RedeliveriesEntry\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01\"|\n\x0c\x46\x65tchRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x11\n\tmax_bytes\x18\x04 \x01(\r\x12\x12\n\nend_offset\x18\x05 \x01(\x03\x12\x13\n\x0bmax_wait_ms\x18\x06 \x01(\r\"O\n\rFetchResponse\x12\x0f\n\x07\x62\x61tches\x18\x01 \x03(\x0c\x12\x17\n\x0fhigh_water_mark\x18\x02 \x01(\x03\x12\x14\n\x0c\x66irst_offset\x18\x03 \x01(\x03\"X\n\x0e\x41\x63kUpToRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\x11\n\tpartition\x18\x03 \x01(\x05\x12\x0e\n\x06offset\x18\x04 \x01(\x03\"!\n\x0f\x41\x63kUpToResponse\x12\x0e\n\x06\x63ursor\x18\x01 \x01(\x03*n\n\x10SubscriptionType\x12!\n\x1dSUBSCRIPTION_TYPE_UNSPECIFIED\x10\x00\x12\r\n\tEXCLUSIVE\x10\x01\x12\x0c\n\x08\x46\x41ILOVER\x10\x02\x12\n\n\x06SHARED\x10\x03\x12\x0e\n\nKEY_SHARED\x10\x04*R\n\x0c\x44\x65liveryMode\x12\x1d\n\x19\x44\x45LIVERY_MODE_UNSPECIFIED\x10\x00\x12\x11\n\rAT_LEAST_ONCE\x10\x01\x12\x10\n\x0c\x41T_MOST_ONCE\x10\x02*M\n\x0fInitialPosition\x12 \n\x1cINITIAL_POSITION_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x45\x41RLIEST\x10\x01\x12\n\n\x06LATEST\x10\x02\x32\xf4\x02\n\x06\x42roker\x12\x44\n\x07Publish\x12\x1b.headrace.v1.PublishRequest\x1a\x1c.headrace.v1.PublishResponse\x12N\n\rPublishStream\x12\x1b.headrace.v1.PublishRequest\x1a\x1c.headrace.v1.PublishResponse(\x01\x30\x01\x12N\n\tSubscribe\x12\x1d.headrace.v1.SubscribeRequest\x1a\x1e.headrace.v1.SubscribeResponse(\x01\x30\x01\x12>\n\x05\x46\x65tch\x12\x19.headrace.v1.FetchRequest\x1a\x1a.headrace.v1.FetchResponse\x12\x44\n\x07\x41\x63kUpTo\x12\x1b.headrace.v1.AckUpToRequest\x1a\x1c.headrace.v1.AckUpToResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,44 +33,48 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_DELIVERY_REDELIVERIESENTRY']._loaded_options = None
   _globals['_DELIVERY_REDELIVERIESENTRY']._serialized_options = b'8\001'
-  _globals['_SUBSCRIPTIONTYPE']._serialized_start=1787
-  _globals['_SUBSCRIPTIONTYPE']._serialized_end=1897
-  _globals['_DELIVERYMODE']._serialized_start=1899
-  _globals['_DELIVERYMODE']._serialized_end=1981
-  _globals['_INITIALPOSITION']._serialized_start=1983
-  _globals['_INITIALPOSITION']._serialized_end=2060
+  _globals['_SUBSCRIPTIONTYPE']._serialized_start=1932
+  _globals['_SUBSCRIPTIONTYPE']._serialized_end=2042
+  _globals['_DELIVERYMODE']._serialized_start=2044
+  _globals['_DELIVERYMODE']._serialized_end=2126
+  _globals['_INITIALPOSITION']._serialized_start=2128
+  _globals['_INITIALPOSITION']._serialized_end=2205
   _globals['_PUBLISHREQUEST']._serialized_start=29
   _globals['_PUBLISHREQUEST']._serialized_end=114
   _globals['_PUBLISHRESPONSE']._serialized_start=117
   _globals['_PUBLISHRESPONSE']._serialized_end=277
-  _globals['_SUBSCRIBEREQUEST']._serialized_start=279
-  _globals['_SUBSCRIBEREQUEST']._serialized_end=404
-  _globals['_OPENSUBSCRIPTION']._serialized_start=407
-  _globals['_OPENSUBSCRIPTION']._serialized_end=651
-  _globals['_ACKS']._serialized_start=653
-  _globals['_ACKS']._serialized_end=780
-  _globals['_NACK']._serialized_start=782
-  _globals['_NACK']._serialized_end=887
-  _globals['_OFFSETRANGE']._serialized_start=889
-  _globals['_OFFSETRANGE']._serialized_end=949
-  _globals['_PARTITIONOFFSET']._serialized_start=951
-  _globals['_PARTITIONOFFSET']._serialized_end=1003
-  _globals['_SUBSCRIBERESPONSE']._serialized_start=1005
-  _globals['_SUBSCRIBERESPONSE']._serialized_end=1122
-  _globals['_SUBSCRIBED']._serialized_start=1124
-  _globals['_SUBSCRIBED']._serialized_end=1235
-  _globals['_DELIVERY']._serialized_start=1238
-  _globals['_DELIVERY']._serialized_end=1453
-  _globals['_DELIVERY_REDELIVERIESENTRY']._serialized_start=1402
-  _globals['_DELIVERY_REDELIVERIESENTRY']._serialized_end=1453
-  _globals['_FETCHREQUEST']._serialized_start=1455
-  _globals['_FETCHREQUEST']._serialized_end=1579
-  _globals['_FETCHRESPONSE']._serialized_start=1581
-  _globals['_FETCHRESPONSE']._serialized_end=1660
-  _globals['_ACKUPTOREQUEST']._serialized_start=1662
-  _globals['_ACKUPTOREQUEST']._serialized_end=1750
-  _globals['_ACKUPTORESPONSE']._serialized_start=1752
-  _globals['_ACKUPTORESPONSE']._serialized_end=1785
-  _globals['_BROKER']._serialized_start=2063
-  _globals['_BROKER']._serialized_end=2435
+  _globals['_SUBSCRIBEREQUEST']._serialized_start=280
+  _globals['_SUBSCRIBEREQUEST']._serialized_end=442
+  _globals['_DRAIN']._serialized_start=444
+  _globals['_DRAIN']._serialized_end=451
+  _globals['_OPENSUBSCRIPTION']._serialized_start=454
+  _globals['_OPENSUBSCRIPTION']._serialized_end=698
+  _globals['_ACKS']._serialized_start=701
+  _globals['_ACKS']._serialized_end=872
+  _globals['_NACK']._serialized_start=874
+  _globals['_NACK']._serialized_end=979
+  _globals['_OFFSETRANGE']._serialized_start=981
+  _globals['_OFFSETRANGE']._serialized_end=1041
+  _globals['_PARTITIONOFFSET']._serialized_start=1043
+  _globals['_PARTITIONOFFSET']._serialized_end=1095
+  _globals['_SUBSCRIBERESPONSE']._serialized_start=1098
+  _globals['_SUBSCRIBERESPONSE']._serialized_end=1256
+  _globals['_DRAINED']._serialized_start=1258
+  _globals['_DRAINED']._serialized_end=1267
+  _globals['_SUBSCRIBED']._serialized_start=1269
+  _globals['_SUBSCRIBED']._serialized_end=1380
+  _globals['_DELIVERY']._serialized_start=1383
+  _globals['_DELIVERY']._serialized_end=1598
+  _globals['_DELIVERY_REDELIVERIESENTRY']._serialized_start=1547
+  _globals['_DELIVERY_REDELIVERIESENTRY']._serialized_end=1598
+  _globals['_FETCHREQUEST']._serialized_start=1600
+  _globals['_FETCHREQUEST']._serialized_end=1724
+  _globals['_FETCHRESPONSE']._serialized_start=1726
+  _globals['_FETCHRESPONSE']._serialized_end=1805
+  _globals['_ACKUPTOREQUEST']._serialized_start=1807
+  _globals['_ACKUPTOREQUEST']._serialized_end=1895
+  _globals['_ACKUPTORESPONSE']._serialized_start=1897
+  _globals['_ACKUPTORESPONSE']._serialized_end=1930
+  _globals['_BROKER']._serialized_start=2208
+  _globals['_BROKER']._serialized_end=2580
 # @@protoc_insertion_point(module_scope)

@@ -69,14 +69,20 @@ class PublishResponse(_message.Message):
     def __init__(self, request_id: _Optional[int] = ..., partition: _Optional[int] = ..., base_offset: _Optional[int] = ..., last_offset: _Optional[int] = ..., duplicate: _Optional[bool] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ...) -> None: ...
 
 class SubscribeRequest(_message.Message):
-    __slots__ = ("open", "credit", "ack")
+    __slots__ = ("open", "credit", "ack", "drain")
     OPEN_FIELD_NUMBER: _ClassVar[int]
     CREDIT_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
+    DRAIN_FIELD_NUMBER: _ClassVar[int]
     open: OpenSubscription
     credit: int
     ack: Acks
-    def __init__(self, open: _Optional[_Union[OpenSubscription, _Mapping]] = ..., credit: _Optional[int] = ..., ack: _Optional[_Union[Acks, _Mapping]] = ...) -> None: ...
+    drain: Drain
+    def __init__(self, open: _Optional[_Union[OpenSubscription, _Mapping]] = ..., credit: _Optional[int] = ..., ack: _Optional[_Union[Acks, _Mapping]] = ..., drain: _Optional[_Union[Drain, _Mapping]] = ...) -> None: ...
+
+class Drain(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
 
 class OpenSubscription(_message.Message):
     __slots__ = ("topic", "subscription", "type", "initial_position", "consumer_name", "initial_credit", "mode")
@@ -97,14 +103,16 @@ class OpenSubscription(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., type: _Optional[_Union[SubscriptionType, str]] = ..., initial_position: _Optional[_Union[InitialPosition, str]] = ..., consumer_name: _Optional[str] = ..., initial_credit: _Optional[int] = ..., mode: _Optional[_Union[DeliveryMode, str]] = ...) -> None: ...
 
 class Acks(_message.Message):
-    __slots__ = ("ranges", "up_to", "nacks")
+    __slots__ = ("ranges", "up_to", "nacks", "releases")
     RANGES_FIELD_NUMBER: _ClassVar[int]
     UP_TO_FIELD_NUMBER: _ClassVar[int]
     NACKS_FIELD_NUMBER: _ClassVar[int]
+    RELEASES_FIELD_NUMBER: _ClassVar[int]
     ranges: _containers.RepeatedCompositeFieldContainer[OffsetRange]
     up_to: _containers.RepeatedCompositeFieldContainer[PartitionOffset]
     nacks: _containers.RepeatedCompositeFieldContainer[Nack]
-    def __init__(self, ranges: _Optional[_Iterable[_Union[OffsetRange, _Mapping]]] = ..., up_to: _Optional[_Iterable[_Union[PartitionOffset, _Mapping]]] = ..., nacks: _Optional[_Iterable[_Union[Nack, _Mapping]]] = ...) -> None: ...
+    releases: _containers.RepeatedCompositeFieldContainer[OffsetRange]
+    def __init__(self, ranges: _Optional[_Iterable[_Union[OffsetRange, _Mapping]]] = ..., up_to: _Optional[_Iterable[_Union[PartitionOffset, _Mapping]]] = ..., nacks: _Optional[_Iterable[_Union[Nack, _Mapping]]] = ..., releases: _Optional[_Iterable[_Union[OffsetRange, _Mapping]]] = ...) -> None: ...
 
 class Nack(_message.Message):
     __slots__ = ("partition", "begin", "end", "delay_ms", "reason")
@@ -139,12 +147,18 @@ class PartitionOffset(_message.Message):
     def __init__(self, partition: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class SubscribeResponse(_message.Message):
-    __slots__ = ("subscribed", "delivery")
+    __slots__ = ("subscribed", "delivery", "drained")
     SUBSCRIBED_FIELD_NUMBER: _ClassVar[int]
     DELIVERY_FIELD_NUMBER: _ClassVar[int]
+    DRAINED_FIELD_NUMBER: _ClassVar[int]
     subscribed: Subscribed
     delivery: Delivery
-    def __init__(self, subscribed: _Optional[_Union[Subscribed, _Mapping]] = ..., delivery: _Optional[_Union[Delivery, _Mapping]] = ...) -> None: ...
+    drained: Drained
+    def __init__(self, subscribed: _Optional[_Union[Subscribed, _Mapping]] = ..., delivery: _Optional[_Union[Delivery, _Mapping]] = ..., drained: _Optional[_Union[Drained, _Mapping]] = ...) -> None: ...
+
+class Drained(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
 
 class Subscribed(_message.Message):
     __slots__ = ("topic", "subscription", "partitions", "consumer_id", "max_unacked")

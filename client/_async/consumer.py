@@ -10,6 +10,15 @@ Acks are batched behind the scenes: acked offsets are coalesced into ranges per 
 (in-order acks make one range per batch) and sent when a quarter of the broker's unacked
 cap is pending, or ``ack_interval_ms`` after the first pending ack, or on close.
 
+A clean close gives back what was never handed out. ``aclose`` first asks the broker to
+stop sending (``drain``) and waits for its answer (``drained``, after the last delivery it
+will send), so no delivery can still be on the way. Then it releases every buffered
+message the application never received (the prefetch, the rest of a partly read batch)
+together with the pending acks, and half-closes. Released records are not delivery
+attempts: the next consumer gets them at once with their old redelivery count. Messages
+the application did receive and did not ack still count as a failed delivery, so a
+record that makes the application raise inside ``async with`` reaches max-deliveries.
+
 Reconnects: when the stream breaks after it was open (the broker restarted, the network
 dropped), the consumer opens a new session with backoff and full jitter, and the broker
 resumes at the subscription's saved cursor. Messages buffered from the old session are
@@ -176,6 +185,9 @@ class AsyncConsumer:
         self._pending = 0
         self._ack_threshold = 1
         self._ack_timer: asyncio.TimerHandle | None = None
+        self._releases: list[_pb.OffsetRange] = []
+        self._live = False  # a session is open (SUBSCRIBED seen, stream not ended)
+        self._drained = asyncio.Event()
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -206,6 +218,7 @@ class AsyncConsumer:
         self._closed = True
         task, self._task = self._task, None
         if task is not None:
+            await self._release_unreceived(task)
             self._flush_acks()
             self._requests.put_nowait(None)  # half-close: the broker ends the stream
             try:
@@ -217,6 +230,38 @@ class AsyncConsumer:
         self._ready.set()
         if self._owns_channel:
             await self._channel.close()
+
+    async def _release_unreceived(self, task: asyncio.Task[None]) -> None:
+        """Drain the open session, then queue releases of the buffered messages the
+        application never received (sent with the last acks). If the session is not
+        open or breaks meanwhile, nothing is released: the broker counts a broken
+        stream's records as failed, and a new session knows nothing of the old one's."""
+        if not self._live or task.done():
+            return
+        epoch, drained = self._epoch, self._drained
+        self._requests.put_nowait(_pb.SubscribeRequest(drain=_pb.Drain()))
+        waiter = asyncio.ensure_future(drained.wait())
+        try:
+            await asyncio.wait([waiter, task], timeout=5, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+        if not drained.is_set() or epoch != self._epoch or not self._live:
+            return
+        runs: dict[int, list[list[int]]] = {}
+        for message in self._buffer:
+            if message.epoch != epoch:
+                continue
+            ranges = runs.setdefault(message.partition, [])
+            if ranges and ranges[-1][1] == message.offset:
+                ranges[-1][1] += 1
+            else:
+                ranges.append([message.offset, message.offset + 1])
+        self._buffer.clear()
+        self._releases = [
+            _pb.OffsetRange(partition=p, begin=b, end=e)
+            for p, ranges in runs.items()
+            for b, e in ranges
+        ]
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -246,9 +291,12 @@ class AsyncConsumer:
 
         Raises:
             TimeoutError: no message arrived in time.
-            ClientClosed: the consumer was closed.
+            ClientClosed: the consumer was closed (buffered messages are not handed out
+                after ``aclose`` began: they are released to the broker).
             ClientError: the session failed for good (see the message).
         """
+        if self._closed:
+            raise ClientClosed("the consumer is closed")
         if not self._buffer:
             await self._wait_for_messages(timeout)
         self._took(1)
@@ -261,6 +309,8 @@ class AsyncConsumer:
     ) -> list[Message]:
         """The messages that are ready: at least one (waiting up to ``timeout`` seconds
         for it), at most ``max_messages``."""
+        if self._closed:
+            raise ClientClosed("the consumer is closed")
         if not self._buffer:
             await self._wait_for_messages(timeout)
         buffer = self._buffer
@@ -377,7 +427,7 @@ class AsyncConsumer:
         if self._ack_timer is not None:
             self._ack_timer.cancel()
             self._ack_timer = None
-        if not self._pending:
+        if not self._pending and not self._releases:
             return
         acks = _pb.Acks(
             ranges=[
@@ -387,9 +437,11 @@ class AsyncConsumer:
             ],
             up_to=[_pb.PartitionOffset(partition=p, offset=o) for p, o in self._up_to.items()],
             nacks=self._nacks,
+            releases=self._releases,
         )
         self._requests.put_nowait(_pb.SubscribeRequest(ack=acks))
         self._ranges, self._up_to, self._nacks, self._pending = {}, {}, [], 0
+        self._releases = []
 
     # -- sessions ---------------------------------------------------------------------
 
@@ -453,6 +505,8 @@ class AsyncConsumer:
             self._ack_timer.cancel()
             self._ack_timer = None
         self._ranges, self._up_to, self._nacks, self._pending, self._taken = {}, {}, [], 0, 0
+        self._releases = []
+        self._drained = asyncio.Event()
         self._requests = asyncio.Queue()
         self._requests.put_nowait(_pb.SubscribeRequest(open=self._open))
         return self._requests
@@ -477,7 +531,11 @@ class AsyncConsumer:
                     self._ack_threshold = max(1, min(cap // 4, self._credit_chunk))
                     self._subscribed.set()
                     self._opened += 1
+                    self._live = True
+                elif response.HasField("drained"):
+                    self._drained.set()
         finally:
+            self._live = False
             requests.put_nowait(None)  # ends the request iterator of this stream
             call.cancel()
 
