@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests._certs import Pki
+from tests.broker.test_cli_security import _tls_serve
 from tests.broker.test_serve_process import free_port, wait_serving
 
 CLI = [sys.executable, "-c", "from broker.cli import main; main()"]
@@ -281,3 +283,34 @@ def test_make_run_passes_nothing_that_overrides_the_environment() -> None:
     [serve] = [line for line in shown.splitlines() if "headrace serve" in line]
     assert serve.strip() == ".venv/bin/headrace serve"
     assert "echo" not in shown.split("headrace serve")[0].split("touch")[-1]
+
+
+@pytest.fixture(scope="module")
+def tls_broker(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[str]:
+    """A `headrace serve --tls-cert --tls-key` process for the module."""
+    yield from _tls_serve(tmp_path_factory.mktemp("operator-tls"), pki)
+
+
+def test_produce_with_the_wrong_ca_fails_fast_naming_tls(tls_broker: str, pki: Pki) -> None:
+    """Scenario: `produce` to a TLS broker with a --tls-ca that did not sign its
+    certificate. Expected: exit 1 within a few seconds (not the producer's 30 s of
+    retries), one line saying the TLS handshake failed and which option to check."""
+    started = time.monotonic()
+    done = headrace("produce", "t", "--count", "1", "--tls-ca", pki.wrong_ca, broker=tls_broker)
+    assert time.monotonic() - started < 5
+    assert done.returncode == 1
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"Error: TLS handshake with {tls_broker} failed (")
+    assert "check that --tls-ca is the CA that signed the broker's certificate" in line
+
+
+def test_produce_in_plain_text_to_a_tls_broker_hints_at_tls_ca(tls_broker: str) -> None:
+    """Scenario: `produce` without --tls-ca to a TLS broker. Expected: exit 1 within a few
+    seconds, one line naming the address and suggesting --tls-ca."""
+    started = time.monotonic()
+    done = headrace("produce", "t", "--count", "1", broker=tls_broker)
+    assert time.monotonic() - started < 5
+    assert done.returncode == 1
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"Error: cannot reach a broker at {tls_broker} (")
+    assert line.endswith("and pass --tls-ca if it serves TLS")
