@@ -7,6 +7,13 @@ Role: parse arguments, call the :mod:`client` library, print. Every command take
 ``HEADRACE_TLS_KEY``), all added by :func:`broker_option` and handed to the command as one
 :class:`Target`. Client errors print one line on stderr and exit 1 (a failed TLS handshake
 says which option to check); usage errors exit 2 (click), bad security options included.
+
+Checked before anything is sent (:mod:`broker.cli_params`): ``--broker`` is ``HOST:PORT``,
+topic and subscription names follow the broker's rule. ``produce`` first checks that a
+broker answers (:func:`check_reachable`) instead of retrying a wrong address for its
+delivery timeout. A destructive command (``topics delete``, ``dlq purge``) asks at a
+terminal (:func:`confirm`) and refuses without one (:func:`require_terminal`) unless
+``--yes``. Tables and counted nouns come from :mod:`broker.cli_output`.
 """
 
 from __future__ import annotations
