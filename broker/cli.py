@@ -3,7 +3,11 @@
 Role: one entry point with subcommands: ``serve`` runs a broker; ``topics``, ``produce``,
 ``consume``, ``lag`` and ``seek`` talk to one (:mod:`broker.cli_client`), and so does
 ``dlq`` (:mod:`broker.cli_dlq`); ``tokens`` edits the bearer tokens file
-(:mod:`broker.cli_tokens`); ``wal inspect`` reads a partition directory offline.
+(:mod:`broker.cli_tokens`); ``wal inspect`` reads a partition directory offline
+(``DATA_DIR/topics/TOPIC/PARTITION``, or ``--data-dir DATA_DIR TOPIC PARTITION``; a path
+that is not one is answered with that layout). ``serve`` prints a banner once the broker
+listens: the bound addresses, the data directory and the README tour's first steps
+(:data:`TOUR`), so ``make run`` needs no banner of its own.
 
 Conventions (README "Quick tour"): exit code 0 on success, 1 on error, 2 on usage errors;
 errors are one clear line on stderr, never a traceback.
