@@ -22,17 +22,12 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)  ## create .venv and install the project with its dev tools
 
-# The main job: the broker on its embedded default (./data, 127.0.0.1:50051, metrics on
-# :9464), in the foreground until Ctrl-C. It prints how to produce and consume first.
-run: setup  ## start the broker on ./data and print how to produce and consume
-	@echo "headrace: starting the broker on 127.0.0.1:50051 with its data in ./data (Ctrl-C stops it)."
-	@echo "  In another terminal:"
-	@echo "    $(BIN)/headrace topics create orders --partitions 3"
-	@echo "    seq 5 | $(BIN)/headrace produce orders"
-	@echo "    $(BIN)/headrace consume orders --subscription billing --count 5"
-	@echo "    $(BIN)/headrace lag"
-	@echo "  Metrics: http://127.0.0.1:9464/metrics"
-	$(BIN)/headrace serve --data-dir ./data
+# The main job: the broker in the foreground until Ctrl-C, on its defaults (./data,
+# 127.0.0.1:50051, metrics on :9464) or what HEADRACE_DATA_DIR, HEADRACE_LISTEN,
+# HEADRACE_METRICS_LISTEN or SERVE_ARGS (e.g. SERVE_ARGS='--config broker.toml') say. The
+# broker itself prints, once it listens, its real addresses and what to try next.
+run: setup  ## start the broker (./data, 127.0.0.1:50051) and print how to produce and consume
+	$(BIN)/headrace serve $(SERVE_ARGS)
 
 # The Spark demo: a broker in a temporary directory, a stream of orders, a streaming
 # query that aggregates them into another topic, a broker SIGKILL midway, and a check that

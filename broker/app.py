@@ -31,6 +31,7 @@ import logging
 import resource
 import signal
 import socket
+from collections.abc import Callable
 from types import TracebackType
 from typing import Self
 from wsgiref.simple_server import WSGIServer
@@ -372,16 +373,24 @@ def check_listen(setting: str, address: str) -> None:
         raise ListenError(setting, address, (exc.strerror or str(exc)).lower()) from exc
 
 
-async def serve(config: BrokerConfig) -> None:
-    """Run a broker until SIGINT or SIGTERM, then shut down gracefully."""
+async def serve(config: BrokerConfig, on_ready: Callable[[Broker], None] | None = None) -> None:
+    """Run a broker until SIGINT or SIGTERM, then shut down gracefully.
+
+    Args:
+        config: What to serve, where.
+        on_ready: Called once the broker is listening, with the started broker (its bound
+            ``port`` and ``metrics_port``): ``headrace serve`` prints its banner there.
+    """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with Broker(config):
+    async with Broker(config) as broker:
         # Everything built so far (modules, topics, subscriptions) lives as long as the
         # process: take it out of the cyclic GC's view. Otherwise each full collection
         # walks it all, a 12 ms pause here, and every record in flight waits that long.
         gc.freeze()
+        if on_ready is not None:
+            on_ready(broker)
         await stop.wait()
         logger.info("signal received; shutting down")

@@ -2,10 +2,14 @@
 
 Role: one entry point with subcommands: ``serve`` runs a broker; ``topics``, ``produce``,
 ``consume`` and ``seek`` talk to one (:mod:`broker.cli_client`), and so do ``lag``
-(:mod:`broker.cli_lag`) and ``dlq`` (:mod:`broker.cli_dlq`); ``tokens`` edits the bearer
-tokens file (:mod:`broker.cli_tokens`); ``wal inspect`` reads a partition directory offline.
+(:mod:`broker.cli_lag`) and ``dlq`` (:mod:`broker.cli_dlq`); ``tokens`` edits the bearer tokens file
+(:mod:`broker.cli_tokens`); ``wal inspect`` reads a partition directory offline
+(``DATA_DIR/topics/TOPIC/PARTITION``, or ``--data-dir DATA_DIR TOPIC PARTITION``; a path
+that is not one is answered with that layout). ``serve`` prints a banner once the broker
+listens: the bound addresses, the data directory and the README tour's first steps
+(:data:`TOUR`), so ``make run`` needs no banner of its own.
 
-Conventions (DESIGN section 4): exit code 0 on success, 1 on error, 2 on usage errors;
+Conventions (README "Quick tour"): exit code 0 on success, 1 on error, 2 on usage errors;
 errors are one clear line on stderr, never a traceback.
 """
 
@@ -15,6 +19,8 @@ import asyncio
 import importlib
 import json
 import logging
+import os
+import shutil
 import sys
 from dataclasses import asdict
 
@@ -22,7 +28,7 @@ import click
 import uvloop
 
 import broker._grpc_env  # noqa: F401 - first of ours: sets gRPC's log level before grpc loads
-from broker.config import BrokerConfig, ConfigError
+from broker.config import BrokerConfig, ConfigError, parse_address
 from broker.errors import (
     FileLimitError,
     InsecureListenError,
@@ -30,8 +36,10 @@ from broker.errors import (
     TlsSetupError,
     TokensFileError,
 )
+from proto.names import NAME_RULE, is_valid_name
 from wal.errors import DataDirLockedError, WalIOError
 from wal.inspect import inspect_dir
+from wal.naming import LOG_SUFFIX
 
 #: Subcommands imported only when they run (``module:attribute``): ``serve`` does not load
 #: the client library, and the client commands do not load the broker. That keeps a restart
@@ -163,7 +171,9 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
     runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
     try:
         with runner:
-            runner.run(run_broker(config))
+            runner.run(
+                run_broker(config, on_ready=lambda b: _print_banner(config, b.port, b.metrics_port))
+            )
     except (
         DataDirLockedError,
         ListenError,
@@ -183,19 +193,75 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
         raise click.ClickException(f"cannot serve: {exc.strerror or exc}{where}") from exc
 
 
+#: The first steps of the README's "Quick tour", which the serve banner suggests; a test
+#: holds the two to the same text. ``{headrace}`` is the program as it was started.
+TOUR = (
+    "{headrace} topics create orders --partitions 3",
+    "seq 5 | {headrace} produce orders",
+    "{headrace} consume orders --subscription billing --count 3",
+    "{headrace} lag",
+)
+
+
+def _print_banner(config: BrokerConfig, port: int, metrics_port: int) -> None:
+    """Say on stderr, once the broker listens, where it is (the bound ports, not the
+    configured ones, which may be 0) and what to try in another terminal."""
+    address = _join(parse_address(config.listen)[0], port)
+    metrics = (
+        f"http://{_join(parse_address(config.metrics_listen)[0], metrics_port)}/metrics"
+        if config.metrics_listen
+        else "off"
+    )
+    headrace = _program()
+    lines = [
+        f"headrace: serving on {address}, data in {config.data_dir}, metrics {metrics}. "
+        "Ctrl-C stops it.",
+        'Try, in another terminal (README "Quick tour" has more):',
+    ]
+    if address != BrokerConfig().listen:
+        lines.append(f"  export HEADRACE_BROKER={address}")
+    lines += [f"  {step.format(headrace=headrace)}" for step in TOUR]
+    click.echo("\n".join(lines), err=True)
+
+
+def _join(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _program() -> str:
+    """How to run this ``headrace`` again: the path it was started by (``.venv/bin/headrace``
+    under ``make run``), relative to the working directory when inside it."""
+    started = sys.argv[0]
+    if os.path.basename(started) != "headrace":
+        return "headrace"  # python -m, or a test's entry point
+    on_path = shutil.which("headrace")
+    if on_path and os.path.realpath(on_path) == os.path.realpath(started):
+        return "headrace"
+    relative = os.path.relpath(started)
+    return started if relative.startswith("..") else relative
+
+
 @cli.group()
 def wal() -> None:
     """Offline tools for a partition's write-ahead log (read-only)."""
 
 
 @wal.command("inspect")
-@click.argument("directory", type=click.Path(exists=True, file_okay=False, readable=True))
+@click.argument("location", nargs=-1, required=True, metavar="DIRECTORY | TOPIC PARTITION")
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False),
+    help="The broker's data directory; then name the partition as TOPIC PARTITION.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON array.")
-def wal_inspect(directory: str, as_json: bool) -> None:
-    """Scan every segment in DIRECTORY fully and report damage. Changes nothing.
+def wal_inspect(location: tuple[str, ...], data_dir: str | None, as_json: bool) -> None:
+    """Scan every segment of one partition's log fully and report damage. Changes nothing.
 
-    Exits 1 when any segment is damaged.
+    The partition is a DIRECTORY, DATA_DIR/topics/TOPIC/PARTITION (e.g.
+    ./data/topics/orders/0), or --data-dir DATA_DIR TOPIC PARTITION. Exits 1 when any
+    segment is damaged.
     """
+    directory = _partition_dir(location, data_dir)
     try:
         reports = inspect_dir(directory)
     except OSError as exc:
@@ -203,18 +269,78 @@ def wal_inspect(directory: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([asdict(r) | {"clean": r.is_clean} for r in reports]))
     else:
-        click.echo(
-            f"{'segment':<26}{'bytes':>12}{'valid':>12}{'batches':>9}"
-            f"{'records':>10}{'next offset':>13}  status"
-        )
-        for r in reports:
-            status = "ok" if r.is_clean else f"DAMAGED: {r.problem}"
-            click.echo(
-                f"{r.name:<26}{r.size_bytes:>12}{r.valid_bytes:>12}{r.batches:>9}"
-                f"{r.records:>10}{r.next_offset:>13}  {status}"
-            )
+        from broker.cli_output import table  # noqa: PLC0415 - rich only for this table
+
+        rows = [
+            asdict(r) | {"status": "ok" if r.is_clean else f"DAMAGED: {r.problem}"} for r in reports
+        ]
+        click.echo(table(rows, _SEGMENT_FIELDS))
     if not all(r.is_clean for r in reports):
         sys.exit(1)
+
+
+_SEGMENT_FIELDS = (
+    "name",
+    "size_bytes",
+    "valid_bytes",
+    "batches",
+    "records",
+    "next_offset",
+    "status",
+)
+_LAYOUT = (
+    "partitions live in DATA_DIR/topics/TOPIC/PARTITION, e.g. ./data/topics/orders/0 "
+    "(or: headrace wal inspect --data-dir ./data orders 0)"
+)
+
+
+def _partition_dir(location: tuple[str, ...], data_dir: str | None) -> str:
+    """The partition directory the arguments name; a usage error, with the layout and a
+    guess where one fits, when they name none."""
+    if data_dir is not None:
+        if len(location) != 2 or not location[1].isdecimal():
+            raise click.UsageError(
+                f"with --data-dir, name the partition as TOPIC PARTITION (e.g. orders 0), "
+                f"not {' '.join(location)!r}"
+            )
+        topic, partition = location
+        if not is_valid_name(topic):
+            raise click.UsageError(f"{topic!r} is not a valid topic name: {NAME_RULE}")
+        path = os.path.join(data_dir, "topics", topic, str(int(partition)))
+    elif len(location) != 1:
+        raise click.UsageError(
+            f"expected one partition DIRECTORY, or --data-dir DIR TOPIC PARTITION; {_LAYOUT}"
+        )
+    else:
+        path = location[0]
+    if not os.path.isdir(path):
+        raise click.UsageError(f"no partition directory at {path}; {_LAYOUT}{_guess(path)}")
+    names = os.listdir(path)
+    if not any(n.endswith(LOG_SUFFIX) for n in names):
+        raise click.UsageError(f"{path} holds no log segments; {_LAYOUT}{_guess(path)}")
+    return path
+
+
+def _guess(path: str) -> str:
+    """A partition directory the user may have meant: ``X/orders-0`` →
+    ``X/topics/orders/0``, a data directory → its first partition, a topic directory →
+    its first partition."""
+    parent, name = os.path.split(path.rstrip(os.sep) or path)
+    topic, dash, partition = name.rpartition("-")
+    candidates = [os.path.join(parent, "topics", topic, partition)] if dash else []
+    if os.path.isdir(path):
+        topics = os.path.join(path, "topics")
+        if os.path.isdir(topics):
+            candidates += [os.path.join(topics, t, "0") for t in sorted(os.listdir(topics))]
+        candidates += [
+            os.path.join(path, p) for p in sorted(os.listdir(path), key=_number) if p.isdecimal()
+        ]
+    found = next((c for c in candidates if os.path.isdir(c)), None)
+    return f"; did you mean {found}?" if found else ""
+
+
+def _number(name: str) -> int:
+    return int(name) if name.isdecimal() else -1
 
 
 def main() -> None:

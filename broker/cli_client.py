@@ -8,6 +8,13 @@ Role: parse arguments, call the :mod:`client` library, print. Every command take
 ``HEADRACE_TLS_KEY``), all added by :func:`broker_option` and handed to the command as one
 :class:`Target`. Client errors print one line on stderr and exit 1 (a failed TLS handshake
 says which option to check); usage errors exit 2 (click), bad security options included.
+
+Checked before anything is sent (:mod:`broker.cli_params`): ``--broker`` is ``HOST:PORT``,
+topic and subscription names follow the broker's rule. ``produce`` first checks that a
+broker answers (:func:`check_reachable`) instead of retrying a wrong address for its
+delivery timeout. A destructive command (``topics delete``, ``dlq purge``) asks at a
+terminal (:func:`confirm`) and refuses without one (:func:`require_terminal`) unless
+``--yes``. Tables and counted nouns come from :mod:`broker.cli_output`.
 """
 
 from __future__ import annotations
@@ -19,13 +26,19 @@ import functools
 import json
 import math
 import sys
-from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
 import click
+import grpc
+from grpc_health.v1.health_pb2 import HealthCheckRequest
+from grpc_health.v1.health_pb2_grpc import HealthStub
 
+# ``table`` stays importable from here: the lag and subscription commands use it.
+from broker.cli_output import plural, table
+from broker.cli_params import BROKER_ADDRESS, SUBSCRIPTION_NAME, TOPIC_NAME
 from client import (
     DEFAULT_BROKER,
     AsyncAdminClient,
@@ -38,6 +51,10 @@ from client import (
     Unavailable,
     check_security,
 )
+from client._channel import aio_channel
+
+#: How long ``produce`` waits for a broker to answer before it gives up, seconds.
+DEFAULT_CONNECT_TIMEOUT_S = 5.0
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -70,7 +87,8 @@ _CONNECTION_OPTIONS = (
         envvar="HEADRACE_BROKER",
         default=DEFAULT_BROKER,
         show_default=True,
-        help="Broker host:port (env HEADRACE_BROKER).",
+        type=BROKER_ADDRESS,
+        help="Broker HOST:PORT, an IPv6 host in brackets (env HEADRACE_BROKER).",
     ),
     click.option("--token", envvar="HEADRACE_TOKEN", help="Bearer token (env HEADRACE_TOKEN)."),
     click.option(
@@ -144,18 +162,21 @@ def topics() -> None:
 
 
 @topics.command("create")
-@click.argument("name")
+@click.argument("name", type=TOPIC_NAME)
 @click.option("--partitions", type=click.IntRange(1, 10_000), default=1, show_default=True)
+@click.option(
+    "--exist-ok", is_flag=True, help="Succeed if the topic exists with this many partitions."
+)
 @broker_option
-def topics_create(name: str, partitions: int, target: Target) -> None:
+def topics_create(name: str, partitions: int, exist_ok: bool, target: Target) -> None:
     """Create topic NAME."""
 
     async def go() -> TopicInfo:
         async with AsyncAdminClient(**target.kwargs()) as admin:
-            return await admin.create_topic(name, partitions)
+            return await admin.create_topic(name, partitions, exist_ok=exist_ok)
 
     info = run(go, target)
-    click.echo(f"created topic {info.name} with {len(info.partitions)} partition(s)")
+    click.echo(f"created topic {info.name} with {plural(len(info.partitions), 'partition')}")
 
 
 @topics.command("list")
@@ -168,11 +189,15 @@ def topics_list(as_json: bool, target: Target) -> None:
         async with AsyncAdminClient(**target.kwargs()) as admin:
             return await admin.list_topics()
 
-    _print_topics(run(go, target), as_json)
+    infos = run(go, target)
+    if not infos and not as_json:
+        click.echo("no topics")
+        return
+    _print_topics(infos, as_json)
 
 
 @topics.command("describe")
-@click.argument("name")
+@click.argument("name", type=TOPIC_NAME)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON array.")
 @broker_option
 def topics_describe(name: str, as_json: bool, target: Target) -> None:
@@ -186,55 +211,144 @@ def topics_describe(name: str, as_json: bool, target: Target) -> None:
 
 
 @topics.command("delete")
-@click.argument("name")
+@click.argument("name", type=TOPIC_NAME)
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @broker_option
-def topics_delete(name: str, target: Target) -> None:
-    """Delete topic NAME and all its data."""
+def topics_delete(name: str, yes: bool, target: Target) -> None:
+    """Delete topic NAME with all its records and subscriptions. Asks first unless --yes."""
+
+    async def held() -> TopicInfo:
+        async with AsyncAdminClient(**target.kwargs()) as admin:
+            return await admin.describe_topic(name)
 
     async def go() -> None:
         async with AsyncAdminClient(**target.kwargs()) as admin:
             await admin.delete_topic(name)
 
+    if not yes:
+        require_terminal(f"delete topic {name}")
+        info = run(held, target)
+        records = sum(p.head - p.first_offset for p in info.partitions)
+        confirm(
+            f"delete topic {name}, its {plural(len(info.partitions), 'partition')} holding "
+            f"{plural(records, 'record')}, and its subscriptions? It cannot be undone"
+        )
     run(go, target)
     click.echo(f"deleted topic {name}")
+
+
+def require_terminal(action: str) -> None:
+    """Refuse (a usage error) to ask whether to ``action`` when nobody can answer: stdin is
+    not a terminal (a script, a pipe, cron), and a destructive command must not take its
+    "yes" from whatever stdin holds."""
+    if not stdin_is_terminal():
+        raise click.UsageError(
+            f"not asking whether to {action}: stdin is not a terminal; pass --yes to do it "
+            "without asking"
+        )
+
+
+def confirm(question: str) -> None:
+    """Ask ``question`` on stderr; anything but yes aborts with exit 1 ("Aborted!")."""
+    click.confirm(question, abort=True, err=True)
+
+
+def stdin_is_terminal() -> bool:
+    """Whether stdin is a terminal a person can answer a question at."""
+    isatty = getattr(sys.stdin, "isatty", None)
+    return bool(isatty and isatty())
+
+
+TOPIC_FIELDS = ("topic", "partition", "first", "head", "bytes", "segments")
 
 
 def _print_topics(infos: list[TopicInfo], as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([asdict(t) for t in infos]))
         return
-    click.echo(
-        f"{'topic':<30}{'partition':>10}{'first':>14}{'head':>14}{'bytes':>14}{'segments':>10}"
-    )
-    for t in infos:
-        for p in t.partitions:
-            click.echo(
-                f"{t.name:<30}{p.partition:>10}{p.first_offset:>14}{p.head:>14}"
-                f"{p.size_bytes:>14}{p.segments:>10}"
-            )
+    rows = [
+        {
+            "topic": t.name,
+            "partition": p.partition,
+            "first": p.first_offset,
+            "head": p.head,
+            "bytes": p.size_bytes,
+            "segments": p.segments,
+        }
+        for t in infos
+        for p in t.partitions
+    ]
+    click.echo(table(rows, TOPIC_FIELDS))
 
 
 @click.command()
-@click.argument("topic")
+@click.argument("topic", type=TOPIC_NAME)
 @click.option("--key", help="Key of every record (picks the partition).")
 @click.option("--count", type=click.IntRange(1), help="Send N generated records, not stdin.")
+@click.option(
+    "--connect-timeout",
+    type=click.FloatRange(0, 3600, min_open=True),
+    default=DEFAULT_CONNECT_TIMEOUT_S,
+    show_default=True,
+    help="Seconds to wait for the broker to answer before anything is sent.",
+)
 @broker_option
-def produce(topic: str, key: str | None, count: int | None, target: Target) -> None:
+def produce(
+    topic: str, key: str | None, count: int | None, connect_timeout: float, target: Target
+) -> None:
     """Publish each line of stdin (or --count generated records) as one record.
 
-    Exits 0 only after every record was acknowledged.
+    Exits 0 only after every record was acknowledged. A broker that does not answer
+    within --connect-timeout is an error (exit 1) before anything is read or sent; once
+    sending, the producer retries a lost broker for up to 30 s per record.
     """
     values = (f"record-{i}".encode() for i in range(count)) if count else _stdin_lines()
     encoded_key = key.encode() if key is not None else None
 
     async def go() -> int:
-        async with AsyncProducer(**target.kwargs()) as producer:
-            futures = [await producer.send(topic, v, key=encoded_key) for v in values]
-            await asyncio.gather(*futures)
-            return len(futures)
+        channel = aio_channel(**target.kwargs())
+        try:
+            await check_reachable(channel, target, connect_timeout)
+            async with AsyncProducer(channel=channel) as producer:
+                futures = [await producer.send(topic, v, key=encoded_key) for v in values]
+                await asyncio.gather(*futures)
+                return len(futures)
+        finally:
+            await channel.close()
 
     sent = run(go, target)
-    click.echo(f"produced {sent} record(s) to {topic}", err=True)
+    click.echo(f"produced {plural(sent, 'record')} to {topic}", err=True)
+
+
+async def check_reachable(channel: grpc.aio.Channel, target: Target, timeout_s: float) -> None:
+    """Return once a server answers on ``channel`` (one ``grpc.health.v1`` check, which
+    needs no token); raise a one-line :class:`click.ClickException` naming the address and
+    what to check when none does within ``timeout_s``.
+
+    The check does not wait for a connection that failed (gRPC's fail-fast call): a
+    refused connection or an unknown host ends it at once, an unroutable address after
+    ``timeout_s``. Any answer but ``UNAVAILABLE`` or ``DEADLINE_EXCEEDED`` (even an
+    error) means something is there.
+    """
+    try:
+        await HealthStub(channel).Check(HealthCheckRequest(), timeout=timeout_s)
+    except grpc.aio.AioRpcError as exc:
+        code, details = exc.code(), exc.details() or ""
+        if code not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            return
+        if "handshake" in details.lower():
+            raise click.ClickException(explain(Unavailable(details, code), target)) from exc
+        cause = (
+            f"no answer within {timeout_s:g} s"
+            if code == grpc.StatusCode.DEADLINE_EXCEEDED
+            else details.rsplit(": ", 1)[-1].strip(" []").lower()
+        )
+        tls_hint = not target.tls_ca and not cause.startswith(("connection refused", "domain"))
+        raise click.ClickException(
+            f"cannot reach a broker at {target.broker} ({cause}); check that `headrace serve` "
+            "is running there and that --broker (env HEADRACE_BROKER) names its address"
+            + (", and pass --tls-ca if it serves TLS" if tls_hint else "")
+        ) from exc
 
 
 def _stdin_lines() -> Iterator[bytes]:
@@ -381,18 +495,9 @@ def as_text(raw: bytes | None) -> str | None:
         return None
 
 
-def table(rows: Sequence[Mapping[str, Any]], fields: Sequence[str]) -> str:
-    """``rows`` as aligned text columns, one per field, under an upper-case header."""
-    widths = {f: max(len(f), *(len(str(r[f])) for r in rows)) for f in fields}
-    lines = ["  ".join(f.upper().ljust(widths[f]) for f in fields).rstrip()]
-    for r in rows:
-        lines.append("  ".join(str(r[f]).ljust(widths[f]) for f in fields).rstrip())
-    return "\n".join(lines)
-
-
 @click.command()
-@click.argument("topic", required=False)
-@click.option("--subscription", "-s", required=True)
+@click.argument("topic", required=False, type=TOPIC_NAME)
+@click.option("--subscription", "-s", required=True, type=SUBSCRIPTION_NAME)
 @click.option(
     "--to",
     "position",

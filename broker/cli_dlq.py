@@ -15,7 +15,17 @@ from typing import Any
 
 import click
 
-from broker.cli_client import Target, add_record_bytes, as_text, broker_option, run, table
+from broker.cli_client import (
+    Target,
+    add_record_bytes,
+    as_text,
+    broker_option,
+    confirm,
+    require_terminal,
+    run,
+)
+from broker.cli_output import plural, table
+from broker.cli_params import SUBSCRIPTION_NAME, TOPIC_NAME
 from client import AsyncAdminClient, DeadLetterEntry, ReplayResult
 
 _PREVIEW = 40  # characters of a value shown in the peek table
@@ -32,8 +42,13 @@ PEEK_FIELDS = (
 )
 
 subscription_option = click.option(
-    "--subscription", "-s", required=True, help="The subscription whose queue it is."
+    "--subscription",
+    "-s",
+    required=True,
+    type=SUBSCRIPTION_NAME,
+    help="The subscription whose queue it is.",
 )
+topic_argument = click.argument("topic", type=TOPIC_NAME)
 
 
 @click.group()
@@ -42,7 +57,7 @@ def dlq() -> None:
 
 
 @dlq.command("peek")
-@click.argument("topic")
+@topic_argument
 @subscription_option
 @click.option("--from", "start", type=click.IntRange(0), help="Start at this sequence.")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=100, show_default=True)
@@ -76,7 +91,7 @@ def peek(  # noqa: PLR0917 - click passes every option as an argument
 
 
 @dlq.command("count")
-@click.argument("topic")
+@topic_argument
 @subscription_option
 @broker_option
 def count(topic: str, subscription: str, target: Target) -> None:
@@ -93,7 +108,7 @@ def count(topic: str, subscription: str, target: Target) -> None:
 
 
 @dlq.command("ack")
-@click.argument("topic")
+@topic_argument
 @subscription_option
 @click.option(
     "--up-to",
@@ -111,11 +126,11 @@ def ack(topic: str, subscription: str, up_to: int, target: Target) -> None:
             return await admin.ack_dead_letters(topic, subscription, up_to)
 
     acked = run(go, target)
-    click.echo(f"acked {acked} dead letter(s) of {topic}/{subscription} up to sequence {up_to}")
+    click.echo(f"acked {_letters(acked)} of {topic}/{subscription} up to sequence {up_to}")
 
 
 @dlq.command("purge")
-@click.argument("topic")
+@topic_argument
 @subscription_option
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @broker_option
@@ -131,19 +146,17 @@ def purge(topic: str, subscription: str, yes: bool, target: Target) -> None:
             return await admin.purge_dead_letters(topic, subscription)
 
     if not yes:
+        require_terminal(f"purge the dead letters of {topic}/{subscription}")
         entries = run(held, target)
-        click.confirm(
-            f"remove all {entries} dead letter(s) of {topic}/{subscription}? They cannot be "
-            "brought back",
-            abort=True,
-            err=True,
+        confirm(
+            f"remove all {_letters(entries)} of {topic}/{subscription}? They cannot be brought back"
         )
     purged = run(go, target)
-    click.echo(f"purged {purged} dead letter(s) of {topic}/{subscription}")
+    click.echo(f"purged {_letters(purged)} of {topic}/{subscription}")
 
 
 @dlq.command("replay")
-@click.argument("topic")
+@topic_argument
 @subscription_option
 @click.option("--limit", type=click.IntRange(1), help="Replay at most N entries. [default: all]")
 @click.option("--up-to", "up_to", type=click.IntRange(0), help="Only entries up to this sequence.")
@@ -179,8 +192,8 @@ def replay(  # noqa: PLR0917 - click passes every option as an argument
 
     result = run(go, target)
     click.echo(
-        f"replayed {result.replayed} dead letter(s) of {topic}/{subscription}; "
-        f"{result.remaining} remain"
+        f"replayed {_letters(result.replayed)} of {topic}/{subscription}; "
+        f"{result.remaining} {'remains' if result.remaining == 1 else 'remain'}"
     )
     for skipped in result.skipped:
         click.echo(f"stopped at entry {skipped.sequence}: {skipped.reason}")
@@ -207,13 +220,17 @@ def entry_doc(entry: DeadLetterEntry) -> dict[str, Any]:
     return doc
 
 
-def _row(entry: DeadLetterEntry) -> dict[str, str]:
+def _letters(count: int) -> str:
+    return plural(count, "dead letter")
+
+
+def _row(entry: DeadLetterEntry) -> dict[str, Any]:
     when = datetime.fromtimestamp(entry.dead_lettered_ms / 1000, UTC)
     return {
-        "sequence": str(entry.sequence),
-        "partition": str(entry.partition),
-        "offset": str(entry.offset),
-        "attempts": str(entry.attempts),
+        "sequence": entry.sequence,
+        "partition": entry.partition,
+        "offset": entry.offset,
+        "attempts": entry.attempts,
         "reason": _clip(_printable(entry.reason), _REASON),
         "dead_lettered": when.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
         "truncated": "yes" if entry.truncated else "no",

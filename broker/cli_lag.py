@@ -24,7 +24,8 @@ from typing import Any
 
 import click
 
-from broker.cli_client import Target, broker_option, run, table
+from broker.cli_client import Target, broker_option, run
+from broker.cli_output import table
 from client import AsyncAdminClient, SubscriptionInfo
 
 #: The states, best first: a group's total shows its worst.

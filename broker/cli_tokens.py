@@ -21,6 +21,7 @@ import click
 
 from broker.auth import Grant, TokenEntry, TokenSet, TokensFile, mint, parse_grant
 from broker.auth.grants import make_grant
+from broker.cli_output import table
 from broker.config import BrokerConfig, ConfigError
 from broker.errors import TokensFileError
 
@@ -140,11 +141,20 @@ def list_(as_json: bool, tokens_file: str | None, config_path: str | None) -> No
     if as_json:
         click.echo(json.dumps([_entry_json(e) for e in entries]))
         return
-    click.echo(f"{'id':<14}{'name':<24}{'state':<9}{'created':<22}grants")
-    for e in entries:
-        state = "revoked" if e.revoked else "active"
-        grants = " ".join(map(str, e.grants))
-        click.echo(f"{e.id:<14}{e.name:<24}{state:<9}{e.created:<22}{grants}")
+    if not entries:
+        click.echo("no tokens")
+        return
+    rows = [
+        {
+            "id": e.id,
+            "name": e.name,
+            "state": "revoked" if e.revoked else "active",
+            "created": e.created,
+            "grants": " ".join(map(str, e.grants)),
+        }
+        for e in entries
+    ]
+    click.echo(table(rows, ("id", "name", "state", "created", "grants")))
 
 
 def _entry_json(entry: TokenEntry) -> dict[str, Any]:

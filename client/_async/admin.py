@@ -23,7 +23,7 @@ from client._types import (
     SubscriptionInfo,
     TopicInfo,
 )
-from client.errors import from_rpc_error
+from client.errors import AlreadyExists, from_rpc_error
 from proto import admin_pb2 as _admin
 from proto import admin_pb2_grpc as _grpc
 from proto import broker_pb2 as _pb
@@ -149,10 +149,37 @@ class AsyncAdminClient:
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from exc
 
-    async def create_topic(self, name: str, partitions: int = 1) -> TopicInfo:
-        """Create a topic. Raises ``AlreadyExists`` or ``InvalidArgument``."""
+    async def create_topic(
+        self, name: str, partitions: int = 1, *, exist_ok: bool = False
+    ) -> TopicInfo:
+        """Create a topic.
+
+        Args:
+            name: The topic's name.
+            partitions: How many partitions it has.
+            exist_ok: When the topic exists already with ``partitions`` partitions, return
+                it instead of raising, so that a program that creates what it needs can
+                run twice.
+
+        Raises:
+            AlreadyExists: The topic exists (with ``exist_ok``: with another partition
+                count; the message names both counts).
+            InvalidArgument: A bad name or partition count.
+        """
         request = _admin.CreateTopicRequest(name=name, partitions=partitions)
-        return _topic(await self._call(self._stub.CreateTopic, request))
+        try:
+            return _topic(await self._call(self._stub.CreateTopic, request))
+        except AlreadyExists as exc:
+            if not exist_ok:
+                raise
+            found = await self.describe_topic(name)
+            if len(found.partitions) != partitions:
+                raise AlreadyExists(
+                    f"topic {name!r} exists with {len(found.partitions)} partitions, not the "
+                    f"{partitions} asked for; use it as it is, or delete it first",
+                    exc.code,
+                ) from exc
+            return found
 
     async def list_topics(self) -> list[TopicInfo]:
         """Every topic, by name."""

@@ -66,9 +66,11 @@ class AdminClient:
             tls_key=tls_key,
         )
 
-    def create_topic(self, name: str, partitions: int = 1) -> TopicInfo:
-        """Create a topic. Raises ``AlreadyExists`` or ``InvalidArgument``."""
-        return self._bridge.run(self._admin.create_topic(name, partitions))
+    def create_topic(self, name: str, partitions: int = 1, *, exist_ok: bool = False) -> TopicInfo:
+        """Create a topic; with ``exist_ok``, an existing one with ``partitions`` partitions
+        is returned instead (:meth:`AsyncAdminClient.create_topic`). Raises
+        ``AlreadyExists`` or ``InvalidArgument``."""
+        return self._bridge.run(self._admin.create_topic(name, partitions, exist_ok=exist_ok))
 
     def list_topics(self) -> list[TopicInfo]:
         """Every topic, by name."""

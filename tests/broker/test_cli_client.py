@@ -65,14 +65,14 @@ def test_create_produce_describe_delete(broker_address: str) -> None:
     assert "created topic cli-orders" in made.stdout
     sent = headrace(broker_address, "produce", "cli-orders", stdin="a\nb\nc\n")
     assert sent.returncode == 0, sent.stderr
-    assert "produced 3 record(s)" in sent.stderr
+    assert "produced 3 records" in sent.stderr
     assert headrace(broker_address, "produce", "cli-orders", "--count", "5").returncode == 0
     described = headrace(broker_address, "topics", "describe", "cli-orders", "--json")
     [info] = json.loads(described.stdout)
     assert info["partitions"][0]["head"] == 8
     listed = headrace(broker_address, "topics", "list")
     assert "cli-orders" in listed.stdout
-    assert headrace(broker_address, "topics", "delete", "cli-orders").returncode == 0
+    assert headrace(broker_address, "topics", "delete", "cli-orders", "--yes").returncode == 0
     gone = headrace(broker_address, "topics", "describe", "cli-orders")
     assert gone.returncode == 1
 
@@ -82,7 +82,7 @@ def test_create_produce_describe_delete(broker_address: str) -> None:
     [
         (("topics", "describe", "no-such-topic"), 1, "does not exist"),
         (("produce", "no-such-topic", "--count", "1"), 1, "does not exist"),
-        (("topics", "create", "bad/name"), 1, "not a valid topic name"),
+        (("topics", "create", "bad/name"), 2, "not a valid topic name"),
         (("topics", "create", "x", "--partitions", "0"), 2, "--partitions"),
         (("produce", "x", "--count", "zero"), 2, "--count"),
         (("consume", "no-such-topic", "-s", "s", "--count", "1"), 1, "does not exist"),
@@ -148,7 +148,7 @@ def test_consume_lag_and_seek(broker_address: str) -> None:
     assert row["oldest_unacked_age_s"] >= 0
     table = headrace(broker_address, "lag", "-s", "walk")
     assert "NO_CONSUMER" in table.stdout
-    assert "CURSOR" in table.stdout
+    assert table.stdout.split()[:5] == ["topic", "partition", "subscription", "type", "cursor"]
 
     rest = headrace(
         broker_address, "consume", "cli-walk", "-s", "walk", "--count", "2", "--output", "json"

@@ -116,7 +116,7 @@ def test_every_client_command_over_tls(tls_address: str, pki: Pki) -> None:
         (["dlq", "ack", "tls-t", "-s", "s1", "--up-to", "0"], "acked 0"),
         (["dlq", "purge", "tls-t", "-s", "s1", "--yes"], ""),
         (["dlq", "replay", "tls-t", "-s", "s1"], ""),
-        (["topics", "delete", "tls-t"], "deleted topic tls-t"),
+        (["topics", "delete", "tls-t", "--yes"], "deleted topic tls-t"),
     ]
     for args, expected in commands:
         done = headrace(*args, env=env)
@@ -309,7 +309,7 @@ def test_every_client_command_with_a_token_over_tls(secured: Secured) -> None:
         done = secured.run(*args, token=token)
         assert done.returncode == 0, (args, done.stderr)
         assert expected in done.stdout, (args, done.stdout)
-    deleted = headrace("topics", "delete", "doomed",
+    deleted = headrace("topics", "delete", "doomed", "--yes",
                        env=env | {"HEADRACE_TOKEN": secured.tokens["admin"]})  # fmt: skip
     assert (deleted.returncode, deleted.stdout) == (0, "deleted topic doomed\n"), deleted.stderr
 
@@ -322,7 +322,8 @@ REFUSALS: list[tuple[list[str], str, str]] = [
      "lacks role admin on topic 'fresh'"),
     (["topics", "describe", "orders"], "elsewhere",
      "lacks role produce or consume on topic 'orders'"),
-    (["topics", "delete", "orders"], "consumer", "lacks role admin on topic 'orders'"),
+    (["topics", "delete", "orders", "--yes"], "consumer",
+     "lacks role admin on topic 'orders'"),
     (["produce", "orders", "--count", "1"], "consumer", "lacks role produce on topic 'orders'"),
     (["consume", "orders", "-s", "billing", "--count", "1"], "producer",
      f"lacks role consume on {BILLING}"),

@@ -13,6 +13,7 @@ import subprocess
 import pytest
 
 from broker.app import Broker
+from broker.cli_dlq import PEEK_FIELDS
 from dispatcher.dead_letter import HEADER_REPLAY_COUNT
 from tests.broker.test_cli_client import headrace
 from tests.broker.test_dlq_admin import SUB, TOPIC, dead_letters, letter, records, subscribed
@@ -30,9 +31,10 @@ async def cli(broker: Broker, *args: str, stdin: str = "") -> subprocess.Complet
 async def test_peek_count_ack_and_purge(broker: Broker) -> None:
     """Scenario: four dead letters (one with a binary value, one with a newline in its
     reason); count, peek as a table and as JSON with a reason filter and a start, ack up
-    to 1, refuse the purge prompt, purge with --yes. Expected: exit 0 each time but the
-    refused purge (exit 1, nothing removed); the table has the documented columns and one
-    line per entry; the JSON carries every field; counts follow each step."""
+    to 1, purge with a "y" piped in (no terminal), purge with --yes. Expected: exit 0 each
+    time but the piped purge (exit 2, "pass --yes", nothing removed); the table has the
+    documented columns and one line per entry; the JSON carries every field; counts follow
+    each step."""
     await dead_letters(
         broker,
         [
@@ -48,16 +50,7 @@ async def test_peek_count_ack_and_purge(broker: Broker) -> None:
     table = await cli(broker, "dlq", "peek", TOPIC, "--subscription", SUB)
     assert table.returncode == 0, table.stderr
     head, *rows = table.stdout.splitlines()
-    assert head.split() == [
-        "SEQUENCE",
-        "PARTITION",
-        "OFFSET",
-        "ATTEMPTS",
-        "REASON",
-        "DEAD_LETTERED",
-        "TRUNCATED",
-        "VALUE",
-    ]
+    assert head.split() == [*PEEK_FIELDS]
     assert len(rows) == 4
     assert rows[1].split()[:4] == ["1", "0", "1", "3"]
     assert "parse error:\\nbad json" in rows[1]
@@ -82,14 +75,14 @@ async def test_peek_count_ack_and_purge(broker: Broker) -> None:
 
     acked = await cli(broker, "dlq", "ack", TOPIC, "-s", SUB, "--up-to", "1")
     assert acked.returncode == 0, acked.stderr
-    assert "acked 2 dead letter(s)" in acked.stdout
-    refused = await cli(broker, "dlq", "purge", TOPIC, "-s", SUB, stdin="n\n")
-    assert refused.returncode == 1
-    assert "remove all 2 dead letter(s)" in refused.stderr
+    assert "acked 2 dead letters" in acked.stdout
+    refused = await cli(broker, "dlq", "purge", TOPIC, "-s", SUB, stdin="y\n")
+    assert refused.returncode == 2  # no terminal to ask at: a piped "y" does not count
+    assert "pass --yes" in refused.stderr
     assert (await cli(broker, "dlq", "count", TOPIC, "-s", SUB)).stdout == "2\n"
     purged = await cli(broker, "dlq", "purge", TOPIC, "-s", SUB, "--yes")
     assert purged.returncode == 0, purged.stderr
-    assert "purged 2 dead letter(s)" in purged.stdout
+    assert "purged 2 dead letters" in purged.stdout
     empty = await cli(broker, "dlq", "peek", TOPIC, "-s", SUB)
     assert (empty.returncode, empty.stdout) == (0, f"no dead letters in {TOPIC}/{SUB}\n")
 
@@ -105,7 +98,7 @@ async def test_replay_reports_what_it_replayed_and_where_it_stopped(broker: Brok
     done = await cli(broker, "dlq", "replay", TOPIC, "-s", SUB, "--rate", "1000")
     assert done.returncode == 0, done.stderr
     first, second = done.stdout.splitlines()
-    assert first == f"replayed 2 dead letter(s) of {TOPIC}/{SUB}; 1 remain"
+    assert first == f"replayed 2 dead letters of {TOPIC}/{SUB}; 1 remains"
     assert second.startswith("stopped at entry 2: ")
     assert "max_replays" in second
     assert await records(broker, TOPIC, 0) == [
@@ -114,7 +107,7 @@ async def test_replay_reports_what_it_replayed_and_where_it_stopped(broker: Brok
     ]
     assert (await cli(broker, "dlq", "ack", TOPIC, "-s", SUB, "--up-to", "2")).returncode == 0
     again = await cli(broker, "dlq", "replay", TOPIC, "-s", SUB, "--limit", "1")
-    assert again.stdout == f"replayed 0 dead letter(s) of {TOPIC}/{SUB}; 0 remain\n"
+    assert again.stdout == f"replayed 0 dead letters of {TOPIC}/{SUB}; 0 remain\n"
 
 
 @pytest.mark.parametrize(

@@ -140,7 +140,7 @@ def _claims(result: Any, argv: list[str]) -> None:
 def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Setup]:
     """A broker with topic ``t``; the CLI aimed at it; ``serve`` stops after its config."""
 
-    async def no_broker(config: BrokerConfig) -> None:
+    async def no_broker(config: BrokerConfig, on_ready: object = None) -> None:
         assert isinstance(config, BrokerConfig)
 
     monkeypatch.setattr(broker.app, "serve", no_broker)  # `serve` imports it when it runs

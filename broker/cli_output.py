@@ -1,0 +1,90 @@
+"""How every ``headrace`` command prints for people: one table style and counted nouns.
+
+Role: :func:`table` renders rows as the one table style of the CLI (``topics list`` and
+``describe``, ``lag``, ``dlq peek``, ``wal inspect``): a header of the lower-case field
+names, as in ``--json``; numbers right-aligned, text left-aligned; two spaces between
+columns, no borders and no colour, so the output greps and pipes well. On a terminal a
+long text column wraps to the terminal's width; anywhere else (a pipe, a file) nothing is
+wrapped or cut: each row is one line however wide it gets. :func:`plural` writes "1
+record" and "2 records".
+
+Example::
+
+    >>> print(table([{"topic": "orders", "partition": 0, "head": 1200}],
+    ...             ("topic", "partition", "head")))
+    topic   partition  head
+    orders          0  1200
+
+Imports nothing of ours; ``rich`` is imported on the first table, so a command that prints
+none does not pay for it.
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+#: Width a table is laid out in when stdout is not a terminal: wide enough that no row is
+#: ever wrapped; the lines are then as long as their content.
+_UNBOUNDED = 1 << 20
+
+
+def table(rows: Sequence[Mapping[str, Any]], fields: Sequence[str]) -> str:
+    """``rows`` as aligned columns, one per field, under a header of the field names.
+
+    A column whose every value is an ``int`` or ``float`` (not a ``bool``) is right-
+    aligned; ``None`` prints as an empty cell. Lines carry no trailing spaces.
+
+    Args:
+        rows: One mapping per row, holding at least every name in ``fields``.
+        fields: The columns, in order; also the header.
+
+    Returns:
+        The table, lines joined by ``\\n``, without a final newline.
+    """
+    from rich.console import Console  # noqa: PLC0415 - ~60 ms, only when a table is printed
+    from rich.table import Table  # noqa: PLC0415
+    from rich.text import Text  # noqa: PLC0415
+
+    grid = Table(box=None, pad_edge=False, show_edge=False, header_style="", padding=(0, 1))
+    for field in fields:
+        numeric = bool(rows) and all(_is_number(r[field]) for r in rows)
+        grid.add_column(
+            field,
+            justify="right" if numeric else "left",
+            no_wrap=numeric,
+            overflow="fold",
+        )
+    for r in rows:
+        grid.add_row(*(Text("" if r[f] is None else str(r[f])) for f in fields))
+    out = io.StringIO()
+    Console(
+        file=out,
+        width=shutil.get_terminal_size().columns if _stdout_is_terminal() else _UNBOUNDED,
+        color_system=None,
+        markup=False,
+        highlight=False,
+        emoji=False,
+    ).print(grid)
+    return "\n".join(line.rstrip() for line in out.getvalue().splitlines())
+
+
+def plural(count: int, noun: str, many: str | None = None) -> str:
+    """``count`` and ``noun``, the noun in the plural unless the count is 1.
+
+    Example: ``plural(1, "record")`` is ``"1 record"``, ``plural(0, "record")`` is
+    ``"0 records"``, ``plural(2, "entry", "entries")`` is ``"2 entries"``.
+    """
+    return f"{count} {noun if count == 1 else many or noun + 's'}"
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _stdout_is_terminal() -> bool:
+    isatty = getattr(sys.stdout, "isatty", None)
+    return bool(isatty and isatty())
