@@ -198,7 +198,7 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
 TOUR = (
     "{headrace} topics create orders --partitions 3",
     "seq 5 | {headrace} produce orders",
-    "{headrace} consume orders --subscription billing --count 3",
+    "{headrace} consume orders --subscription billing --count 3 --timeout 5",
     "{headrace} lag",
 )
 

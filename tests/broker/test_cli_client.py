@@ -148,7 +148,7 @@ def test_consume_lag_and_seek(broker_address: str) -> None:
     assert row["oldest_unacked_age_s"] >= 0
     table = headrace(broker_address, "lag", "-s", "walk")
     assert "NO_CONSUMER" in table.stdout
-    assert table.stdout.split()[:5] == ["topic", "partition", "subscription", "type", "cursor"]
+    assert table.stdout.split()[:5] == ["topic", "subscription", "partition", "type", "cursor"]
 
     rest = headrace(
         broker_address, "consume", "cli-walk", "-s", "walk", "--count", "2", "--output", "json"

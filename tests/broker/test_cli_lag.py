@@ -166,10 +166,10 @@ async def test_table_groups_rows_with_totals(address: str) -> None:
     done = await cli(address, "--topic", "orders")
     assert done.exit_code == 0, done.output
     head, *lines = done.output.splitlines()
-    assert head.split()[:3] == ["TOPIC", "SUBSCRIPTION", "PARTITION"]
-    for column in ("LAG", "AGE_S", "IN/S", "ACK/S", "DRAIN", "STATE", "REASON"):
+    assert head.split()[:3] == ["topic", "subscription", "partition"]
+    for column in ("lag", "age_s", "in/s", "ack/s", "drain", "state", "reason"):
         assert column in head.split()
-    assert "TREND" not in head.split()  # only in --watch
+    assert "trend" not in head.split()  # only in --watch
     cells = [line.split() for line in lines]
     assert [(c[1], c[2]) for c in cells] == [
         ("audit", "0"),
@@ -273,6 +273,6 @@ def test_render_adds_the_trend_in_watch() -> None:
     text = render([row(lag=3, drain_s=None, trend="growing", state="LAGGING")], trend=True)
     head, first, total = text.splitlines()
     columns = head.split()
-    assert columns[columns.index("DRAIN") + 1] == "TREND"
+    assert columns[columns.index("drain") + 1] == "trend"
     assert "growing" in first
     assert total.split()[2] == "total"

@@ -269,7 +269,7 @@ def test_serve_prints_its_real_addresses_and_what_to_try(tmp_path: Path) -> None
     assert f"export HEADRACE_BROKER=127.0.0.1:{port}" in banner
     assert "  headrace topics create orders --partitions 3\n" in banner
     assert "  seq 5 | headrace produce orders\n" in banner
-    assert "  headrace consume orders --subscription billing --count 3\n" in banner
+    assert "  headrace consume orders --subscription billing --count 3 --timeout 5\n" in banner
 
 
 def test_make_run_passes_nothing_that_overrides_the_environment() -> None:
