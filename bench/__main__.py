@@ -129,6 +129,13 @@ def _error(message: str) -> int:
     return 1
 
 
+def _not_a_directory(out: Path, flag: str) -> str | None:
+    """Why ``out`` cannot take the charts, or None; checked before any measuring."""
+    if out.exists() and not out.is_dir():
+        return f"{flag}: {out} exists and is not a directory; give a directory for the charts"
+    return None
+
+
 def _write_charts(results: list[Result], samples: SampleLog | None, out: Path) -> int:
     """Draw the charts, name each file on stderr; the exit code."""
     try:
@@ -150,6 +157,8 @@ def plot_main(argv: Sequence[str]) -> int:
         results = plot.load_results(args.results)
     except (plot.PlotUnavailableError, plot.ResultsFileError) as exc:
         return _error(str(exc))
+    if (problem := _not_a_directory(args.out, "--out")) is not None:
+        return _error(problem)
     if not any(r.is_series_point for r in results) and any("latency" in r.metric for r in results):
         print(
             f"bench: note: {args.results} has no latency quantile series, so no CDF charts; "
@@ -183,6 +192,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             plot.require_matplotlib()  # before the run, not after minutes of it
         except plot.PlotUnavailableError as exc:
             return _error(str(exc))
+        if (problem := _not_a_directory(args.plot, "--plot")) is not None:
+            return _error(problem)
         samples = SampleLog()
     try:
         results = _run(args, scenario, samples)

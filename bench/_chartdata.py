@@ -287,6 +287,26 @@ def cdf_from_quantiles(curve: QuantileCurve) -> tuple[list[float], list[float]]:
     return [v for _, v in points], [q for q, _ in points]
 
 
+#: Percentiles a CDF's logit axis may mark; those outside the curves' range are left off.
+PERCENTILE_TICKS: tuple[float, ...] = (
+    *(0.0001, 0.001, 0.01, 0.1, 1.0, 10.0, 50.0),
+    *(90.0, 99.0, 99.9, 99.99, 99.999, 99.9999),
+)
+
+
+def percentile_ticks(curves: Sequence[Curve]) -> list[float]:
+    """The percentiles to mark: the median and the nines, as far as the curves reach
+    (a run of a million samples reaches 99.9999%, one of a thousand 99.9%)."""
+    low = min((c.ys[0] for c in curves), default=0.001)
+    high = max((c.ys[-1] for c in curves), default=0.999)
+    return [p for p in PERCENTILE_TICKS if low * 100 <= p <= high * 100]
+
+
+def format_ms(value: float) -> str:
+    """A latency for a legend: ``0.284``, ``42.9``, ``1,950``."""
+    return f"{value:,.0f}" if value >= 1000 else f"{value:.3g}"
+
+
 @dataclass(frozen=True, slots=True)
 class Curve:
     """One distribution as drawn: its label, percentiles and points."""

@@ -37,8 +37,6 @@ INSTALL_HINT = "pip install 'headrace[bench]'"
 HEADRACE_COLOR = "#1f77b4"
 PEER_COLORS = ("#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#17becf")
 GOAL_COLOR = "#d62728"
-#: Percentiles marked on a CDF's (logit) y axis.
-CDF_PERCENTILES = (0.1, 1.0, 10.0, 50.0, 90.0, 99.0, 99.9, 99.99)
 #: The smallest latency a log axis shows (ms); a zero is drawn there.
 MIN_MS = 1e-3
 
@@ -256,14 +254,16 @@ def draw_cdf(chart: CdfChart) -> Figure:
     ax = figure.add_subplot()
     for curve, color, style in zip(chart.curves, *_curve_looks(chart), strict=True):
         xs = [max(x, MIN_MS) for x in curve.xs]
-        label = f"{curve.label}: p50 {curve.p50:.3g} ms, p99 {curve.p99:.3g} ms"
+        p50, p99 = _chartdata.format_ms(curve.p50), _chartdata.format_ms(curve.p99)
+        label = f"{curve.label}: p50 {p50} ms, p99 {p99} ms"
         ax.plot(xs, curve.ys, style, color=color, label=label)
     ax.set_xscale("log")
     ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_yscale("logit")
-    ax.set_yticks([p / 100 for p in CDF_PERCENTILES], labels=[f"{p:g}%" for p in CDF_PERCENTILES])
+    ticks = _chartdata.percentile_ticks(chart.curves)
+    ax.set_yticks([p / 100 for p in ticks], labels=[f"{p:g}%" for p in ticks])
     ax.yaxis.set_minor_locator(NullLocator())
     ax.set_xlabel("latency (ms, log scale)")
     ax.set_ylabel("samples at or below (percentile)")

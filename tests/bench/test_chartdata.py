@@ -226,3 +226,29 @@ def test_latency_chart_of_peers_labels_them_by_what_differs() -> None:
     assert [c.label for c in redrawn.curves] == [c.label for c in chart.curves]
     assert [(c.p50, c.p99, c.samples) for c in redrawn.curves] == [(2.0, 3.0, 3), (0.5, 0.5, 1)]
     assert redrawn.title == chart.title
+
+
+@pytest.mark.parametrize(
+    ("n", "ticks"),
+    [
+        (1, [50.0]),
+        (1000, [0.1, 1.0, 10.0, 50.0, 90.0, 99.0, 99.9]),
+        (400_000, [0.001, 0.01, 0.1, 1.0, 10.0, 50.0, 90.0, 99.0, 99.9, 99.99, 99.999]),
+    ],
+)
+def test_percentile_ticks_reach_as_far_as_the_samples(n: int, ticks: list[float]) -> None:
+    """The logit axis marks the median and the nines the curves reach: a tail of 400,000
+    samples shows 99.999%, one of a thousand stops at 99.9%."""
+    xs, ys = cdf_from_samples([float(i) for i in range(n)])
+    curve = _chartdata.Curve("c", "headrace", tuple(xs), tuple(ys), 0.0, 0.0, n)
+    assert _chartdata.percentile_ticks([curve]) == ticks
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(0.2843, "0.284"), (42.93, "42.9"), (1950.4, "1,950"), (2e6, "2 M"), (89_846, "89.8 k")],
+)
+def test_numbers_for_people(value: float, text: str) -> None:
+    """Legends say latencies without exponents; bars say rates with k / M."""
+    formatted = _chartdata.format_ms(value) if value < 10_000 else _chartdata.format_rate(value)
+    assert formatted == text

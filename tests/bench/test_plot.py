@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bench import _chartdata, plot, pubsub, wal
-from bench.__main__ import main
+from bench.__main__ import _parser, main
 from bench._output import Goal, Result
 from bench._pubsub_system import FakeSystem
 from bench._samples import QUANTILES, Distribution
@@ -334,3 +334,24 @@ def test_plot_subcommand_usage_errors_exit_2(capsys: pytest.CaptureFixture[str])
         main(["plot"])
     assert exc.value.code == 2
     assert "RESULTS" in capsys.readouterr().err.upper()
+
+
+def test_plot_dir_defaults_to_docs_bench_and_must_be_a_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--plot`` alone means docs/bench; a --plot or --out that is a file is refused in
+    one line before anything is measured or drawn."""
+    assert _parser().parse_args(["wal", "--plot"]).plot == Path("docs") / "bench"
+    assert _parser().parse_args(["wal"]).plot is None
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    data = tmp_path / "data"
+    assert main(["wal", "--quick", "--dir", str(data), "--plot", str(a_file)]) == 1
+    err = capsys.readouterr().err
+    assert "--plot" in err
+    assert "is not a directory" in err
+    assert not data.exists()
+    saved = tmp_path / "r.jsonl"
+    saved.write_text(Result("wal", "headrace", "encode_records_s", 1.0, "records/s").to_json())
+    assert main(["plot", str(saved), "--out", str(a_file)]) == 1
+    assert "--out" in capsys.readouterr().err
