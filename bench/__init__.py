@@ -1,13 +1,23 @@
 """Headrace benchmarks: each scenario measures Headrace and its peers side by side in one run.
 
-Run ``python -m bench <scenario> [--json] [--quick] [--dir DIR]``. ``--json`` prints one
-JSON object per line (``bench, system, metric, value, unit, params``); without it the output
-is a table and a goals section. See DESIGN.md section 4, "Bench output".
+Run ``python -m bench <scenario> [--json] [--quick] [--dir DIR] [--plot [DIR]]``. ``--json``
+prints one JSON object per line (``bench, system, metric, value, unit, params``); without it
+the output is a table and a goals section. See DESIGN.md section 4, "Bench output".
+``--plot`` draws PNG charts of the run; ``python -m bench plot RESULTS.jsonl`` redraws them.
 
 Modules:
     __main__  the command line: parse arguments, run one scenario, print its results
     _runner   ``RunOptions``, the scenario registry, the scratch data directory
     _measure  event loop choice (uvloop when importable), percentiles, rates
     _output   ``Result`` and ``Goal`` records, JSON lines and table rendering
+    _machine  the machine record every run starts with (cores, CPU, date)
+    _samples  latency distributions kept with ``--plot``, and their quantile series
+    _chartdata  what each chart shows, from results (pure)
+    plot      the PNG charts (matplotlib, Agg) and reading saved ``--json`` output
     wal       scenario ``wal``: the write-ahead log against the disk's physical limits
+    pubsub    scenario ``pubsub``: Headrace beside NATS JetStream and Redis Streams
+    dispatch  scenario ``dispatch``: the heartbeat, fan-out latency, shared throughput
+    memory    scenario ``memory``: broker RSS under a publish flood and slow consumers
+    spark     scenario ``spark``: the Spark connector beside Spark's Parquet reader
+    _peers, _pubsub_system, _headrace_pubsub, _dispatch_procs, _fanout_*  their systems
 """

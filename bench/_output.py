@@ -61,6 +61,12 @@ class Result:
         """Whether the result is judged against a goal (it then belongs in the goals section)."""
         return "goal" in self.params
 
+    @property
+    def is_series_point(self) -> bool:
+        """Whether the result is one point of a latency quantile series (``--plot``): chart
+        data, left out of the human tables."""
+        return "quantile" in self.params and "samples" in self.params
+
 
 @dataclass(frozen=True, slots=True)
 class Goal:
@@ -157,7 +163,7 @@ def _section(rows: list[_Row]) -> list[str]:
 def render_table(results: Iterable[Result]) -> str:
     """Measured results as tables, one per group of rows with the same shape."""
     sections: dict[tuple[str, tuple[str, ...], tuple[str, ...]], list[_Row]] = {}
-    for row in _rows(r for r in results if not r.is_goal):
+    for row in _rows(r for r in results if not r.is_goal and not r.is_series_point):
         sections.setdefault(row.shape, []).append(row)
     return "\n\n".join("\n".join(_section(rows)) for rows in sections.values())
 

@@ -269,9 +269,12 @@ class NatsJetStream:
         return await measure_e2e(rate, seconds, send, consume)
 
     async def kill_and_restart(self) -> float:
-        """Time to a publish acked on a fresh connection to the restarted server."""
+        """Time to a publish acked on a fresh connection to the restarted server; then the
+        client reconnects (untimed), so later phases can publish again."""
         await self._close_client()
-        return await restart_to_serving(self._process, self._probe_publish)
+        seconds = await restart_to_serving(self._process, self._probe_publish)
+        await self._connect()
+        return seconds
 
     async def _probe_publish(self) -> None:
         nc = await _nats_connect(self._url)
@@ -447,9 +450,12 @@ class RedisStreams:
         return await measure_e2e(rate, seconds, send, consume)
 
     async def kill_and_restart(self) -> float:
-        """Time to an XADD answered on a fresh connection (after the AOF is replayed)."""
+        """Time to an XADD answered on a fresh connection (after the AOF is replayed); then
+        the client reconnects (untimed), so later phases can publish again."""
         await self._close_client()
-        return await restart_to_serving(self._process, self._probe_xadd)
+        seconds = await restart_to_serving(self._process, self._probe_xadd)
+        self._client = redis_client(self._port)
+        return seconds
 
     async def _probe_xadd(self) -> None:
         client = redis_client(self._port)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench._output import Result
+from bench._samples import SampleLog
 
 #: Default parent of run directories, relative to the working directory (on the repo's disk).
 DEFAULT_ROOT = Path("data") / "bench"
@@ -34,10 +35,13 @@ class RunOptions:
     Attributes:
         quick: Shrink sizes so the whole scenario takes seconds (smoke runs, ``make run``).
         data_dir: An empty directory owned by this run; it is removed afterwards.
+        samples: Where latency distributions go for the CDF charts; ``None`` (the
+            default, no ``--plot``) keeps no samples beyond each measurement.
     """
 
     quick: bool
     data_dir: Path
+    samples: SampleLog | None = None
 
 
 Scenario = Callable[[RunOptions], Iterator[Result]]

@@ -45,6 +45,10 @@ Owns the measurements of the dispatcher (issue 4) and their goals:
    (closing waits until the broker applied every ack). Goal: at least 500,000 msg/s. A
    broker that refuses the ``shared`` type is reported on stderr and the metric skipped.
 
+With ``--plot`` the latencies of 1 (``missed_notification_delivery_quantile_ms``) and of
+every fan-out run of 3 (``e2e_latency_quantile_ms``) go to the run's sample log, for the
+CDF charts.
+
 The broker phases (3 and 4) share one broker; a phase that fails is reported on stderr and
 skipped, and the run goes on. The broker and the consumer processes are
 :mod:`bench._dispatch_procs`.
@@ -80,6 +84,7 @@ from bench._pubsub_system import (
     stamp_payload,
 )
 from bench._runner import RunOptions, cell_dir
+from bench._samples import SampleLog
 from bench.pubsub import find_servers
 from client import AsyncAdminClient, AsyncConsumer, AsyncProducer, ClientError
 from dispatcher import ConsumerSession, HeartbeatConfig, SubscriptionRegistry
@@ -95,6 +100,9 @@ GOALS: dict[str, Goal] = {
     "e2e_latency_p99_ms": Goal("<=", 5.0),
     "shared_msgs_s": Goal(">=", 500_000),
 }
+#: Metrics of the latency distributions in the sample log (``--plot``).
+MISSED_SERIES = "missed_notification_delivery_quantile_ms"
+E2E_SERIES = "e2e_latency_quantile_ms"
 E2E_TOPIC = "dispatch-e2e"
 SHARED_TOPIC = "dispatch-shared"
 SHARED_SUBSCRIPTION = "dispatch-shared"
@@ -179,6 +187,9 @@ def run(
     measured: list[Result] = []
     with runner, cell_dir(options.data_dir, "missed") as directory:
         delays, stuck = runner.run(_missed_notifications(directory, sizes))
+        if options.samples is not None:
+            missed: Params = {**params, "losses": sizes.losses}
+            options.samples.add(BENCH, "headrace", MISSED_SERIES, missed, delays)
         measured += [
             Result(
                 BENCH,
@@ -211,7 +222,7 @@ def run(
     )
     measured.append(cpu)
     yield cpu
-    for result in broker_phases(options.data_dir, sizes, params, peers):
+    for result in broker_phases(options.data_dir, sizes, params, peers, log=options.samples):
         measured.append(result)
         yield result
     for result in measured:
@@ -310,12 +321,17 @@ async def _heartbeat_cpu(directory: Path, sizes: Sizes) -> float:
 
 
 def broker_phases(
-    root: Path, sizes: Sizes, params: Params, peers: Mapping[str, str] | None = None
+    root: Path,
+    sizes: Sizes,
+    params: Params,
+    peers: Mapping[str, str] | None = None,
+    *,
+    log: SampleLog | None = None,
 ) -> Iterator[Result]:
     """Start one broker, then yield the e2e latencies and the shared throughput, then the
     bare gRPC fan-out's latencies and those of the ``peers`` found (server path by system
     name; only ``redis-streams`` has a fan-out here); a phase that fails is reported on
-    stderr and skipped."""
+    stderr and skipped. Every fan-out's latencies go to ``log`` when given."""
     _, runner = new_runner()
     with runner, cell_dir(root, "broker") as directory:
         broker = Broker(directory)
@@ -325,12 +341,12 @@ def broker_phases(
             _warn(f"no e2e latency and no shared throughput: the broker did not start: {exc}")
             return
         try:
-            yield from _guarded("e2e latency", runner, _e2e_results(broker, sizes, params))
+            yield from _guarded("e2e latency", runner, _e2e_results(broker, sizes, params, log))
             at_floor_rate = dataclasses.replace(sizes, e2e_rate=sizes.floor_rate)
             yield from _guarded(
                 "e2e latency at the floor's rate",
                 runner,
-                _e2e_results(broker, at_floor_rate, params),
+                _e2e_results(broker, at_floor_rate, params, log),
             )
             yield from _guarded("shared_msgs_s", runner, _shared_results(broker, sizes, params))
         finally:
@@ -338,7 +354,7 @@ def broker_phases(
     _, runner = new_runner()
     with runner, cell_dir(root, "floor") as directory:
         yield from _guarded(
-            "the bare gRPC fan-out", runner, _floor_results(directory, sizes, params)
+            "the bare gRPC fan-out", runner, _floor_results(directory, sizes, params, log)
         )
     redis = (peers or {}).get(_fanout_redis.SYSTEM)
     if redis is not None:
@@ -348,11 +364,13 @@ def broker_phases(
                 yield from _guarded(
                     f"the Redis Streams fan-out at {rate:g} msg/s",
                     runner,
-                    _redis_results(directory, redis, sizes, rate, params),
+                    _redis_results(directory, redis, sizes, rate, params, log=log),
                 )
 
 
-async def _floor_results(directory: Path, sizes: Sizes, params: Params) -> list[Result]:
+async def _floor_results(
+    directory: Path, sizes: Sizes, params: Params, log: SampleLog | None
+) -> list[Result]:
     """The same fan-out as the e2e phase at ``floor_rate``, through bare gRPC."""
     samples, sent = await _fanout_floor.measure(
         directory,
@@ -362,11 +380,17 @@ async def _floor_results(directory: Path, sizes: Sizes, params: Params) -> list[
         grace_s=GRACE_S,
     )
     fields = _e2e_params(params, sizes, sizes.floor_rate, "none", 1)
-    return _latencies(_fanout_floor.SYSTEM, samples, sent, sizes, fields)
+    return _latencies(_fanout_floor.SYSTEM, samples, sent, sizes, fields, log=log)
 
 
 async def _redis_results(
-    directory: Path, binary: str, sizes: Sizes, rate: float, params: Params
+    directory: Path,
+    binary: str,
+    sizes: Sizes,
+    rate: float,
+    params: Params,
+    *,
+    log: SampleLog | None,
 ) -> list[Result]:
     """The same fan-out as the e2e phase at ``rate``, through Redis Streams."""
     samples, sent = await _fanout_redis.measure(
@@ -378,13 +402,15 @@ async def _redis_results(
         grace_s=GRACE_S,
     )
     fields = _e2e_params(params, sizes, rate, _fanout_redis.FSYNC, 1)
-    return _latencies(_fanout_redis.SYSTEM, samples, sent, sizes, fields)
+    return _latencies(_fanout_redis.SYSTEM, samples, sent, sizes, fields, log=log)
 
 
-async def _e2e_results(broker: Broker, sizes: Sizes, params: Params) -> list[Result]:
+async def _e2e_results(
+    broker: Broker, sizes: Sizes, params: Params, log: SampleLog | None
+) -> list[Result]:
     samples, sent = await _e2e(broker, sizes)
     fields = _e2e_params(params, sizes, sizes.e2e_rate, "always", sizes.e2e_processes)
-    return _latencies("headrace", samples, sent, sizes, fields)
+    return _latencies("headrace", samples, sent, sizes, fields, log=log)
 
 
 def _e2e_params(params: Params, sizes: Sizes, rate: float, fsync: str, processes: int) -> Params:
@@ -400,15 +426,24 @@ def _e2e_params(params: Params, sizes: Sizes, rate: float, fsync: str, processes
 
 
 def _latencies(
-    system: str, samples: list[float], sent: int, sizes: Sizes, fields: Params
+    system: str,
+    samples: list[float],
+    sent: int,
+    sizes: Sizes,
+    fields: Params,
+    *,
+    log: SampleLog | None = None,
 ) -> list[Result]:
-    """p50 and p99 of one fan-out run; says on stderr when pairs did not arrive."""
+    """p50 and p99 of one fan-out run; says on stderr when pairs did not arrive; keeps the
+    samples in ``log`` when given."""
     expected = sent * sizes.e2e_subscriptions
     if len(samples) < expected:
         _warn(
             f"{system}: {expected - len(samples)} of {expected} e2e (record, subscription) "
             "pairs did not arrive in time; the percentiles cover the others only"
         )
+    if log is not None and samples:
+        log.add(BENCH, system, E2E_SERIES, fields, samples)
     fields = {**fields, "samples": len(samples)}
     return [
         Result(BENCH, system, f"e2e_latency_p{q}_ms", percentile(samples, q), "ms", fields)

@@ -1,7 +1,7 @@
 """Scenario ``pubsub``: Headrace beside NATS JetStream and Redis Streams, in one run.
 
 Owns which systems run (and getting the peers' servers installed), the order they run
-in, the phases each goes through, the results, the goals and the latency chart. Every
+in, the phases each goes through, the results and the goals. Every
 system (a :class:`~bench._pubsub_system.PubSubSystem`) gets a fresh data dir and its own
 event loop (uvloop when importable) and runs on loopback with its Python client, in this
 order: ``headrace``, ``nats-jetstream``, ``redis-streams``
@@ -15,6 +15,8 @@ payloads and 200,000 messages (20,000 and 2 s of e2e with ``--quick``):
    for 10 s and a concurrent consumer; latency from each message's scheduled send time
    to its receipt (no coordinated omission). The pacer's own overhead (a thread handing
    each send to the loop) is in every system's numbers alike: about 0.1-0.2 ms here.
+   With ``--plot`` every latency goes to the run's sample log
+   (``e2e_latency_quantile_ms``), for the CDF chart.
 4. ``rss_mib``: the server's RSS after those phases.
 5. ``restart_to_serving_s``: SIGKILL the server, restart it, time from the spawn to the
    first successful client operation.
@@ -32,8 +34,6 @@ stopped, and the run goes on with the next one.
 Environment:
     HEADRACE_BENCH_SYSTEMS: Comma-separated system names to run, e.g.
         ``nats-jetstream,redis-streams`` (default: all three).
-    HEADRACE_BENCH_CHART: Where the latency chart goes (default
-        ``docs/bench/pubsub_latency.png``); empty for no chart. Needs matplotlib.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,12 +54,13 @@ from bench._output import Goal, Params, Result
 from bench._peers import Peer
 from bench._pubsub_system import E2E_PAYLOAD_BYTES, PubSubSystem, ServerFailedError
 from bench._runner import RunOptions
+from bench._samples import SampleLog
 
 BENCH = "pubsub"
 SYSTEMS = ("headrace", "nats-jetstream", "redis-streams")
 SYSTEMS_ENV = "HEADRACE_BENCH_SYSTEMS"
-CHART_ENV = "HEADRACE_BENCH_CHART"
-DEFAULT_CHART = Path("docs") / "bench" / "pubsub_latency.png"
+#: The metric of the e2e latency distributions in the sample log.
+E2E_SERIES = "e2e_latency_quantile_ms"
 
 #: Headrace's targets, as the issue states them.
 GOALS: dict[str, Goal] = {
@@ -265,14 +266,6 @@ def _entries_from_env(warn: Warn) -> list[Entry]:
     return default_entries(selected, warn=warn)
 
 
-def chart_path_from_env() -> Path | None:
-    """Where the chart goes: ``HEADRACE_BENCH_CHART``, else the default; None when empty."""
-    value = os.environ.get(CHART_ENV)
-    if value is None:
-        return DEFAULT_CHART
-    return Path(value) if value.strip() else None
-
-
 # ---------------------------------------------------------------------------------------
 # Running
 
@@ -282,26 +275,20 @@ def run(
     *,
     entries: Sequence[Entry] | None = None,
     sizes: Sizes | None = None,
-    chart_path: Path | None = None,
     warn: Warn = _stderr,
 ) -> Iterator[Result]:
-    """Measure every system in turn, yielding results as they come, then draw the chart
-    and yield Headrace's goals. ``entries`` and ``chart_path`` default to the environment's
-    choice (see the module docstring)."""
+    """Measure every system in turn, yielding results as they come, then Headrace's goals.
+    ``entries`` default to the environment's choice (see the module docstring)."""
     sizes = sizes or (QUICK if options.quick else FULL)
     entries = entries if entries is not None else _entries_from_env(warn)
     if not entries:
         warn("bench: pubsub: no system to measure")
     measured: list[Result] = []
-    latencies: dict[str, list[float]] = {}
     for index, entry in enumerate(entries):
         data_dir = options.data_dir / f"{index}-{entry.name}"
-        for result in measure_system(entry, data_dir, sizes, latencies, warn=warn):
+        for result in measure_system(entry, data_dir, sizes, options.samples, warn=warn):
             measured.append(result)
             yield result
-    path = chart_path if chart_path is not None else chart_path_from_env()
-    if latencies and path is not None:
-        write_chart_or_say(latencies, path, sizes, warn=warn)
     yield from derive_goals(measured)
 
 
@@ -309,13 +296,14 @@ def measure_system(
     entry: Entry,
     data_dir: Path,
     sizes: Sizes,
-    latencies: dict[str, list[float]],
+    samples: SampleLog | None = None,
     *,
     warn: Warn = _stderr,
 ) -> Iterator[Result]:
     """Build the system in ``data_dir`` and run its phases on a fresh event loop. A failure
     is reported with ``warn`` and ends this system's run, never the scenario's; the system
-    is always stopped and ``data_dir`` removed. Its e2e latencies go into ``latencies``."""
+    is always stopped and ``data_dir`` removed. Its e2e latencies go into ``samples``
+    when given."""
     data_dir.mkdir(parents=True)
     loop, runner = new_runner()
     system: PubSubSystem | None = None
@@ -323,7 +311,7 @@ def measure_system(
         with runner:
             try:
                 system = entry.build(data_dir)
-                yield from _phases(runner, system, sizes, loop=loop, latencies=latencies, warn=warn)
+                yield from _phases(runner, system, sizes, loop=loop, samples=samples, warn=warn)
             except Exception as exc:  # one system's failure must not end the others' run
                 warn(f"bench: pubsub: {entry.name} failed, skipping the rest of it: {exc!r}")
             finally:
@@ -346,7 +334,7 @@ def _phases(
     sizes: Sizes,
     *,
     loop: str,
-    latencies: dict[str, list[float]],
+    samples: SampleLog | None,
     warn: Warn,
 ) -> Iterator[Result]:
     """The phases of one system, in order (see the module docstring)."""
@@ -363,9 +351,10 @@ def _phases(
     seconds = runner.run(system.consume(count))
     yield result("consume_msgs_s", per_second(count, seconds), "msgs/s")
     label = f"{system.system} (fsync={system.fsync})"
-    samples = runner.run(system.e2e(sizes.e2e_rate, sizes.e2e_seconds))
-    ordered = e2e_samples(samples, sizes.e2e_messages, label, warn)
-    latencies[label] = ordered
+    e2e = runner.run(system.e2e(sizes.e2e_rate, sizes.e2e_seconds))
+    ordered = e2e_samples(e2e, sizes.e2e_messages, label, warn)
+    if samples is not None:
+        samples.add(BENCH, system.system, E2E_SERIES, params, ordered)
     yield result("e2e_latency_p50_ms", percentile(ordered, 50), "ms")
     yield result("e2e_latency_p99_ms", percentile(ordered, 99), "ms")
     rss = system.rss_mib()  # before the restart: the RSS the load left behind
@@ -416,75 +405,3 @@ def derive_goals(results: Sequence[Result]) -> Iterator[Result]:
             yield Result(
                 r.bench, r.system, r.metric, r.value, r.unit, {**r.params, **goal.params(r.value)}
             )
-
-
-# ---------------------------------------------------------------------------------------
-# The latency chart
-
-
-def write_chart_or_say(
-    latencies: Mapping[str, Sequence[float]], path: Path, sizes: Sizes, *, warn: Warn = _stderr
-) -> bool:
-    """Draw the chart at ``path`` and say where on stderr, or say why not. Returns whether
-    a chart was written."""
-    try:
-        write_latency_chart(latencies, path, title=chart_title(sizes))
-    except ImportError:
-        warn("bench: pubsub: no latency chart: matplotlib is missing (pip install -e '.[bench]')")
-        return False
-    except OSError as exc:
-        warn(f"bench: pubsub: no latency chart: {exc}")
-        return False
-    warn(f"bench: pubsub: latency chart written to {path}")
-    return True
-
-
-def chart_title(sizes: Sizes) -> str:
-    """The chart's title: the conditions the latencies were measured under."""
-    return (
-        f"pubsub end-to-end latency: {sizes.e2e_rate:,.0f} msg/s for {sizes.e2e_seconds:g} s, "
-        f"{sizes.payload_bytes} B, loopback"
-    )
-
-
-#: Percentiles marked on the chart's (logit) y axis.
-_CHART_PERCENTILES = (0.1, 1.0, 10.0, 50.0, 90.0, 99.0, 99.9, 99.99)
-
-
-def write_latency_chart(
-    latencies: Mapping[str, Sequence[float]], path: Path, *, title: str
-) -> None:
-    """A PNG of each system's latency distribution: a CDF on log-scaled ms against a logit
-    percentile axis, so the median and the tail are both readable.
-
-    Raises:
-        ImportError: matplotlib is not installed.
-        ValueError: A system has no latencies.
-    """
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
-
-    figure = Figure(figsize=(9, 5.5), layout="constrained")
-    axes = figure.add_subplot()
-    for label, samples in latencies.items():
-        ordered = sorted(samples)
-        n = len(ordered)
-        fractions = [(i + 0.5) / n for i in range(n)]  # logit needs 0 < y < 1
-        p50, p99 = percentile(ordered, 50), percentile(ordered, 99)
-        axes.plot(ordered, fractions, label=f"{label}: p50 {p50:.3g} ms, p99 {p99:.3g} ms")
-    axes.set_xscale("log")
-    axes.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
-    axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
-    axes.xaxis.set_minor_formatter(NullFormatter())
-    axes.set_yscale("logit")
-    axes.set_yticks(
-        [p / 100 for p in _CHART_PERCENTILES], labels=[f"{p:g}%" for p in _CHART_PERCENTILES]
-    )
-    axes.yaxis.set_minor_locator(NullLocator())
-    axes.set_xlabel("latency, scheduled send to receipt (ms, log scale)")
-    axes.set_ylabel("messages at or below (percentile)")
-    axes.set_title(title)
-    axes.grid(True, which="both", alpha=0.3)
-    axes.legend(loc="lower right")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)

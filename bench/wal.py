@@ -13,6 +13,9 @@ the goals derived from them. In order:
    ``batch`` x ``fsync`` x ``appenders``. Each appender awaits ``LogWriter.append`` in a
    loop; latency is one append's await time. A cell runs until its time or byte budget is
    spent. ``append_mb_s`` counts log bytes (encoded batches as written), MiB = 2**20.
+   With ``--plot`` every cell's append latencies go to the run's sample log
+   (``append_latency_quantile_ms``), and so do the first fdatasync baseline's call times
+   (``fdatasync_latency_quantile_ms``, system ``disk``), the floor of a synced append.
 4. ``reopen_1gib_s``: ``Log.open`` + ``close`` of a ~1 GiB log (128 MiB with ``--quick``;
    ``params["log_bytes"]`` says which), median of 3, page cache warm.
 5. Goals derived from the above (``params`` carry ``goal`` and ``met``).
@@ -24,13 +27,14 @@ import asyncio
 import itertools
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench._measure import median, new_runner, per_second, percentile
 from bench._output import Goal, Params, ParamValue, Result
 from bench._runner import RunOptions, cell_dir
+from bench._samples import SampleLog
 from wal import FsyncPolicy, Log, LogConfig, LogWriter, encode_columns
 
 BENCH = "wal"
@@ -139,18 +143,20 @@ def run(
     """Measure everything, yielding each result as soon as it is known, then the goals."""
     sizes = sizes or (QUICK if options.quick else FULL)
     measured: list[Result] = []
-    for result in _measure_all(options.data_dir, grid or Grid(), sizes):
+    for result in _measure_all(options.data_dir, grid or Grid(), sizes, options.samples):
         measured.append(result)
         yield result
     yield from derive_goals(measured)
 
 
-def _measure_all(root: Path, grid: Grid, sizes: Sizes) -> Iterator[Result]:
+def _measure_all(
+    root: Path, grid: Grid, sizes: Sizes, samples: SampleLog | None
+) -> Iterator[Result]:
     # The disk baselines run first and last: this disk's speed drifts, and the ratios use
     # the better of the two, so drift can only make Headrace look worse.
-    yield from _disk_baselines(root, sizes, "start")
+    yield from _disk_baselines(root, sizes, "start", samples)
     yield measure_encode(sizes.encode_seconds)
-    yield from measure_grid(root, grid, sizes)
+    yield from measure_grid(root, grid, sizes, samples)
     yield measure_reopen(root, sizes.reopen_log_bytes, sizes.reopen_runs)
     yield from measure_seq_pairs(root, sizes)
     yield from _disk_baselines(root, sizes, "end")
@@ -186,10 +192,12 @@ def measure_seq_pairs(root: Path, sizes: Sizes) -> Iterator[Result]:
     yield _goal("seq_bandwidth_ratio", median(ratios), "x", SEQ_BANDWIDTH_GOAL, params)
 
 
-def _disk_baselines(root: Path, sizes: Sizes, when: str) -> Iterator[Result]:
+def _disk_baselines(
+    root: Path, sizes: Sizes, when: str, samples: SampleLog | None = None
+) -> Iterator[Result]:
     for result in (
         measure_disk_seq_write(root, sizes.disk_seq_bytes),
-        measure_disk_fdatasync(root, sizes.fdatasync_seconds),
+        measure_disk_fdatasync(root, sizes.fdatasync_seconds, samples),
     ):
         yield Result(
             result.bench,
@@ -247,24 +255,33 @@ def measure_disk_seq_write(root: Path, total_bytes: int) -> Result:
     return _result("disk", "disk_seq_write_mb_s", per_second(count, elapsed), "MiB/s", params)
 
 
-def measure_disk_fdatasync(root: Path, seconds: float) -> Result:
-    """4 KiB appends with ``fdatasync`` after each, for ``seconds``: the disk's flush rate."""
+def measure_disk_fdatasync(root: Path, seconds: float, samples: SampleLog | None = None) -> Result:
+    """4 KiB appends with ``fdatasync`` after each, for ``seconds``: the disk's flush rate.
+    Each write + fdatasync's time goes to ``samples`` when given."""
     block = os.urandom(4 * KIB)
-    count = 0
+    times: list[float] = []
     with cell_dir(root, "disk-fdatasync") as path:
         fd = _open_new(path / "sync.dat")
         try:
-            start = time.perf_counter()
+            start = now = time.perf_counter()
             deadline = start + seconds
-            while count == 0 or time.perf_counter() < deadline:
+            while not times or now < deadline:
                 _write_all(fd, block)
                 os.fdatasync(fd)
-                count += 1
-            elapsed = time.perf_counter() - start
+                times.append(time.perf_counter() - now)
+                now += times[-1]
+            elapsed = now - start
         finally:
             os.close(fd)
     params = {"block_bytes": 4 * KIB}
-    return _result("disk", "disk_fdatasync_s", per_second(count, elapsed), "calls/s", params)
+    if samples is not None:
+        samples.add(BENCH, "disk", "fdatasync_latency_quantile_ms", params, _ms(times))
+    rate = per_second(len(times), elapsed)
+    return _result("disk", "disk_fdatasync_s", rate, "calls/s", params)
+
+
+def _ms(seconds: Iterable[float]) -> Iterator[float]:
+    return (s * 1000 for s in seconds)
 
 
 # ---------------------------------------------------------------------------------------
@@ -328,14 +345,21 @@ class CellStats:
         ]
 
 
-def measure_grid(root: Path, grid: Grid, sizes: Sizes) -> Iterator[Result]:
-    """Every cell of ``grid``, each on a fresh log, all on one event loop."""
+def measure_grid(
+    root: Path, grid: Grid, sizes: Sizes, samples: SampleLog | None = None
+) -> Iterator[Result]:
+    """Every cell of ``grid``, each on a fresh log, all on one event loop; each cell's
+    latencies go to ``samples`` when given."""
     loop, runner = new_runner()
     with runner:
         for cell in grid.cells():
             with cell_dir(root, cell.name) as path:
                 stats = runner.run(run_cell(path, cell, sizes))
-            yield from stats.results(cell.params(loop))
+            params = cell.params(loop)
+            if samples is not None:
+                latencies = _ms(stats.latencies)
+                samples.add(BENCH, "headrace", "append_latency_quantile_ms", params, latencies)
+            yield from stats.results(params)
 
 
 def _batch_pool(cell: Cell) -> list[bytes]:

@@ -16,6 +16,7 @@ from bench._fanout_child import LineProcess
 from bench._output import Goal, Params, Result, render_human
 from bench._pubsub_system import ServerFailedError
 from bench._runner import SCENARIOS, RunOptions
+from bench._samples import SampleLog, nearest_rank
 
 #: Small sizes for every part: 2 rounds of lost notifications, 50 idle subscriptions, an
 #: e2e run of 4 subscriptions at 200 msg/s for 1 s, the same at 100 msg/s side by side with
@@ -76,7 +77,9 @@ def test_a_small_run_measures_every_metric_and_judges_its_goals(tmp_path: Path) 
     metric with a goal is measured and judged, plus the e2e p50; all 40 lost records are
     delivered (by the heartbeat alone: nothing else can wake the dispatcher), none stuck,
     every delay positive, a CPU share in [0, 100], and the human report names them all."""
-    results = list(dispatch.run(RunOptions(quick=True, data_dir=tmp_path), sizes=SMALL, peers={}))
+    samples = SampleLog()
+    options = RunOptions(quick=True, data_dir=tmp_path, samples=samples)
+    results = list(dispatch.run(options, sizes=SMALL, peers={}))
     measured, goals = by_metric(results)
     assert set(goals) == set(dispatch.GOALS)
     assert set(measured) == {*dispatch.GOALS, "e2e_latency_p50_ms"}
@@ -97,6 +100,11 @@ def test_a_small_run_measures_every_metric_and_judges_its_goals(tmp_path: Path) 
     assert "e2e_latency_p99_ms" in report
     assert "shared_msgs_s" in report
     assert "dispatch" in SCENARIOS
+    kept = {(d.system, d.metric, d.params.get("rate_msg_s")): d for d in samples}
+    assert len(kept[("headrace", dispatch.MISSED_SERIES, None)].samples) == 40
+    e2e = kept[("headrace", dispatch.E2E_SERIES, SMALL.e2e_rate)]
+    assert nearest_rank(e2e.samples, 0.5) == measured["e2e_latency_p50_ms"].value
+    assert ("grpc-aio-floor", dispatch.E2E_SERIES, SMALL.floor_rate) in kept
 
 
 @pytest.fixture(scope="module")

@@ -34,8 +34,9 @@ def test_rss_stays_bounded_under_flood_and_stalled_consumers(tmp_path: Path) -> 
 
 @pytest.mark.slow
 def test_cli_prints_json_lines(tmp_path: Path) -> None:
-    """Scenario: ``python -m bench memory --quick --json``. Expected: exit 0 and one JSON
-    line per metric: baseline_rss, peak_rss, rss_growth, published, publish_rate."""
+    """Scenario: ``python -m bench memory --quick --json``. Expected: exit 0, the machine
+    record, then one JSON line per metric: baseline_rss, peak_rss, rss_growth, published,
+    publish_rate."""
     done = subprocess.run(
         [sys.executable, "-m", "bench", "memory", "--quick", "--json", "--dir", str(tmp_path)],
         capture_output=True,
@@ -44,7 +45,8 @@ def test_cli_prints_json_lines(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    machine, *rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert (machine["system"], machine["metric"]) == ("machine", "cpu_cores")
     assert [r["metric"] for r in rows] == [
         "baseline_rss",
         "peak_rss",

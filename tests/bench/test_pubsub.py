@@ -1,5 +1,5 @@
 """Tests of the ``pubsub`` bench scenario that need no server: its pacing, its latency
-bookkeeping, its results and goals, its chart, which systems it picks and what it says when
+bookkeeping, its results, goals and latency samples, which systems it picks and what it says when
 a peer cannot be installed. Systems are :class:`FakeSystem`; no timing is judged beyond
 "the pacer does not wait for slow sends".
 """
@@ -7,8 +7,10 @@ a peer cannot be installed. Systems are :class:`FakeSystem`; no timing is judged
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import itertools
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -23,6 +25,7 @@ from bench._peers import NATS, REDIS, Peer
 from bench._pubsub_system import (
     FakeSystem,
     LatencyRecorder,
+    PubSubSystem,
     ServerFailedError,
     ServerProcess,
     measure_e2e,
@@ -34,6 +37,7 @@ from bench._pubsub_system import (
     wait_until_serving,
 )
 from bench._runner import SCENARIOS, RunOptions
+from bench._samples import SampleLog, nearest_rank
 from bench.pubsub import GOALS, Entry, Sizes, apt_install, default_installer, find_servers
 
 TINY = Sizes(messages=1000, e2e_rate=100.0, e2e_seconds=0.5)
@@ -372,21 +376,6 @@ def test_headrace_missing_is_skipped_with_a_message(monkeypatch: pytest.MonkeyPa
     assert said.mentioning("headrace system not available yet")
 
 
-@pytest.mark.parametrize(
-    ("value", "expected"),
-    [(None, pubsub.DEFAULT_CHART), ("", None), ("out/chart.png", Path("out/chart.png"))],
-)
-def test_chart_path_from_env(
-    monkeypatch: pytest.MonkeyPatch, value: str | None, expected: Path | None
-) -> None:
-    """HEADRACE_BENCH_CHART overrides the chart path; empty turns the chart off."""
-    if value is None:
-        monkeypatch.delenv(pubsub.CHART_ENV, raising=False)
-    else:
-        monkeypatch.setenv(pubsub.CHART_ENV, value)
-    assert pubsub.chart_path_from_env() == expected
-
-
 def test_pubsub_is_a_registered_scenario() -> None:
     """``python -m bench pubsub`` finds the scenario."""
     assert "pubsub" in SCENARIOS
@@ -597,10 +586,9 @@ def test_run_reports_every_metric_of_every_system(tmp_path: Path) -> None:
         _entry("redis-streams", "everysec", built),
     ]
     said = Messages()
-    options = RunOptions(quick=True, data_dir=tmp_path)
-    results = list(
-        pubsub.run(options, entries=entries, sizes=TINY, chart_path=tmp_path / "c.png", warn=said)
-    )
+    samples = SampleLog()
+    options = RunOptions(quick=True, data_dir=tmp_path, samples=samples)
+    results = list(pubsub.run(options, entries=entries, sizes=TINY, warn=said))
     measured = [r for r in results if not r.is_goal]
     assert [r.system for r in measured[::7]] == ["headrace", "nats-jetstream", "redis-streams"]
     for r in measured:
@@ -613,6 +601,12 @@ def test_run_reports_every_metric_of_every_system(tmp_path: Path) -> None:
     assert len([r for r in results if r.is_goal]) == len(GOALS)
     assert all(fake.calls[-1] == "stop" for fake in built)
     assert [p.name for p in tmp_path.iterdir() if p.is_dir()] == []
+    kept = list(samples)
+    assert [d.system for d in kept] == ["headrace", "nats-jetstream", "redis-streams"]
+    assert all(d.metric == "e2e_latency_quantile_ms" for d in kept)
+    assert all(list(d.samples) == sorted(d.samples) and d.samples for d in kept)
+    p50s = [r.value for r in measured if r.metric == "e2e_latency_p50_ms"]
+    assert [nearest_rank(d.samples, 0.5) for d in kept] == p50s
 
 
 def test_a_failing_system_is_reported_stopped_and_skipped(tmp_path: Path) -> None:
@@ -629,7 +623,6 @@ def test_a_failing_system_is_reported_stopped_and_skipped(tmp_path: Path) -> Non
             RunOptions(quick=True, data_dir=tmp_path),
             entries=entries,
             sizes=TINY,
-            chart_path=tmp_path / "c.png",
             warn=said,
         )
     )
@@ -646,34 +639,6 @@ def test_run_with_no_system_says_so(tmp_path: Path) -> None:
     options = RunOptions(quick=True, data_dir=tmp_path)
     assert list(pubsub.run(options, entries=[], sizes=TINY, warn=said)) == []
     assert said.mentioning("no system to measure")
-
-
-# ---------------------------------------------------------------------------------------
-# The chart
-
-
-def test_chart_is_a_png(tmp_path: Path) -> None:
-    """The chart writer creates the missing directory and writes a PNG file."""
-    pytest.importorskip("matplotlib")
-    path = tmp_path / "docs" / "bench" / "latency.png"
-    series = {
-        "headrace (fsync=always)": [0.2 + i / 1000 for i in range(1000)],
-        "redis-streams (fsync=everysec)": [0.5 + i / 100 for i in range(500)],
-    }
-    pubsub.write_latency_chart(series, path, title="test")
-    assert path.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
-
-
-def test_chart_without_matplotlib_says_how_to_get_it(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    """Without matplotlib no chart is written, and stderr names the extra to install."""
-    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
-    said = Messages()
-    path = tmp_path / "c.png"
-    assert not pubsub.write_chart_or_say({"x": [1.0]}, path, TINY, warn=said)
-    assert not path.exists()
-    assert said.mentioning("matplotlib", ".[bench]")
 
 
 def test_apt_install_output_goes_to_stderr(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -709,7 +674,7 @@ def test_restart_after_kill_fills_the_log_then_kills(tmp_path: Path) -> None:
     fake = _CountingSystem()
     sizes = Sizes(messages=1000, e2e_rate=100.0, e2e_seconds=0.5, restart_log_bytes=8 << 20)
     entry = Entry("headrace", lambda _d: fake)
-    results = list(pubsub.measure_system(entry, tmp_path / "x", sizes, {}, warn=Messages()))
+    results = list(pubsub.measure_system(entry, tmp_path / "x", sizes, warn=Messages()))
     last = results[-1]
     assert last.metric == "restart_after_kill_s"
     assert (last.value, last.unit) == (0.25, "s")
@@ -719,3 +684,38 @@ def test_restart_after_kill_fills_the_log_then_kills(tmp_path: Path) -> None:
     assert fake.published[-1] == (128, 64 << 10)
     assert fake.calls[-3:] == ["publish", "kill_and_restart", "stop"]
     assert GOALS["restart_after_kill_s"].params(0.4)["met"] is True
+
+
+def _peer_runnable(binary: str, module: str) -> bool:
+    return shutil.which(binary) is not None and importlib.util.find_spec(module) is not None
+
+
+@pytest.mark.parametrize(
+    ("build", "binary", "module"),
+    [
+        (_peers.NatsJetStream, "nats-server", "nats"),
+        (lambda d: _peers.RedisStreams(d, "always"), "redis-server", "redis"),
+    ],
+    ids=["nats-jetstream", "redis-streams"],
+)
+def test_a_peer_publishes_again_after_kill_and_restart(
+    build: Callable[[Path], PubSubSystem], binary: str, module: str, tmp_path: Path
+) -> None:
+    """Scenario: a real peer server publishes, is SIGKILLed and restarted, then publishes
+    again, as the scenario's last phase does. Expected: both publishes are acknowledged (the
+    client reconnected after the restart; it used to publish on a closed client). Needs
+    the peer's server and Python client (the bench extra); skipped otherwise."""
+    if not _peer_runnable(binary, module):
+        pytest.skip(f"needs {binary} and the {module} client (pip install -e '.[bench]')")
+    system = build(tmp_path)
+
+    async def scenario() -> None:
+        await system.start()
+        try:
+            assert await system.publish(50, b"x" * 100) > 0
+            assert await system.kill_and_restart() > 0
+            assert await system.publish(50, b"y" * 100) > 0
+        finally:
+            await system.stop()
+
+    asyncio.run(scenario())

@@ -39,10 +39,14 @@ EXPECTED: dict[str, tuple[str, str, set[str]]] = {
 def lines(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     scratch = tmp_path_factory.mktemp("bench-spark")
     argv = [sys.executable, "-m", "bench", "spark", "--records", str(RECORDS)]
-    argv += ["--rounds", "1", "--json", "--dir", str(scratch)]
+    argv += ["--rounds", "1", "--json", "--dir", str(scratch), "--plot", str(scratch / "charts")]
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=170, check=False)
     assert done.returncode == 0, done.stderr[-4000:]
-    return [json.loads(line) for line in done.stdout.splitlines()]
+    machine, *rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert (machine["system"], machine["metric"]) == ("machine", "cpu_cores")
+    charts = [p.name for p in (scratch / "charts").iterdir()]
+    assert charts == ["spark_throughput.png"]  # --plot: the four figures' bar chart
+    return rows
 
 
 def test_every_expected_metric_is_reported_once(lines: list[dict[str, Any]]) -> None:

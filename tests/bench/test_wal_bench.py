@@ -16,6 +16,7 @@ from bench import wal
 from bench.__main__ import main
 from bench._output import Result, render_human
 from bench._runner import RunOptions, scratch_root
+from bench._samples import SampleLog, nearest_rank
 from wal import FsyncPolicy
 
 KEYS = {"bench", "system", "metric", "value", "unit", "params"}
@@ -62,8 +63,13 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def results(run_dir: Path) -> list[Result]:
-    options = RunOptions(quick=True, data_dir=run_dir)
+def samples() -> SampleLog:
+    return SampleLog()
+
+
+@pytest.fixture(scope="module")
+def results(run_dir: Path, samples: SampleLog) -> list[Result]:
+    options = RunOptions(quick=True, data_dir=run_dir, samples=samples)
     return list(wal.run(options, grid=TINY_GRID, sizes=TINY_SIZES))
 
 
@@ -159,3 +165,26 @@ def test_group_commit_is_compared_with_one_fdatasync_per_record(
     baselines = ("disk_seq_write_mb_s", "disk_fdatasync_s")
     whens = {line["params"]["when"] for line in lines if line["metric"] in baselines}
     assert whens == {"start", "end"}
+
+
+def test_with_a_sample_log_every_cell_keeps_its_latencies(
+    results: list[Result], samples: SampleLog
+) -> None:
+    """Scenario: the run is given a sample log (``--plot``). Expected: one append latency
+    distribution per grid cell, in ms, with the cell's params, whose median is the cell's
+    p50; and one of the disk's fdatasync calls (the first baseline only)."""
+    appends = [d for d in samples if d.metric == "append_latency_quantile_ms"]
+    assert len(appends) == len(list(TINY_GRID.cells()))
+    p50 = {
+        json.dumps(dict(r.params), sort_keys=True): r.value
+        for r in results
+        if r.metric == "append_latency_p50_ms"
+    }
+    for d in appends:
+        assert d.system == "headrace"
+        assert nearest_rank(d.samples, 0.5) == pytest.approx(
+            p50[json.dumps(dict(d.params), sort_keys=True)]
+        )
+    disk = [d for d in samples if d.metric == "fdatasync_latency_quantile_ms"]
+    assert [(d.system, d.params) for d in disk] == [("disk", {"block_bytes": 4096})]
+    assert all(x > 0 for x in disk[0].samples)
