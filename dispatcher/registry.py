@@ -115,6 +115,10 @@ class PartitionSample:
     partition: int
     lag: int  # records at or above the cursor not yet acknowledged
     in_flight: int
+    #: Publish time (ms) of the oldest unacknowledged record; ``None`` when caught up.
+    oldest_unacked_ms: float | None = None
+    cursor: int = 0
+    blocked: bool = False  # BLOCKED: sends nothing until an operator acts
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +134,8 @@ class SubscriptionSample:
     partitions: tuple[PartitionSample, ...]
     dispatched: int = 0
     redelivered: int = 0
+    acked: int = 0
+    nacked: int = 0
     ack_timeouts: int = 0
     dead_lettered: int = 0
     dropped: int = 0
@@ -137,6 +143,12 @@ class SubscriptionSample:
     dlq_entries: int = 0
     dlq_evicted: int = 0
     dlq_rejected: int = 0
+    dlq_max_entries: int = 0  # the queue's capacity; 0 while it has no queue
+
+    @property
+    def blocked(self) -> bool:
+        """Whether any partition is BLOCKED."""
+        return any(p.blocked for p in self.partitions)
 
 
 class SubscriptionRegistry:
@@ -439,7 +451,7 @@ class SubscriptionRegistry:
         cached = self._samples.get(key)
         if cached is not None and cached[0] == version:
             return cached[1]
-        sample = _sample(sub, dlq)
+        sample = _sample(sub, dlq, cached[1] if cached is not None else None)
         self._samples[key] = (version, sample)
         return sample
 
@@ -600,7 +612,9 @@ class SubscriptionRegistry:
         return doc
 
 
-def _sample(sub: Subscription, dlq: DeadLetterQueue | None) -> SubscriptionSample:
+def _sample(
+    sub: Subscription, dlq: DeadLetterQueue | None, previous: SubscriptionSample | None
+) -> SubscriptionSample:
     state = sub.state
     return SubscriptionSample(
         sub.topic,
@@ -609,9 +623,11 @@ def _sample(sub: Subscription, dlq: DeadLetterQueue | None) -> SubscriptionSampl
         sub.heartbeat_polls,
         sub.task_restarts,
         sub.verdict.stalled,
-        tuple(PartitionSample(i, lag, in_flight) for i, lag, in_flight in sub.lag()),
+        _partition_samples(sub, previous),
         dispatched=state.sent_total - state.redelivered_total,
         redelivered=state.redelivered_total,
+        acked=state.acked_total,
+        nacked=state.nacked_total,
         ack_timeouts=state.ack_timeouts_total,
         dead_lettered=state.dead_lettered_total,
         dropped=state.dropped_total,
@@ -619,4 +635,25 @@ def _sample(sub: Subscription, dlq: DeadLetterQueue | None) -> SubscriptionSampl
         dlq_entries=dlq.count() if dlq else 0,
         dlq_evicted=dlq.evicted_total if dlq else 0,
         dlq_rejected=dlq.rejected_total if dlq else 0,
+        dlq_max_entries=dlq.config.max_entries if dlq else 0,
     )
+
+
+def _partition_samples(
+    sub: Subscription, previous: SubscriptionSample | None
+) -> tuple[PartitionSample, ...]:
+    """Lag, in-flight records, BLOCKED and the oldest unacknowledged record's publish time
+    per partition. That time costs a read, so it is reused while the cursor stays put."""
+    before = {p.partition: p for p in previous.partitions} if previous is not None else {}
+    samples = []
+    for (i, lag, in_flight), blocked in zip(sub.lag(), sub.blocked(), strict=True):
+        cursor = sub.state.cursor(i)
+        oldest: float | None = None
+        if lag > 0:
+            old = before.get(i)
+            if old is not None and old.cursor == cursor and old.oldest_unacked_ms:
+                oldest = old.oldest_unacked_ms
+            else:
+                oldest = sub.cursor_timestamp_ms(i)
+        samples.append(PartitionSample(i, lag, in_flight, oldest, cursor, blocked))
+    return tuple(samples)
