@@ -30,6 +30,7 @@ from prometheus_client import (
     Histogram,
     PlatformCollector,
     ProcessCollector,
+    disable_created_metrics,
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -104,6 +105,10 @@ class BrokerMetrics:
     ) -> None:
         self.registry = registry or CollectorRegistry()
         self._clock = clock
+        # No <name>_created gauge beside every counter and histogram child: it would double
+        # the series a broker with many partitions exports, and no dashboard or alert uses
+        # it (Prometheus detects counter resets itself). Process-wide in prometheus_client.
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         # The standard process_* and python_info families, under their standard names.
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
