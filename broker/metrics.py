@@ -217,8 +217,12 @@ class BrokerMetrics:
 
     def commit_observer(self, topic: str, partition: int) -> CommitObserver:
         """What a partition's log calls after each group commit (its ``on_commit``), with
-        its histograms' children looked up once, not per commit."""
+        its histograms' children looked up once, not per commit. Called as the partition
+        opens, it also starts its published counters at 0, so a rate over them covers
+        the first batch."""
         labels = (topic, str(partition))
+        self.published_records.labels(*labels)
+        self.published_bytes.labels(*labels)
         append = self.wal_append.labels(*labels).observe
         fsync = self.wal_fsync.labels(*labels).observe
 
