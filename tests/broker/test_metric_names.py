@@ -83,9 +83,10 @@ async def test_every_family_follows_the_naming_rule_and_shows_the_workload(
 ) -> None:
     """Scenario: a real broker after the known workload (40 published, 30 acked, 2 poison
     records dead-lettered after a redelivery each, 8 left in flight). Expected: every
-    headrace_ family on /metrics follows the naming rule; the new families are there with
-    the workload's values (lag 8 and an age > 0 for it, head offsets summing to 40, a
-    DLQ of 2 with its capacity, the log healthy, build info 1); the process families
+    headrace_ family on /metrics follows the naming rule and is in docs/metrics.md; the
+    new families are there with the workload's values (lag 8 and an age > 0 for it, head
+    offsets summing to 40, a DLQ of 2 with its capacity, the log healthy, build info 1);
+    the process families
     keep their standard names."""
     config = work.workload_config(broker_config(tmp_path / "data"))
     async with Broker(config) as broker:
@@ -97,6 +98,13 @@ async def test_every_family_follows_the_naming_rule_and_shows_the_workload(
     families = {f.name: f.type for f in text_string_to_metric_families(text)}
     ours = {n: t for n, t in families.items() if n.startswith("headrace_")}
     assert naming_errors(ours) == []
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text()
+    undocumented = {
+        name + ("_total" if kind == "counter" else "")
+        for name, kind in ours.items()
+        if f"`{name}{'_total' if kind == 'counter' else ''}`" not in docs
+    }
+    assert undocumented == set(), "add them to docs/metrics.md"
     sub = {"topic": work.TOPIC, "subscription": work.SUBSCRIPTION}
     part = {"topic": work.TOPIC}
     assert work.total(samples, "headrace_subscription_lag_messages", **sub) == work.LAG
