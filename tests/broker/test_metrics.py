@@ -82,8 +82,8 @@ def _sample(**changes: object) -> SubscriptionSample:
         task_restarts=0,
         stalled=False,
         partitions=(
-            PartitionSample(0, lag=5, in_flight=2, oldest_unacked_ms=1_000_000.0, cursor=7),
-            PartitionSample(1, lag=0, in_flight=0, oldest_unacked_ms=None, cursor=4),
+            PartitionSample(0, lag=5, in_flight=2, oldest_unacked_ms=1_000_000.0),
+            PartitionSample(1, lag=0, in_flight=0, oldest_unacked_ms=None),
         ),
     )
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
