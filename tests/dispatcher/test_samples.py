@@ -11,7 +11,14 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from dispatcher import HeartbeatConfig, Subscription, SubscriptionRegistry
+from dispatcher import (
+    DispatchConfig,
+    DispatchPolicy,
+    HeartbeatConfig,
+    PoisonPolicy,
+    Subscription,
+    SubscriptionRegistry,
+)
 from dispatcher.registry import PartitionSample
 from tests._helpers import ManualClock
 from wal import LogWriter, encode_columns
@@ -56,8 +63,7 @@ async def _sent(
     counts the log reads made for the age (one entry per read)."""
     sub = await registry.subscribe("t", "s", [writer])
     sub.attach("c", credit=100)
-    for _ in range(50):
-        await asyncio.sleep(0)
+    await _settle()
     reads: list[int] = []
     read = sub.cursor_timestamp_ms
 
@@ -67,6 +73,12 @@ async def _sent(
 
     sub.cursor_timestamp_ms = counted  # type: ignore[method-assign]
     return sub, reads
+
+
+async def _settle() -> None:
+    """Let every task that is ready run (the dispatch path is all on this loop)."""
+    for _ in range(50):
+        await asyncio.sleep(0)
 
 
 def _partition(
@@ -121,3 +133,31 @@ async def test_caught_up_has_no_oldest_record(
     assert part.lag == 0
     assert part.oldest_unacked_ms is None
     assert len(reads) == 1
+
+
+async def test_a_blocked_partition_is_in_the_sample(
+    tmp_path: Path, writer: LogWriter, clock: ManualClock
+) -> None:
+    """Scenario: poison policy block after one delivery; the consumer nacks offset 0.
+    Expected: the next heartbeat's sample says the partition and the subscription are
+    BLOCKED; once offset 0 is acknowledged (an operator's seek or commit past it), they
+    are not."""
+    policy = DispatchPolicy(max_deliveries=1, poison=PoisonPolicy.BLOCK)
+    reg = SubscriptionRegistry(
+        str(tmp_path / "blocked"),
+        heartbeat=HeartbeatConfig(interval_s=0.5),
+        monotonic=clock,
+        dispatch=DispatchConfig(defaults=policy),
+    )
+    await reg.open({})
+    try:
+        sub, _reads = await _sent(reg, writer)
+        sub.nack(0, 0, 1, delay_s=0, reason="poison")
+        await _settle()  # the dispatch task finds it poison as it would send it again
+        assert _partition(reg, clock, 0.5).blocked
+        assert reg.samples[0].blocked
+        sub.commit(0, 1)
+        assert not _partition(reg, clock, 0.5).blocked
+        assert not reg.samples[0].blocked
+    finally:
+        await reg.aclose()
