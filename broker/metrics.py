@@ -291,7 +291,8 @@ class _BuildInfoCollector(Collector):
         self._labels: list[str] | None = None
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
-        # Without this the registry would call collect() at register time (start-up).
+        # The name for the registry's duplicate check, without collecting: a registry
+        # with auto_describe would otherwise collect (and look the version up) at start-up.
         yield GaugeMetricFamily("headrace_build_info", "", labels=_BUILD_LABELS)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:

@@ -1,10 +1,13 @@
-"""BrokerMetrics on its own registry: bucket bounds, the subscription collector's age,
-BLOCKED and dead-letter capacity, build info and the process collectors (no broker)."""
+"""BrokerMetrics on its own registry (no broker): bucket bounds, the partition gauges over
+a real log, the subscription collector's age, BLOCKED and dead-letter capacity, build info
+and the process collectors."""
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import platform
+from pathlib import Path
 
 import grpc
 import pytest
@@ -12,9 +15,10 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from broker.metrics import DISPATCH_BUCKETS, WAL_BUCKETS, BrokerMetrics
+from broker.metrics import DISPATCH_BUCKETS, WAL_BUCKETS, BrokerMetrics, PartitionLog
 from dispatcher import SubscriptionSample
 from dispatcher.registry import PartitionSample
+from wal import Fault, FaultyFs, LogWriter, WalFailedError, encode_columns
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -154,3 +158,30 @@ def test_build_info_and_process_metrics() -> None:
         "process_cpu_seconds_total",
         "python_info",
     } <= names
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_partition_gauges_follow_the_log_and_its_failed_latch(tmp_path: Path) -> None:
+    """Scenario: a real log gets two batches (5 records), then an fsync fails with EIO,
+    which latches it. Expected: head 5, first offset 0, its size and one segment, failed 0
+    before the fault and 1 after, with no restart."""
+    fs = FaultyFs()
+    writer = await LogWriter.open(str(tmp_path / "log"), fs=fs)
+    try:
+        metrics = BrokerMetrics(CollectorRegistry())
+        metrics.watch_partitions(lambda: [PartitionLog("orders", 3, writer)])
+        await writer.append(encode_columns([b"a", b"b"]))
+        await writer.append(encode_columns([b"c", b"d", b"e"]))
+        labels = frozenset({("topic", "orders"), ("partition", "3")})
+        samples = _samples(metrics)
+        assert samples["headrace_partition_head_offset", labels] == 5
+        assert samples["headrace_partition_first_offset", labels] == 0
+        assert samples["headrace_partition_size_bytes", labels] == writer.log.size_bytes > 0
+        assert samples["headrace_partition_segments", labels] == 1
+        assert samples["headrace_wal_failed", labels] == 0
+        fs.faults.append(Fault("fdatasync", error=errno.EIO, path_contains=".log"))
+        with pytest.raises(WalFailedError):
+            await writer.append(encode_columns([b"f"]))
+        assert _samples(metrics)["headrace_wal_failed", labels] == 1
+    finally:
+        await writer.aclose()
