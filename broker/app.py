@@ -45,10 +45,10 @@ from broker.admin_service import AdminService
 from broker.admin_service import add_to_server as add_admin_service
 from broker.auth import AuthInterceptor, TokensFile
 from broker.config import BrokerConfig, parse_address
-from broker.errors import InsecureListenError, ListenError
+from broker.errors import InsecureListenError, ListenError, TopicNotFoundError
 from broker.exposure import is_loopback, refusal
 from broker.ingest import append_batch
-from broker.metrics import BrokerMetrics
+from broker.metrics import BrokerMetrics, PartitionLog
 from broker.partition import Partition
 from broker.retention import RetentionService
 from broker.service import BrokerService
@@ -115,6 +115,7 @@ class Broker:
             limits=config.limits.dispatch_limits(),
         )
         self.metrics.watch_subscriptions(lambda: self.subscriptions.samples)
+        self.metrics.watch_partitions(self._partition_logs)
         self.retention = RetentionService(
             self.topics,
             self.subscriptions.saved_floor,
@@ -131,6 +132,18 @@ class Broker:
         self._lock: DirectoryLock | None = None
         self._auth: AuthInterceptor | None = None
         self._tls: ServerTls | None = None
+
+    def _partition_logs(self) -> list[PartitionLog]:
+        """Every partition's log, for the metrics exporter's thread (a topic deleted
+        meanwhile is left out: its series go with it)."""
+        logs: list[PartitionLog] = []
+        for name in self.topics.names():
+            try:
+                topic = self.topics.get(name)
+            except TopicNotFoundError:
+                continue
+            logs.extend(PartitionLog(name, p.index, p.writer) for p in topic.partitions)
+        return logs
 
     def _watch_partition(self, topic: str, partition: Partition) -> None:
         """Time every group commit of a partition's log (WAL latency histograms)."""

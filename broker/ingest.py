@@ -4,7 +4,7 @@ Owns :func:`append_batch` and :data:`Append` (its shape once bound to a broker's
 The Publish RPCs and dead-letter replay both go through it, so a replay obeys the backlog
 quota (waits under ``block_producer``, fails under ``reject_producer``, makes room under
 ``evict_oldest_backlog``) and counts in ``headrace_published_*`` like any producer. A publish
-that finds the disk full is counted in ``headrace_publish_disk_full_total`` and fails with
+that finds the disk full is counted in ``headrace_publish_disk_full_requests_total`` and fails with
 :class:`~wal.DiskFullError` (``RESOURCE_EXHAUSTED``); nothing of it stays in the log, and
 the next publish tries the disk again.
 

@@ -1,32 +1,52 @@
 """Every Prometheus metric of the broker, declared in one place.
 
-Role: names, help texts and labels (DESIGN section 4: every name starts with ``headrace_``,
-every counter ends in ``_total``), built on an injected ``CollectorRegistry`` so tests get
-a fresh one. Only the asyncio shells record metrics.
+Role: names, help texts and labels, built on an injected ``CollectorRegistry`` so tests get
+a fresh one. Only the asyncio shells record metrics. docs/metrics.md lists every family.
+
+Naming (DESIGN section 4, checked by tests/broker/test_metric_names.py): every name starts
+with ``headrace_``; base units (seconds, bytes); a counter ends in ``<unit noun>_total``
+(``headrace_dlq_evicted_entries_total``), a gauge in a unit noun
+(``headrace_partition_size_bytes``) unless it is a 0/1 flag (``..._stalled``) or ``_info``.
+The standard ``process_*`` and ``python_info`` families keep their standard names.
 
 Subscription metrics are not pushed: a collector reads the dispatcher's snapshot, which the
 heartbeat replaces after every round, when Prometheus scrapes. The scrape runs on the
 exporter's thread, and the snapshot is immutable, so it never sees a half-updated state.
+Partition metrics are read at the scrape from each log's in-memory state (no I/O).
 """
 
 from __future__ import annotations
 
+import importlib.metadata
+import platform
+import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+import grpc
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from dispatcher import SubscriptionSample
 from wal import AppendResult
-from wal.writer import CommitObserver
+from wal.writer import CommitObserver, LogWriter
 
-_LATENCY_BUCKETS = (
-    0.0001,
+#: Publish-to-dispatch latency, seconds: sub-millisecond when consumers keep up, up to an
+#: hour when they drain a backlog (a 10-minute-old record still lands in a finite bucket,
+#: so a quantile over a backlog reads its real age, not the top bucket).
+DISPATCH_BUCKETS = (
     0.00025,
     0.0005,
     0.001,
-    0.002,
+    0.0025,
     0.005,
     0.01,
     0.025,
@@ -37,14 +57,62 @@ _LATENCY_BUCKETS = (
     1,
     2.5,
     5,
+    10,
+    30,
+    60,
+    120,
+    300,
+    600,
+    1200,
+    1800,
+    3600,
+)
+
+#: One write or fsync of a group commit, seconds: tens of microseconds in the page cache, up
+#: to seconds for an fsync on a busy or failing disk.
+WAL_BUCKETS = (
+    0.00005,
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
 )
 
 
 class BrokerMetrics:
-    """The broker's metrics on one registry. Task-safe (prometheus_client locks)."""
+    """The broker's metrics on one registry. Task-safe (prometheus_client locks).
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    Args:
+        registry: Where every metric is registered. Default: a fresh registry.
+        clock: Wall-clock seconds, for the age of the oldest unacknowledged record at
+            each scrape. Default: the system clock.
+    """
+
+    def __init__(
+        self, registry: CollectorRegistry | None = None, *, clock: Callable[[], float] = time.time
+    ) -> None:
         self.registry = registry or CollectorRegistry()
+        self._clock = clock
+        # No <name>_created gauge beside every counter and histogram child: it would double
+        # the series a broker with many partitions exports, and no dashboard or alert uses
+        # it (Prometheus detects counter resets itself). Process-wide in prometheus_client.
+        disable_created_metrics()  # type: ignore[no-untyped-call]
+        # The standard process_* and python_info families, under their standard names.
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        self.registry.register(_BuildInfoCollector())
         labels = ("topic", "partition")
         self.published_records = Counter(
             "headrace_published_records",
@@ -59,7 +127,7 @@ class BrokerMetrics:
             registry=self.registry,
         )
         self.backlog_quota_exceeded = Counter(
-            "headrace_backlog_quota_exceeded",
+            "headrace_backlog_quota_exceeded_requests",
             "Publishes that found their partition's backlog over quota, by the policy applied "
             "(rejected, blocked, or admitted with eviction).",
             (*labels, "policy"),
@@ -72,14 +140,14 @@ class BrokerMetrics:
             registry=self.registry,
         )
         self.publish_disk_full = Counter(
-            "headrace_publish_disk_full",
+            "headrace_publish_disk_full_requests",
             "Publishes rejected (RESOURCE_EXHAUSTED) because the disk holding the partition's "
             "log was full; nothing of them was written.",
             labels,
             registry=self.registry,
         )
         self.producer_ids_expired = Counter(
-            "headrace_producer_ids_expired",
+            "headrace_expired_producer_ids",
             "Idempotent producer ids forgotten: idle for producer_expiry_ms, or the least "
             "recently active past [limits] max_producers_per_partition.",
             labels,
@@ -105,7 +173,7 @@ class BrokerMetrics:
             "From a record's publish time to its first dispatch to a consumer (per delivery "
             "of a batch slice, using the batch's newest record).",
             ("topic",),
-            buckets=_LATENCY_BUCKETS,
+            buckets=DISPATCH_BUCKETS,
             registry=self.registry,
         )
 
@@ -113,14 +181,14 @@ class BrokerMetrics:
             "headrace_wal_append_seconds",
             "Time to write one group commit of batches to a partition's log (no fsync).",
             labels,
-            buckets=_LATENCY_BUCKETS,
+            buckets=WAL_BUCKETS,
             registry=self.registry,
         )
         self.wal_fsync = Histogram(
             "headrace_wal_fsync_seconds",
             "Time of the fsync that makes one group commit durable (fsync always).",
             labels,
-            buckets=_LATENCY_BUCKETS,
+            buckets=WAL_BUCKETS,
             registry=self.registry,
         )
         #: Every metric labelled by topic first, with its label names (in the order
@@ -149,8 +217,12 @@ class BrokerMetrics:
 
     def commit_observer(self, topic: str, partition: int) -> CommitObserver:
         """What a partition's log calls after each group commit (its ``on_commit``), with
-        its histograms' children looked up once, not per commit."""
+        its histograms' children looked up once, not per commit. Called as the partition
+        opens, it also starts its published counters at 0, so a rate over them covers
+        the first batch."""
         labels = (topic, str(partition))
+        self.published_records.labels(*labels)
+        self.published_bytes.labels(*labels)
         append = self.wal_append.labels(*labels).observe
         fsync = self.wal_fsync.labels(*labels).observe
 
@@ -194,98 +266,259 @@ class BrokerMetrics:
 
     def watch_subscriptions(self, samples: Callable[[], Iterable[SubscriptionSample]]) -> None:
         """Export the subscriptions that ``samples()`` returns at each scrape."""
-        self.registry.register(_SubscriptionCollector(samples))
+        self.registry.register(_SubscriptionCollector(samples, self._clock))
+
+    def watch_partitions(self, partitions: Callable[[], Iterable[PartitionLog]]) -> None:
+        """Export the head, size and health of the logs ``partitions()`` returns at each
+        scrape (read from the exporter's thread: plain attribute reads, no I/O)."""
+        self.registry.register(_PartitionCollector(partitions))
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLog:
+    """One partition's log, as the partition collector sees it."""
+
+    topic: str
+    partition: int
+    writer: LogWriter
+
+
+class _BuildInfoCollector(Collector):
+    """``headrace_build_info{version,python,grpc} 1``. The package version is looked up at
+    the first scrape, not at start (``importlib.metadata`` costs ~40 ms)."""
+
+    def __init__(self) -> None:
+        self._labels: list[str] | None = None
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        # The name for the registry's duplicate check, without collecting: a registry
+        # with auto_describe would otherwise collect (and look the version up) at start-up.
+        yield GaugeMetricFamily("headrace_build_info", "", labels=_BUILD_LABELS)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        if self._labels is None:
+            self._labels = [_package_version(), platform.python_version(), grpc.__version__]
+        info = GaugeMetricFamily(
+            "headrace_build_info",
+            "Always 1; the labels say which headrace, Python and grpcio this broker runs.",
+            labels=_BUILD_LABELS,
+        )
+        info.add_metric(self._labels, 1.0)
+        yield info
+
+
+_BUILD_LABELS = ("version", "python", "grpc")
+
+
+def _package_version() -> str:
+    try:
+        return importlib.metadata.version("headrace")
+    except importlib.metadata.PackageNotFoundError:  # a source tree that is not installed
+        return "0+unknown"
+
+
+class _PartitionCollector(Collector):
+    """Head, first offset, size, segments and the failed latch of every partition's log."""
+
+    def __init__(self, partitions: Callable[[], Iterable[PartitionLog]]) -> None:
+        self._partitions = partitions
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        yield from self._families()
+
+    @staticmethod
+    def _families() -> tuple[GaugeMetricFamily, ...]:
+        labels = ["topic", "partition"]
+        return tuple(
+            GaugeMetricFamily(name, text, labels=labels)
+            for name, text in (
+                (
+                    "headrace_partition_head_offset",
+                    "Offset just past the partition's last durable record (the next one "
+                    "written gets this offset).",
+                ),
+                (
+                    "headrace_partition_first_offset",
+                    "The partition's first retained offset (retention moves it up).",
+                ),
+                ("headrace_partition_size_bytes", "Bytes in the partition's segment logs."),
+                ("headrace_partition_segments", "Segments the partition's log holds."),
+                (
+                    "headrace_wal_failed",
+                    "1 once the partition's log latched as failed after an I/O error: it "
+                    "refuses every write until the broker restarts (see the broker's log).",
+                ),
+            )
+        )
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        head, first, size, segments, failed = families = self._families()
+        for p in self._partitions():
+            labels = [p.topic, str(p.partition)]
+            log = p.writer.log
+            head.add_metric(labels, p.writer.high_water_mark)
+            first.add_metric(labels, p.writer.first_offset)
+            size.add_metric(labels, log.size_bytes)
+            segments.add_metric(labels, log.segment_count)
+            failed.add_metric(labels, 0.0 if log.failure is None else 1.0)
+        yield from families
 
 
 class _SubscriptionCollector(Collector):
-    """Lag, in-flight records, polls and the STALLED flag of every subscription."""
+    """Lag (records and age), in-flight records, polls, the STALLED and BLOCKED flags and
+    the dead-letter queue of every subscription.
 
-    def __init__(self, samples: Callable[[], Iterable[SubscriptionSample]]) -> None:
+    Cheap with many subscriptions: the samples are rebuilt by the heartbeat only when
+    something in them changed, and the age needs no read here (the sample carries the
+    oldest unacknowledged record's publish time; the scrape subtracts it from now).
+    """
+
+    def __init__(
+        self, samples: Callable[[], Iterable[SubscriptionSample]], clock: Callable[[], float]
+    ) -> None:
         self._samples = samples
+        self._clock = clock
+
+    def describe(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        yield from self._families().values()
+
+    @staticmethod
+    def _families() -> dict[str, GaugeMetricFamily | CounterMetricFamily]:
+        families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {}
+        for field, (kind, name, text) in _SUBSCRIPTION_FAMILIES.items():
+            labels = _PART_LABELS if field in _PER_PARTITION else _SUB_LABELS
+            if kind == "counter":
+                families[field] = CounterMetricFamily(name, text, labels=labels)
+            else:
+                families[field] = GaugeMetricFamily(name, text, labels=labels)
+        return families
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        sub_labels = ["topic", "subscription"]
-        part_labels = ["topic", "partition", "subscription"]
-        lag = GaugeMetricFamily(
-            "headrace_subscription_lag_messages",
-            "Records at or above the cursor not yet acknowledged.",
-            labels=part_labels,
-        )
-        in_flight = GaugeMetricFamily(
-            "headrace_subscription_in_flight_messages",
-            "Records sent to consumers and not yet acknowledged.",
-            labels=part_labels,
-        )
-        stalled = GaugeMetricFamily(
-            "headrace_subscription_stalled",
-            "1 while the subscription has a backlog, room, and no progress (STALLED).",
-            labels=sub_labels,
-        )
-        notifier = CounterMetricFamily(
-            "headrace_dispatcher_notifier_polls",
-            "Dispatch passes triggered by the notifier (new durable records, credit, acks).",
-            labels=sub_labels,
-        )
-        heartbeat = CounterMetricFamily(
-            "headrace_dispatcher_heartbeat_polls",
-            "Dispatch passes triggered by the heartbeat lag monitor.",
-            labels=sub_labels,
-        )
-        restarts = CounterMetricFamily(
-            "headrace_dispatcher_task_restarts",
-            "Dispatch tasks the heartbeat found dead and restarted.",
-            labels=sub_labels,
-        )
-        counters = {
-            field: CounterMetricFamily(name, text, labels=sub_labels)
-            for field, name, text in _SUBSCRIPTION_COUNTERS
-        }
-        dlq_entries = GaugeMetricFamily(
-            "headrace_dlq_entries",
-            "Entries in the subscription's dead-letter queue.",
-            labels=sub_labels,
-        )
+        families = self._families()
+        now = self._clock()
         for s in self._samples():
             names = [s.topic, s.subscription]
-            stalled.add_metric(names, 1.0 if s.stalled else 0.0)
-            notifier.add_metric(names, s.notifier_polls)
-            heartbeat.add_metric(names, s.heartbeat_polls)
-            restarts.add_metric(names, s.task_restarts)
-            for field, family in counters.items():
-                family.add_metric(names, getattr(s, field))
-            dlq_entries.add_metric(names, s.dlq_entries)
+            for field in _SUBSCRIPTION_COUNTER_FIELDS:
+                families[field].add_metric(names, getattr(s, field))
+            families["stalled"].add_metric(names, 1.0 if s.stalled else 0.0)
+            families["blocked"].add_metric(names, 1.0 if s.blocked else 0.0)
+            families["dlq_entries"].add_metric(names, s.dlq_entries)
+            if s.dlq_max_entries:
+                families["dlq_max_entries"].add_metric(names, s.dlq_max_entries)
             for p in s.partitions:
                 labels = [s.topic, str(p.partition), s.subscription]
-                lag.add_metric(labels, p.lag)
-                in_flight.add_metric(labels, p.in_flight)
-        yield from (lag, in_flight, stalled, notifier, heartbeat, restarts, dlq_entries)
-        yield from counters.values()
+                families["lag"].add_metric(labels, p.lag)
+                families["in_flight"].add_metric(labels, p.in_flight)
+                age = 0.0
+                if p.oldest_unacked_ms is not None:
+                    age = max(0.0, now - p.oldest_unacked_ms / 1000)
+                families["oldest_unacked_age"].add_metric(labels, age)
+        yield from families.values()
 
 
-#: Per-subscription counters: (SubscriptionSample field, metric name, help).
-_SUBSCRIPTION_COUNTERS = (
-    ("dispatched", "headrace_dispatched_records", "Records sent to consumers (first sends)."),
-    ("redelivered", "headrace_redelivered_records", "Records sent again (any reason)."),
-    (
-        "ack_timeouts",
-        "headrace_subscription_ack_timeouts",
+_SUB_LABELS = ["topic", "subscription"]
+_PART_LABELS = ["topic", "partition", "subscription"]
+_PER_PARTITION = frozenset({"lag", "in_flight", "oldest_unacked_age"})
+
+#: Every subscription family: key -> (type, name, help). Counter keys are
+#: :class:`SubscriptionSample` fields.
+_SUBSCRIPTION_FAMILIES: dict[str, tuple[str, str, str]] = {
+    "lag": (
+        "gauge",
+        "headrace_subscription_lag_messages",
+        "Records at or above the cursor not yet acknowledged.",
+    ),
+    "oldest_unacked_age": (
+        "gauge",
+        "headrace_subscription_oldest_unacked_age_seconds",
+        "Seconds since the oldest unacknowledged record (the one at the cursor) was "
+        "published; 0 when caught up.",
+    ),
+    "in_flight": (
+        "gauge",
+        "headrace_subscription_in_flight_records",
+        "Records sent to consumers and not yet acknowledged.",
+    ),
+    "stalled": (
+        "gauge",
+        "headrace_subscription_stalled",
+        "1 while the subscription has a backlog, room, and no progress (STALLED).",
+    ),
+    "blocked": (
+        "gauge",
+        "headrace_subscription_blocked",
+        "1 while any partition is BLOCKED (poison policy block, or a dead-letter write "
+        "that keeps failing): it sends nothing until an operator acts.",
+    ),
+    "notifier_polls": (
+        "counter",
+        "headrace_dispatcher_notifier_polls",
+        "Dispatch passes triggered by the notifier (new durable records, credit, acks).",
+    ),
+    "heartbeat_polls": (
+        "counter",
+        "headrace_dispatcher_heartbeat_polls",
+        "Dispatch passes triggered by the heartbeat lag monitor.",
+    ),
+    "task_restarts": (
+        "counter",
+        "headrace_dispatcher_task_restarts",
+        "Dispatch tasks the heartbeat found dead and restarted.",
+    ),
+    "dispatched": (
+        "counter",
+        "headrace_dispatched_records",
+        "Records sent to consumers (first sends).",
+    ),
+    "redelivered": ("counter", "headrace_redelivered_records", "Records sent again (any reason)."),
+    "acked": (
+        "counter",
+        "headrace_acked_records",
+        "Records newly acknowledged (by consumers, commits, or once dead-lettered or dropped).",
+    ),
+    "nacked": (
+        "counter",
+        "headrace_nacked_records",
+        "Records a consumer gave back (nack); each is sent again or becomes poison.",
+    ),
+    "ack_timeouts": (
+        "counter",
+        "headrace_subscription_timed_out_records",
         "Records not acknowledged within the ack timeout (each is sent again).",
     ),
-    (
-        "dead_lettered",
+    "dead_lettered": (
+        "counter",
         "headrace_dead_lettered_records",
         "Poison records moved to the dead-letter queue (or rejected by it).",
     ),
-    ("dropped", "headrace_poison_dropped_records", "Poison records dropped (policy drop)."),
-    ("dlq_events", "headrace_dlq_events", "Entries written to the dead-letter queue."),
-    (
-        "dlq_evicted",
-        "headrace_dlq_evicted",
+    "dropped": (
+        "counter",
+        "headrace_poison_dropped_records",
+        "Poison records dropped (policy drop).",
+    ),
+    "dlq_events": ("counter", "headrace_dlq_events", "Entries written to the dead-letter queue."),
+    "dlq_entries": (
+        "gauge",
+        "headrace_dlq_entries",
+        "Entries in the subscription's dead-letter queue.",
+    ),
+    "dlq_max_entries": (
+        "gauge",
+        "headrace_dlq_max_entries",
+        "The dead-letter queue's capacity (max_entries); only for subscriptions that have a queue.",
+    ),
+    "dlq_evicted": (
+        "counter",
+        "headrace_dlq_evicted_entries",
         "Dead-letter entries removed by overflow (drop_oldest) or max_age.",
     ),
-    (
-        "dlq_rejected",
-        "headrace_dlq_rejected",
+    "dlq_rejected": (
+        "counter",
+        "headrace_dlq_rejected_records",
         "Dead letters refused by a full queue (overflow policy reject).",
     ),
+}
+
+_SUBSCRIPTION_COUNTER_FIELDS = tuple(
+    field for field, (kind, _, _) in _SUBSCRIPTION_FAMILIES.items() if kind == "counter"
 )

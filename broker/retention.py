@@ -23,9 +23,9 @@ Invariants:
 - A blocked publish never blocks the loop: it waits on an event that refreshes set when
   the partition falls back under its quota, re-checking every ``poll_s``.
 - Crossing the quota is logged once per change of state, not once per publish; each
-  publish over quota is counted (``headrace_backlog_quota_exceeded_total``).
+  publish over quota is counted (``headrace_backlog_quota_exceeded_requests_total``).
 - A pass that forgets producers logs one line per partition and counts them
-  (``headrace_producer_ids_expired_total``); a producer with a batch in flight is kept.
+  (``headrace_expired_producer_ids_total``); a producer with a batch in flight is kept.
 
 Task-safe on one event loop. Must not depend on gRPC or protobuf.
 """

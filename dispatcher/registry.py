@@ -103,6 +103,9 @@ class DispatchConfig:
 #: How often dead-letter queues drop entries older than their max_age, seconds.
 _DLQ_EXPIRY_INTERVAL_S = 10.0
 
+#: A moving cursor's publish time (for the oldest-unacked age) is read at most this often.
+_AGE_REFRESH_S = 5.0
+
 #: Ticks due this close to a round are done in it, so subscriptions on one interval share
 #: one wake-up (and a manual clock's float steps do not skip a tick).
 _TICK_SLACK_S = 0.001
@@ -115,6 +118,13 @@ class PartitionSample:
     partition: int
     lag: int  # records at or above the cursor not yet acknowledged
     in_flight: int
+    #: Publish time (ms) of the oldest unacknowledged record; ``None`` when caught up.
+    oldest_unacked_ms: float | None = None
+    blocked: bool = False  # BLOCKED: sends nothing until an operator acts
+    #: The cursor whose record ``oldest_unacked_ms`` is, and when it was read (monotonic
+    #: seconds): a moving cursor's time is read again at most every _AGE_REFRESH_S.
+    timestamp_cursor: int = -1
+    read_at: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +140,8 @@ class SubscriptionSample:
     partitions: tuple[PartitionSample, ...]
     dispatched: int = 0
     redelivered: int = 0
+    acked: int = 0
+    nacked: int = 0
     ack_timeouts: int = 0
     dead_lettered: int = 0
     dropped: int = 0
@@ -137,6 +149,12 @@ class SubscriptionSample:
     dlq_entries: int = 0
     dlq_evicted: int = 0
     dlq_rejected: int = 0
+    dlq_max_entries: int = 0  # the queue's capacity; 0 while it has no queue
+
+    @property
+    def blocked(self) -> bool:
+        """Whether any partition is BLOCKED."""
+        return any(p.blocked for p in self.partitions)
 
 
 class SubscriptionRegistry:
@@ -427,19 +445,25 @@ class SubscriptionRegistry:
                 due = now + sub.heartbeat_interval_s
                 self._next_tick[key] = due
             soonest = min(soonest, due - now)
-        self.samples = tuple(self._sample(key, sub) for key, sub in self._subs.items())
+        self.samples = tuple(self._sample(key, sub, now) for key, sub in self._subs.items())
         return max(soonest, 0.001)
 
-    def _sample(self, key: tuple[str, str], sub: Subscription) -> SubscriptionSample:
+    def _sample(self, key: tuple[str, str], sub: Subscription, now: float) -> SubscriptionSample:
         """The subscription's sample, rebuilt only when something in it may have changed."""
         dlq = self._dlqs.get(key)
         version = sub.sample_key()
         if dlq is not None:
             version += (dlq.events_total, dlq.first_sequence, dlq.next_sequence)
         cached = self._samples.get(key)
-        if cached is not None and cached[0] == version:
+        if (
+            cached is not None
+            and cached[0] == version
+            and not any(
+                _age_due(p, sub.state.cursor(p.partition), now) for p in cached[1].partitions
+            )
+        ):
             return cached[1]
-        sample = _sample(sub, dlq)
+        sample = _sample(sub, dlq, cached[1] if cached is not None else None, now)
         self._samples[key] = (version, sample)
         return sample
 
@@ -600,7 +624,12 @@ class SubscriptionRegistry:
         return doc
 
 
-def _sample(sub: Subscription, dlq: DeadLetterQueue | None) -> SubscriptionSample:
+def _sample(
+    sub: Subscription,
+    dlq: DeadLetterQueue | None,
+    previous: SubscriptionSample | None,
+    now: float,
+) -> SubscriptionSample:
     state = sub.state
     return SubscriptionSample(
         sub.topic,
@@ -609,9 +638,11 @@ def _sample(sub: Subscription, dlq: DeadLetterQueue | None) -> SubscriptionSampl
         sub.heartbeat_polls,
         sub.task_restarts,
         sub.verdict.stalled,
-        tuple(PartitionSample(i, lag, in_flight) for i, lag, in_flight in sub.lag()),
+        _partition_samples(sub, previous, now),
         dispatched=state.sent_total - state.redelivered_total,
         redelivered=state.redelivered_total,
+        acked=state.acked_total,
+        nacked=state.nacked_total,
         ack_timeouts=state.ack_timeouts_total,
         dead_lettered=state.dead_lettered_total,
         dropped=state.dropped_total,
@@ -619,4 +650,44 @@ def _sample(sub: Subscription, dlq: DeadLetterQueue | None) -> SubscriptionSampl
         dlq_entries=dlq.count() if dlq else 0,
         dlq_evicted=dlq.evicted_total if dlq else 0,
         dlq_rejected=dlq.rejected_total if dlq else 0,
+        dlq_max_entries=dlq.config.max_entries if dlq else 0,
+    )
+
+
+def _partition_samples(
+    sub: Subscription, previous: SubscriptionSample | None, now: float
+) -> tuple[PartitionSample, ...]:
+    """Lag, in-flight records, BLOCKED and the oldest unacknowledged record's publish time
+    per partition (``now``: monotonic seconds).
+
+    That time costs a log read (~25 us), so it is reused while the cursor stays put, and a
+    moving cursor's is read again at most every :data:`_AGE_REFRESH_S`: with 1,000 busy
+    subscriptions of 4 partitions that bounds the reads to 800 a second, not 8,000 (one per
+    partition per 0.5 s round). Meanwhile the age reads at most that much too old."""
+    before = {p.partition: p for p in previous.partitions} if previous is not None else {}
+    samples = []
+    for (i, lag, in_flight), blocked in zip(sub.lag(), sub.blocked(), strict=True):
+        cursor = sub.state.cursor(i)
+        old = before.get(i)
+        oldest, at, read_at = None, -1, 0.0
+        if lag > 0:
+            if (
+                old is not None
+                and old.oldest_unacked_ms is not None
+                and not _age_due(old, cursor, now)
+            ):
+                oldest, at, read_at = old.oldest_unacked_ms, old.timestamp_cursor, old.read_at
+            else:
+                oldest, at, read_at = sub.cursor_timestamp_ms(i), cursor, now
+        samples.append(PartitionSample(i, lag, in_flight, oldest, blocked, at, read_at))
+    return tuple(samples)
+
+
+def _age_due(sample: PartitionSample, cursor: int, now: float) -> bool:
+    """Whether the partition's oldest-unacked time must be read again: it belongs to an
+    earlier cursor and was read at least :data:`_AGE_REFRESH_S` ago."""
+    return (
+        sample.oldest_unacked_ms is not None
+        and sample.timestamp_cursor != cursor
+        and now - sample.read_at >= _AGE_REFRESH_S
     )

@@ -528,6 +528,8 @@ class Subscription:
             state.acked_total,
             state.changes,
             *(w.high_water_mark for w in self._writers),
+            *(state.cursor(i) for i in range(len(self._writers))),
+            *(bool(state.blocked(i)) for i in range(len(self._writers))),
         )
 
     def lag(self) -> list[tuple[int, int, int]]:
@@ -537,6 +539,15 @@ class Subscription:
             (i, state.lag(i, w.high_water_mark), state.in_flight(i))
             for i, w in enumerate(self._writers)
         ]
+
+    def blocked(self) -> list[bool]:
+        """Whether each partition is BLOCKED (sends nothing until an operator acts)."""
+        return [bool(self.state.blocked(i)) for i in range(len(self._writers))]
+
+    def cursor_timestamp_ms(self, partition: int) -> float:
+        """The publish time (ms) of ``partition``'s oldest unacknowledged record (at its
+        cursor); now when it cannot be read. One read: callers cache it per cursor."""
+        return _timestamp_at(self._writers[partition], self.state.cursor(partition))
 
     def status(self) -> SubscriptionStatus:
         """Cursor, head, lag, in-flight records, rates, state and reason per partition."""

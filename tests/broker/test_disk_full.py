@@ -3,7 +3,7 @@
 Claims (issue 14, B and C):
 
 - a publish that finds the disk full fails with ``RESOURCE_EXHAUSTED``, saying the disk is
-  full and naming the segment file; it is counted in ``headrace_publish_disk_full_total``;
+  full and naming the segment file; it is counted in ``headrace_publish_disk_full_requests_total``;
 - meanwhile fetches, subscription streams and acks are served, and nothing acknowledged is
   lost; a subscription state save that fails leaves the old file whole and is retried;
 - once space is freed the broker accepts publishes again by itself, without a restart, and

@@ -443,9 +443,9 @@ T0 = 1_700_000_000_000
 
 
 def expired_count(broker: Broker) -> float:
-    """``headrace_producer_ids_expired_total`` of t/0 (0 when never recorded)."""
+    """``headrace_expired_producer_ids_total`` of t/0 (0 when never recorded)."""
     value = broker.metrics.registry.get_sample_value(
-        "headrace_producer_ids_expired_total", {"topic": "t", "partition": "0"}
+        "headrace_expired_producer_ids_total", {"topic": "t", "partition": "0"}
     )
     return value or 0.0
 

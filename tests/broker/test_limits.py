@@ -368,7 +368,7 @@ async def test_producers_per_partition(tmp_path: Path) -> None:
     or a crowd of short-lived producers sends), then one retention pass. Expected: every
     publish is appended (the cap is not an error); the newest producer's retry is still a
     duplicate; the partition remembers 16 producers; the pass counts the 84 forgotten in
-    headrace_producer_ids_expired_total."""
+    headrace_expired_producer_ids_total."""
     limits = dataclasses.replace(LIMITS, max_producers_per_partition=16)
     config = broker_config(tmp_path / "data", limits=limits)
     async with serving(config) as (broker, client):
@@ -385,6 +385,6 @@ async def test_producers_per_partition(tmp_path: Path) -> None:
         await broker.retention.run_once()
         labels = {"topic": "t", "partition": "0"}
         sample = broker.metrics.registry.get_sample_value(
-            "headrace_producer_ids_expired_total", labels
+            "headrace_expired_producer_ids_total", labels
         )
         assert sample == 84

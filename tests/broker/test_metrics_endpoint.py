@@ -112,9 +112,9 @@ async def test_redelivery_and_dead_letter_metrics(tmp_path: Path) -> None:
         assert samples["headrace_redelivered_records_total", sub] == 1
         assert samples["headrace_dead_lettered_records_total", sub] == 1
         assert samples["headrace_dlq_events_total", sub] == 1
-        assert samples["headrace_dlq_evicted_total", sub] == 0
-        assert samples["headrace_dlq_rejected_total", sub] == 0
-        assert samples["headrace_subscription_ack_timeouts_total", sub] == 0
+        assert samples["headrace_dlq_evicted_entries_total", sub] == 0
+        assert samples["headrace_dlq_rejected_records_total", sub] == 0
+        assert samples["headrace_subscription_timed_out_records_total", sub] == 0
 
 
 async def test_a_deleted_topics_series_leave_the_endpoint(tmp_path: Path) -> None:

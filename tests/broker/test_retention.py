@@ -209,7 +209,7 @@ async def test_reject_producer_refuses_publishes_over_quota(
         assert "consume and acknowledge" in str(err)
         assert "quota_messages" in str(err)
         labels = {"policy": "reject_producer"}
-        assert env.metric("headrace_backlog_quota_exceeded_total", **labels) == 2
+        assert env.metric("headrace_backlog_quota_exceeded_requests_total", **labels) == 2
         over = [r for r in caplog.records if "over the quota" in r.getMessage()]
         assert len(over) == 1
         sub = env.subscriptions.get("t", "s")
@@ -253,7 +253,7 @@ async def test_block_producer_waits_for_an_ack_to_be_saved(tmp_path: Path) -> No
             await waiting
         await env.publish(1)
         labels = {"policy": "block_producer"}
-        assert env.metric("headrace_backlog_quota_exceeded_total", **labels) == 1
+        assert env.metric("headrace_backlog_quota_exceeded_requests_total", **labels) == 1
 
 
 async def test_block_producer_times_out(tmp_path: Path) -> None:
