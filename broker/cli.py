@@ -43,6 +43,7 @@ _LAZY = {
     "lag": "broker.cli_client:lag",
     "seek": "broker.cli_client:seek",
     "dlq": "broker.cli_dlq:dlq",
+    "subscriptions": "broker.cli_subscriptions:subscriptions",
     "tokens": "broker.cli_tokens:tokens",
 }
 

@@ -11,6 +11,7 @@ exporter's thread, and the snapshot is immutable, so it never sees a half-update
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -195,6 +196,19 @@ class BrokerMetrics:
     def watch_subscriptions(self, samples: Callable[[], Iterable[SubscriptionSample]]) -> None:
         """Export the subscriptions that ``samples()`` returns at each scrape."""
         self.registry.register(_SubscriptionCollector(samples))
+
+    @functools.cached_property
+    def subscriptions_expired(self) -> Counter:
+        """``headrace_subscriptions_expired_total{topic}``: subscriptions deleted for
+        inactivity (``[subscriptions] inactive_expiry_ms``). Registered on first use: the
+        broker uses it at start when expiry is on, so it is exported only then."""
+        return Counter(
+            "headrace_subscriptions_expired",
+            "Subscriptions deleted because no consumer was attached and nothing was acked, "
+            "committed or sought for [subscriptions] inactive_expiry_ms.",
+            ("topic",),
+            registry=self.registry,
+        )
 
 
 class _SubscriptionCollector(Collector):

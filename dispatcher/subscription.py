@@ -146,11 +146,14 @@ class SubscriptionStatus:
 class ConsumerSession:
     """One attached consumer and the deliveries waiting for it."""
 
-    __slots__ = ("consumer_id", "name", "outbox")
+    __slots__ = ("consumer_id", "ended_by", "name", "outbox")
 
     def __init__(self, name: str) -> None:
         self.consumer_id = f"c{next(_consumer_ids)}"
         self.name = name or self.consumer_id
+        #: Why the subscription let this consumer go, when not for shutdown (e.g. the
+        #: subscription was deleted): what its stream should end with.
+        self.ended_by: Exception | None = None
         #: Bounded by the credit: the dispatch task never puts more than was granted.
         self.outbox: asyncio.Queue[Delivery | None] = asyncio.Queue()
 
@@ -235,6 +238,9 @@ class Subscription:
         self.task_restarts = 0
         #: The last tick's verdict.
         self.verdict = IDLE
+        #: Moves on every ack, nack, commit, seek, attach and detach: what inactivity
+        #: expiry (:mod:`dispatcher.expiry`) watches.
+        self.activity = 0
         #: Called with (seconds from publish to dispatch) for each first delivery.
         self.on_dispatch: Callable[[float], None] = lambda _s: None
 
@@ -295,8 +301,9 @@ class Subscription:
             self._wake.set()
         return self.verdict
 
-    async def aclose(self) -> None:
-        """Stop dispatching and let every consumer go. Idempotent."""
+    async def aclose(self, reason: Exception | None = None) -> None:
+        """Stop dispatching and let every consumer go; ``reason``, when given, is what
+        their streams end with (see :attr:`ConsumerSession.ended_by`). Idempotent."""
         task, self._task = self._task, None
         if task is None:
             return
@@ -309,6 +316,7 @@ class Subscription:
                 with contextlib.suppress(asyncio.CancelledError):
                     await t
         for session in self._sessions.values():
+            session.ended_by = reason
             session.outbox.put_nowait(None)
         self._sessions.clear()
 
@@ -335,6 +343,8 @@ class Subscription:
         """Apply a command from outside the dispatch task, then wake the task (unless the
         command cannot let it send anything)."""
         actions = self.state.handle(cmd, self._clock())
+        if not isinstance(cmd, Grant):
+            self.activity += 1
         self._carry_out_now(actions)
         if self.state.changes != self._changes:
             self._changes = self.state.changes

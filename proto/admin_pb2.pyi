@@ -293,3 +293,19 @@ class ReplayDeadLettersResponse(_message.Message):
     skipped: _containers.RepeatedCompositeFieldContainer[SkippedDeadLetter]
     remaining: int
     def __init__(self, replayed: _Optional[int] = ..., skipped: _Optional[_Iterable[_Union[SkippedDeadLetter, _Mapping]]] = ..., remaining: _Optional[int] = ...) -> None: ...
+
+class DeleteSubscriptionRequest(_message.Message):
+    __slots__ = ("topic", "subscription", "force")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    subscription: str
+    force: bool
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., force: _Optional[bool] = ...) -> None: ...
+
+class DeleteSubscriptionResponse(_message.Message):
+    __slots__ = ("detached_consumers",)
+    DETACHED_CONSUMERS_FIELD_NUMBER: _ClassVar[int]
+    detached_consumers: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, detached_consumers: _Optional[_Iterable[str]] = ...) -> None: ...
