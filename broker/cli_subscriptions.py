@@ -58,7 +58,7 @@ def list_(topic: str | None, as_json: bool, target: Target) -> None:
     elif not rows:
         click.echo("no subscriptions" + (f" on topic {topic}" if topic else ""))
     else:
-        shown = [{**r, "consumers": len(r["consumers"])} for r in rows]
+        shown = [{**r, "consumers": len(r["consumers"]), "mode": r["mode"] or "-"} for r in rows]
         click.echo(table(shown, LIST_FIELDS))
 
 
@@ -80,7 +80,7 @@ def describe(topic: str, subscription: str, as_json: bool, target: Target) -> No
         click.echo(json.dumps(doc))
         return
     for field in ("topic", "subscription", "type", "mode", "lag", "state"):
-        click.echo(f"{field}: {doc[field]}")
+        click.echo(f"{field}: {'-' if doc[field] is None else doc[field]}")
     click.echo(f"consumers: {', '.join(info.consumers) if info.consumers else '(none)'}")
     click.echo(table(doc["partitions"], PARTITION_FIELDS))
 
@@ -133,7 +133,8 @@ def _question(info: SubscriptionInfo, dead: int, force: bool) -> str:
 
 
 def summary(info: SubscriptionInfo) -> dict[str, Any]:
-    """One subscription as a row: ``topic, subscription, type, mode, consumers`` (names),
+    """One subscription as a row: ``topic, subscription, type, mode`` (or ``None``),
+    ``consumers`` (names),
     ``lag`` (over every partition) and ``state`` (the most urgent partition state)."""
     return {
         "topic": info.topic,
@@ -163,10 +164,11 @@ def partition_rows(info: SubscriptionInfo) -> list[dict[str, Any]]:
     ]
 
 
-def mode_of(info: SubscriptionInfo) -> str:
-    """The delivery mode, when the broker reports one; ``-`` otherwise."""
-    mode = getattr(info, "mode", None)  # reported by brokers that know it
-    return str(mode) if mode else "-"
+def mode_of(info: SubscriptionInfo) -> str | None:
+    """The delivery mode, when the client library reports one; ``None`` (JSON ``null``,
+    ``-`` in tables) otherwise."""
+    mode = getattr(info, "mode", None)  # a field of newer client libraries
+    return str(mode) if mode else None
 
 
 def state_of(info: SubscriptionInfo) -> str:

@@ -8,6 +8,9 @@ inactive for the whole expiry, measured on a monotonic clock; the registry then 
 through the same path as the ``DeleteSubscription`` RPC (never forced: a consumer that
 attaches at the last moment wins).
 
+The registry looks every heartbeat interval, so activity is noticed, and an expiry acted
+on, up to one interval late: the idle clock restarts when a look sees the change.
+
 Restarts: the tracker lives in memory only, and the first observation of a subscription
 counts as activity. So a broker restart (or a new subscription) starts every idle clock
 from zero: a restart never deletes a subscription at once, and a subscription idle across
