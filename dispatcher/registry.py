@@ -452,6 +452,7 @@ class SubscriptionRegistry:
                 self._doomed.discard(sub)
                 self._dirty.add(key)
                 raise
+            self._orphan_queues.add(key)  # gone, but whether durably is unknown
             await self._forget(key, sub, why)
             raise
         await self._forget(key, sub, why)

@@ -29,7 +29,7 @@ from dispatcher import (
 )
 from dispatcher.dead_letter import DeadLetter
 from dispatcher.removal import CRASH_POINTS
-from wal import FaultyFs, FileSystem, LogWriter, SimulatedCrash, encode_columns
+from wal import Fault, FaultyFs, FileSystem, LogWriter, SimulatedCrash, encode_columns
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
 
@@ -275,4 +275,28 @@ async def test_a_subscribe_during_a_delete_waits_and_gets_a_new_subscription(
     assert fresh.state.cursor(0) == 0
     assert (tmp_path / "data" / "subscriptions" / TOPIC / f"{SUB}.json").exists()
     assert await reg.dead_letter_queue(TOPIC, SUB, create=False) is None
+    await reg.aclose()
+
+
+async def test_a_commit_whose_sync_fails_counts_as_done_and_leaves_no_queue_to_inherit(
+    tmp_path: Path, writer: LogWriter
+) -> None:
+    """Scenario: the state file is removed but the fsync of its directory fails (EIO).
+    Expected: the delete raises OSError; the subscription is gone (its file is, so it
+    cannot carry on); a new subscription of the name starts at the earliest offset with
+    an empty queue, never the old one's dead letters."""
+    fs = FaultyFs()
+    reg = registry(tmp_path, fs=fs)
+    await populated(reg, writer)
+    fs.faults.append(Fault("fsync_dir", path_contains=str(Path("subscriptions") / TOPIC)))
+    with pytest.raises(OSError, match="Input/output error") as caught:
+        await reg.delete(TOPIC, SUB)
+    assert caught.value.errno == errno.EIO
+    fs.faults.clear()
+    with pytest.raises(SubscriptionNotFoundError):
+        reg.get(TOPIC, SUB)
+    fresh = await reg.subscribe(TOPIC, SUB, [writer])
+    assert fresh.state.cursor(0) == 0
+    assert await reg.dead_letter_queue(TOPIC, SUB, create=False) is None
+    assert [f for f in files(tmp_path) if SUB in f] == [f"subscriptions/orders/{SUB}.json"]
     await reg.aclose()
