@@ -28,8 +28,8 @@ from broker.ingest import Append
 from broker.replay import DeadLetterReplayer, ReplayOutcome
 from broker.rpc_handlers import add_service
 from broker.status import Context, rpc
-from broker.topics import Topic, TopicRegistry
-from dispatcher import SubscriptionRegistry
+from broker.topics import Topic, TopicRegistry, check_topic_name
+from dispatcher import SubscriptionRegistry, check_subscription_name
 from dispatcher.dlq import DeadLetterQueue
 from proto import admin_pb2 as _admin
 from proto import admin_pb2_grpc as _grpc
@@ -239,6 +239,23 @@ class AdminService(_grpc.AdminServicer):
             return replay_response(ReplayOutcome(0, (), 0))
         outcome = await self._replayer.replay(dlq, request.topic, request.subscription, order)
         return replay_response(outcome)
+
+    @rpc
+    async def DeleteSubscription(  # noqa: N802 - gRPC method name
+        self,
+        request: _admin.DeleteSubscriptionRequest,
+        context: Context,
+    ) -> _admin.DeleteSubscriptionResponse:
+        """Delete a subscription's state and dead-letter queue; FAILED_PRECONDITION while
+        consumers are attached unless ``force``. Once begun it runs to its end, even past
+        the call's deadline (see :meth:`SubscriptionRegistry.delete`)."""
+        check_topic_name(request.topic)
+        check_subscription_name(request.subscription)
+        self._topics.get(request.topic)
+        detached = await self._subscriptions.delete(
+            request.topic, request.subscription, force=request.force
+        )
+        return _admin.DeleteSubscriptionResponse(detached_consumers=detached)
 
 
 def add_to_server(servicer: AdminService, server: grpc.aio.Server) -> None:

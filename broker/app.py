@@ -31,6 +31,7 @@ import logging
 import resource
 import signal
 import socket
+import time
 from collections.abc import Callable
 from types import TracebackType
 from typing import Self
@@ -81,6 +82,8 @@ class Broker:
             by age, producer expiry). Default: the system clock; tests pass a manual one.
         fs: File operations for the logs and subscription state. Default: the real ones;
             tests pass a :class:`wal.FaultyFs` (a full disk, failing syncs).
+        monotonic: Monotonic seconds for the subscriptions (heartbeat, inactivity expiry).
+            Default: the system's; tests pass a manual one.
     """
 
     def __init__(
@@ -90,6 +93,7 @@ class Broker:
         metrics: BrokerMetrics | None = None,
         clock: Clock | None = None,
         fs: FileSystem | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
         self.metrics = metrics or BrokerMetrics()
@@ -113,6 +117,9 @@ class Broker:
             flush_interval_s=config.cursor_flush_interval_ms / 1000,
             heartbeat=config.heartbeat,
             limits=config.limits.dispatch_limits(),
+            inactive_expiry_s=config.subscriptions.inactive_expiry_s,
+            on_expired=self._expired_counter(),
+            monotonic=monotonic,
         )
         self.metrics.watch_subscriptions(lambda: self.subscriptions.samples)
         self.metrics.watch_partitions(self._partition_logs)
@@ -144,6 +151,13 @@ class Broker:
                 continue
             logs.extend(PartitionLog(name, p.index, p.writer) for p in topic.partitions)
         return logs
+
+    def _expired_counter(self) -> Callable[[str], None]:
+        """What the subscriptions call with the topic of each one that expiry deleted."""
+        if self.config.subscriptions.inactive_expiry_ms is None:
+            return lambda _topic: None
+        counter = self.metrics.subscriptions_expired  # declared now, exported from start
+        return lambda topic: counter.labels(topic).inc()
 
     def _watch_partition(self, topic: str, partition: Partition) -> None:
         """Time every group commit of a partition's log (WAL latency histograms)."""

@@ -51,6 +51,7 @@ _LAZY = {
     "lag": "broker.cli_lag:lag",
     "seek": "broker.cli_client:seek",
     "dlq": "broker.cli_dlq:dlq",
+    "subscriptions": "broker.cli_subscriptions:subscriptions",
     "tokens": "broker.cli_tokens:tokens",
 }
 

@@ -67,6 +67,9 @@ TOML layout (every key optional)::
     max_credit_per_consumer = 100000 # records of credit a consumer holds at once
     max_publish_stream_in_flight = 256  # publishes processed at once per PublishStream
     max_producers_per_partition = 10000  # idempotent producer ids one partition remembers
+    [subscriptions]                  # the subscription lifecycle
+    inactive_expiry_ms = 604800000   # delete a subscription with no consumer and no ack,
+                                     # commit or seek for this long, ms; absent = never
     [security]                       # TLS, tokens and the safe default (README "Security")
     tls_cert = "server.pem"          # PEM server certificate chain; with tls_key: TLS only
     tls_key = "server.key"           # PEM private key of tls_cert (unencrypted)
@@ -160,6 +163,47 @@ class SecurityConfig:
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
 
 
+#: The longest inactive_expiry_ms accepted: ten years, milliseconds.
+MAX_EXPIRY_MS = 3_650 * DAY_MS
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionsConfig:
+    """``[subscriptions]``: the subscription lifecycle.
+
+    Attributes:
+        inactive_expiry_ms: Delete a subscription that has had no consumer attached and no
+            ack, ``AckUpTo`` commit or seek for this long, milliseconds (from 1 to ten
+            years). The delete is the ``DeleteSubscription`` one: state and dead-letter
+            queue go, and retention stops keeping records for it. Idle time is measured on
+            the monotonic clock since the broker started (a restart counts as activity, so
+            it never deletes a subscription at once). Default ``None``: never.
+    """
+
+    inactive_expiry_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        expiry = self.inactive_expiry_ms
+        if expiry is None:
+            return
+        if not isinstance(expiry, int) or isinstance(expiry, bool) or expiry < 1:
+            raise ConfigError(
+                f"[subscriptions] inactive_expiry_ms = {expiry!r}: must be a positive integer "
+                "of milliseconds (leave it out to never expire subscriptions)"
+            )
+        if expiry > MAX_EXPIRY_MS:
+            raise ConfigError(
+                f"[subscriptions] inactive_expiry_ms = {expiry!r}: must be at most "
+                f"{MAX_EXPIRY_MS} (ten years; leave it out to never expire subscriptions)"
+            )
+
+    @property
+    def inactive_expiry_s(self) -> float | None:
+        """``inactive_expiry_ms`` in seconds, or ``None``."""
+        ms = self.inactive_expiry_ms
+        return None if ms is None else ms / 1000
+
+
 @dataclass(frozen=True, slots=True)
 class BrokerConfig:
     """Settings of one broker.
@@ -208,6 +252,8 @@ class BrokerConfig:
             and consumers; each key's default and range are documented there.
         security: TLS, tokens and the safe default (:class:`SecurityConfig`). Default: none
             of them, which is allowed on a loopback ``listen`` address only.
+        subscriptions: The subscription lifecycle (:class:`SubscriptionsConfig`): inactivity
+            expiry, off by default.
     """
 
     data_dir: str = "./data"
@@ -228,6 +274,7 @@ class BrokerConfig:
     dispatch: DispatchConfig = field(default_factory=DispatchConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     security: SecurityConfig = field(default_factory=SecurityConfig)
+    subscriptions: SubscriptionsConfig = field(default_factory=SubscriptionsConfig)
 
     def __post_init__(self) -> None:
         _address("listen", self.listen, allow_empty=False)
@@ -243,6 +290,8 @@ class BrokerConfig:
         _check_limits(self.limits, self.default_partitions)
         if not isinstance(self.security, SecurityConfig):
             raise ConfigError("security must be a broker.config.SecurityConfig")
+        if not isinstance(self.subscriptions, SubscriptionsConfig):
+            raise ConfigError("subscriptions must be a broker.config.SubscriptionsConfig")
         if not isinstance(self.auto_create_topics, bool):
             raise ConfigError("auto_create_topics must be true or false")
         if not isinstance(self.data_dir, str) or not self.data_dir:
@@ -311,14 +360,25 @@ class BrokerConfig:
     @classmethod
     def from_mapping(cls, doc: Mapping[str, Any], *, source: str = "config") -> BrokerConfig:
         """Build from a parsed document with ``[broker]``, ``[wal]``, ``[heartbeat]``,
-        ``[backlog]``, ``[dispatch]``, ``[dlq]``, ``[limits]`` and ``[security]`` tables."""
+        ``[backlog]``, ``[dispatch]``, ``[dlq]``, ``[limits]``, ``[security]`` and
+        ``[subscriptions]`` tables."""
         _known(
             doc,
-            {"broker", "wal", "heartbeat", "backlog", "dispatch", "dlq", "limits", "security"},
+            {
+                "broker",
+                "wal",
+                "heartbeat",
+                "backlog",
+                "dispatch",
+                "dlq",
+                "limits",
+                "security",
+                "subscriptions",
+            },
             source,
         )
         broker = _table(doc, "broker", source)
-        tables = {"wal", "heartbeat", "backlog", "dispatch", "limits", "security"}
+        tables = {"wal", "heartbeat", "backlog", "dispatch", "limits", "security", "subscriptions"}
         names = {f.name for f in dataclasses.fields(cls)} - tables
         _known(broker, names, f"{source} [broker]")
         wal_doc = _table(doc, "wal", source)
@@ -343,6 +403,7 @@ class BrokerConfig:
                 dispatch=dispatch,
                 limits=_limits(doc.get("limits", {}), f"{source} [limits]"),
                 security=security,
+                subscriptions=_subscriptions(doc.get("subscriptions", {}), source),
             )
         except WalConfigError as exc:
             raise ConfigError(f"{source} [wal]: {exc}") from exc
@@ -484,6 +545,18 @@ def _check_limits(limits: object, default_partitions: int) -> None:
             f"default_partitions = {default_partitions} is over [limits] "
             f"max_partitions_per_topic = {limits.max_partitions_per_topic}"
         )
+
+
+def _subscriptions(table: object, source: str) -> SubscriptionsConfig:
+    """``[subscriptions]`` as a :class:`SubscriptionsConfig`."""
+    where = f"{source} [subscriptions]"
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{where} must be a table")
+    _known(table, {f.name for f in dataclasses.fields(SubscriptionsConfig)}, where)
+    try:
+        return SubscriptionsConfig(**table)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from exc
 
 
 def _security(table: object, where: str) -> SecurityConfig:

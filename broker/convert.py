@@ -125,6 +125,7 @@ def subscription_info(status: SubscriptionStatus) -> _admin.SubscriptionInfo:
         topic=status.topic,
         subscription=status.name,
         type=status.type.name,
+        mode=status.mode.name,
         consumers=status.consumers,
         partitions=[
             _admin.PartitionLag(

@@ -17,6 +17,7 @@ Partition metrics are read at the scrape from each log's in-memory state (no I/O
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import platform
 import time
@@ -206,10 +207,26 @@ class BrokerMetrics:
             (self.wal_fsync, labels),
         )
 
+    @functools.cached_property
+    def subscriptions_expired(self) -> Counter:
+        """``headrace_expired_subscriptions_total{topic}``: subscriptions deleted for
+        inactivity (``[subscriptions] inactive_expiry_ms``). Registered on first use: the
+        broker uses it at start when expiry is on, so it is exported only then."""
+        return Counter(
+            "headrace_expired_subscriptions",
+            "Subscriptions deleted because no consumer was attached and nothing was acked, "
+            "committed or sought for [subscriptions] inactive_expiry_ms.",
+            ("topic",),
+            registry=self.registry,
+        )
+
     def forget_topic(self, topic: str) -> None:
         """Drop every label set of ``topic`` (a deleted topic): each would otherwise be
         kept, and exported, for the life of the process (about 9 KiB per partition)."""
-        for metric, names in self._per_topic:
+        per_topic = list(self._per_topic)
+        if "subscriptions_expired" in self.__dict__:  # created only when expiry is on
+            per_topic.append((self.subscriptions_expired, ("topic",)))
+        for metric, names in per_topic:
             for family in metric.collect():
                 for labels in {tuple(s.labels[n] for n in names) for s in family.samples}:
                     if labels[0] == topic:
@@ -480,6 +497,12 @@ _SUBSCRIPTION_FAMILIES: dict[str, tuple[str, str, str]] = {
         "counter",
         "headrace_nacked_records",
         "Records a consumer gave back (nack); each is sent again or becomes poison.",
+    ),
+    "released": (
+        "counter",
+        "headrace_released_records",
+        "Records a consumer closing cleanly gave back unseen: not delivery attempts; each is "
+        "sent again at once (and counted again by dispatched or redelivered).",
     ),
     "ack_timeouts": (
         "counter",

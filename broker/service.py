@@ -12,10 +12,11 @@ Invariants:
   runs to its end (:mod:`broker.ingest`); a PublishStream cut short leaves its queued
   publishes running, unanswered, and logs nothing for them.
 - A Subscribe stream is one consumer session: it ends when the client half-closes, when a
-  request is bad (with that request's status), or when the broker shuts down
-  (``UNAVAILABLE``). Whatever it did not acknowledge goes to the next consumer: as a
-  failed delivery, except what the client released (``Acks.releases``, after ``drain`` is
-  answered ``drained``: records it never handed to its application).
+  request is bad (with that request's status), when the broker shuts down
+  (``UNAVAILABLE``), or when its subscription is deleted (``NOT_FOUND``). Whatever it did
+  not acknowledge goes to the next consumer: as a failed delivery, except what the client
+  released (``Acks.releases``, after ``drain`` is answered ``drained``: records it never
+  handed to its application).
 """
 
 from __future__ import annotations
@@ -212,7 +213,7 @@ class BrokerService(_grpc.BrokerServicer):
         if reader.done() and not reader.cancelled() and reader.exception() is None:
             return  # the client half-closed
         failure = reader.exception() if reader.done() and not reader.cancelled() else None
-        await abort_for(failure or ShuttingDownError(), context)
+        await abort_for(failure or session.ended_by or ShuttingDownError(), context)
 
     async def _open(self, request: _pb.SubscribeRequest) -> tuple[Subscription, ConsumerSession]:
         if request.WhichOneof("kind") != "open":

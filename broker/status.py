@@ -41,6 +41,7 @@ from dispatcher import (
     InvalidAckError,
     InvalidSubscriptionError,
     SubscriptionBusyError,
+    SubscriptionInUseError,
     SubscriptionLimitError,
     SubscriptionNotFoundError,
 )
@@ -80,6 +81,7 @@ STATUS_TABLE: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (InvalidAckError, grpc.StatusCode.INVALID_ARGUMENT),
     (SubscriptionNotFoundError, grpc.StatusCode.NOT_FOUND),
     (SubscriptionBusyError, grpc.StatusCode.FAILED_PRECONDITION),
+    (SubscriptionInUseError, grpc.StatusCode.FAILED_PRECONDITION),
     (ProducerSequenceError, grpc.StatusCode.FAILED_PRECONDITION),
     (DeadLetterReplayError, grpc.StatusCode.FAILED_PRECONDITION),
     (OffsetOutOfRangeError, grpc.StatusCode.OUT_OF_RANGE),

@@ -187,6 +187,8 @@ class SubscriptionInfo:
     type: str
     consumers: tuple[str, ...]
     partitions: tuple[PartitionLag, ...]
+    #: ``"at_least_once"`` (a record is consumed when acked) or ``"at_most_once"`` (when sent).
+    mode: str = "at_least_once"
 
     @property
     def lag(self) -> int:

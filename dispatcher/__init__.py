@@ -19,7 +19,9 @@ Modules:
                       logs (pure)
     names             the one topic and subscription name pattern (pure)
     registry          SubscriptionRegistry: create, find, drop, persist state atomically; dead-
-                      letter queues; the heartbeat task and the metrics snapshot
+                      letter queues; the heartbeat task and the metrics snapshot; delete, expiry
+    removal           a subscription delete's on-disk steps, crash-atomic; pruning at open
+    expiry            IdleTracker: when an inactive subscription expires (pure)
     errors            DispatchError and its subclasses
 
 Imports ``wal`` only (DESIGN section 1).
@@ -32,6 +34,8 @@ from dispatcher.errors import (
     InvalidAckError,
     InvalidSubscriptionError,
     SubscriptionBusyError,
+    SubscriptionDeletedError,
+    SubscriptionInUseError,
     SubscriptionLimitError,
     SubscriptionNotFoundError,
 )
@@ -80,6 +84,8 @@ __all__ = [
     "PoisonPolicy",
     "Subscription",
     "SubscriptionBusyError",
+    "SubscriptionDeletedError",
+    "SubscriptionInUseError",
     "SubscriptionLimitError",
     "SubscriptionNotFoundError",
     "SubscriptionRegistry",

@@ -73,3 +73,31 @@ class SubscriptionLimitError(DispatchError):
         self.limit = limit
         self.problem = problem
         super().__init__(f"{problem}; the limit is {limit} ([limits] {setting}); {advice}")
+
+
+class SubscriptionInUseError(DispatchError):
+    """Raised when a subscription is to be deleted while consumers are attached to it and
+    the delete is not forced; nothing was changed."""
+
+    def __init__(self, topic: str, subscription: str, consumers: tuple[str, ...]) -> None:
+        self.topic = topic
+        self.subscription = subscription
+        self.consumers = consumers
+        names = ", ".join(repr(c) for c in consumers)
+        super().__init__(
+            f"subscription {subscription!r} on topic {topic!r} has {len(consumers)} "
+            f"consumer(s) attached ({names}); stop them, or use --force to detach them and "
+            "delete anyway"
+        )
+
+
+class SubscriptionDeletedError(SubscriptionNotFoundError):
+    """Raised to a consumer whose subscription was deleted under it (an admin's forced
+    delete, or inactivity expiry): the subscription no longer exists."""
+
+    def __init__(self, topic: str, subscription: str, why: str) -> None:
+        super().__init__(topic, subscription)
+        self.args = (
+            f"subscription deleted: {subscription!r} on topic {topic!r} ({why}); subscribe "
+            "again to create it anew at its initial position",
+        )

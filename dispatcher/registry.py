@@ -25,6 +25,21 @@ competing with the log's own.
 A damaged file is kept as ``.corrupt`` and the subscription restarts at the earliest retained
 offset: duplicates, never a skip.
 
+Deleting a subscription (:meth:`SubscriptionRegistry.delete`, the ``DeleteSubscription`` RPC
+and inactivity expiry): refused while consumers are attached unless forced. Once begun it
+runs to its end whatever happens to its caller (:func:`wal.run_to_end`): the subscription
+leaves the registry (a Subscribe of the same name waits for the delete, then creates a new
+one), its state file is removed (the commit point; if that fails, the subscription carries
+on unchanged), its consumers are let go with :class:`SubscriptionDeletedError`, and its
+dead-letter queue is removed. The on-disk steps and why a crash leaves all or nothing are
+:mod:`dispatcher.removal`'s. Its cursors stop holding retention back at once (they leave
+:meth:`SubscriptionRegistry.saved_floor`), and its metric series leave :attr:`samples`.
+
+Inactivity expiry (``inactive_expiry_s``, off by default): the registry runs an expiry task
+that deletes a subscription with no consumer and no ack, commit or seek for that long, by
+the monotonic clock (the rule, and why a restart restarts every idle clock, are
+:mod:`dispatcher.expiry`'s).
+
 The registry also runs the heartbeat: one task for every subscription, which ticks each at
 its own interval (:class:`~dispatcher.lag.HeartbeatConfig`, per topic and per
 subscription) and, after each round, refreshes :attr:`SubscriptionRegistry.samples`, the
@@ -36,10 +51,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import shutil
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -49,9 +66,12 @@ from dispatcher.dlq import DeadLetterQueue, DlqConfig, PutOutcome
 from dispatcher.errors import (
     DispatcherClosedError,
     InvalidSubscriptionError,
+    SubscriptionDeletedError,
+    SubscriptionInUseError,
     SubscriptionLimitError,
     SubscriptionNotFoundError,
 )
+from dispatcher.expiry import IdleTracker
 from dispatcher.lag import HeartbeatConfig
 from dispatcher.names import NAME_RULE, is_valid_name
 from dispatcher.protocol import (
@@ -62,6 +82,7 @@ from dispatcher.protocol import (
     SubscriptionType,
     ToDeadLetter,
 )
+from dispatcher.removal import commit_delete, prune_queues, remove_queue
 from dispatcher.subscription import InitialPosition, Subscription
 from wal import FileSystem, LogWriter, run_to_end
 
@@ -142,6 +163,7 @@ class SubscriptionSample:
     redelivered: int = 0
     acked: int = 0
     nacked: int = 0
+    released: int = 0
     ack_timeouts: int = 0
     dead_lettered: int = 0
     dropped: int = 0
@@ -172,6 +194,13 @@ class SubscriptionRegistry:
         clock: Wall-clock seconds (ack timeouts, nack delays, dead-letter times).
         on_dispatch: Called with a topic once per subscription of it; returns what the
             subscription calls with the seconds from publish to each first delivery.
+        limits: Subscriptions per topic, consumers and credit, at most. Default: none.
+        inactive_expiry_s: Delete a subscription with no consumer and no ack, commit or
+            seek for this long, seconds (monotonic). Default ``None``: never.
+        on_expired: Called with the topic of each subscription that expiry deleted (for
+            the metric).
+        crash_point: Called with each name of :data:`dispatcher.removal.CRASH_POINTS` as
+            a delete passes it. Default: nothing; tests raise there.
     """
 
     def __init__(
@@ -187,8 +216,24 @@ class SubscriptionRegistry:
         clock: Callable[[], float] = time.time,
         on_dispatch: Callable[[str], Callable[[float], None]] | None = None,
         limits: DispatchLimits | None = None,
+        inactive_expiry_s: float | None = None,
+        on_expired: Callable[[str], None] = lambda _topic: None,
+        crash_point: Callable[[str], None] = lambda _point: None,
     ) -> None:
         self._limits = limits or DispatchLimits()
+        self._idle: IdleTracker[tuple[str, str]] | None = (
+            IdleTracker(inactive_expiry_s) if inactive_expiry_s is not None else None
+        )
+        self._on_expired = on_expired
+        self._crash_point = crash_point
+        #: Deletes under way, by subscription: a Subscribe of that name waits for it.
+        self._deletions: dict[tuple[str, str], asyncio.Task[None]] = {}
+        #: Deleted subscriptions whose state must never be saved again.
+        self._doomed: weakref.WeakSet[Subscription] = weakref.WeakSet()
+        #: Deleted subscriptions whose queue directory could not be removed: removed
+        #: before a subscription of the same name is created.
+        self._orphan_queues: set[tuple[str, str]] = set()
+        self._expiry_task: asyncio.Task[None] | None = None
         self._root = os.path.join(data_dir, "subscriptions")
         self._dlq_root = os.path.join(data_dir, "dlq")
         self._fs = fs or FileSystem()
@@ -231,17 +276,21 @@ class SubscriptionRegistry:
                 await self.dead_letter_queue(topic, name)
         self._flusher = asyncio.create_task(self._flush_loop(), name="subscription flusher")
         self._heartbeat_task = asyncio.create_task(self._heartbeat_loop(), name="heartbeat")
+        if self._idle is not None:
+            self._expiry_task = asyncio.create_task(self._expiry_loop(), name="expiry")
         logger.info("opened %d subscriptions under %s", len(self._subs), self._root)
 
     async def aclose(self) -> None:
         """Stop every subscription and save its state. Idempotent."""
         self._closed = True
-        for task in (self._flusher, self._heartbeat_task):
+        for task in (self._flusher, self._heartbeat_task, self._expiry_task):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-        self._flusher = self._heartbeat_task = None
+        self._flusher = self._heartbeat_task = self._expiry_task = None
+        if self._deletions:  # they run to their end; the state they leave is then saved
+            await asyncio.wait(list(self._deletions.values()))
         subs, self._subs = list(self._subs.values()), {}
         for sub in subs:
             await sub.aclose()
@@ -278,6 +327,9 @@ class SubscriptionRegistry:
         if self._closed:
             raise DispatcherClosedError()
         check_subscription_name(name)
+        pending = self._deletions.get((topic, name))
+        if pending is not None:
+            await asyncio.wait([pending])  # then new, or back if the delete failed
         sub = self._subs.get((topic, name))
         if sub is not None:
             if any_type:
@@ -291,6 +343,9 @@ class SubscriptionRegistry:
                     )
             return sub
         self._check_room(topic)
+        if (topic, name) in self._orphan_queues:  # an old queue must not be inherited
+            await asyncio.to_thread(self._remove_queue, topic, name)
+            self._orphan_queues.discard((topic, name))
         if initial is InitialPosition.LATEST:
             snaps = [PartitionSnapshot(w.high_water_mark) for w in writers]
         else:
@@ -331,6 +386,10 @@ class SubscriptionRegistry:
         The dead-letter queues go first, on disk too: a crash halfway leaves subscription
         files without queues (pruned at the next open with the topic gone), never queues
         that a later subscription of the same name would inherit."""
+        pending = [task for key, task in self._deletions.items() if key[0] == topic]
+        if pending:
+            await asyncio.wait(pending)
+        self._orphan_queues = {key for key in self._orphan_queues if key[0] != topic}
         for key in [k for k in self._subs if k[0] == topic]:
             await self._subs.pop(key).aclose()
             self._saved.pop(key, None)
@@ -344,6 +403,174 @@ class SubscriptionRegistry:
         async with self._save_lock:
             await asyncio.to_thread(self._remove_dir, os.path.join(self._dlq_root, topic))
             await asyncio.to_thread(self._remove_topic_dir, topic)
+
+    # -- deleting -------------------------------------------------------------------------
+
+    async def delete(
+        self, topic: str, name: str, *, force: bool = False, why: str = "deleted by an admin"
+    ) -> tuple[str, ...]:
+        """Delete subscription ``name`` of ``topic``: its state and its dead-letter queue.
+
+        Once begun it runs to its end even if the caller is cancelled (see the module
+        docstring for the steps). Returns the names of the consumers it detached.
+
+        Args:
+            topic: The subscription's topic.
+            name: The subscription.
+            force: Detach attached consumers; without it they make the delete fail.
+            why: Why, in words: for the log and the detached consumers' streams.
+
+        Raises:
+            InvalidSubscriptionError: a bad name.
+            SubscriptionNotFoundError: there is no such subscription (or it was deleted
+                while this call waited for another delete of it).
+            SubscriptionInUseError: consumers are attached and ``force`` is off; nothing
+                was changed.
+            OSError, WalIOError: the state file could not be removed; nothing was changed.
+        """
+        check_subscription_name(name)
+        key = (topic, name)
+        pending = self._deletions.get(key)
+        if pending is not None:
+            await asyncio.wait([pending])
+        sub = self.get(topic, name)
+        consumers = tuple(sub.state.consumers())
+        if consumers and not force:
+            raise SubscriptionInUseError(topic, name, consumers)
+        # No await from the lookup to here: nothing attaches or saves in between.
+        del self._subs[key]
+        self._dirty.discard(key)
+        self._doomed.add(sub)
+        task = asyncio.ensure_future(self._delete(key, sub, why))
+        self._deletions[key] = task
+        task.add_done_callback(functools.partial(self._deleted, key))
+        await run_to_end(task)
+        logger.info(
+            "deleted subscription %s/%s (%s)%s",
+            topic,
+            name,
+            why,
+            f"; detached consumers {', '.join(consumers)}" if consumers else "",
+        )
+        return consumers
+
+    def _deleted(self, key: tuple[str, str], task: asyncio.Task[None]) -> None:
+        if self._deletions.get(key) is task:
+            del self._deletions[key]
+
+    async def _delete(self, key: tuple[str, str], sub: Subscription, why: str) -> None:
+        """The delete's steps, from the commit point on (see :mod:`dispatcher.removal`)."""
+        topic, name = key
+        path = self._state_path(topic, name)
+        try:
+            async with self._save_lock:  # no save of it is under way, none starts
+                await asyncio.to_thread(commit_delete, self._fs, path, self._crash_point)
+        except BaseException:
+            if await asyncio.to_thread(self._fs.exists, path):  # nothing changed
+                self._subs[key] = sub
+                self._doomed.discard(sub)
+                self._dirty.add(key)
+                raise
+            self._orphan_queues.add(key)  # gone, but whether durably is unknown
+            await self._forget(key, sub, why)
+            raise
+        await self._forget(key, sub, why)
+        try:
+            await asyncio.to_thread(self._remove_queue, topic, name)
+        except OSError:
+            self._orphan_queues.add(key)
+            logger.exception(
+                "%s/%s: the subscription is deleted, but its dead-letter queue %s could not "
+                "be removed; it goes at the next start, or before the name is used again",
+                topic,
+                name,
+                self._dlq_dir(topic, name),
+            )
+        except BaseException:
+            self._orphan_queues.add(key)
+            raise
+
+    async def _forget(self, key: tuple[str, str], sub: Subscription, why: str) -> None:
+        """Drop everything the registry held for a deleted subscription; let its consumers
+        go, their streams ending with ``SubscriptionDeletedError``; close its queue."""
+        self._saved.pop(key, None)
+        self._next_tick.pop(key, None)
+        self._samples.pop(key, None)
+        if self._idle is not None:
+            self._idle.forget(key)
+        self.samples = tuple(s for s in self.samples if (s.topic, s.subscription) != key)
+        await sub.aclose(SubscriptionDeletedError(*key, why))
+        async with self._dlq_lock:
+            dlq = self._dlqs.pop(key, None)
+        if dlq is not None:
+            await dlq.aclose()
+
+    def _state_path(self, topic: str, name: str) -> str:
+        return os.path.join(self._root, topic, name + state_file.SUFFIX)
+
+    def _remove_queue(self, topic: str, name: str) -> None:
+        remove_queue(self._fs, self._dlq_dir(topic, name), self._crash_point)
+
+    async def expire_idle(self) -> list[tuple[str, str]]:
+        """Delete every subscription inactive for ``inactive_expiry_s`` (see
+        :mod:`dispatcher.expiry`); return which. The expiry task calls this in a loop; tests
+        call it directly with a manual clock."""
+        idle = self._idle
+        if idle is None or self._closed:
+            return []
+        now = self._monotonic()
+        for key, sub in self._subs.items():
+            idle.observe(key, attached=bool(sub.state.consumers()), activity=sub.activity, now=now)
+        idle.retain(set(self._subs))
+        deleted = []
+        for expired in idle.expired(now):
+            found = self._subs.get(expired.key)
+            if found is None:
+                continue
+            # Look again: a consumer may have come, or a commit, while a delete ran.
+            idle_s = idle.observe(
+                expired.key,
+                attached=bool(found.state.consumers()),
+                activity=found.activity,
+                now=self._monotonic(),
+            )
+            if idle_s < idle.expiry_s:
+                continue
+            if await self._expire(expired.key, idle_s):
+                deleted.append(expired.key)
+        return deleted
+
+    async def _expire(self, key: tuple[str, str], idle_s: float) -> bool:
+        """Delete one expired subscription (never forced); log and count it."""
+        topic, name = key
+        assert self._idle is not None
+        why = f"no consumer and no ack, commit or seek for {idle_s:.1f} s"
+        try:
+            await self.delete(topic, name, why=f"expired: {why}")
+        except (SubscriptionInUseError, SubscriptionNotFoundError):
+            return False  # a consumer came in time, or someone else deleted it
+        except Exception:
+            logger.exception("%s/%s: deleting the expired subscription failed", topic, name)
+            return False
+        logger.info(
+            "%s/%s: subscription expired and deleted: %s (inactive_expiry_ms = %d)",
+            topic,
+            name,
+            why,
+            round(self._idle.expiry_s * 1000),
+        )
+        self._on_expired(topic)
+        return True
+
+    async def _expiry_loop(self) -> None:
+        assert self._idle is not None
+        pause = min(self._heartbeat.interval_s, self._idle.expiry_s)
+        while True:
+            await asyncio.sleep(pause)
+            try:
+                await self.expire_idle()
+            except Exception:  # keep expiring the others
+                logger.exception("inactivity expiry failed; trying again")
 
     async def save(self, sub: Subscription) -> None:
         """Save ``sub``'s acknowledged state now (before answering a seek or a commit)."""
@@ -366,6 +593,8 @@ class SubscriptionRegistry:
             dlq = self._dlqs.get(key)
             if dlq is not None:
                 return dlq
+            if key not in self._subs:  # deleted while this call waited
+                raise SubscriptionNotFoundError(topic, name)
             directory = self._dlq_dir(topic, name)
             if not create and not await asyncio.to_thread(self._fs.exists, directory):
                 return None
@@ -549,6 +778,9 @@ class SubscriptionRegistry:
         if not subs:
             return
         async with self._save_lock:  # one writer per file; the newest state wins
+            subs = [sub for sub in subs if sub not in self._doomed]
+            if not subs:
+                return
             docs = [
                 state_file.StateDoc(
                     version=state_file.VERSION,
@@ -606,6 +838,7 @@ class SubscriptionRegistry:
                 if entry.endswith(state_file.SUFFIX):
                     name = entry[: -len(state_file.SUFFIX)]
                     found.append((topic, name, self._load(os.path.join(directory, entry))))
+        prune_queues(self._fs, self._dlq_root, {(topic, name) for topic, name, _ in found})
         return found
 
     def _load(self, path: str) -> state_file.StateDoc | None:
@@ -643,6 +876,7 @@ def _sample(
         redelivered=state.redelivered_total,
         acked=state.acked_total,
         nacked=state.nacked_total,
+        released=state.released_total,
         ack_timeouts=state.ack_timeouts_total,
         dead_lettered=state.dead_lettered_total,
         dropped=state.dropped_total,

@@ -72,6 +72,7 @@ from dispatcher.protocol import (
     DeadLetterFailed,
     Deleted,
     Delivery,
+    DeliveryMode,
     Detach,
     DispatchLimits,
     DispatchPolicy,
@@ -147,6 +148,7 @@ class SubscriptionStatus:
     type: SubscriptionType
     consumers: tuple[str, ...]
     partitions: tuple[PartitionStatus, ...]
+    mode: DeliveryMode = DeliveryMode.AT_LEAST_ONCE
 
     @property
     def lag(self) -> int:
@@ -162,11 +164,14 @@ DRAINED: Final = Delivery(-1, b"", 0, 0, {})
 class ConsumerSession:
     """One attached consumer and the deliveries waiting for it."""
 
-    __slots__ = ("consumer_id", "draining", "name", "outbox")
+    __slots__ = ("consumer_id", "draining", "ended_by", "name", "outbox")
 
     def __init__(self, name: str) -> None:
         self.consumer_id = f"c{next(_consumer_ids)}"
         self.name = name or self.consumer_id
+        #: Why the subscription let this consumer go, when not for shutdown (e.g. the
+        #: subscription was deleted): what its stream should end with.
+        self.ended_by: Exception | None = None
         #: Bounded by the credit: the dispatch task never puts more than was granted.
         self.outbox: asyncio.Queue[Delivery | None] = asyncio.Queue()
         #: Set by :meth:`Subscription.drain`: nothing more goes into the outbox.
@@ -258,6 +263,9 @@ class Subscription:
         self.task_restarts = 0
         #: The last tick's verdict.
         self.verdict = IDLE
+        #: Moves on every ack, nack, commit, seek, attach and detach: what inactivity
+        #: expiry (:mod:`dispatcher.expiry`) watches.
+        self.activity = 0
         #: Called with (seconds from publish to dispatch) for each first delivery.
         self.on_dispatch: Callable[[float], None] = lambda _s: None
 
@@ -321,8 +329,9 @@ class Subscription:
             self._wake.set()
         return self.verdict
 
-    async def aclose(self) -> None:
-        """Stop dispatching and let every consumer go. Idempotent."""
+    async def aclose(self, reason: Exception | None = None) -> None:
+        """Stop dispatching and let every consumer go; ``reason``, when given, is what
+        their streams end with (see :attr:`ConsumerSession.ended_by`). Idempotent."""
         task, self._task = self._task, None
         if task is None:
             return
@@ -335,6 +344,7 @@ class Subscription:
                 with contextlib.suppress(asyncio.CancelledError):
                     await t
         for session in self._sessions.values():
+            session.ended_by = reason
             session.outbox.put_nowait(None)
         self._sessions.clear()
 
@@ -361,6 +371,8 @@ class Subscription:
         """Apply a command from outside the dispatch task, then wake the task (unless the
         command cannot let it send anything)."""
         actions = self.state.handle(cmd, self._clock())
+        if not isinstance(cmd, Grant):
+            self.activity += 1
         self._carry_out_now(actions)
         if self.state.changes != self._changes:
             self._changes = self.state.changes
@@ -580,7 +592,9 @@ class Subscription:
                     trend=rates.trend.value,
                 )
             )
-        return SubscriptionStatus(self.topic, self.name, self.type, consumers, tuple(parts))
+        return SubscriptionStatus(
+            self.topic, self.name, self.type, consumers, tuple(parts), self.policy.mode
+        )
 
     def _facts(  # noqa: PLR0917 - one private caller
         self, i: int, head: int, lag: int, consumers: int, now: float, rates: Rates

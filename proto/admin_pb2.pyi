@@ -98,18 +98,20 @@ class PartitionLag(_message.Message):
     def __init__(self, partition: _Optional[int] = ..., cursor: _Optional[int] = ..., head: _Optional[int] = ..., lag: _Optional[int] = ..., in_flight: _Optional[int] = ..., oldest_unacked_age_s: _Optional[float] = ..., state: _Optional[str] = ..., reason: _Optional[str] = ..., ingress_rate: _Optional[float] = ..., ack_rate: _Optional[float] = ..., drain_s: _Optional[float] = ..., trend: _Optional[str] = ...) -> None: ...
 
 class SubscriptionInfo(_message.Message):
-    __slots__ = ("topic", "subscription", "type", "partitions", "consumers")
+    __slots__ = ("topic", "subscription", "type", "partitions", "consumers", "mode")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     CONSUMERS_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
     topic: str
     subscription: str
     type: _broker_pb2.SubscriptionType
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionLag]
     consumers: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., type: _Optional[_Union[_broker_pb2.SubscriptionType, str]] = ..., partitions: _Optional[_Iterable[_Union[PartitionLag, _Mapping]]] = ..., consumers: _Optional[_Iterable[str]] = ...) -> None: ...
+    mode: _broker_pb2.DeliveryMode
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., type: _Optional[_Union[_broker_pb2.SubscriptionType, str]] = ..., partitions: _Optional[_Iterable[_Union[PartitionLag, _Mapping]]] = ..., consumers: _Optional[_Iterable[str]] = ..., mode: _Optional[_Union[_broker_pb2.DeliveryMode, str]] = ...) -> None: ...
 
 class ListSubscriptionsResponse(_message.Message):
     __slots__ = ("subscriptions",)
@@ -301,3 +303,19 @@ class ReplayDeadLettersResponse(_message.Message):
     skipped: _containers.RepeatedCompositeFieldContainer[SkippedDeadLetter]
     remaining: int
     def __init__(self, replayed: _Optional[int] = ..., skipped: _Optional[_Iterable[_Union[SkippedDeadLetter, _Mapping]]] = ..., remaining: _Optional[int] = ...) -> None: ...
+
+class DeleteSubscriptionRequest(_message.Message):
+    __slots__ = ("topic", "subscription", "force")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    subscription: str
+    force: bool
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., force: _Optional[bool] = ...) -> None: ...
+
+class DeleteSubscriptionResponse(_message.Message):
+    __slots__ = ("detached_consumers",)
+    DETACHED_CONSUMERS_FIELD_NUMBER: _ClassVar[int]
+    detached_consumers: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, detached_consumers: _Optional[_Iterable[str]] = ...) -> None: ...

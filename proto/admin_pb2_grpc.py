@@ -99,6 +99,11 @@ class AdminStub:
                 request_serializer=admin__pb2.ReplayDeadLettersRequest.SerializeToString,
                 response_deserializer=admin__pb2.ReplayDeadLettersResponse.FromString,
                 _registered_method=True)
+        self.DeleteSubscription = channel.unary_unary(
+                '/headrace.v1.Admin/DeleteSubscription',
+                request_serializer=admin__pb2.DeleteSubscriptionRequest.SerializeToString,
+                response_deserializer=admin__pb2.DeleteSubscriptionResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -195,6 +200,18 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteSubscription(self, request, context):
+        """Delete a subscription: its saved state (cursors, acks, delivery-attempt counts) and its
+        dead-letter queue. Refused with FAILED_PRECONDITION while consumers are attached,
+        unless `force`, which detaches them first (their Subscribe streams end with NOT_FOUND,
+        "subscription deleted"). Crash-atomic, and once begun it runs to its end even past the
+        call's deadline. Afterwards retention no longer keeps records for it, and a Subscribe
+        with the same name creates a new subscription at its initial position.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -262,6 +279,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.ReplayDeadLetters,
                     request_deserializer=admin__pb2.ReplayDeadLettersRequest.FromString,
                     response_serializer=admin__pb2.ReplayDeadLettersResponse.SerializeToString,
+            ),
+            'DeleteSubscription': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteSubscription,
+                    request_deserializer=admin__pb2.DeleteSubscriptionRequest.FromString,
+                    response_serializer=admin__pb2.DeleteSubscriptionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -615,6 +637,33 @@ class Admin:
             '/headrace.v1.Admin/ReplayDeadLetters',
             admin__pb2.ReplayDeadLettersRequest.SerializeToString,
             admin__pb2.ReplayDeadLettersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteSubscription(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headrace.v1.Admin/DeleteSubscription',
+            admin__pb2.DeleteSubscriptionRequest.SerializeToString,
+            admin__pb2.DeleteSubscriptionResponse.FromString,
             options,
             channel_credentials,
             insecure,

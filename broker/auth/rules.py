@@ -29,6 +29,7 @@ Peek/CountDeadLetters  consume    topic and subscription
 AckDeadLetters         consume    topic and subscription
 PurgeDeadLetters       admin      topic and subscription
 ReplayDeadLetters      admin      topic and subscription (it publishes to the topic)
+DeleteSubscription     admin      topic and subscription
 =====================  =========  ========================================================
 
 ``admin`` implies ``produce`` and ``consume`` (:mod:`broker.auth.grants`). List RPCs filter
@@ -166,6 +167,7 @@ RULES: dict[str, Rule] = {
     _A + "AckDeadLetters": Rule(Role.CONSUME, _subscription),
     _A + "PurgeDeadLetters": Rule(Role.ADMIN, _subscription),
     _A + "ReplayDeadLetters": Rule(Role.ADMIN, _subscription),
+    _A + "DeleteSubscription": Rule(Role.ADMIN, _subscription),
 }
 
 

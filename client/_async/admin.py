@@ -69,6 +69,7 @@ def _subscription(info: _admin.SubscriptionInfo) -> SubscriptionInfo:
             )
             for p in info.partitions
         ),
+        mode="at_most_once" if info.mode == _pb.AT_MOST_ONCE else "at_least_once",
     )
 
 
@@ -354,6 +355,25 @@ class AsyncAdminClient:
             rate = max(rate_per_s or DEFAULT_REPLAY_RATE_PER_S, 1)
             timeout_s = self._timeout + max(expected, 0) / rate
         return _replay(await self._call(self._stub.ReplayDeadLetters, request, timeout_s))
+
+    async def delete_subscription(
+        self, topic: str, subscription: str, force: bool = False
+    ) -> list[str]:
+        """Delete a subscription: its cursors, delivery-attempt counts and dead-letter
+        queue. A consumer that subscribes with the name later starts a new subscription at
+        its initial position. Returns the names of the consumers ``force`` detached (their
+        streams end with ``NotFound``).
+
+        Raises:
+            FailedPrecondition: consumers are attached and ``force`` is off (nothing was
+                changed; the message names them). NotFound: no such topic or subscription.
+            InvalidArgument: a bad name.
+        """
+        request = _admin.DeleteSubscriptionRequest(
+            topic=topic, subscription=subscription, force=force
+        )
+        got = await self._call(self._stub.DeleteSubscription, request)
+        return list(got.detached_consumers)
 
     async def aclose(self) -> None:
         """Close the channel (if this client opened it)."""

@@ -174,6 +174,11 @@ class AdminClient:
             )
         )
 
+    def delete_subscription(self, topic: str, subscription: str, force: bool = False) -> list[str]:
+        """Delete a subscription and its dead-letter queue; return the consumers ``force``
+        detached: see :meth:`AsyncAdminClient.delete_subscription`."""
+        return self._bridge.run(self._admin.delete_subscription(topic, subscription, force=force))
+
     def close(self) -> None:
         """Close the channel and join the loop thread. Idempotent; later calls raise
         ``ClientClosed``."""

@@ -62,6 +62,7 @@ ALLOWED: dict[str, set[S]] = {
     "/headrace.v1.Admin/AckDeadLetters": _NAMED,
     "/headrace.v1.Admin/PurgeDeadLetters": _NAMED,
     "/headrace.v1.Admin/ReplayDeadLetters": _NAMED | {S.FAILED_PRECONDITION},  # target gone
+    "/headrace.v1.Admin/DeleteSubscription": _NAMED | {S.FAILED_PRECONDITION},  # consumers
 }
 
 REQUEST_LIMIT = 8 << 10  # max_request_bytes of the fuzzed broker

@@ -179,6 +179,17 @@ async def subscribe(c: Client, md: Md) -> Any:
     return first
 
 
+async def delete_subscription(c: Client, md: Md) -> Any:
+    """Make subscription orders/scratch (AckUpTo; refused for tokens that may not) and
+    delete it: billing stays for the other rows."""
+    with contextlib.suppress(grpc.RpcError):
+        await c.broker.AckUpTo(
+            pb.AckUpToRequest(topic="orders", subscription="scratch", offset=0), metadata=md
+        )
+    request = admin.DeleteSubscriptionRequest(topic="orders", subscription="scratch")
+    return await c.admin.DeleteSubscription(request, metadata=md)
+
+
 @dataclass(frozen=True)
 class Rpc:
     """One RPC of the matrix: how to call it, who may, and who may not (and why not)."""
@@ -287,6 +298,10 @@ RPCS = [
         "ReplayDeadLetters",
         on_billing("admin", "ReplayDeadLetters", Ad.ReplayDeadLettersRequest),
         "admin", "consumer", ADMIN_BILLING,
+    ),
+    Rpc(
+        "DeleteSubscription", delete_subscription,
+        "admin", "consumer", "lacks role admin on subscription 'orders/scratch'",
     ),
 ]  # fmt: skip
 
