@@ -39,16 +39,52 @@ EARLIEST: InitialPosition
 LATEST: InitialPosition
 
 class PublishRequest(_message.Message):
-    __slots__ = ("topic", "partition", "batch", "request_id")
+    __slots__ = ("topic", "partition", "batch", "request_id", "records")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     batch: bytes
     request_id: int
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., batch: _Optional[bytes] = ..., request_id: _Optional[int] = ...) -> None: ...
+    records: _containers.RepeatedCompositeFieldContainer[Record]
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., batch: _Optional[bytes] = ..., request_id: _Optional[int] = ..., records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ...) -> None: ...
+
+class Record(_message.Message):
+    __slots__ = ("key", "value", "headers", "timestamp_ms")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    key: bytes
+    value: bytes
+    headers: _containers.RepeatedCompositeFieldContainer[Header]
+    timestamp_ms: int
+    def __init__(self, key: _Optional[bytes] = ..., value: _Optional[bytes] = ..., headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ..., timestamp_ms: _Optional[int] = ...) -> None: ...
+
+class Header(_message.Message):
+    __slots__ = ("name", "value")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    value: bytes
+    def __init__(self, name: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
+
+class DecodedRecord(_message.Message):
+    __slots__ = ("offset", "timestamp_ms", "key", "value", "headers")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    timestamp_ms: int
+    key: bytes
+    value: bytes
+    headers: _containers.RepeatedCompositeFieldContainer[Header]
+    def __init__(self, offset: _Optional[int] = ..., timestamp_ms: _Optional[int] = ..., key: _Optional[bytes] = ..., value: _Optional[bytes] = ..., headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ...) -> None: ...
 
 class PublishResponse(_message.Message):
     __slots__ = ("request_id", "partition", "base_offset", "last_offset", "duplicate", "error_code", "error_message")
@@ -85,7 +121,7 @@ class Drain(_message.Message):
     def __init__(self) -> None: ...
 
 class OpenSubscription(_message.Message):
-    __slots__ = ("topic", "subscription", "type", "initial_position", "consumer_name", "initial_credit", "mode")
+    __slots__ = ("topic", "subscription", "type", "initial_position", "consumer_name", "initial_credit", "mode", "decoded")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
@@ -93,6 +129,7 @@ class OpenSubscription(_message.Message):
     CONSUMER_NAME_FIELD_NUMBER: _ClassVar[int]
     INITIAL_CREDIT_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
+    DECODED_FIELD_NUMBER: _ClassVar[int]
     topic: str
     subscription: str
     type: SubscriptionType
@@ -100,7 +137,8 @@ class OpenSubscription(_message.Message):
     consumer_name: str
     initial_credit: int
     mode: DeliveryMode
-    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., type: _Optional[_Union[SubscriptionType, str]] = ..., initial_position: _Optional[_Union[InitialPosition, str]] = ..., consumer_name: _Optional[str] = ..., initial_credit: _Optional[int] = ..., mode: _Optional[_Union[DeliveryMode, str]] = ...) -> None: ...
+    decoded: bool
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., type: _Optional[_Union[SubscriptionType, str]] = ..., initial_position: _Optional[_Union[InitialPosition, str]] = ..., consumer_name: _Optional[str] = ..., initial_credit: _Optional[int] = ..., mode: _Optional[_Union[DeliveryMode, str]] = ..., decoded: _Optional[bool] = ...) -> None: ...
 
 class Acks(_message.Message):
     __slots__ = ("ranges", "up_to", "nacks", "releases")
@@ -175,7 +213,7 @@ class Subscribed(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., partitions: _Optional[int] = ..., consumer_id: _Optional[str] = ..., max_unacked: _Optional[int] = ...) -> None: ...
 
 class Delivery(_message.Message):
-    __slots__ = ("topic", "partition", "batch", "from_offset", "to_offset", "redeliveries")
+    __slots__ = ("topic", "partition", "batch", "from_offset", "to_offset", "redeliveries", "records")
     class RedeliveriesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -189,39 +227,45 @@ class Delivery(_message.Message):
     FROM_OFFSET_FIELD_NUMBER: _ClassVar[int]
     TO_OFFSET_FIELD_NUMBER: _ClassVar[int]
     REDELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     batch: bytes
     from_offset: int
     to_offset: int
     redeliveries: _containers.ScalarMap[int, int]
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., batch: _Optional[bytes] = ..., from_offset: _Optional[int] = ..., to_offset: _Optional[int] = ..., redeliveries: _Optional[_Mapping[int, int]] = ...) -> None: ...
+    records: _containers.RepeatedCompositeFieldContainer[DecodedRecord]
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., batch: _Optional[bytes] = ..., from_offset: _Optional[int] = ..., to_offset: _Optional[int] = ..., redeliveries: _Optional[_Mapping[int, int]] = ..., records: _Optional[_Iterable[_Union[DecodedRecord, _Mapping]]] = ...) -> None: ...
 
 class FetchRequest(_message.Message):
-    __slots__ = ("topic", "partition", "offset", "max_bytes", "end_offset", "max_wait_ms")
+    __slots__ = ("topic", "partition", "offset", "max_bytes", "end_offset", "max_wait_ms", "decoded")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     END_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MAX_WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    DECODED_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     offset: int
     max_bytes: int
     end_offset: int
     max_wait_ms: int
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., max_bytes: _Optional[int] = ..., end_offset: _Optional[int] = ..., max_wait_ms: _Optional[int] = ...) -> None: ...
+    decoded: bool
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., max_bytes: _Optional[int] = ..., end_offset: _Optional[int] = ..., max_wait_ms: _Optional[int] = ..., decoded: _Optional[bool] = ...) -> None: ...
 
 class FetchResponse(_message.Message):
-    __slots__ = ("batches", "high_water_mark", "first_offset")
+    __slots__ = ("batches", "high_water_mark", "first_offset", "records")
     BATCHES_FIELD_NUMBER: _ClassVar[int]
     HIGH_WATER_MARK_FIELD_NUMBER: _ClassVar[int]
     FIRST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
     batches: _containers.RepeatedScalarFieldContainer[bytes]
     high_water_mark: int
     first_offset: int
-    def __init__(self, batches: _Optional[_Iterable[bytes]] = ..., high_water_mark: _Optional[int] = ..., first_offset: _Optional[int] = ...) -> None: ...
+    records: _containers.RepeatedCompositeFieldContainer[DecodedRecord]
+    def __init__(self, batches: _Optional[_Iterable[bytes]] = ..., high_water_mark: _Optional[int] = ..., first_offset: _Optional[int] = ..., records: _Optional[_Iterable[_Union[DecodedRecord, _Mapping]]] = ...) -> None: ...
 
 class AckUpToRequest(_message.Message):
     __slots__ = ("topic", "subscription", "partition", "offset")
