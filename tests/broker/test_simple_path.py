@@ -6,7 +6,7 @@ producer ids below -1, requests over ``max_request_bytes``)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 
 import grpc
@@ -393,3 +393,32 @@ async def test_requests_over_max_request_bytes_name_the_setting(tmp_path: Path) 
         fits = pb.PublishRequest(topic="t", records=[pb.Record(value=bytes(limit - 100))])
         assert fits.ByteSize() <= limit
         assert (await c.broker.Publish(fits)).last_offset == 0
+
+
+class _Pairs:
+    """A header "mapping" that repeats a name: the codec only iterates names and values, so
+    this test aid encodes a binary batch with duplicate names, as another client may."""
+
+    def __init__(self, *pairs: tuple[str, bytes]) -> None:
+        self._pairs = pairs
+
+    def __len__(self) -> int:
+        return len(self._pairs)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(name for name, _ in self._pairs)
+
+    def values(self) -> list[bytes]:
+        return [value for _, value in self._pairs]
+
+
+async def test_decoded_readers_see_duplicate_header_names_of_a_binary_batch(
+    client: Client,
+) -> None:
+    """Scenario: a binary batch whose record carries header ``h`` twice (and ``x``).
+    Expected: a decoded Fetch returns all three headers in their stored order."""
+    pairs = _Pairs(("h", b"1"), ("x", b"2"), ("h", b"3"))
+    batch = encode_columns([b"v"], headers=[pairs])  # type: ignore[list-item]
+    await client.broker.Publish(pb.PublishRequest(topic="t", batch=batch))
+    (record,) = (await fetch(client, decoded=True)).records
+    assert [(h.name, h.value) for h in record.headers] == [("h", b"1"), ("x", b"2"), ("h", b"3")]
