@@ -258,10 +258,18 @@ class AdminService(_grpc.AdminServicer):
         return _admin.DeleteSubscriptionResponse(detached_consumers=detached)
 
 
-def add_to_server(servicer: AdminService, server: grpc.aio.Server) -> None:
+def add_to_server(
+    servicer: AdminService, server: grpc.aio.Server, *, max_request_bytes: int | None = None
+) -> None:
     """Register the Admin service: every RPC of its descriptor, requests parsed by
-    :mod:`broker.rpc_handlers` (a request that does not parse gets INVALID_ARGUMENT)."""
-    add_service(server, _admin.DESCRIPTOR.services_by_name["Admin"], servicer)
+    :mod:`broker.rpc_handlers` (a request that does not parse gets INVALID_ARGUMENT, one
+    over ``max_request_bytes`` RESOURCE_EXHAUSTED)."""
+    add_service(
+        server,
+        _admin.DESCRIPTOR.services_by_name["Admin"],
+        servicer,
+        max_request_bytes=max_request_bytes,
+    )
 
 
 async def offset_for_time(writer: LogWriter, timestamp_ms: int) -> int:

@@ -52,6 +52,7 @@ from broker.ingest import append_batch
 from broker.metrics import BrokerMetrics, PartitionLog
 from broker.partition import Partition
 from broker.retention import RetentionService
+from broker.rpc_handlers import transport_receive_limit
 from broker.service import BrokerService
 from broker.service import add_to_server as add_broker_service
 from broker.tls import ServerTls, load_server_tls
@@ -96,6 +97,7 @@ class Broker:
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
+        self._clock = clock  # None: the system clock
         self.metrics = metrics or BrokerMetrics()
         self.topics = TopicRegistry(
             config.data_dir,
@@ -215,7 +217,8 @@ class Broker:
         server = grpc.aio.server(
             interceptors=[self._auth] if self._auth else [],
             options=[
-                ("grpc.max_receive_message_length", limit),
+                # above the limit, so that the handlers refuse with the setting's name
+                ("grpc.max_receive_message_length", transport_receive_limit(limit)),
                 ("grpc.max_send_message_length", limit),
             ],
         )
@@ -228,11 +231,15 @@ class Broker:
                 default_partitions=self.config.default_partitions,
                 retention=self.retention,
                 limits=self.config.limits,
+                clock=self._clock,
             ),
             server,
+            max_request_bytes=limit,
         )
         append = functools.partial(append_batch, retention=self.retention, metrics=self.metrics)
-        add_admin_service(AdminService(self.topics, self.subscriptions, append), server)
+        add_admin_service(
+            AdminService(self.topics, self.subscriptions, append), server, max_request_bytes=limit
+        )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(
             (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server

@@ -1,11 +1,17 @@
 """Pure converters between protobuf messages and broker domain values.
 
 Role: keep servicers thin (pb -> domain -> pb). No I/O, no asyncio.
+
+The simple path (for grpcurl and clients without a batch codec) lives here too:
+:func:`encode_simple` turns ``PublishRequest.records`` into one record batch with the
+broker's own codec, and :func:`decoded_records` turns the records of a stored batch back
+into ``DecodedRecord`` messages for a decoded Subscribe or Fetch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from itertools import pairwise
 
 from broker.errors import InvalidRequestError
 from broker.replay import DEFAULT_RATE_PER_S, MAX_RATE_PER_S, ReplayOrder, ReplayOutcome
@@ -19,7 +25,7 @@ from dispatcher import (
 from dispatcher.dead_letter import DlqEntry
 from proto import admin_pb2 as _admin
 from proto import broker_pb2 as _pb
-from wal import AppendResult, Log
+from wal import AppendResult, Log, RecordBatch, decode_batch, encode_columns
 
 _TYPES: dict[int, SubscriptionType] = {
     _pb.SUBSCRIPTION_TYPE_UNSPECIFIED: SubscriptionType.EXCLUSIVE,
@@ -100,8 +106,9 @@ def initial_position(value: int) -> InitialPosition:
     return InitialPosition.LATEST if value == _pb.LATEST else InitialPosition.EARLIEST
 
 
-def delivery(topic: str, d: Delivery) -> _pb.SubscribeResponse:
-    """One delivery on a Subscribe stream.
+def delivery(topic: str, d: Delivery, *, decoded: bool = False) -> _pb.SubscribeResponse:
+    """One delivery on a Subscribe stream; with ``decoded``, its records of
+    ``[from_offset, to_offset)`` as ``DecodedRecord`` messages and no ``batch``.
 
     Built in place: a ``Delivery`` passed to the response's constructor is copied, batch
     bytes and all, and an empty map still costs to set. This way a first delivery takes
@@ -111,12 +118,115 @@ def delivery(topic: str, d: Delivery) -> _pb.SubscribeResponse:
     message = response.delivery
     message.topic = topic
     message.partition = d.partition
-    message.batch = d.batch
+    if decoded:
+        stored = decode_batch(d.batch, verify_crc=False)  # read from the log, checked on append
+        if stored is None:  # pragma: no cover - the dispatcher delivers whole batches only
+            raise ValueError("a delivered batch is truncated")
+        message.records.extend(decoded_records([stored], d.from_offset, d.to_offset))
+    else:
+        message.batch = d.batch
     message.from_offset = d.from_offset
     message.to_offset = d.to_offset
     if d.redeliveries:
         message.redeliveries.update(d.redeliveries)
     return response
+
+
+def encode_simple(records: Sequence[_pb.Record], now_ms: int) -> bytes:
+    """One record batch (``base_offset`` 0, producer id -1: not idempotent) of the plain
+    records of a simple-path ``PublishRequest``.
+
+    A record without ``key`` gets a null key; an empty ``key`` is an empty key. A
+    ``timestamp_ms`` of 0 becomes ``now_ms``, the broker's clock at arrival.
+
+    Raises:
+        InvalidRequestError: no records, a negative timestamp, or a record that names one
+            header twice (the batch codec keeps one value per header name, and the broker
+            does not drop a value silently).
+        InvalidBatchError: the batch cannot be encoded (a section over 2 GiB).
+    """
+    if not records:
+        raise InvalidRequestError(
+            "records", "is empty; send at least one record (or one encoded batch in `batch`)"
+        )
+    headers: list[dict[str, bytes]] = []
+    for i, record in enumerate(records):
+        if record.timestamp_ms < 0:
+            raise InvalidRequestError(
+                f"records[{i}].timestamp_ms",
+                f"must be >= 0 (ms since the Unix epoch; 0 = the broker's clock), "
+                f"got {record.timestamp_ms}",
+            )
+        named: dict[str, bytes] = {}
+        for header in record.headers:
+            if header.name in named:
+                raise InvalidRequestError(
+                    f"records[{i}].headers",
+                    f"name {header.name!r} appears twice; on the simple path a record's header "
+                    "names must be unique (join the values into one header, or publish an "
+                    "encoded batch)",
+                )
+            named[header.name] = header.value
+        headers.append(named)
+    return encode_columns(
+        [r.value for r in records],
+        keys=[r.key if r.HasField("key") else None for r in records],
+        timestamps_ms=[r.timestamp_ms or now_ms for r in records],
+        headers=headers if any(headers) else None,
+    )
+
+
+def decoded_records(
+    batches: Iterable[RecordBatch], start: int, end: int | None = None
+) -> list[_pb.DecodedRecord]:
+    """The records of ``batches`` (stored ones, base offsets assigned) with offsets in
+    ``[start, end)`` (``end`` ``None``: no upper bound), as ``DecodedRecord`` messages.
+
+    A null key is left unset (``HasField("key")`` is false); an empty key is set to
+    ``b""``. Headers keep their order, duplicate names included.
+    """
+    out: list[_pb.DecodedRecord] = []
+    for batch in batches:
+        first = max(start, batch.base_offset)
+        last = batch.next_offset if end is None else min(end, batch.next_offset)
+        if first >= last:
+            continue
+        keys = batch.keys()
+        values = batch.values()
+        timestamps = batch.timestamps().tolist()
+        headers = _header_lists(batch)
+        for i in range(first - batch.base_offset, last - batch.base_offset):
+            record = _pb.DecodedRecord(
+                offset=batch.base_offset + i, timestamp_ms=timestamps[i], value=values[i]
+            )
+            key = keys[i]
+            if key is not None:
+                record.key = key
+            for name, value in headers[i]:
+                record.headers.add(name=name, value=value)
+            out.append(record)
+    return out
+
+
+def _header_lists(batch: RecordBatch) -> list[list[tuple[str, bytes]]]:
+    """Every record's headers as ``(name, value)`` pairs in stored order. Unlike
+    :meth:`RecordBatch.headers` (a dict per record), duplicate names are all kept: a batch
+    published by another client may carry them."""
+    n = batch.record_count
+    if not batch.has_headers:
+        return [[] for _ in range(n)]
+    lay = batch.layout
+    m = lay.header_count
+    per = batch.int32s(lay.header_offsets, n + 1).tolist()
+    ko = batch.int32s(lay.header_key_offsets, m + 1).tolist()
+    vo = batch.int32s(lay.header_value_offsets, m + 1).tolist()
+    kd = bytes(batch.buffer[lay.header_key_data : lay.header_key_data + ko[-1]])
+    vd = bytes(batch.buffer[lay.header_value_data : lay.header_value_data + vo[-1]])
+    pairs = [
+        (kd[a:b].decode(), vd[c:d])
+        for (a, b), (c, d) in zip(pairwise(ko), pairwise(vo), strict=True)
+    ]
+    return [pairs[per[i] : per[i + 1]] for i in range(n)]
 
 
 def subscription_info(status: SubscriptionStatus) -> _admin.SubscriptionInfo:

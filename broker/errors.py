@@ -33,6 +33,20 @@ class MalformedRequestError(BrokerError):
         )
 
 
+class RequestTooLargeError(BrokerError):
+    """Raised when a request message is over the broker's ``max_request_bytes``."""
+
+    def __init__(self, message_type: str, size: int, limit: int) -> None:
+        self.message_type = message_type
+        self.size = size
+        self.limit = limit
+        super().__init__(
+            f"request ({message_type}) is {size} bytes, over the broker's limit of {limit} "
+            "bytes ([broker] max_request_bytes); send less per request (split the records "
+            "over several publishes), or raise max_request_bytes in the broker's config"
+        )
+
+
 class TopicNotFoundError(BrokerError):
     """Raised when a request names a topic that does not exist."""
 

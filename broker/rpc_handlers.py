@@ -11,6 +11,13 @@ have seen the request:
 - a request stream: the servicer's request iterator raises the error at that message, and
   the servicer reports it as it reports any bad request (every servicer stream does).
 
+A request over the broker's ``[broker] max_request_bytes`` is refused the same way, with
+:class:`RequestTooLargeError` (``RESOURCE_EXHAUSTED``) naming the size, the limit and the
+setting. The transport's own check would say only "Received message larger than max", so
+the server lets the transport accept up to :func:`transport_receive_limit` (twice the
+setting) and the deserializer measures the request itself; beyond twice the setting the
+transport refuses it as before.
+
 Every method of the service descriptor is registered, so an RPC added to the ``.proto`` is
 guarded from the day it exists, and a servicer that lacks one fails at registration, not at
 the first call. Imports ``broker.errors`` and ``broker.status``; no servicer.
@@ -28,31 +35,51 @@ from google.protobuf.descriptor import MethodDescriptor, ServiceDescriptor
 from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 
-from broker.errors import MalformedRequestError
+from broker.errors import MalformedRequestError, RequestTooLargeError
 from broker.status import Context, abort_for
 
 Behavior = Callable[..., Any]
 
+_GRPC_MAX_MESSAGE = (1 << 31) - 1
+
+
+def transport_receive_limit(max_request_bytes: int) -> int:
+    """The ``grpc.max_receive_message_length`` a server registered with
+    ``max_request_bytes`` should set: twice the setting (at most gRPC's 2 GiB - 1), so that
+    a request somewhat over the setting reaches the deserializer and gets
+    :class:`RequestTooLargeError`'s message instead of the transport's."""
+    return min(2 * max_request_bytes, _GRPC_MAX_MESSAGE)
+
 
 @dataclass(frozen=True, slots=True)
 class Malformed:
-    """What a deserializer returns for bytes that do not parse as ``message_type``."""
+    """What a deserializer returns for bytes that do not parse as ``message_type``, or
+    (``limit`` set) that are over the request size limit and were not parsed."""
 
     message_type: str
     reason: str
+    size: int = 0
+    limit: int | None = None  # set: the request was over this many bytes, not parsed
 
-    def error(self) -> MalformedRequestError:
+    def error(self) -> MalformedRequestError | RequestTooLargeError:
+        if self.limit is not None:
+            return RequestTooLargeError(self.message_type, self.size, self.limit)
         return MalformedRequestError(self.message_type, self.reason)
 
 
-def parser(message_class: type[Message]) -> Callable[[bytes], Message | Malformed]:
+def parser(
+    message_class: type[Message], max_bytes: int | None = None
+) -> Callable[[bytes], Message | Malformed]:
     """A request deserializer for ``message_class`` that returns :class:`Malformed` for
-    bytes that do not parse (truncated, bad wire type, invalid UTF-8 in a string...)."""
+    bytes that do not parse (truncated, bad wire type, invalid UTF-8 in a string...), or
+    that are over ``max_bytes`` (``None``: no limit of its own)."""
     name = message_class.DESCRIPTOR.full_name
     parse = message_class.FromString
     prefix = f"Error parsing message with type '{name}'"
 
     def deserialize(data: bytes) -> Message | Malformed:
+        if max_bytes is not None and len(data) > max_bytes:
+            return Malformed(name, "too large", size=len(data), limit=max_bytes)
         try:
             return parse(data)
         except Exception as exc:  # DecodeError, or anything else a parser may raise
@@ -68,6 +95,7 @@ def add_service(
     servicer: object,
     *,
     raw_responses: Collection[str] = (),
+    max_request_bytes: int | None = None,
 ) -> None:
     """Register every method of ``service`` on ``server``, served by ``servicer``'s method
     of the same name.
@@ -77,12 +105,14 @@ def add_service(
         service: The service's descriptor (``<module>_pb2.DESCRIPTOR.services_by_name[...]``).
         servicer: Has an async method per RPC (an async generator for streaming responses).
         raw_responses: RPCs whose servicer method returns serialized response bytes.
+        max_request_bytes: Refuse a larger request with :class:`RequestTooLargeError`
+            (the server's receive limit must be above it: :func:`transport_receive_limit`).
 
     Raises:
         TypeError: the servicer lacks a method, or an RPC's streaming kind is unsupported.
     """
     handlers = {
-        method.name: _handler(method, servicer, method.name in raw_responses)
+        method.name: _handler(method, servicer, method.name in raw_responses, max_request_bytes)
         for method in service.methods
     }
     server.add_generic_rpc_handlers(
@@ -91,12 +121,12 @@ def add_service(
 
 
 def _handler(
-    method: MethodDescriptor, servicer: object, raw_response: bool
+    method: MethodDescriptor, servicer: object, raw_response: bool, max_bytes: int | None
 ) -> grpc.RpcMethodHandler[Any, Any]:
     behavior = getattr(servicer, method.name, None)
     if behavior is None:
         raise TypeError(f"{type(servicer).__name__} does not implement {method.full_name}")
-    deserializer = parser(GetMessageClass(method.input_type))
+    deserializer = parser(GetMessageClass(method.input_type), max_bytes)
     serializer = None if raw_response else GetMessageClass(method.output_type).SerializeToString
     if not method.client_streaming and not method.server_streaming:
         return grpc.unary_unary_rpc_method_handler(_guard_unary(behavior), deserializer, serializer)
@@ -132,7 +162,8 @@ def _guard_stream(behavior: Behavior) -> Behavior:
 
 
 async def _parsed(requests: AsyncIterator[Message | Malformed]) -> AsyncIterator[Message]:
-    """``requests``, raising :class:`MalformedRequestError` at the first that did not parse."""
+    """``requests``, raising :class:`MalformedRequestError` at the first that did not parse
+    (:class:`RequestTooLargeError` at the first over the limit)."""
     async for request in requests:
         if isinstance(request, Malformed):
             raise request.error()

@@ -260,10 +260,19 @@ class TopicRegistry:
         """The topic called ``name``.
 
         Raises:
+            InvalidRequestError: ``name`` is empty or not a valid topic name (no such topic
+                can exist, so the advice to create it would be wrong).
             TopicNotFoundError: there is none.
         """
         topic = self._topics.get(name)
         if topic is None:
+            if not name:
+                raise InvalidRequestError(
+                    "topic",
+                    "topic name is empty; name an existing topic (`headrace topics "
+                    "list` shows them)",
+                )
+            check_topic_name(name)
             raise TopicNotFoundError(name)
         return topic
 

@@ -302,10 +302,11 @@ async def _one_publish() -> AsyncIterator[pb.PublishRequest]:
 
 @pytest.mark.asyncio
 async def test_transport_request_size_limit(tmp_path: Path) -> None:
-    """Scenario: max_request_bytes is 64 KiB; a Publish of about 100 KiB is sent. Expected:
-    gRPC itself answers RESOURCE_EXHAUSTED before any broker code runs (its own message,
-    naming both sizes: the reason the key, [broker] max_request_bytes, is documented rather
-    than named here); nothing is appended and the broker keeps serving."""
+    """Scenario: max_request_bytes is 64 KiB; a Publish of about 100 KiB is sent, then one
+    of about 200 KiB. Expected: the first gets RESOURCE_EXHAUSTED from the broker, naming
+    the size, the limit and the setting ([broker] max_request_bytes); the second, over
+    twice the setting, gRPC itself refuses (its own message, naming both sizes); nothing
+    is appended and the broker keeps serving."""
     async with serving(_config(tmp_path, max_request_bytes=64 << 10)) as (_broker, client):
         await create(client, "t")
         big = pb.PublishRequest(
@@ -314,7 +315,14 @@ async def test_transport_request_size_limit(tmp_path: Path) -> None:
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await client.broker.Publish(big)
         assert info.value.code() == RESOURCE
-        assert f"vs. {64 << 10}" in (info.value.details() or "")
+        assert "[broker] max_request_bytes" in (info.value.details() or "")
+        huge = pb.PublishRequest(
+            topic="t", batch=encode_columns([b"x" * (200 << 10)], timestamps_ms=1)
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await client.broker.Publish(huge)
+        assert info.value.code() == RESOURCE
+        assert f"vs. {128 << 10}" in (info.value.details() or "")
         small = await client.broker.Publish(
             pb.PublishRequest(topic="t", batch=encode_columns([b"x"], timestamps_ms=1))
         )

@@ -164,7 +164,11 @@ def _non_monotonic() -> bytes:
             grpc.StatusCode.INVALID_ARGUMENT,
             "partition",
         ),
-        (pb.PublishRequest(topic="t"), grpc.StatusCode.INVALID_ARGUMENT, "batch: is empty"),
+        (
+            pb.PublishRequest(topic="t"),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "batch, records: both are empty",
+        ),
         (
             pb.PublishRequest(topic="t", batch=b"garbage"),
             grpc.StatusCode.INVALID_ARGUMENT,
