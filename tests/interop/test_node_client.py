@@ -121,14 +121,7 @@ async def python_reads(channel: grpc.aio.Channel, topic: str) -> list[dict[str, 
     "simple",
     [
         pytest.param(False, id="binary-publish"),
-        pytest.param(
-            True,
-            id="simple-publish",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="the simple path (PublishRequest.records) is merged separately",
-            ),
-        ),
+        pytest.param(True, id="simple-publish"),
     ],
 )
 async def test_node_client_publishes_fetches_and_consumes_byte_exact(
