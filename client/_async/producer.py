@@ -63,7 +63,6 @@ from client._types import (
     RecordMetadata,
     SentRecords,
 )
-from client._wire.batch import crc32c, encode_columns
 from client.errors import (
     ClientClosed,
     ClientError,
@@ -74,6 +73,7 @@ from client.errors import (
 from proto import admin_pb2 as _admin
 from proto import admin_pb2_grpc, broker_pb2_grpc
 from proto import broker_pb2 as _pb
+from proto.batch import crc32c, encode_columns
 
 logger = logging.getLogger(__name__)
 
