@@ -438,18 +438,37 @@ def decode_batch(
         HEADER.unpack_from(buf, pos)
     )
     if magic != MAGIC or version != VERSION:
-        raise CorruptBatchError(pos, f"bad magic/version {magic:#04x}/{version}")
+        raise CorruptBatchError(
+            pos,
+            f"bad magic/version {magic:#04x}/{version} (magic must be {MAGIC:#04x}, "
+            f"version {VERSION})",
+            field="magic" if magic != MAGIC else "version",
+        )
     if length < HEADER_SIZE or length > MAX_BATCH_LENGTH or length & 7:
-        raise CorruptBatchError(pos, f"impossible batch length {length}")
+        raise CorruptBatchError(
+            pos,
+            f"impossible batch length {length} (batch_length must be a multiple of 8 from "
+            f"{HEADER_SIZE} to {MAX_BATCH_LENGTH})",
+            field="batch_length",
+        )
     if len(buf) - pos < length:
         return None
     view = memoryview(buf)[pos : pos + length]
     if verify_crc:
         actual = crc32c(view[CRC_START:])
         if actual != crc:
-            raise CorruptBatchError(pos, "checksum mismatch", expected_crc=crc, actual_crc=actual)
-    if n == 0 or flags & ~_KNOWN_FLAGS:
-        raise CorruptBatchError(pos, f"bad record count {n} or flags {flags:#x}")
+            raise CorruptBatchError(
+                pos, "checksum mismatch", expected_crc=crc, actual_crc=actual, field="crc32c"
+            )
+    if n == 0:
+        raise CorruptBatchError(pos, "record_count must be at least 1", field="record_count")
+    if flags & ~_KNOWN_FLAGS:
+        raise CorruptBatchError(
+            pos,
+            f"flags has reserved bits {flags & ~_KNOWN_FLAGS:#x} set (only bit 0, "
+            "headers present, is defined; the others must be 0)",
+            field="flags",
+        )
     layout = _layout(view, n, flags, pos)
     return RecordBatch(view, base, n, first_ts, max_ts, pid, seq, flags, crc, layout)
 
@@ -469,24 +488,40 @@ def _layout(view: memoryview, n: int, flags: int, pos: int) -> Layout:
     ko = HEADER_SIZE + 8 * n + _align((n + 7) // 8)
     kd = ko + _align(4 * (n + 1))
     if kd > length:
-        raise CorruptBatchError(pos, "key offsets run past the end of the batch")
+        raise CorruptBatchError(
+            pos, "key_offsets run past the end of the batch", field="key_offsets"
+        )
     klen = unpack(view, ko + 4 * n)[0]
     if klen < 0:
-        raise CorruptBatchError(pos, f"key data has a negative length {klen}")
+        raise CorruptBatchError(
+            pos,
+            f"key data has a negative length {klen} (last key_offsets entry)",
+            field="key_offsets",
+        )
     vo = kd + _align(klen)
     vd = vo + _align(4 * (n + 1))
     if vd > length:
-        raise CorruptBatchError(pos, "value offsets run past the end of the batch")
+        raise CorruptBatchError(
+            pos, "value_offsets run past the end of the batch", field="value_offsets"
+        )
     vlen = unpack(view, vo + 4 * n)[0]
     if vlen < 0:
-        raise CorruptBatchError(pos, f"value data has a negative length {vlen}")
+        raise CorruptBatchError(
+            pos,
+            f"value data has a negative length {vlen} (last value_offsets entry)",
+            field="value_offsets",
+        )
     end = vd + _align(vlen)
     ho = hko = hkd = hvo = hvd = -1
     m = 0
     if flags & FLAG_HAS_HEADERS:
         ho, hko, hkd, hvo, hvd, m, end = _header_layout(view, n, end, pos)
     if end != length:
-        raise CorruptBatchError(pos, f"sections end at byte {end}, batch length is {length}")
+        raise CorruptBatchError(
+            pos,
+            f"sections end at byte {end}, batch_length is {length}",
+            field="batch_length",
+        )
     return Layout(HEADER_SIZE, HEADER_SIZE + 8 * n, ko, kd, vo, vd, ho, hko, hkd, hvo, hvd, m, end)
 
 
@@ -500,16 +535,16 @@ def _header_layout(
     def offsets(at: int, count: int, what: str) -> tuple[int, int]:
         end = at + _align(4 * (count + 1))
         if end > length or count < 0:
-            raise CorruptBatchError(pos, f"{what} run past the end of the batch")
+            raise CorruptBatchError(pos, f"{what} run past the end of the batch", field=what)
         last = unpack(view, at + 4 * count)[0]
         if last < 0 or end + last > length:
-            raise CorruptBatchError(pos, f"{what} point past the end of the batch")
+            raise CorruptBatchError(pos, f"{what} point past the end of the batch", field=what)
         return end, last
 
-    hko, m = offsets(start, n, "header offsets")
-    hkd, klen = offsets(hko, m, "header name offsets")
+    hko, m = offsets(start, n, "header_offsets")
+    hkd, klen = offsets(hko, m, "header_key_offsets")
     hvo = hkd + _align(klen)
-    hvd, vlen = offsets(hvo, m, "header value offsets")
+    hvd, vlen = offsets(hvo, m, "header_value_offsets")
     return start, hko, hkd, hvo, hvd, m, hvd + _align(vlen)
 
 

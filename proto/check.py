@@ -52,7 +52,7 @@ def check_batch(data: bytes | bytearray | memoryview) -> RecordBatch:
     try:
         batch = decode_batch(data)
     except CorruptBatchError as exc:
-        raise InvalidBatchError(exc.reason) from exc
+        raise InvalidBatchError(exc.reason, field=exc.field) from exc
     if batch is None or batch.size != len(data):
         raise InvalidBatchError(_length_problem(data), field="batch_length")
     if batch.base_offset != 0:

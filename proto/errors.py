@@ -47,6 +47,7 @@ class CorruptBatchError(BatchError):
     """Raised when bytes that should hold a batch fail the magic, length, CRC or layout check.
 
     ``position`` is the byte position of the batch in the buffer that was decoded.
+    ``field`` names the header field at fault when one is (``"crc32c"``, ``"flags"``, ...).
     ``expected_crc`` / ``actual_crc`` are set when the checksum did not match.
     """
 
@@ -55,11 +56,13 @@ class CorruptBatchError(BatchError):
         position: int,
         reason: str,
         *,
+        field: str | None = None,
         expected_crc: int | None = None,
         actual_crc: int | None = None,
     ) -> None:
         self.position = position
         self.reason = reason
+        self.field = field
         self.expected_crc = expected_crc
         self.actual_crc = actual_crc
         detail = reason
