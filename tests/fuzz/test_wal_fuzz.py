@@ -72,7 +72,7 @@ _DECODER_INPUT = st.one_of(
 
 @settings(max_examples=examples(CI_BATCHES))
 @given(data=_DECODER_INPUT)
-def test_decoder_returns_a_batch_none_or_a_typed_error(data: bytes) -> None:
+def test_decoder_returns_a_batch_none_or_a_wal_error(data: bytes) -> None:
     """Scenario: random bytes, valid batches, and valid batches mutated with the CRC
     forged to match (so the layout checks, not the checksum, must catch the damage).
     Expected: decode gives a batch, None or the codec's CorruptBatchError; validate_batch
