@@ -40,7 +40,6 @@ lint: setup  ## ruff, formatting, mypy --strict, generated-code staleness
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy .
 	$(BIN)/python -m proto.generate --check
-	$(BIN)/python -m client._codegen --check
 
 fmt: setup
 	$(BIN)/ruff check --fix .
@@ -52,9 +51,8 @@ test: lint  ## lint, then the whole test suite
 bench: setup  ## full WAL benchmark; JSON lines with BENCH_ARGS=--json
 	$(BIN)/python -m bench wal $(BENCH_ARGS)
 
-proto: setup  ## regenerate protobuf/gRPC code, and the client's copy of the batch codec
+proto: setup  ## regenerate protobuf/gRPC code
 	$(BIN)/python -m proto.generate
-	$(BIN)/python -m client._codegen
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache ./data/bench

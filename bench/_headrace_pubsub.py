@@ -41,9 +41,9 @@ from bench._pubsub_system import (
     wait_until_serving,
 )
 from client import AsyncAdminClient, AsyncConsumer, AsyncProducer
-from client._wire.batch import encode_columns
 from proto import broker_pb2 as _pb
 from proto import broker_pb2_grpc
+from proto.batch import encode_columns
 
 TOPIC = "bench"
 E2E_TOPIC = "bench-e2e"

@@ -34,9 +34,9 @@ from bench._output import Result
 from bench._pubsub_system import rss_mib, wait_until_serving
 from bench._runner import RunOptions
 from client import AsyncAdminClient
-from client._wire.batch import encode_columns
 from proto import broker_pb2 as _pb
 from proto import broker_pb2_grpc
+from proto.batch import encode_columns
 
 BENCH = "memory"
 TOPIC = "flood"

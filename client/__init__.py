@@ -15,10 +15,9 @@ Modules:
                     TLS and the bearer token (check_security checks them up front)
     _sync           Producer, Consumer, AdminClient, Fetcher: blocking twins over a loop
                     thread
-    _wire           generated copy of the wal batch codec (python -m client._codegen)
-    _codegen        the generator of _wire, with a --check mode for CI
 
-Imports ``proto`` only (DESIGN section 1).
+The record batch codec is the wire contract's own, :mod:`proto.batch` (imported, never
+copied). Imports ``proto`` only (DESIGN section 1).
 """
 
 from client._async.admin import AsyncAdminClient
@@ -45,7 +44,6 @@ from client._types import (
     SubscriptionInfo,
     TopicInfo,
 )
-from client._wire.batch import RecordBatch
 from client.errors import (
     AlreadyExists,
     ClientClosed,
@@ -61,6 +59,7 @@ from client.errors import (
     Unauthenticated,
     Unavailable,
 )
+from proto.batch import RecordBatch
 
 __all__ = [
     "DEFAULT_BROKER",

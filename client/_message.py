@@ -16,14 +16,23 @@ from functools import partial
 from itertools import repeat
 from typing import cast
 
-from client._wire.batch import RecordBatch, decode_batch
 from client.errors import DataLoss
+from proto.batch import RecordBatch, decode_batch
 
 
 class DeliveredBatch:
     """One decoded batch, shared by the messages cut from it."""
 
-    __slots__ = ("_headers", "_keys", "batch", "data", "topic", "value_offsets", "value_start")
+    __slots__ = (
+        "_header_lists",
+        "_headers",
+        "_keys",
+        "batch",
+        "data",
+        "topic",
+        "value_offsets",
+        "value_start",
+    )
 
     def __init__(self, topic: str, data: bytes) -> None:
         decoded = decode_batch(data)
@@ -38,6 +47,7 @@ class DeliveredBatch:
         self.value_offsets: list[int] = decoded.value_offsets().tolist()
         self._keys: list[bytes | None] | None = None
         self._headers: list[dict[str, bytes]] | None = None
+        self._header_lists: list[list[tuple[str, bytes]]] | None = None
 
     def key(self, i: int) -> bytes | None:
         """The key of record ``i`` of the batch (decoded for all records on first use)."""
@@ -50,6 +60,12 @@ class DeliveredBatch:
         if self._headers is None:
             self._headers = self.batch.headers()
         return self._headers[i]
+
+    def header_list(self, i: int) -> list[tuple[str, bytes]]:
+        """The headers of record ``i`` as ``(name, value)`` pairs, duplicates kept."""
+        if self._header_lists is None:
+            self._header_lists = self.batch.header_lists()
+        return self._header_lists[i]
 
     def messages(
         self,
@@ -130,8 +146,15 @@ class Message(tuple[DeliveredBatch, int, int, int, int, int]):
 
     @property
     def headers(self) -> dict[str, bytes]:
-        """The record's headers (empty when it has none)."""
+        """The record's headers (empty when it has none). A name sent more than once
+        appears once here, with its last value; :attr:`header_list` keeps every entry."""
         return self[0].headers(self[1])
+
+    @property
+    def header_list(self) -> list[tuple[str, bytes]]:
+        """The record's headers as ``(name, value)`` pairs in the order sent, duplicate
+        names kept (empty when it has none)."""
+        return self[0].header_list(self[1])
 
     @property
     def timestamp_ms(self) -> int:

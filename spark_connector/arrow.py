@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from client import RecordBatch
+from proto.batch import RecordBatch
 
 #: Spark's DDL form of the schema, for ``DataSource.schema()``.
 SCHEMA_DDL = (

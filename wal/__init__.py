@@ -2,8 +2,6 @@
 
 Modules (layered frame -> index -> segment -> log -> async writer):
     errors    every error, one root (``WalError``), fields not strings  [pure]
-    record    ``Record``: key, value, headers, timestamp                 [pure]
-    batch     record batch codec: encode, decode (batch | None | error)   [pure]
     validate  the full check of untrusted batches, and the size limits  [pure]
     naming    segment file names and suffixes                            [pure]
     index     ``OffsetIndex``: sparse offset -> position, a rebuildable cache  [pure]
@@ -17,6 +15,12 @@ Modules (layered frame -> index -> segment -> log -> async writer):
               ``run_to_end``: work a cancelled caller still waits out
     lock      ``DirectoryLock``: one owner per data directory (flock on the directory)
 
+The record batch codec (``Record``, ``RecordBatch``, ``encode_columns``, ``decode_batch``,
+...) is the wire contract's, :mod:`proto.batch`: the bytes a producer sends are the bytes
+on disk. This package imports it (``proto`` is a leaf of ours that imports nothing of
+ours) and re-exports its names, so ``from wal import encode_columns, RecordBatch`` gives
+the very same objects.
+
 On-disk layout of one partition directory::
 
     00000000000000000000.log     batches with offsets [0, 1200)     (sealed)
@@ -25,7 +29,7 @@ On-disk layout of one partition directory::
     00000000000000001200.index
 
 A segment is named by its base offset, zero-padded to 20 digits. A ``.log`` is record
-batches laid end to end (layout in :mod:`wal.batch`: a 56-byte header with base offset,
+batches laid end to end (layout in :mod:`proto.batch`: a 56-byte header with base offset,
 length and CRC-32C, then columnar keys, values, timestamps and headers). An ``.index`` is
 16-byte entries ``(offset - base: u32, position: u32, max_timestamp_before: i64)`` (see
 :mod:`wal.index`) added every ``index_interval_bytes``;
@@ -67,15 +71,18 @@ when sealed. Damage inside a sealed segment (bit rot, a restored bad copy) is ne
 reads that reach it raise ``CorruptSegmentError`` and stop there.
 """
 
-from wal.batch import (
+from proto.batch import (
     RecordBatch,
     decode_batch,
     encode_columns,
     encode_records,
     iter_batches,
 )
+from proto.record import Record
 from wal.config import FsyncPolicy, LogConfig
 from wal.errors import (
+    BatchError,
+    BatchRejectedError,
     BatchTooLargeError,
     CorruptBatchError,
     CorruptSegmentError,
@@ -95,13 +102,14 @@ from wal.errors import (
 from wal.fs import Fault, FaultyFs, FileSystem, SimulatedCrash
 from wal.lock import DirectoryLock
 from wal.log import AppendResult, Log, RecoveryReport
-from wal.record import Record
 from wal.validate import BatchLimits, validate_batch
 from wal.writer import LogWriter, run_to_end
 
 __all__ = [
     "AppendResult",
+    "BatchError",
     "BatchLimits",
+    "BatchRejectedError",
     "BatchTooLargeError",
     "CorruptBatchError",
     "CorruptSegmentError",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from wal.batch import HEADER_SIZE
+from proto.batch import HEADER_SIZE
 from wal.errors import WalConfigError
 from wal.validate import BatchLimits
 

@@ -1,5 +1,11 @@
 """Every error the write-ahead log raises, under one root: :class:`WalError`.
 
+The record batch codec's own errors (:class:`BatchError` and its subclasses
+:class:`InvalidBatchError`, :class:`EmptyBatchError`, :class:`CorruptBatchError`) belong to
+the wire contract, :mod:`proto.errors`, and are re-exported here (the same classes) because
+the log raises them too. A batch the log refuses is a :class:`BatchRejectedError`, both a
+:class:`WalError` and an :class:`InvalidBatchError`.
+
 Role: the typed vocabulary of failure for ``wal``. Callers (the broker's status table, the
 CLI) branch on these classes and read their fields; they never parse messages.
 
@@ -10,12 +16,37 @@ Invariants:
 - Foreign exceptions (``OSError``) are translated once, at the layer edge, with
   ``raise WalIOError(...) from exc``.
 
-Pure module: imports neither ``asyncio``, ``os`` nor ``time``.
+Pure module: imports only :mod:`proto.errors`, and neither ``asyncio``, ``os`` nor
+``time``.
 """
 
 from __future__ import annotations
 
 import errno as _errno
+
+from proto.errors import BatchError, CorruptBatchError, EmptyBatchError, InvalidBatchError
+
+__all__ = [
+    "DISK_FULL_ERRNOS",
+    "BatchError",
+    "BatchRejectedError",
+    "BatchTooLargeError",
+    "CorruptBatchError",
+    "CorruptSegmentError",
+    "DataDirLockedError",
+    "DiskFullError",
+    "EmptyBatchError",
+    "HeaderLimitError",
+    "InvalidBatchError",
+    "OffsetOutOfRangeError",
+    "RecordTooLargeError",
+    "WalClosedError",
+    "WalConfigError",
+    "WalError",
+    "WalFailedError",
+    "WalIOError",
+    "io_error",
+]
 
 #: errno values that mean the filesystem is full: no space (ENOSPC) or over quota (EDQUOT).
 DISK_FULL_ERRNOS = frozenset({_errno.ENOSPC, _errno.EDQUOT})
@@ -35,51 +66,48 @@ class WalConfigError(WalError, ValueError):
         super().__init__(f"invalid WAL setting {field}={value!r}: {requirement}")
 
 
-class InvalidBatchError(WalError):
-    """Raised when a batch offered for append is malformed; nothing was appended."""
+class BatchRejectedError(WalError, InvalidBatchError):
+    """Raised when the log refuses a batch offered for append; nothing was appended.
 
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-        super().__init__(f"invalid record batch: {reason}; nothing was appended")
+    It is both a :class:`WalError` and the codec's
+    :class:`~proto.errors.InvalidBatchError`: ``reason`` and ``field`` are the codec's
+    (which rule, which field), and the message adds what the log did (nothing).
+    """
 
-
-class EmptyBatchError(InvalidBatchError):
-    """Raised when a batch holds no records."""
-
-    def __init__(self) -> None:
-        super().__init__("a batch must hold at least one record")
+    def __init__(self, reason: str, *, field: str | None = None, message: str = "") -> None:
+        InvalidBatchError.__init__(self, reason, field=field)
+        Exception.__init__(self, message or f"invalid record batch: {reason}; nothing was appended")
 
 
-class RecordTooLargeError(InvalidBatchError):
+class RecordTooLargeError(BatchRejectedError):
     """Raised when one record's key, value and headers exceed ``max_record_bytes``."""
 
     def __init__(self, index: int, size: int, limit: int) -> None:
         self.index = index
         self.size = size
         self.limit = limit
-        WalError.__init__(
-            self,
-            f"record {index} of the batch is {size} bytes, over the limit of {limit} bytes "
-            "(max_record_bytes); split the value or raise the limit; nothing was appended",
+        super().__init__(
+            "record too large",
+            message=f"record {index} of the batch is {size} bytes, over the limit of {limit} "
+            "bytes (max_record_bytes); split the value or raise the limit; nothing was appended",
         )
-        self.reason = "record too large"
 
 
-class BatchTooLargeError(InvalidBatchError):
+class BatchTooLargeError(BatchRejectedError):
     """Raised when an encoded batch exceeds ``max_batch_bytes``."""
 
     def __init__(self, size: int, limit: int) -> None:
         self.size = size
         self.limit = limit
-        WalError.__init__(
-            self,
-            f"record batch is {size} bytes, over the limit of {limit} bytes "
+        super().__init__(
+            "batch too large",
+            field="batch_length",
+            message=f"record batch is {size} bytes, over the limit of {limit} bytes "
             "(max_batch_bytes); send smaller batches; nothing was appended",
         )
-        self.reason = "batch too large"
 
 
-class HeaderLimitError(InvalidBatchError):
+class HeaderLimitError(BatchRejectedError):
     """Raised when one record's headers break a header limit: too many headers, too many
     header bytes, or too long a header name. ``setting`` names the limit: the broker sets
     these from its ``[limits]`` table, under the same key."""
@@ -88,37 +116,11 @@ class HeaderLimitError(InvalidBatchError):
         self.index = index
         self.setting = setting
         self.limit = limit
-        WalError.__init__(
-            self,
-            f"record {index} has {found}; the limit is {limit} ([limits] {setting}); "
+        super().__init__(
+            "headers over a limit",
+            message=f"record {index} has {found}; the limit is {limit} ([limits] {setting}); "
             "send fewer or smaller headers; nothing was appended",
         )
-        self.reason = "headers over a limit"
-
-
-class CorruptBatchError(WalError):
-    """Raised when bytes that should hold a batch fail the magic, length, CRC or layout check.
-
-    ``position`` is the byte position of the batch in the buffer or file that was decoded.
-    ``expected_crc`` / ``actual_crc`` are set when the checksum did not match.
-    """
-
-    def __init__(
-        self,
-        position: int,
-        reason: str,
-        *,
-        expected_crc: int | None = None,
-        actual_crc: int | None = None,
-    ) -> None:
-        self.position = position
-        self.reason = reason
-        self.expected_crc = expected_crc
-        self.actual_crc = actual_crc
-        detail = reason
-        if expected_crc is not None and actual_crc is not None:
-            detail = f"{reason} (stored crc32c {expected_crc:#010x}, computed {actual_crc:#010x})"
-        super().__init__(f"corrupt record batch at byte {position}: {detail}")
 
 
 class CorruptSegmentError(WalError):

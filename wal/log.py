@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import NamedTuple
 
-from wal.batch import RecordBatch
+from proto.batch import RecordBatch
 from wal.config import LogConfig
 from wal.errors import (
     DISK_FULL_ERRNOS,

@@ -26,7 +26,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from wal.batch import decode_batch, read_length
+from proto.batch import decode_batch, read_length
 from wal.errors import CorruptBatchError
 from wal.fs import FileSystem
 

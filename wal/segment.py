@@ -48,7 +48,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from wal.batch import HEADER_SIZE, MAGIC, RecordBatch, decode_batch
+from proto.batch import HEADER_SIZE, MAGIC, RecordBatch, decode_batch
 from wal.errors import DISK_FULL_ERRNOS, CorruptBatchError, CorruptSegmentError
 from wal.fdcache import PRIVATE_CAPACITY, FileCache, Pin
 from wal.fs import FileSystem

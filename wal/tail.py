@@ -5,7 +5,7 @@ reads the batch a group commit just wrote; without the cache each of them preads
 the index to it and checks its CRC on its own, so 100 subscriptions cost 100 reads of the
 same bytes. The writer adds each committed batch once, with its assigned base offset
 patched into its bytes (one copy per batch), and readers share the same immutable
-:class:`~wal.batch.RecordBatch` objects and the same ``bytes``.
+:class:`~proto.batch.RecordBatch` objects and the same ``bytes``.
 
 Invariants:
 - The cached batches are consecutive: each starts where the one before ends. A batch that
@@ -25,7 +25,7 @@ import struct
 from bisect import bisect_right
 from collections.abc import Sequence
 
-from wal.batch import RecordBatch
+from proto.batch import RecordBatch
 
 _BASE = struct.Struct("<Q")
 #: What one cached batch costs beyond its bytes: its ``RecordBatch`` and ``Layout`` tuples,

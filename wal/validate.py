@@ -1,9 +1,13 @@
 """Validation of untrusted record batches, before they are appended.
 
-Role: everything :func:`wal.batch.decode_batch` does not check because reads trust the CRC:
-offsets that never decrease, valid UTF-8 header names, header timestamps that match the
-records, and the size limits. Per-record work is limited to C-level passes over the offset
+Role: the log's gate. :func:`validate_batch` applies the wire format's strict check
+(:func:`proto.check.check_batch`: base offset 0, reserved and padding zero, offsets that
+never decrease, exact header timestamps, valid UTF-8 header names) and then this log's
+size and header limits. Per-record work is limited to C-level passes over the offset
 arrays, and skipped where a whole-batch bound already proves the answer.
+
+Every append is validated, whoever makes the batch (a client's Publish, a dead-letter
+copy, a replay): all of them are freshly encoded, so the strict rules hold for all.
 
 Pure module: imports neither ``asyncio``, ``os`` nor ``time``.
 """
@@ -15,12 +19,13 @@ from dataclasses import dataclass
 from itertools import pairwise
 from operator import sub
 
-from wal.batch import HEADER_SIZE, I32, RecordBatch, decode_batch, read_length
+from proto.batch import HEADER_SIZE, RecordBatch
+from proto.check import check_batch
+from proto.errors import InvalidBatchError
 from wal.errors import (
+    BatchRejectedError,
     BatchTooLargeError,
-    CorruptBatchError,
     HeaderLimitError,
-    InvalidBatchError,
     RecordTooLargeError,
 )
 
@@ -46,7 +51,7 @@ class BatchLimits:
 
 
 def validate_batch(data: bytes | bytearray | memoryview, limits: BatchLimits) -> RecordBatch:
-    """Check an untrusted batch completely: framing, CRC, offsets, limits.
+    """Check an untrusted batch completely: every rule of the format, then the limits.
 
     Per-record work is limited to C-level passes over the offset arrays, and skipped when
     the whole body is within ``max_record_bytes``.
@@ -55,81 +60,20 @@ def validate_batch(data: bytes | bytearray | memoryview, limits: BatchLimits) ->
         BatchTooLargeError: the batch exceeds ``max_batch_bytes``.
         RecordTooLargeError: a record exceeds ``max_record_bytes``.
         HeaderLimitError: a record's headers break one of the header limits.
-        InvalidBatchError: anything else; the message names the problem.
+        BatchRejectedError: a rule of the format is broken (:func:`proto.check.check_batch`);
+            ``field`` and the message name the field.
     """
     if len(data) > limits.max_batch_bytes:
         raise BatchTooLargeError(len(data), limits.max_batch_bytes)
     try:
-        batch = decode_batch(data)
-    except CorruptBatchError as exc:
-        raise InvalidBatchError(exc.reason) from exc
-    if batch is None or batch.size != len(data):
-        raise InvalidBatchError(
-            f"expected exactly one whole batch, got {len(data)} bytes "
-            f"(the header announces {read_length(data)})"
-        )
-    _check_offsets(batch)
-    _check_timestamps(batch)
+        batch = check_batch(data)
+    except InvalidBatchError as exc:
+        raise BatchRejectedError(exc.reason, field=exc.field) from exc
     if batch.has_headers:
         _check_headers(batch, limits)
     if batch.size - HEADER_SIZE > limits.max_record_bytes:
         _check_record_sizes(batch, limits.max_record_bytes)
     return batch
-
-
-def _check_monotonic(offs: memoryview, what: str) -> None:
-    seq = offs.tolist()
-    if seq[0] != 0 or seq != sorted(seq):
-        raise InvalidBatchError(f"{what} must start at 0 and never decrease")
-
-
-def _check_offsets(batch: RecordBatch) -> None:
-    if batch.record_count == 1 and not batch.has_headers:
-        # Decoding proved each section's length is not negative; with one record the
-        # offsets are [0, length], so only the leading zeros remain to check.
-        lay = batch.layout
-        if (
-            I32.unpack_from(batch.buffer, lay.key_offsets)[0]
-            or I32.unpack_from(batch.buffer, lay.value_offsets)[0]
-        ):
-            raise InvalidBatchError("key offsets and value offsets must start at 0")
-        _check_bitmap_tail(batch)
-        return
-    _check_monotonic(batch.key_offsets(), "key offsets")
-    _check_monotonic(batch.value_offsets(), "value offsets")
-    _check_bitmap_tail(batch)
-    if batch.has_headers:
-        lay = batch.layout
-        _check_monotonic(batch.int32s(lay.header_offsets, batch.record_count + 1), "header offsets")
-        _check_monotonic(batch.int32s(lay.header_key_offsets, lay.header_count + 1), "header names")
-        _check_monotonic(
-            batch.int32s(lay.header_value_offsets, lay.header_count + 1), "header values"
-        )
-        offs = batch.int32s(lay.header_key_offsets, lay.header_count + 1).tolist()
-        names = bytes(batch.buffer[lay.header_key_data : lay.header_key_data + offs[-1]])
-        try:
-            for a, b in pairwise(offs):  # each name on its own: a split code point is invalid
-                names[a:b].decode()
-        except UnicodeDecodeError as exc:
-            raise InvalidBatchError("every header name must be valid UTF-8") from exc
-
-
-def _check_timestamps(batch: RecordBatch) -> None:
-    """The header's first and max timestamps drive retention: they must not lie."""
-    ts = batch.timestamps()
-    if batch.first_timestamp_ms != ts[0] or batch.max_timestamp_ms != max(ts):
-        raise InvalidBatchError(
-            f"header timestamps (first {batch.first_timestamp_ms}, max "
-            f"{batch.max_timestamp_ms}) do not match the records' timestamps"
-        )
-
-
-def _check_bitmap_tail(batch: RecordBatch) -> None:
-    spare = (-batch.record_count) % 8
-    if spare and batch.buffer[batch.layout.key_validity + (batch.record_count - 1) // 8] >> (
-        8 - spare
-    ):
-        raise InvalidBatchError("key validity bitmap has bits set past the last record")
 
 
 def _sizes(offs: memoryview) -> list[int]:

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, NamedTuple, Self, TypeVar
 
-from wal.batch import RecordBatch
+from proto.batch import RecordBatch
 from wal.config import FsyncPolicy, LogConfig
 from wal.errors import DiskFullError, WalClosedError, WalError, WalFailedError
 from wal.fdcache import FileCache

@@ -8,7 +8,7 @@ with :meth:`AsyncFetcher.ack_up_to`, so ``headrace lag`` and retention follow it
 
 Fetched batches are decoded (and their CRC checked) here, once, and returned whole: a
 batch may start before the offset asked for, and the caller slices it. The columns of a
-:class:`~client._wire.batch.RecordBatch` are offset arrays plus data buffers, so they can
+:class:`~proto.batch.RecordBatch` are offset arrays plus data buffers, so they can
 be wrapped as Arrow arrays without touching each record.
 
 Retryable errors (the broker restarting: UNAVAILABLE) are retried with backoff until
@@ -28,10 +28,10 @@ import grpc
 from client._channel import DEFAULT_RECONNECT_BACKOFF_MAX_S, aio_channel
 from client._retry import retrying
 from client._types import DEFAULT_BROKER
-from client._wire.batch import RecordBatch, decode_batch
 from client.errors import ClientError
 from proto import broker_pb2 as _pb
 from proto import broker_pb2_grpc as _grpc
+from proto.batch import RecordBatch, decode_batch
 
 #: Largest response a fetcher accepts, bytes: the broker caps one Fetch at 16 MiB of
 #: batches, plus framing.

@@ -46,7 +46,7 @@ import secrets
 import time
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, repeat
 from types import TracebackType
@@ -63,7 +63,6 @@ from client._types import (
     RecordMetadata,
     SentRecords,
 )
-from client._wire.batch import crc32c, encode_columns
 from client.errors import (
     ClientClosed,
     ClientError,
@@ -74,6 +73,7 @@ from client.errors import (
 from proto import admin_pb2 as _admin
 from proto import admin_pb2_grpc, broker_pb2_grpc
 from proto import broker_pb2 as _pb
+from proto.batch import Headers, crc32c, encode_columns
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ class _Pending:
 
     values: list[bytes] = field(default_factory=list)
     keys: list[bytes | None] = field(default_factory=list)
-    headers: list[Mapping[str, bytes]] = field(default_factory=list)
+    headers: list[Headers] = field(default_factory=list)
     timestamps: list[int] = field(default_factory=list)
     futures: list[asyncio.Future[RecordMetadata]] = field(default_factory=list)
     size: int = 0
@@ -132,7 +132,7 @@ class _Bulk:
 
     values: Sequence[bytes]
     keys: Sequence[bytes | None] | None
-    headers: Sequence[Mapping[str, bytes]] | None
+    headers: Sequence[Headers] | None
     timestamps: Sequence[int] | int
     indices: Sequence[int]
     size: int
@@ -191,7 +191,7 @@ class _Accumulator:
         self,
         value: bytes,
         key: bytes | None,
-        headers: Mapping[str, bytes] | None,
+        headers: Headers | None,
         timestamp_ms: int,
     ) -> asyncio.Future[RecordMetadata]:
         p = self._pending
@@ -391,7 +391,7 @@ class AsyncProducer:
         value: bytes,
         *,
         key: bytes | None = None,
-        headers: Mapping[str, bytes] | None = None,
+        headers: Headers | None = None,
         partition: int | None = None,
         timestamp_ms: int | None = None,
     ) -> asyncio.Future[RecordMetadata]:
@@ -401,6 +401,9 @@ class AsyncProducer:
         record was written: ``REFUSED`` (not written; safe to resend) or ``UNKNOWN`` (may
         or may not have been written; resending may duplicate). The message ends with the
         same advice.
+
+        ``headers`` is a mapping, or ``(name, value)`` pairs when a name repeats (order
+        and duplicates are kept; a consumer reads them all from ``Message.header_list``).
 
         Raises:
             NotFound: the topic does not exist.
@@ -426,7 +429,7 @@ class AsyncProducer:
         value: bytes,
         *,
         key: bytes | None = None,
-        headers: Mapping[str, bytes] | None = None,
+        headers: Headers | None = None,
         partition: int | None = None,
         timestamp_ms: int | None = None,
     ) -> RecordMetadata:
@@ -451,7 +454,7 @@ class AsyncProducer:
         values: Sequence[bytes],
         *,
         keys: Sequence[bytes | None] | None = None,
-        headers: Sequence[Mapping[str, bytes]] | None = None,
+        headers: Sequence[Headers] | None = None,
         partition: int | None = None,
         timestamps_ms: Sequence[int] | int | None = None,
     ) -> asyncio.Future[SentRecords]:
@@ -469,7 +472,8 @@ class AsyncProducer:
             topic: The topic.
             values: One value per record.
             keys: One key (or ``None``) per record, or ``None`` for no keys.
-            headers: One mapping per record, or ``None`` for no headers.
+            headers: Per record, a mapping or ``(name, value)`` pairs (a name may repeat),
+                or ``None`` for no headers.
             partition: Send every record to this partition.
             timestamps_ms: One timestamp per record, or one for all (default: now).
 
@@ -520,7 +524,7 @@ class AsyncProducer:
         values: Sequence[bytes],
         *,
         keys: Sequence[bytes | None] | None,
-        headers: Sequence[Mapping[str, bytes]] | None,
+        headers: Sequence[Headers] | None,
         timestamps: Sequence[int] | int,
         partition: int | None,
     ) -> list[tuple[int, _Bulk]]:
@@ -668,12 +672,12 @@ def _take(
     indices: Sequence[int],
     values: Sequence[bytes],
     keys: Sequence[bytes | None] | None,
-    headers: Sequence[Mapping[str, bytes]] | None,
+    headers: Sequence[Headers] | None,
     timestamps: Sequence[int] | int,
 ) -> tuple[
     Sequence[bytes],
     Sequence[bytes | None] | None,
-    Sequence[Mapping[str, bytes]] | None,
+    Sequence[Headers] | None,
     Sequence[int] | int,
 ]:
     """The columns' entries at ``indices``; a whole range is the columns themselves."""

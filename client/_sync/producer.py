@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Self, TypeVar
 
@@ -29,6 +29,7 @@ from client._async.producer import AsyncProducer
 from client._channel import DEFAULT_RECONNECT_BACKOFF_MAX_S
 from client._sync._bridge import LoopThread, to_concurrent
 from client._types import DEFAULT_BROKER, RecordMetadata, SentRecords
+from proto.batch import Headers
 
 T = TypeVar("T")
 
@@ -106,7 +107,7 @@ class Producer:
         value: bytes,
         *,
         key: bytes | None = None,
-        headers: Mapping[str, bytes] | None = None,
+        headers: Headers | None = None,
         partition: int | None = None,
         timestamp_ms: int | None = None,
     ) -> concurrent.futures.Future[RecordMetadata]:
@@ -145,7 +146,7 @@ class Producer:
         value: bytes,
         *,
         key: bytes | None = None,
-        headers: Mapping[str, bytes] | None = None,
+        headers: Headers | None = None,
         partition: int | None = None,
         timestamp_ms: int | None = None,
     ) -> RecordMetadata:
@@ -173,7 +174,7 @@ class Producer:
         values: Sequence[bytes],
         *,
         keys: Sequence[bytes | None] | None = None,
-        headers: Sequence[Mapping[str, bytes]] | None = None,
+        headers: Sequence[Headers] | None = None,
         partition: int | None = None,
         timestamps_ms: Sequence[int] | int | None = None,
     ) -> concurrent.futures.Future[SentRecords]:

@@ -18,9 +18,9 @@ from broker.service import BrokerService
 from broker.status import Context
 from proto import admin_pb2 as admin
 from proto import broker_pb2 as pb
+from proto.batch import crc32c
 from tests.broker.conftest import Client, broker_config, serving
 from wal import decode_batch, encode_columns
-from wal.batch import crc32c
 
 
 def batch(*values: bytes) -> bytes:

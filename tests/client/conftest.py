@@ -10,9 +10,9 @@ import grpc
 import pytest_asyncio
 
 from broker.app import Broker
-from client._wire.batch import RecordBatch, decode_batch
 from proto import broker_pb2 as pb
 from proto import broker_pb2_grpc
+from proto.batch import RecordBatch, decode_batch
 from tests.broker.conftest import broker_config
 
 

@@ -25,9 +25,9 @@ from client import (
     partition_for,
 )
 from client._retry import backoff_s
-from client._wire.batch import decode_batch
 from proto import broker_pb2 as pb
 from proto import broker_pb2_grpc
+from proto.batch import decode_batch
 from tests.broker.conftest import broker_config
 from tests.client.conftest import address, read_batches, read_partition
 from tests.client.test_sync import BrokerThread

@@ -40,9 +40,9 @@ from client._sync._bridge import LoopThread, to_concurrent
 from client._sync.admin import AdminClient
 from client._sync.consumer import Consumer
 from client._sync.producer import Producer
-from client._wire.batch import decode_batch
 from proto import broker_pb2 as pb
 from proto import broker_pb2_grpc
+from proto.batch import decode_batch
 from tests.broker.conftest import broker_config
 from tests.broker.test_serve_process import free_port
 

@@ -20,8 +20,8 @@ from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 from hypothesis import strategies as st
 
+from proto.batch import CRC_START, crc32c
 from wal import encode_columns
-from wal.batch import CRC_START, crc32c
 
 F = FieldDescriptor
 _INT_RANGES = {

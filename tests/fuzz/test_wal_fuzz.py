@@ -1,7 +1,7 @@
 """The batch decoder and log recovery, fed random and damaged bytes.
 
 Claims checked:
-- ``decode_batch`` of any bytes returns a batch, ``None`` or raises a ``WalError``; the
+- ``decode_batch`` of any bytes returns a batch, ``None`` or raises ``CorruptBatchError``; the
   untrusted-input check ``validate_batch`` raises nothing else either, and every accessor
   of a batch it accepts works (the broker hands such batches to consumers and to Arrow).
 - A log damaged anywhere (flipped, overwritten, truncated, padded, spliced bytes in any
@@ -24,7 +24,17 @@ from hypothesis import strategies as st
 
 from tests.fuzz._strategies import batches, forge_crc, mutations
 from tests.fuzz.conftest import SLOW, examples
-from wal import Log, LogConfig, RecordBatch, WalError, decode_batch, encode_columns, iter_batches
+from wal import (
+    BatchRejectedError,
+    CorruptBatchError,
+    Log,
+    LogConfig,
+    RecordBatch,
+    WalError,
+    decode_batch,
+    encode_columns,
+    iter_batches,
+)
 from wal.validate import BatchLimits, validate_batch
 
 CI_BATCHES = 300  # decoder examples; pure and fast
@@ -43,11 +53,11 @@ def _touch_everything(batch: RecordBatch) -> None:
 
 
 def _decode_claims(data: bytes) -> None:
-    with contextlib.suppress(WalError):
+    with contextlib.suppress(CorruptBatchError):
         decode_batch(data)
     try:
         batch = validate_batch(data, LIMITS)
-    except WalError:
+    except BatchRejectedError:  # a WalError and the codec's InvalidBatchError
         return
     _touch_everything(batch)
 
@@ -65,8 +75,8 @@ _DECODER_INPUT = st.one_of(
 def test_decoder_returns_a_batch_none_or_a_wal_error(data: bytes) -> None:
     """Scenario: random bytes, valid batches, and valid batches mutated with the CRC
     forged to match (so the layout checks, not the checksum, must catch the damage).
-    Expected: decode gives a batch, None or a WalError; validate_batch a batch whose every
-    column reads, or a WalError; never another exception."""
+    Expected: decode gives a batch, None or the codec's CorruptBatchError; validate_batch
+    a batch whose every column reads, or a BatchRejectedError; never another exception."""
     _decode_claims(data)
 
 

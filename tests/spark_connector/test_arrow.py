@@ -8,7 +8,7 @@ import datetime as dt
 import pyarrow as pa
 import pytest
 
-from client._wire.batch import decode_batch
+from proto.batch import decode_batch
 from spark_connector.arrow import arrow_schema, concat, schema_ddl, to_arrow
 from wal import encode_columns
 

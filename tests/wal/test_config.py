@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from wal.batch import HEADER_SIZE
+from proto.batch import HEADER_SIZE
 from wal.config import KIB, MIB, FsyncPolicy, LogConfig
 from wal.errors import WalConfigError, WalError
 from wal.validate import BatchLimits

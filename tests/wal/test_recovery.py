@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from wal.batch import HEADER_SIZE, decode_batch, encode_records
-from wal.record import Record
+from proto.batch import HEADER_SIZE, decode_batch, encode_records
+from proto.record import Record
 from wal.recovery import BatchPos, StopReason, scan
 
 

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from proto.batch import RecordBatch, decode_batch
 from wal import FsyncPolicy, LogConfig, LogWriter, OffsetOutOfRangeError, encode_columns
-from wal.batch import RecordBatch, decode_batch
 from wal.tail import ENTRY_OVERHEAD_BYTES, TailCache
 
 

@@ -1,10 +1,10 @@
 """The record: the unit a producer publishes and a consumer receives.
 
 Role: a plain value type. A record has a key (or none), a value, headers and a timestamp.
-Records are stored in :mod:`wal.batch` record batches; this module knows nothing of bytes
-on disk.
+Records travel and are stored in :mod:`proto.batch` record batches; this module knows
+nothing of bytes.
 
-Pure module: imports neither ``asyncio``, ``os`` nor ``time``.
+Pure module: imports nothing of ours, and neither ``asyncio``, ``os`` nor ``time``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Pure tests of the record batch codec (:mod:`wal.batch`): no disk, no event loop.
+"""Pure tests of the record batch codec (:mod:`proto.batch`): no disk, no event loop.
 
 Covers encode/decode round trips, the three outcomes of ``decode_batch`` (a batch, ``None``
 for "need more bytes", ``CorruptBatchError``), the CRC boundary (``base_offset`` is outside
@@ -20,7 +20,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from wal.batch import (
+from proto.batch import (
     CRC_START,
     FLAG_HAS_HEADERS,
     HEADER_SIZE,
@@ -35,6 +35,8 @@ from wal.batch import (
     iter_batches,
     read_length,
 )
+from proto.errors import BatchError
+from proto.record import Record
 from wal.errors import (
     BatchTooLargeError,
     CorruptBatchError,
@@ -43,14 +45,13 @@ from wal.errors import (
     RecordTooLargeError,
     WalError,
 )
-from wal.record import Record
 from wal.validate import BatchLimits, validate_batch
 
 _I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 _GENEROUS = BatchLimits(max_record_bytes=1 << 20, max_batch_bytes=1 << 24)
 
-# Byte positions of header fields (see the layout table in wal/batch.py).
+# Byte positions of header fields (see the layout table in proto/batch.py).
 _LENGTH_AT = 8
 _CRC_AT = 12
 _MAGIC_AT = 16
@@ -446,7 +447,8 @@ def test_crc_error_message_carries_both_crcs() -> None:
     assert err.actual_crc == crc32c(bad[CRC_START:])
     assert f"{err.expected_crc:#010x}" in str(err)
     assert f"{err.actual_crc:#010x}" in str(err)
-    assert isinstance(err, WalError)
+    assert isinstance(err, BatchError)
+    assert not isinstance(err, WalError)  # the codec's errors are the wire contract's
 
 
 def test_corrupt_position_is_the_batch_start() -> None:
@@ -625,7 +627,12 @@ def test_with_base_offset_keeps_the_batch_valid(base: int) -> None:
     assert batch.crc == original.crc
     assert patched[8:] == data[8:]
     assert batch.records() == original.records()
-    assert validate_batch(patched, _GENEROUS).base_offset == base
+    if base == 0:
+        assert validate_batch(patched, _GENEROUS).base_offset == 0
+    else:  # decoding (reads) accepts any base offset; a batch sent for append must carry 0
+        with pytest.raises(InvalidBatchError, match="base_offset must be 0") as info:
+            validate_batch(patched, _GENEROUS)
+        assert info.value.field == "base_offset"
 
 
 def test_flipping_base_offset_bits_keeps_the_crc_valid() -> None:
@@ -816,7 +823,7 @@ def test_key_validity_bits_past_the_last_record() -> None:
     at = _decode(data).layout.key_validity
     crafted = bytearray(data)
     crafted[at] |= 0b10
-    with pytest.raises(InvalidBatchError, match="bitmap"):
+    with pytest.raises(InvalidBatchError, match="key_validity has bits set past"):
         validate_batch(_reseal(crafted), _GENEROUS)
 
 
@@ -890,6 +897,8 @@ def test_corrupt_batch_becomes_invalid_batch_with_cause() -> None:
     with pytest.raises(InvalidBatchError) as info:
         validate_batch(data, _GENEROUS)
     cause = info.value.__cause__
+    while cause is not None and not isinstance(cause, CorruptBatchError):
+        cause = cause.__cause__
     assert isinstance(cause, CorruptBatchError)
     assert cause.expected_crc is not None
     assert info.value.reason == cause.reason
