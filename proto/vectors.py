@@ -21,8 +21,7 @@ JSON of a valid vector::
 ``offset`` is relative to the batch (``base_offset`` + index); ``headers`` keeps the
 batch's order.
 
-The codec comes from ``wal`` until it moves to ``proto.batch`` (issue 16); the import below
-is the one line that changes then.
+The codec is :mod:`proto.batch`, the one that ``wal``, ``client`` and ``spark_connector`` use.
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from wal.batch import CRC_START, RecordBatch, crc32c, decode_batch, encode_columns
+from proto.batch import CRC_START, RecordBatch, crc32c, decode_batch, encode_columns
 
 ROOT = Path(__file__).resolve().parents[1]
 VECTORS_DIR = ROOT / "docs" / "protocol" / "vectors"
@@ -272,7 +271,7 @@ INVALID_VECTORS: tuple[Invalid, ...] = (
         ONE,
         _truncate(88),
         _ARG,
-        "expected exactly one whole batch",
+        "send exactly one whole batch",
     ),
     Invalid(
         "shorter_than_prefix",
@@ -280,7 +279,7 @@ INVALID_VECTORS: tuple[Invalid, ...] = (
         ONE,
         _truncate(10),
         _ARG,
-        "expected exactly one whole batch",
+        "send exactly one whole batch",
     ),
     Invalid(
         "trailing_bytes",
@@ -288,7 +287,7 @@ INVALID_VECTORS: tuple[Invalid, ...] = (
         ONE,
         lambda buf: bytes(buf) + bytes(8),
         _ARG,
-        "expected exactly one whole batch",
+        "send exactly one whole batch",
     ),
     Invalid("bad_magic", "magic is 0x49 instead of 0x48.", ONE, _u8(16, 0x49), _ARG, "magic"),
     Invalid(
@@ -311,7 +310,12 @@ INVALID_VECTORS: tuple[Invalid, ...] = (
         "flags",
     ),
     Invalid(
-        "zero_records", "record_count is 0.", ONE, _pack("<I", _COUNT, 0), _ARG, "record count"
+        "zero_records",
+        "record_count is 0.",
+        ONE,
+        _pack("<I", _COUNT, 0),
+        _ARG,
+        "record_count must be at least 1",
     ),
     Invalid(
         "first_timestamp_is_min",
@@ -319,7 +323,7 @@ INVALID_VECTORS: tuple[Invalid, ...] = (
         TIMESTAMPS,
         _pack("<q", _FIRST_TS, 100),
         _ARG,
-        "header timestamps",
+        "first_timestamp_ms must be the first record's timestamp",
     ),
     Invalid(
         "max_timestamp_not_exact",
@@ -327,7 +331,7 @@ INVALID_VECTORS: tuple[Invalid, ...] = (
         TIMESTAMPS,
         _pack("<q", _MAX_TS, 901),
         _ARG,
-        "header timestamps",
+        "max_timestamp_ms must be exactly the largest record timestamp",
     ),
     Invalid(
         "value_offsets_decrease",
@@ -335,7 +339,7 @@ INVALID_VECTORS: tuple[Invalid, ...] = (
         KEYS,
         _at_section(KEYS, lambda b: b.layout.value_offsets, "<i", 0, 8),
         _ARG,
-        "value offsets must start at 0 and never decrease",
+        "value_offsets must start at 0 and never decrease",
     ),
     Invalid(
         "key_offsets_start_above_zero",
@@ -352,7 +356,7 @@ INVALID_VECTORS: tuple[Invalid, ...] = (
         ONE,
         _at_section(ONE, lambda b: b.layout.value_offsets, "<i", 10, 4),
         _ARG,
-        "batch length is",
+        "batch_length is",
     ),
     Invalid(
         "bitmap_bits_past_last_record",
@@ -459,7 +463,7 @@ def encode_json(doc: Mapping[str, object]) -> bytes:
     """Encode the batch a valid vector's JSON describes (the inverse of :func:`decoded_json`).
 
     A record whose header names repeat is handed to the codec as ``(name, value)`` pairs,
-    which ``proto.batch`` takes; ``wal.batch`` takes one value per name and fails on them.
+    which keep the order and the repeats.
     """
     records = doc["records"]
     assert isinstance(records, list)

@@ -29,14 +29,6 @@ from wal import decode_batch
 VALID_NAMES = sorted(p.stem for p in VECTORS_DIR.glob("*.json"))
 INVALID_NAMES = sorted(p.stem for p in (VECTORS_DIR / "invalid").glob("*.json"))
 
-#: Invalid vectors whose rule (issue 16) this branch's broker does not enforce yet; the
-#: enforcement is merged separately, and then this set empties.
-NOT_YET_ENFORCED = frozenset({"client_base_offset", "nonzero_padding", "nonzero_reserved"})
-
-
-#: Valid vectors this branch's codec cannot encode from their JSON (repeated header names).
-NOT_YET_ENCODABLE = frozenset({"headers_duplicate_names"})
-
 
 def load(stem: Path) -> tuple[bytes, dict[str, object]]:
     data = stem.with_suffix(".bin").read_bytes()
@@ -51,17 +43,6 @@ def test_committed_vectors_are_what_the_codec_writes() -> None:
     assert differences(VECTORS_DIR) == []
     assert sorted(v.name for v in VALID) == VALID_NAMES
     assert sorted(v.name for v in INVALID_VECTORS) == INVALID_NAMES
-
-
-def test_only_issue_16_rules_wait_for_their_enforcement() -> None:
-    """Scenario: the vectors this branch expects to fail. Expected: each is marked
-    ``enforced_since: issue-16`` in its JSON (nothing else is excused)."""
-    marked = {
-        name
-        for name in INVALID_NAMES
-        if load(VECTORS_DIR / "invalid" / name)[1].get("enforced_since") == "issue-16"
-    }
-    assert marked >= NOT_YET_ENFORCED
 
 
 def test_the_check_names_a_changed_file(tmp_path: Path) -> None:
@@ -93,22 +74,7 @@ def test_codec_decodes_each_valid_vector_to_its_json(name: str) -> None:
     assert {"description": doc["description"], **decoded_json(batch)} == doc
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(
-            name,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="wal.batch encodes one value per header name; proto.batch (issue 16) "
-                "takes (name, value) pairs",
-            ),
-        )
-        if name in NOT_YET_ENCODABLE
-        else name
-        for name in VALID_NAMES
-    ],
-)
+@pytest.mark.parametrize("name", VALID_NAMES)
 def test_codec_reencodes_each_valid_vector_byte_identically(name: str) -> None:
     """Scenario: encode the records of NAME.json. Expected: NAME.bin, byte for byte."""
     data, doc = load(VECTORS_DIR / name)
@@ -170,20 +136,7 @@ def _count(batch: bytes) -> int:
     return int.from_bytes(batch[20:24], "little")
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(
-            name,
-            marks=pytest.mark.xfail(
-                strict=True, reason="issue 16 enforcement not merged into this branch yet"
-            ),
-        )
-        if name in NOT_YET_ENFORCED
-        else name
-        for name in INVALID_NAMES
-    ],
-)
+@pytest.mark.parametrize("name", INVALID_NAMES)
 @pytest.mark.asyncio
 async def test_broker_refuses_each_invalid_vector_with_its_status(
     name: str, tmp_path: Path
