@@ -140,16 +140,14 @@ def encode_simple(records: Sequence[_pb.Record], now_ms: int) -> bytes:
     ``timestamp_ms`` of 0 becomes ``now_ms``, the broker's clock at arrival.
 
     Raises:
-        InvalidRequestError: no records, a negative timestamp, or a record that names one
-            header twice (the batch codec keeps one value per header name, and the broker
-            does not drop a value silently).
+        InvalidRequestError: no records, or a negative timestamp.
         InvalidBatchError: the batch cannot be encoded (a section over 2 GiB).
     """
     if not records:
         raise InvalidRequestError(
             "records", "is empty; send at least one record (or one encoded batch in `batch`)"
         )
-    headers: list[dict[str, bytes]] = []
+    headers: list[list[tuple[str, bytes]]] = []
     for i, record in enumerate(records):
         if record.timestamp_ms < 0:
             raise InvalidRequestError(
@@ -157,17 +155,8 @@ def encode_simple(records: Sequence[_pb.Record], now_ms: int) -> bytes:
                 f"must be >= 0 (ms since the Unix epoch; 0 = the broker's clock), "
                 f"got {record.timestamp_ms}",
             )
-        named: dict[str, bytes] = {}
-        for header in record.headers:
-            if header.name in named:
-                raise InvalidRequestError(
-                    f"records[{i}].headers",
-                    f"name {header.name!r} appears twice; on the simple path a record's header "
-                    "names must be unique (join the values into one header, or publish an "
-                    "encoded batch)",
-                )
-            named[header.name] = header.value
-        headers.append(named)
+        # (name, value) pairs: the order and any repeated name are kept, as in a batch.
+        headers.append([(h.name, h.value) for h in record.headers])
     return encode_columns(
         [r.value for r in records],
         keys=[r.key if r.HasField("key") else None for r in records],
