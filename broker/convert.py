@@ -11,7 +11,6 @@ into ``DecodedRecord`` messages for a decoded Subscribe or Fetch.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from itertools import pairwise
 
 from broker.errors import InvalidRequestError
 from broker.replay import DEFAULT_RATE_PER_S, MAX_RATE_PER_S, ReplayOrder, ReplayOutcome
@@ -183,7 +182,7 @@ def decoded_records(
         keys = batch.keys()
         values = batch.values()
         timestamps = batch.timestamps().tolist()
-        headers = _header_lists(batch)
+        headers = batch.header_lists()
         for i in range(first - batch.base_offset, last - batch.base_offset):
             record = _pb.DecodedRecord(
                 offset=batch.base_offset + i, timestamp_ms=timestamps[i], value=values[i]
@@ -195,27 +194,6 @@ def decoded_records(
                 record.headers.add(name=name, value=value)
             out.append(record)
     return out
-
-
-def _header_lists(batch: RecordBatch) -> list[list[tuple[str, bytes]]]:
-    """Every record's headers as ``(name, value)`` pairs in stored order. Unlike
-    :meth:`RecordBatch.headers` (a dict per record), duplicate names are all kept: a batch
-    published by another client may carry them."""
-    n = batch.record_count
-    if not batch.has_headers:
-        return [[] for _ in range(n)]
-    lay = batch.layout
-    m = lay.header_count
-    per = batch.int32s(lay.header_offsets, n + 1).tolist()
-    ko = batch.int32s(lay.header_key_offsets, m + 1).tolist()
-    vo = batch.int32s(lay.header_value_offsets, m + 1).tolist()
-    kd = bytes(batch.buffer[lay.header_key_data : lay.header_key_data + ko[-1]])
-    vd = bytes(batch.buffer[lay.header_value_data : lay.header_value_data + vo[-1]])
-    pairs = [
-        (kd[a:b].decode(), vd[c:d])
-        for (a, b), (c, d) in zip(pairwise(ko), pairwise(vo), strict=True)
-    ]
-    return [pairs[per[i] : per[i + 1]] for i in range(n)]
 
 
 def subscription_info(status: SubscriptionStatus) -> _admin.SubscriptionInfo:

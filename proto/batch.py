@@ -221,19 +221,7 @@ class RecordBatch(NamedTuple):
         Header names may repeat within a record; in this view the last entry of a name
         wins. :meth:`header_lists` keeps every entry.
         """
-        n = self.record_count
-        if not self.has_headers:
-            return [{} for _ in range(n)]
-        lay = self.layout
-        m = lay.header_count
-        per = self.int32s(lay.header_offsets, n + 1).tolist()
-        ko = self.int32s(lay.header_key_offsets, m + 1).tolist()
-        vo = self.int32s(lay.header_value_offsets, m + 1).tolist()
-        kd = bytes(self.buffer[lay.header_key_data : lay.header_key_data + ko[-1]])
-        vd = bytes(self.buffer[lay.header_value_data : lay.header_value_data + vo[-1]])
-        names = [kd[ko[j] : ko[j + 1]].decode() for j in range(m)]
-        vals = [vd[vo[j] : vo[j + 1]] for j in range(m)]
-        return [{names[j]: vals[j] for j in range(per[i], per[i + 1])} for i in range(n)]
+        return [dict(pairs) for pairs in self.header_lists()]
 
     def header_lists(self) -> list[list[tuple[str, bytes]]]:
         """Every record's headers as ``(name, value)`` pairs in batch order, duplicates kept."""

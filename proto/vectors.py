@@ -420,32 +420,24 @@ def _b64(data: bytes) -> str:
 def decoded_json(batch: RecordBatch) -> dict[str, object]:
     """The JSON document of a decoded batch (the format in the module docstring).
 
-    Headers are read from the columns, in order, so duplicate names would each appear.
+    Headers are every ``(name, value)`` pair in order, so repeated names each appear.
     """
-    lay = batch.layout
-    n = batch.record_count
-    per: list[int] = [0] * (n + 1)
-    names: list[str] = []
-    values: list[bytes] = []
-    if batch.has_headers:
-        m = lay.header_count
-        per = batch.int32s(lay.header_offsets, n + 1).tolist()
-        ko = batch.int32s(lay.header_key_offsets, m + 1).tolist()
-        vo = batch.int32s(lay.header_value_offsets, m + 1).tolist()
-        kd = bytes(batch.buffer[lay.header_key_data : lay.header_key_data + ko[-1]])
-        vd = bytes(batch.buffer[lay.header_value_data : lay.header_value_data + vo[-1]])
-        names = [kd[ko[j] : ko[j + 1]].decode() for j in range(m)]
-        values = [vd[vo[j] : vo[j + 1]] for j in range(m)]
     records = [
         {
             "offset": batch.base_offset + i,
             "timestamp_ms": ts,
             "key": None if key is None else _b64(key),
             "value": _b64(value),
-            "headers": [[names[j], _b64(values[j])] for j in range(per[i], per[i + 1])],
+            "headers": [[name, _b64(value)] for name, value in pairs],
         }
-        for i, (ts, key, value) in enumerate(
-            zip(batch.timestamps().tolist(), batch.keys(), batch.values(), strict=True)
+        for i, (ts, key, value, pairs) in enumerate(
+            zip(
+                batch.timestamps().tolist(),
+                batch.keys(),
+                batch.values(),
+                batch.header_lists(),
+                strict=True,
+            )
         )
     ]
     return {
