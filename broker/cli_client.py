@@ -435,7 +435,7 @@ def consume(  # noqa: PLR0917 - click passes every option as an argument
     if idle:
         of = f" of {count}" if count is not None else ""
         click.echo(f"stopped after {timeout:g}s without a record; got {printed}{of}", err=True)
-    click.echo(f"consumed {printed} record(s) from {topic}", err=True)
+    click.echo(f"consumed {plural(printed, 'record')} from {topic}", err=True)
 
 
 #: The most records ``consume`` lets the broker send ahead (the client's default

@@ -149,6 +149,7 @@ async def test_consume_timeout_stops_with_fewer_records_than_count(tmp_path: Pat
         assert result.exit_code == 0, result.output
         assert result.stdout == "0\n1\n2\n"
         assert "stopped after 0.5s without a record; got 3 of 5" in result.stderr
+        assert "consumed 3 records from t" in result.stderr
         await eventually(lambda: _sub(broker).state.cursor(0) == 3)
 
 
