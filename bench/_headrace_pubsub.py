@@ -14,8 +14,8 @@ loopback port, driven through the public client library only
   ``receive_batch`` with one ``ack_many`` (the client sends the acks as ranges). The time
   includes closing the consumer, which waits until the broker has applied every ack.
 - ``send_per_record``: one ``AsyncProducer`` (default settings) and one
-  ``AsyncProducer.send`` per record in a plain loop, the futures awaited at the end, as an
-  application that pipelines its sends does; every future must hold its metadata.
+  ``AsyncProducer.send`` per record in a plain loop, then ``flush``, as an application that
+  pipelines its sends does; every future must then hold its record's metadata.
 - ``sync_send_per_record``: the blocking ``Producer`` (default settings), one ``send`` per
   record in a plain loop on a worker thread, then ``flush``; every future must be done and
   hold its metadata.
@@ -34,9 +34,11 @@ loopback port, driven through the public client library only
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import grpc
@@ -52,7 +54,7 @@ from bench._pubsub_system import (
     rss_mib,
     wait_until_serving,
 )
-from client import AsyncAdminClient, AsyncConsumer, AsyncProducer, Producer
+from client import AsyncAdminClient, AsyncConsumer, AsyncProducer, Producer, RecordMetadata
 from proto import broker_pb2 as _pb
 from proto import broker_pb2_grpc
 from proto.batch import encode_columns
@@ -122,10 +124,9 @@ class HeadraceSystem:
         async with AsyncProducer(self._address) as producer:
             started = time.perf_counter()
             futures = [await producer.send(PER_RECORD_TOPIC, payload) for _ in range(count)]
-            sent = await asyncio.gather(*futures)  # raises on any failure
+            await producer.flush()
             elapsed = time.perf_counter() - started
-        if len(sent) != count:
-            raise ServerFailedError(f"{len(sent)} of {count} records were acknowledged")
+        _check_acknowledged(futures)
         return elapsed
 
     async def sync_send_per_record(self, count: int, payload: bytes) -> float:
@@ -199,10 +200,21 @@ def _sync_send(address: str, count: int, payload: bytes) -> float:
         futures = [producer.send(PER_RECORD_TOPIC, payload) for _ in range(count)]
         producer.flush()
         elapsed = time.perf_counter() - started
-    failed = [f for f in futures if not f.done() or f.exception() is not None]
-    if failed:
-        raise ServerFailedError(f"{len(failed)} of {count} records were not acknowledged")
+    _check_acknowledged(futures)
     return elapsed
+
+
+def _check_acknowledged(
+    futures: Sequence[asyncio.Future[RecordMetadata] | concurrent.futures.Future[RecordMetadata]],
+) -> None:
+    """Raise unless every send's future holds its record's metadata (after a flush)."""
+    failed = [f for f in futures if not f.done() or f.cancelled() or f.exception() is not None]
+    if failed:
+        first = next((f.exception() for f in failed if f.done() and not f.cancelled()), None)
+        raise ServerFailedError(
+            f"{len(failed)} of {len(futures)} records were not acknowledged "
+            f"(first error: {first!r})"
+        )
 
 
 def serve_process(directory: Path, config: str) -> tuple[ServerProcess, str]:

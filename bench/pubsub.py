@@ -12,8 +12,8 @@ payloads and 200,000 messages (20,000 and 2 s of e2e with ``--quick``):
    client allows, every one acknowledged by the server.
 2. ``consume_msgs_s``: consume and ack those messages.
 2a. Headrace only, the per-record client paths users meet first (same count, own topic):
-   ``send_per_record_msgs_s`` (``AsyncProducer.send`` per record, futures awaited at the
-   end), ``sync_send_per_record_msgs_s`` (blocking ``Producer.send`` in a plain loop,
+   ``send_per_record_msgs_s`` (``AsyncProducer.send`` per record, then ``flush``; every
+   future checked), ``sync_send_per_record_msgs_s`` (blocking ``Producer.send`` in a plain loop,
    then ``flush``) and ``consume_per_record_msgs_s`` (``async for`` and ``ack`` on each).
 3. ``e2e_latency_p50_ms``, ``e2e_latency_p99_ms``: an open-loop publisher at 2,000 msg/s
    for 10 s and a concurrent consumer; latency from each message's scheduled send time

@@ -9,11 +9,15 @@ path got back records the two send paths wrote (it would time out otherwise).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 from pathlib import Path
 
-from bench._headrace_pubsub import HeadraceSystem
+import pytest
+
+from bench._headrace_pubsub import HeadraceSystem, _check_acknowledged
 from bench._measure import per_second
-from bench._pubsub_system import PerRecordSystem
+from bench._pubsub_system import PerRecordSystem, ServerFailedError
+from client import RecordMetadata, Unavailable
 
 COUNT = 300
 PAYLOAD = b"p" * 100
@@ -38,3 +42,15 @@ def test_headrace_per_record_paths_report_positive_rates(tmp_path: Path) -> None
     seconds = asyncio.run(scenario())
     assert all(s > 0 for s in seconds)
     assert all(per_second(COUNT, s) > 0 for s in seconds)
+
+
+def test_an_unacknowledged_send_fails_the_phase() -> None:
+    """A send whose future failed, or never finished, makes the row an error, not a rate."""
+    done: concurrent.futures.Future[RecordMetadata] = concurrent.futures.Future()
+    done.set_result(RecordMetadata("t", 0, 0, False))
+    failed: concurrent.futures.Future[RecordMetadata] = concurrent.futures.Future()
+    failed.set_exception(Unavailable("broker gone"))
+    pending: concurrent.futures.Future[RecordMetadata] = concurrent.futures.Future()
+    _check_acknowledged([done])
+    with pytest.raises(ServerFailedError, match=r"2 of 3 records .*broker gone"):
+        _check_acknowledged([done, failed, pending])
