@@ -13,6 +13,18 @@ loopback port, driven through the public client library only
   20,000 records; the application reads every message's value and acks each
   ``receive_batch`` with one ``ack_many`` (the client sends the acks as ranges). The time
   includes closing the consumer, which waits until the broker has applied every ack.
+- ``send_per_record``: one ``AsyncProducer`` (default settings) and one
+  ``AsyncProducer.send`` per record in a plain loop, then ``flush``, as an application that
+  pipelines its sends does; every future must then hold its record's metadata.
+- ``sync_send_per_record``: the blocking ``Producer`` (default settings), one ``send`` per
+  record in a plain loop on a worker thread, then ``flush``; every future must be done and
+  hold its metadata.
+- ``consume_per_record``: one exclusive subscription from ``earliest`` with the client's
+  default receive queue, ``async for`` over the consumer and ``ack`` on each message, up to
+  ``count``; the time includes closing the consumer (the last acks applied).
+- The three per-record phases use their own topic (``PER_RECORD_TOPIC``), so the bulk
+  phases' counts are untouched; both send phases write to it, then the consume phase
+  reads the first ``count`` records.
 - ``e2e``: ``publish`` (one record, awaited) with ``linger_ms`` 0 against a consumer that
   subscribed at ``latest``.
 - ``kill_and_restart``: SIGKILL, then a fresh gRPC channel (its own subchannel pool, so no
@@ -22,9 +34,11 @@ loopback port, driven through the public client library only
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import grpc
@@ -40,13 +54,15 @@ from bench._pubsub_system import (
     rss_mib,
     wait_until_serving,
 )
-from client import AsyncAdminClient, AsyncConsumer, AsyncProducer
+from client import AsyncAdminClient, AsyncConsumer, AsyncProducer, Producer, RecordMetadata
 from proto import broker_pb2 as _pb
 from proto import broker_pb2_grpc
 from proto.batch import encode_columns
 
 TOPIC = "bench"
 E2E_TOPIC = "bench-e2e"
+#: The topic of the per-record phases, as many partitions as the bulk one.
+PER_RECORD_TOPIC = "bench-per-record"
 PARTITIONS = 4
 #: The consumer's receive queue in the consume phase: two 1 MiB batches of 100 B records
 #: may be on their way while the application works through a third.
@@ -73,6 +89,7 @@ class HeadraceSystem:
         async with AsyncAdminClient(self._address) as admin:
             await admin.create_topic(TOPIC, PARTITIONS)
             await admin.create_topic(E2E_TOPIC, 1)
+            await admin.create_topic(PER_RECORD_TOPIC, PARTITIONS)
 
     async def _probe_admin(self) -> None:
         await probe_admin(self._address)
@@ -101,6 +118,32 @@ class HeadraceSystem:
                 taken += len(batch)
         # Leaving the block sent the last acks and saw the broker end the stream, which it
         # does after applying every ack before the half-close.
+        return time.perf_counter() - started
+
+    async def send_per_record(self, count: int, payload: bytes) -> float:
+        async with AsyncProducer(self._address) as producer:
+            started = time.perf_counter()
+            futures = [await producer.send(PER_RECORD_TOPIC, payload) for _ in range(count)]
+            await producer.flush()
+            elapsed = time.perf_counter() - started
+        _check_acknowledged(futures)
+        return elapsed
+
+    async def sync_send_per_record(self, count: int, payload: bytes) -> float:
+        return await asyncio.to_thread(_sync_send, self._address, count, payload)
+
+    async def consume_per_record(self, count: int) -> float:
+        taken = 0
+        started = time.perf_counter()
+        async with AsyncConsumer(
+            PER_RECORD_TOPIC, "bench-per-record", broker=self._address
+        ) as consumer:
+            async for message in consumer:
+                message.value  # noqa: B018 - the application gets every value in hand
+                consumer.ack(message)
+                taken += 1
+                if taken == count:
+                    break
         return time.perf_counter() - started
 
     async def e2e(self, rate: float, seconds: float) -> list[float]:
@@ -147,6 +190,31 @@ class HeadraceSystem:
     async def stop(self) -> None:
         with contextlib.suppress(Exception):
             await asyncio.to_thread(self._process.stop)
+
+
+def _sync_send(address: str, count: int, payload: bytes) -> float:
+    """Seconds for a blocking :class:`Producer` to send ``count`` records one ``send`` at a
+    time and flush; every record must be acknowledged. Runs on a thread without a loop."""
+    with Producer(address) as producer:
+        started = time.perf_counter()
+        futures = [producer.send(PER_RECORD_TOPIC, payload) for _ in range(count)]
+        producer.flush()
+        elapsed = time.perf_counter() - started
+    _check_acknowledged(futures)
+    return elapsed
+
+
+def _check_acknowledged(
+    futures: Sequence[asyncio.Future[RecordMetadata] | concurrent.futures.Future[RecordMetadata]],
+) -> None:
+    """Raise unless every send's future holds its record's metadata (after a flush)."""
+    failed = [f for f in futures if not f.done() or f.cancelled() or f.exception() is not None]
+    if failed:
+        first = next((f.exception() for f in failed if f.done() and not f.cancelled()), None)
+        raise ServerFailedError(
+            f"{len(failed)} of {len(futures)} records were not acknowledged "
+            f"(first error: {first!r})"
+        )
 
 
 def serve_process(directory: Path, config: str) -> tuple[ServerProcess, str]:

@@ -13,7 +13,10 @@ machinery every implementation needs so that all of them are measured the same w
   :func:`read_stamp` (the scheduled send time carried in the payload),
   :class:`LatencyRecorder` and :func:`measure_e2e`, which runs a paced publisher and a
   concurrent consumer and returns one latency per message received;
-- :class:`FakeSystem`, an in-memory stand-in for tests of the scenario's driver.
+- :class:`PerRecordSystem`, the optional per-record client paths (Headrace only: the
+  peers' clients have no comparable one-record-at-a-time producer to set beside it);
+- :class:`FakeSystem` and :class:`FakePerRecordSystem`, in-memory stand-ins for tests of
+  the scenario's driver.
 
 Invariants:
     - Latency is measured from the *scheduled* send time, never the actual one: a publisher
@@ -40,7 +43,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
-from typing import IO, Protocol
+from typing import IO, Protocol, runtime_checkable
 
 #: Size of an e2e message (the protocol's ``e2e`` takes none: every system sends these).
 E2E_PAYLOAD_BYTES = 100
@@ -87,6 +90,27 @@ class PubSubSystem(Protocol):
 
     async def stop(self) -> None:
         """Stop the server and the clients; always safe to call, also twice."""
+        ...
+
+
+@runtime_checkable
+class PerRecordSystem(PubSubSystem, Protocol):
+    """A system whose client is also measured one record at a time, as users call it.
+
+    Each method returns the seconds its ``count`` records took; every record is
+    acknowledged by the server (sends) or acked (consume) within that time.
+    """
+
+    async def send_per_record(self, count: int, payload: bytes) -> float:
+        """Seconds to send ``count`` records with one async ``send`` call each."""
+        ...
+
+    async def sync_send_per_record(self, count: int, payload: bytes) -> float:
+        """Seconds to send ``count`` records with one blocking ``send`` each, then flush."""
+        ...
+
+    async def consume_per_record(self, count: int) -> float:
+        """Seconds to receive ``count`` records one at a time, acking each."""
         ...
 
 
@@ -520,3 +544,19 @@ class FakeSystem:
 
     async def stop(self) -> None:
         self.calls.append("stop")
+
+
+class FakePerRecordSystem(FakeSystem):
+    """A :class:`FakeSystem` that also has the per-record paths, at a tenth of its rate."""
+
+    async def send_per_record(self, count: int, payload: bytes) -> float:
+        self._call("send_per_record")
+        return 10 * count / self.msgs_s
+
+    async def sync_send_per_record(self, count: int, payload: bytes) -> float:
+        self._call("sync_send_per_record")
+        return 10 * count / self.msgs_s
+
+    async def consume_per_record(self, count: int) -> float:
+        self._call("consume_per_record")
+        return 10 * count / self.msgs_s

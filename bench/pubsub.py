@@ -11,6 +11,10 @@ payloads and 200,000 messages (20,000 and 2 s of e2e with ``--quick``):
 1. ``publish_msgs_s``: publish the messages with the best batching or pipelining its
    client allows, every one acknowledged by the server.
 2. ``consume_msgs_s``: consume and ack those messages.
+2a. Headrace only, the per-record client paths users meet first (same count, own topic):
+   ``send_per_record_msgs_s`` (``AsyncProducer.send`` per record, then ``flush``; every
+   future checked), ``sync_send_per_record_msgs_s`` (blocking ``Producer.send`` in a plain loop,
+   then ``flush``) and ``consume_per_record_msgs_s`` (``async for`` and ``ack`` on each).
 3. ``e2e_latency_p50_ms``, ``e2e_latency_p99_ms``: an open-loop publisher at 2,000 msg/s
    for 10 s and a concurrent consumer; latency from each message's scheduled send time
    to its receipt (no coordinated omission). The pacer's own overhead (a thread handing
@@ -44,7 +48,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,7 +56,12 @@ from bench import _peers
 from bench._measure import new_runner, per_second, percentile
 from bench._output import Goal, Params, Result
 from bench._peers import Peer
-from bench._pubsub_system import E2E_PAYLOAD_BYTES, PubSubSystem, ServerFailedError
+from bench._pubsub_system import (
+    E2E_PAYLOAD_BYTES,
+    PerRecordSystem,
+    PubSubSystem,
+    ServerFailedError,
+)
 from bench._runner import RunOptions
 from bench._samples import SampleLog
 
@@ -62,10 +71,21 @@ SYSTEMS_ENV = "HEADRACE_BENCH_SYSTEMS"
 #: The metric of the e2e latency distributions in the sample log.
 E2E_SERIES = "e2e_latency_quantile_ms"
 
+#: The rows of the per-record client paths, measured for systems that have them
+#: (:class:`~bench._pubsub_system.PerRecordSystem`: Headrace), in the order they run.
+PER_RECORD_METRICS = (
+    "send_per_record_msgs_s",
+    "sync_send_per_record_msgs_s",
+    "consume_per_record_msgs_s",
+)
+
 #: Headrace's targets, as the issue states them.
 GOALS: dict[str, Goal] = {
     "publish_msgs_s": Goal(">=", 1_000_000),
     "consume_msgs_s": Goal(">=", 1_000_000),
+    "send_per_record_msgs_s": Goal(">=", 300_000),
+    "sync_send_per_record_msgs_s": Goal(">=", 300_000),
+    "consume_per_record_msgs_s": Goal(">=", 500_000),
     "e2e_latency_p50_ms": Goal("<=", 1.0),
     "e2e_latency_p99_ms": Goal("<=", 5.0),
     "restart_to_serving_s": Goal("<", 0.5),
@@ -350,6 +370,8 @@ def _phases(
     yield result("publish_msgs_s", per_second(count, seconds), "msgs/s")
     seconds = runner.run(system.consume(count))
     yield result("consume_msgs_s", per_second(count, seconds), "msgs/s")
+    if isinstance(system, PerRecordSystem):
+        yield from _per_record(runner, system, count, payload, result)
     label = f"{system.system} (fsync={system.fsync})"
     e2e = runner.run(system.e2e(sizes.e2e_rate, sizes.e2e_seconds))
     ordered = e2e_samples(e2e, sizes.e2e_messages, label, warn)
@@ -361,6 +383,23 @@ def _phases(
     yield result("restart_to_serving_s", runner.run(system.kill_and_restart()), "s")
     yield result("rss_mib", rss, "MiB")
     yield _restart_after_kill(runner, system, sizes, params)
+
+
+def _per_record(
+    runner: asyncio.Runner,
+    system: PerRecordSystem,
+    count: int,
+    payload: bytes,
+    result: Callable[[str, float, str], Result],
+) -> Iterator[Result]:
+    """Phase 2a: the per-record client paths, one row each (:data:`PER_RECORD_METRICS`)."""
+    phases: tuple[Callable[[], Coroutine[object, object, float]], ...] = (
+        lambda: system.send_per_record(count, payload),
+        lambda: system.sync_send_per_record(count, payload),
+        lambda: system.consume_per_record(count),
+    )
+    for metric, phase in zip(PER_RECORD_METRICS, phases, strict=True):
+        yield result(metric, per_second(count, runner.run(phase())), "msgs/s")
 
 
 def _restart_after_kill(

@@ -23,6 +23,7 @@ from bench import _peers, _pubsub_system, pubsub
 from bench._output import Result
 from bench._peers import NATS, REDIS, Peer
 from bench._pubsub_system import (
+    FakePerRecordSystem,
     FakeSystem,
     LatencyRecorder,
     PubSubSystem,
@@ -44,6 +45,9 @@ TINY = Sizes(messages=1000, e2e_rate=100.0, e2e_seconds=0.5)
 METRICS = {
     "publish_msgs_s": "msgs/s",
     "consume_msgs_s": "msgs/s",
+    "send_per_record_msgs_s": "msgs/s",
+    "sync_send_per_record_msgs_s": "msgs/s",
+    "consume_per_record_msgs_s": "msgs/s",
     "e2e_latency_p50_ms": "ms",
     "e2e_latency_p99_ms": "ms",
     "restart_to_serving_s": "s",
@@ -531,11 +535,14 @@ def _measured(system: str, values: dict[str, float]) -> list[Result]:
 
 
 def test_goals_judge_headrace_only() -> None:
-    """Each of Headrace's seven metrics gets a goal row saying whether it was met; peers'
+    """Each of Headrace's ten metrics gets a goal row saying whether it was met; peers'
     results get none."""
     values = {
         "publish_msgs_s": 2_000_000.0,
         "consume_msgs_s": 900_000.0,
+        "send_per_record_msgs_s": 300_000.0,
+        "sync_send_per_record_msgs_s": 11_000.0,
+        "consume_per_record_msgs_s": 499_999.0,
         "e2e_latency_p50_ms": 0.4,
         "e2e_latency_p99_ms": 7.0,
         "restart_to_serving_s": 0.2,
@@ -549,6 +556,9 @@ def test_goals_judge_headrace_only() -> None:
     assert met == {
         "publish_msgs_s": True,
         "consume_msgs_s": False,
+        "send_per_record_msgs_s": True,
+        "sync_send_per_record_msgs_s": False,
+        "consume_per_record_msgs_s": False,
         "e2e_latency_p50_ms": True,
         "e2e_latency_p99_ms": False,
         "restart_to_serving_s": True,
@@ -557,6 +567,8 @@ def test_goals_judge_headrace_only() -> None:
     }
     assert all(r.system == "headrace" and r.is_goal for r in goals.values())
     assert goals["publish_msgs_s"].params["goal"] == ">= 1000000"
+    assert goals["sync_send_per_record_msgs_s"].params["goal"] == ">= 300000"
+    assert goals["consume_per_record_msgs_s"].params["goal"] == ">= 500000"
 
 
 def test_no_goals_without_headrace() -> None:
@@ -565,10 +577,18 @@ def test_no_goals_without_headrace() -> None:
     assert list(pubsub.derive_goals(results)) == []
 
 
-def _entry(system: str, fsync: str, built: list[FakeSystem], fail_in: str | None = None) -> Entry:
+def _entry(
+    system: str,
+    fsync: str,
+    built: list[FakeSystem],
+    fail_in: str | None = None,
+    *,
+    per_record: bool = False,
+) -> Entry:
     def build(data_dir: Path) -> FakeSystem:
         assert data_dir.is_dir()
-        fake = FakeSystem(system, fsync, fail_in=fail_in)
+        kind = FakePerRecordSystem if per_record else FakeSystem
+        fake = kind(system, fsync, fail_in=fail_in)
         built.append(fake)
         return fake
 
@@ -576,12 +596,13 @@ def _entry(system: str, fsync: str, built: list[FakeSystem], fail_in: str | None
 
 
 def test_run_reports_every_metric_of_every_system(tmp_path: Path) -> None:
-    """Three fake systems: six results each with the scenario's params, in the order the
-    systems ran, then Headrace's six goals; every line is valid bench JSON; the data dirs
-    are gone afterwards."""
+    """Three fake systems: seven results each with the scenario's params (ten for Headrace,
+    whose per-record rows follow its consume row), in the order the systems ran, then
+    Headrace's ten goals; every line is valid bench JSON; the data dirs are gone
+    afterwards."""
     built: list[FakeSystem] = []
     entries = [
-        _entry("headrace", "always", built),
+        _entry("headrace", "always", built, per_record=True),
         _entry("nats-jetstream", "default", built),
         _entry("redis-streams", "everysec", built),
     ]
@@ -590,7 +611,10 @@ def test_run_reports_every_metric_of_every_system(tmp_path: Path) -> None:
     options = RunOptions(quick=True, data_dir=tmp_path, samples=samples)
     results = list(pubsub.run(options, entries=entries, sizes=TINY, warn=said))
     measured = [r for r in results if not r.is_goal]
-    assert [r.system for r in measured[::7]] == ["headrace", "nats-jetstream", "redis-streams"]
+    assert [r.system for r in measured[10::7]] == ["nats-jetstream", "redis-streams"]
+    assert [r.metric for r in measured[:10]] == list(METRICS)
+    assert [r.system for r in measured[:10]] == ["headrace"] * 10
+    assert {r.metric for r in measured[10:]}.isdisjoint(pubsub.PER_RECORD_METRICS)
     for r in measured:
         assert r.unit == METRICS[r.metric]
         assert r.value > 0
