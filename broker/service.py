@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import struct
 from collections.abc import AsyncIterator
 
 import grpc
@@ -64,9 +63,6 @@ logger = logging.getLogger(__name__)
 _MAX_FETCH_BYTES = 16 << 20
 _DRAINED = _pb.SubscribeResponse(drained=_pb.Drained())
 _MAX_WAIT_MS = 30_000
-#: The batch header's producer_id: an i64 at byte 40 (see :mod:`wal.batch`).
-_PRODUCER_ID = struct.Struct("<q")
-_PRODUCER_ID_AT = 40
 
 
 class BrokerService(_grpc.BrokerServicer):
@@ -109,7 +105,6 @@ class BrokerService(_grpc.BrokerServicer):
             )
         if request.batch:
             data = request.batch
-            _check_producer_id(data)
         elif request.records:
             data = encode_simple(request.records, self._clock())
         else:
@@ -374,22 +369,6 @@ async def _stream_response(
         code, message = status_for(exc)
         return _pb.PublishResponse(
             request_id=request_id, error_code=code.value[0], error_message=message
-        )
-
-
-def _check_producer_id(batch: bytes) -> None:
-    """Refuse a batch whose header names a producer id below -1 (-1: not idempotent;
-    >= 0: an idempotent producer's id). A batch too short to hold one is left to the
-    log's validation, which refuses it with its own message."""
-    if len(batch) < _PRODUCER_ID_AT + _PRODUCER_ID.size:
-        return
-    (producer_id,) = _PRODUCER_ID.unpack_from(batch, _PRODUCER_ID_AT)
-    if producer_id < -1:
-        raise InvalidRequestError(
-            "producer_id",
-            f"the batch header's producer_id (i64 at byte 40) is {producer_id}; use -1 for a "
-            "producer that is not idempotent, or an id >= 0 that the producer chooses (our "
-            "client picks a random 62-bit one) and keeps across its retries",
         )
 
 

@@ -60,6 +60,13 @@ def check_batch(data: bytes | bytearray | memoryview) -> RecordBatch:
             f"base_offset must be 0 (the broker assigns offsets), got {batch.base_offset}",
             field="base_offset",
         )
+    if batch.producer_id < -1:
+        raise InvalidBatchError(
+            f"producer_id is {batch.producer_id}; use -1 for a producer that is not "
+            "idempotent, or an id >= 0 that the producer chooses (our client picks a random "
+            "62-bit one) and keeps across its retries",
+            field="producer_id",
+        )
     reserved = _U32.unpack_from(batch.buffer, RESERVED_AT)[0]
     if reserved:
         raise InvalidBatchError(f"reserved must be 0, got {reserved}", field="reserved")

@@ -64,6 +64,12 @@ VIOLATIONS: list[Violation] = [
     Violation(
         "client-base-offset", lambda: _pack(one, "<Q", 0, 7), "base_offset", "base_offset must be 0"
     ),
+    Violation(
+        "producer-id-below-minus-one",
+        lambda: _pack(one, "<q", 40, -7),
+        "producer_id",
+        "use -1 for a producer that is not idempotent",
+    ),
     Violation("reserved", lambda: _pack(one, "<I", 52, 1), "reserved", "reserved must be 0"),
     Violation(
         "flags-reserved-bit", lambda: _pack(one, "<H", 18, 0x8), "flags", "flags has reserved bits"
