@@ -54,7 +54,14 @@ from bench._pubsub_system import (
     rss_mib,
     wait_until_serving,
 )
-from client import AsyncAdminClient, AsyncConsumer, AsyncProducer, Producer, RecordMetadata
+from client import (
+    AsyncAdminClient,
+    AsyncConsumer,
+    AsyncProducer,
+    Producer,
+    RecordFuture,
+    RecordMetadata,
+)
 from proto import broker_pb2 as _pb
 from proto import broker_pb2_grpc
 from proto.batch import encode_columns
@@ -205,7 +212,7 @@ def _sync_send(address: str, count: int, payload: bytes) -> float:
 
 
 def _check_acknowledged(
-    futures: Sequence[asyncio.Future[RecordMetadata] | concurrent.futures.Future[RecordMetadata]],
+    futures: Sequence[RecordFuture | concurrent.futures.Future[RecordMetadata]],
 ) -> None:
     """Raise unless every send's future holds its record's metadata (after a flush)."""
     failed = [f for f in futures if not f.done() or f.cancelled() or f.exception() is not None]

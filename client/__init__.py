@@ -10,6 +10,8 @@ Modules:
     _async.admin    AsyncAdminClient: topics, subscriptions and dead-letter queues
     _async.fetcher  AsyncFetcher: reads by offset (Fetch) and position commits (AckUpTo)
     _message        Message: a lazy view of one received record
+    _batching       PendingBatch and the per-record futures send returns (RecordFuture,
+                    ThreadRecordFuture); BufferBudget: the bytes both producers may queue
     _retry          retrying(): calls retried with backoff while the broker is unavailable
     _channel        every channel's options: message limits, the reconnect backoff cap,
                     TLS and the bearer token (check_security checks them up front)
@@ -24,6 +26,7 @@ from client._async.admin import AsyncAdminClient
 from client._async.consumer import AsyncConsumer
 from client._async.fetcher import AsyncFetcher, FetchResult
 from client._async.producer import AsyncProducer, partition_for
+from client._batching import RecordFuture
 from client._channel import check_security
 from client._message import Message
 from client._sync.admin import AdminClient
@@ -89,6 +92,7 @@ __all__ = [
     "PublishOutcome",
     "PublishedRange",
     "RecordBatch",
+    "RecordFuture",
     "RecordMetadata",
     "ReplayResult",
     "ResourceExhausted",

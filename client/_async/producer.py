@@ -47,13 +47,14 @@ import time
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import accumulate, repeat
 from types import TracebackType
 from typing import Self, TypeVar
 
 import grpc
 
+from client._batching import RECORD_OVERHEAD, BufferBudget, PendingBatch, RecordFuture
 from client._channel import DEFAULT_RECONNECT_BACKOFF_MAX_S, aio_channel
 from client._retry import retrying
 from client._types import (
@@ -77,52 +78,12 @@ from proto.batch import Headers, crc32c, encode_columns
 
 logger = logging.getLogger(__name__)
 
-_RECORD_OVERHEAD = 16  # bytes a record counts for beyond its key and value
 R = TypeVar("R")
 
 
 def partition_for(key: bytes, partitions: int) -> int:
     """The partition of a keyed record: stable across clients and restarts."""
     return crc32c(key) % partitions
-
-
-@dataclass(slots=True)
-class _Pending:
-    """Records added one by one with :meth:`AsyncProducer.send`; one future each."""
-
-    values: list[bytes] = field(default_factory=list)
-    keys: list[bytes | None] = field(default_factory=list)
-    headers: list[Headers] = field(default_factory=list)
-    timestamps: list[int] = field(default_factory=list)
-    futures: list[asyncio.Future[RecordMetadata]] = field(default_factory=list)
-    size: int = 0
-    has_headers: bool = False
-
-    @property
-    def count(self) -> int:
-        return len(self.values)
-
-    def encode(self, producer_id: int, base_sequence: int) -> bytes:
-        return encode_columns(
-            self.values,
-            keys=self.keys,
-            timestamps_ms=self.timestamps,
-            headers=self.headers if self.has_headers else None,
-            producer_id=producer_id,
-            base_sequence=base_sequence,
-        )
-
-    def resolve(self, topic: str, response: _pb.PublishResponse) -> None:
-        base, partition, duplicate = response.base_offset, response.partition, response.duplicate
-        for i, future in enumerate(self.futures):
-            if not future.done():
-                offset = base + i if base >= 0 else -1  # -1: a duplicate, offsets forgotten
-                future.set_result(RecordMetadata(topic, partition, offset, duplicate))
-
-    def fail(self, exc: ClientError) -> None:
-        for future in self.futures:
-            if not future.done():
-                future.set_exception(exc)
 
 
 @dataclass(slots=True)
@@ -176,8 +137,10 @@ class _Accumulator:
         self.topic = topic
         self.partition = partition
         self._producer = producer
-        self._pending = _Pending()
-        self._sealed: deque[_Pending | _Bulk] = deque()  # full batches, oldest first
+        self._budget = producer.budget
+        self._loop = asyncio.get_running_loop()
+        self._pending = PendingBatch(topic, self._loop)
+        self._sealed: deque[PendingBatch | _Bulk] = deque()  # full batches, oldest first
         self._arrived = asyncio.Event()
         self._full = asyncio.Event()
         self._idle = asyncio.Event()
@@ -193,34 +156,27 @@ class _Accumulator:
         key: bytes | None,
         headers: Headers | None,
         timestamp_ms: int,
-    ) -> asyncio.Future[RecordMetadata]:
+    ) -> RecordFuture:
         p = self._pending
-        future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
-        p.values.append(value)
-        p.keys.append(key)
-        p.headers.append(headers or {})
-        p.has_headers = p.has_headers or bool(headers)
-        p.timestamps.append(timestamp_ms)
-        p.futures.append(future)
-        size = len(value) + (len(key) if key else 0) + _RECORD_OVERHEAD
-        p.size += size
-        self._producer.buffered(size)
-        self._idle.clear()
-        self._arrived.set()
+        index = p.count
+        self._budget.loop_used += p.add(value, key, headers, timestamp_ms)
+        if index == 0:  # the first record since the sender last found nothing to do
+            self._idle.clear()
+            self._arrived.set()
         if p.size >= self._producer.batch_max_bytes:
             self._sealed.append(p)  # a batch never grows past batch_max_bytes (one record)
-            self._pending = _Pending()
+            self._pending = PendingBatch(self.topic, self._loop)
             self._full.set()
-        return future
+        return RecordFuture(p, index)
 
-    def add_bulk(self, bulk: _Bulk) -> None:
-        """Queue a slice of a ``send_many`` call as a batch of its own, after the records
-        added before it."""
+    def add_sealed(self, batch: PendingBatch | _Bulk) -> None:
+        """Queue a whole batch (a slice of a ``send_many`` call, or records the blocking
+        producer collected) after the records added before it. Its bytes are counted in
+        the buffers already."""
         if self._pending.values:
             self._sealed.append(self._pending)
-            self._pending = _Pending()
-        self._sealed.append(bulk)
-        self._producer.buffered(bulk.size)
+            self._pending = PendingBatch(self.topic, self._loop)
+        self._sealed.append(batch)
         self._idle.clear()
         self._arrived.set()
         self._full.set()
@@ -247,18 +203,18 @@ class _Accumulator:
             if not self._sealed and not self._full.is_set():
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._full.wait(), self._producer.linger_s)
-            batch: _Pending | _Bulk
+            batch: PendingBatch | _Bulk
             if self._sealed:
                 batch = self._sealed.popleft()
             else:
-                batch, self._pending = self._pending, _Pending()
+                batch, self._pending = self._pending, PendingBatch(self.topic, self._loop)
             self._producer.batch_taken(self.topic, self.partition)
             try:
                 await self._publish(batch)
             finally:
-                self._producer.buffered(-batch.size)
+                self._producer.released(batch)
 
-    async def _publish(self, p: _Pending | _Bulk) -> None:
+    async def _publish(self, p: PendingBatch | _Bulk) -> None:
         if self._failed is not None:
             p.fail(self._failed)
             return
@@ -355,7 +311,7 @@ class AsyncProducer:
         if buffer_max_bytes < batch_max_bytes:
             raise ValueError("buffer_max_bytes must be at least batch_max_bytes")
         self.buffer_max_bytes = buffer_max_bytes
-        self._buffered = 0
+        self.budget = BufferBudget(buffer_max_bytes)
         self._room = asyncio.Event()
         self._room.set()
         self.linger_s = linger_ms / 1000
@@ -394,8 +350,11 @@ class AsyncProducer:
         headers: Headers | None = None,
         partition: int | None = None,
         timestamp_ms: int | None = None,
-    ) -> asyncio.Future[RecordMetadata]:
+    ) -> RecordFuture:
         """Queue one record; the future resolves once the broker acknowledged it.
+
+        The future is a :class:`~client.RecordFuture`: awaitable, with the methods of an
+        ``asyncio.Future``, and taken by ``asyncio.gather``, ``wait`` and ``wait_for``.
 
         The future fails with a :class:`ClientError` whose ``outcome`` says whether the
         record was written: ``REFUSED`` (not written; safe to resend) or ``UNKNOWN`` (may
@@ -409,17 +368,19 @@ class AsyncProducer:
             NotFound: the topic does not exist.
             ClientClosed: the producer is closed.
         """
-        await self._wait_for_room()
-        count = await self._partition_count(topic)
+        budget = self.budget
+        if self._closed or budget.loop_used + budget.thread_used >= budget.limit:
+            await self._wait_for_room()
+        count = self._partitions.get(topic) or await self._partition_count(topic)
         if partition is None:
-            partition = (
-                partition_for(key, count) if key is not None else self._sticky_for(topic, count)
-            )
+            if key is not None:
+                partition = partition_for(key, count)
+            else:
+                sticky = self._sticky.get(topic)
+                partition = sticky if sticky is not None else self._sticky_for(topic, count)
         elif not 0 <= partition < count:
             raise ValueError(f"topic {topic!r} has partitions 0-{count - 1}, not {partition}")
-        acc = self._accumulators.get((topic, partition))
-        if acc is None:
-            acc = self._accumulators[(topic, partition)] = _Accumulator(self, topic, partition)
+        acc = self._accumulators.get((topic, partition)) or self._accumulator(topic, partition)
         ts = timestamp_ms if timestamp_ms is not None else time.time_ns() // 1_000_000
         return acc.add(value, key, headers, ts)
 
@@ -511,10 +472,8 @@ class AsyncProducer:
         )
         for target, bulk in bulks:
             await self._wait_for_room()
-            acc = self._accumulators.get((topic, target))
-            if acc is None:
-                acc = self._accumulators[(topic, target)] = _Accumulator(self, topic, target)
-            acc.add_bulk(bulk)
+            self.budget.loop_used += bulk.size
+            self._accumulator(topic, target).add_sealed(bulk)
         return asyncio.ensure_future(_sent(topic, [bulk.future for _, bulk in bulks]))
 
     def _cut(
@@ -587,14 +546,18 @@ class AsyncProducer:
     ) -> None:
         await self.aclose()
 
-    # -- used by the accumulators -----------------------------------------------------
+    # -- used by the accumulators and the blocking Producer -----------------------------
 
-    def buffered(self, change: int) -> None:
-        """Account ``change`` bytes added to (or, negative, leaving) the buffers."""
-        self._buffered += change
-        if self._buffered >= self.buffer_max_bytes:
-            self._room.clear()
-        else:
+    def enqueue(self, topic: str, partition: int, batch: PendingBatch) -> None:
+        """Queue a batch of records collected elsewhere (by the blocking producer), after
+        everything queued for the partition before; its bytes are in :attr:`budget`."""
+        self._accumulator(topic, partition).add_sealed(batch)
+
+    def released(self, batch: PendingBatch | _Bulk) -> None:
+        """``batch`` left the buffers (acknowledged or failed): its bytes are free."""
+        by_thread = isinstance(batch, PendingBatch) and batch.loop is None
+        self.budget.release(batch.size, by_thread=by_thread)
+        if not self.budget.full():
             self._room.set()
 
     def batch_taken(self, topic: str, partition: int) -> None:
@@ -655,8 +618,15 @@ class AsyncProducer:
     async def _wait_for_room(self) -> None:
         if self._closed:
             raise ClientClosed("the producer is closed")
-        while not self._room.is_set():
-            await self._room.wait()  # backpressure: buffer_max_bytes are waiting for acks
+        while self.budget.full():  # backpressure: buffer_max_bytes are waiting for acks
+            self._room.clear()
+            await self._room.wait()
+
+    def _accumulator(self, topic: str, partition: int) -> _Accumulator:
+        acc = self._accumulators.get((topic, partition))
+        if acc is None:
+            acc = self._accumulators[(topic, partition)] = _Accumulator(self, topic, partition)
+        return acc
 
     def _sticky_for(self, topic: str, count: int) -> int:
         if topic not in self._sticky:
@@ -699,7 +669,7 @@ def _slices(
 
     A record counts its value, its key and 16 bytes of overhead, as in ``send``.
     """
-    sizes = map(operator.add, map(len, values), repeat(_RECORD_OVERHEAD))
+    sizes = map(operator.add, map(len, values), repeat(RECORD_OVERHEAD))
     if keys is not None:
         sizes = map(operator.add, sizes, map(_key_length, keys))
     cumulative = list(accumulate(sizes))

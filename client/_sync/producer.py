@@ -21,14 +21,19 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+import random
+import time
+from asyncio import _get_running_loop
 from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Self, TypeVar
 
-from client._async.producer import AsyncProducer
+from client._async.producer import AsyncProducer, partition_for
+from client._batching import PendingBatch, ThreadRecordFuture
 from client._channel import DEFAULT_RECONNECT_BACKOFF_MAX_S
 from client._sync._bridge import LoopThread, to_concurrent
 from client._types import DEFAULT_BROKER, RecordMetadata, SentRecords
+from client.errors import ClientClosed
 from proto.batch import Headers
 
 T = TypeVar("T")
@@ -100,6 +105,18 @@ class Producer:
             tls_cert=tls_cert,
             tls_key=tls_key,
         )
+        self._loop = self._bridge.call(asyncio.get_running_loop)
+        self._linger_s = linger_ms / 1000
+        self._batch_max_bytes = batch_max_bytes
+        self._rng = random.Random()
+        # Guarded by the async producer's budget lock (self._producer.budget.cond):
+        self._partitions: dict[str, int] = {}  # written once per topic; read without it
+        self._sticky: dict[str, int] = {}
+        self._open: dict[tuple[str, int], PendingBatch] = {}  # filling, oldest first
+        self._ready: list[tuple[tuple[str, int], PendingBatch]] = []  # sealed, in order
+        self._wake_pending = False  # an _on_wake is scheduled on the loop
+        self._timer = False  # an _on_linger is scheduled on the loop
+        self._closed = False
 
     def send(
         self,
@@ -111,7 +128,8 @@ class Producer:
         partition: int | None = None,
         timestamp_ms: int | None = None,
     ) -> concurrent.futures.Future[RecordMetadata]:
-        """Queue one record. Block until it is queued, not until it is acknowledged.
+        """Queue one record. Block only while the buffers are full, not until it is
+        acknowledged.
 
         Returns:
             A future holding the record's :class:`RecordMetadata` once the broker has
@@ -129,16 +147,42 @@ class Producer:
             ValueError: ``partition`` is not one of the topic's.
             ClientClosed: The producer is closed.
         """
-        send = functools.partial(
-            self._producer.send,
-            topic,
-            value,
-            key=key,
-            headers=headers,
-            partition=partition,
-            timestamp_ms=timestamp_ms,
-        )
-        return self._bridge.run(_queued(send))
+        if _get_running_loop() is not None:
+            self._bridge.check_caller()  # raises: this thread runs an event loop
+        count = self._partitions.get(topic) or self._partition_count(topic)
+        if partition is not None and not 0 <= partition < count:
+            raise ValueError(f"topic {topic!r} has partitions 0-{count - 1}, not {partition}")
+        ts = timestamp_ms if timestamp_ms is not None else time.time_ns() // 1_000_000
+        budget = self._producer.budget
+        with budget.cond:
+            budget.wait_for_room(self._is_closed)  # backpressure: the buffers are full
+            if self._closed:
+                raise ClientClosed("the Producer is closed")
+            if partition is None:
+                if key is not None:
+                    partition = partition_for(key, count)
+                else:
+                    partition = self._sticky.get(topic)
+                    if partition is None:
+                        partition = self._sticky[topic] = self._rng.randrange(count)
+            where = (topic, partition)
+            batch = self._open.get(where)
+            if batch is None:
+                batch = self._open[where] = PendingBatch(topic, None)
+                batch.opened = time.monotonic()
+                wake = not self._timer
+            else:
+                wake = False
+            index = batch.count
+            size = batch.add(value, key, headers, ts)
+            budget.thread_used += size
+            if batch.size >= self._batch_max_bytes:
+                self._seal(where)
+                wake = True
+            if wake and not self._wake_pending:
+                self._wake_pending = True
+                self._loop.call_soon_threadsafe(self._on_wake)
+        return ThreadRecordFuture(batch, index)
 
     def publish(
         self,
@@ -157,16 +201,10 @@ class Producer:
                 oversized record or ``Unavailable`` after ``delivery_timeout_s``; its
                 ``outcome`` says whether the record was written.
         """
-        return self._bridge.run(
-            self._producer.publish(
-                topic,
-                value,
-                key=key,
-                headers=headers,
-                partition=partition,
-                timestamp_ms=timestamp_ms,
-            )
+        future = self.send(
+            topic, value, key=key, headers=headers, partition=partition, timestamp_ms=timestamp_ms
         )
+        return future.result()
 
     def send_many(
         self,
@@ -202,11 +240,11 @@ class Producer:
             partition=partition,
             timestamps_ms=timestamps_ms,
         )
-        return self._bridge.run(_queued(send_many))
+        return self._bridge.run(self._handed_off(functools.partial(_queued, send_many)))
 
     def partition_count(self, topic: str) -> int:
         """How many partitions ``topic`` has: see :meth:`AsyncProducer.partition_count`."""
-        return self._bridge.run(self._producer.partition_count(topic))
+        return self._partitions.get(topic) or self._partition_count(topic)
 
     def flush(self) -> None:
         """Block until every record sent so far is acknowledged or has failed.
@@ -214,14 +252,82 @@ class Producer:
         Raises:
             ClientClosed: The producer is closed.
         """
-        self._bridge.run(self._producer.flush())
+        self._bridge.run(self._handed_off(self._producer.flush))
 
     def close(self) -> None:
         """Flush, stop the sender tasks, close the channel, and join the loop thread.
 
         Idempotent. Later calls to other methods raise ``ClientClosed``.
         """
-        self._bridge.close(self._producer.aclose())
+        self._bridge.check_caller()  # from a loop thread: RuntimeError, nothing closed
+        with self._producer.budget.cond:
+            self._closed = True
+        self._producer.budget.wake_all()  # senders waiting for room give up
+        self._bridge.close(self._handed_off(self._producer.aclose))
+
+    # -- the accumulator: callers' threads fill batches, the loop takes them ----------
+
+    def _is_closed(self) -> bool:
+        return self._closed
+
+    def _partition_count(self, topic: str) -> int:
+        """Look the topic up on the loop (one RPC, once per topic)."""
+        count = self._bridge.run(self._producer.partition_count(topic))
+        self._partitions[topic] = count
+        return count
+
+    def _seal(self, where: tuple[str, int]) -> None:
+        """Close the open batch of ``where`` for the loop to take. Hold the lock."""
+        self._ready.append((where, self._open.pop(where)))
+        topic, partition = where
+        if self._sticky.get(topic) == partition:  # unkeyed records move on after a batch
+            self._sticky[topic] = (partition + 1) % self._partitions[topic]
+
+    def _take_ready(self, *, everything: bool) -> list[tuple[tuple[str, int], PendingBatch]]:
+        """Seal the batches whose linger is over (all of them with ``everything``), take
+        every sealed batch, and arm the linger timer for the rest. Hold the lock; on the
+        loop thread."""
+        if self._open:
+            deadline = time.monotonic() - self._linger_s
+            for where, batch in list(self._open.items()):  # oldest first
+                if not everything and batch.opened > deadline:
+                    break
+                self._seal(where)
+        if self._open and not self._timer:
+            first = next(iter(self._open.values()))
+            delay = max(0.0, first.opened + self._linger_s - time.monotonic())
+            self._loop.call_later(delay, self._on_linger)
+            self._timer = True
+        ready, self._ready = self._ready, []
+        return ready
+
+    def _hand_off(self, ready: list[tuple[tuple[str, int], PendingBatch]]) -> None:
+        """Queue sealed batches on the async producer, in the order they were sealed."""
+        for (topic, partition), batch in ready:
+            self._producer.enqueue(topic, partition, batch)
+
+    def _on_wake(self) -> None:
+        """On the loop: a batch is full, or a batch opened with no linger timer armed."""
+        with self._producer.budget.cond:
+            self._wake_pending = False
+            ready = self._take_ready(everything=False)
+        self._hand_off(ready)
+
+    def _on_linger(self) -> None:
+        """On the loop: the oldest open batch has lingered long enough."""
+        with self._producer.budget.cond:
+            self._timer = False
+            ready = self._take_ready(everything=False)
+        self._hand_off(ready)
+
+    async def _handed_off(self, then: Callable[[], Awaitable[T]]) -> T:
+        """Queue every open batch on the async producer, then call and await ``then``:
+        what was sent before comes first (``flush``, ``close``, ``send_many``). It takes
+        the call, not its coroutine, so a refused call leaves no coroutine unawaited."""
+        with self._producer.budget.cond:
+            ready = self._take_ready(everything=True)
+        self._hand_off(ready)
+        return await then()
 
     def __enter__(self) -> Self:
         return self
@@ -235,7 +341,7 @@ class Producer:
 async def _queued(
     send: Callable[[], Awaitable[asyncio.Future[T]]],
 ) -> concurrent.futures.Future[T]:
-    """Call ``AsyncProducer.send`` on the loop and hand its future across threads.
+    """Call ``AsyncProducer.send_many`` on the loop and hand its future across threads.
 
     It takes the call, not the coroutine, so a refused ``_queued`` leaves no inner
     coroutine behind unawaited.

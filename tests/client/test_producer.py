@@ -107,7 +107,7 @@ async def test_a_tight_send_loop_cuts_batches_and_waits_for_room(broker: Broker)
     ) as producer:
         futures = [await producer.send("tight", b"y" * 100) for _ in range(3000)]
         done = await asyncio.gather(*futures)
-        assert producer._buffered == 0
+        assert producer.budget.used == 0
     assert [m.offset for m in done] == list(range(3000))
     async with grpc.aio.insecure_channel(address(broker)) as channel:
         got = await broker_pb2_grpc.BrokerStub(channel).Fetch(

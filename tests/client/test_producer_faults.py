@@ -31,6 +31,7 @@ from client import (
     ClientError,
     FailedPrecondition,
     PublishOutcome,
+    RecordFuture,
     RecordMetadata,
 )
 from tests.broker.conftest import broker_config
@@ -140,7 +141,7 @@ async def slow_broker(tmp_path: Path, delay_s: float) -> AsyncIterator[Broker]:
         yield running
 
 
-async def acknowledged(futures: list[asyncio.Future[RecordMetadata]]) -> list[bool]:
+async def acknowledged(futures: list[RecordFuture]) -> list[bool]:
     """For each send, whether the producer reported it acknowledged (else it failed)."""
     results = await asyncio.gather(*futures, return_exceptions=True)
     for r in results:

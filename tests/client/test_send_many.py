@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from typing import Any
 
 import pytest
 
@@ -180,16 +181,22 @@ async def test_a_call_bigger_than_the_buffer_waits_for_room(broker: Broker) -> N
         address(broker), batch_max_bytes=10_000, buffer_max_bytes=20_000
     ) as producer:
         peak = 0
-        real = producer.buffered
+        real_wait, real_released = producer._wait_for_room, producer.released
 
-        def spy(change: int) -> None:
+        async def wait_for_room() -> None:  # after each batch but the last was queued
             nonlocal peak
-            real(change)
-            peak = max(peak, producer._buffered)
+            peak = max(peak, producer.budget.used)
+            await real_wait()
 
-        producer.buffered = spy  # type: ignore[method-assign]
+        def released(batch: Any) -> None:  # before any bytes leave
+            nonlocal peak
+            peak = max(peak, producer.budget.used)
+            real_released(batch)
+
+        producer._wait_for_room = wait_for_room  # type: ignore[method-assign]
+        producer.released = released  # type: ignore[method-assign]
         sent = await (await producer.send_many("room", [b"z" * 100] * 2000))
-        assert producer._buffered == 0
+        assert producer.budget.used == 0
     assert [m.offset for m in sent] == list(range(2000))
     assert peak < 20_000 + 10_000 + 116  # the limit, plus the batch that crossed it
 
