@@ -139,28 +139,45 @@ class PendingBatch:
         return len(self.values)
 
     def add(self, value: bytes, key: bytes | None, headers: Headers | None, ts: int) -> int:
-        """Append one record; returns its size in bytes as the buffers count it."""
-        self.values.append(value)
-        self.keys.append(key)
-        self.timestamps.append(ts)
+        """Append one record; returns its size in bytes as the buffers count it.
+
+        The key and header columns start with the first record that has one (the ones
+        before get ``None`` and no headers), so a batch without keys encodes as one.
+        """
+        values = self.values
+        if key is not None:
+            if len(self.keys) < len(values):
+                self.keys += [None] * (len(values) - len(self.keys))
+            self.keys.append(key)
+        elif self.keys:
+            self.keys.append(None)
         if headers:
-            self.has_headers = True
+            if not self.has_headers:
+                self.has_headers = True
+                self.headers = [{} for _ in values]
             self.headers.append(headers)
-        else:
+        elif self.has_headers:
             self.headers.append({})
-        size = len(value) + (len(key) if key else 0) + RECORD_OVERHEAD
+        values.append(value)
+        self.timestamps.append(ts)
+        size = len(value) + (len(key) if key is not None else 0) + RECORD_OVERHEAD
         self.size += size
         return size
 
     def encode(self, producer_id: int, base_sequence: int) -> bytes:
-        return encode_columns(
-            self.values,
-            keys=self.keys,
-            timestamps_ms=self.timestamps,
-            headers=self.headers if self.has_headers else None,
-            producer_id=producer_id,
-            base_sequence=base_sequence,
-        )
+        """The records as one wire batch. Once only: the columns are let go (so a future
+        kept for a record keeps no batch of values alive), and :attr:`count` is then 0."""
+        try:
+            return encode_columns(
+                self.values,
+                keys=self.keys or None,  # once a key came, one entry per record
+                timestamps_ms=self.timestamps,
+                headers=self.headers if self.has_headers else None,
+                producer_id=producer_id,
+                base_sequence=base_sequence,
+            )
+        finally:
+            self.values, self.keys, self.headers, self.timestamps = [], [], [], []
 
     def resolve(self, topic: str, response: Any) -> None:
         """The broker acknowledged the batch (a ``PublishResponse``)."""

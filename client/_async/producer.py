@@ -138,8 +138,9 @@ class _Accumulator:
         self.partition = partition
         self._producer = producer
         self._budget = producer.budget
+        self._batch_max_bytes = producer.batch_max_bytes
         self._loop = asyncio.get_running_loop()
-        self._pending = PendingBatch(topic, self._loop)
+        self.pending = PendingBatch(topic, self._loop)  # filling; the loop's only
         self._sealed: deque[PendingBatch | _Bulk] = deque()  # full batches, oldest first
         self._arrived = asyncio.Event()
         self._full = asyncio.Event()
@@ -157,25 +158,29 @@ class _Accumulator:
         headers: Headers | None,
         timestamp_ms: int,
     ) -> RecordFuture:
-        p = self._pending
-        index = p.count
+        p = self.pending
+        index = len(p.values)
         self._budget.loop_used += p.add(value, key, headers, timestamp_ms)
         if index == 0:  # the first record since the sender last found nothing to do
             self._idle.clear()
             self._arrived.set()
-        if p.size >= self._producer.batch_max_bytes:
+        if p.size >= self._batch_max_bytes:
             self._sealed.append(p)  # a batch never grows past batch_max_bytes (one record)
-            self._pending = PendingBatch(self.topic, self._loop)
+            self.pending = PendingBatch(self.topic, self._loop)
             self._full.set()
+            # Unkeyed records move on now, not when the sender takes the batch: a loop
+            # that never yields then fills every partition, and flush publishes them
+            # side by side instead of one partition's batches one after another.
+            self._producer.batch_taken(self.topic, self.partition)
         return RecordFuture(p, index)
 
     def add_sealed(self, batch: PendingBatch | _Bulk) -> None:
         """Queue a whole batch (a slice of a ``send_many`` call, or records the blocking
         producer collected) after the records added before it. Its bytes are counted in
         the buffers already."""
-        if self._pending.values:
-            self._sealed.append(self._pending)
-            self._pending = PendingBatch(self.topic, self._loop)
+        if self.pending.values:
+            self._sealed.append(self.pending)
+            self.pending = PendingBatch(self.topic, self._loop)
         self._sealed.append(batch)
         self._idle.clear()
         self._arrived.set()
@@ -195,7 +200,7 @@ class _Accumulator:
     async def _run(self) -> None:
         while True:
             await self._arrived.wait()
-            if not self._sealed and not self._pending.values:
+            if not self._sealed and not self.pending.values:
                 self._arrived.clear()
                 self._full.clear()
                 self._idle.set()
@@ -207,7 +212,7 @@ class _Accumulator:
             if self._sealed:
                 batch = self._sealed.popleft()
             else:
-                batch, self._pending = self._pending, PendingBatch(self.topic, self._loop)
+                batch, self.pending = self.pending, PendingBatch(self.topic, self._loop)
             self._producer.batch_taken(self.topic, self.partition)
             try:
                 await self._publish(batch)
@@ -218,6 +223,7 @@ class _Accumulator:
         if self._failed is not None:
             p.fail(self._failed)
             return
+        count = p.count  # before encode, which lets a PendingBatch's columns go
         try:
             data = p.encode(self._producer_id, self._sequence if self._producer_id >= 0 else -1)
         except Exception as exc:  # the wire codec's own errors: a field out of range
@@ -230,7 +236,7 @@ class _Accumulator:
             self._after_failure(exc)
             p.fail(exc)
             return
-        self._sequence += p.count
+        self._sequence += count
         p.resolve(self.topic, response)
 
     def _after_failure(self, exc: ClientError) -> None:
@@ -382,7 +388,14 @@ class AsyncProducer:
             raise ValueError(f"topic {topic!r} has partitions 0-{count - 1}, not {partition}")
         acc = self._accumulators.get((topic, partition)) or self._accumulator(topic, partition)
         ts = timestamp_ms if timestamp_ms is not None else time.time_ns() // 1_000_000
-        return acc.add(value, key, headers, ts)
+        pending = acc.pending
+        future = acc.add(value, key, headers, ts)
+        if acc.pending is not pending:
+            # The record filled a batch: let its sender encode and publish it now, so a
+            # loop of sends that never waits keeps the broker busy instead of leaving
+            # every batch to flush.
+            await asyncio.sleep(0)
+        return future
 
     async def publish(
         self,

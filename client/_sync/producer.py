@@ -173,7 +173,7 @@ class Producer:
                 wake = not self._timer
             else:
                 wake = False
-            index = batch.count
+            index = len(batch.values)
             size = batch.add(value, key, headers, ts)
             budget.thread_used += size
             if batch.size >= self._batch_max_bytes:
