@@ -40,16 +40,18 @@ class BufferBudget:
     """Bytes queued and not yet acknowledged, against ``limit``.
 
     Two counters, so the loop's own per-record count takes no lock: :attr:`loop_used` is
-    written only on the loop thread, :attr:`thread_used` only under :attr:`cond` (the
+    written only on the loop thread, :attr:`thread_used` only under :attr:`lock` (the
     blocking producer holds it while it queues a record, so a record and its bytes are
     counted in one step). Either is read without a lock: an ``int`` is read whole.
+    :attr:`cond` is a condition on :attr:`lock`, for threads waiting for room.
     """
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.loop_used = 0
         self.thread_used = 0
-        self.cond = threading.Condition(threading.Lock())
+        self.lock = threading.Lock()
+        self.cond = threading.Condition(self.lock)
         self._waiting = 0  # threads in wait_for_room, guarded by cond
 
     @property
@@ -61,7 +63,7 @@ class BufferBudget:
         return self.loop_used + self.thread_used >= self.limit
 
     def wait_for_room(self, give_up: Callable[[], bool]) -> None:
-        """Block until there is room or ``give_up()``. Hold :attr:`cond`."""
+        """Block until there is room or ``give_up()``. Hold :attr:`lock`."""
         while self.loop_used + self.thread_used >= self.limit and not give_up():
             self._waiting += 1
             try:
@@ -73,18 +75,19 @@ class BufferBudget:
         """``size`` bytes were acknowledged or failed; wake threads waiting for room. On
         the loop thread. ``by_thread``: a caller thread counted them (:attr:`thread_used`)."""
         if by_thread:
-            with self.cond:
+            with self.lock:
                 self.thread_used -= size
-                self.cond.notify_all()
+                if self._waiting:
+                    self.cond.notify_all()
         else:
             self.loop_used -= size
             if self._waiting:
-                with self.cond:
+                with self.lock:
                     self.cond.notify_all()
 
     def wake_all(self) -> None:
         """Wake every thread waiting for room, to look at ``give_up()`` again."""
-        with self.cond:
+        with self.lock:
             self.cond.notify_all()
 
 
@@ -356,9 +359,12 @@ class ThreadRecordFuture(concurrent.futures.Future[RecordMetadata]):
     ``result()`` and ``exception()`` read the batch.
     """
 
+    __slots__ = ("_batch", "_index", "_made")  # the base's attributes go in __dict__
+
     def __init__(self, batch: PendingBatch, index: int) -> None:  # no super(): made lazily
         self._batch = batch
         self._index = index
+        self._made = False
 
     def __getattr__(self, name: str) -> Any:
         if name not in _FUTURE_STATE:
@@ -369,35 +375,45 @@ class ThreadRecordFuture(concurrent.futures.Future[RecordMetadata]):
     def _materialize(self) -> None:
         batch = self._batch
         with batch._lock:  # two threads may ask at once
-            if "_condition" in self.__dict__:
+            if self._made:
                 return
             concurrent.futures.Future.__init__(self)
             self.set_running_or_notify_cancel()
+            self._made = True
         if not batch.watch(self):
             self.settle()
 
     def settle(self) -> None:
         """Copy the batch's outcome to the real future (the batch calls it)."""
         batch = self._batch
-        with self._condition:
-            if self._state == concurrent.futures._base.FINISHED:
-                return
+        if super().done():
+            return
         if batch.error is not None:
             self.set_exception(batch.error)
         else:
             self.set_result(batch.metadata(self._index))
 
     def done(self) -> bool:
-        if "_condition" not in self.__dict__:
+        if not self._made:
             return self._batch.done
         return super().done()
 
+    def running(self) -> bool:
+        if not self._made:
+            return not self._batch.done
+        return super().running()
+
+    def cancelled(self) -> bool:
+        if not self._made:
+            return False  # running from the start, so it cannot be cancelled
+        return super().cancelled()
+
     def result(self, timeout: float | None = None) -> RecordMetadata:
-        if "_condition" not in self.__dict__ and self._batch.done:
+        if not self._made and self._batch.done:
             return self._batch.outcome(self._index)
         return super().result(timeout)
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        if "_condition" not in self.__dict__ and self._batch.done:
+        if not self._made and self._batch.done:
             return self._batch.error
         return super().exception(timeout)

@@ -109,7 +109,7 @@ class Producer:
         self._linger_s = linger_ms / 1000
         self._batch_max_bytes = batch_max_bytes
         self._rng = random.Random()
-        # Guarded by the async producer's budget lock (self._producer.budget.cond):
+        # Guarded by the async producer's budget lock (self._producer.budget.lock):
         self._partitions: dict[str, int] = {}  # written once per topic; read without it
         self._sticky: dict[str, int] = {}
         self._open: dict[tuple[str, int], PendingBatch] = {}  # filling, oldest first
@@ -154,8 +154,9 @@ class Producer:
             raise ValueError(f"topic {topic!r} has partitions 0-{count - 1}, not {partition}")
         ts = timestamp_ms if timestamp_ms is not None else time.time_ns() // 1_000_000
         budget = self._producer.budget
-        with budget.cond:
-            budget.wait_for_room(self._is_closed)  # backpressure: the buffers are full
+        with budget.lock:
+            if budget.loop_used + budget.thread_used >= budget.limit:
+                budget.wait_for_room(self._is_closed)  # backpressure: the buffers are full
             if self._closed:
                 raise ClientClosed("the Producer is closed")
             if partition is None:
@@ -260,7 +261,7 @@ class Producer:
         Idempotent. Later calls to other methods raise ``ClientClosed``.
         """
         self._bridge.check_caller()  # from a loop thread: RuntimeError, nothing closed
-        with self._producer.budget.cond:
+        with self._producer.budget.lock:
             self._closed = True
         self._producer.budget.wake_all()  # senders waiting for room give up
         self._bridge.close(self._handed_off(self._producer.aclose))
@@ -308,14 +309,14 @@ class Producer:
 
     def _on_wake(self) -> None:
         """On the loop: a batch is full, or a batch opened with no linger timer armed."""
-        with self._producer.budget.cond:
+        with self._producer.budget.lock:
             self._wake_pending = False
             ready = self._take_ready(everything=False)
         self._hand_off(ready)
 
     def _on_linger(self) -> None:
         """On the loop: the oldest open batch has lingered long enough."""
-        with self._producer.budget.cond:
+        with self._producer.budget.lock:
             self._timer = False
             ready = self._take_ready(everything=False)
         self._hand_off(ready)
@@ -324,7 +325,7 @@ class Producer:
         """Queue every open batch on the async producer, then call and await ``then``:
         what was sent before comes first (``flush``, ``close``, ``send_many``). It takes
         the call, not its coroutine, so a refused call leaves no coroutine unawaited."""
-        with self._producer.budget.cond:
+        with self._producer.budget.lock:
             ready = self._take_ready(everything=True)
         self._hand_off(ready)
         return await then()
