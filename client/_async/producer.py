@@ -6,11 +6,16 @@ so the broker only checks and appends whole batches.
 
 How a record travels: ``send`` picks the partition (``crc32c(key) % partitions`` for a
 key; for no key, a sticky partition that moves on after each batch), adds the record to
-that partition's accumulator and returns a future. The accumulator's sender task waits up
-to ``linger_ms`` for more records (or until ``batch_max_bytes``), encodes one batch with the
-producer id and the next sequence number, publishes it, and resolves every record's future
-with its offset. Each partition has one batch in flight, so records keep their order, and
-records that arrive meanwhile form the next, larger batch.
+that partition's accumulator and returns a :class:`~client._batching.RecordFuture` (the
+batch and the record's index: no asyncio future or metadata per record until someone
+asks). A record that fills a batch (``batch_max_bytes``) makes ``send`` yield once, so
+the sender publishes it while a send loop that never waits goes on. The accumulator's
+sender task waits up to ``linger_ms`` for more records (or until ``batch_max_bytes``),
+encodes one batch with the producer id and the next sequence number, publishes it, and
+settles the batch, which settles every record's future. Each partition has one batch in
+flight, so records keep their order, and records that arrive meanwhile form the next,
+larger batch. The blocking :class:`~client.Producer` collects batches on its callers'
+threads and queues them here whole (:meth:`AsyncProducer.enqueue`).
 
 Retries: UNAVAILABLE and DEADLINE_EXCEEDED are retried with exponential backoff and full
 jitter until ``delivery_timeout_s``; the same bytes are resent, so the broker's dedup turns

@@ -1,17 +1,31 @@
 """Producer: the blocking twin of :class:`~client._async.producer.AsyncProducer`.
 
 Role: the same batching, pipelining, retries and idempotence, for code without an event
-loop. Every call runs the :class:`AsyncProducer` method on the producer's own loop thread
-(:mod:`client._sync._bridge`), so the two classes cannot differ in behaviour.
+loop. The :class:`AsyncProducer` on the producer's own loop thread
+(:mod:`client._sync._bridge`) publishes every batch, so the two classes cannot differ in
+how batches are published, retried and made idempotent.
+
+``send`` does not cross to the loop thread per record. It appends the record, under one
+lock, to a per-partition :class:`~client._batching.PendingBatch` on the caller's thread,
+and returns its :class:`~client._batching.ThreadRecordFuture` at once. The loop is woken
+once per batch, not per record: when a batch reaches ``batch_max_bytes``, when a batch
+opens with no linger timer armed (the timer then takes every batch whose ``linger_ms``
+is over), and by ``flush``, ``close`` and ``send_many``, which first hand over every open
+batch, so what a thread sent before comes first. Batches are handed over in the order
+they were closed, so records keep their order per partition. The buffered bytes count
+against the same ``buffer_max_bytes`` as the async producer's
+(:class:`~client._batching.BufferBudget`).
 
 Blocking equivalents:
 
-* ``send`` blocks until the record is queued, not until it is acknowledged. It returns a
+* ``send`` blocks only while ``buffer_max_bytes`` are waiting for acknowledgements, not
+  until the record is acknowledged. It returns a
   ``concurrent.futures.Future[RecordMetadata]``. The first send to a topic also looks up
   its partition count, which is one RPC.
-* ``send_many`` likewise blocks until the records are queued and returns a
+* ``send_many`` blocks until the records are queued on the loop and returns a
   ``concurrent.futures.Future[SentRecords]``.
-* ``publish`` blocks until the record is acknowledged or has failed.
+* ``publish`` is ``send`` and then the future's ``result()``: it blocks until the record
+  is acknowledged or has failed.
 * ``flush`` blocks until every record sent so far is acknowledged or has failed.
 * ``close`` replaces ``aclose``, and the class is a context manager in place of an async one.
 """
@@ -43,9 +57,10 @@ class Producer:
     """Publishes records, blocking. It batches, pipelines per partition, retries, and is
     idempotent.
 
-    Thread-safe: any number of threads may share one producer. Their calls meet on its
-    loop, where :class:`AsyncProducer` is task-safe. Records sent from one thread keep
-    their order within a partition. Calling it from a thread that runs an event loop raises
+    Thread-safe: any number of threads may share one producer. Their records meet in
+    per-partition batches under one lock, and the batches go to its loop, where
+    :class:`AsyncProducer` is task-safe. Records sent from one thread keep their order
+    within a partition. Calling it from a thread that runs an event loop raises
     ``RuntimeError``: use :class:`AsyncProducer` there.
 
     Args:
