@@ -31,6 +31,7 @@ from typing import Any
 
 from client._types import RecordMetadata
 from client.errors import ClientError
+from proto import broker_pb2 as _pb
 from proto.batch import Headers, encode_columns
 
 RECORD_OVERHEAD = 16  # bytes a record counts for beyond its key and value
@@ -182,8 +183,8 @@ class PendingBatch:
         finally:
             self.values, self.keys, self.headers, self.timestamps = [], [], [], []
 
-    def resolve(self, topic: str, response: Any) -> None:
-        """The broker acknowledged the batch (a ``PublishResponse``)."""
+    def resolve(self, topic: str, response: _pb.PublishResponse) -> None:
+        """The broker acknowledged the batch (``topic`` is this batch's own)."""
         self._settle(response.partition, response.base_offset, response.duplicate, None)
 
     def fail(self, exc: ClientError) -> None:

@@ -34,6 +34,7 @@ from client import (
     partition_for,
 )
 from client._batching import PendingBatch, ThreadRecordFuture
+from proto import broker_pb2 as pb
 from proto.batch import decode_batch
 from tests.client.conftest import address, read_batches, read_partition
 from tests.client.test_producer_faults import CuttingProxy, FaultyFront, slow_broker
@@ -42,13 +43,9 @@ from tests.client.test_sync import broker_address, fetch_values
 __all__ = ["broker_address"]  # the blocking tests' broker fixture, used here too
 
 
-class _Answer:
-    """A PublishResponse stand-in for settling a batch by hand."""
-
-    def __init__(self, partition: int, base_offset: int, duplicate: bool = False) -> None:
-        self.partition = partition
-        self.base_offset = base_offset
-        self.duplicate = duplicate
+def _answer(partition: int, base_offset: int, duplicate: bool = False) -> pb.PublishResponse:
+    """The broker's answer to a batch, for settling one by hand."""
+    return pb.PublishResponse(partition=partition, base_offset=base_offset, duplicate=duplicate)
 
 
 # -- the futures, on batches settled by hand ------------------------------------------------
@@ -78,7 +75,7 @@ async def test_record_futures_are_asyncio_futures_to_asyncio() -> None:
     assert d.cancel()
     gathered = asyncio.gather(a, b)
     waited = asyncio.ensure_future(asyncio.wait_for(c, 5))
-    loop.call_later(0.01, batch.resolve, "t", _Answer(2, 40))
+    loop.call_later(0.01, batch.resolve, "t", _answer(2, 40))
     assert await gathered == [RecordMetadata("t", 2, 40), RecordMetadata("t", 2, 41)]
     assert await waited == RecordMetadata("t", 2, 42)
     done, _ = await asyncio.wait([a, c])
@@ -136,7 +133,7 @@ def test_thread_record_futures_are_concurrent_futures_made_on_demand() -> None:
     futures[2].add_done_callback(called.append)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         waiter = pool.submit(futures[0].result, 10)
-        threading.Timer(0.02, batch.resolve, ("t", _Answer(1, 7, True))).start()
+        threading.Timer(0.02, batch.resolve, ("t", _answer(1, 7, True))).start()
         done, not_done = concurrent.futures.wait(futures[:2], timeout=10)
         assert done == set(futures[:2])
         assert not not_done
