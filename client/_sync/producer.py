@@ -164,6 +164,8 @@ class Producer:
         """
         if _get_running_loop() is not None:
             self._bridge.check_caller()  # raises: this thread runs an event loop
+        if self._closed:  # checked again under the lock, where it counts
+            raise ClientClosed("the Producer is closed")
         count = self._partitions.get(topic) or self._partition_count(topic)
         if partition is not None and not 0 <= partition < count:
             raise ValueError(f"topic {topic!r} has partitions 0-{count - 1}, not {partition}")
