@@ -12,8 +12,8 @@ Protocol of one group commit::
                    call_soon_threadsafe(completion)   # one loop wake-up per group
                    take the next group at once        # queued during this one's fdatasync
     on the loop:   keep the batches in the tail cache # readers near the head share them
-                   resolve futures, advance high-water mark, call listeners
-                                                      # one callback: persisted first
+                   advance high-water mark, call listeners  # persist first, then notify
+                   settle appends, resolve futures    # then acknowledge
 
 The thread takes the next group as soon as the last one is synced, while the loop is still
 acknowledging that one: the loop's work (answering and re-queuing appenders) and the disk's
@@ -255,10 +255,10 @@ class LogWriter:
         """Append one batch; return its offsets once it is acknowledged.
 
         ``on_done`` is called once, on the loop, with the offsets or the exception, in the
-        same callback that acknowledges the batch: even if the caller was cancelled while
-        it waited (the batch is written all the same once queued), and before any task
-        woken by the acknowledgement runs. For bookkeeping that must follow every append
-        that happened, without a task of its own.
+        same callback that acknowledges the batch (after the high-water mark moved): even
+        if the caller was cancelled while it waited (the batch is written all the same once
+        queued), and before any task woken by the acknowledgement runs. For bookkeeping
+        that must follow every append that happened, without a task of its own.
 
         Raises:
             InvalidBatchError: the batch is malformed or over a limit; nothing was appended.
@@ -488,15 +488,16 @@ class LogWriter:
         self._written = written.head
         done, rest = group[: len(results)], group[len(results) :]
         self._tail.add([a.batch for a in done], [r.first_offset for r in results])
-        # Acknowledge, then notify: both happen before any callback runs, so what the loop
-        # can observe is the same; resolving first puts the appenders' wake-ups (the
-        # publishers' answers) ahead of the listeners' work (the dispatchers' passes).
+        # Notify, then acknowledge. The listeners' work (a dispatcher's pass, which writes
+        # to its consumers' streams) then runs before the publishers' answers are sent:
+        # measured the other way round, publishes were answered 0.3 ms sooner but records
+        # reached their consumers 0.2-0.3 ms later, end to end a loss.
+        if self._policy is not FsyncPolicy.INTERVAL:
+            self._advance(written.head)
         for a, result in zip(done, results, strict=True):
             _settle(a, result)
         for a in rest:
             _settle(a, written.full or WalFailedError(self._log.path, "commit ended early"))
-        if self._policy is not FsyncPolicy.INTERVAL:
-            self._advance(written.head)
         self.on_commit(written.write_s, written.sync_s, len(done))
 
     def _control_done(self, cmd: Flush | Roll, outcome: int | BaseException) -> None:

@@ -168,10 +168,10 @@ async def test_a_snapshot_ahead_of_a_truncated_log_is_discarded_for_good(tmp_pat
 @pytest.mark.asyncio
 async def test_a_snapshot_waits_for_durable_batches_not_yet_in_the_table(tmp_path: Path) -> None:
     """Scenario: five batches are appended concurrently in one group commit; a snapshot is
-    started the moment the high-water mark passes them (from a mark listener, before any
-    append's caller has resumed).
-    Expected: the writer settled each batch into the table before it moved the mark, so
-    none is still in flight; the snapshot's offset is 5 and it lists all five batches."""
+    started the moment the high-water mark passes them (from a mark listener: they are
+    durable, but no append has resumed to commit its batch to the table yet).
+    Expected: the snapshot waits for those commits: its offset is 5 and it lists all five
+    batches."""
     p = await open_partition(tmp_path)
     started: list[asyncio.Task[int]] = []
     uncommitted: list[int] = []
@@ -185,7 +185,7 @@ async def test_a_snapshot_waits_for_durable_batches_not_yet_in_the_table(tmp_pat
     await asyncio.gather(*(p.append(batch(seq)) for seq in range(5)))
     assert await started[0] == 5
     await crash(p)
-    assert uncommitted == [0]
+    assert uncommitted == [5]
     rows = snapshot_doc(tmp_path)["producers"][str(PID)]["appended"]
     assert [r[0] for r in rows] == [0, 1, 2, 3, 4]
 
