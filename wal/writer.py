@@ -176,6 +176,7 @@ class LogWriter:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._closed: asyncio.Future[None] | None = None
+        self._broken = False  # the writer thread died of a bug
         self._ticker: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self._tail = TailCache(log.config.tail_cache_bytes)
@@ -323,8 +324,10 @@ class LogWriter:
             self._jobs.put(Close(asyncio.get_running_loop().create_future()))
         thread, self._thread = self._thread, None
         assert self._closed is not None
-        await asyncio.shield(self._closed)
-        await asyncio.to_thread(thread.join)
+        # The thread answers the Close; if a bug killed it first, its end is the answer.
+        joined = asyncio.ensure_future(asyncio.to_thread(thread.join))
+        await asyncio.wait([self._closed, joined], return_when=asyncio.FIRST_COMPLETED)
+        await joined
         if self._ticker is not None:
             self._stop.set()  # never cancel it mid-sync: the thread would outlive the files
             await self._ticker
@@ -344,6 +347,8 @@ class LogWriter:
             raise WalClosedError(self._log.path)
         if self._log.failure is not None:
             raise WalFailedError(self._log.path, self._log.failure)
+        if self._broken:
+            raise WalFailedError(self._log.path, "the writer thread failed (see the log)")
 
     def _new_future(self) -> asyncio.Future[Any]:
         self._check_open()
@@ -377,10 +382,12 @@ class LogWriter:
         """The writer thread: run queued commands in order, appends in groups."""
         jobs = self._jobs
         carried: Command | None = None
+        taken: list[Command] = []  # taken from the queue and not yet answered
         try:
             while True:
                 cmd = carried if carried is not None else jobs.get()
                 carried = None
+                taken = [cmd]
                 if not isinstance(cmd, Append):
                     if self._control_on_thread(cmd):
                         return
@@ -397,9 +404,17 @@ class LogWriter:
                         break
                     group.append(nxt)
                     size += nxt.batch.size
+                taken = [*group, *([carried] if carried is not None else [])]
                 self._commit_on_thread(group)
         except _LoopGoneError:
             return
+        except Exception:  # a bug, not an I/O error (those are answered as they happen)
+            logger.exception("log %s: the writer thread failed", self._log.path)
+            self._broken = True  # refuse what comes next rather than queue it for no one
+            error = WalFailedError(self._log.path, "the writer thread failed (see the log)")
+            with contextlib.suppress(_LoopGoneError):
+                self._post(self._fail_commands, taken, error)
+                self._fail_queued(error)
 
     def _post(self, callback: Callable[..., object], *args: object) -> None:
         """Run ``callback(*args)`` on the loop, soon."""
@@ -541,6 +556,8 @@ class LogWriter:
                 _settle(cmd, exc)
             elif cmd.future is not None:
                 _fail(cmd.future, exc)
+            if isinstance(cmd, Close) and self._closed is not None:
+                _resolve(self._closed, None)  # the thread is gone: aclose goes on
         for room in self._room:  # nothing will make room again
             _resolve(room, None)
         self._room.clear()

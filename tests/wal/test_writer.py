@@ -27,6 +27,7 @@ from wal import (
     LogWriter,
     OffsetOutOfRangeError,
     WalClosedError,
+    WalFailedError,
     encode_columns,
     iter_batches,
 )
@@ -511,3 +512,24 @@ async def test_the_writer_thread_serves_appends_and_ends_with_aclose(wal_dir: st
     assert [r.first_offset for r in results] == list(range(200))
     await writer.aclose()
     assert not any(t.name == f"wal-writer:{wal_dir}" for t in threading.enumerate())
+
+
+@pytest.mark.asyncio
+async def test_a_writer_thread_killed_by_a_bug_fails_appends_instead_of_hanging(
+    wal_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Scenario: a bug (not an I/O error) raises out of the writer thread's group commit.
+    Expected: the append in that group fails with WalFailedError naming the writer thread,
+    later appends are refused the same way at once, and ``aclose`` still returns."""
+    writer = await LogWriter.open(wal_dir, LogConfig())
+    await writer.append(batch_bytes([0]))
+
+    def bug(_group: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(writer, "_commit_on_thread", bug)
+    with pytest.raises(WalFailedError, match="writer thread failed"):
+        await asyncio.wait_for(writer.append(batch_bytes([1])), 10)
+    with pytest.raises(WalFailedError, match="writer thread failed"):
+        await writer.append(batch_bytes([2]))
+    await asyncio.wait_for(writer.aclose(), 10)
