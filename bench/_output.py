@@ -90,6 +90,53 @@ class Goal:
         return {"goal": f"{self.op} {self.target:.12g}", "met": self.met(value)}
 
 
+@dataclass(frozen=True, slots=True)
+class PeerGoal:
+    """A target set by a peer measured in the same run: Headrace's value of a metric must be
+    at most the peer's value of the same metric (and at most ``cap`` when set).
+
+    The peer's result is the one of system ``peer`` whose params hold every pair of
+    ``match`` (e.g. ``fsync=always``). Without it the goal is ``value <= cap``, or, with
+    no cap, ``value <= fallback``; with neither, the metric is not judged. The judged row
+    says what it was held against in its ``vs`` param.
+    """
+
+    peer: str
+    match: tuple[tuple[str, ParamValue], ...] = ()
+    cap: float | None = None
+    fallback: float | None = None
+
+    def judge(self, result: Result, results: Iterable[Result]) -> Result | None:
+        """``result`` judged (params gain ``goal``, ``met`` and ``vs``), or ``None`` when
+        there is nothing to hold it against."""
+        peer = next(
+            (
+                r
+                for r in results
+                if r.system == self.peer
+                and r.metric == result.metric
+                and not r.is_goal
+                and all(r.params.get(k) == v for k, v in self.match)
+            ),
+            None,
+        )
+        where = " ".join([self.peer, *(f"{k}={_format_param(v)}" for k, v in self.match)])
+        if peer is not None:
+            target = peer.value if self.cap is None else min(self.cap, peer.value)
+            vs = f"{where} {format_value(peer.value)} {peer.unit} in this run"
+            if self.cap is not None:
+                vs = f"{vs}, and {format_value(self.cap)} {result.unit}"
+        else:
+            alone = self.cap if self.cap is not None else self.fallback
+            if alone is None:
+                return None
+            target = alone
+            vs = f"{where} not measured: {format_value(target)} {result.unit} alone"
+        goal = Goal("<=", target)
+        params = {**result.params, **goal.params(result.value), "vs": vs}
+        return Result(result.bench, result.system, result.metric, result.value, result.unit, params)
+
+
 # ---------------------------------------------------------------------------------------
 # Human output
 

@@ -33,9 +33,11 @@ Owns the measurements of the dispatcher (issue 4) and their goals:
    ``appendfsync always``, one consumer group per subscription, the consumers in one
    Python process) fans out the same records at both rates, when ``redis-server`` and
    redis-py are here (found or installed as ``bench pubsub`` does; skipped with the reason
-   on stderr otherwise). Only Headrace at the full rate is judged against the goal: the
-   floor shows how much of the latency is the transport's, and Redis what a C broker with
-   the same Python consumers reaches on the same machine. (At 1,000 msg/s and above the
+   on stderr otherwise). Headrace at the full rate is judged against the p99 goal, and at
+   ``floor_rate`` against Redis in the same run (issue 17's fan-out goal: p50 and p99 at
+   most Redis's; not judged without Redis): the floor shows how much of the latency is
+   the transport's, and Redis what a C broker with the same Python consumers reaches on
+   the same machine. (At 1,000 msg/s and above the
    bare fan-out, which forwards every loop turn's publishes to every stream, does not keep
    up here.)
 4. ``shared_msgs_s``: 1,000,000 records (100,000 with ``--quick``) preloaded on a
@@ -74,7 +76,7 @@ from bench import _fanout_floor, _fanout_redis
 from bench._dispatch_procs import GRACE_S, Broker, Child
 from bench._headrace_pubsub import MAX_UNACKED
 from bench._measure import new_runner, per_second, percentile
-from bench._output import Goal, Params, Result
+from bench._output import Goal, Params, PeerGoal, Result
 from bench._peers import REDIS
 from bench._pubsub_system import (
     E2E_PAYLOAD_BYTES,
@@ -100,6 +102,10 @@ GOALS: dict[str, Goal] = {
     "e2e_latency_p99_ms": Goal("<=", 5.0),
     "shared_msgs_s": Goal(">=", 500_000),
 }
+#: Issue 17's fan-out goals: at ``floor_rate`` (100 subscriptions at 200 msg/s), Headrace's
+#: e2e p50 and p99 at most those of the Redis Streams fan-out at the same rate in the same
+#: run. Not judged when Redis was not measured.
+FAN_OUT_METRICS = ("e2e_latency_p50_ms", "e2e_latency_p99_ms")
 #: Metrics of the latency distributions in the sample log (``--plot``).
 MISSED_SERIES = "missed_notification_delivery_quantile_ms"
 E2E_SERIES = "e2e_latency_quantile_ms"
@@ -240,6 +246,13 @@ def run(
                 result.unit,
                 {**result.params, **goal.params(result.value)},
             )
+    versus_redis = PeerGoal(_fanout_redis.SYSTEM, (("rate_msg_s", sizes.floor_rate),))
+    for result in measured:
+        fan_out = result.system == "headrace" and result.metric in FAN_OUT_METRICS
+        if fan_out and result.params.get("rate_msg_s") == sizes.floor_rate:
+            judged_vs_redis = versus_redis.judge(result, measured)
+            if judged_vs_redis is not None:
+                yield judged_vs_redis
 
 
 async def _missed_notifications(directory: Path, sizes: Sizes) -> tuple[list[float], int]:

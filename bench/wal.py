@@ -480,8 +480,10 @@ def _records_s_goal(results: Sequence[Result]) -> Iterator[Result]:
 
 
 def _group_commit(results: Sequence[Result], record_bytes: int) -> Iterator[Result]:
-    """Group commit against one fdatasync per record at the same concurrency (the goal),
-    plus two context ratios: against one appender, and against the disk's raw flush rate."""
+    """Group commit against one fdatasync per record, both judged against the same goal
+    (issue 17: at least 10x): at the same concurrency with grouping off, and against one
+    appender (one fdatasync per record, the latency-bound rate); plus a context ratio
+    against the disk's raw flush rate."""
     cell: dict[str, ParamValue] = {"record_bytes": record_bytes, "batch": 1, "fsync": "always"}
     grouped = _best(results, "append_records_s", group_commit=True, **cell)
     if grouped is None or grouped.params["appenders"] == 1:
@@ -495,9 +497,13 @@ def _group_commit(results: Sequence[Result], record_bytes: int) -> Iterator[Resu
         )
     one = _best(results, "append_records_s", group_commit=True, appenders=1, **cell)
     if one is not None:
-        inputs = {**grouped.params, "vs": "1 appender"}
-        yield _result(
-            "headrace", "group_commit_vs_one_appender", grouped.value / one.value, "x", inputs
+        inputs = {**grouped.params, "vs": "1 appender, one fdatasync per record"}
+        yield _goal(
+            "group_commit_vs_one_appender",
+            grouped.value / one.value,
+            "x",
+            GROUP_COMMIT_GOAL,
+            inputs,
         )
     disk = _best(results, "disk_fdatasync_s")
     if disk is not None:

@@ -5,14 +5,17 @@ a batch, asks the table, and appends, answers from the table, waits for an in-fl
 or rejects. A retry appended before the table's window is answered as a duplicate at
 offsets -1 (:data:`UNKNOWN_OFFSETS`): it is in the log, but where is no longer known.
 
-Cancellation: an admitted append runs to its end under :func:`wal.run_to_end`, whatever
-happens to its caller (a Publish whose deadline expires or whose connection drops while its
-batch waits in the log writer). The writer appends the batch anyway, so its dedup entry
-must be committed: the client's retry of the same bytes is then answered as a duplicate
-(``InFlight`` while the first copy is still being written, ``Duplicate`` after), never
-appended a second time. A twin waiting on the first copy never sees a cancellation that
-is not its own: a gRPC handler that raises ``CancelledError`` sends no status, and its
-client would wait out its deadline.
+Cancellation: an admitted append runs to its end whatever happens to its caller (a Publish
+whose deadline expires or whose connection drops while its batch waits in the log writer):
+the writer appends the batch anyway and settles it through the append's ``on_done``
+callback, in the same loop callback that acknowledges it (no task of its own, so a publish
+is answered one loop turn after its ``fdatasync`` completes); a cancelled caller waits
+for that, then re-raises its cancellation. Its dedup entry must be committed: the
+client's retry of the same bytes is then answered as a duplicate (``InFlight`` while the
+first copy is still being written, ``Duplicate`` after), never appended a second time.
+A twin waiting on the first copy never sees a cancellation that is not its own: a gRPC
+handler that raises ``CancelledError`` sends no status, and its client would wait out
+its deadline.
 
 The table survives restarts: a snapshot is written (atomically: temp, fsync, rename, fsync
 of the directory) at every segment roll, after every ``snapshot_bytes`` appended, and by
@@ -53,6 +56,7 @@ expiry period past the restart.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -68,7 +72,7 @@ from broker.producers import (
     OutOfSequence,
     ProducerTable,
 )
-from wal import AppendResult, FileSystem, Log, LogConfig, LogWriter, RecordBatch, run_to_end
+from wal import AppendResult, FileSystem, Log, LogConfig, LogWriter, run_to_end
 from wal.fdcache import FileCache
 from wal.log import Clock, wall_clock_ms
 
@@ -205,13 +209,16 @@ class Partition:
             raise ProducerSequenceError(pid, decision.expected, decision.got)
         assert isinstance(decision, Admit)
         future = self._track(pid, seq)
-        work = self._append_admitted(batch, pid, seq, future, on_appended)
-        return await run_to_end(work), False
+        settle = functools.partial(self._settle, pid, seq, future, on_appended)
+        try:
+            return await self.writer.append(batch, on_done=settle), False
+        except asyncio.CancelledError:
+            await asyncio.wait([future])  # settled by the writer: wait for it, then go
+            raise
 
     def _track(self, pid: int, seq: int) -> asyncio.Future[AppendResult]:
-        """Register an admitted batch as in flight, at once: its append runs in a task of
-        its own that starts later, and a twin admitted ``InFlight`` in between must find
-        its future (as ``aclose`` must find it pending)."""
+        """Register an admitted batch as in flight, at once: a twin admitted ``InFlight``
+        while it is written must find its future (as ``aclose`` must find it pending)."""
         future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
         if pid >= 0:
             self._in_flight[(pid, seq)] = future
@@ -219,29 +226,27 @@ class Partition:
         self._settled.clear()
         return future
 
-    async def _append_admitted(
+    def _settle(
         self,
-        batch: RecordBatch,
         pid: int,
         seq: int,
         future: asyncio.Future[AppendResult],
         on_appended: Callable[[AppendResult], None],
-    ) -> AppendResult:
-        """Append a batch :meth:`_track` registered, then commit its reservation (or
-        release it if the append failed), tell ``on_appended`` and answer its twins
-        through ``future``. Run under ``run_to_end``."""
+        outcome: AppendResult | BaseException,
+    ) -> None:
+        """How a batch :meth:`_track` registered ended, told by the log writer in the
+        callback that acknowledges it (whatever happened to the caller meanwhile): commit
+        its reservation (or release it if the append failed), tell ``on_appended`` and
+        answer its twins through ``future``."""
         try:
-            result = await self.writer.append(batch)
-        except BaseException as exc:
-            self._table.release(pid, seq)
-            _fail_twins(future, exc)
-            raise
-        else:
+            if isinstance(outcome, BaseException):
+                self._table.release(pid, seq)
+                _fail_twins(future, outcome)
+                return
             at_ms = self._clock()
-            self._table.commit(pid, seq, result.first_offset, result.last_offset, at_ms=at_ms)
-            future.set_result(result)
-            on_appended(result)
-            return result
+            self._table.commit(pid, seq, outcome.first_offset, outcome.last_offset, at_ms=at_ms)
+            future.set_result(outcome)
+            on_appended(outcome)
         finally:
             self._in_flight.pop((pid, seq), None)
             self._pending -= 1
@@ -331,9 +336,10 @@ def _write_json(fs: FileSystem, path: str, doc: object) -> None:
 def _fail_twins(future: asyncio.Future[AppendResult], exc: BaseException) -> None:
     """Fail the twins of a batch whose append failed with ``exc``.
 
-    Twins get a ``CancelledError`` as :class:`ShuttingDownError`: only this task's own
-    cancellation (the loop going away) can raise one here, and a twin's handler that raised
-    it would send its client no status at all.
+    Twins get a ``CancelledError`` as :class:`ShuttingDownError`: only the first copy's
+    caller being cancelled before its batch was queued (it waited for room in the writer's
+    queue; nothing was written) or the loop going away can end an append so, and a twin's
+    handler that raised it would send its client no status at all.
     """
     if future.done():
         return

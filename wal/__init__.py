@@ -36,7 +36,7 @@ length and CRC-32C, then columnar keys, values, timestamps and headers). An ``.i
 it has no checksum because it is a cache, rebuilt from the log whenever it is missing or
 implausible.
 
-Write protocol: the writer task gathers queued batches, writes them with one ``pwritev``
+Write protocol: the log's writer thread gathers queued batches, writes them with one ``pwritev``
 into the active segment, then one ``fdatasync`` (policy ``always``), then advances the
 high-water mark, then acknowledges. An index entry is written to the ``.index`` only after
 an ``fdatasync`` of the ``.log`` that began after its batch was written (the group's own

@@ -16,7 +16,8 @@ Invariants:
   plus :data:`ENTRY_OVERHEAD_BYTES`, the Python objects that carry it; the oldest go first.
   Counting the bytes alone let 1 MiB of 100-byte batches take about 8 MiB.
 
-Not task-safe on its own: the writer task adds and the event loop reads, both on one loop.
+Not task-safe on its own: the writer adds (in its completions, on the loop) and the event
+loop reads, both on one loop.
 """
 
 from __future__ import annotations

@@ -6,12 +6,19 @@ the high-water mark that later drives the dispatcher's notifier.
 
 Protocol of one group commit::
 
-    appenders --Append(batch, future)--> bounded queue --> writer task
-    writer task: drain queue (up to max_group_bytes)
-                 to_thread(log.append_many + log.flush)   # one pwritev, one fdatasync
-                 keep the batches in the tail cache       # readers near the head share them
-                 advance high-water mark, call listeners  # persist first, then notify
-                 resolve futures                          # then acknowledge
+    appenders --Append(batch, future)--> the writer thread's queue (no loop turn between)
+    writer thread: take what is queued (up to max_group_bytes)
+                   log.append_many + log.flush        # one pwritev, one fdatasync
+                   call_soon_threadsafe(completion)   # one loop wake-up per group
+                   take the next group at once        # queued during this one's fdatasync
+    on the loop:   keep the batches in the tail cache # readers near the head share them
+                   advance high-water mark, call listeners  # persist first, then notify
+                   settle appends, resolve futures    # then acknowledge
+
+The thread takes the next group as soon as the last one is synced, while the loop is still
+acknowledging that one: the loop's work (answering and re-queuing appenders) and the disk's
+(write, fdatasync) overlap, so concurrent appenders share each ``fdatasync`` without either
+side waiting for the other.
 
 Invariants:
 - An append is acknowledged only after ``fdatasync`` under ``ALWAYS``; after the write under
@@ -23,20 +30,26 @@ Invariants:
   wrote whole before the disk filled, a prefix, are acknowledged after the sync as usual),
   nothing of the rest stays on disk, and the next group tries the disk again.
 
-Threading contract: the writer task is the only writer. It runs writes and syncs on a worker
-thread while reads run on the event loop; that is safe because bytes below the high-water
+Threading contract: one dedicated thread per writer (``wal-writer:<path>``) is the only
+writer: it runs every command (appends, flushes, rolls, close) in the order they were
+queued, while reads run on the event loop; that is safe because bytes below the high-water
 mark never change and segment bookkeeping is published only after the bytes are written.
-Retention runs on the event loop itself (between group commits), so a read never meets a
-segment whose file is being closed. Under ``INTERVAL`` a second worker thread runs the
-periodic ``fdatasync`` while writes continue; ``pwritev`` and ``fdatasync`` on one
+The loop's view of the head (:attr:`LogWriter.head`) moves only when a group's completion
+reaches the loop, never ahead of what that group's sync covered. Retention runs on the
+event loop itself while the thread waits for it (it is queued like any command), so a read
+never meets a segment whose file is being closed. Under ``INTERVAL`` a second worker thread
+runs the periodic ``fdatasync`` while writes continue; ``pwritev`` and ``fdatasync`` on one
 descriptor are safe together, and the mark only claims what was written before the sync.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
+import queue
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -55,6 +68,8 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Listener = Callable[[int], None]
+#: Told how an append ended (its offsets, or why it failed), once, on the loop.
+Settled = Callable[["AppendResult | BaseException"], None]
 #: Called after each group commit with (seconds writing, seconds in fsync or None when
 #: the policy did not sync, batches in the group). For latency metrics.
 CommitObserver = Callable[[float, float | None, int], None]
@@ -87,6 +102,7 @@ class Append(NamedTuple):
 
     batch: RecordBatch
     future: asyncio.Future[AppendResult]
+    on_done: Settled | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,11 +141,13 @@ Command = Append | Flush | Roll | ApplyRetention | Close
 
 
 class _Written(NamedTuple):
-    """What one group commit's thread hop did: the results of the batches written (a
-    prefix of the group when the disk filled, then ``full`` says why the rest were not),
-    and the seconds spent writing and syncing (``None``: no sync)."""
+    """What one group commit on the writer thread did: the results of the batches written
+    (a prefix of the group when the disk filled, then ``full`` says why the rest were not),
+    the log's head after the write, and the seconds spent writing and syncing (``None``:
+    no sync)."""
 
     results: list[AppendResult]
+    head: int
     write_s: float
     sync_s: float | None
     full: DiskFullError | None
@@ -138,19 +156,27 @@ class _Written(NamedTuple):
 class LogWriter:
     """Async owner of one :class:`~wal.log.Log`.
 
-    Task-safe for any number of tasks on one event loop: they only enqueue commands; the
-    writer task alone touches the log's files.
+    Task-safe for any number of tasks on one event loop: they only queue commands; the
+    writer thread alone writes the log's files.
     """
 
     def __init__(self, log: Log, *, queue_size: int = 10_000) -> None:
         self._log = log
         self._policy = log.config.fsync
-        self._queue: asyncio.Queue[Command] = asyncio.Queue(queue_size)
+        self._sync_groups = self._policy.is_always()
+        self._limit = log.config.max_group_bytes
+        self._queue_size = queue_size
+        self._jobs: queue.SimpleQueue[Command] = queue.SimpleQueue()
+        self._queued = 0  # commands queued and not yet completed on the loop
+        self._room: list[asyncio.Future[None]] = []  # appenders waiting for the queue
         self._hwm = log.head
         self._written = log.head
         self._listeners: list[Listener] = []
         self._closing = False
-        self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._closed: asyncio.Future[None] | None = None
+        self._broken = False  # the writer thread died of a bug
         self._ticker: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self._tail = TailCache(log.config.tail_cache_bytes)
@@ -168,8 +194,8 @@ class LogWriter:
         queue_size: int = 10_000,
         files: FileCache | None = None,
     ) -> LogWriter:
-        """Open (recovering) the log at ``path`` and start its writer task; ``files`` is the
-        descriptor cache its segments share with other logs (default: its own)."""
+        """Open (recovering) the log at ``path`` and start its writer thread; ``files`` is
+        the descriptor cache its segments share with other logs (default: its own)."""
         log = await asyncio.to_thread(Log.open, path, config, fs=fs, clock=clock, files=files)
         try:
             # Data recovered under a lax policy may still sit in the page cache.
@@ -182,7 +208,12 @@ class LogWriter:
         return writer
 
     def _start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name=f"wal-writer:{self._log.path}")
+        self._loop = asyncio.get_running_loop()
+        self._closed = self._loop.create_future()
+        self._thread = threading.Thread(
+            target=self._serve, name=f"wal-writer:{self._log.path}", daemon=True
+        )
+        self._thread.start()
         if self._policy is FsyncPolicy.INTERVAL:
             self._ticker = asyncio.create_task(self._tick(), name=f"wal-fsync:{self._log.path}")
 
@@ -216,49 +247,60 @@ class LogWriter:
         """Stop calling ``listener``."""
         self._listeners.remove(listener)
 
-    async def append(self, batch: bytes | bytearray | memoryview | RecordBatch) -> AppendResult:
+    async def append(
+        self,
+        batch: bytes | bytearray | memoryview | RecordBatch,
+        *,
+        on_done: Settled | None = None,
+    ) -> AppendResult:
         """Append one batch; return its offsets once it is acknowledged.
+
+        ``on_done`` is called once, on the loop, with the offsets or the exception, in the
+        same callback that acknowledges the batch (after the high-water mark moved): even
+        if the caller was cancelled while it waited (the batch is written all the same once
+        queued), and before any task woken by the acknowledgement runs. For bookkeeping
+        that must follow every append that happened, without a task of its own.
 
         Raises:
             InvalidBatchError: the batch is malformed or over a limit; nothing was appended.
             WalFailedError: the log failed; nothing more will be written until reopened.
             WalClosedError: the writer is closing.
         """
-        self._check_open()
-        validated = self._log.validate(batch)
-        future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
         try:
-            self._queue.put_nowait(Append(validated, future))
-        except asyncio.QueueFull:
-            await self._queue.put(Append(validated, future))  # backpressure
+            self._check_open()
+            validated = self._log.validate(batch)
+            loop = self._loop
+            assert loop is not None
+            future: asyncio.Future[AppendResult] = loop.create_future()
+            if self._queued >= self._queue_size:
+                await self._wait_for_room()  # backpressure
+                self._check_open()
+        except BaseException as exc:
+            if on_done is not None:
+                on_done(exc)
+            raise
+        self._queued += 1
+        self._jobs.put(Append(validated, future, on_done))
         return await future
 
     async def flush(self) -> None:
         """Make everything appended so far durable and advance the high-water mark."""
-        self._check_open()
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        await self._queue.put(Flush(future))
-        await future
+        await self._command(Flush(self._new_future()))
 
     async def roll(self) -> None:
         """Seal the active segment now."""
-        self._check_open()
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        await self._queue.put(Roll(future))
-        await future
+        await self._command(Roll(self._new_future()))
 
     async def apply_retention(self, floor_offset: int | None = None) -> list[int]:
         """Delete the sealed segments retention allows; return their base offsets."""
-        self._check_open()
-        future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
-        await self._queue.put(ApplyRetention(floor_offset, future))
+        future: asyncio.Future[list[int]] = self._new_future()
+        await self._command(ApplyRetention(floor_offset, future))
         return await future
 
     async def delete_before(self, offset: int) -> list[int]:
         """Delete every sealed segment wholly below ``offset``; return their base offsets."""
-        self._check_open()
-        future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
-        await self._queue.put(ApplyRetention(None, future, before=offset))
+        future: asyncio.Future[list[int]] = self._new_future()
+        await self._command(ApplyRetention(None, future, before=offset))
         return await future
 
     def read(self, offset: int, max_bytes: int = 1 << 20) -> list[RecordBatch]:
@@ -274,14 +316,18 @@ class LogWriter:
 
     async def aclose(self) -> None:
         """Finish queued commands, sync, and close the files. Idempotent."""
-        if self._task is None:
+        if self._thread is None:
             return
         if not self._closing:
             self._closing = True
-            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            await self._queue.put(Close(future))
-        task, self._task = self._task, None
-        await task
+            self._queued += 1
+            self._jobs.put(Close(asyncio.get_running_loop().create_future()))
+        thread, self._thread = self._thread, None
+        assert self._closed is not None
+        # The thread answers the Close; if a bug killed it first, its end is the answer.
+        joined = asyncio.ensure_future(asyncio.to_thread(thread.join))
+        await asyncio.wait([self._closed, joined], return_when=asyncio.FIRST_COMPLETED)
+        await joined
         if self._ticker is not None:
             self._stop.set()  # never cancel it mid-sync: the thread would outlive the files
             await self._ticker
@@ -297,75 +343,98 @@ class LogWriter:
         await self.aclose()
 
     def _check_open(self) -> None:
-        if self._closing or self._task is None:
+        if self._closing or self._thread is None:
             raise WalClosedError(self._log.path)
         if self._log.failure is not None:
             raise WalFailedError(self._log.path, self._log.failure)
+        if self._broken:
+            raise WalFailedError(self._log.path, "the writer thread failed (see the log)")
 
-    # -- the writer task --------------------------------------------------------------
+    def _new_future(self) -> asyncio.Future[Any]:
+        self._check_open()
+        return asyncio.get_running_loop().create_future()
 
-    async def _run(self) -> None:
-        limit = self._log.config.max_group_bytes
-        while True:
-            commands = [await self._queue.get()]
-            size = _size(commands[0])
-            while size < limit:
-                try:
-                    cmd = self._queue.get_nowait()
-                except asyncio.QueueEmpty:
-                    break
-                commands.append(cmd)
-                size += _size(cmd)
-            if await self._execute(commands):
-                return
+    async def _command(self, cmd: Flush | Roll | ApplyRetention) -> None:
+        """Queue a control command behind every append queued before it; wait for it."""
+        if self._queued >= self._queue_size:
+            await self._wait_for_room()
+            self._check_open()
+        self._queued += 1
+        self._jobs.put(cmd)
+        assert cmd.future is not None
+        await cmd.future
 
-    async def _execute(self, commands: list[Command]) -> bool:
-        """Run commands in order, appends in groups; return True after ``Close``."""
-        group: list[Append] = []
-        for cmd in commands:
-            if isinstance(cmd, Append):
-                group.append(cmd)
-                continue
-            if group:
-                await self._commit(group)
-                group = []
-            if isinstance(cmd, Close):
-                await self._sync_quietly()
-                _resolve(cmd.future, None)
-                self._fail_queued(WalClosedError(self._log.path))
-                return True
-            await self._control(cmd)
-        if group:
-            await self._commit(group)
-        return False
+    async def _wait_for_room(self) -> None:
+        while self._queued >= self._queue_size:
+            room: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._room.append(room)
+            await room
 
-    async def _commit(self, group: list[Append]) -> None:
-        sync = self._policy.is_always()
+    def _completed(self, count: int) -> None:
+        """``count`` queued commands are done: wake appenders waiting for room."""
+        self._queued -= count
+        while self._room and self._queued < self._queue_size:
+            _resolve(self._room.pop(0), None)
+
+    # -- the writer thread --------------------------------------------------------------
+
+    def _serve(self) -> None:
+        """The writer thread: run queued commands in order, appends in groups."""
+        jobs = self._jobs
+        carried: Command | None = None
+        taken: list[Command] = []  # taken from the queue and not yet answered
         try:
-            results, write_s, sync_s, full = await asyncio.to_thread(
-                self._write, [a.batch for a in group], sync
-            )
-        except WalError as exc:
-            for a in group:
-                _fail(a.future, exc)
+            while True:
+                cmd = carried if carried is not None else jobs.get()
+                carried = None
+                taken = [cmd]
+                if not isinstance(cmd, Append):
+                    if self._control_on_thread(cmd):
+                        return
+                    continue
+                group = [cmd]
+                size = cmd.batch.size
+                while size < self._limit:
+                    try:
+                        nxt = jobs.get_nowait()
+                    except queue.Empty:
+                        break
+                    if not isinstance(nxt, Append):
+                        carried = nxt
+                        break
+                    group.append(nxt)
+                    size += nxt.batch.size
+                taken = [*group, *([carried] if carried is not None else [])]
+                self._commit_on_thread(group)
+        except _LoopGoneError:
             return
+        except Exception:  # a bug, not an I/O error (those are answered as they happen)
+            logger.exception("log %s: the writer thread failed", self._log.path)
+            self._broken = True  # refuse what comes next rather than queue it for no one
+            error = WalFailedError(self._log.path, "the writer thread failed (see the log)")
+            with contextlib.suppress(_LoopGoneError):
+                self._post(self._fail_commands, taken, error)
+                self._fail_queued(error)
+
+    def _post(self, callback: Callable[..., object], *args: object) -> None:
+        """Run ``callback(*args)`` on the loop, soon."""
+        assert self._loop is not None
+        try:
+            self._loop.call_soon_threadsafe(callback, *args)
+        except RuntimeError as exc:  # the loop is closed: nobody is left to answer
+            raise _LoopGoneError from exc
+
+    def _commit_on_thread(self, group: list[Append]) -> None:
+        try:
+            written: _Written | BaseException = self._write([a.batch for a in group])
+        except WalError as exc:
+            written = exc
         except Exception as exc:
             logger.exception("log %s: unexpected error in group commit", self._log.path)
-            for a in group:
-                _fail(a.future, exc)
-            return
-        self._written = self._log.head
-        done, rest = group[: len(results)], group[len(results) :]
-        self._tail.add([a.batch for a in done], [r.first_offset for r in results])
-        if self._policy is not FsyncPolicy.INTERVAL:
-            self._advance(self._written)
-        for a, result in zip(done, results, strict=True):
-            _resolve(a.future, result)
-        for a in rest:
-            _fail(a.future, full or WalFailedError(self._log.path, "group commit ended early"))
-        self.on_commit(write_s, sync_s, len(done))
+            written = exc
+        self._post(self._commit_done, group, written)
 
-    def _write(self, batches: list[RecordBatch], sync: bool) -> _Written:
+    def _write(self, batches: list[RecordBatch]) -> _Written:
         started = time.perf_counter()
         head = self._log.head
         full = None
@@ -376,40 +445,122 @@ class LogWriter:
                 raise
             full, results = exc, _results(head, batches[: exc.written])
         written = time.perf_counter()
-        if not sync:
-            return _Written(results, written - started, None, full)
+        head = self._log.head
+        if not self._sync_groups:
+            return _Written(results, head, written - started, None, full)
         self._log.flush()
-        return _Written(results, written - started, time.perf_counter() - written, full)
+        return _Written(results, head, written - started, time.perf_counter() - written, full)
 
-    async def _control(self, cmd: Flush | Roll | ApplyRetention) -> None:
+    def _control_on_thread(self, cmd: Flush | Roll | ApplyRetention | Close) -> bool:
+        """Run one control command in the queue's order; return True after ``Close``."""
+        if isinstance(cmd, ApplyRetention):
+            # On the loop, while this thread waits: no read meets a closing segment.
+            done: concurrent.futures.Future[None] = concurrent.futures.Future()
+            self._post(self._retention_on_loop, cmd, done)
+            done.result()
+            return False
+        if isinstance(cmd, Close):
+            head = self._log.head
+            if self._log.failure is None:
+                with contextlib.suppress(WalError):
+                    self._log.flush()
+            self._post(self._close_done, cmd, head)
+            self._fail_queued(WalClosedError(self._log.path))
+            return True
         try:
+            head = self._log.head
             if isinstance(cmd, Flush):
-                await self._sync()
-                if cmd.future is not None:
-                    _resolve(cmd.future, None)
-            elif isinstance(cmd, Roll):
-                await asyncio.to_thread(self._log.roll)
-                self._advance(self._written)  # rolling synced the old segment
-                _resolve(cmd.future, None)
-            elif cmd.before is not None:
+                if head > self._hwm or self._policy is FsyncPolicy.NEVER:
+                    self._log.flush()
+            else:
+                self._log.roll()  # rolling synced the old segment
+            outcome: int | BaseException = head
+        except Exception as exc:
+            outcome = exc
+        self._post(self._control_done, cmd, outcome)
+        return False
+
+    def _fail_queued(self, exc: Exception) -> None:
+        failed: list[Command] = []
+        while True:
+            try:
+                cmd = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            failed.append(cmd)
+        if failed:
+            self._post(self._fail_commands, failed, exc)
+
+    # -- completions, on the loop ---------------------------------------------------------
+
+    def _commit_done(self, group: list[Append], written: _Written | BaseException) -> None:
+        self._completed(len(group))
+        if not isinstance(written, _Written):
+            for a in group:
+                _settle(a, written)
+            return
+        results = written.results
+        self._written = written.head
+        done, rest = group[: len(results)], group[len(results) :]
+        self._tail.add([a.batch for a in done], [r.first_offset for r in results])
+        # Notify, then acknowledge. The listeners' work (a dispatcher's pass, which writes
+        # to its consumers' streams) then runs before the publishers' answers are sent:
+        # measured the other way round, publishes were answered 0.3 ms sooner but records
+        # reached their consumers 0.2-0.3 ms later, end to end a loss.
+        if self._policy is not FsyncPolicy.INTERVAL:
+            self._advance(written.head)
+        for a, result in zip(done, results, strict=True):
+            _settle(a, result)
+        for a in rest:
+            _settle(a, written.full or WalFailedError(self._log.path, "commit ended early"))
+        self.on_commit(written.write_s, written.sync_s, len(done))
+
+    def _control_done(self, cmd: Flush | Roll, outcome: int | BaseException) -> None:
+        self._completed(1)
+        if isinstance(outcome, BaseException):
+            if cmd.future is not None:
+                _fail(cmd.future, outcome)
+            else:
+                logger.error("log %s: periodic fsync failed: %s", self._log.path, outcome)
+            return
+        self._advance(outcome)
+        if cmd.future is not None:
+            _resolve(cmd.future, None)
+
+    def _retention_on_loop(
+        self, cmd: ApplyRetention, done: concurrent.futures.Future[None]
+    ) -> None:
+        try:
+            self._completed(1)
+            if cmd.before is not None:
                 _resolve(cmd.future, self._log.delete_before(cmd.before))
             else:
                 _resolve(cmd.future, self._log.apply_retention(cmd.floor_offset))
         except Exception as exc:
-            if cmd.future is not None:
-                _fail(cmd.future, exc)
-            else:
-                logger.error("log %s: periodic fsync failed: %s", self._log.path, exc)
+            _fail(cmd.future, exc)
+        finally:
+            done.set_result(None)
 
-    async def _sync(self) -> None:
-        if self._hwm < self._written or self._policy is FsyncPolicy.NEVER:
-            await asyncio.to_thread(self._log.flush)
-        self._advance(self._written)
-
-    async def _sync_quietly(self) -> None:
+    def _close_done(self, cmd: Close, head: int) -> None:
+        self._completed(1)
         if self._log.failure is None:
-            with contextlib.suppress(WalError):
-                await self._sync()
+            self._advance(head)
+        _resolve(cmd.future, None)
+        assert self._closed is not None
+        _resolve(self._closed, None)
+
+    def _fail_commands(self, commands: list[Command], exc: Exception) -> None:
+        self._completed(len(commands))
+        for cmd in commands:
+            if isinstance(cmd, Append):
+                _settle(cmd, exc)
+            elif cmd.future is not None:
+                _fail(cmd.future, exc)
+            if isinstance(cmd, Close) and self._closed is not None:
+                _resolve(self._closed, None)  # the thread is gone: aclose goes on
+        for room in self._room:  # nothing will make room again
+            _resolve(room, None)
+        self._room.clear()
 
     def _advance(self, offset: int) -> None:
         if offset <= self._hwm:
@@ -420,15 +571,6 @@ class LogWriter:
                 listener(offset)
             except Exception:
                 logger.exception("log %s: high-water mark listener failed", self._log.path)
-
-    def _fail_queued(self, exc: Exception) -> None:
-        while True:
-            try:
-                cmd = self._queue.get_nowait()
-            except asyncio.QueueEmpty:
-                return
-            if cmd.future is not None:
-                _fail(cmd.future, exc)
 
     async def _tick(self) -> None:
         """``INTERVAL`` policy: fdatasync beside the writer, never in its way.
@@ -453,6 +595,10 @@ class LogWriter:
             self._advance(target)
 
 
+class _LoopGoneError(Exception):
+    """The writer's event loop closed: the writer thread stops."""
+
+
 def _results(first_offset: int, batches: list[RecordBatch]) -> list[AppendResult]:
     """Where ``batches`` landed, appended in order from ``first_offset``."""
     results = []
@@ -466,8 +612,18 @@ def _ignore_commit(_write_s: float, _sync_s: float | None, _batches: int) -> Non
     return None
 
 
-def _size(cmd: Command) -> int:
-    return cmd.batch.size if isinstance(cmd, Append) else 0
+def _settle(append: Append, outcome: AppendResult | BaseException) -> None:
+    """End one append: tell its ``on_done``, then resolve its future (unless its caller
+    was cancelled meanwhile)."""
+    if append.on_done is not None:
+        try:
+            append.on_done(outcome)
+        except Exception:
+            logger.exception("an append's on_done callback failed")
+    if isinstance(outcome, BaseException):
+        _fail(append.future, outcome)
+    else:
+        _resolve(append.future, outcome)
 
 
 def _resolve(future: asyncio.Future[Any], value: object) -> None:

@@ -27,6 +27,7 @@ from wal import (
     LogWriter,
     OffsetOutOfRangeError,
     WalClosedError,
+    WalFailedError,
     encode_columns,
     iter_batches,
 )
@@ -441,3 +442,94 @@ async def test_interval_timer_writes_index_entries_while_appends_go_on(wal_dir: 
     assert len(entries) == len(batches) - 1  # none for the batch at position 0
     assert set(entries) <= starts
     log.close()
+
+
+@pytest.mark.asyncio
+async def test_appends_queued_during_a_sync_are_the_next_group(wal_dir: str) -> None:
+    """Scenario: fsync ALWAYS; the writer thread is held inside the fdatasync of one
+    append while ten more are queued; then it is released. Expected: the ten are written
+    as one group with one fdatasync (two syncs for the eleven appends), all acknowledged
+    in queue order, dense."""
+    fs = HeldFs()
+    writer = await LogWriter.open(wal_dir, LogConfig(), fs=fs)
+    fs.hold = True
+    first = asyncio.create_task(writer.append(batch_bytes([0])))
+    assert await asyncio.to_thread(fs.entered.wait, 10)
+    syncs_before = fs.calls.get("fdatasync", 0)
+    rest = [asyncio.create_task(writer.append(batch_bytes([i]))) for i in range(1, 11)]
+    await asyncio.sleep(0.02)  # every task has queued its append
+    fs.released.set()
+    results = [await first, *[await t for t in rest]]
+    assert [r.first_offset for r in results] == list(range(11))
+    assert fs.calls.get("fdatasync", 0) - syncs_before == 2  # the held one, then the group
+    await writer.aclose()
+
+
+@pytest.mark.asyncio
+async def test_on_done_settles_the_append_of_a_cancelled_caller(wal_dir: str) -> None:
+    """Scenario: an append with an ``on_done`` callback is held in its fdatasync; its
+    caller is cancelled; then the sync is released. Expected: the caller ends cancelled,
+    the batch is written all the same, and ``on_done`` hears its offsets, once."""
+    fs = HeldFs()
+    writer = await LogWriter.open(wal_dir, LogConfig(), fs=fs)
+    heard: list[AppendResult | BaseException] = []
+    fs.hold = True
+    caller = asyncio.create_task(writer.append(batch_bytes([0]), on_done=heard.append))
+    assert await asyncio.to_thread(fs.entered.wait, 10)
+    caller.cancel()
+    fs.released.set()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    await writer.flush()
+    assert heard == [AppendResult(0, 0)]
+    assert writer.high_water_mark == writer.head == 1
+    await writer.aclose()
+    assert stored_values(wal_dir) == [value_for(0)]
+
+
+@pytest.mark.asyncio
+async def test_on_done_hears_an_append_refused_before_it_was_queued(wal_dir: str) -> None:
+    """Scenario: ``append`` with ``on_done`` on a closed writer. Expected: it raises
+    WalClosedError, and ``on_done`` heard that same error, once."""
+    writer = await LogWriter.open(wal_dir, LogConfig())
+    await writer.aclose()
+    heard: list[AppendResult | BaseException] = []
+    with pytest.raises(WalClosedError):
+        await writer.append(batch_bytes([0]), on_done=heard.append)
+    assert len(heard) == 1
+    assert isinstance(heard[0], WalClosedError)
+
+
+@pytest.mark.asyncio
+async def test_the_writer_thread_serves_appends_and_ends_with_aclose(wal_dir: str) -> None:
+    """Scenario: an open writer; 200 appends made and awaited one after another, fsync
+    ALWAYS; then ``aclose``. Expected: a ``wal-writer:<path>`` thread runs while open;
+    every append is acknowledged in order; the thread is gone after ``aclose``."""
+    writer = await LogWriter.open(wal_dir, LogConfig())
+    names = {t.name for t in threading.enumerate()}
+    assert any(n.startswith("wal-writer:") for n in names)
+    results = [await writer.append(batch_bytes([i])) for i in range(200)]
+    assert [r.first_offset for r in results] == list(range(200))
+    await writer.aclose()
+    assert not any(t.name == f"wal-writer:{wal_dir}" for t in threading.enumerate())
+
+
+@pytest.mark.asyncio
+async def test_a_writer_thread_killed_by_a_bug_fails_appends_instead_of_hanging(
+    wal_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Scenario: a bug (not an I/O error) raises out of the writer thread's group commit.
+    Expected: the append in that group fails with WalFailedError naming the writer thread,
+    later appends are refused the same way at once, and ``aclose`` still returns."""
+    writer = await LogWriter.open(wal_dir, LogConfig())
+    await writer.append(batch_bytes([0]))
+
+    def bug(_group: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(writer, "_commit_on_thread", bug)
+    with pytest.raises(WalFailedError, match="writer thread failed"):
+        await asyncio.wait_for(writer.append(batch_bytes([1])), 10)
+    with pytest.raises(WalFailedError, match="writer thread failed"):
+        await writer.append(batch_bytes([2]))
+    await asyncio.wait_for(writer.aclose(), 10)
