@@ -40,7 +40,6 @@ import contextlib
 import logging
 import random
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Iterable
 from types import TracebackType
 from typing import Self
@@ -48,7 +47,7 @@ from typing import Self
 import grpc
 
 from client._channel import DEFAULT_RECONNECT_BACKOFF_MAX_S, aio_channel
-from client._message import DeliveredBatch, Message
+from client._message import DeliveredBatch, Message, MessageBuffer
 from client._retry import backoff_s
 from client._types import DEFAULT_BROKER
 from client.errors import (
@@ -170,7 +169,7 @@ class AsyncConsumer:
         )
         self._stub = broker_pb2_grpc.BrokerStub(self._channel)
         self._rng = random.Random()
-        self._buffer: deque[Message] = deque()
+        self._buffer = MessageBuffer()
         self._ready = asyncio.Event()
         self._subscribed = asyncio.Event()
         self._error: ClientError | None = None
@@ -260,14 +259,14 @@ class AsyncConsumer:
         if not drained.is_set() or epoch != self._epoch or not self._live:
             return
         runs: dict[int, list[list[int]]] = {}
-        for message in self._buffer:
-            if message.epoch != epoch:
+        for message_epoch, partition, begin, end in self._buffer.ranges():
+            if message_epoch != epoch:
                 continue
-            ranges = runs.setdefault(message.partition, [])
-            if ranges and ranges[-1][1] == message.offset:
-                ranges[-1][1] += 1
+            ranges = runs.setdefault(partition, [])
+            if ranges and ranges[-1][1] == begin:
+                ranges[-1][1] = end
             else:
-                ranges.append([message.offset, message.offset + 1])
+                ranges.append([begin, end])
         self._buffer.clear()
         self._releases = [
             _pb.OffsetRange(partition=p, begin=b, end=e)
@@ -295,11 +294,12 @@ class AsyncConsumer:
             if self._nudge_in <= 0:
                 await self._let_writer_run()
         buffer = self._buffer
-        if buffer and not self._closed:  # the common case, inlined: no coroutine per record
+        if buffer.left and not self._closed:  # the common case, inlined: no call per record
+            buffer.left -= 1
             self._taken += 1
             if self._taken >= self._credit_chunk:
                 self._grant()
-            return buffer.popleft()
+            return next(buffer.current)
         try:
             return await self.receive()
         except ClientClosed:
@@ -335,7 +335,7 @@ class AsyncConsumer:
         if not self._buffer:
             await self._wait_for_messages(timeout)
         self._took(1)
-        return self._buffer.popleft()
+        return self._buffer.take()
 
     async def receive_batch(
         self,
@@ -352,12 +352,7 @@ class AsyncConsumer:
             raise ClientClosed("the consumer is closed")
         if not self._buffer:
             await self._wait_for_messages(timeout)
-        buffer = self._buffer
-        if max_messages >= len(buffer):
-            out = list(buffer)
-            buffer.clear()
-        else:
-            out = [buffer.popleft() for _ in range(max_messages)]
+        out = self._buffer.take_many(max_messages)
         self._took(len(out))
         return out
 
@@ -634,10 +629,13 @@ class AsyncConsumer:
                 if response.HasField("delivery"):
                     d = response.delivery
                     batch = DeliveredBatch(d.topic, d.batch)
-                    self._buffer.extend(
-                        batch.messages(
-                            d.partition, d.from_offset, d.to_offset, dict(d.redeliveries), epoch
-                        )
+                    self._buffer.add(
+                        batch,
+                        d.partition,
+                        d.from_offset,
+                        d.to_offset,
+                        redeliveries=dict(d.redeliveries),
+                        epoch=epoch,
                     )
                     self._ready.set()
                 elif response.HasField("subscribed"):
