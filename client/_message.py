@@ -193,25 +193,31 @@ class MessageBuffer:
     """Delivered messages not yet handed to the application, oldest first.
 
     Each delivery is kept as its lazy iterator (:meth:`DeliveredBatch.messages`) with what
-    it covers; ``current`` and ``left`` are the delivery being taken from and how many
-    messages it still holds, public so that the consumer's per-record path can take one
-    inline (``left -= 1; next(current)``) when ``left`` is not 0.
+    it covers. The delivery being taken from is cut into segments of at most ``step``
+    messages: ``current`` yields them and ``left`` says how many the segment still holds,
+    both public so that the consumer's per-record path takes one inline (``left -= 1;
+    next(current)``) while ``left`` is not 0, and does its bookkeeping (credit) only at a
+    segment's end, via :meth:`took`.
     """
 
-    __slots__ = ("_runs", "_where", "current", "left")
+    __slots__ = ("_rest", "_runs", "_seg", "_taken", "_where", "current", "left", "step")
 
-    def __init__(self) -> None:
+    def __init__(self, step: int = 1) -> None:
         #: Per delivery not started: its messages, count, and (epoch, partition, end).
         self._runs: deque[tuple[Iterator[Message], int, tuple[int, int, int]]] = deque()
         self.current: Iterator[Message] = iter(())
-        self.left = 0
-        self._where = (0, 0, 0)  # (epoch, partition, end offset) of ``current``
+        self.left = 0  # messages left in the current segment
+        self.step = step  # the longest segment
+        self._seg = 0  # the current segment's length, less what took() counted of it
+        self._rest = 0  # messages of the current delivery after the segment
+        self._taken = 0  # messages of finished segments not yet counted by took()
+        self._where = (0, 0, 0)  # (epoch, partition, end offset) of the current delivery
 
     def __bool__(self) -> bool:
-        return bool(self.left or self._runs)
+        return bool(self.left or self._rest or self._runs)
 
     def __len__(self) -> int:
-        return self.left + sum(count for _, count, _ in self._runs)
+        return self.left + self._rest + sum(count for _, count, _ in self._runs)
 
     def add(
         self,
@@ -232,40 +238,53 @@ class MessageBuffer:
         if to_offset > from_offset:
             self._runs.append((messages, to_offset - from_offset, (epoch, partition, to_offset)))
 
-    def _next_run(self) -> None:
-        self.current, self.left, self._where = self._runs.popleft()
+    def _advance(self) -> None:
+        """Start the next segment (the current one is used up; the buffer is not empty)."""
+        self._taken += self._seg
+        if not self._rest:
+            self.current, self._rest, self._where = self._runs.popleft()
+        n = min(self.step, self._rest)
+        self._rest -= n
+        self.left = self._seg = n
 
     def take(self) -> Message:
         """The oldest message (the buffer must not be empty)."""
         if not self.left:
-            self._next_run()
+            self._advance()
         self.left -= 1
         return next(self.current)
 
     def take_many(self, limit: int) -> list[Message]:
         """Up to ``limit`` of the oldest messages."""
         out: list[Message] = []
-        while limit > 0 and (self.left or self._runs):
+        while limit > 0 and self:
             if not self.left:
-                self._next_run()
+                self._advance()
             n = min(limit, self.left)
             out.extend(islice(self.current, n))
             self.left -= n
             limit -= n
         return out
 
+    def took(self) -> int:
+        """How many messages were taken since the last call."""
+        n = self._taken + self._seg - self.left
+        self._taken, self._seg = 0, self.left
+        return n
+
     def ranges(self) -> list[tuple[int, int, int, int]]:
         """What the buffer holds as ``(epoch, partition, begin, end)`` offset ranges, in
         order, without building its messages."""
         out = []
-        if self.left:
+        if self.left or self._rest:
             epoch, partition, end = self._where
-            out.append((epoch, partition, end - self.left, end))
+            out.append((epoch, partition, end - self.left - self._rest, end))
         for _, count, (epoch, partition, end) in self._runs:
             out.append((epoch, partition, end - count, end))
         return out
 
     def clear(self) -> None:
-        """Forget every buffered message."""
+        """Forget every buffered message (and what was taken)."""
         self._runs.clear()
-        self.current, self.left = iter(()), 0
+        self.current = iter(())
+        self.left = self._seg = self._rest = self._taken = 0

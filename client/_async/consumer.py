@@ -169,7 +169,10 @@ class AsyncConsumer:
         )
         self._stub = broker_pb2_grpc.BrokerStub(self._channel)
         self._rng = random.Random()
-        self._buffer = MessageBuffer()
+        self._buffer = MessageBuffer(self._credit_chunk)
+        #: Whether ``__anext__`` must take its slow path: closed, or the writer has
+        #: requests waiting (``_nudge``).
+        self._hold = False
         self._ready = asyncio.Event()
         self._subscribed = asyncio.Event()
         self._error: ClientError | None = None
@@ -222,7 +225,7 @@ class AsyncConsumer:
         it). Idempotent."""
         if self._closed:
             return
-        self._closed = True
+        self._closed = self._hold = True
         task, self._task = self._task, None
         if task is not None:
             await self._release_unreceived(task)
@@ -289,16 +292,9 @@ class AsyncConsumer:
         return self
 
     async def __anext__(self) -> Message:
-        if self._nudge:
-            self._nudge_in -= 1
-            if self._nudge_in <= 0:
-                await self._let_writer_run()
         buffer = self._buffer
-        if buffer.left and not self._closed:  # the common case, inlined: no call per record
+        if buffer.left and not self._hold:  # the common case, inlined: no call per record
             buffer.left -= 1
-            self._taken += 1
-            if self._taken >= self._credit_chunk:
-                self._grant()
             return next(buffer.current)
         try:
             return await self.receive()
@@ -332,10 +328,12 @@ class AsyncConsumer:
                 await self._let_writer_run()
         if self._closed:
             raise ClientClosed("the consumer is closed")
-        if not self._buffer:
-            await self._wait_for_messages(timeout)
-        self._took(1)
-        return self._buffer.take()
+        buffer = self._buffer
+        if not buffer.left:  # a segment's end (or nothing buffered): count what was taken
+            self._took(buffer.took())
+            if not buffer:
+                await self._wait_for_messages(timeout)
+        return buffer.take()
 
     async def receive_batch(
         self,
@@ -353,7 +351,7 @@ class AsyncConsumer:
         if not self._buffer:
             await self._wait_for_messages(timeout)
         out = self._buffer.take_many(max_messages)
-        self._took(len(out))
+        self._took(self._buffer.took())
         return out
 
     async def _wait_for_messages(self, timeout: float | None) -> None:  # noqa: ASYNC109
@@ -397,7 +395,11 @@ class AsyncConsumer:
         if out.idle:
             out.wake.set()
         if not self._nudge:
-            self._nudge, self._nudge_in = True, 1
+            self._nudge, self._nudge_in, self._hold = True, 1, True
+
+    def _writer_ran(self) -> None:
+        self._nudge = False
+        self._hold = self._closed
 
     # -- acknowledging ----------------------------------------------------------------
 
@@ -409,20 +411,21 @@ class AsyncConsumer:
                 never reach the broker (which sends the message again).
         """
         _, _, partition, offset, _, epoch = message
+        run = self._ack_run
+        if run[1] == offset and partition == self._ack_partition and epoch == self._ack_epoch:
+            # The common case: the next offset of the last run. (The first ack after the
+            # writer took the acks starts a run, below, so the timer is armed there.)
+            run[1] = offset + 1
+            self._pending += 1
+            if self._pending >= self._ack_threshold:
+                self._flush_acks()
+            return
         if epoch != self._ack_epoch:
             self._check_acks_open()
             return  # from a broken session: the broker will deliver it again
-        run = self._ack_run
-        if partition == self._ack_partition and run[1] == offset:
-            run[1] = offset + 1  # the common case: the next offset of the last run
-        else:
-            self._ack_run = self._add_run(partition, offset)
-            self._ack_partition = partition
-        self._pending += 1
-        if self._pending >= self._ack_threshold:
-            self._flush_acks()
-        elif self._ack_timer is None:
-            self._arm_ack_timer()
+        self._ack_run = self._add_run(partition, offset)
+        self._ack_partition = partition
+        self._acked(1)
 
     def ack_many(self, messages: Iterable[Message]) -> None:
         """Acknowledge messages, e.g. a whole :meth:`receive_batch` (sent in a batch
@@ -658,7 +661,7 @@ class AsyncConsumer:
         granted and acks made while the last request was on its way go out as one."""
         yield _pb.SubscribeRequest(open=self._open)
         while not out.ended:
-            self._nudge = False
+            self._writer_ran()
             if out.credit:
                 credit, out.credit = out.credit, 0
                 yield _pb.SubscribeRequest(credit=credit)
