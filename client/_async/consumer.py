@@ -8,7 +8,18 @@ more than the queue holds.
 
 Acks are batched behind the scenes: acked offsets are coalesced into ranges per partition
 (in-order acks make one range per batch) and sent when a quarter of the broker's unacked
-cap is pending, or ``ack_interval_ms`` after the first pending ack, or on close.
+cap is pending, or ``ack_interval_ms`` after the first pending ack, or on close. An ack
+after the close sent the last acks raises ``ClientClosed`` (it could never count).
+
+Nothing is queued per request: a session's writer (``_write``, the request iterator gRPC
+pulls from) builds each credit or ack request from the consumer's state when the stream is
+ready for the next one, so grants and acks made meanwhile go out as one. An application
+that takes buffered messages never awaits anything that blocks, so while requests wait for
+the writer, receiving yields to the loop once every few messages; else the credit of a
+9,000-record delivery would reach the broker only once all of it was taken, and the broker
+would idle until then. The per-record path takes a message from a segment of the
+:class:`~client._message.MessageBuffer` without a call, and counts credit at the
+segment's end.
 
 A clean close gives back what was never handed out. ``aclose`` first asks the broker to
 stop sending (``drain``) and waits for its answer (``drained``, after the last delivery it
