@@ -45,12 +45,15 @@ class _Recorder(grpc.aio.StreamStreamClientInterceptor):
         return [(r, at) for r, at in self.requests if r.WhichOneof("kind") == kind]
 
 
-async def _topic_with(broker: Broker, topic: str, count: int) -> None:
+async def _topic_with(broker: Broker, topic: str, count: int, batches: int = 1) -> None:
+    """A topic of one partition with ``count`` records in ``batches`` equal batches."""
     async with AsyncAdminClient(address(broker)) as admin:
         await admin.create_topic(topic, 1)
-    async with AsyncProducer(address(broker)) as producer:  # one batch of `count` records
-        sent = await (await producer.send_many(topic, [b"r%d" % i for i in range(count)]))
-    assert len(sent) == count
+    size = count // batches
+    async with AsyncProducer(address(broker)) as producer:
+        for first in range(0, count, size):
+            values = [b"r%d" % i for i in range(first, first + size)]
+            assert len(await (await producer.send_many(topic, values))) == size
 
 
 async def _nothing_left(broker: Broker, topic: str) -> None:
@@ -61,7 +64,7 @@ async def _nothing_left(broker: Broker, topic: str) -> None:
 
 
 async def test_in_order_acks_go_out_as_one_range_per_request(broker: Broker) -> None:
-    await _topic_with(broker, "t", 2_000)
+    await _topic_with(broker, "t", 2_000, batches=4)
     recorder = _Recorder()
     async with (
         grpc.aio.insecure_channel(address(broker), interceptors=[recorder]) as channel,
@@ -87,30 +90,56 @@ async def test_in_order_acks_go_out_as_one_range_per_request(broker: Broker) -> 
     await _nothing_left(broker, "t")
 
 
-async def test_credit_goes_out_while_the_application_takes_a_delivery(broker: Broker) -> None:
-    """The application's loop awaits nothing but the consumer, which has the whole
-    1,000-record delivery buffered: the credit of what it took must still reach the
-    broker long before the buffer is empty (else the broker idles until then)."""
+async def _take_all(consumer: AsyncConsumer, count: int, taken: list[int]) -> None:
+    """``async for`` and ``ack`` each, ``taken[0]`` counting; the loop awaits nothing but
+    the consumer, as a fast application's does."""
+    async with asyncio.timeout(10):
+        async for message in consumer:
+            consumer.ack(message)
+            taken[0] += 1
+            if taken[0] == count:
+                break
+
+
+async def test_credit_goes_out_while_the_application_takes_its_buffer(broker: Broker) -> None:
+    """Four batches of 100 fill a queue of 400; credit for the first 200 taken must reach
+    the broker while the other 200 are still buffered (else it idles until they are
+    taken)."""
+    await _topic_with(broker, "t", 1_000, batches=10)
+    taken = [0]
+    recorder = _Recorder(lambda: taken[0])
+    async with (
+        grpc.aio.insecure_channel(address(broker), interceptors=[recorder]) as channel,
+        AsyncConsumer("t", "s", channel=channel, receive_queue=400) as consumer,
+    ):
+        async with asyncio.timeout(10):
+            while len(consumer._buffer) < 400:  # noqa: ASYNC110 - all four deliveries in
+                await asyncio.sleep(0.01)
+        await _take_all(consumer, 1_000, taken)
+    credits = recorder.of("credit")
+    assert credits, recorder.requests
+    assert 200 <= credits[0][1] < 400, credits[0][1]  # sent at 200, before the 400 were used
+    assert 600 <= sum(r.credit for r, _ in credits) <= 1_000
+    await _nothing_left(broker, "t")
+
+
+async def test_grants_the_broker_could_not_act_on_are_merged(broker: Broker) -> None:
+    """One 1,000-record batch against a queue of 100 leaves the broker at -900 credit:
+    grants of the first 900 records taken change nothing there, so they go out as one
+    request once the total lifts the broker above 0, not as 18 of 50."""
     await _topic_with(broker, "t", 1_000)
-    taken = 0
-    recorder = _Recorder(lambda: taken)
+    taken = [0]
+    recorder = _Recorder(lambda: taken[0])
     async with (
         grpc.aio.insecure_channel(address(broker), interceptors=[recorder]) as channel,
         AsyncConsumer("t", "s", channel=channel, receive_queue=100) as consumer,
-        asyncio.timeout(10),
     ):
-        async for message in consumer:
-            consumer.ack(message)
-            taken += 1
-            if taken == 1_000:
-                break
-    credits = recorder.of("credit")
-    assert credits, recorder.requests
-    first_at = credits[0][1]
-    assert 50 <= first_at <= 100, first_at  # a chunk of half the queue, then a yield soon
-    granted = sum(r.credit for r, _ in credits)
-    assert 1_000 - 50 <= granted <= 1_000  # one grant per 50 taken, merged when they queue
-    assert {at for _, at in recorder.of("ack")} - {1_000}  # acks went out meanwhile, too
+        await _take_all(consumer, 1_000, taken)
+    credits = [(r.credit, at) for r, at in recorder.of("credit")]
+    assert len(credits) == 1, credits
+    ((granted, at),) = credits
+    assert granted > 900  # the broker's -900 and then some
+    assert 900 < at <= 1_000
     await _nothing_left(broker, "t")
 
 
