@@ -8,7 +8,8 @@ more than the queue holds.
 
 Acks are batched behind the scenes: acked offsets are coalesced into ranges per partition
 (in-order acks make one range per batch) and sent when a quarter of the broker's unacked
-cap is pending, or ``ack_interval_ms`` after the first pending ack, or on close. An ack
+cap is pending (``shared`` and ``key_shared``: or half the receive queue, as consumers
+share the cap), or ``ack_interval_ms`` after the first pending ack, or on close. An ack
 after the close sent the last acks raises ``ClientClosed`` (it could never count).
 
 Nothing is queued per request: a session's writer (``_write``, the request iterator gRPC
@@ -664,8 +665,9 @@ class AsyncConsumer:
                     )
                     self._ready.set()
                 elif response.HasField("subscribed"):
-                    cap = response.subscribed.max_unacked or 1_000
-                    self._ack_threshold = max(1, min(cap // 4, self._credit_chunk))
+                    self._ack_threshold = self._ack_threshold_for(
+                        response.subscribed.max_unacked or 1_000
+                    )
                     self._subscribed.set()
                     self._opened += 1
                     self._live = True
@@ -676,6 +678,18 @@ class AsyncConsumer:
             out.ended = True  # ends the request iterator of this stream
             out.wake.set()
             call.cancel()
+
+    def _ack_threshold_for(self, cap: int) -> int:
+        """Pending acks that are sent without waiting for ``ack_interval_ms``: a quarter
+        of the broker's cap on unacked records. Consumers of a ``shared`` or
+        ``key_shared`` subscription share that cap, so each also sends them once half its
+        queue is pending (four of them holding a quarter each would stop the broker until
+        their timers fired). An exclusive or failover consumer has the cap to itself: its
+        acks go out in fewer, larger requests (a stream write costs the loop about as
+        much as 100 records)."""
+        if self._open.type in (_pb.SHARED, _pb.KEY_SHARED):
+            return max(1, min(cap // 4, self._credit_chunk))
+        return max(1, cap // 4)
 
     async def _write(self, out: _Outbox) -> AsyncIterator[_pb.SubscribeRequest]:
         """A session's requests: the open, then what the outbox holds each time gRPC is

@@ -143,6 +143,29 @@ async def test_grants_the_broker_could_not_act_on_are_merged(broker: Broker) -> 
     await _nothing_left(broker, "t")
 
 
+async def test_shared_consumers_ack_every_half_queue_exclusive_ones_every_quarter_cap(
+    broker: Broker,
+) -> None:
+    """The broker's cap here is 1,000 unacked records: an exclusive consumer sends its
+    acks every 250; one of a shared subscription, whose consumers share the cap, every
+    50 (half its queue of 100)."""
+    await _topic_with(broker, "t", 1_000, batches=10)
+    counts = {}
+    for kind in ("exclusive", "shared"):
+        taken = [0]
+        recorder = _Recorder()
+        async with (
+            grpc.aio.insecure_channel(address(broker), interceptors=[recorder]) as channel,
+            AsyncConsumer(
+                "t", kind, channel=channel, type=kind, receive_queue=100, ack_interval_ms=60_000
+            ) as consumer,
+        ):
+            await _take_all(consumer, 1_000, taken)
+        counts[kind] = len(recorder.of("ack"))
+    assert counts["exclusive"] <= 1_000 // 250 + 1, counts  # and the last ones at close
+    assert counts["shared"] >= 8, counts  # 20 due; the writer merges what queues meanwhile
+
+
 async def test_acks_pending_at_close_are_sent_before_the_half_close(broker: Broker) -> None:
     await _topic_with(broker, "t", 10)
     recorder = _Recorder()
