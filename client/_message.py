@@ -193,14 +193,26 @@ class MessageBuffer:
     """Delivered messages not yet handed to the application, oldest first.
 
     Each delivery is kept as its lazy iterator (:meth:`DeliveredBatch.messages`) with what
-    it covers. The delivery being taken from is cut into segments of at most ``step``
-    messages: ``current`` yields them and ``left`` says how many the segment still holds,
-    both public so that the consumer's per-record path takes one inline (``left -= 1;
-    next(current)``) while ``left`` is not 0, and does its bookkeeping (credit) only at a
-    segment's end, via :meth:`took`.
+    it covers. The delivery being taken from is cut into segments: ``current`` yields
+    them and ``left`` says how many the segment still holds, both public so that the
+    consumer's per-record path takes one inline (``left -= 1; next(current)``) and does
+    its bookkeeping (credit) only when ``left`` reaches 0, via :meth:`took`. A segment ends
+    where a delivery ends or where the count of messages taken reaches a multiple of
+    ``step``, so a consumer that grants credit every ``step`` messages finds each grant
+    due exactly at a segment's end.
     """
 
-    __slots__ = ("_rest", "_runs", "_seg", "_taken", "_where", "current", "left", "step")
+    __slots__ = (
+        "_phase",
+        "_rest",
+        "_runs",
+        "_seg",
+        "_taken",
+        "_where",
+        "current",
+        "left",
+        "step",
+    )
 
     def __init__(self, step: int = 1) -> None:
         #: Per delivery not started: its messages, count, and (epoch, partition, end).
@@ -211,6 +223,7 @@ class MessageBuffer:
         self._seg = 0  # the current segment's length, less what took() counted of it
         self._rest = 0  # messages of the current delivery after the segment
         self._taken = 0  # messages of finished segments not yet counted by took()
+        self._phase = 0  # messages taken in all, modulo ``step`` (counted segments only)
         self._where = (0, 0, 0)  # (epoch, partition, end offset) of the current delivery
 
     def __bool__(self) -> bool:
@@ -240,12 +253,19 @@ class MessageBuffer:
 
     def _advance(self) -> None:
         """Start the next segment (the current one is used up; the buffer is not empty)."""
-        self._taken += self._seg
+        self._count()
         if not self._rest:
             self.current, self._rest, self._where = self._runs.popleft()
-        n = min(self.step, self._rest)
+        n = min(self.step - self._phase, self._rest)
         self._rest -= n
         self.left = self._seg = n
+
+    def _count(self) -> None:
+        """Add what was taken of the current segment to the count."""
+        done = self._seg - self.left
+        self._taken += done
+        self._phase = (self._phase + done) % self.step
+        self._seg = self.left
 
     def take(self) -> Message:
         """The oldest message (the buffer must not be empty)."""
@@ -268,8 +288,8 @@ class MessageBuffer:
 
     def took(self) -> int:
         """How many messages were taken since the last call."""
-        n = self._taken + self._seg - self.left
-        self._taken, self._seg = 0, self.left
+        self._count()
+        n, self._taken = self._taken, 0
         return n
 
     def ranges(self) -> list[tuple[int, int, int, int]]:
@@ -287,4 +307,4 @@ class MessageBuffer:
         """Forget every buffered message (and what was taken)."""
         self._runs.clear()
         self.current = iter(())
-        self.left = self._seg = self._rest = self._taken = 0
+        self.left = self._seg = self._rest = self._taken = self._phase = 0

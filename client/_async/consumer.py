@@ -307,7 +307,11 @@ class AsyncConsumer:
         buffer = self._buffer
         if buffer.left and not self._hold:  # the common case, inlined: no call per record
             buffer.left -= 1
-            return next(buffer.current)
+            if buffer.left:
+                return next(buffer.current)
+            message = next(buffer.current)
+            self._took(buffer.took())  # a segment's end: credit may be due
+            return message
         try:
             return await self.receive()
         except ClientClosed:
@@ -341,11 +345,12 @@ class AsyncConsumer:
         if self._closed:
             raise ClientClosed("the consumer is closed")
         buffer = self._buffer
-        if not buffer.left:  # a segment's end (or nothing buffered): count what was taken
+        if not buffer:
+            await self._wait_for_messages(timeout)
+        message = buffer.take()
+        if not buffer.left:  # a segment's end: credit may be due
             self._took(buffer.took())
-            if not buffer:
-                await self._wait_for_messages(timeout)
-        return buffer.take()
+        return message
 
     async def receive_batch(
         self,

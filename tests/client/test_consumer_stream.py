@@ -126,7 +126,7 @@ async def test_credit_goes_out_while_the_application_takes_its_buffer(broker: Br
 async def test_grants_the_broker_could_not_act_on_are_merged(broker: Broker) -> None:
     """One 1,000-record batch against a queue of 100 leaves the broker at -900 credit:
     grants of the first 900 records taken change nothing there, so they go out as one
-    request once the total lifts the broker above 0, not as 18 of 50."""
+    request once the total lifts the broker above 0, not as 19 of 50."""
     await _topic_with(broker, "t", 1_000)
     taken = [0]
     recorder = _Recorder(lambda: taken[0])
@@ -136,8 +136,8 @@ async def test_grants_the_broker_could_not_act_on_are_merged(broker: Broker) -> 
     ):
         await _take_all(consumer, 1_000, taken)
     credits = [(r.credit, at) for r, at in recorder.of("credit")]
-    assert len(credits) == 1, credits
-    ((granted, at),) = credits
+    assert 1 <= len(credits) <= 2, credits  # the last 50 taken may make a second grant
+    granted, at = credits[0]
     assert granted > 900  # the broker's -900 and then some
     assert 900 < at <= 1_000
     await _nothing_left(broker, "t")

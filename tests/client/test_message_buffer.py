@@ -85,3 +85,17 @@ def test_a_range_outside_its_batch_is_data_loss() -> None:
     with pytest.raises(DataLoss, match="outside its batch"):
         buffer.add(_batch(3), 0, 1, 5, redeliveries={}, epoch=1)
     assert not buffer
+
+
+def test_segments_end_where_the_count_taken_reaches_a_multiple_of_step() -> None:
+    """Deliveries of 3 and 10 with a step of 4: the first segment of the second delivery
+    is 1 long, so a grant every 4 messages is due at a segment's end (at 4, 8, 12)."""
+    buffer = MessageBuffer(step=4)
+    buffer.add(_batch(3), 0, 0, 3, redeliveries={}, epoch=1)
+    buffer.add(_batch(10, base=3), 0, 3, 13, redeliveries={}, epoch=1)
+    ends = []
+    for taken in range(1, 14):
+        buffer.take()
+        if not buffer.left:
+            ends.append((taken, buffer.took()))
+    assert ends == [(3, 3), (4, 1), (8, 4), (12, 4), (13, 1)]
