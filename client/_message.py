@@ -1,19 +1,27 @@
 """Received messages: lazy views over one delivered record batch.
 
-Owns :class:`Message` and :class:`DeliveredBatch`. A delivery carries a whole encoded batch
-and the offset range meant for this consumer. The batch is decoded once (its header and
-column offsets); a message is an index into it, and its value, key, headers and time are cut
-out of the batch only when read. So a consumer that reads only values touches nothing else.
+Owns :class:`Message`, :class:`DeliveredBatch` and :class:`MessageBuffer`. A delivery
+carries a whole encoded batch and the offset range meant for this consumer. The batch is
+decoded once (its header and column offsets); a message is an index into it, and its value,
+key, headers and time are cut out of the batch only when read. So a consumer that reads only
+values touches nothing else.
+
+The buffer of delivered messages holds each delivery as a lazy iterator, and a
+:class:`Message` is built (in C) only when it is taken. So a delivery of 9,000 records does
+not allocate 9,000 objects at once: an application that drops each message after use keeps
+one alive at a time, and the garbage collector, which runs after every 700 live
+allocations, stays idle (building them eagerly cost full collections of 8 ms).
 
 Pure module: no I/O, no asyncio.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from functools import partial
-from itertools import repeat
+from itertools import islice, repeat
 from typing import cast
 
 from client.errors import DataLoss
@@ -74,9 +82,9 @@ class DeliveredBatch:
         to_offset: int,
         redeliveries: dict[int, int],
         epoch: int = 0,
-    ) -> Iterable[Message]:
-        """The messages of offsets ``[from_offset, to_offset)``, built lazily and in C (the
-        caller consumes the iterable at once, e.g. with ``deque.extend``)."""
+    ) -> Iterator[Message]:
+        """The messages of offsets ``[from_offset, to_offset)``, built lazily and in C, one
+        per ``next``."""
         base = self.batch.base_offset
         if not base <= from_offset <= to_offset <= self.batch.next_offset:
             raise DataLoss(
@@ -179,3 +187,124 @@ _new_message = cast(
     "Callable[[tuple[DeliveredBatch, int, int, int, int, int]], Message]",
     partial(tuple.__new__, Message),
 )
+
+
+class MessageBuffer:
+    """Delivered messages not yet handed to the application, oldest first.
+
+    Each delivery is kept as its lazy iterator (:meth:`DeliveredBatch.messages`) with what
+    it covers. The delivery being taken from is cut into segments: ``current`` yields
+    them and ``left`` says how many the segment still holds, both public so that the
+    consumer's per-record path takes one inline (``left -= 1; next(current)``) and does
+    its bookkeeping (credit) only when ``left`` reaches 0, via :meth:`took`. A segment ends
+    where a delivery ends or where the count of messages taken reaches a multiple of
+    ``step``, so a consumer that grants credit every ``step`` messages finds each grant
+    due exactly at a segment's end.
+    """
+
+    __slots__ = (
+        "_phase",
+        "_rest",
+        "_runs",
+        "_seg",
+        "_taken",
+        "_where",
+        "current",
+        "left",
+        "step",
+    )
+
+    def __init__(self, step: int = 1) -> None:
+        #: Per delivery not started: its messages, count, and (epoch, partition, end).
+        self._runs: deque[tuple[Iterator[Message], int, tuple[int, int, int]]] = deque()
+        self.current: Iterator[Message] = iter(())
+        self.left = 0  # messages left in the current segment
+        self.step = step  # the longest segment
+        self._seg = 0  # the current segment's length, less what took() counted of it
+        self._rest = 0  # messages of the current delivery after the segment
+        self._taken = 0  # messages of finished segments not yet counted by took()
+        self._phase = 0  # messages taken in all, modulo ``step`` (counted segments only)
+        self._where = (0, 0, 0)  # (epoch, partition, end offset) of the current delivery
+
+    def __bool__(self) -> bool:
+        return bool(self.left or self._rest or self._runs)
+
+    def __len__(self) -> int:
+        return self.left + self._rest + sum(count for _, count, _ in self._runs)
+
+    def add(
+        self,
+        batch: DeliveredBatch,
+        partition: int,
+        from_offset: int,
+        to_offset: int,
+        *,
+        redeliveries: dict[int, int],
+        epoch: int,
+    ) -> None:
+        """Append the messages of a delivery (see :meth:`DeliveredBatch.messages`).
+
+        Raises:
+            DataLoss: the range is outside the batch.
+        """
+        messages = batch.messages(partition, from_offset, to_offset, redeliveries, epoch)
+        if to_offset > from_offset:
+            self._runs.append((messages, to_offset - from_offset, (epoch, partition, to_offset)))
+
+    def _advance(self) -> None:
+        """Start the next segment (the current one is used up; the buffer is not empty)."""
+        self._count()
+        if not self._rest:
+            self.current, self._rest, self._where = self._runs.popleft()
+        n = min(self.step - self._phase, self._rest)
+        self._rest -= n
+        self.left = self._seg = n
+
+    def _count(self) -> None:
+        """Add what was taken of the current segment to the count."""
+        done = self._seg - self.left
+        self._taken += done
+        self._phase = (self._phase + done) % self.step
+        self._seg = self.left
+
+    def take(self) -> Message:
+        """The oldest message (the buffer must not be empty)."""
+        if not self.left:
+            self._advance()
+        self.left -= 1
+        return next(self.current)
+
+    def take_many(self, limit: int) -> list[Message]:
+        """Up to ``limit`` of the oldest messages."""
+        out: list[Message] = []
+        while limit > 0 and self:
+            if not self.left:
+                self._advance()
+            n = min(limit, self.left)
+            out.extend(islice(self.current, n))
+            self.left -= n
+            limit -= n
+        return out
+
+    def took(self) -> int:
+        """How many messages were taken since the last call."""
+        self._count()
+        n, self._taken = self._taken, 0
+        return n
+
+    def ranges(self) -> list[tuple[int, int, int, int]]:
+        """What the buffer holds as ``(epoch, partition, begin, end)`` offset ranges, in
+        order, without building its messages."""
+        out = []
+        if self.left or self._rest:
+            epoch, partition, end = self._where
+            out.append((epoch, partition, end - self.left - self._rest, end))
+        for _, count, (epoch, partition, end) in self._runs:
+            out.append((epoch, partition, end - count, end))
+        return out
+
+    def clear(self) -> None:
+        """Forget every buffered message (and what was taken)."""
+        self._runs.clear()
+        self.current = iter(())
+        self.left = self._seg = self._rest = self._taken = self._phase = 0

@@ -8,7 +8,19 @@ more than the queue holds.
 
 Acks are batched behind the scenes: acked offsets are coalesced into ranges per partition
 (in-order acks make one range per batch) and sent when a quarter of the broker's unacked
-cap is pending, or ``ack_interval_ms`` after the first pending ack, or on close.
+cap is pending (``shared`` and ``key_shared``: or half the receive queue, as consumers
+share the cap), or ``ack_interval_ms`` after the first pending ack, or on close. An ack
+after the close sent the last acks raises ``ClientClosed`` (it could never count).
+
+Nothing is queued per request: a session's writer (``_write``, the request iterator gRPC
+pulls from) builds each credit or ack request from the consumer's state when the stream is
+ready for the next one, so grants and acks made meanwhile go out as one. An application
+that takes buffered messages never awaits anything that blocks, so while requests wait for
+the writer, receiving yields to the loop once every few messages; else the credit of a
+9,000-record delivery would reach the broker only once all of it was taken, and the broker
+would idle until then. The per-record path takes a message from a segment of the
+:class:`~client._message.MessageBuffer` without a call, and counts credit at the
+segment's end.
 
 A clean close gives back what was never handed out. ``aclose`` first asks the broker to
 stop sending (``drain``) and waits for its answer (``drained``, after the last delivery it
@@ -40,7 +52,6 @@ import contextlib
 import logging
 import random
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Iterable
 from types import TracebackType
 from typing import Self
@@ -48,7 +59,7 @@ from typing import Self
 import grpc
 
 from client._channel import DEFAULT_RECONNECT_BACKOFF_MAX_S, aio_channel
-from client._message import DeliveredBatch, Message
+from client._message import DeliveredBatch, Message, MessageBuffer
 from client._retry import backoff_s
 from client._types import DEFAULT_BROKER
 from client.errors import (
@@ -76,8 +87,10 @@ _TYPES = {
 _POSITIONS = {"earliest": _pb.EARLIEST, "latest": _pb.LATEST}
 _MODES = {"at_least_once": _pb.AT_LEAST_ONCE, "at_most_once": _pb.AT_MOST_ONCE}
 _MAX_NACK_DELAY_S = 86_400.0
+#: While credit or acks wait for the stream's writer, the application yields to the loop
+#: once per this many receives (a yield costs about as much as a few receives).
+_NUDGE_EVERY = 16
 
-_Requests = asyncio.Queue[_pb.SubscribeRequest | None]
 _PERMANENT = (InvalidArgument, NotFound, PermissionDenied, Unauthenticated, DataLoss)
 
 
@@ -168,7 +181,10 @@ class AsyncConsumer:
         )
         self._stub = broker_pb2_grpc.BrokerStub(self._channel)
         self._rng = random.Random()
-        self._buffer: deque[Message] = deque()
+        self._buffer = MessageBuffer(self._credit_chunk)
+        #: Whether ``__anext__`` must take its slow path: closed, or the writer has
+        #: requests waiting (``_nudge``).
+        self._hold = False
         self._ready = asyncio.Event()
         self._subscribed = asyncio.Event()
         self._error: ClientError | None = None
@@ -177,7 +193,9 @@ class AsyncConsumer:
         # Session state: replaced on every reconnect.
         self._epoch = 0
         self._opened = 0  # sessions the broker confirmed (SUBSCRIBED)
-        self._requests: _Requests = asyncio.Queue()
+        self._out = _Outbox()
+        self._nudge = False  # the outbox has requests its writer has not taken yet
+        self._nudge_in = 0  # receives until the next yield to that writer
         self._taken = 0
         self._ranges: dict[int, list[list[int]]] = {}
         self._up_to: dict[int, int] = {}
@@ -185,6 +203,10 @@ class AsyncConsumer:
         self._pending = 0
         self._ack_threshold = 1
         self._ack_timer: asyncio.TimerHandle | None = None
+        self._ack_partition = -1  # the run the last ack extended: [begin, end) of a partition
+        self._ack_run = [-1, -1]
+        self._acks_final = False  # the last acks went out: later acks raise ClientClosed
+        self._ack_epoch = 0  # the session whose messages acks count for (-1 once final)
         self._releases: list[_pb.OffsetRange] = []
         self._live = False  # a session is open (SUBSCRIBED seen, stream not ended)
         self._drained = asyncio.Event()
@@ -215,12 +237,15 @@ class AsyncConsumer:
         it). Idempotent."""
         if self._closed:
             return
-        self._closed = True
+        self._closed = self._hold = True
         task, self._task = self._task, None
         if task is not None:
             await self._release_unreceived(task)
             self._flush_acks()
-            self._requests.put_nowait(None)  # half-close: the broker ends the stream
+        self._acks_final, self._ack_epoch = True, -1
+        if task is not None:
+            self._out.half_close = True  # after the last acks: the broker ends the stream
+            self._kick()
             try:
                 await asyncio.wait_for(asyncio.shield(task), 5)
             except (TimeoutError, ClientError):
@@ -239,7 +264,8 @@ class AsyncConsumer:
         if not self._live or task.done():
             return
         epoch, drained = self._epoch, self._drained
-        self._requests.put_nowait(_pb.SubscribeRequest(drain=_pb.Drain()))
+        self._out.drain = True
+        self._kick()
         waiter = asyncio.ensure_future(drained.wait())
         try:
             await asyncio.wait([waiter, task], timeout=5, return_when=asyncio.FIRST_COMPLETED)
@@ -248,14 +274,14 @@ class AsyncConsumer:
         if not drained.is_set() or epoch != self._epoch or not self._live:
             return
         runs: dict[int, list[list[int]]] = {}
-        for message in self._buffer:
-            if message.epoch != epoch:
+        for message_epoch, partition, begin, end in self._buffer.ranges():
+            if message_epoch != epoch:
                 continue
-            ranges = runs.setdefault(message.partition, [])
-            if ranges and ranges[-1][1] == message.offset:
-                ranges[-1][1] += 1
+            ranges = runs.setdefault(partition, [])
+            if ranges and ranges[-1][1] == begin:
+                ranges[-1][1] = end
             else:
-                ranges.append([message.offset, message.offset + 1])
+                ranges.append([begin, end])
         self._buffer.clear()
         self._releases = [
             _pb.OffsetRange(partition=p, begin=b, end=e)
@@ -278,10 +304,27 @@ class AsyncConsumer:
         return self
 
     async def __anext__(self) -> Message:
+        buffer = self._buffer
+        if buffer.left and not self._hold:  # the common case, inlined: no call per record
+            buffer.left -= 1
+            if buffer.left:
+                return next(buffer.current)
+            message = next(buffer.current)
+            self._took(buffer.took())  # a segment's end: credit may be due
+            return message
         try:
             return await self.receive()
         except ClientClosed:
             raise StopAsyncIteration from None
+
+    async def _let_writer_run(self) -> None:
+        """Yield to the loop, so the stream's writer sends the credit and acks queued
+        meanwhile: an application that takes buffered messages never awaits anything that
+        blocks, and its grants would otherwise wait until the buffer is empty, leaving the
+        broker idle until then. Once per ``_NUDGE_EVERY`` receives while the writer has not
+        taken them (it may be busy with the previous write)."""
+        self._nudge_in = _NUDGE_EVERY
+        await asyncio.sleep(0)
 
     async def receive(self, timeout: float | None = None) -> Message:  # noqa: ASYNC109
         """The next message, waiting up to ``timeout`` seconds (None: as long as it takes).
@@ -295,12 +338,19 @@ class AsyncConsumer:
                 after ``aclose`` began: they are released to the broker).
             ClientError: the session failed for good (see the message).
         """
+        if self._nudge:
+            self._nudge_in -= 1
+            if self._nudge_in <= 0:
+                await self._let_writer_run()
         if self._closed:
             raise ClientClosed("the consumer is closed")
-        if not self._buffer:
+        buffer = self._buffer
+        if not buffer:
             await self._wait_for_messages(timeout)
-        self._took(1)
-        return self._buffer.popleft()
+        message = buffer.take()
+        if not buffer.left:  # a segment's end: credit may be due
+            self._took(buffer.took())
+        return message
 
     async def receive_batch(
         self,
@@ -309,17 +359,16 @@ class AsyncConsumer:
     ) -> list[Message]:
         """The messages that are ready: at least one (waiting up to ``timeout`` seconds
         for it), at most ``max_messages``."""
+        if self._nudge:
+            self._nudge_in -= 1
+            if self._nudge_in <= 0:
+                await self._let_writer_run()
         if self._closed:
             raise ClientClosed("the consumer is closed")
         if not self._buffer:
             await self._wait_for_messages(timeout)
-        buffer = self._buffer
-        if max_messages >= len(buffer):
-            out = list(buffer)
-            buffer.clear()
-        else:
-            out = [buffer.popleft() for _ in range(max_messages)]
-        self._took(len(out))
+        out = self._buffer.take_many(max_messages)
+        self._took(self._buffer.took())
         return out
 
     async def _wait_for_messages(self, timeout: float | None) -> None:  # noqa: ASYNC109
@@ -348,44 +397,114 @@ class AsyncConsumer:
     def _took(self, count: int) -> None:
         self._taken += count
         if self._taken >= self._credit_chunk:
-            self._requests.put_nowait(_pb.SubscribeRequest(credit=self._taken))
-            self._taken = 0
+            self._grant()
+
+    def _grant(self) -> None:
+        """Give the broker back the credit of the messages taken (sent by the writer,
+        added to any grant it has not sent yet).
+
+        A grant that would leave the broker's credit at 0 or below is held back and
+        added to the next: the broker sends only while a consumer's credit is above 0,
+        so it could not act on it. Example: with a queue of 1,000, a delivery of a
+        9,000-record batch leaves the broker at -8,000; the grants of the first 8,000
+        records taken go out as one, instead of 16 writes of 500 (a stream write costs
+        the loop about as much as 100 records).
+        """
+        out = self._out
+        out.credit += self._taken
+        self._taken = 0
+        if out.balance + out.credit > 0:
+            self._kick()
+
+    def _kick(self) -> None:
+        """Tell the stream's writer that the outbox has something to send."""
+        out = self._out
+        if out.idle:
+            out.wake.set()
+        if not self._nudge:
+            self._nudge, self._nudge_in, self._hold = True, 1, True
+
+    def _writer_ran(self) -> None:
+        self._nudge = False
+        self._hold = self._closed
 
     # -- acknowledging ----------------------------------------------------------------
 
     def ack(self, message: Message) -> None:
-        """Acknowledge one message (sent in a batch shortly)."""
-        self.ack_many((message,))
+        """Acknowledge one message (sent in a batch shortly).
+
+        Raises:
+            ClientClosed: the consumer is closed and sent its last acks: this one would
+                never reach the broker (which sends the message again).
+        """
+        _, _, partition, offset, _, epoch = message
+        run = self._ack_run
+        if run[1] == offset and partition == self._ack_partition and epoch == self._ack_epoch:
+            # The common case: the next offset of the last run. (The first ack after the
+            # writer took the acks starts a run, below, so the timer is armed there.)
+            run[1] = offset + 1
+            self._pending += 1
+            if self._pending >= self._ack_threshold:
+                self._flush_acks()
+            return
+        if epoch != self._ack_epoch:
+            self._check_acks_open()
+            return  # from a broken session: the broker will deliver it again
+        self._ack_run = self._add_run(partition, offset)
+        self._ack_partition = partition
+        self._acked(1)
 
     def ack_many(self, messages: Iterable[Message]) -> None:
         """Acknowledge messages, e.g. a whole :meth:`receive_batch` (sent in a batch
-        shortly). One call is much cheaper than one :meth:`ack` per message."""
-        epoch = self._epoch
-        all_ranges = self._ranges
-        last_partition, last = -1, [-1, -1]
+        shortly). One call is much cheaper than one :meth:`ack` per message.
+
+        Raises:
+            ClientClosed: as :meth:`ack`.
+        """
+        epoch = self._ack_epoch
+        last_partition, last = self._ack_partition, self._ack_run
         count = 0
         for message in messages:
             _, _, partition, offset, _, message_epoch = message
             if message_epoch != epoch:
+                self._check_acks_open()
                 continue  # from a broken session: the broker will deliver it again
             count += 1
             if partition == last_partition and last[1] == offset:
                 last[1] = offset + 1
                 continue
-            ranges = all_ranges.setdefault(partition, [])
-            if ranges and ranges[-1][1] == offset:
-                last = ranges[-1]
-                last[1] = offset + 1
-            else:
-                last = [offset, offset + 1]
-                ranges.append(last)
+            last = self._add_run(partition, offset)
             last_partition = partition
+        self._ack_partition, self._ack_run = last_partition, last
         if count:
             self._acked(count)
 
+    def _add_run(self, partition: int, offset: int) -> list[int]:
+        """Record the ack of ``offset``: extend the partition's last run or start one."""
+        ranges = self._ranges.setdefault(partition, [])
+        if ranges and ranges[-1][1] == offset:
+            run = ranges[-1]
+            run[1] = offset + 1
+        else:
+            run = [offset, offset + 1]
+            ranges.append(run)
+        return run
+
+    def _check_acks_open(self) -> None:
+        if self._acks_final:
+            raise ClientClosed(
+                "the consumer is closed and sent its last acks; ack before leaving "
+                "`async with` (the broker sends unacked messages again)"
+            )
+
     def ack_cumulative(self, message: Message) -> None:
-        """Acknowledge ``message`` and every earlier message of its partition."""
-        if message.epoch != self._epoch:
+        """Acknowledge ``message`` and every earlier message of its partition.
+
+        Raises:
+            ClientClosed: as :meth:`ack`.
+        """
+        if message.epoch != self._ack_epoch:
+            self._check_acks_open()
             return
         p = message.partition
         self._up_to[p] = max(self._up_to.get(p, 0), message.offset + 1)
@@ -399,10 +518,12 @@ class AsyncConsumer:
 
         Raises:
             ValueError: ``delay`` is negative or longer than a day.
+            ClientClosed: as :meth:`ack`.
         """
         if delay is not None and not 0 <= delay <= _MAX_NACK_DELAY_S:
             raise ValueError(f"delay must be from 0 to {_MAX_NACK_DELAY_S:g} seconds, not {delay}")
-        if message.epoch != self._epoch:
+        if message.epoch != self._ack_epoch:
+            self._check_acks_open()
             return  # from a broken session: the broker will deliver it again anyway
         nack = _pb.Nack(
             partition=message.partition,
@@ -420,15 +541,27 @@ class AsyncConsumer:
         if self._pending >= self._ack_threshold:
             self._flush_acks()
         elif self._ack_timer is None:
-            loop = asyncio.get_running_loop()
-            self._ack_timer = loop.call_later(self._ack_interval_s, self._flush_acks)
+            self._arm_ack_timer()
+
+    def _arm_ack_timer(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._ack_timer = loop.call_later(self._ack_interval_s, self._flush_acks)
 
     def _flush_acks(self) -> None:
+        """Have the writer send the pending acks (with whatever is acked until it runs)."""
         if self._ack_timer is not None:
             self._ack_timer.cancel()
             self._ack_timer = None
-        if not self._pending and not self._releases:
-            return
+        if self._pending or self._releases:
+            self._out.acks_due = True
+            self._kick()
+
+    def _take_acks(self) -> _pb.SubscribeRequest:
+        """The pending acks, nacks and releases as one request; they are no longer
+        pending. Called by the writer when the stream is ready for them."""
+        if self._ack_timer is not None:
+            self._ack_timer.cancel()
+            self._ack_timer = None
         acks = _pb.Acks(
             ranges=[
                 _pb.OffsetRange(partition=p, begin=b, end=e)
@@ -439,8 +572,12 @@ class AsyncConsumer:
             nacks=self._nacks,
             releases=self._releases,
         )
-        self._requests.put_nowait(_pb.SubscribeRequest(ack=acks))
+        self._reset_acks()
+        return _pb.SubscribeRequest(ack=acks)
+
+    def _reset_acks(self) -> None:
         self._ranges, self._up_to, self._nacks, self._pending = {}, {}, [], 0
+        self._ack_partition, self._ack_run = -1, [-1, -1]
         self._releases = []
 
     # -- sessions ---------------------------------------------------------------------
@@ -498,37 +635,44 @@ class AsyncConsumer:
             "connect_timeout"
         )
 
-    def _new_session(self) -> _Requests:
+    def _new_session(self) -> _Outbox:
         self._epoch += 1
+        self._ack_epoch = self._epoch
         self._buffer.clear()
         if self._ack_timer is not None:
             self._ack_timer.cancel()
             self._ack_timer = None
-        self._ranges, self._up_to, self._nacks, self._pending, self._taken = {}, {}, [], 0, 0
-        self._releases = []
+        self._reset_acks()
+        self._taken = 0
         self._drained = asyncio.Event()
-        self._requests = asyncio.Queue()
-        self._requests.put_nowait(_pb.SubscribeRequest(open=self._open))
-        return self._requests
+        self._out.ended = True  # the last session's writer, if still there, stops
+        self._out.wake.set()
+        self._out = _Outbox(self._open.initial_credit)
+        return self._out
 
     async def _session(self) -> None:
-        requests = self._new_session()
+        out = self._new_session()
         epoch = self._epoch
-        call = self._stub.Subscribe(_drain(requests))
+        call = self._stub.Subscribe(self._write(out))
         try:
             async for response in call:
                 if response.HasField("delivery"):
                     d = response.delivery
+                    out.balance -= d.to_offset - d.from_offset
                     batch = DeliveredBatch(d.topic, d.batch)
-                    self._buffer.extend(
-                        batch.messages(
-                            d.partition, d.from_offset, d.to_offset, dict(d.redeliveries), epoch
-                        )
+                    self._buffer.add(
+                        batch,
+                        d.partition,
+                        d.from_offset,
+                        d.to_offset,
+                        redeliveries=dict(d.redeliveries),
+                        epoch=epoch,
                     )
                     self._ready.set()
                 elif response.HasField("subscribed"):
-                    cap = response.subscribed.max_unacked or 1_000
-                    self._ack_threshold = max(1, min(cap // 4, self._credit_chunk))
+                    self._ack_threshold = self._ack_threshold_for(
+                        response.subscribed.max_unacked or 1_000
+                    )
                     self._subscribed.set()
                     self._opened += 1
                     self._live = True
@@ -536,13 +680,69 @@ class AsyncConsumer:
                     self._drained.set()
         finally:
             self._live = False
-            requests.put_nowait(None)  # ends the request iterator of this stream
+            out.ended = True  # ends the request iterator of this stream
+            out.wake.set()
             call.cancel()
 
+    def _ack_threshold_for(self, cap: int) -> int:
+        """Pending acks that are sent without waiting for ``ack_interval_ms``: a quarter
+        of the broker's cap on unacked records. Consumers of a ``shared`` or
+        ``key_shared`` subscription share that cap, so each also sends them once half its
+        queue is pending (four of them holding a quarter each would stop the broker until
+        their timers fired). An exclusive or failover consumer has the cap to itself: its
+        acks go out in fewer, larger requests (a stream write costs the loop about as
+        much as 100 records)."""
+        if self._open.type in (_pb.SHARED, _pb.KEY_SHARED):
+            return max(1, min(cap // 4, self._credit_chunk))
+        return max(1, cap // 4)
 
-async def _drain(requests: _Requests) -> AsyncIterator[_pb.SubscribeRequest]:
-    while (request := await requests.get()) is not None:
-        yield request
+    async def _write(self, out: _Outbox) -> AsyncIterator[_pb.SubscribeRequest]:
+        """A session's requests: the open, then what the outbox holds each time gRPC is
+        ready for the next request. Requests are built here, not when queued: credit
+        granted and acks made while the last request was on its way go out as one."""
+        yield _pb.SubscribeRequest(open=self._open)
+        while not out.ended:
+            self._writer_ran()
+            if out.credit and out.balance + out.credit > 0:
+                credit, out.credit = out.credit, 0
+                out.balance += credit
+                yield _pb.SubscribeRequest(credit=credit)
+            elif out.acks_due:
+                out.acks_due = False
+                if self._pending or self._releases:
+                    yield self._take_acks()
+            elif out.drain:
+                out.drain = False
+                yield _pb.SubscribeRequest(drain=_pb.Drain())
+            elif out.half_close:
+                return  # the broker ends the stream after applying what came before
+            else:
+                out.idle = True
+                out.wake.clear()
+                await out.wake.wait()
+                out.idle = False
+
+
+class _Outbox:
+    """What one session's request writer has to send; the consumer fills it, the writer
+    (:meth:`AsyncConsumer._write`) empties it. Nothing here is a queue of requests: a
+    second grant adds to the first, and acks stay in the consumer's ranges until sent."""
+
+    __slots__ = ("acks_due", "balance", "credit", "drain", "ended", "half_close", "idle", "wake")
+
+    def __init__(self, initial_credit: int = 0) -> None:
+        #: The broker's credit for the session as far as the consumer knows: the initial
+        #: credit, plus grants sent, less records delivered. The broker's own can only be
+        #: lower (deliveries on their way), so a grant that leaves this at 0 or below
+        #: would not let the broker send anything either.
+        self.balance = initial_credit
+        self.credit = 0  # records of credit to grant
+        self.acks_due = False  # send the pending acks
+        self.drain = False  # send a drain
+        self.half_close = False  # end the requests once the rest is sent
+        self.ended = False  # the stream is over: send nothing more
+        self.idle = False  # the writer waits for ``wake``
+        self.wake = asyncio.Event()
 
 
 def _reconnectable(error: ClientError) -> bool:
