@@ -434,7 +434,7 @@ class SubscriptionRegistry:
         if pending is not None:
             await asyncio.wait([pending])
         sub = self.get(topic, name)
-        consumers = tuple(sub.state.consumers())
+        consumers = sub.consumers()
         if consumers and not force:
             raise SubscriptionInUseError(topic, name, consumers)
         # No await from the lookup to here: nothing attaches or saves in between.
@@ -520,7 +520,7 @@ class SubscriptionRegistry:
             return []
         now = self._monotonic()
         for key, sub in self._subs.items():
-            idle.observe(key, attached=bool(sub.state.consumers()), activity=sub.activity, now=now)
+            idle.observe(key, attached=bool(sub.consumers()), activity=sub.activity, now=now)
         idle.retain(set(self._subs))
         deleted = []
         for expired in idle.expired(now):
@@ -530,7 +530,7 @@ class SubscriptionRegistry:
             # Look again: a consumer may have come, or a commit, while a delete ran.
             idle_s = idle.observe(
                 expired.key,
-                attached=bool(found.state.consumers()),
+                attached=bool(found.consumers()),
                 activity=found.activity,
                 now=self._monotonic(),
             )
@@ -573,7 +573,13 @@ class SubscriptionRegistry:
                 logger.exception("inactivity expiry failed; trying again")
 
     async def save(self, sub: Subscription) -> None:
-        """Save ``sub``'s acknowledged state now (before answering a seek or a commit)."""
+        """Save ``sub``'s acknowledged state now (before answering a seek or a commit),
+        once every command queued to it so far (that seek or commit) is applied."""
+        await sub.applied()
+        await self._persist(sub)
+
+    async def _persist(self, sub: Subscription) -> None:
+        """Save ``sub``'s state now: a pass awaits this before a redelivery goes out."""
         self._dirty.discard((sub.topic, sub.name))
         await self._save(sub)
 
@@ -726,9 +732,10 @@ class SubscriptionRegistry:
             snaps,
             policy=policy,
             on_change=self._mark_dirty,
-            persist=self.save,
+            persist=self._persist,
             dead_letters=self._dead_letter,
-            clock=self._clock,
+            clock=self._monotonic,
+            wall_clock=self._clock,
             heartbeat_interval_s=self._heartbeat.interval_for(topic, name),
             stall_timeout_s=self._heartbeat.stall_timeout_s,
             limits=self._limits,
