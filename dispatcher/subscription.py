@@ -467,8 +467,9 @@ class Subscription:
         (with its result, or the error applying it raised); else done at once while the
         queue has room, or once the task has made room (see
         :data:`MAX_QUEUED_COMMANDS`)."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] | None = loop.create_future() if result else None
+        future: asyncio.Future[Any] | None = (
+            asyncio.get_running_loop().create_future() if result else None
+        )
         self._commands.append((cmd, future, dispatch))
         if type(cmd) is not Grant:
             self.activity += 1
@@ -482,8 +483,8 @@ class Subscription:
         if future is not None:
             return future
         if len(self._commands) < MAX_QUEUED_COMMANDS:
-            return self._done_future()
-        waiter: asyncio.Future[None] = loop.create_future()
+            return self._room or self._done_future()
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._room_waiters.append(waiter)
         return waiter
 
@@ -492,7 +493,8 @@ class Subscription:
         the closer, once the task is gone): the one place commands change the state."""
         commands = self._commands
         if commands:
-            state, clock, wall_clock = self.state, self._clock, self._wall_clock
+            state = self.state
+            now, wall = self._clock(), self._wall_clock()  # one drain is one instant
             while commands:
                 cmd, future, dispatch = commands.popleft()
                 if cmd is None:  # a barrier
@@ -500,7 +502,7 @@ class Subscription:
                         future.set_result(None)
                     continue
                 try:
-                    actions = state.handle(cmd, clock(), wall=wall_clock())
+                    actions = state.handle(cmd, now, wall=wall)
                 except DispatchError as exc:
                     self._refused(cmd, future, exc)
                     continue
@@ -837,8 +839,9 @@ class Subscription:
         while True:
             self._wake.clear()  # before looking: a wake-up from now on is never lost
             self._apply_queued()
-            again = False
+            again = passed = False
             if self._dispatch:
+                passed = True
                 self._dispatch = False
                 if self._heartbeat_poll:
                     self._heartbeat_poll = False
@@ -867,7 +870,8 @@ class Subscription:
                 self._dispatch = True
                 await asyncio.sleep(0)  # let the consumers' streams and others run
             else:
-                self._arm_timer()
+                if passed:  # commands alone add no deadline: an early timer only passes
+                    self._arm_timer()
                 await self._wake.wait()
 
     async def _pass(self) -> bool:
