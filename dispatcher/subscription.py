@@ -151,6 +151,10 @@ LogReader: TypeAlias = Callable[[int, int, int], Awaitable[list[RecordBatch]]]
 #: A command of None is a barrier: its future says that everything before it is applied.
 _Queued: TypeAlias = tuple[Command | None, "asyncio.Future[Any] | None", bool]
 
+#: The commands that count as activity for inactivity expiry (not credit, not the
+#: subscription's own dead-letter results, not barriers).
+_ACTIVITY: Final = frozenset({Attach, Detach, Drain, Release, Ack, AckUpTo, Nack, Commit, Seek})
+
 #: Writes a dead letter; returns once it is stored (or rejected by the queue's overflow
 #: policy); raises when it could not be written (the record then stays unacknowledged).
 DeadLetterSink = Callable[["Subscription", ToDeadLetter], Awaitable[None]]
@@ -471,7 +475,7 @@ class Subscription:
             asyncio.get_running_loop().create_future() if result else None
         )
         self._commands.append((cmd, future, dispatch))
-        if type(cmd) is not Grant:
+        if type(cmd) in _ACTIVITY:
             self.activity += 1
         self._wake.set()
         if self._task is None:

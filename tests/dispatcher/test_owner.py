@@ -182,7 +182,8 @@ async def test_an_ack_racing_a_dead_letter_write_is_applied_once_in_order(
     Expected: the write's result comes back as a command and is applied after the acks,
     by the dispatch task: record 0 counts acknowledged once (not also dead-lettered),
     the cursor is 2, every state change ran on the owner, and the persisted-state hook
-    (on_change) was only called from it too."""
+    (on_change) was only called from it too. The write's result is not consumer activity
+    (inactivity expiry)."""
     await _singles(writers[0], 2)
     writing = asyncio.Event()
     go = asyncio.Event()
@@ -220,9 +221,12 @@ async def test_an_ack_racing_a_dead_letter_write_is_applied_once_in_order(
         await sub.ack(0, 1, 2)
         await sub.applied()
         assert sub.state.cursor(0) == 2
+        activity = sub.activity
         go.set()
         await _settle()  # the writer hands its result to the queue; the task applies it
         assert "DeadLettered" in applied
+        await sub.applied()
+        assert sub.activity == activity  # its own results and barriers are not activity
         assert [(w.begin, w.end) for w in written] == [(0, 1)]
         assert applied.index("Ack") < applied.index("DeadLettered")
         assert sub.state.acked_total == 2
