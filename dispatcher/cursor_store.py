@@ -71,6 +71,9 @@ class CursorStore:
         self._flush_interval_s = flush_interval_s
         self._lookup = lookup
         self._dirty: set[Key] = set()
+        #: Dirty subscriptions a caller waits for, in the order asked: written first, so
+        #: a failing write (a full disk) names the file its caller asked for.
+        self._urgent: dict[Key, None] = {}
         #: Held while a flush writes, and by a delete's commit point: one writer per file.
         self.lock = asyncio.Lock()
         #: Deleted subscriptions whose state must never be saved again.
@@ -117,6 +120,7 @@ class CursorStore:
     def forget(self, key: Key, *, doomed: Subscription | None = None) -> None:
         """Drop what the store keeps of ``key``; ``doomed``: never save it again."""
         self._dirty.discard(key)
+        self._urgent.pop(key, None)
         self._saved.pop(key, None)
         if doomed is not None:
             self._doomed.add(doomed)
@@ -143,7 +147,9 @@ class CursorStore:
         Raises:
             OSError, WalIOError: the flush failed (the subscription stays dirty).
         """
-        self._dirty.add((sub.topic, sub.name))
+        key = (sub.topic, sub.name)
+        self._dirty.add(key)
+        self._urgent[key] = None
         await self.flush()
 
     async def flush(self) -> None:
@@ -162,7 +168,9 @@ class CursorStore:
             self._started += 1
             number = self._started
             dirty, self._dirty = self._dirty, set()
-            subs = [s for key in sorted(dirty) if (s := self._lookup(key)) is not None]
+            urgent, self._urgent = [k for k in self._urgent if k in dirty], {}
+            order = urgent + sorted(dirty.difference(urgent))
+            subs = [s for key in order if (s := self._lookup(key)) is not None]
             error: BaseException | None = None
             try:
                 await self.save_all(subs)
