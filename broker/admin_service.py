@@ -150,7 +150,7 @@ class AdminService(_grpc.AdminServicer):
             offsets = partition_seek_offsets(request.partition_offsets, cursors)
         else:
             raise InvalidRequestError("target", "say where to: earliest, latest, offset or time")
-        sub.seek(offsets)
+        await sub.seek(offsets)
         await self._subscriptions.save(sub)
         return subscription_info(sub.status())
 

@@ -268,7 +268,7 @@ class BrokerService(_grpc.BrokerServicer):
         sub = await self._subscriptions.subscribe(
             topic.name, request.subscription, [p.writer for p in topic.partitions], any_type=True
         )
-        cursor = sub.commit(request.partition, request.offset)
+        cursor = await sub.commit(request.partition, request.offset)
         await self._subscriptions.save(sub)
         return _pb.AckUpToResponse(cursor=cursor)
 
@@ -328,17 +328,17 @@ async def _read_subscribe(
         async for request in requests:
             kind = request.WhichOneof("kind")
             if kind == "credit":
-                sub.grant(session, request.credit)
+                await sub.grant(session, request.credit)
             elif kind == "ack":
                 for r in request.ack.ranges:
-                    sub.ack(r.partition, r.begin, r.end)
+                    await sub.ack(r.partition, r.begin, r.end)
                 for u in request.ack.up_to:
-                    sub.ack_up_to(u.partition, u.offset)
+                    await sub.ack_up_to(u.partition, u.offset)
                 for n in request.ack.nacks:
                     delay = n.delay_ms / 1000 if n.HasField("delay_ms") else None
-                    sub.nack(n.partition, n.begin, n.end, delay_s=delay, reason=n.reason)
+                    await sub.nack(n.partition, n.begin, n.end, delay_s=delay, reason=n.reason)
                 for r in request.ack.releases:
-                    sub.release(session, r.partition, r.begin, r.end)
+                    await sub.release(session, r.partition, r.begin, r.end)
             elif kind == "drain":
                 sub.drain(session)
             elif kind == "open":

@@ -13,13 +13,19 @@ Modules:
                       STALLED rules, ingress and ack rates (pure)
     diagnosis         LagState, Cause, diagnose(): a partition's lag state and reason (pure)
     dead_letter       DeadLetter, DlqEntry: dead letters as records, the codec, replay (pure)
-    dlq               DeadLetterQueue: one subscription's dead letters in their own log
-    subscription      Subscription, ConsumerSession: the async shell that runs the state machine
+    dlq               DeadLetterQueue: one subscription's dead letters in their own log;
+                      DeadLetterQueues: every subscription's queue and the dead-letter sink
+    subscription      Subscription, ConsumerSession: the async shell that runs the state
+                      machine; its dispatch task is the one owner, fed by a command queue
     state_file        StateDoc: a subscription's state file, its versions, fitting it to the
                       logs (pure)
     names             the one topic and subscription name pattern (pure)
-    registry          SubscriptionRegistry: create, find, drop, persist state atomically; dead-
-                      letter queues; the heartbeat task and the metrics snapshot; delete, expiry
+    cursor_store      CursorStore: subscriptions' state files, saved atomically by coalesced
+                      flushes (at most one in flight)
+    heartbeat         Heartbeat: ticks every subscription; PartitionSample and
+                      SubscriptionSample, the metrics snapshot
+    registry          SubscriptionRegistry: create, find, list, drop, delete and expire
+                      subscriptions, tying the store, the queues and the heartbeat together
     removal           a subscription delete's on-disk steps, crash-atomic; pruning at open
     expiry            IdleTracker: when an inactive subscription expires (pure)
     errors            DispatchError and its subclasses
@@ -39,6 +45,7 @@ from dispatcher.errors import (
     SubscriptionLimitError,
     SubscriptionNotFoundError,
 )
+from dispatcher.heartbeat import PartitionSample, SubscriptionSample
 from dispatcher.lag import HeartbeatConfig
 from dispatcher.protocol import (
     Delivery,
@@ -49,13 +56,7 @@ from dispatcher.protocol import (
     PoisonPolicy,
     SubscriptionType,
 )
-from dispatcher.registry import (
-    DispatchConfig,
-    PartitionSample,
-    SubscriptionRegistry,
-    SubscriptionSample,
-    check_subscription_name,
-)
+from dispatcher.registry import DispatchConfig, SubscriptionRegistry, check_subscription_name
 from dispatcher.subscription import (
     ConsumerSession,
     InitialPosition,

@@ -51,13 +51,21 @@ class Lease:
     __slots__ = ("begin", "consumer", "deadline", "end", "partition", "remaining", "sent_at")
 
     def __init__(
-        self, partition: int, begin: int, end: int, consumer: Consumer, *, now: float, ttl: float
+        self,
+        partition: int,
+        begin: int,
+        end: int,
+        consumer: Consumer,
+        *,
+        now: float,
+        ttl: float,
+        sent_at: float | None = None,
     ) -> None:
         self.partition = partition
         self.begin = begin
         self.end = end
         self.consumer = consumer
-        self.sent_at = now
+        self.sent_at = now if sent_at is None else sent_at  # wall seconds, recorded
         self.deadline = now + ttl
         self.remaining = end - begin
 

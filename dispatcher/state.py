@@ -5,9 +5,12 @@ consumer (leases, failure entries, the key_shared slot hash) are in
 :mod:`dispatcher.partition_book`. Its commands (``Attach`` .. ``DeadLetterFailed``), its
 actions (``Send``, ``ToDeadLetter``, ``Persist``, ``Note``) and the settings that shape it
 (:class:`DispatchPolicy`) are in :mod:`dispatcher.protocol`. The async shell
-(:mod:`dispatcher.subscription`) feeds it one command at a time with the time,
-``state.handle(cmd, now)``, and carries out the actions it returns: it reads the log when
-asked, puts deliveries in consumers' outboxes, writes dead letters and saves state.
+(:mod:`dispatcher.subscription`) feeds it one command at a time from its dispatch task,
+``state.handle(cmd, now, wall=...)`` (``now`` monotonic, for every deadline; ``wall`` for
+the attempt times it records), and carries out the actions it returns: it reads the log
+when asked, puts deliveries in consumers' outboxes, writes dead letters and saves state.
+Callers of the shell get a bad command refused at once by :meth:`SubscriptionState.check`,
+which raises what ``handle`` would and changes nothing.
 
 Per partition every offset in ``[cursor, read_pos)`` is in exactly one place:
 
@@ -163,6 +166,7 @@ class SubscriptionState:
         self._next_partition = 0
         self._owners: list[Consumer] = []  # key_shared: owner per slot
         self._deadlines: list[tuple[float, Lease]] = []  # lazily pruned heap
+        self._wall = 0.0  # wall-clock seconds of the command being handled (see handle)
         self._unsaved_counts = False
         self._stuck = False  # whether any partition has stuck offsets
         #: Bumped whenever something that is persisted changed.
@@ -199,20 +203,92 @@ class SubscriptionState:
             DeadLetterFailed: self._dead_letter_failed,
         }
 
-    def handle(self, cmd: Command, now: float) -> list[Action]:
-        """Apply ``cmd`` at time ``now`` (seconds); return what the shell must do, in order.
+    def handle(self, cmd: Command, now: float, *, wall: float | None = None) -> list[Action]:
+        """Apply ``cmd`` at time ``now``; return what the shell must do, in order.
+
+        ``now`` is the clock every deadline is on (ack timeouts, nack delays, backoff):
+        the shell passes monotonic seconds, so a step of the wall clock moves no
+        deadline. ``wall`` is wall-clock seconds, used only for what is recorded (the
+        time of each failed attempt, persisted and handed to the dead-letter queue);
+        ``None``: ``now`` is both.
 
         Raises:
             InvalidSubscriptionError: a bad partition, range, delay or offset.
             InvalidAckError: an ack of offsets that were never delivered.
             SubscriptionBusyError: a second consumer on an exclusive subscription.
         """
+        self._wall = now if wall is None else wall
         if self._stuck and type(cmd) not in (Fetched, Tick):
             # Credit, acks (fences), consumers coming and going: what was stuck may go now.
             for part in self._parts:
                 part.stuck.clear()
             self._stuck = False
         return self._handlers[type(cmd)](cmd, now)
+
+    def check(self, cmd: Command) -> None:
+        """Raise what :meth:`handle` would raise for ``cmd`` now, changing nothing: the
+        shell calls it in the caller's task, so a bad ack, credit or seek is refused at
+        once, before the command is queued for the dispatch task.
+
+        A command that passes may still be refused when it is applied, if commands
+        queued before it change the state (e.g. a release lowers what was delivered);
+        the shell logs that.
+
+        Raises:
+            InvalidSubscriptionError: a bad partition, range, delay or offset.
+            InvalidAckError: an ack of offsets that were never delivered.
+            SubscriptionBusyError: a second consumer on an exclusive subscription.
+        """
+        kind = type(cmd)
+        if kind is Ack or kind is Release or kind is Nack:
+            assert isinstance(cmd, Ack | Release | Nack)
+            what = "ack" if kind is Ack else "release" if kind is Release else "nack"
+            self._check_range(what, cmd.partition, cmd.begin, cmd.end)
+            if isinstance(cmd, Nack) and cmd.delay_s is not None:
+                check_number("nack delay", cmd.delay_s, 0, 86_400, "seconds")
+        elif isinstance(cmd, AckUpTo):
+            self._check_up_to(cmd.partition, cmd.offset)
+        elif isinstance(cmd, Commit):
+            self._check_commit(cmd)
+        elif isinstance(cmd, Seek):
+            self._check_seek(cmd)
+        elif isinstance(cmd, Attach):
+            self._check_attach()
+
+    def _check_range(self, what: str, partition: int, begin: int, end: int) -> PartitionBook:
+        part = self._part(partition)
+        if not 0 <= begin < end:
+            raise InvalidSubscriptionError(what, f"[{begin}, {end}) is not an offset range")
+        if end > part.sent_mark:
+            raise InvalidAckError(partition, end - 1, part.sent_mark)
+        return part
+
+    def _check_up_to(self, partition: int, offset: int) -> PartitionBook:
+        part = self._part(partition)
+        if offset > part.sent_mark:
+            raise InvalidAckError(partition, offset - 1, part.sent_mark)
+        return part
+
+    def _check_commit(self, cmd: Commit) -> PartitionBook:
+        part = self._part(cmd.partition)
+        if not 0 <= cmd.offset <= cmd.head:
+            raise InvalidSubscriptionError(
+                "offset", f"{cmd.offset} is outside [0, {cmd.head}] on partition {part.index}"
+            )
+        return part
+
+    def _check_seek(self, cmd: Seek) -> None:
+        if len(cmd.offsets) != len(self._parts):
+            raise InvalidSubscriptionError("seek", f"needs {len(self._parts)} offsets")
+
+    def _check_attach(self) -> None:
+        if self.policy.type is SubscriptionType.EXCLUSIVE and self._consumers:
+            holder = next(iter(self._consumers.values())).name
+            raise SubscriptionBusyError(*self._names, holder)
+
+    def has_consumer(self, consumer: str) -> bool:
+        """Whether ``consumer`` is attached."""
+        return consumer in self._consumers
 
     # -- queries ----------------------------------------------------------------------
 
@@ -401,9 +477,7 @@ class SubscriptionState:
 
     def _attach(self, cmd: Command, now: float) -> list[Action]:
         assert isinstance(cmd, Attach)
-        if self.policy.type is SubscriptionType.EXCLUSIVE and self._consumers:
-            holder = next(iter(self._consumers.values())).name
-            raise SubscriptionBusyError(*self._names, holder)
+        self._check_attach()
         self._order += 1
         consumer = Consumer(cmd.consumer, cmd.name, self._order, cmd.credit)
         if self.policy.type is SubscriptionType.KEY_SHARED:
@@ -448,13 +522,7 @@ class SubscriptionState:
 
     def _release(self, cmd: Command, now: float) -> list[Action]:
         assert isinstance(cmd, Release)
-        part = self._part(cmd.partition)
-        if not 0 <= cmd.begin < cmd.end:
-            raise InvalidSubscriptionError(
-                "release", f"[{cmd.begin}, {cmd.end}) is not an offset range"
-            )
-        if cmd.end > part.sent_mark:
-            raise InvalidAckError(cmd.partition, cmd.end - 1, part.sent_mark)
+        part = self._check_range("release", cmd.partition, cmd.begin, cmd.end)
         consumer = self._consumers.get(cmd.consumer)
         if consumer is None or self.policy.mode is DeliveryMode.AT_MOST_ONCE:
             return []
@@ -518,31 +586,19 @@ class SubscriptionState:
 
     def _ack(self, cmd: Command, now: float) -> list[Action]:
         assert isinstance(cmd, Ack)
-        part = self._part(cmd.partition)
-        if not 0 <= cmd.begin < cmd.end:
-            raise InvalidSubscriptionError(
-                "ack", f"[{cmd.begin}, {cmd.end}) is not an offset range"
-            )
-        if cmd.end > part.sent_mark:
-            raise InvalidAckError(cmd.partition, cmd.end - 1, part.sent_mark)
+        part = self._check_range("ack", cmd.partition, cmd.begin, cmd.end)
         self._apply_ack(part, cmd.begin, cmd.end)
         return []
 
     def _ack_up_to(self, cmd: Command, now: float) -> list[Action]:
         assert isinstance(cmd, AckUpTo)
-        part = self._part(cmd.partition)
-        if cmd.offset > part.sent_mark:
-            raise InvalidAckError(cmd.partition, cmd.offset - 1, part.sent_mark)
+        part = self._check_up_to(cmd.partition, cmd.offset)
         self._apply_ack(part, part.acks.cursor, cmd.offset)
         return []
 
     def _commit(self, cmd: Command, now: float) -> list[Action]:
         assert isinstance(cmd, Commit)
-        part = self._part(cmd.partition)
-        if not 0 <= cmd.offset <= cmd.head:
-            raise InvalidSubscriptionError(
-                "offset", f"{cmd.offset} is outside [0, {cmd.head}] on partition {part.index}"
-            )
+        part = self._check_commit(cmd)
         part.sent_mark = max(part.sent_mark, cmd.offset)
         self._apply_ack(part, part.acks.cursor, cmd.offset)
         return []
@@ -567,13 +623,7 @@ class SubscriptionState:
 
     def _nack(self, cmd: Command, now: float) -> list[Action]:
         assert isinstance(cmd, Nack)
-        part = self._part(cmd.partition)
-        if not 0 <= cmd.begin < cmd.end:
-            raise InvalidSubscriptionError(
-                "nack", f"[{cmd.begin}, {cmd.end}) is not an offset range"
-            )
-        if cmd.end > part.sent_mark:
-            raise InvalidAckError(cmd.partition, cmd.end - 1, part.sent_mark)
+        part = self._check_range("nack", cmd.partition, cmd.begin, cmd.end)
         if cmd.delay_s is not None:
             check_number("nack delay", cmd.delay_s, 0, 86_400, "seconds")
         if self.policy.mode is DeliveryMode.AT_MOST_ONCE:
@@ -638,8 +688,7 @@ class SubscriptionState:
 
     def _seek(self, cmd: Command, now: float) -> list[Action]:
         assert isinstance(cmd, Seek)
-        if len(cmd.offsets) != len(self._parts):
-            raise InvalidSubscriptionError("seek", f"needs {len(self._parts)} offsets")
+        self._check_seek(cmd)
         for part, offset in zip(self._parts, cmd.offsets, strict=True):
             for _lo, _hi, lease in part.leases.cut(0, 1 << 62):
                 lease.consumer.leases.discard(lease)
@@ -909,7 +958,13 @@ class SubscriptionState:
             return
         ttl = self.policy.ack_timeout_s
         lease = Lease(
-            part.index, lo, hi, consumer, now=ctx.now, ttl=ttl if ttl is not None else math.inf
+            part.index,
+            lo,
+            hi,
+            consumer,
+            now=ctx.now,
+            ttl=ttl if ttl is not None else math.inf,
+            sent_at=self._wall,
         )
         part.leases.add(lo, hi, lease)
         consumer.leases.add(lease)

@@ -7,18 +7,46 @@ record, what an ack frees, when a record is sent again, what is poison, lives in
 reading the log, putting deliveries in outboxes, writing dead letters, saving state and
 logging.
 
-Commands from consumers (attach, credit, acks, nacks) are applied synchronously on the
-event loop, one at a time, and then wake the dispatch task if they can let it send. The
-dispatch task is the only one that reads the log and sends. It sleeps on one wake-up event
-that is set by every change that can let it send: the high-water mark of a partition
-advancing (the notifier: the log calls back only after fsync, so only durable records are
-ever sent), credit granted, acks freeing room (at the unacked cap, or for key_shared, whose
-held-back consumers acks release; other acks wake nothing), a nack, a consumer attaching or
-leaving, a seek, and a timer for the next ack timeout or nack delay. The task clears the
-event *before* it looks at the state, so a wake-up that arrives while it works is never
-lost, and many wake-ups coalesce into one pass. A pass that sent and stopped short of the
-head (a read capped at ``MAX_BATCHES_PER_READ`` or by bytes) passes again at once; one that
-reached the head sleeps, so each group commit costs each subscription one pass.
+One owner per subscription: the dispatch task is the only code that changes the
+state. Every command, from consumers (attach, credit, acks, nacks, releases, drains,
+detaches), admins (seeks, commits) and the subscription's own helpers (a dead-letter
+write's result), goes into one bounded queue (``MAX_QUEUED_COMMANDS``) that the task
+drains in order, applying each to the state with the monotonic time. The caller first
+runs the state's pure ``check(cmd)`` on the current state, so a bad ack, range, credit
+or seek is refused at once, in the caller, and never queued. A command method returns a
+future: for acks, nacks, grants and releases it is done at once while the queue has
+room, and else once the task has made room (the command itself is queued all the same:
+nothing is dropped, and the broker's streams await it, so a flood of acks waits rather
+than growing the queue); for ``commit`` and ``seek`` it holds the result once the
+command is applied, and :meth:`Subscription.applied` is a barrier for a caller that
+saves what it queued. With no task (before ``start``, after ``aclose``) the caller holds
+the state and applies its command itself.
+
+Log reads are the task's own; their results are applied as if queued behind whatever
+arrived while the read was out: commands that came during any await of a pass (a save
+before a redelivery, a read off the loop) are applied before the next result, so a seek
+that lands while a read is in flight makes that read stale and nothing of it is sent.
+A pass never awaits between taking a result and applying it.
+
+The task sleeps on one wake-up event, set by every queued command and by everything
+that can let it send: the high-water mark of a partition advancing (the notifier: the
+log calls back only after fsync, so only durable records are ever sent; it wakes the
+task directly, with no command), a timer for the next ack timeout or nack delay, and the
+heartbeat. A command that may let the task send (credit, a nack, an attach, a seek, acks
+at the unacked cap or for key_shared) also asks for a pass; other acks are applied on
+the task's next turn without reading the log, and add nothing to the delivery path. The
+task clears the event *before* it looks at the queue and the state, so a wake-up that
+arrives while it works is never lost, and many coalesce into one turn: commands first,
+then, if asked, one pass, so a command that frees room is applied in the pass that then
+sends. A pass that sent and stopped short of the head (a read capped at
+``MAX_BATCHES_PER_READ`` or by bytes) passes again at once; one that reached the head
+sleeps, so each group commit costs each subscription one pass.
+
+Clocks: every deadline (ack timeouts, nack delays, backoff, the timer) is on the
+monotonic clock (``clock``), so a step of the wall clock moves no redelivery; the wall
+clock (``wall_clock``) is used only for what is recorded or compared with publish times
+(the time of each failed attempt, record ages, dispatch latency). No deadline is
+persisted: the state file holds wall-clock attempt times only.
 
 The heartbeat (:mod:`dispatcher.lag`) is the safety net behind that fast path: the
 registry calls :meth:`Subscription.tick` every heartbeat interval. A tick restarts a dispatch
@@ -44,13 +72,19 @@ import itertools
 import logging
 import random as _random
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final, TypeAlias
 
 from dispatcher.diagnosis import DlqFull, PartitionFacts, Retry, diagnose
 from dispatcher.dlq import DlqFullError
-from dispatcher.errors import InvalidSubscriptionError, SubscriptionLimitError
+from dispatcher.errors import (
+    DispatchError,
+    InvalidSubscriptionError,
+    SubscriptionBusyError,
+    SubscriptionLimitError,
+)
 from dispatcher.lag import (
     DEFAULT_INTERVAL_S,
     DEFAULT_STALL_TIMEOUT_S,
@@ -67,6 +101,7 @@ from dispatcher.protocol import (
     AckUpTo,
     Action,
     Attach,
+    Command,
     Commit,
     DeadLettered,
     DeadLetterFailed,
@@ -90,7 +125,7 @@ from dispatcher.protocol import (
     ToDeadLetter,
 )
 from dispatcher.state import SubscriptionState
-from wal import LogWriter
+from wal import LogWriter, RecordBatch
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +136,24 @@ MAX_ACK_RANGES = 10_000
 #: with the event loop free in between: the oldest records reach their consumer first and
 #: other subscriptions and streams are not held up.
 MAX_BATCHES_PER_READ = 64
+#: Commands waiting for the dispatch task, at most, before a caller that awaits what a
+#: command method returns waits for room (the command itself is queued all the same, in
+#: order: nothing is dropped). So the queue holds at most this many plus one per caller.
+MAX_QUEUED_COMMANDS = 1024
 _consumer_ids = itertools.count(1)
+
+#: Reads ``max_bytes`` (at least one batch) of partition ``p`` from ``offset`` without
+#: holding the loop; see :class:`Subscription`'s ``reader``.
+LogReader: TypeAlias = Callable[[int, int, int], Awaitable[list[RecordBatch]]]
+
+#: One queued command: the command, the future its caller awaits for the result (None:
+#: nobody needs one), and whether applying it may let the task send (then a pass runs).
+#: A command of None is a barrier: its future says that everything before it is applied.
+_Queued: TypeAlias = tuple[Command | None, "asyncio.Future[Any] | None", bool]
+
+#: The commands that count as activity for inactivity expiry (not credit, not the
+#: subscription's own dead-letter results, not barriers).
+_ACTIVITY: Final = frozenset({Attach, Detach, Drain, Release, Ack, AckUpTo, Nack, Commit, Seek})
 
 #: Writes a dead letter; returns once it is stored (or rejected by the queue's overflow
 #: policy); raises when it could not be written (the record then stays unacknowledged).
@@ -164,7 +216,7 @@ DRAINED: Final = Delivery(-1, b"", 0, 0, {})
 class ConsumerSession:
     """One attached consumer and the deliveries waiting for it."""
 
-    __slots__ = ("consumer_id", "draining", "ended_by", "name", "outbox")
+    __slots__ = ("consumer_id", "draining", "ended_by", "name", "outbox", "pending_credit")
 
     def __init__(self, name: str) -> None:
         self.consumer_id = f"c{next(_consumer_ids)}"
@@ -176,6 +228,9 @@ class ConsumerSession:
         self.outbox: asyncio.Queue[Delivery | None] = asyncio.Queue()
         #: Set by :meth:`Subscription.drain`: nothing more goes into the outbox.
         self.draining = False
+        #: Credit granted (at attach, or by grants) in commands not yet applied: counted
+        #: against ``max_credit_per_consumer`` at once.
+        self.pending_credit = 0
 
     async def next(self) -> Delivery | None:
         """The next delivery, :data:`DRAINED` after the last one a draining consumer gets,
@@ -198,11 +253,17 @@ class Subscription:
         persist: Saves the state now; awaited before a pass's redeliveries go out, once
             their new delivery counts are set.
         dead_letters: Writes poison records to the dead-letter queue.
-        clock: Wall-clock seconds: ack timeouts, nack delays, record ages.
+        clock: Monotonic seconds: every deadline (ack timeouts, nack delays, backoff, the
+            redelivery timer) and the pull reader's window. Never persisted.
+        wall_clock: Wall-clock seconds, for what is recorded or compared with publish
+            times only: the time of each failed attempt, record ages, dispatch latency.
         random: Uniform ``[0, 1)`` numbers for backoff jitter.
         heartbeat_interval_s: How often the registry should call :meth:`tick`, seconds.
         stall_timeout_s: A backlog with room and no progress for this long is STALLED.
         limits: Consumers at once and credit per consumer, at most. Default: no limits.
+        reader: Reads the log off the dispatch task's critical section (tests pass one that
+            blocks on an event). Default: ``LogWriter.read``, called in place: the tail
+            is cached, and an await would cost the delivery path a loop turn.
     """
 
     def __init__(
@@ -217,13 +278,16 @@ class Subscription:
         on_change: Callable[[Subscription], None] = lambda _s: None,
         persist: Callable[[Subscription], Awaitable[None]] | None = None,
         dead_letters: DeadLetterSink | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
         random: Callable[[], float] = _random.random,
         heartbeat_interval_s: float = DEFAULT_INTERVAL_S,
         stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S,
         limits: DispatchLimits | None = None,
+        reader: LogReader | None = None,
     ) -> None:
         self._limits = limits or DispatchLimits()
+        self._reader = reader
         if len(writers) != len(partitions):
             raise ValueError(f"{len(writers)} partitions but {len(partitions)} states")
         self.topic = topic
@@ -236,7 +300,17 @@ class Subscription:
         self._persist = persist
         self._dead_letters = dead_letters
         self._clock = clock
+        self._wall_clock = wall_clock
         self._sessions: dict[str, ConsumerSession] = {}
+        #: Commands for the dispatch task, the one owner of ``state`` (see the module doc).
+        self._commands: deque[_Queued] = deque()
+        self._room_waiters: list[asyncio.Future[None]] = []
+        self._room: asyncio.Future[None] | None = None  # a done future: "there was room"
+        #: Whether the next turn of the task must pass (read and send), not only apply
+        #: commands: set by the notifier, timers, the heartbeat and commands that may
+        #: let it send.
+        self._dispatch = True
+        self._closed = False
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -278,6 +352,11 @@ class Subscription:
     def partition_count(self) -> int:
         """How many partitions the subscription's topic has."""
         return self.state.partition_count
+
+    def consumers(self) -> tuple[str, ...]:
+        """The attached consumers' names, in the order they attached, counting attaches
+        and detaches still queued for the dispatch task (what a delete or expiry judges)."""
+        return tuple(session.name for session in self._sessions.values())
 
     @property
     def max_unacked(self) -> int:
@@ -326,6 +405,7 @@ class Subscription:
         self.verdict = self._monitor.tick(seen, now)
         if self.verdict.repoll:
             self._heartbeat_poll = True
+            self._dispatch = True
             self._wake.set()
         return self.verdict
 
@@ -335,6 +415,7 @@ class Subscription:
         task, self._task = self._task, None
         if task is None:
             return
+        self._closed = True
         self.drop_notifications()
         if self._timer is not None:
             self._timer.cancel()
@@ -343,6 +424,9 @@ class Subscription:
                 t.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await t
+        # The task is gone: the closer owns the state now. Acks, commits and seeks that
+        # were queued count (the state saved after this holds them).
+        self._apply_queued()
         for session in self._sessions.values():
             session.ended_by = reason
             session.outbox.put_nowait(None)
@@ -358,32 +442,117 @@ class Subscription:
                 writer.remove_listener(self._on_advance)
 
     def _on_advance(self, _hwm: int) -> None:
+        # The notifier wakes the task directly: no command, no extra loop turn.
+        self._dispatch = True
         self._wake.set()
 
     # -- commands ---------------------------------------------------------------------
 
-    def _apply(
-        self,
-        cmd: Attach | Detach | Drain | Release | Grant | Ack | AckUpTo | Nack | Commit | Seek,
-        *,
-        wake: bool = True,
-    ) -> None:
-        """Apply a command from outside the dispatch task, then wake the task (unless the
-        command cannot let it send anything)."""
-        actions = self.state.handle(cmd, self._clock())
-        if not isinstance(cmd, Grant):
+    def applied(self) -> asyncio.Future[None]:
+        """A future, done once every command queued so far is applied (at once when none
+        is): what a caller awaits before saving what it changed. Never await it from the
+        dispatch task itself (a save a pass awaits): the task applies nothing meanwhile."""
+        if not self._commands:
+            return self._done_future()
+        return self._submit(None, dispatch=False, result=True)
+
+    def _done_future(self) -> asyncio.Future[None]:
+        loop = asyncio.get_running_loop()
+        if self._room is None or self._room.get_loop() is not loop:
+            self._room = loop.create_future()
+            self._room.set_result(None)
+        return self._room
+
+    def _submit(
+        self, cmd: Command | None, *, dispatch: bool = True, result: bool = False
+    ) -> asyncio.Future[Any]:
+        """Queue ``cmd`` for the dispatch task (the caller has checked it) and wake the
+        task. Returns a future: with ``result``, resolved once the command is applied
+        (with its result, or the error applying it raised); else done at once while the
+        queue has room, or once the task has made room (see
+        :data:`MAX_QUEUED_COMMANDS`)."""
+        future: asyncio.Future[Any] | None = (
+            asyncio.get_running_loop().create_future() if result else None
+        )
+        self._commands.append((cmd, future, dispatch))
+        if type(cmd) in _ACTIVITY:
             self.activity += 1
-        self._carry_out_now(actions)
+        self._wake.set()
+        if self._task is None:
+            # No dispatch task (not started yet, or closed): the caller holds the state
+            # and applies the command now. Nothing else touches the state meanwhile, so
+            # there is still one owner at a time. (A task that died keeps its queue for
+            # the one the heartbeat starts.)
+            self._apply_queued()
+        if future is not None:
+            return future
+        if len(self._commands) < MAX_QUEUED_COMMANDS:
+            return self._room or self._done_future()
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._room_waiters.append(waiter)
+        return waiter
+
+    def _apply_queued(self) -> None:
+        """Apply every queued command, in order. Only the dispatch task calls this (and
+        the closer, once the task is gone): the one place commands change the state."""
+        commands = self._commands
+        if commands:
+            state = self.state
+            now, wall = self._clock(), self._wall_clock()  # one drain is one instant
+            while commands:
+                cmd, future, dispatch = commands.popleft()
+                if cmd is None:  # a barrier
+                    if future is not None and not future.done():
+                        future.set_result(None)
+                    continue
+                try:
+                    actions = state.handle(cmd, now, wall=wall)
+                except DispatchError as exc:
+                    self._refused(cmd, future, exc)
+                    continue
+                self._carry_out_now(actions)
+                if type(cmd) is Attach or type(cmd) is Grant:
+                    self._credit_applied(cmd)
+                if dispatch:
+                    self._dispatch = True
+                if future is not None and not future.done():
+                    future.set_result(
+                        state.cursor(cmd.partition) if isinstance(cmd, Commit) else None
+                    )
+        if self._room_waiters:
+            waiters, self._room_waiters = self._room_waiters, []
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
         if self.state.changes != self._changes:
             self._changes = self.state.changes
             self._on_change(self)
-        if wake:
-            self._wake.set()
+
+    def _refused(self, cmd: Command, future: asyncio.Future[Any] | None, exc: Exception) -> None:
+        """A command that passed its check but not its application: commands queued
+        before it changed the state (e.g. a release lowered what was delivered)."""
+        if future is not None:
+            if not future.done():
+                future.set_exception(exc)
+            return
+        if isinstance(cmd, Attach):  # its consumer cannot stay: end its stream with why
+            session = self._sessions.pop(cmd.consumer, None)
+            if session is not None:
+                session.ended_by = exc
+                session.outbox.put_nowait(None)
+        logger.warning("%s/%s: %s refused when applied: %s", self.topic, self.name, cmd, exc)
+
+    def _credit_applied(self, cmd: Command) -> None:
+        assert isinstance(cmd, Attach | Grant)
+        session = self._sessions.get(cmd.consumer)
+        if session is not None:
+            session.pending_credit -= cmd.credit
 
     def _ack_may_free(self) -> bool:
         """Whether an ack may let the task send: only when the unacked cap is reached,
         or for key_shared, where acks release a consumer held back to keep key order.
-        Acks arrive thousands of times a second; a pass for each would be wasted."""
+        Acks arrive thousands of times a second; a pass for each would be wasted (the
+        task applies them on its next turn without reading the log)."""
         return (
             self.state.held >= self.policy.max_unacked
             or self.policy.type is SubscriptionType.KEY_SHARED
@@ -406,10 +575,16 @@ class Subscription:
                 f"{len(self._sessions)} consumers",
                 "stop a consumer or use another subscription",
             )
+        # The sessions, not the state: they already count attaches and detaches still
+        # queued, in the order the task will apply them.
+        if self.policy.type is SubscriptionType.EXCLUSIVE and self._sessions:
+            holder = next(iter(self._sessions.values())).name
+            raise SubscriptionBusyError(self.topic, self.name, holder)
         self._check_credit(0, credit)
         session = ConsumerSession(consumer_name)
-        self._apply(Attach(session.consumer_id, session.name, credit))
+        session.pending_credit = credit
         self._sessions[session.consumer_id] = session
+        self._submit(Attach(session.consumer_id, session.name, credit))
         logger.info("%s/%s: consumer %s attached", self.topic, self.name, session.name)
         return session
 
@@ -417,41 +592,50 @@ class Subscription:
         """Let ``session`` go; what it did not acknowledge goes to the other consumers."""
         if self._sessions.pop(session.consumer_id, None) is None:
             return
-        self._apply(Detach(session.consumer_id))
+        self._submit(Detach(session.consumer_id))
         logger.info("%s/%s: consumer %s detached", self.topic, self.name, session.name)
 
     def drain(self, session: ConsumerSession) -> None:
         """``session`` is closing cleanly: send it nothing more, and put :data:`DRAINED`
         in its outbox after the last delivery. A send the state machine decided before
-        the drain and the shell carries out after it (a pass awaiting a save) is released
-        instead of sent (:meth:`_do`), so nothing ever follows the marker. Idempotent."""
+        the drain was applied is released instead of sent (:meth:`_do`), so nothing ever
+        follows the marker. Idempotent."""
         if session.consumer_id not in self._sessions or session.draining:
             return
-        self._apply(Drain(session.consumer_id), wake=False)
         session.draining = True
         session.outbox.put_nowait(DRAINED)
+        self._submit(Drain(session.consumer_id), dispatch=False)
 
-    def release(self, session: ConsumerSession, partition: int, begin: int, end: int) -> None:
+    def release(
+        self, session: ConsumerSession, partition: int, begin: int, end: int
+    ) -> asyncio.Future[None]:
         """``session`` gives back offsets ``[begin, end)`` of ``partition`` that it
         received but never handed to its application: not a delivery attempt; they go
-        out again at once (see :mod:`dispatcher.state`).
+        out again at once (see :mod:`dispatcher.state`). Await the result for room in
+        the command queue.
 
         Raises:
             InvalidSubscriptionError: no such partition, or an empty or negative range.
             InvalidAckError: some of the offsets were never delivered.
         """
-        self._apply(Release(session.consumer_id, partition, begin, end))
+        cmd = Release(session.consumer_id, partition, begin, end)
+        self.state.check(cmd)
+        return self._submit(cmd)
 
-    def grant(self, session: ConsumerSession, credit: int) -> None:
-        """``session`` may receive ``credit`` more records.
+    def grant(self, session: ConsumerSession, credit: int) -> asyncio.Future[None]:
+        """``session`` may receive ``credit`` more records. Await the result for room in
+        the command queue.
 
         Raises:
             SubscriptionLimitError: the consumer would hold more than
                 ``max_credit_per_consumer`` records of credit.
         """
-        if session.consumer_id in self._sessions:
-            self._check_credit(self.state.credit(session.consumer_id), credit)
-        self._apply(Grant(session.consumer_id, credit))
+        cid = session.consumer_id
+        if cid in self._sessions:
+            held = self.state.credit(cid) if self.state.has_consumer(cid) else 0
+            self._check_credit(held + session.pending_credit, credit)
+            session.pending_credit += credit
+        return self._submit(Grant(cid, credit))
 
     def _check_credit(self, held: int, more: int) -> None:
         most = self._limits.max_credit_per_consumer
@@ -464,51 +648,63 @@ class Subscription:
                 "grant credit as messages are taken, not ahead of them",
             )
 
-    def ack(self, partition: int, begin: int, end: int) -> None:
-        """Acknowledge the delivered offsets ``[begin, end)`` of ``partition``.
+    def ack(self, partition: int, begin: int, end: int) -> asyncio.Future[None]:
+        """Acknowledge the delivered offsets ``[begin, end)`` of ``partition``. Await the
+        result for room in the command queue.
 
         Raises:
             InvalidSubscriptionError: no such partition, or an empty or negative range.
             InvalidAckError: some of the offsets were never delivered.
         """
-        self._apply(Ack(partition, begin, end), wake=self._ack_may_free())
+        cmd = Ack(partition, begin, end)
+        self.state.check(cmd)
+        return self._submit(cmd, dispatch=self._ack_may_free())
 
-    def ack_up_to(self, partition: int, offset: int) -> None:
-        """Acknowledge every delivered offset of ``partition`` below ``offset``.
+    def ack_up_to(self, partition: int, offset: int) -> asyncio.Future[None]:
+        """Acknowledge every delivered offset of ``partition`` below ``offset``. Await
+        the result for room in the command queue.
 
         Raises:
             InvalidSubscriptionError: no such partition.
             InvalidAckError: ``offset`` is past what was delivered.
         """
-        self._apply(AckUpTo(partition, offset), wake=self._ack_may_free())
+        cmd = AckUpTo(partition, offset)
+        self.state.check(cmd)
+        return self._submit(cmd, dispatch=self._ack_may_free())
 
     def nack(
         self, partition: int, begin: int, end: int, *, delay_s: float | None, reason: str
-    ) -> None:
+    ) -> asyncio.Future[None]:
         """Offsets ``[begin, end)`` failed: send them again after ``delay_s`` (``None``:
-        the subscription's backoff).
+        the subscription's backoff). Await the result for room in the command queue.
 
         Raises:
             InvalidSubscriptionError: no such partition, a bad range or delay.
             InvalidAckError: some of the offsets were never delivered.
         """
-        self._apply(Nack(partition, begin, end, delay_s, reason))
+        cmd = Nack(partition, begin, end, delay_s, reason)
+        self.state.check(cmd)
+        return self._submit(cmd)
 
-    def commit(self, partition: int, offset: int) -> int:
+    def commit(self, partition: int, offset: int) -> asyncio.Future[int]:
         """Acknowledge everything below ``offset``, delivered or not (a reader that pulls
-        by offset, like Spark, commits what it processed). Returns the cursor.
+        by offset, like Spark, commits what it processed). Returns a future of the
+        cursor once the dispatch task applied it.
 
         Raises:
-            InvalidSubscriptionError: no such partition, or ``offset`` past the head.
+            InvalidSubscriptionError: no such partition, or ``offset`` past the head
+                (at once, not through the future).
         """
         self.state.check_partition(partition)
-        head = self._writers[partition].high_water_mark
-        self._apply(Commit(partition, offset, head))
+        cmd = Commit(partition, offset, self._writers[partition].high_water_mark)
+        self.state.check(cmd)
         self._committed_at = self._clock()
-        return self.state.cursor(partition)
+        return self._submit(cmd, result=True)
 
-    def seek(self, offsets: Sequence[int]) -> None:
+    def seek(self, offsets: Sequence[int]) -> asyncio.Future[None]:
         """Move every partition's cursor to the given offset, forgetting its acks.
+        Returns a future, done once the dispatch task applied the seek: from then on,
+        nothing is sent from before it (a read in flight then is dropped).
 
         Offsets are clamped to what the log holds. Attached consumers stay; the next
         records they receive start at the new positions.
@@ -519,8 +715,10 @@ class Subscription:
             min(max(offset, w.first_offset), w.high_water_mark)
             for w, offset in zip(self._writers, offsets, strict=True)
         )
-        self._apply(Seek(clamped))
+        cmd = Seek(clamped)
+        self.state.check(cmd)
         self._rates = [RateWindow() for _ in self._writers]  # the jump is not an ack rate
+        return self._submit(cmd, result=True)
 
     # -- state ------------------------------------------------------------------------
 
@@ -565,7 +763,7 @@ class Subscription:
         """Cursor, head, lag, in-flight records, rates, state and reason per partition."""
         state = self.state
         consumers = tuple(state.consumers())
-        now = self._clock()
+        now, wall = self._clock(), self._wall_clock()
         parts = []
         for i, writer in enumerate(self._writers):
             head = writer.high_water_mark
@@ -575,7 +773,7 @@ class Subscription:
             verdict = diagnose(self._facts(i, head, lag, len(consumers), now, rates))
             age = 0.0
             if lag:
-                age = max(0.0, now - _timestamp_at(writer, cursor) / 1000)
+                age = max(0.0, wall - _timestamp_at(writer, cursor) / 1000)
             parts.append(
                 PartitionStatus(
                     i,
@@ -643,35 +841,41 @@ class Subscription:
 
     async def _run(self) -> None:
         while True:
-            self._wake.clear()
-            if self._heartbeat_poll:
-                self._heartbeat_poll = False
-                self.heartbeat_polls += 1
-            else:
-                self.notifier_polls += 1
-            try:
-                again = await self._pass()
-            except Exception as exc:  # e.g. a damaged segment: keep the broker up
-                if not self._last_error:  # once per failing streak, not once per pass
-                    logger.exception(
-                        "%s/%s: dispatch failed; the heartbeat retries it every %.3f s",
-                        self.topic,
-                        self.name,
-                        self.heartbeat_interval_s,
-                    )
-                self._last_error = str(exc) or type(exc).__name__
-                again = False
-            else:
-                if self._last_error:
-                    logger.info("%s/%s: dispatch works again", self.topic, self.name)
-                self._last_error = ""
-            if self.state.changes != self._changes:
-                self._changes = self.state.changes
-                self._on_change(self)
+            self._wake.clear()  # before looking: a wake-up from now on is never lost
+            self._apply_queued()
+            again = passed = False
+            if self._dispatch:
+                passed = True
+                self._dispatch = False
+                if self._heartbeat_poll:
+                    self._heartbeat_poll = False
+                    self.heartbeat_polls += 1
+                else:
+                    self.notifier_polls += 1
+                try:
+                    again = await self._pass()
+                except Exception as exc:  # e.g. a damaged segment: keep the broker up
+                    if not self._last_error:  # once per failing streak, not once per pass
+                        logger.exception(
+                            "%s/%s: dispatch failed; the heartbeat retries it every %.3f s",
+                            self.topic,
+                            self.name,
+                            self.heartbeat_interval_s,
+                        )
+                    self._last_error = str(exc) or type(exc).__name__
+                else:
+                    if self._last_error:
+                        logger.info("%s/%s: dispatch works again", self.topic, self.name)
+                    self._last_error = ""
+                if self.state.changes != self._changes:
+                    self._changes = self.state.changes
+                    self._on_change(self)
             if again:
+                self._dispatch = True
                 await asyncio.sleep(0)  # let the consumers' streams and others run
             else:
-                self._arm_timer()
+                if passed:  # commands alone add no deadline: an early timer only passes
+                    self._arm_timer()
                 await self._wake.wait()
 
     async def _pass(self) -> bool:
@@ -681,24 +885,38 @@ class Subscription:
         or is fenced, so they wait, and the records after them may go to other consumers;
         this holds for waiting records as much as for new ones).
         Otherwise nothing more can be sent until something wakes the task (new records,
-        credit, acks, a timer)."""
+        credit, acks, a timer).
+
+        Commands that arrive while the pass awaits (a save before a redelivery, a read
+        in flight) wait in the queue and are applied, in order, before the next result
+        the pass applies: a read's result comes after every command that arrived before
+        it, as if it were queued too, so a read made stale by a seek sends nothing."""
         state = self.state
-        now = self._clock()
-        await self._carry_out(state.handle(TICK, now))
+        now, wall = self._clock(), self._wall_clock()
+        await self._carry_out(state.handle(TICK, now, wall=wall))
         heads = [w.high_water_mark for w in self._writers]
         sent = more = moved = False
         for p, wanted in state.reads(heads, now):
+            if self._commands:  # arrived during an await of this pass
+                self._apply_queued()
+                now, wall = self._clock(), self._wall_clock()
             writer = self._writers[p]
             first = writer.first_offset
             if wanted < first:
-                await self._carry_out(state.handle(Deleted(p, first), now))
+                await self._carry_out(state.handle(Deleted(p, first), now, wall=wall))
                 if first >= heads[p]:
                     continue
-            batches = writer.read(max(wanted, first), self._max_batch_bytes)
+            if self._reader is None:
+                batches = writer.read(max(wanted, first), self._max_batch_bytes)
+            else:
+                batches = await self._reader(p, max(wanted, first), self._max_batch_bytes)
+                if self._commands:  # they came before the read's result: apply them first
+                    self._apply_queued()
+                now, wall = self._clock(), self._wall_clock()
             del batches[MAX_BATCHES_PER_READ:]  # the rest is read on the next pass
             more |= bool(batches) and batches[-1].next_offset < heads[p]
             before = state.read_position(p), state.set_aside_total
-            sent |= await self._carry_out(state.handle(Fetched(p, batches), now))
+            sent |= await self._carry_out(state.handle(Fetched(p, batches), now, wall=wall))
             moved |= (state.read_position(p), state.set_aside_total) != before
         return more and (sent or moved)
 
@@ -714,7 +932,7 @@ class Subscription:
 
     def _carry_out_now(self, actions: list[Action]) -> None:
         for action in actions:
-            if not isinstance(action, Persist):  # commands from outside never send
+            if not isinstance(action, Persist):  # queued commands never send or persist
                 self._do(action)
 
     def _do(self, action: Action) -> bool:
@@ -723,13 +941,14 @@ class Subscription:
             if session is not None and session.draining:  # it would follow DRAINED
                 d = action.delivery
                 release = Release(action.consumer, d.partition, d.from_offset, d.to_offset)
-                self.state.handle(release, self._clock())
+                self.state.handle(release, self._clock(), wall=self._wall_clock())
+                self._dispatch = True
                 self._wake.set()
                 return False
             if session is not None:
                 session.outbox.put_nowait(action.delivery)
                 if not action.delivery.redeliveries:
-                    self.on_dispatch(max(0.0, self._clock() - action.timestamp_ms / 1000))
+                    self.on_dispatch(max(0.0, self._wall_clock() - action.timestamp_ms / 1000))
             return True
         if isinstance(action, ToDeadLetter):
             self._dead_letter_queue.append(action)
@@ -757,6 +976,9 @@ class Subscription:
             self._changes = max(self._changes, changes)
 
     async def _write_dead_letters(self) -> None:
+        """Write the queued dead letters one at a time; each result goes back to the
+        dispatch task as a command (:class:`DeadLettered` or :class:`DeadLetterFailed`):
+        this task never touches the state."""
         while self._dead_letter_queue:
             action = self._dead_letter_queue.pop(0)
             done: DeadLettered | DeadLetterFailed
@@ -772,11 +994,7 @@ class Subscription:
             else:
                 self._dead_letter_error = None
                 done = DeadLettered(action.partition, action.begin, action.end)
-            await self._carry_out(self.state.handle(done, self._clock()))
-            if self.state.changes != self._changes:
-                self._changes = self.state.changes
-                self._on_change(self)
-            self._wake.set()
+            self._submit(done)
 
     def _arm_timer(self) -> None:
         """Wake the task when the next lease expires or a waiting record is due."""
@@ -789,12 +1007,13 @@ class Subscription:
         self._timer_at = at
         if at is not None:
             loop = asyncio.get_running_loop()
-            delay = max(0.0, at - self._clock())
+            delay = max(0.0, at - self._clock())  # both monotonic
             self._timer = loop.call_later(delay, self._timer_fired)
 
     def _timer_fired(self) -> None:
         self._timer = None
         self._timer_at = None
+        self._dispatch = True
         self._wake.set()
 
 

@@ -112,6 +112,7 @@ async def test_a_moving_cursor_is_read_again_at_most_every_five_seconds(
     sub, reads = await _sent(registry, writer)
     assert _partition(registry, clock, 0.5).oldest_unacked_ms == T0
     sub.ack(0, 0, 3)
+    await sub.applied()  # the dispatch task applied it
     for _ in range(8):  # 4 s
         assert _partition(registry, clock, 0.5).oldest_unacked_ms == T0
     assert len(reads) == 1
@@ -129,6 +130,7 @@ async def test_caught_up_has_no_oldest_record(
     sub, reads = await _sent(registry, writer)
     assert _partition(registry, clock, 0.5).oldest_unacked_ms == T0
     sub.ack(0, 0, 10)
+    await sub.applied()  # the dispatch task applied it
     part = _partition(registry, clock, 0.5)
     assert part.lag == 0
     assert part.oldest_unacked_ms is None
@@ -156,7 +158,7 @@ async def test_a_blocked_partition_is_in_the_sample(
         await _settle()  # the dispatch task finds it poison as it would send it again
         assert _partition(reg, clock, 0.5).blocked
         assert reg.samples[0].blocked
-        sub.commit(0, 1)
+        await sub.commit(0, 1)
         assert not _partition(reg, clock, 0.5).blocked
         assert not reg.samples[0].blocked
     finally:

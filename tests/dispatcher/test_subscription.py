@@ -218,7 +218,8 @@ async def test_out_of_order_acks_and_redelivery_to_the_next_consumer(
     first = sub.attach("one", 100)
     await _take(first, 6)
     sub.ack(0, 1, 2)
-    sub.ack(0, 3, 5)
+    await sub.ack(0, 3, 5)
+    await sub.applied()  # the dispatch task applied both acks
     status = sub.status().partitions[0]
     assert (status.cursor, status.lag, status.in_flight) == (0, 3, 3)
     sub.detach(first)
@@ -227,6 +228,7 @@ async def test_out_of_order_acks_and_redelivery_to_the_next_consumer(
     assert [(d.from_offset, d.to_offset) for d in again] == [(0, 1), (2, 3), (5, 6)]
     assert [d.redeliveries for d in again] == [{0: 1}, {2: 1}, {5: 1}]
     sub.ack_up_to(0, 6)
+    await sub.applied()
     assert sub.status().partitions[0].cursor == 6
     assert sub.status().lag == 0
 
@@ -274,8 +276,8 @@ async def test_commit_moves_the_cursor_without_delivery(
 ) -> None:
     await _append(writers[0], b"a", b"b", b"c")
     sub = await registry.subscribe("t", "s", writers)
-    assert sub.commit(0, 2) == 2
-    assert sub.commit(0, 1) == 2  # never backwards
+    assert await sub.commit(0, 2) == 2
+    assert await sub.commit(0, 1) == 2  # never backwards
     with pytest.raises(InvalidSubscriptionError, match=r"outside \[0, 3\]"):
         sub.commit(0, 4)
     session = sub.attach("c", 10)
@@ -292,7 +294,7 @@ async def test_seek_resends_from_the_new_position(
     sub.ack_up_to(0, 3)
     sub.seek([1, 0])
     assert _values(await _take(session, 2)) == [(0, 1, b"b"), (0, 2, b"c")]
-    sub.seek([99, 99])  # clamped to the head
+    await sub.seek([99, 99])  # clamped to the head
     assert [p.cursor for p in sub.status().partitions] == [3, 0]
 
 
