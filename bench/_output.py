@@ -132,7 +132,8 @@ class PeerGoal:
                 return None
             target = alone
             vs = f"{where} not measured: {format_value(target)} {result.unit} alone"
-        goal = Goal("<=", target)
+        # A measured target has noise far above its fourth digit: print it as measured.
+        goal = Goal("<=", float(f"{target:.4g}"))
         params = {**result.params, **goal.params(result.value), "vs": vs}
         return Result(result.bench, result.system, result.metric, result.value, result.unit, params)
 
