@@ -10,11 +10,9 @@ happen on the dispatch task (:func:`_guard`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
+from collections.abc import Awaitable, Callable
 
 import pytest
-import pytest_asyncio
 
 from dispatcher import (
     ConsumerSession,
@@ -31,14 +29,6 @@ from tests._helpers import ManualClock
 from wal import LogWriter, RecordBatch, encode_columns
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
-
-
-@pytest_asyncio.fixture
-async def writers(tmp_path: Path) -> AsyncIterator[list[LogWriter]]:
-    opened = [await LogWriter.open(str(tmp_path / "logs" / str(p))) for p in range(2)]
-    yield opened
-    for w in opened:
-        await w.aclose()
 
 
 async def _singles(writer: LogWriter, count: int) -> None:

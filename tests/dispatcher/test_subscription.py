@@ -30,14 +30,6 @@ from wal import Fault, FaultyFs, FileSystem, LogWriter, decode_batch, encode_col
 pytestmark = pytest.mark.asyncio(loop_scope="function")
 
 
-@pytest_asyncio.fixture
-async def writers(tmp_path: Path) -> AsyncIterator[list[LogWriter]]:
-    opened = [await LogWriter.open(str(tmp_path / "logs" / str(p))) for p in range(2)]
-    yield opened
-    for w in opened:
-        await w.aclose()
-
-
 async def _append(writer: LogWriter, *values: bytes) -> None:
     await writer.append(encode_columns(list(values)))
 
