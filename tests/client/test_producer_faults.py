@@ -34,6 +34,7 @@ from client import (
     RecordFuture,
     RecordMetadata,
 )
+from proto import broker_pb2 as _pb
 from tests.broker.conftest import broker_config
 from tests.client.conftest import address, read_batches, read_partition
 from wal import FaultyFs, iter_batches
@@ -202,7 +203,7 @@ class FaultyFront:
         self.publishes = 0
         self._channel = grpc.aio.insecure_channel(upstream)
         self._server = grpc.aio.server()
-        self._server.add_generic_rpc_handlers((_Forwarding(self.forward),))
+        self._server.add_generic_rpc_handlers((_Forwarding(self.forward, self.forward_stream),))
         self.address = f"127.0.0.1:{self._server.add_insecure_port('127.0.0.1:0')}"
 
     async def __aenter__(self) -> FaultyFront:
@@ -229,15 +230,58 @@ class FaultyFront:
                 await context.abort(code, "injected by the test after the broker appended")
         return response
 
+    async def forward_stream(
+        self, method: str, requests: AsyncIterator[bytes], context: Any
+    ) -> AsyncIterator[bytes]:
+        """Forward a PublishStream: each answer is the broker's, or, for the publishes
+        counted in ``fail``, that answer turned into the injected error (after the append)."""
+        call: grpc.aio.StreamStreamMultiCallable[bytes, bytes] = self._channel.stream_stream(method)
+        upstream = call()
+
+        async def pump() -> None:
+            async for request in requests:
+                await upstream.write(request)
+            await upstream.done_writing()
+
+        pumping = asyncio.create_task(pump())
+        try:
+            async for answer in upstream:
+                self.publishes += 1
+                code = self.fail.get(self.publishes)
+                raw: bytes = answer
+                if code is not None:
+                    request_id = _pb.PublishResponse.FromString(answer).request_id
+                    raw = _pb.PublishResponse(
+                        request_id=request_id,
+                        error_code=code.value[0],
+                        error_message="injected by the test after the broker appended",
+                    ).SerializeToString()
+                yield raw
+        except grpc.aio.AioRpcError as exc:
+            await context.abort(exc.code(), exc.details() or "")
+        finally:
+            pumping.cancel()
+            upstream.cancel()
+
 
 class _Forwarding(grpc.GenericRpcHandler):
-    """Every method, unary, without (de)serializers: the handler sees raw bytes."""
+    """Every method without (de)serializers (the handler sees raw bytes): unary, but
+    PublishStream as a stream."""
 
-    def __init__(self, forward: Callable[[str, bytes, Any], Awaitable[bytes]]) -> None:
+    def __init__(
+        self,
+        forward: Callable[[str, bytes, Any], Awaitable[bytes]],
+        forward_stream: Callable[[str, AsyncIterator[bytes], Any], AsyncIterator[bytes]],
+    ) -> None:
         self._forward = forward
+        self._forward_stream = forward_stream
 
     def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler[Any, Any]:
         method: str = details.method
+        if method.endswith("/PublishStream"):
+            return grpc.stream_stream_rpc_method_handler(
+                functools.partial(self._forward_stream, method)
+            )
         return grpc.unary_unary_rpc_method_handler(functools.partial(self._forward, method))
 
 
@@ -256,7 +300,7 @@ async def test_an_error_after_the_append_never_lends_its_sequences(
         await admin.create_topic("f", 1)
     async with (
         FaultyFront(address(broker), fail={1: code}) as front,
-        AsyncProducer(front.address, linger_ms=0) as producer,
+        AsyncProducer(front.address, linger_ms=0, max_in_flight=1) as producer,  # unary
     ):
         with pytest.raises(ClientError) as failed:
             await (await producer.send_many("f", [b"a0", b"a1"], partition=0))
