@@ -9,13 +9,14 @@ PublishStream, against a real broker over real gRPC on loopback.
   broker appended them all; the retry is answered as a duplicate), and a batch refused
   for good with batches in flight behind it (they are refused for the gap, re-stamped
   under a new producer id and sent again). A stream cut mid-flight is in
-  tests/client/test_producer_faults.py (the default window is pipelined).
+  tests/client/test_producer_faults.py (run with windows of 1 and 5).
 - ``max_in_flight`` is validated; :func:`restamp` keeps a batch valid.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import grpc
@@ -25,14 +26,16 @@ from broker.app import Broker
 from client import (
     AsyncAdminClient,
     AsyncProducer,
+    DeadlineExceeded,
     Producer,
     PublishOutcome,
     ResourceExhausted,
 )
 from client._async.producer import restamp
 from proto.batch import decode_batch, encode_columns
+from tests.broker.conftest import broker_config
 from tests.client.conftest import address, read_batches, read_partition
-from tests.client.test_producer_faults import FaultyFront, slow_broker
+from tests.client.test_producer_faults import FaultyFront, SlowSyncFs, slow_broker
 
 
 @pytest.mark.asyncio
@@ -74,7 +77,9 @@ async def test_concurrent_senders_keep_their_order(broker: Broker) -> None:
     its values in send order, at increasing offsets matching the futures."""
     async with AsyncAdminClient(address(broker)) as admin:
         await admin.create_topic("o", 3)
-    async with AsyncProducer(address(broker), linger_ms=0, batch_max_bytes=200) as producer:
+    async with AsyncProducer(
+        address(broker), linger_ms=0, batch_max_bytes=200, max_in_flight=5
+    ) as producer:
 
         async def sender(task: int) -> list[int]:
             key = b"task%d" % task
@@ -106,7 +111,7 @@ async def test_a_retryable_answer_inside_a_window_is_answered_as_a_duplicate(
     values = [b"v%02d" % i for i in range(16)]
     async with (
         FaultyFront(address(broker), fail={2: grpc.StatusCode.UNAVAILABLE}) as front,
-        AsyncProducer(front.address, linger_ms=0) as producer,
+        AsyncProducer(front.address, linger_ms=0, max_in_flight=5) as producer,
     ):
         calls = [
             await producer.send_many("r", values[i : i + 2], partition=0) for i in range(0, 16, 2)
@@ -128,7 +133,7 @@ async def test_batches_behind_a_refused_one_go_again_under_a_new_id(broker: Brok
     order, each once, under a new producer id; a batch sent later follows them."""
     async with AsyncAdminClient(address(broker)) as admin:
         await admin.create_topic("g", 1)
-    async with AsyncProducer(address(broker), linger_ms=0) as producer:
+    async with AsyncProducer(address(broker), linger_ms=0, max_in_flight=5) as producer:
         await (await producer.send_many("g", [b"a0"], partition=0))
         big = await producer.send_many("g", [b"x" * 1_500_000], partition=0)
         behind = [await producer.send_many("g", [b"s%d" % i], partition=0) for i in range(3)]
@@ -172,3 +177,30 @@ def test_restamp_keeps_the_batch_valid() -> None:
         assert (batch.producer_id, batch.base_sequence) == (pid, seq)
         assert batch.values() == [b"a", b"bc"]
         assert batch.keys() == [b"k", None]
+
+
+@pytest.mark.asyncio
+async def test_an_unanswered_window_fails_after_the_delivery_timeout(tmp_path: Path) -> None:
+    """Scenario: each fdatasync takes 1 s more; a pipelining producer with a 0.3 s delivery
+    timeout sends 3 records (3 batches in flight). Expected: all three fail with
+    DEADLINE_EXCEEDED and outcome UNKNOWN well before the broker answers (the stream is
+    cut at the oldest batch's deadline, not left waiting)."""
+    fs = SlowSyncFs(1.0)
+    async with Broker(broker_config(tmp_path / "d"), fs=fs) as broker:
+        async with AsyncAdminClient(address(broker)) as admin:
+            await admin.create_topic("t", 1)
+        async with AsyncProducer(
+            address(broker), linger_ms=0, delivery_timeout_s=0.3, max_in_flight=5
+        ) as producer:
+            started = time.monotonic()
+            futures = []
+            for i in range(3):
+                futures.append(await producer.send("t", b"%d" % i, partition=0))
+                await asyncio.sleep(0.01)
+            outcomes = await asyncio.gather(*futures, return_exceptions=True)
+            waited = time.monotonic() - started
+            fs.delay_s = 0.0
+    assert waited < 0.9, waited
+    for outcome in outcomes:
+        assert isinstance(outcome, DeadlineExceeded), outcome
+        assert outcome.outcome is PublishOutcome.UNKNOWN

@@ -151,14 +151,16 @@ async def acknowledged(futures: list[RecordFuture]) -> list[bool]:
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize("max_in_flight", [1, 5])
 async def test_connections_cut_mid_append_never_duplicate_a_record(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, max_in_flight: int
 ) -> None:
     """Scenario: an AsyncProducer sends distinct keyed records to a 2-partition topic, one
     a millisecond, through a proxy that cuts every connection 5 ms after every 3rd chunk
     the producer sends, until it has cut 40 times (at most 3,000 records); each fdatasync
     takes 20 ms more, so cuts land while batches wait in the writer, and the producer
-    retries the same bytes. Expected: the proxy really cut 40 times; every send is
+    retries the same bytes (unary, or the whole window of 5 on a new PublishStream).
+    Expected: the proxy really cut 40 times; every send is
     acknowledged, the log holds each key exactly once, and the broker logged nothing at
     ERROR for the cancelled calls."""
     caplog.set_level(logging.WARNING)
@@ -169,7 +171,11 @@ async def test_connections_cut_mid_append_never_duplicate_a_record(
         target = await proxy.start()
         try:
             async with AsyncProducer(
-                target, linger_ms=2, batch_max_bytes=2_000, delivery_timeout_s=60
+                target,
+                linger_ms=2,
+                batch_max_bytes=2_000,
+                delivery_timeout_s=60,
+                max_in_flight=max_in_flight,
             ) as producer:
                 keys: list[bytes] = []
                 futures = []
