@@ -112,10 +112,11 @@ logger = logging.getLogger(__name__)
 
 R = TypeVar("R")
 
-#: Batches a partition keeps in flight by default: one, on unary Publish calls. A window
-#: of 5 on a PublishStream made an awaited ``publish`` faster (p50 0.93 ms, not 1.47 ms)
-#: but ``bench pubsub``'s e2e p50 slower (3.5-3.8 ms, not 3.0-3.1 ms: more, smaller
-#: batches for the broker and the consumer), so pipelining is opt-in for now.
+#: Batches a partition keeps in flight by default: one, on unary Publish calls. Measured
+#: on ``bench pubsub --quick`` (2 cores): a window of 5 on a PublishStream made an awaited
+#: ``publish`` faster (p50 0.93 ms, not 1.47 ms) but the e2e p50 slower (3.5-3.8 ms, not
+#: 2.9-3.1: more, smaller batches for the broker and the consumer); a window of 2 lowered
+#: the e2e p50 (2.45-2.97 ms) but also the per-record send rates, so pipelining is opt-in.
 DEFAULT_MAX_IN_FLIGHT = 1
 #: The broker's default ``[limits] max_publish_stream_in_flight``: a window beyond it
 #: would only wait in HTTP/2 flow control.
