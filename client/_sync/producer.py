@@ -42,7 +42,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Self, TypeVar
 
-from client._async.producer import AsyncProducer, partition_for
+from client._async.producer import DEFAULT_MAX_IN_FLIGHT, AsyncProducer, partition_for
 from client._batching import PendingBatch, ThreadRecordFuture
 from client._channel import DEFAULT_RECONNECT_BACKOFF_MAX_S
 from client._sync._bridge import LoopThread, to_concurrent
@@ -76,6 +76,8 @@ class Producer:
             drops retried duplicates. Default on.
         producer_id: A fixed producer id, for callers that re-send the same records after a
             failure (a retried Spark task): see :class:`AsyncProducer`. Default: random.
+        max_in_flight: Batches each partition keeps in flight (1 to 256), as for
+            :class:`AsyncProducer`. Default 1.
         reconnect_backoff_max_s: The longest pause between reconnect attempts while the
             broker is unreachable, seconds. Default 1.
         token, tls_ca, tls_cert, tls_key: The bearer token and the TLS files, as for
@@ -98,6 +100,7 @@ class Producer:
         buffer_max_bytes: int = 64 << 20,
         idempotent: bool = True,
         producer_id: int | None = None,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         reconnect_backoff_max_s: float = DEFAULT_RECONNECT_BACKOFF_MAX_S,
         token: str | None = None,
         tls_ca: str | None = None,
@@ -114,6 +117,7 @@ class Producer:
             buffer_max_bytes=buffer_max_bytes,
             idempotent=idempotent,
             producer_id=producer_id,
+            max_in_flight=max_in_flight,
             reconnect_backoff_max_s=reconnect_backoff_max_s,
             token=token,
             tls_ca=tls_ca,

@@ -34,6 +34,7 @@ from client import (
     RecordFuture,
     RecordMetadata,
 )
+from proto import broker_pb2 as _pb
 from tests.broker.conftest import broker_config
 from tests.client.conftest import address, read_batches, read_partition
 from wal import FaultyFs, iter_batches
@@ -150,14 +151,16 @@ async def acknowledged(futures: list[RecordFuture]) -> list[bool]:
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize("max_in_flight", [1, 5])
 async def test_connections_cut_mid_append_never_duplicate_a_record(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, max_in_flight: int
 ) -> None:
     """Scenario: an AsyncProducer sends distinct keyed records to a 2-partition topic, one
     a millisecond, through a proxy that cuts every connection 5 ms after every 3rd chunk
     the producer sends, until it has cut 40 times (at most 3,000 records); each fdatasync
     takes 20 ms more, so cuts land while batches wait in the writer, and the producer
-    retries the same bytes. Expected: the proxy really cut 40 times; every send is
+    retries the same bytes (unary, or the whole window of 5 on a new PublishStream).
+    Expected: the proxy really cut 40 times; every send is
     acknowledged, the log holds each key exactly once, and the broker logged nothing at
     ERROR for the cancelled calls."""
     caplog.set_level(logging.WARNING)
@@ -168,7 +171,11 @@ async def test_connections_cut_mid_append_never_duplicate_a_record(
         target = await proxy.start()
         try:
             async with AsyncProducer(
-                target, linger_ms=2, batch_max_bytes=2_000, delivery_timeout_s=60
+                target,
+                linger_ms=2,
+                batch_max_bytes=2_000,
+                delivery_timeout_s=60,
+                max_in_flight=max_in_flight,
             ) as producer:
                 keys: list[bytes] = []
                 futures = []
@@ -202,7 +209,7 @@ class FaultyFront:
         self.publishes = 0
         self._channel = grpc.aio.insecure_channel(upstream)
         self._server = grpc.aio.server()
-        self._server.add_generic_rpc_handlers((_Forwarding(self.forward),))
+        self._server.add_generic_rpc_handlers((_Forwarding(self.forward, self.forward_stream),))
         self.address = f"127.0.0.1:{self._server.add_insecure_port('127.0.0.1:0')}"
 
     async def __aenter__(self) -> FaultyFront:
@@ -229,15 +236,58 @@ class FaultyFront:
                 await context.abort(code, "injected by the test after the broker appended")
         return response
 
+    async def forward_stream(
+        self, method: str, requests: AsyncIterator[bytes], context: Any
+    ) -> AsyncIterator[bytes]:
+        """Forward a PublishStream: each answer is the broker's, or, for the publishes
+        counted in ``fail``, that answer turned into the injected error (after the append)."""
+        call: grpc.aio.StreamStreamMultiCallable[bytes, bytes] = self._channel.stream_stream(method)
+        upstream = call()
+
+        async def pump() -> None:
+            async for request in requests:
+                await upstream.write(request)
+            await upstream.done_writing()
+
+        pumping = asyncio.create_task(pump())
+        try:
+            async for answer in upstream:
+                self.publishes += 1
+                code = self.fail.get(self.publishes)
+                raw: bytes = answer
+                if code is not None:
+                    request_id = _pb.PublishResponse.FromString(answer).request_id
+                    raw = _pb.PublishResponse(
+                        request_id=request_id,
+                        error_code=code.value[0],
+                        error_message="injected by the test after the broker appended",
+                    ).SerializeToString()
+                yield raw
+        except grpc.aio.AioRpcError as exc:
+            await context.abort(exc.code(), exc.details() or "")
+        finally:
+            pumping.cancel()
+            upstream.cancel()
+
 
 class _Forwarding(grpc.GenericRpcHandler):
-    """Every method, unary, without (de)serializers: the handler sees raw bytes."""
+    """Every method without (de)serializers (the handler sees raw bytes): unary, but
+    PublishStream as a stream."""
 
-    def __init__(self, forward: Callable[[str, bytes, Any], Awaitable[bytes]]) -> None:
+    def __init__(
+        self,
+        forward: Callable[[str, bytes, Any], Awaitable[bytes]],
+        forward_stream: Callable[[str, AsyncIterator[bytes], Any], AsyncIterator[bytes]],
+    ) -> None:
         self._forward = forward
+        self._forward_stream = forward_stream
 
     def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler[Any, Any]:
         method: str = details.method
+        if method.endswith("/PublishStream"):
+            return grpc.stream_stream_rpc_method_handler(
+                functools.partial(self._forward_stream, method)
+            )
         return grpc.unary_unary_rpc_method_handler(functools.partial(self._forward, method))
 
 
@@ -256,7 +306,7 @@ async def test_an_error_after_the_append_never_lends_its_sequences(
         await admin.create_topic("f", 1)
     async with (
         FaultyFront(address(broker), fail={1: code}) as front,
-        AsyncProducer(front.address, linger_ms=0) as producer,
+        AsyncProducer(front.address, linger_ms=0, max_in_flight=1) as producer,  # unary
     ):
         with pytest.raises(ClientError) as failed:
             await (await producer.send_many("f", [b"a0", b"a1"], partition=0))

@@ -1,0 +1,206 @@
+"""Pipelined publishing: each partition keeps up to ``max_in_flight`` batches on one
+PublishStream, against a real broker over real gRPC on loopback.
+
+- With a slow fdatasync, records sent one by one go out in batches of their own while
+  earlier ones wait in the broker (several in flight); with ``max_in_flight=1`` they wait
+  and form the next, larger batch, as before pipelining.
+- Order: concurrent senders' records keep their send order per partition.
+- Failures inside a window: a retryable answer on batch n with n+1.. in flight (the
+  broker appended them all; the retry is answered as a duplicate), and a batch refused
+  for good with batches in flight behind it (they are refused for the gap, re-stamped
+  under a new producer id and sent again). A stream cut mid-flight is in
+  tests/client/test_producer_faults.py (run with windows of 1 and 5).
+- ``max_in_flight`` is validated; :func:`restamp` keeps a batch valid.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+from broker.app import Broker
+from client import (
+    AsyncAdminClient,
+    AsyncProducer,
+    DeadlineExceeded,
+    Producer,
+    PublishOutcome,
+    ResourceExhausted,
+)
+from client._async.producer import restamp
+from proto.batch import decode_batch, encode_columns
+from tests.broker.conftest import broker_config
+from tests.client.conftest import address, read_batches, read_partition
+from tests.client.test_producer_faults import FaultyFront, SlowSyncFs, slow_broker
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("max_in_flight", [1, 5])
+async def test_records_sent_while_a_batch_is_in_flight(tmp_path: Path, max_in_flight: int) -> None:
+    """Scenario: each fdatasync takes 50 ms more; a producer with ``linger_ms=0`` sends 12
+    records to one partition, 2 ms apart, then flushes. Expected with a window of 5: the
+    first 5 records go out in batches of one record each (each was sent while the ones
+    before waited in the broker); with a window of 1 (the old rule) the second batch holds
+    the several records that came while the first was in flight. Either way the log holds
+    the 12 records once, in send order, and every future has its offset."""
+    async with slow_broker(tmp_path, 0.05) as broker:
+        async with AsyncAdminClient(address(broker)) as admin:
+            await admin.create_topic("w", 1)
+        async with AsyncProducer(
+            address(broker), linger_ms=0, max_in_flight=max_in_flight
+        ) as producer:
+            futures = []
+            for i in range(12):
+                futures.append(await producer.send("w", b"%02d" % i, partition=0))
+                await asyncio.sleep(0.002)
+            offsets = [m.offset for m in await asyncio.gather(*futures)]
+        batches = await read_batches(broker, "w", 0)
+    assert offsets == list(range(12))
+    assert [v for b in batches for v in b.values()] == [b"%02d" % i for i in range(12)]
+    sizes = [b.record_count for b in batches]
+    if max_in_flight == 5:
+        assert sizes[:5] == [1, 1, 1, 1, 1], sizes
+    else:
+        assert sizes[0] == 1, sizes
+        assert sizes[1] >= 3, sizes
+
+
+@pytest.mark.asyncio
+async def test_concurrent_senders_keep_their_order(broker: Broker) -> None:
+    """Scenario: 4 tasks each send 300 keyed records (key = task) to a 3-partition topic
+    through one producer (window 5, tiny batches so many are in flight), awaiting nothing
+    until the end. Expected: every record acknowledged once; per key, the partition holds
+    its values in send order, at increasing offsets matching the futures."""
+    async with AsyncAdminClient(address(broker)) as admin:
+        await admin.create_topic("o", 3)
+    async with AsyncProducer(
+        address(broker), linger_ms=0, batch_max_bytes=200, max_in_flight=5
+    ) as producer:
+
+        async def sender(task: int) -> list[int]:
+            key = b"task%d" % task
+            futures = [
+                await producer.send("o", b"%d-%03d" % (task, i), key=key) for i in range(300)
+            ]
+            return [m.offset for m in await asyncio.gather(*futures)]
+
+        offsets = await asyncio.gather(*(sender(t) for t in range(4)))
+    stored = [row for p in range(3) for row in await read_partition(broker, "o", p)]
+    assert len(stored) == 1200
+    for task in range(4):
+        mine = [(off, v) for off, v, k in stored if k == b"task%d" % task]
+        assert [v for _, v in mine] == [b"%d-%03d" % (task, i) for i in range(300)]
+        assert [off for off, _ in mine] == offsets[task]
+
+
+@pytest.mark.asyncio
+async def test_a_retryable_answer_inside_a_window_is_answered_as_a_duplicate(
+    broker: Broker,
+) -> None:
+    """Scenario: through a front that turns the broker's answer to the 2nd publish into
+    UNAVAILABLE (after the append), a producer queues 8 batches of 2 records at once
+    (window 5: batches 3.. are in flight behind the 2nd). Expected: every record is
+    acknowledged; the 2nd batch's retry (same bytes) is answered as a duplicate with its
+    original offsets 2-3; the log holds each record once, in order, under one id."""
+    async with AsyncAdminClient(address(broker)) as admin:
+        await admin.create_topic("r", 1)
+    values = [b"v%02d" % i for i in range(16)]
+    async with (
+        FaultyFront(address(broker), fail={2: grpc.StatusCode.UNAVAILABLE}) as front,
+        AsyncProducer(front.address, linger_ms=0, max_in_flight=5) as producer,
+    ):
+        calls = [
+            await producer.send_many("r", values[i : i + 2], partition=0) for i in range(0, 16, 2)
+        ]
+        sent = await asyncio.gather(*calls)
+    assert [m.offset for s in sent for m in s] == list(range(16))
+    assert [s.ranges[0].duplicate for s in sent] == [False, True] + [False] * 6
+    batches = await read_batches(broker, "r", 0)
+    assert [v for b in batches for v in b.values()] == values
+    assert len({b.producer_id for b in batches}) == 1
+
+
+@pytest.mark.asyncio
+async def test_batches_behind_a_refused_one_go_again_under_a_new_id(broker: Broker) -> None:
+    """Scenario: a producer publishes a0 and waits; then, without waiting, a record over the
+    broker's 1 MiB record limit and three small batches behind it (in flight in one
+    window). Expected: the big one fails RESOURCE_EXHAUSTED, outcome REFUSED; the three
+    behind it (refused by the broker for the gap it left) are acknowledged after a0, in
+    order, each once, under a new producer id; a batch sent later follows them."""
+    async with AsyncAdminClient(address(broker)) as admin:
+        await admin.create_topic("g", 1)
+    async with AsyncProducer(address(broker), linger_ms=0, max_in_flight=5) as producer:
+        await (await producer.send_many("g", [b"a0"], partition=0))
+        big = await producer.send_many("g", [b"x" * 1_500_000], partition=0)
+        behind = [await producer.send_many("g", [b"s%d" % i], partition=0) for i in range(3)]
+        with pytest.raises(ResourceExhausted) as refused:
+            await big
+        offsets = [(await f)[0].offset for f in behind]
+        after = await (await producer.send_many("g", [b"later"], partition=0))
+    assert refused.value.outcome is PublishOutcome.REFUSED
+    assert offsets == [1, 2, 3]
+    assert after[0].offset == 4
+    batches = await read_batches(broker, "g", 0)
+    assert [v for b in batches for v in b.values()] == [b"a0", b"s0", b"s1", b"s2", b"later"]
+    assert batches[0].producer_id != batches[1].producer_id
+    assert len({b.producer_id for b in batches[1:]}) == 1
+    assert [b.base_sequence for b in batches[1:]] == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("bad", [0, -1, 257, True, 2.0, "5"])
+def test_max_in_flight_is_validated(bad: object) -> None:
+    """Scenario: max_in_flight outside 1..256 or not an int, on both producers. Expected:
+    ValueError naming the option, its range and the broker limit, before any thread or
+    channel is left behind."""
+    with pytest.raises(ValueError, match=r"max_in_flight must be an integer from 1 to 256"):
+        asyncio.run(_make_async(bad))
+    with pytest.raises(ValueError, match=r"max_in_flight must be an integer from 1 to 256"):
+        Producer("127.0.0.1:1", max_in_flight=bad)  # type: ignore[arg-type]
+
+
+async def _make_async(bad: object) -> None:
+    AsyncProducer("127.0.0.1:1", max_in_flight=bad)  # type: ignore[arg-type]
+
+
+def test_restamp_keeps_the_batch_valid() -> None:
+    """Scenario: a batch encoded under id 7 from sequence 3, re-stamped to id 9 from 0 (and
+    to -1, not idempotent). Expected: it decodes with the CRC checked, the new id and
+    sequence, the same records."""
+    data = encode_columns([b"a", b"bc"], keys=[b"k", None], producer_id=7, base_sequence=3)
+    for pid, seq in ((9, 0), (-1, -1)):
+        batch = decode_batch(restamp(data, pid, seq))
+        assert batch is not None
+        assert (batch.producer_id, batch.base_sequence) == (pid, seq)
+        assert batch.values() == [b"a", b"bc"]
+        assert batch.keys() == [b"k", None]
+
+
+@pytest.mark.asyncio
+async def test_an_unanswered_window_fails_after_the_delivery_timeout(tmp_path: Path) -> None:
+    """Scenario: each fdatasync takes 1 s more; a pipelining producer with a 0.3 s delivery
+    timeout sends 3 records (3 batches in flight). Expected: all three fail with
+    DEADLINE_EXCEEDED and outcome UNKNOWN well before the broker answers (the stream is
+    cut at the oldest batch's deadline, not left waiting)."""
+    fs = SlowSyncFs(1.0)
+    async with Broker(broker_config(tmp_path / "d"), fs=fs) as broker:
+        async with AsyncAdminClient(address(broker)) as admin:
+            await admin.create_topic("t", 1)
+        async with AsyncProducer(
+            address(broker), linger_ms=0, delivery_timeout_s=0.3, max_in_flight=5
+        ) as producer:
+            started = time.monotonic()
+            futures = []
+            for i in range(3):
+                futures.append(await producer.send("t", b"%d" % i, partition=0))
+                await asyncio.sleep(0.01)
+            outcomes = await asyncio.gather(*futures, return_exceptions=True)
+            waited = time.monotonic() - started
+            fs.delay_s = 0.0
+    assert waited < 0.9, waited
+    for outcome in outcomes:
+        assert isinstance(outcome, DeadlineExceeded), outcome
+        assert outcome.outcome is PublishOutcome.UNKNOWN
