@@ -26,24 +26,10 @@ from dispatcher import (
 from dispatcher import subscription as subscription_module
 from dispatcher.protocol import Action, Command, DispatchPolicy, ToDeadLetter
 from tests._helpers import ManualClock
-from wal import LogWriter, RecordBatch, encode_columns
+from tests.dispatcher._deliveries import singles, take
+from wal import LogWriter, RecordBatch
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
-
-
-async def _singles(writer: LogWriter, count: int) -> None:
-    for i in range(count):
-        await writer.append(encode_columns([i.to_bytes(2, "big")]))
-
-
-async def _take(session: ConsumerSession, records: int) -> list[Delivery]:
-    out: list[Delivery] = []
-    async with asyncio.timeout(5):
-        while sum(d.count for d in out) < records:
-            delivery = await session.next()
-            assert delivery is not None
-            out.append(delivery)
-    return out
 
 
 async def _settle(turns: int = 20) -> None:
@@ -98,7 +84,7 @@ async def test_a_seek_while_a_read_is_in_flight_drops_the_stale_read(
     the cursor is unmoved); it is applied before the read's result, so none of the read's
     records below 6 is ever delivered: the consumer gets exactly 6..9, and only the
     dispatch task changed the state."""
-    await _singles(writers[0], 10)
+    await singles(writers[0], 10)
     reader = BlockingReader(writers)
     sub = Subscription("t", "s", writers, [PartitionSnapshot(0)] * 2, reader=reader)
     applied = _guard(sub)
@@ -115,7 +101,7 @@ async def test_a_seek_while_a_read_is_in_flight_drops_the_stale_read(
         async with asyncio.timeout(5):
             await seek
         assert sub.state.cursor(0) == 6
-        assert _offsets(await _take(session, 4)) == [6, 7, 8, 9]
+        assert _offsets(await take(session, 4)) == [6, 7, 8, 9]
         await _settle()
         assert session.outbox.empty()
         assert reader.reads[0] == (0, 0)
@@ -129,7 +115,7 @@ async def test_acks_during_a_read_in_flight_wait_for_the_owner(writers: list[Log
     held; meanwhile the consumer acks 0..3 and gets more credit.
     Expected: nothing is applied while the read is out (cursor 0); once it returns, the
     acks and the grant are applied in order, then the read's records go out: 4..5."""
-    await _singles(writers[0], 4)
+    await singles(writers[0], 4)
     reads = 0
     held = asyncio.Event()
     go = asyncio.Event()
@@ -147,8 +133,8 @@ async def test_acks_during_a_read_in_flight_wait_for_the_owner(writers: list[Log
     sub.start()
     try:
         session = sub.attach("c", 4)
-        assert _offsets(await _take(session, 4)) == [0, 1, 2, 3]
-        await _singles(writers[0], 2)
+        assert _offsets(await take(session, 4)) == [0, 1, 2, 3]
+        await singles(writers[0], 2)
         sub.grant(session, 2)  # the read of 4..5 starts
         async with asyncio.timeout(5):
             await held.wait()
@@ -157,7 +143,7 @@ async def test_acks_during_a_read_in_flight_wait_for_the_owner(writers: list[Log
         await _settle()
         assert sub.state.cursor(0) == 0  # queued, not applied by this task
         go.set()
-        assert _offsets(await _take(session, 2)) == [4, 5]
+        assert _offsets(await take(session, 2)) == [4, 5]
         await sub.applied()
         assert sub.state.cursor(0) == 4
     finally:
@@ -174,7 +160,7 @@ async def test_an_ack_racing_a_dead_letter_write_is_applied_once_in_order(
     the cursor is 2, every state change ran on the owner, and the persisted-state hook
     (on_change) was only called from it too. The write's result is not consumer activity
     (inactivity expiry)."""
-    await _singles(writers[0], 2)
+    await singles(writers[0], 2)
     writing = asyncio.Event()
     go = asyncio.Event()
     written: list[ToDeadLetter] = []
@@ -203,7 +189,7 @@ async def test_an_ack_racing_a_dead_letter_write_is_applied_once_in_order(
     sub.start()
     try:
         session = sub.attach("c", 10)
-        await _take(session, 2)
+        await take(session, 2)
         sub.nack(0, 0, 1, delay_s=0, reason="poison")
         async with asyncio.timeout(5):
             await writing.wait()
@@ -234,12 +220,12 @@ async def test_bad_commands_are_refused_at_once_and_never_queued(
     """Scenario: acks of undelivered offsets, a bad range, a commit past the head and a
     seek with the wrong number of offsets. Expected: each raises in the caller, before
     anything is queued; the state is unchanged."""
-    await _singles(writers[0], 2)
+    await singles(writers[0], 2)
     sub = Subscription("t", "s", writers, [PartitionSnapshot(0)] * 2)
     sub.start()
     try:
         session = sub.attach("c", 2)
-        await _take(session, 2)
+        await take(session, 2)
         await sub.applied()
         before = sub.state.changes
         with pytest.raises(InvalidAckError):
@@ -267,12 +253,12 @@ async def test_a_full_command_queue_makes_the_caller_wait_and_drops_nothing(
     (their futures are not done); once the task runs, every ack is applied (cursor 10)
     and every wait ends."""
     monkeypatch.setattr(subscription_module, "MAX_QUEUED_COMMANDS", 4)
-    await _singles(writers[0], 10)
+    await singles(writers[0], 10)
     sub = Subscription("t", "s", writers, [PartitionSnapshot(0)] * 2)
     sub.start()
     try:
         session = sub.attach("c", 10)
-        await _take(session, 10)
+        await take(session, 10)
         await sub.applied()
         waits = [sub.ack(0, o, o + 1) for o in range(10)]
         assert [w.done() for w in waits] == [True] * 3 + [False] * 7
@@ -289,7 +275,7 @@ async def test_commit_and_seek_answer_through_their_future(writers: list[LogWrit
     """Scenario: a commit to 3, a seek to 1, a commit to 2 in a row, without awaiting.
     Expected: each future holds its own result, applied in order: 3, then the seek,
     then 2 (the seek forgot the first commit's acks)."""
-    await _singles(writers[0], 5)
+    await singles(writers[0], 5)
     sub = Subscription("t", "s", writers, [PartitionSnapshot(0)] * 2)
     sub.start()
     try:
@@ -309,11 +295,11 @@ async def test_queued_acks_are_applied_when_the_subscription_closes(
 ) -> None:
     """Scenario: acks are queued and the subscription is closed before its task ran.
     Expected: the closer applies them (the snapshot saved after a close holds them)."""
-    await _singles(writers[0], 3)
+    await singles(writers[0], 3)
     sub = Subscription("t", "s", writers, [PartitionSnapshot(0)] * 2)
     sub.start()
     session = sub.attach("c", 3)
-    await _take(session, 3)
+    await take(session, 3)
     await sub.applied()
     sub.ack(0, 0, 3)
     await sub.aclose()
@@ -330,7 +316,7 @@ async def _redelivered_after(
     )
     sub.start()
     session = sub.attach("c", 100)
-    await _take(session, 1)
+    await take(session, 1)
     if nack_delay_s is not None:
         sub.nack(0, 0, 1, delay_s=nack_delay_s, reason="later")
 
@@ -356,7 +342,7 @@ async def test_stepping_the_wall_clock_does_not_move_a_redelivery(
     steps +1 h and -1 h (NTP), with a dispatch pass after each step.
     Expected: no step sends it again; it goes out when the monotonic clock reaches the
     deadline, not before; its failure is recorded at the wall time of the first send."""
-    await _singles(writers[0], 1)
+    await singles(writers[0], 1)
     mono, wall, sub, session, poke = await _redelivered_after(
         writers, nack_delay_s=nack_delay_s, ack_timeout_s=ack_timeout_s
     )
@@ -372,7 +358,7 @@ async def test_stepping_the_wall_clock_does_not_move_a_redelivery(
         assert not await poke()
         mono.now = 100.0 + due_s
         assert await poke()
-        (again,) = await _take(session, 1)
+        (again,) = await take(session, 1)
         assert again.redeliveries == {0: 1}
         (failure,) = sub.snapshot()[0].failures
         assert failure.times_ms == (1_700_000_000_000,)

@@ -25,6 +25,7 @@ from dispatcher import (
     SubscriptionRegistry,
 )
 from dispatcher.subscription import MAX_BATCHES_PER_READ
+from tests.dispatcher._deliveries import singles, take
 from wal import Fault, FaultyFs, FileSystem, LogWriter, decode_batch, encode_columns
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
@@ -32,17 +33,6 @@ pytestmark = pytest.mark.asyncio(loop_scope="function")
 
 async def _append(writer: LogWriter, *values: bytes) -> None:
     await writer.append(encode_columns(list(values)))
-
-
-async def _take(session: ConsumerSession, records: int) -> list[Delivery]:
-    """Deliveries until ``records`` records arrived."""
-    out: list[Delivery] = []
-    async with asyncio.timeout(5):
-        while sum(d.count for d in out) < records:
-            delivery = await session.next()
-            assert delivery is not None
-            out.append(delivery)
-    return out
 
 
 def _values(deliveries: list[Delivery]) -> list[tuple[int, int, bytes]]:
@@ -79,28 +69,22 @@ async def test_delivers_records_appended_before_and_after_attach(
     session = sub.attach("c", 100)
     await _append(writers[1], b"c")
     await _append(writers[0], b"d")
-    got = _values(await _take(session, 4))
+    got = _values(await take(session, 4))
     assert sorted(got) == [(0, 0, b"a"), (0, 1, b"b"), (0, 2, b"d"), (1, 0, b"c")]
     assert [o for p, o, _ in got if p == 0] == [0, 1, 2]  # per-partition order
-
-
-async def _singles(writer: LogWriter, count: int) -> None:
-    """``count`` one-record batches."""
-    for i in range(count):
-        await _append(writer, i.to_bytes(2, "big"))
 
 
 async def test_credit_bounds_what_is_sent(
     writers: list[LogWriter], registry: SubscriptionRegistry
 ) -> None:
-    await _singles(writers[0], 10)
+    await singles(writers[0], 10)
     sub = await registry.subscribe("t", "s", writers)
     session = sub.attach("c", 3)
-    first = await _take(session, 3)
+    first = await take(session, 3)
     assert [(d.from_offset, d.to_offset) for d in first] == [(0, 1), (1, 2), (2, 3)]
     await _nothing_more(session)
     sub.grant(session, 4)
-    second = await _take(session, 4)
+    second = await take(session, 4)
     assert [d.from_offset for d in second] == [3, 4, 5, 6]
     assert sub.state.credit(session.consumer_id) == 0
     await _nothing_more(session)
@@ -113,7 +97,7 @@ async def test_a_backlog_of_small_batches_is_sent_in_slices_with_the_loop_free_b
     Expected: another task runs while they are being sent (it sees some delivered and
     not all), the first slice is at most ``MAX_BATCHES_PER_READ`` batches, and every
     record arrives once, in order."""
-    await _singles(writers[0], 300)
+    await singles(writers[0], 300)
     sub = await registry.subscribe("t", "s", writers)
     session = sub.attach("c", 1_000)
     seen: list[int] = []
@@ -124,7 +108,7 @@ async def test_a_backlog_of_small_batches_is_sent_in_slices_with_the_loop_free_b
     partial = [n for n in seen if 0 < n < 300]
     assert partial, "the whole backlog was sent without yielding to the loop"
     assert partial[0] <= MAX_BATCHES_PER_READ
-    got = await _take(session, 300)
+    got = await take(session, 300)
     assert [d.from_offset for d in got] == list(range(300))
 
 
@@ -141,7 +125,7 @@ async def test_one_pass_per_commit_and_acks_below_the_cap_wake_nothing(
     before = sub.notifier_polls
     for i in range(10):
         await _append(writers[0], b"%d" % i)
-        (delivery,) = await _take(session, 1)
+        (delivery,) = await take(session, 1)
         sub.ack(0, delivery.from_offset, delivery.to_offset)
     await asyncio.sleep(0.05)
     assert sub.notifier_polls - before == 10
@@ -156,13 +140,13 @@ async def test_an_ack_at_the_unacked_cap_wakes_the_task(
     reg = SubscriptionRegistry(str(tmp_path / "data"), max_unacked=2, flush_interval_s=3600)
     await reg.open({})
     try:
-        await _singles(writers[0], 4)
+        await singles(writers[0], 4)
         sub = await reg.subscribe("t", "s", writers)
         session = sub.attach("c", 100)
-        first = await _take(session, 2)
+        first = await take(session, 2)
         await _nothing_more(session)
         sub.ack(0, first[0].from_offset, first[0].to_offset)
-        assert [d.from_offset for d in await _take(session, 1)] == [2]
+        assert [d.from_offset for d in await take(session, 1)] == [2]
         assert sub.heartbeat_polls == 0
     finally:
         await reg.aclose()
@@ -175,12 +159,12 @@ async def test_a_batch_is_never_split_to_fit_the_credit(
     await _append(writers[0], b"next")
     sub = await registry.subscribe("t", "s", writers)
     session = sub.attach("c", 3)
-    got = await _take(session, 10)
+    got = await take(session, 10)
     assert [(d.from_offset, d.to_offset) for d in got] == [(0, 10)]  # whole, once
     assert sub.state.credit(session.consumer_id) == -7
     await _nothing_more(session)  # no more until the credit is back above zero
     sub.grant(session, 8)
-    assert [(d.from_offset, d.to_offset) for d in await _take(session, 1)] == [(10, 11)]
+    assert [(d.from_offset, d.to_offset) for d in await take(session, 1)] == [(10, 11)]
 
 
 async def test_unacked_cap_holds_until_acks_free_room(
@@ -189,14 +173,14 @@ async def test_unacked_cap_holds_until_acks_free_room(
     reg = SubscriptionRegistry(str(tmp_path / "d"), max_unacked=4)
     await reg.open({})
     try:
-        await _singles(writers[0], 10)
+        await singles(writers[0], 10)
         sub = await reg.subscribe("t", "s", writers)
         session = sub.attach("c", 1000)
-        assert [d.from_offset for d in await _take(session, 4)] == [0, 1, 2, 3]
+        assert [d.from_offset for d in await take(session, 4)] == [0, 1, 2, 3]
         await _nothing_more(session)
         assert sub.status().partitions[0].in_flight == 4
         sub.ack(0, 0, 2)
-        assert [d.from_offset for d in await _take(session, 2)] == [4, 5]
+        assert [d.from_offset for d in await take(session, 2)] == [4, 5]
         await _nothing_more(session)
     finally:
         await reg.aclose()
@@ -208,7 +192,7 @@ async def test_out_of_order_acks_and_redelivery_to_the_next_consumer(
     await _append(writers[0], *[bytes([i]) for i in range(6)])
     sub = await registry.subscribe("t", "s", writers)
     first = sub.attach("one", 100)
-    await _take(first, 6)
+    await take(first, 6)
     sub.ack(0, 1, 2)
     await sub.ack(0, 3, 5)
     await sub.applied()  # the dispatch task applied both acks
@@ -216,7 +200,7 @@ async def test_out_of_order_acks_and_redelivery_to_the_next_consumer(
     assert (status.cursor, status.lag, status.in_flight) == (0, 3, 3)
     sub.detach(first)
     second = sub.attach("two", 100)
-    again = await _take(second, 3)
+    again = await take(second, 3)
     assert [(d.from_offset, d.to_offset) for d in again] == [(0, 1), (2, 3), (5, 6)]
     assert [d.redeliveries for d in again] == [{0: 1}, {2: 1}, {5: 1}]
     sub.ack_up_to(0, 6)
@@ -241,7 +225,7 @@ async def test_acks_of_undelivered_offsets_are_refused(
     await _append(writers[0], b"c")
     sub = await registry.subscribe("t", "s", writers)
     session = sub.attach("c", 2)
-    await _take(session, 2)
+    await take(session, 2)
     with pytest.raises(InvalidAckError, match="only offsets below 2 were delivered"):
         sub.ack(0, 0, 3)
     with pytest.raises(InvalidAckError):
@@ -260,7 +244,7 @@ async def test_latest_starts_at_the_head(
     sub = await registry.subscribe("t", "s", writers, initial=InitialPosition.LATEST)
     session = sub.attach("c", 10)
     await _append(writers[0], b"new")
-    assert _values(await _take(session, 1)) == [(0, 1, b"new")]
+    assert _values(await take(session, 1)) == [(0, 1, b"new")]
 
 
 async def test_commit_moves_the_cursor_without_delivery(
@@ -273,7 +257,7 @@ async def test_commit_moves_the_cursor_without_delivery(
     with pytest.raises(InvalidSubscriptionError, match=r"outside \[0, 3\]"):
         sub.commit(0, 4)
     session = sub.attach("c", 10)
-    assert _values(await _take(session, 1)) == [(0, 2, b"c")]
+    assert _values(await take(session, 1)) == [(0, 2, b"c")]
 
 
 async def test_seek_resends_from_the_new_position(
@@ -282,10 +266,10 @@ async def test_seek_resends_from_the_new_position(
     await _append(writers[0], b"a", b"b", b"c")
     sub = await registry.subscribe("t", "s", writers)
     session = sub.attach("c", 100)
-    await _take(session, 3)
+    await take(session, 3)
     sub.ack_up_to(0, 3)
     sub.seek([1, 0])
-    assert _values(await _take(session, 2)) == [(0, 1, b"b"), (0, 2, b"c")]
+    assert _values(await take(session, 2)) == [(0, 1, b"b"), (0, 2, b"c")]
     await sub.seek([99, 99])  # clamped to the head
     assert [p.cursor for p in sub.status().partitions] == [3, 0]
 
@@ -300,7 +284,7 @@ async def test_a_seek_during_a_save_mid_pass_skips_nothing(
     Expected: after the seek each partition delivers 2..7, in order: the read planned
     before the seek, from 4, sends nothing at all."""
     for writer in writers:
-        await _singles(writer, 5)
+        await singles(writer, 5)
     seeks: list[list[int]] = []
 
     async def save_and_seek(sub: Subscription) -> None:
@@ -312,9 +296,9 @@ async def test_a_seek_during_a_save_mid_pass_skips_nothing(
     sub.start()
     try:
         session = sub.attach("c", 10)
-        await _take(session, 10)
+        await take(session, 10)
         for writer in writers:
-            await _singles(writer, 3)
+            await singles(writer, 3)
         for p in (0, 1):
             sub.nack(p, 4, 5, delay_s=0, reason="again")
         await _nothing_more(session)
@@ -344,7 +328,7 @@ async def test_cursor_and_ack_holes_survive_a_reopen(
     await reg.open({})
     sub = await reg.subscribe("t", "s", writers)
     session = sub.attach("c", 100)
-    await _take(session, 8)
+    await take(session, 8)
     sub.ack_up_to(0, 2)
     sub.ack(0, 4, 6)
     await reg.aclose()
@@ -356,7 +340,7 @@ async def test_cursor_and_ack_holes_survive_a_reopen(
         assert sub.status().partitions[0].cursor == 2
         assert (sub.snapshot()[0].cursor, sub.snapshot()[0].acked) == (2, ((4, 6),))
         session = sub.attach("c", 100)
-        got = await _take(session, 4)
+        got = await take(session, 4)
         assert [(d.from_offset, d.to_offset) for d in got] == [(2, 4), (6, 8)]
     finally:
         await again.aclose()
@@ -369,7 +353,7 @@ async def test_background_flush_saves_acks(tmp_path: Path, writers: list[LogWrit
     await reg.open({})
     try:
         sub = await reg.subscribe("t", "s", writers)
-        await _take(sub.attach("c", 10), 2)
+        await take(sub.attach("c", 10), 2)
         sub.ack_up_to(0, 2)
         path = os.path.join(data, "subscriptions", "t", "s.json")
         async with asyncio.timeout(5):
@@ -411,7 +395,7 @@ async def test_one_flush_saves_every_dirty_subscription_with_one_directory_fsync
         assert fs.faults[0].seen == 12  # each creation was saved on its own
         fs.batches.clear()
         for sub in subs:
-            await _take(sub.attach("c", 10), 2)
+            await take(sub.attach("c", 10), 2)
         for sub in subs:  # all in one step of the loop: the flusher sees them together
             sub.ack_up_to(0, 2)
         async with asyncio.timeout(5):
@@ -457,10 +441,10 @@ async def test_a_redelivery_pass_does_not_ask_for_a_second_save(
     sub.start()
     try:
         session = sub.attach("c", 10)
-        await _take(session, 1)
+        await take(session, 1)
         changes.clear()
         sub.nack(0, 0, 1, delay_s=0, reason="again")
-        again = await _take(session, 1)
+        again = await take(session, 1)
         assert again[0].redeliveries == {0: 1}
         await _nothing_more(session)
         assert len(changes) == 1  # the nack
@@ -559,7 +543,7 @@ async def test_saved_floor_follows_cursors_on_disk_only(
         await reg.subscribe("t", "slow", writers)
         assert reg.saved_floor("t") == [0, 0]
         session = fast.attach("c", 100)
-        await _take(session, 8)
+        await take(session, 8)
         fast.ack_up_to(0, 6)
         fast.ack_up_to(1, 2)
         assert reg.saved_floor("t") == [0, 0]  # not on disk yet
