@@ -75,16 +75,16 @@ class BufferBudget:
     def release(self, size: int, *, by_thread: bool) -> None:
         """``size`` bytes were acknowledged or failed; wake threads waiting for room. On
         the loop thread. ``by_thread``: a caller thread counted them (:attr:`thread_used`)."""
-        if by_thread:
-            with self.lock:
+        # Under the lock either way: a thread that found the buffer full holds it until
+        # its wait begins, so a release cannot slip between its check and its wait
+        # unseen. One lock per batch, not per record.
+        with self.lock:
+            if by_thread:
                 self.thread_used -= size
-                if self._waiting:
-                    self.cond.notify_all()
-        else:
-            self.loop_used -= size
+            else:
+                self.loop_used -= size
             if self._waiting:
-                with self.lock:
-                    self.cond.notify_all()
+                self.cond.notify_all()
 
     def wake_all(self) -> None:
         """Wake every thread waiting for room, to look at ``give_up()`` again."""
