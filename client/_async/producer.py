@@ -968,6 +968,7 @@ class AsyncProducer:
         if self._closed:
             return
         self._closed = True
+        self._room.set()  # a send waiting for room raises ClientClosed instead of adding
         for acc in list(self._accumulators.values()):
             await acc.aclose()
         if self._owns_channel:
@@ -1060,9 +1061,14 @@ class AsyncProducer:
         return count
 
     async def _wait_for_room(self) -> None:
-        if self._closed:
-            raise ClientClosed("the producer is closed")
-        while self.budget.full():  # backpressure: buffer_max_bytes are waiting for acks
+        """Return once there is room (backpressure: ``buffer_max_bytes`` are waiting for
+        acks). Raise ``ClientClosed`` if the producer is closed before or while waiting:
+        a record added after close would go to a stopped sender and never be settled."""
+        while True:
+            if self._closed:
+                raise ClientClosed("the producer is closed")
+            if not self.budget.full():
+                return
             self._room.clear()
             await self._room.wait()
 

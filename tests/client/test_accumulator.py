@@ -314,6 +314,30 @@ async def test_close_wakes_a_send_blocked_on_a_full_buffer(tmp_path: Path) -> No
 
 
 @pytest.mark.asyncio
+async def test_aclose_fails_an_async_send_waiting_for_room(tmp_path: Path) -> None:
+    """Scenario: fdatasync takes 400 ms more, the buffer holds one batch of ten records,
+    and an eleventh ``AsyncProducer.send`` waits for room when ``aclose`` starts.
+    Expected: that send raises ClientClosed (it must not add a record to a sender that
+    close stops, whose future would never settle); the ten are acknowledged, and the log
+    holds exactly them."""
+    async with slow_broker(tmp_path, 0.4) as broker:
+        async with AsyncAdminClient(address(broker)) as admin:
+            await admin.create_topic("closing", 1)
+        producer = AsyncProducer(address(broker), batch_max_bytes=1_160, buffer_max_bytes=1_160)
+        first = [await producer.send("closing", b"%0100d" % i) for i in range(10)]
+        assert producer.budget.full()
+        late = asyncio.create_task(producer.send("closing", b"late"))
+        await asyncio.sleep(0.05)
+        assert not late.done()  # waiting for room
+        await asyncio.wait_for(producer.aclose(), 10)
+        with pytest.raises(ClientClosed, match="is closed"):
+            await asyncio.wait_for(late, 1)
+        assert [(await f).offset for f in first] == list(range(10))
+        stored = [v for _, v, _ in await read_partition(broker, "closing", 0)]
+    assert stored == [b"%0100d" % i for i in range(10)]
+
+
+@pytest.mark.asyncio
 @pytest.mark.parametrize("blocking", [True, False], ids=["Producer", "AsyncProducer"])
 async def test_an_error_fails_exactly_the_records_of_its_batch(
     broker: Broker, blocking: bool
