@@ -413,8 +413,10 @@ class LogWriter:
             self._broken = True  # refuse what comes next rather than queue it for no one
             error = WalFailedError(self._log.path, "the writer thread failed (see the log)")
             with contextlib.suppress(_LoopGoneError):
-                self._post(self._fail_commands, taken, error)
-                self._fail_queued(error)
+                # The queue is emptied on the loop, not here: an append between its
+                # ``_check_open`` and its ``put`` (no await between them) is then either
+                # queued before this callback drains the queue, or sees ``_broken``.
+                self._post(self._fail_broken, taken, error)
 
     def _post(self, callback: Callable[..., object], *args: object) -> None:
         """Run ``callback(*args)`` on the loop, soon."""
@@ -492,6 +494,19 @@ class LogWriter:
             self._post(self._fail_commands, failed, exc)
 
     # -- completions, on the loop ---------------------------------------------------------
+
+    def _fail_broken(self, taken: list[Command], exc: Exception) -> None:
+        """The writer thread died of a bug: fail what it had taken, then everything still
+        queued. On the loop, the queue's only producer."""
+        self._fail_commands(taken, exc)
+        rest: list[Command] = []
+        while True:
+            try:
+                rest.append(self._jobs.get_nowait())
+            except queue.Empty:
+                break
+        if rest:
+            self._fail_commands(rest, exc)
 
     def _commit_done(self, group: list[Append], written: _Written | BaseException) -> None:
         self._completed(len(group))
