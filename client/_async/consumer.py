@@ -552,7 +552,9 @@ class AsyncConsumer:
         if self._ack_timer is not None:
             self._ack_timer.cancel()
             self._ack_timer = None
-        if self._pending or self._releases:
+        if (self._pending or self._releases) and not self._out.acks_due:
+            # Once due, the writer takes every ack made until it runs: acks past the
+            # threshold before then need no second wake-up each.
             self._out.acks_due = True
             self._kick()
 
