@@ -453,7 +453,7 @@ class Subscription:
         is): what a caller awaits before saving what it changed. Never await it from the
         dispatch task itself (a save a pass awaits): the task applies nothing meanwhile."""
         if not self._commands:
-            return self._done_future()
+            return self._room or self._done_future()
         return self._submit(None, dispatch=False, result=True)
 
     def _done_future(self) -> asyncio.Future[None]:
@@ -487,7 +487,7 @@ class Subscription:
         if future is not None:
             return future
         if len(self._commands) < MAX_QUEUED_COMMANDS:
-            return self._room or self._done_future()
+            return self._done_future()
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._room_waiters.append(waiter)
         return waiter
@@ -506,11 +506,14 @@ class Subscription:
                         future.set_result(None)
                     continue
                 try:
-                    actions = state.handle(cmd, now, wall=wall)
+                    self._carry_out_now(state.handle(cmd, now, wall=wall))
                 except DispatchError as exc:
                     self._refused(cmd, future, exc)
                     continue
-                self._carry_out_now(actions)
+                except Exception as exc:  # a bug: fail this command, keep the owner alive
+                    logger.exception("%s/%s: applying %s failed", self.topic, self.name, cmd)
+                    self._refused(cmd, future, exc)
+                    continue
                 if type(cmd) is Attach or type(cmd) is Grant:
                     self._credit_applied(cmd)
                 if dispatch:

@@ -24,7 +24,7 @@ from dispatcher import (
     Subscription,
 )
 from dispatcher import subscription as subscription_module
-from dispatcher.protocol import Action, Command, DispatchPolicy, ToDeadLetter
+from dispatcher.protocol import Action, Command, Commit, DispatchPolicy, ToDeadLetter
 from tests._helpers import ManualClock
 from tests.dispatcher._deliveries import singles, take
 from wal import LogWriter, RecordBatch
@@ -286,6 +286,39 @@ async def test_commit_and_seek_answer_through_their_future(writers: list[LogWrit
             assert await first == 3
             await seek
             assert await second == 2
+    finally:
+        await sub.aclose()
+
+
+async def test_a_command_that_fails_with_a_bug_fails_its_caller_and_the_owner_goes_on(
+    writers: list[LogWriter],
+) -> None:
+    """Scenario: applying the first commit raises KeyError (a bug in the state machine,
+    not a refusal); a second commit is queued behind it.
+    Expected: the first caller gets the KeyError (its future does not hang), the dispatch
+    task stays alive, and the second commit is applied and answered."""
+    await singles(writers[0], 5)
+    sub = Subscription("t", "s", writers, [PartitionSnapshot(0)] * 2)
+    handle = sub.state.handle
+    failed: list[Command] = []
+
+    def buggy(cmd: Command, now: float, *, wall: float | None = None) -> list[Action]:
+        if isinstance(cmd, Commit) and not failed:
+            failed.append(cmd)
+            raise KeyError("planted")
+        return handle(cmd, now, wall=wall)
+
+    sub.state.handle = buggy  # type: ignore[method-assign]
+    sub.start()
+    try:
+        first = sub.commit(0, 3)
+        second = sub.commit(0, 2)
+        async with asyncio.timeout(5):
+            with pytest.raises(KeyError, match="planted"):
+                await first
+            assert await second == 2
+        assert sub._task is not None
+        assert not sub._task.done()
     finally:
         await sub.aclose()
 
