@@ -242,10 +242,11 @@ class SubscriptionState:
         kind = type(cmd)
         if kind is Ack or kind is Release or kind is Nack:
             assert isinstance(cmd, Ack | Release | Nack)
-            what = "ack" if kind is Ack else "release" if kind is Release else "nack"
-            self._check_range(what, cmd.partition, cmd.begin, cmd.end)
-            if isinstance(cmd, Nack) and cmd.delay_s is not None:
-                check_number("nack delay", cmd.delay_s, 0, 86_400, "seconds")
+            if isinstance(cmd, Nack):
+                self._check_nack(cmd)
+            else:
+                what = "ack" if kind is Ack else "release"
+                self._check_range(what, cmd.partition, cmd.begin, cmd.end)
         elif isinstance(cmd, AckUpTo):
             self._check_up_to(cmd.partition, cmd.offset)
         elif isinstance(cmd, Commit):
@@ -261,6 +262,12 @@ class SubscriptionState:
             raise InvalidSubscriptionError(what, f"[{begin}, {end}) is not an offset range")
         if end > part.sent_mark:
             raise InvalidAckError(partition, end - 1, part.sent_mark)
+        return part
+
+    def _check_nack(self, cmd: Nack) -> PartitionBook:
+        part = self._check_range("nack", cmd.partition, cmd.begin, cmd.end)
+        if cmd.delay_s is not None:
+            check_number("nack delay", cmd.delay_s, 0, 86_400, "seconds")
         return part
 
     def _check_up_to(self, partition: int, offset: int) -> PartitionBook:
@@ -623,9 +630,7 @@ class SubscriptionState:
 
     def _nack(self, cmd: Command, now: float) -> list[Action]:
         assert isinstance(cmd, Nack)
-        part = self._check_range("nack", cmd.partition, cmd.begin, cmd.end)
-        if cmd.delay_s is not None:
-            check_number("nack delay", cmd.delay_s, 0, 86_400, "seconds")
+        part = self._check_nack(cmd)
         if self.policy.mode is DeliveryMode.AT_MOST_ONCE:
             return []  # already consumed when it was sent
         reason = (cmd.reason or "nacked by the consumer")[:MAX_REASON_CHARS]

@@ -453,7 +453,7 @@ class Subscription:
         is): what a caller awaits before saving what it changed. Never await it from the
         dispatch task itself (a save a pass awaits): the task applies nothing meanwhile."""
         if not self._commands:
-            return self._room or self._done_future()
+            return self._done_future()
         return self._submit(None, dispatch=False, result=True)
 
     def _done_future(self) -> asyncio.Future[None]:
