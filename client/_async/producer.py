@@ -535,7 +535,10 @@ class _Accumulator:
             # once the window drained (under a new id if the failed one's sequences moved).
             self._redo.append(sent)
         else:
-            self._settle(sent.batch, self._failure(exc, sent))
+            failure = self._failure(exc, sent)
+            if failure.outcome is not PublishOutcome.REFUSED:
+                trouble.written_after = True  # it may be in the log: its sequences moved on
+            self._settle(sent.batch, failure)
         if not self._outstanding:
             self._arrived.set()
             self._room.set()
