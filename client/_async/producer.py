@@ -316,11 +316,13 @@ class _Accumulator:
             self._watchdog.cancel()
         if stream is not None and reader is not None:
             # Half-close after the flush: the broker answered everything, then ends with OK.
-            with contextlib.suppress(grpc.RpcError, asyncio.InvalidStateError):
-                await stream.done_writing()
-            with contextlib.suppress(asyncio.CancelledError, grpc.RpcError, TimeoutError):
-                await asyncio.wait_for(reader, 5.0)  # cancelled after 5 s
-            stream.cancel()
+            try:
+                with contextlib.suppress(grpc.RpcError, asyncio.InvalidStateError):
+                    await stream.done_writing()
+                with contextlib.suppress(asyncio.CancelledError, grpc.RpcError, TimeoutError):
+                    await asyncio.wait_for(reader, 5.0)  # cancelled after 5 s
+            finally:
+                stream.cancel()  # even if aclose itself is cancelled: no stream left open
 
     async def _run(self) -> None:
         while True:
