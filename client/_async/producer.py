@@ -403,9 +403,8 @@ class _Accumulator:
 
     async def _send_new(self, p: PendingBatch | _Bulk) -> None:
         """Stamp ``p`` with the next sequences and write it on the stream."""
-        if self._failed is not None:
-            self._settle(p, self._failed)
-            return
+        # Pipelining never runs under a fixed id (its window is 1), so nothing latches.
+        assert self._failed is None
         count = p.count
         pid = self._producer_id
         seq = self._sequence if pid >= 0 else -1
@@ -560,8 +559,8 @@ class _Accumulator:
         - A batch failed for good: the partition goes on as :meth:`_after_failure` says,
           except that batches behind it that were refused for the gap it left go again
           under a fresh producer id from sequence 0, re-stamped (also when one behind it
-          was written anyway: the old id's sequences no longer follow ours). Under a
-          fixed id they fail, unsent, with the first failure's error. Should the stream
+          was written anyway: the old id's sequences no longer follow ours). (A fixed id
+          never pipelines: its window is 1.) Should the stream
           also have broken meanwhile, whatever it left fails (unknown outcome for the
           batches it cut, refused for the others): re-stamped, a batch that may be in
           the log could be written twice.
@@ -573,12 +572,6 @@ class _Accumulator:
         where = f"{self.topic}/{self.partition}"
         if trouble.final:
             assert trouble.failed is not None
-            if self._producer.fixed_producer_id is not None:
-                self._after_failure(trouble.first)
-                assert self._failed is not None
-                for sent in redo:
-                    self._settle(sent.batch, self._failed)
-                return
             if trouble.broke is not None:
                 behind = ClientError(
                     f"publish to {where} not sent again: a batch before it failed "
