@@ -40,6 +40,7 @@ import weakref
 from collections.abc import Callable, Iterable, Sequence
 
 from dispatcher import state_file
+from dispatcher.errors import DispatcherClosedError
 from dispatcher.subscription import Subscription
 from wal import FileSystem, run_to_end
 
@@ -90,6 +91,8 @@ class CursorStore:
         )
         #: Flushes written since open (each one thread hop, one fsync per directory).
         self.flushes = 0
+        #: Set once :meth:`aclose` made its final save: later saves are refused.
+        self._closed = False
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -98,7 +101,11 @@ class CursorStore:
         self._loop_task = asyncio.create_task(self._flush_loop(), name="cursor flusher")
 
     async def aclose(self, subs: Sequence[Subscription]) -> None:
-        """Stop flushing, then save every one of ``subs`` (shutdown). Idempotent."""
+        """Stop flushing, then save every one of ``subs`` (shutdown). Idempotent: a
+        second call saves nothing. Once closed, :meth:`save` and :meth:`flush` raise
+        :class:`~dispatcher.errors.DispatcherClosedError`."""
+        if self._closed:
+            return
         task, self._loop_task = self._loop_task, None
         if task is not None:
             task.cancel()
@@ -108,6 +115,7 @@ class CursorStore:
         try:
             await self.save_all(subs)
         finally:
+            self._closed = True
             self._dirty.clear()
             self._executor.shutdown(wait=False)
 
@@ -146,6 +154,8 @@ class CursorStore:
 
         Raises:
             OSError, WalIOError: the flush failed (the subscription stays dirty).
+            DispatcherClosedError: the store is closed (the broker is shutting down); its
+                final save has already been made.
         """
         key = (sub.topic, sub.name)
         self._dirty.add(key)
@@ -154,6 +164,8 @@ class CursorStore:
 
     async def flush(self) -> None:
         """Return once a flush that began after this call ended (see :meth:`save`)."""
+        if self._closed:
+            raise DispatcherClosedError()
         wanted = self._started + 1  # not one under way: it may hold an older state
         self._requested = max(self._requested, wanted)
         waiter = asyncio.get_running_loop().create_future()
@@ -193,6 +205,8 @@ class CursorStore:
         if not subs:
             return
         async with self.lock:  # one writer per file; the newest state wins
+            if self._closed:  # the executor is gone; the final save has been made
+                raise DispatcherClosedError()
             subs = [sub for sub in subs if sub not in self._doomed]
             if not subs:
                 return

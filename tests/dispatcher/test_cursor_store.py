@@ -17,6 +17,7 @@ import pytest_asyncio
 
 from dispatcher import PartitionSnapshot, Subscription, state_file
 from dispatcher.cursor_store import CursorStore
+from dispatcher.errors import DispatcherClosedError
 from wal import FileSystem, LogWriter, encode_columns
 from wal.fs import Buffer
 
@@ -121,3 +122,27 @@ async def test_a_failed_flush_fails_its_saves_and_keeps_them_dirty(
     assert store.flushes == 1
     assert _saved_cursor(tmp_path / "subs", "s0") == 0
     await store.aclose([])
+
+
+async def test_a_save_after_close_is_refused_with_a_clear_error(
+    tmp_path: Path, writer: LogWriter
+) -> None:
+    """Scenario: the store closes (its final save writes s0), then a late commit asks for a
+    save, and aclose is called again. Expected: the final save is on disk; the late save
+    and flush raise DispatcherClosedError (not the executor's RuntimeError) and write
+    nothing; the second aclose is a no-op."""
+    subs = _subs(writer, 1)
+    (sub,) = subs.values()
+    fs = HeldFs()
+    fs.go.set()
+    store = CursorStore(str(tmp_path / "subs"), fs, flush_interval_s=3600, lookup=subs.get)
+    store.start()
+    await store.aclose([sub])
+    assert fs.writes == [["s0.json"]]
+    with pytest.raises(DispatcherClosedError, match="shutting down"):
+        await store.save(sub)
+    with pytest.raises(DispatcherClosedError):
+        await store.flush()
+    await store.aclose([sub])
+    assert fs.writes == [["s0.json"]]
+    assert store.flushes == 1
