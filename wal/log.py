@@ -105,6 +105,7 @@ class Log:
     ) -> None:
         self.path = path
         self.config = config
+        self._limits = config.limits  # built once: every append is checked against them
         self.recovery = recovery
         self._fs = fs
         self._clock = clock
@@ -250,7 +251,7 @@ class Log:
         """
         if isinstance(data, RecordBatch):
             return data
-        return validate_batch(data, self.config.limits)
+        return validate_batch(data, self._limits)
 
     def append(self, data: bytes | bytearray | memoryview | RecordBatch) -> AppendResult:
         """Validate and write one batch (not synced: call :meth:`flush`)."""
