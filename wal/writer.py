@@ -525,7 +525,11 @@ class LogWriter:
         if self._policy is not FsyncPolicy.INTERVAL:
             self._advance(written.head)
         for a, result in zip(done, results, strict=True):
-            _settle(a, result)
+            if a.on_done is None:  # inline _settle's common case: once per append
+                if not a.future.done():
+                    a.future.set_result(result)
+            else:
+                _settle(a, result)
         for a in rest:
             _settle(a, written.full or WalFailedError(self._log.path, "commit ended early"))
         self.on_commit(written.write_s, written.sync_s, len(done))
