@@ -273,6 +273,25 @@ class Log:
         group_bytes = 0
         offset = self.head
         written = 0
+        active = self._segments[-1]
+        if (
+            not active.sealed
+            and self.config.segment_ms is None
+            and active.size + sum(len(b.buffer) for b in batches) <= self.config.segment_bytes
+        ):
+            # The common case: the whole group fits the active segment, so no batch needs
+            # the roll check (the same answer _needs_roll gives each of them).
+            for batch in batches:
+                nxt = offset + batch.record_count
+                group.append((offset, batch))
+                results.append(AppendResult(offset, nxt - 1))
+                offset = nxt
+            try:
+                active.append(group, now)
+                self._fs.crash_point("append.after_write")
+            except OSError as exc:
+                raise self._write_failed("append", exc) from exc
+            return results
         try:
             for batch in batches:
                 if self._needs_roll(self._segments[-1], group_bytes, batch.size, now):

@@ -126,10 +126,13 @@ class TailCache:
 
     def _evict(self) -> None:
         batches = self._batches
-        while self._charged > self._max_bytes:
-            self._bytes -= batches[self._start].size
-            self._charged -= batches[self._start].size + ENTRY_OVERHEAD_BYTES
-            self._start += 1
+        start, charged, held = self._start, self._charged, self._bytes
+        while charged > self._max_bytes:  # locals: this runs for every batch added
+            size = len(batches[start].buffer)
+            held -= size
+            charged -= size + ENTRY_OVERHEAD_BYTES
+            start += 1
+        self._start, self._charged, self._bytes = start, charged, held
         if self._start > 64 and self._start * 2 > len(batches):
             del batches[: self._start]
             del self._bases[: self._start]
