@@ -179,3 +179,21 @@ async def test_records_deleted_by_retention_are_not_served_from_the_cache(wal_di
             writer.read(0)
     finally:
         await writer.aclose()
+
+
+def test_a_clear_inside_one_group_counts_only_what_follows_it() -> None:
+    """Scenario: one ``add`` of a group holding small batches, then an oversized one, then
+    small ones again (and another group with a gap inside it).
+    Expected: the cache holds just the batches after the last clear, and its byte count
+    is theirs alone: a clear in the middle of a group leaves no count behind."""
+    small, big = _batch([b"s"]), _batch([b"b" * 4096])
+    cache = TailCache(big.size - 1)
+    cache.add([small, small, big, small, small], [0, 1, 2, 3, 4])
+    assert (cache.first_offset, cache.next_offset) == (3, 5)
+    assert cache.size_bytes == 2 * small.size
+    cache.add([small, small], [5, 9])  # a gap inside the group
+    assert (cache.first_offset, cache.next_offset) == (9, 10)
+    assert cache.size_bytes == small.size
+    room = TailCache(3 * (small.size + ENTRY_OVERHEAD_BYTES))
+    room.add([small] * 5, range(5))
+    assert (room.first_offset, room.next_offset, room.size_bytes) == (2, 5, 3 * small.size)
