@@ -197,3 +197,26 @@ def test_a_clear_inside_one_group_counts_only_what_follows_it() -> None:
     room = TailCache(3 * (small.size + ENTRY_OVERHEAD_BYTES))
     room.add([small] * 5, range(5))
     assert (room.first_offset, room.next_offset, room.size_bytes) == (2, 5, 3 * small.size)
+
+
+def test_a_batch_is_patched_once_on_first_read_and_then_shared() -> None:
+    """Scenario: a batch added at offset 40 and read twice; another added over a
+    bytearray that its owner then overwrites.
+    Expected: both reads return the very same object, whose own bytes carry offset 40;
+    the bytearray's batch reads back as it was added (the cache copied it at once)."""
+    cache = TailCache(1 << 20)
+    cache.add([_batch([b"a"])], [40])
+    first, again = cache.read(40, 1 << 20, upper=41), cache.read(40, 1 << 20, upper=41)
+    assert first is not None
+    assert again is not None
+    assert first[0] is again[0]
+    assert decode_batch(bytes(first[0].buffer)) == first[0]
+    assert first[0].base_offset == 40
+    owned = bytearray(encode_columns([b"kept"]))
+    view = decode_batch(owned)
+    assert view is not None
+    cache.add([view], [41])
+    owned[:] = bytes(len(owned))
+    got = cache.read(41, 1 << 20, upper=42)
+    assert got is not None
+    assert (got[0].base_offset, got[0].values()) == (41, [b"kept"])
