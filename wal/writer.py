@@ -280,7 +280,8 @@ class LogWriter:
                 on_done(exc)
             raise
         self._queued += 1
-        self._jobs.put(Append(validated, future, on_done))
+        # tuple.__new__: the NamedTuple's own __new__ is a Python function, 2x slower.
+        self._jobs.put(tuple.__new__(Append, (validated, future, on_done)))
         return await future
 
     async def flush(self) -> None:
