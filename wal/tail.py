@@ -7,8 +7,9 @@ same bytes. The writer adds each committed batch once, as the producer sent it, 
 base offset the log assigned; the first read of it patches that offset into a copy of its
 bytes (one copy per batch, and none for a batch nobody reads before it is evicted, so the
 commit path pays nothing for readers that are not there; a batch over a buffer that is not
-``bytes``, which its owner may reuse, is copied at once), and from then on readers share
-the same immutable :class:`~proto.batch.RecordBatch` objects and the same ``bytes``.
+``bytes`` of exactly the batch, which its owner may reuse or which holds more, is copied at
+once), and from then on readers share the same immutable
+:class:`~proto.batch.RecordBatch` objects and the same ``bytes``.
 
 Invariants:
 - The cached batches are consecutive: each starts where the one before ends. A batch that
@@ -93,7 +94,10 @@ class TailCache:
             cached.append(batch)
             bases.append(base)
             ready.append(0)
-            if type(batch.buffer.obj) is not bytes:  # its owner may reuse it: copy now
+            owner = batch.buffer.obj
+            if type(owner) is not bytes or len(owner) != size:
+                # Its owner may reuse the buffer, or hold more than this batch (a read's
+                # buffer): copy now, so the cache holds only what it charges for.
                 self._patched(len(cached) - 1)
             added += size
             count += 1

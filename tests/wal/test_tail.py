@@ -220,3 +220,20 @@ def test_a_batch_is_patched_once_on_first_read_and_then_shared() -> None:
     got = cache.read(41, 1 << 20, upper=42)
     assert got is not None
     assert (got[0].base_offset, got[0].values()) == (41, [b"kept"])
+
+
+def test_a_batch_viewing_a_bigger_buffer_is_copied_at_once() -> None:
+    """Scenario: a batch decoded from the middle of a buffer holding two batches (as a
+    read of the file returns them) is added.
+    Expected: the cache's copy holds just that batch's bytes, with its assigned offset."""
+    first, second = encode_columns([b"one"]), encode_columns([b"two"])
+    both = first + second
+    view = decode_batch(both, len(first))
+    assert view is not None
+    cache = TailCache(1 << 20)
+    cache.add([view], [7])
+    assert cache._batches[0].buffer.obj is not both
+    got = cache.read(7, 1 << 20, upper=8)
+    assert got is not None
+    assert memoryview(got[0].buffer.obj).nbytes == len(second)
+    assert (got[0].base_offset, got[0].values()) == (7, [b"two"])
