@@ -86,6 +86,9 @@ class FileSystem:
             if n <= 0:
                 raise OSError(_errno.EIO, "pwritev wrote nothing")
             total += n
+            if n == sum(map(len, chunk)):  # the common case: all of it
+                del views[: len(chunk)]
+                continue
             while n and views:
                 if n >= len(views[0]):
                     n -= len(views.pop(0))

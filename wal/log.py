@@ -105,6 +105,7 @@ class Log:
     ) -> None:
         self.path = path
         self.config = config
+        self._limits = config.limits  # built once: every append is checked against them
         self.recovery = recovery
         self._fs = fs
         self._clock = clock
@@ -250,7 +251,7 @@ class Log:
         """
         if isinstance(data, RecordBatch):
             return data
-        return validate_batch(data, self.config.limits)
+        return validate_batch(data, self._limits)
 
     def append(self, data: bytes | bytearray | memoryview | RecordBatch) -> AppendResult:
         """Validate and write one batch (not synced: call :meth:`flush`)."""
@@ -272,6 +273,25 @@ class Log:
         group_bytes = 0
         offset = self.head
         written = 0
+        active = self._segments[-1]
+        if (
+            not active.sealed
+            and self.config.segment_ms is None
+            and active.size + sum(len(b.buffer) for b in batches) <= self.config.segment_bytes
+        ):
+            # The common case: the whole group fits the active segment, so no batch needs
+            # the roll check (the same answer _needs_roll gives each of them).
+            for batch in batches:
+                nxt = offset + batch.record_count
+                group.append((offset, batch))
+                results.append(AppendResult(offset, nxt - 1))
+                offset = nxt
+            try:
+                active.append(group, now)
+                self._fs.crash_point("append.after_write")
+            except OSError as exc:
+                raise self._write_failed("append", exc) from exc
+            return results
         try:
             for batch in batches:
                 if self._needs_roll(self._segments[-1], group_bytes, batch.size, now):

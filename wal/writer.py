@@ -280,7 +280,8 @@ class LogWriter:
                 on_done(exc)
             raise
         self._queued += 1
-        self._jobs.put(Append(validated, future, on_done))
+        # tuple.__new__: the NamedTuple's own __new__ is a Python function, 2x slower.
+        self._jobs.put(tuple.__new__(Append, (validated, future, on_done)))
         return await future
 
     async def flush(self) -> None:
@@ -525,7 +526,11 @@ class LogWriter:
         if self._policy is not FsyncPolicy.INTERVAL:
             self._advance(written.head)
         for a, result in zip(done, results, strict=True):
-            _settle(a, result)
+            if a.on_done is None:  # inline _settle's common case: once per append
+                if not a.future.done():
+                    a.future.set_result(result)
+            else:
+                _settle(a, result)
         for a in rest:
             _settle(a, written.full or WalFailedError(self._log.path, "commit ended early"))
         self.on_commit(written.write_s, written.sync_s, len(done))

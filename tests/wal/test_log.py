@@ -663,3 +663,23 @@ def test_segment_age_counts_from_first_append_in_this_process(wal_dir: str) -> N
     assert log_bases(wal_dir) == [0, 3]
     assert_intact(log)
     log.close()
+
+
+@pytest.mark.parametrize(("extra", "segments"), [(0, 1), (8, 2)])
+def test_a_group_rolls_exactly_when_it_no_longer_fits(
+    wal_dir: str, extra: int, segments: int
+) -> None:
+    """Scenario: one ``append_many`` of 4 equal batches into an empty log whose
+    ``segment_bytes`` is exactly their total (``extra`` 0), or 8 bytes less.
+    Expected: at exactly the total they share one segment; 8 bytes less and the last batch
+    opens a second segment; either way the offsets run on and every batch reads back."""
+    data = encode_columns([b"v" * 40], timestamps_ms=1)
+    config = LogConfig(segment_bytes=4 * len(data) - extra)
+    log = Log.open(wal_dir, config)
+    try:
+        results = log.append_many([log.validate(data) for _ in range(4)])
+        assert [r.first_offset for r in results] == [0, 1, 2, 3]
+        assert log.segment_count == segments
+        assert [b.base_offset for b in read_all(log)] == [0, 1, 2, 3]
+    finally:
+        log.close()

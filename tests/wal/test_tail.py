@@ -179,3 +179,61 @@ async def test_records_deleted_by_retention_are_not_served_from_the_cache(wal_di
             writer.read(0)
     finally:
         await writer.aclose()
+
+
+def test_a_clear_inside_one_group_counts_only_what_follows_it() -> None:
+    """Scenario: one ``add`` of a group holding small batches, then an oversized one, then
+    small ones again (and another group with a gap inside it).
+    Expected: the cache holds just the batches after the last clear, and its byte count
+    is theirs alone: a clear in the middle of a group leaves no count behind."""
+    small, big = _batch([b"s"]), _batch([b"b" * 4096])
+    cache = TailCache(big.size - 1)
+    cache.add([small, small, big, small, small], [0, 1, 2, 3, 4])
+    assert (cache.first_offset, cache.next_offset) == (3, 5)
+    assert cache.size_bytes == 2 * small.size
+    cache.add([small, small], [5, 9])  # a gap inside the group
+    assert (cache.first_offset, cache.next_offset) == (9, 10)
+    assert cache.size_bytes == small.size
+    room = TailCache(3 * (small.size + ENTRY_OVERHEAD_BYTES))
+    room.add([small] * 5, range(5))
+    assert (room.first_offset, room.next_offset, room.size_bytes) == (2, 5, 3 * small.size)
+
+
+def test_a_batch_is_patched_once_on_first_read_and_then_shared() -> None:
+    """Scenario: a batch added at offset 40 and read twice; another added over a
+    bytearray that its owner then overwrites.
+    Expected: both reads return the very same object, whose own bytes carry offset 40;
+    the bytearray's batch reads back as it was added (the cache copied it at once)."""
+    cache = TailCache(1 << 20)
+    cache.add([_batch([b"a"])], [40])
+    first, again = cache.read(40, 1 << 20, upper=41), cache.read(40, 1 << 20, upper=41)
+    assert first is not None
+    assert again is not None
+    assert first[0] is again[0]
+    assert decode_batch(bytes(first[0].buffer)) == first[0]
+    assert first[0].base_offset == 40
+    owned = bytearray(encode_columns([b"kept"]))
+    view = decode_batch(owned)
+    assert view is not None
+    cache.add([view], [41])
+    owned[:] = bytes(len(owned))
+    got = cache.read(41, 1 << 20, upper=42)
+    assert got is not None
+    assert (got[0].base_offset, got[0].values()) == (41, [b"kept"])
+
+
+def test_a_batch_viewing_a_bigger_buffer_is_copied_at_once() -> None:
+    """Scenario: a batch decoded from the middle of a buffer holding two batches (as a
+    read of the file returns them) is added.
+    Expected: the cache's copy holds just that batch's bytes, with its assigned offset."""
+    first, second = encode_columns([b"one"]), encode_columns([b"two"])
+    both = first + second
+    view = decode_batch(both, len(first))
+    assert view is not None
+    cache = TailCache(1 << 20)
+    cache.add([view], [7])
+    assert cache._batches[0].buffer.obj is not both
+    got = cache.read(7, 1 << 20, upper=8)
+    assert got is not None
+    assert memoryview(got[0].buffer.obj).nbytes == len(second)
+    assert (got[0].base_offset, got[0].values()) == (7, [b"two"])
