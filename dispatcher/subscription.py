@@ -32,7 +32,14 @@ The task sleeps on one wake-up event, set by every queued command and by everyth
 that can let it send: the high-water mark of a partition advancing (the notifier: the
 log calls back only after fsync, so only durable records are ever sent; it wakes the
 task directly, with no command), a timer for the next ack timeout or nack delay, and the
-heartbeat. A command that may let the task send (credit, a nack, an attach, a seek, acks
+heartbeat. When the task sleeps with nothing queued and nothing to wake it for (the
+common case when a record arrives), the notifier runs the pass itself, in the log's
+callback: the task is between turns, not inside one, so the state still has one owner
+at a time, and each consumer's stream gets its record without a loop turn and a task
+step of the dispatch task in between (under fan-out, one of each per subscription per
+commit). A pass that has to await (a save before a redelivery) stops there
+and the task finishes it before doing anything else, as if it had run it from the start.
+A command that may let the task send (credit, a nack, an attach, a seek, acks
 at the unacked cap or for key_shared) also asks for a pass; other acks are applied on
 the task's next turn without reading the log, and add nothing to the delivery path. The
 task clears the event *before* it looks at the queue and the state, so a wake-up that
@@ -72,8 +79,9 @@ import itertools
 import logging
 import random as _random
 import time
+import types
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
 
@@ -312,6 +320,10 @@ class Subscription:
         self._dispatch = True
         self._closed = False
         self._wake = asyncio.Event()
+        #: Whether the task sleeps on ``_wake`` (between turns): the notifier may pass.
+        self._parked = False
+        #: A pass the notifier began that awaits: the coroutine and what it awaits.
+        self._suspended: tuple[Coroutine[Any, Any, bool], Any] | None = None
         self._task: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
@@ -424,6 +436,9 @@ class Subscription:
                 t.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await t
+        if self._suspended is not None:  # a pass begun in place the task never finished
+            self._suspended[0].close()
+            self._suspended = None
         # The task is gone: the closer owns the state now. Acks, commits and seeks that
         # were queued count (the state saved after this holds them).
         self._apply_queued()
@@ -442,9 +457,19 @@ class Subscription:
                 writer.remove_listener(self._on_advance)
 
     def _on_advance(self, _hwm: int) -> None:
-        # The notifier wakes the task directly: no command, no extra loop turn.
+        # The notifier passes in place when the task sleeps with nothing to do (the
+        # common case: new records), else wakes the task directly. No command.
         self._dispatch = True
-        self._wake.set()
+        if (
+            self._parked
+            and not self._wake.is_set()
+            and self._reader is None
+            and not self._closed
+            and self._suspended is None
+        ):
+            self._pass_in_place()
+        else:
+            self._wake.set()
 
     # -- commands ---------------------------------------------------------------------
 
@@ -845,6 +870,15 @@ class Subscription:
     async def _run(self) -> None:
         while True:
             self._wake.clear()  # before looking: a wake-up from now on is never lost
+            if self._suspended is not None:  # a pass the notifier began waits on an await
+                coro, waiting = self._suspended
+                self._suspended = None
+                if await self._finish_pass(_resume(coro, waiting)):
+                    self._dispatch = True
+                    await asyncio.sleep(0)
+                else:
+                    self._arm_timer()
+                continue
             self._apply_queued()
             again = passed = False
             if self._dispatch:
@@ -855,31 +889,81 @@ class Subscription:
                     self.heartbeat_polls += 1
                 else:
                     self.notifier_polls += 1
-                try:
-                    again = await self._pass()
-                except Exception as exc:  # e.g. a damaged segment: keep the broker up
-                    if not self._last_error:  # once per failing streak, not once per pass
-                        logger.exception(
-                            "%s/%s: dispatch failed; the heartbeat retries it every %.3f s",
-                            self.topic,
-                            self.name,
-                            self.heartbeat_interval_s,
-                        )
-                    self._last_error = str(exc) or type(exc).__name__
-                else:
-                    if self._last_error:
-                        logger.info("%s/%s: dispatch works again", self.topic, self.name)
-                    self._last_error = ""
-                if self.state.changes != self._changes:
-                    self._changes = self.state.changes
-                    self._on_change(self)
+                again = await self._finish_pass(self._pass())
             if again:
                 self._dispatch = True
                 await asyncio.sleep(0)  # let the consumers' streams and others run
             else:
                 if passed:  # commands alone add no deadline: an early timer only passes
                     self._arm_timer()
-                await self._wake.wait()
+                self._parked = True
+                try:
+                    await self._wake.wait()
+                finally:
+                    self._parked = False
+
+    async def _finish_pass(self, pass_: Awaitable[bool]) -> bool:
+        """Await a pass; return whether to pass again at once (a failed pass: no)."""
+        try:
+            again = await pass_
+        except Exception as exc:  # e.g. a damaged segment: keep the broker up
+            self._pass_failed(exc)
+            again = False
+        else:
+            self._pass_worked()
+        self._note_changes()
+        return again
+
+    def _pass_in_place(self) -> None:
+        """The notifier's pass, run in the notifier's callback while the task sleeps
+        with nothing queued: each consumer's stream is woken in this turn of the loop,
+        without waking the task first (a loop turn and a task step per subscription and
+        record). The task owns nothing else meanwhile: it sleeps between turns, not
+        inside one. A pass that has to await (saving delivery counts before a
+        redelivery) is handed over to the task at that await, which finishes it
+        before anything else (:meth:`_run`): as if the task had run it from the start."""
+        self._dispatch = False
+        self.notifier_polls += 1
+        coro = self._pass()
+        try:
+            waiting = coro.send(None)
+        except StopIteration as stop:
+            again: bool = stop.value
+            self._pass_worked()
+        except Exception as exc:
+            self._pass_failed(exc)
+            again = False
+        else:
+            self._suspended = (coro, waiting)
+            self._wake.set()
+            return
+        self._note_changes()
+        if again:
+            self._dispatch = True
+            self._wake.set()
+        else:
+            self._arm_timer()
+
+    def _pass_failed(self, exc: Exception) -> None:
+        if not self._last_error:  # once per failing streak, not once per pass
+            logger.error(
+                "%s/%s: dispatch failed; the heartbeat retries it every %.3f s",
+                self.topic,
+                self.name,
+                self.heartbeat_interval_s,
+                exc_info=exc,
+            )
+        self._last_error = str(exc) or type(exc).__name__
+
+    def _pass_worked(self) -> None:
+        if self._last_error:
+            logger.info("%s/%s: dispatch works again", self.topic, self.name)
+        self._last_error = ""
+
+    def _note_changes(self) -> None:
+        if self.state.changes != self._changes:
+            self._changes = self.state.changes
+            self._on_change(self)
 
     async def _pass(self) -> bool:
         """Expire leases, then read and send what the state asks for. Return whether to
@@ -1018,6 +1102,28 @@ class Subscription:
         self._timer_at = None
         self._dispatch = True
         self._wake.set()
+
+
+@types.coroutine
+def _resume(coro: Coroutine[Any, Any, bool], waiting: Any) -> Generator[Any, Any, bool]:
+    """Go on with ``coro``, begun outside a task and suspended on ``waiting`` (what it
+    yielded, e.g. a future): awaited in a task, it yields ``waiting`` to that task and
+    passes what the task sends or throws back into ``coro``, like ``await`` would have."""
+    while True:
+        try:
+            sent = yield waiting
+        except BaseException as exc:  # every exception goes back into coro
+            try:
+                waiting = coro.throw(exc)
+            except StopIteration as stop:
+                result: bool = stop.value
+                return result
+        else:
+            try:
+                waiting = coro.send(sent)
+            except StopIteration as stop:
+                result = stop.value
+                return result
 
 
 def _timestamp_at(writer: LogWriter, offset: int) -> float:
