@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import os
 import signal
 import socket
@@ -41,7 +42,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Protocol, runtime_checkable
 
@@ -313,6 +314,7 @@ async def pace(
     loop's own timers cannot keep it: uvloop's have 1 ms granularity and fire up to 1 ms
     early or late, which at 2,000 msg/s (one send every 0.5 ms) would either shift every
     latency by up to 1 ms or need a busy loop that takes a whole core from the servers.
+    The thread sleeps with a timer slack of :data:`PACER_TIMER_SLACK_NS` (Linux).
 
     Returns:
         The number of messages sent, once every send has finished.
@@ -348,15 +350,59 @@ def _tick(
     start_send: Callable[[int], None],
 ) -> None:
     """The pacer thread: at each scheduled time, have the loop call ``start_send(due)``."""
-    start = clock_ns()
-    for offset in offsets:
-        if stop.is_set():
-            return
-        due = start + round(offset * 1e9)
-        left = due - clock_ns()
-        if left > 0:
-            time.sleep(left / 1e9)
-        loop.call_soon_threadsafe(start_send, due)
+    with timer_slack(PACER_TIMER_SLACK_NS):
+        start = clock_ns()
+        for offset in offsets:
+            if stop.is_set():
+                return
+            due = start + round(offset * 1e9)
+            left = due - clock_ns()
+            if left > 0:
+                time.sleep(left / 1e9)
+            loop.call_soon_threadsafe(start_send, due)
+
+
+#: The pacer thread's timer slack, ns. Linux lets a sleep end up to the thread's slack
+#: late, 50 us by default: a tenth of the gap between two sends at 2,000 msg/s, added to
+#: every system's latencies. Measured on the e2e phase (Headrace, 2,000 msg/s): the p50
+#: from the scheduled time to the send starting went from 0.32-0.33 ms to 0.27-0.28 ms.
+PACER_TIMER_SLACK_NS = 1_000
+_PR_SET_TIMERSLACK = 29  # <linux/prctl.h>
+_PR_GET_TIMERSLACK = 30
+
+
+@contextlib.contextmanager
+def timer_slack(ns: int) -> Iterator[None]:
+    """Run the block with the calling thread's timer slack at ``ns`` (> 0), then put the
+    old one back. On systems without ``prctl`` (not Linux) the block runs as it is."""
+    if ns <= 0:
+        raise ValueError(f"timer slack must be > 0 ns (0 means the default), got {ns}")
+    prctl = _prctl()
+    if prctl is None:
+        yield
+        return
+    before = prctl(_PR_GET_TIMERSLACK, 0, 0, 0, 0)
+    if before < 0 or prctl(_PR_SET_TIMERSLACK, ns, 0, 0, 0) != 0:
+        yield  # refused (a seccomp filter, say): sleeps stay as precise as they were
+        return
+    try:
+        yield
+    finally:
+        prctl(_PR_SET_TIMERSLACK, before, 0, 0, 0)
+
+
+def _prctl() -> Callable[..., int] | None:
+    """libc's ``prctl`` (arguments as C longs), or ``None`` where there is none."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl: Callable[..., int] = fn
+    return prctl
 
 
 class LatencyRecorder:

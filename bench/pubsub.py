@@ -18,7 +18,9 @@ payloads and 200,000 messages (20,000 and 2 s of e2e with ``--quick``):
 3. ``e2e_latency_p50_ms``, ``e2e_latency_p99_ms``: an open-loop publisher at 2,000 msg/s
    for 10 s and a concurrent consumer; latency from each message's scheduled send time
    to its receipt (no coordinated omission). The pacer's own overhead (a thread handing
-   each send to the loop) is in every system's numbers alike: about 0.1-0.2 ms here.
+   each send to the loop, sleeping with a 1 us timer slack) is in every system's numbers
+   alike: about 0.1-0.2 ms here, 0.27-0.33 ms p50 to the send starting with Headrace's
+   client loop busy beside it.
    With ``--plot`` every latency goes to the run's sample log
    (``e2e_latency_quantile_ms``), for the CDF chart. Goals (issue 17): p50 at most 1 ms
    and at most Redis Streams' (``appendfsync always``) in the same run; p99 at most

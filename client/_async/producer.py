@@ -12,9 +12,11 @@ asks). A record that fills a batch (``batch_max_bytes``) makes ``send`` yield on
 the sender publishes it while a send loop that never waits goes on. The accumulator's
 sender task waits up to ``linger_ms`` for more records (or until ``batch_max_bytes``),
 encodes one batch with the producer id and the next sequence number, publishes it, and
-settles the batch, which settles every record's future. By default each partition has one
-batch in flight (a unary Publish), so records keep their order, and records that arrive
-meanwhile form the next, larger batch.
+settles the batch, which settles every record's future. With a linger (the default) each
+partition has one batch in flight (a unary Publish), so records keep their order, and
+records that arrive meanwhile form the next, larger batch. With ``linger_ms=0`` (records
+go out at once, for latency) it keeps two on a PublishStream (below): a record sent while
+a batch is in flight goes out at once instead of waiting a whole round trip for it.
 
 Pipelining (``max_in_flight`` > 1): the partition's sender keeps up to that many batches
 on one long-lived PublishStream, taking the next batch as soon as the window has room;
@@ -112,12 +114,20 @@ logger = logging.getLogger(__name__)
 
 R = TypeVar("R")
 
-#: Batches a partition keeps in flight by default: one, on unary Publish calls. Measured
-#: on ``bench pubsub --quick`` (2 cores): a window of 5 on a PublishStream made an awaited
-#: ``publish`` faster (p50 0.93 ms, not 1.47 ms) but the e2e p50 slower (3.5-3.8 ms, not
-#: 2.9-3.1: more, smaller batches for the broker and the consumer); a window of 2 lowered
-#: the e2e p50 (2.45-2.97 ms) but also the per-record send rates, so pipelining is opt-in.
-DEFAULT_MAX_IN_FLIGHT = 1
+#: ``max_in_flight`` left to the producer (``None``): :data:`LINGER_MAX_IN_FLIGHT` with a
+#: linger, :data:`NO_LINGER_MAX_IN_FLIGHT` with ``linger_ms=0``.
+DEFAULT_MAX_IN_FLIGHT: int | None = None
+#: Batches a lingering partition keeps in flight by default: one, on unary Publish calls.
+#: Records that come while it is answered form the next, larger batch; a window of 2
+#: cost the per-record send rates ~10% (smaller batches) on ``bench pubsub --quick``.
+LINGER_MAX_IN_FLIGHT = 1
+#: Batches a partition keeps in flight by default with ``linger_ms=0``: two, on a
+#: PublishStream. Measured with the e2e phase of ``bench pubsub`` alone (2,000 msg/s,
+#: 100 B, fsync always, 2 cores, same minutes): p50 2.37-2.58 ms with 2, 2.84-3.34 ms
+#: with 1 (a record waited for the batch in flight: ~1 ms of the total) and 2.16-3.54
+#: with 5 (every record its own batch: 2.5x the batches, so each waits for the fsync in
+#: progress in the broker, and the broker's loop is 40% busier).
+NO_LINGER_MAX_IN_FLIGHT = 2
 #: The broker's default ``[limits] max_publish_stream_in_flight``: a window beyond it
 #: would only wait in HTTP/2 flow control.
 MAX_IN_FLIGHT_LIMIT = 256
@@ -332,7 +342,9 @@ class _Accumulator:
                 self._full.clear()
                 self._idle.set()
                 continue
-            if not self._sealed and not self._full.is_set():
+            # No linger: take the batch now. (``wait_for`` with a timeout of 0 still makes
+            # a task and cancels it: two more loop turns for every batch.)
+            if not self._sealed and not self._full.is_set() and self._producer.linger_s > 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._full.wait(), self._producer.linger_s)
             batch: PendingBatch | _Bulk
@@ -384,7 +396,7 @@ class _Accumulator:
                 if not self._outstanding:
                     self._idle.set()
                 continue
-            if not self._sealed and not self._full.is_set():
+            if not self._sealed and not self._full.is_set() and self._producer.linger_s > 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._full.wait(), self._producer.linger_s)
                 if self._trouble is not None:
@@ -681,7 +693,8 @@ class AsyncProducer:
             default ``[limits] max_publish_stream_in_flight``). 1: one unary Publish at a
             time. More: pipelined on one PublishStream per partition, order and
             idempotence kept (see the module docstring); not with a fixed
-            ``producer_id``, which keeps one. Default 1.
+            ``producer_id``, which keeps one. Default (``None``): 1 with a linger, 2 with
+            ``linger_ms=0``, where a record should not wait for the batch in flight.
         producer_id: A fixed producer id (0 to 2**63 - 1) instead of a random one per
             partition; with ``idempotent`` only. Each partition's sequences start at 0. A
             caller that re-sends the same records in the same calls under the same id (a
@@ -711,7 +724,7 @@ class AsyncProducer:
         buffer_max_bytes: int = 64 << 20,
         idempotent: bool = True,
         producer_id: int | None = None,
-        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        max_in_flight: int | None = DEFAULT_MAX_IN_FLIGHT,
         reconnect_backoff_max_s: float = DEFAULT_RECONNECT_BACKOFF_MAX_S,
         token: str | None = None,
         tls_ca: str | None = None,
@@ -724,6 +737,8 @@ class AsyncProducer:
         if producer_id is not None and not (idempotent and 0 <= producer_id < 2**63):
             raise ValueError("producer_id needs idempotent=True and must be in [0, 2**63)")
         self.fixed_producer_id = producer_id
+        if max_in_flight is None:
+            max_in_flight = LINGER_MAX_IN_FLIGHT if linger_ms > 0 else NO_LINGER_MAX_IN_FLIGHT
         if (
             isinstance(max_in_flight, bool)
             or not isinstance(max_in_flight, int)

@@ -39,14 +39,17 @@ from tests.client.test_producer_faults import FaultyFront, SlowSyncFs, slow_brok
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("max_in_flight", [1, 5])
-async def test_records_sent_while_a_batch_is_in_flight(tmp_path: Path, max_in_flight: int) -> None:
+@pytest.mark.parametrize(("max_in_flight", "alone"), [(1, 1), (None, 2), (5, 5)])
+async def test_records_sent_while_a_batch_is_in_flight(
+    tmp_path: Path, max_in_flight: int | None, alone: int
+) -> None:
     """Scenario: each fdatasync takes 50 ms more; a producer with ``linger_ms=0`` sends 12
     records to one partition, 2 ms apart, then flushes. Expected with a window of 5: the
     first 5 records go out in batches of one record each (each was sent while the ones
-    before waited in the broker); with a window of 1 (the old rule) the second batch holds
-    the several records that came while the first was in flight. Either way the log holds
-    the 12 records once, in send order, and every future has its offset."""
+    before waited in the broker); with the default window (2 without a linger) the first
+    2; with a window of 1 the first. The next batch holds the several records that came
+    while the window was full. Either way the log holds the 12 records once, in send
+    order, and every future has its offset."""
     async with slow_broker(tmp_path, 0.05) as broker:
         async with AsyncAdminClient(address(broker)) as admin:
             await admin.create_topic("w", 1)
@@ -62,11 +65,42 @@ async def test_records_sent_while_a_batch_is_in_flight(tmp_path: Path, max_in_fl
     assert offsets == list(range(12))
     assert [v for b in batches for v in b.values()] == [b"%02d" % i for i in range(12)]
     sizes = [b.record_count for b in batches]
-    if max_in_flight == 5:
-        assert sizes[:5] == [1, 1, 1, 1, 1], sizes
-    else:
-        assert sizes[0] == 1, sizes
-        assert sizes[1] >= 3, sizes
+    assert sizes[:alone] == [1] * alone, sizes
+    assert sizes[alone] >= 3, sizes
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("linger_ms", "max_in_flight", "window"),
+    [(0, None, 2), (5, None, 1), (0.5, None, 1), (0, 1, 1), (5, 3, 3)],
+)
+async def test_the_default_window_follows_the_linger(
+    linger_ms: float, max_in_flight: int | None, window: int
+) -> None:
+    """Scenario: producers with and without a linger, the window left to the producer or
+    given. Expected: left to it, 1 with a linger (batches grow while one is answered) and
+    2 with ``linger_ms=0`` (a record does not wait for the batch in flight); a given
+    window is kept."""
+    producer = AsyncProducer("127.0.0.1:1", linger_ms=linger_ms, max_in_flight=max_in_flight)
+    try:
+        assert producer.max_in_flight == window
+    finally:
+        await producer.aclose()
+
+
+@pytest.mark.asyncio
+async def test_without_a_linger_the_sender_takes_a_record_in_one_loop_turn(broker: Broker) -> None:
+    """Scenario: ``linger_ms=0``, window 1, a record sent to an idle partition, then one
+    loop turn. Expected: the sender has taken it (its batch is on its way), without a
+    zero-timeout wait for more records, which costs two more turns per batch."""
+    async with AsyncAdminClient(address(broker)) as admin:
+        await admin.create_topic("t", 1)
+    async with AsyncProducer(address(broker), linger_ms=0, max_in_flight=1) as producer:
+        await (await producer.send("t", b"warm", partition=0))  # the sender waits, idle
+        future = await producer.send("t", b"now", partition=0)
+        await asyncio.sleep(0)
+        assert not producer._accumulators[("t", 0)].pending.values  # taken
+        assert (await future).offset == 1
 
 
 @pytest.mark.asyncio
