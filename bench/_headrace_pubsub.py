@@ -25,8 +25,8 @@ loopback port, driven through the public client library only
 - The three per-record phases use their own topic (``PER_RECORD_TOPIC``), so the bulk
   phases' counts are untouched; both send phases write to it, then the consume phase
   reads the first ``count`` records.
-- ``e2e``: ``publish`` (one record, awaited) with ``linger_ms`` 0 (so, by default, two
-  batches in flight on a PublishStream) against a consumer that subscribed at ``latest``
+- ``e2e``: ``publish`` (one record, awaited) with ``linger_ms`` 0 (so, by default, one
+  batch in flight on a PublishStream) against a consumer that subscribed at ``latest``
   and acks each message with the client's default ack batching (sent every 20 ms). An
   ``ack_interval_ms`` of 1 sent up to 1,000 ack requests a second, each a stream write on
   the client and ack commands on the broker, on the 2 cores the publish path needs: in

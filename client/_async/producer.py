@@ -15,13 +15,16 @@ encodes one batch with the producer id and the next sequence number, publishes i
 settles the batch, which settles every record's future. With a linger (the default) each
 partition has one batch in flight (a unary Publish), so records keep their order, and
 records that arrive meanwhile form the next, larger batch. With ``linger_ms=0`` (records
-go out at once, for latency) it keeps two on a PublishStream (below): a record sent while
-a batch is in flight goes out at once instead of waiting a whole round trip for it.
+go out at once, for latency) the one batch in flight goes on a PublishStream (below)
+instead: a batch's trip to the broker is a stream write (about 0.3 ms here) rather than a
+unary call (about 0.6 ms), and records that come while it is answered still form the
+next batch, which a broker under load needs (see :data:`NO_LINGER_MAX_IN_FLIGHT`).
 
-Pipelining (``max_in_flight`` > 1): the partition's sender keeps up to that many batches
-on one long-lived PublishStream, taking the next batch as soon as the window has room;
-sequences are stamped in send order and the broker answers in order, so answers are
-matched to batches by position (each request has its own ``request_id`` too). The stream
+Pipelining (``max_in_flight`` > 1; and the ``linger_ms=0`` default, with a window of 1):
+the partition's sender keeps up to ``max_in_flight`` batches on one long-lived
+PublishStream, taking the next batch as soon as the window has room; sequences are
+stamped in send order and the broker answers in order, so answers are matched to batches
+by position (each request has its own ``request_id`` too). The stream
 opens with the first batch and again with the next batch after it breaks; closing the
 producer half-closes it after the flush. Trouble inside a window stops new batches until
 every batch written before it is answered, then (:meth:`_Accumulator._recover`):
@@ -121,13 +124,18 @@ DEFAULT_MAX_IN_FLIGHT: int | None = None
 #: Records that come while it is answered form the next, larger batch; a window of 2
 #: cost the per-record send rates ~10% (smaller batches) on ``bench pubsub --quick``.
 LINGER_MAX_IN_FLIGHT = 1
-#: Batches a partition keeps in flight by default with ``linger_ms=0``: two, on a
-#: PublishStream. Measured with the e2e phase of ``bench pubsub`` alone (2,000 msg/s,
-#: 100 B, fsync always, 2 cores, same minutes): p50 2.37-2.58 ms with 2, 2.84-3.34 ms
-#: with 1 (a record waited for the batch in flight: ~1 ms of the total) and 2.16-3.54
-#: with 5 (every record its own batch: 2.5x the batches, so each waits for the fsync in
-#: progress in the broker, and the broker's loop is 40% busier).
-NO_LINGER_MAX_IN_FLIGHT = 2
+#: Batches a partition keeps in flight by default with ``linger_ms=0``: one, on a
+#: PublishStream (:attr:`AsyncProducer.streams`). Measured on 2 cores, fsync always, the
+#: same minutes (load average ~2.7): the e2e phase of ``bench pubsub`` alone (2,000
+#: msg/s, 100 B) had a p50 of 2.39-2.82 ms with one batch on a stream, 2.95-3.43 with one
+#: unary Publish, and 1.97-3.81 with two on a stream; and ``bench dispatch``'s fan-out (a
+#: ``linger_ms=0`` publisher at 200 msg/s, 100 subscriptions) 24.9-28.2 ms with one
+#: (stream or unary) against 30.3-43.2 with two. A broker that makes 100 deliveries per
+#: batch answers each one late; with one batch in flight the records that come meanwhile
+#: share the next batch, with two each goes alone and the broker falls further behind.
+#: Pipelining stays one argument away (``max_in_flight``) for a producer whose broker has
+#: room to spare.
+NO_LINGER_MAX_IN_FLIGHT = 1
 #: The broker's default ``[limits] max_publish_stream_in_flight``: a window beyond it
 #: would only wait in HTTP/2 flow control.
 MAX_IN_FLIGHT_LIMIT = 256
@@ -253,11 +261,12 @@ class _Accumulator:
         self._producer_id = producer.new_producer_id()
         self._sequence = 0
         self._failed: ClientError | None = None  # latched: fixed id, unknown outcome
-        # Pipelining (max_in_flight > 1): one PublishStream, answered in order.
-        # Under a fixed id, one batch in flight (unary): a batch behind a refused one could
-        # be written (the broker admits an id's first batch at any sequence) where the
-        # fixed-id rule says every later batch fails, unsent.
-        self._max_in_flight = producer.max_in_flight if producer.fixed_producer_id is None else 1
+        # Pipelining (max_in_flight > 1, or the linger-0 default): one PublishStream,
+        # answered in order. Under a fixed id, one batch in flight (unary): a batch behind
+        # a refused one could be written (the broker admits an id's first batch at any
+        # sequence) where the fixed-id rule says every later batch fails, unsent.
+        fixed = producer.fixed_producer_id is not None
+        self._max_in_flight = 1 if fixed else producer.max_in_flight
         self._stream: grpc.aio.StreamStreamCall[_pb.PublishRequest, _pb.PublishResponse] | None
         self._stream = None
         self._reader: asyncio.Task[None] | None = None
@@ -272,7 +281,7 @@ class _Accumulator:
         self._expired = False  # the watchdog cancelled the stream
         self._room = asyncio.Event()
         self._room.set()
-        run = self._run if self._max_in_flight == 1 else self._run_pipelined
+        run = self._run_pipelined if producer.streams and not fixed else self._run
         self._task = asyncio.create_task(run(), name=f"producer:{topic}/{partition}")
 
     def add(
@@ -693,8 +702,9 @@ class AsyncProducer:
             default ``[limits] max_publish_stream_in_flight``). 1: one unary Publish at a
             time. More: pipelined on one PublishStream per partition, order and
             idempotence kept (see the module docstring); not with a fixed
-            ``producer_id``, which keeps one. Default (``None``): 1 with a linger, 2 with
-            ``linger_ms=0``, where a record should not wait for the batch in flight.
+            ``producer_id``, which keeps one. Default (``None``): 1, as a unary Publish
+            with a linger and on a PublishStream with ``linger_ms=0`` (a stream write
+            reaches the broker in half a unary call's time).
         producer_id: A fixed producer id (0 to 2**63 - 1) instead of a random one per
             partition; with ``idempotent`` only. Each partition's sequences start at 0. A
             caller that re-sends the same records in the same calls under the same id (a
@@ -737,6 +747,9 @@ class AsyncProducer:
         if producer_id is not None and not (idempotent and 0 <= producer_id < 2**63):
             raise ValueError("producer_id needs idempotent=True and must be in [0, 2**63)")
         self.fixed_producer_id = producer_id
+        #: Whether each partition publishes on a PublishStream (else unary Publish calls):
+        #: with a window over 1, and by default without a linger.
+        self.streams = max_in_flight is None and linger_ms == 0
         if max_in_flight is None:
             max_in_flight = LINGER_MAX_IN_FLIGHT if linger_ms > 0 else NO_LINGER_MAX_IN_FLIGHT
         if (
@@ -749,6 +762,7 @@ class AsyncProducer:
                 f"broker's default [limits] max_publish_stream_in_flight), got {max_in_flight!r}"
             )
         self.max_in_flight = max_in_flight
+        self.streams = self.streams or max_in_flight > 1
         if buffer_max_bytes < batch_max_bytes:
             raise ValueError("buffer_max_bytes must be at least batch_max_bytes")
         self.buffer_max_bytes = buffer_max_bytes

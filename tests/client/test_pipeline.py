@@ -39,17 +39,17 @@ from tests.client.test_producer_faults import FaultyFront, SlowSyncFs, slow_brok
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize(("max_in_flight", "alone"), [(1, 1), (None, 2), (5, 5)])
+@pytest.mark.parametrize(("max_in_flight", "alone"), [(1, 1), (None, 1), (2, 2), (5, 5)])
 async def test_records_sent_while_a_batch_is_in_flight(
     tmp_path: Path, max_in_flight: int | None, alone: int
 ) -> None:
     """Scenario: each fdatasync takes 50 ms more; a producer with ``linger_ms=0`` sends 12
     records to one partition, 2 ms apart, then flushes. Expected with a window of 5: the
     first 5 records go out in batches of one record each (each was sent while the ones
-    before waited in the broker); with the default window (2 without a linger) the first
-    2; with a window of 1 the first. The next batch holds the several records that came
-    while the window was full. Either way the log holds the 12 records once, in send
-    order, and every future has its offset."""
+    before waited in the broker); with a window of 2 the first 2; with a window of 1 (on
+    a PublishStream, the default without a linger, or unary) the first. The next batch
+    holds the several records that came while the window was full. Either way the log
+    holds the 12 records once, in send order, and every future has its offset."""
     async with slow_broker(tmp_path, 0.05) as broker:
         async with AsyncAdminClient(address(broker)) as admin:
             await admin.create_topic("w", 1)
@@ -71,19 +71,27 @@ async def test_records_sent_while_a_batch_is_in_flight(
 
 @pytest.mark.asyncio
 @pytest.mark.parametrize(
-    ("linger_ms", "max_in_flight", "window"),
-    [(0, None, 2), (5, None, 1), (0.5, None, 1), (0, 1, 1), (5, 3, 3)],
+    ("linger_ms", "max_in_flight", "window", "streams"),
+    [
+        (0, None, 1, True),
+        (5, None, 1, False),
+        (0.5, None, 1, False),
+        (0, 1, 1, False),
+        (5, 3, 3, True),
+        (0, 2, 2, True),
+    ],
 )
 async def test_the_default_window_follows_the_linger(
-    linger_ms: float, max_in_flight: int | None, window: int
+    linger_ms: float, max_in_flight: int | None, window: int, streams: bool
 ) -> None:
     """Scenario: producers with and without a linger, the window left to the producer or
-    given. Expected: left to it, 1 with a linger (batches grow while one is answered) and
-    2 with ``linger_ms=0`` (a record does not wait for the batch in flight); a given
-    window is kept."""
+    given. Expected: left to it, one batch in flight: a unary Publish with a linger, on a
+    PublishStream with ``linger_ms=0`` (a stream write is the shorter trip); a given
+    window is kept, a window over 1 on a stream, a given 1 unary."""
     producer = AsyncProducer("127.0.0.1:1", linger_ms=linger_ms, max_in_flight=max_in_flight)
     try:
         assert producer.max_in_flight == window
+        assert producer.streams is streams
     finally:
         await producer.aclose()
 

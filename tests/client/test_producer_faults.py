@@ -151,15 +151,19 @@ async def acknowledged(futures: list[RecordFuture]) -> list[bool]:
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("max_in_flight", [1, 5])
+@pytest.mark.parametrize(("linger_ms", "max_in_flight"), [(2, 1), (2, 5), (0, None)])
 async def test_connections_cut_mid_append_never_duplicate_a_record(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, max_in_flight: int
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    linger_ms: float,
+    max_in_flight: int | None,
 ) -> None:
     """Scenario: an AsyncProducer sends distinct keyed records to a 2-partition topic, one
     a millisecond, through a proxy that cuts every connection 5 ms after every 3rd chunk
     the producer sends, until it has cut 40 times (at most 3,000 records); each fdatasync
     takes 20 ms more, so cuts land while batches wait in the writer, and the producer
-    retries the same bytes (unary, or the whole window of 5 on a new PublishStream).
+    retries the same bytes (unary; the whole window of 5 on a new PublishStream; or, the
+    ``linger_ms=0`` default, the one batch of the stream's window).
     Expected: the proxy really cut 40 times; every send is
     acknowledged, the log holds each key exactly once, and the broker logged nothing at
     ERROR for the cancelled calls."""
@@ -172,11 +176,12 @@ async def test_connections_cut_mid_append_never_duplicate_a_record(
         try:
             async with AsyncProducer(
                 target,
-                linger_ms=2,
+                linger_ms=linger_ms,
                 batch_max_bytes=2_000,
                 delivery_timeout_s=60,
                 max_in_flight=max_in_flight,
             ) as producer:
+                assert producer.streams == (max_in_flight != 1)
                 keys: list[bytes] = []
                 futures = []
                 while proxy.cuts < proxy.max_cuts and len(keys) < 3_000:
