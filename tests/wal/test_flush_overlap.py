@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tests.wal._helpers import read_all
-from wal import FaultyFs, Log, LogConfig, encode_columns
+from wal import Fault, FaultyFs, Log, LogConfig, encode_columns
 from wal.fs import Buffer
 from wal.index import ENTRY, ENTRY_SIZE
 
@@ -30,8 +30,8 @@ class SyncWitnessFs(FaultyFs):
     ``release`` is set, and records each ``.index`` write beside what the ``.log`` syncs
     that had finished by then covered."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, faults: Sequence[Fault] = ()) -> None:
+        super().__init__(faults=faults)
         self.held = threading.Event()
         self.release = threading.Event()
         self._lock = threading.Lock()
@@ -57,13 +57,13 @@ class SyncWitnessFs(FaultyFs):
 
     def pwritev(self, fd: int, buffers: Sequence[Buffer], offset: int) -> int:
         path = self._paths.get(fd, "")
+        with self._lock:
+            durable = self.durable.get(path.removesuffix(".index") + ".log", 0)
+        n = super().pwritev(fd, buffers, offset)  # a failed write is not recorded
         if path.endswith(".index"):
-            log_path = path.removesuffix(".index") + ".log"
-            with self._lock:
-                durable = self.durable.get(log_path, 0)
             data = b"".join(bytes(b) for b in buffers)
-            self.index_writes.append((log_path, offset, data, durable))
-        return super().pwritev(fd, buffers, offset)
+            self.index_writes.append((path.removesuffix(".index") + ".log", offset, data, durable))
+        return n
 
 
 def batch(i: int) -> bytes:
@@ -181,3 +181,27 @@ def test_a_sync_ending_after_a_roll_leaves_the_sealed_index_alone(tmp_path: Path
     assert index_file(log, 8) == []
     assert_entries_were_covered(fs, app)
     assert reopened_offsets(log, fs) == list(range(12))
+
+
+def test_entries_a_failed_index_write_left_pending_go_with_the_older_sync(
+    tmp_path: Path,
+) -> None:
+    # The writer's flush fails to write its entries: they stay pending, and the periodic
+    # sync that ends after it writes those its own sync covered, no more.
+    fs = SyncWitnessFs(faults=[Fault("pwritev", path_contains=".index")])
+    log = open_log(tmp_path, fs)
+    app = Appender(log)
+    app.append(6)  # 5 pending entries
+    periodic = HeldFlush(log, fs)
+    app.append(2)
+    log.flush()  # syncs all 7; writing their entries fails, so they stay pending
+    assert index_file(log, 0) == []
+    app.append(3)
+    periodic.finish()
+
+    assert len(index_file(log, 0)) == 5
+    assert_entries_were_covered(fs, app)
+    log.flush()
+    assert len(index_file(log, 0)) == 10
+    assert_entries_were_covered(fs, app)
+    assert reopened_offsets(log, fs) == list(range(11))
