@@ -260,6 +260,8 @@ class Log:
     def append_many(self, batches: Sequence[RecordBatch]) -> list[AppendResult]:
         """Write validated batches in order, rolling segments as needed (not synced).
 
+        An empty ``batches`` writes nothing and returns ``[]``.
+
         Raises:
             DiskFullError: the disk is full; ``written`` batches (a prefix, written before
                 a roll) are in the log and the rest are not; the log stays healthy.
@@ -274,39 +276,33 @@ class Log:
         offset = self.head
         written = 0
         active = self._segments[-1]
-        if (
-            not active.sealed
-            and self.config.segment_ms is None
-            and active.size + sum(len(b.buffer) for b in batches) <= self.config.segment_bytes
-        ):
-            # The common case: the whole group fits the active segment, so no batch needs
-            # the roll check (the same answer _needs_roll gives each of them).
-            for batch in batches:
-                nxt = offset + batch.record_count
-                group.append((offset, batch))
-                results.append(AppendResult(offset, nxt - 1))
-                offset = nxt
-            try:
-                active.append(group, now)
-                self._fs.crash_point("append.after_write")
-            except OSError as exc:
-                raise self._write_failed("append", exc) from exc
-            return results
+        # The common case: the whole group fits the active segment, so no batch needs the
+        # roll check (_needs_roll would say no to each of them). One loop body serves both
+        # cases; the common one pays a single local test per batch for it (about 1-2% of
+        # an append's CPU with writes stubbed out, lost in the noise with real writes).
+        check_roll = (
+            active.sealed
+            or self.config.segment_ms is not None
+            or active.size + sum(len(b.buffer) for b in batches) > self.config.segment_bytes
+        )
         try:
             for batch in batches:
-                if self._needs_roll(self._segments[-1], group_bytes, batch.size, now):
-                    if group:
-                        self._segments[-1].append(group, now)
-                        written += len(group)
-                        group, group_bytes = [], 0
-                    self._roll()
+                if check_roll:
+                    size = batch.size
+                    if self._needs_roll(active, group_bytes, size, now):
+                        if group:
+                            active.append(group, now)
+                            written += len(group)
+                            group, group_bytes = [], 0
+                        self._roll()
+                        active = self._segments[-1]
+                    group_bytes += size
                 group.append((offset, batch))
-                group_bytes += batch.size
                 nxt = offset + batch.record_count
                 results.append(AppendResult(offset, nxt - 1))
                 offset = nxt
             if group:
-                self._segments[-1].append(group, now)
+                active.append(group, now)
                 self._fs.crash_point("append.after_write")
         except OSError as exc:
             raise self._write_failed("append", exc, written) from exc

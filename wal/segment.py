@@ -315,9 +315,15 @@ class Segment:
             logger.error("segment %s: %s", self.path, self.write_fault)
 
     def flush(self) -> None:
-        """fdatasync the log file, then write the index entries of the data it covered."""
-        with self._index_lock:
-            covered = len(self._pending)  # their batches were written before this sync
+        """fdatasync the log file, then write the index entries of the data it covered.
+
+        Under ``interval`` two flushes may overlap (the periodic one on its own thread, an
+        explicit one on the writer's, with appends between them), so what a sync covered is
+        counted in entries since the segment began, not as a length of ``_pending``: a flush
+        whose sync began first may end last, after the other wrote those entries and appends
+        added new ones, and it must then write none of those new ones.
+        """
+        covered = self._pending_until()
         self._sync_log()
         with self._index_lock:
             self._write_entries(covered)
@@ -327,8 +333,7 @@ class Segment:
         and close the index, then give up the pin on the log (a read will lease it again)."""
         if self.sealed:
             return
-        with self._index_lock:
-            covered = len(self._pending)
+        covered = self._pending_until()
         self._sync_log()
         with self._index_lock:
             self._write_entries(covered)
@@ -351,12 +356,21 @@ class Segment:
         finally:
             self.files.release(pin)
 
-    def _write_entries(self, count: int) -> None:
-        """Write the first ``count`` pending entries to the ``.index`` (the caller holds the
-        lock). A failure is logged, not raised: the index is a cache, and the entries stay
-        pending for the next sync to write (at the same position)."""
-        count = min(count, len(self._pending))
-        if not count or self.sealed:
+    def _pending_until(self) -> int:
+        """How many entries the file will hold once every pending one is written: taken
+        before a sync, it names the entries whose batches that sync covers (their batches
+        were written before the entries were added)."""
+        with self._index_lock:
+            return self._index_written + len(self._pending)
+
+    def _write_entries(self, until: int) -> None:
+        """Write the pending entries up to entry number ``until`` of the segment (counted
+        from its first entry, as :meth:`_pending_until` counts) to the ``.index``; none when
+        the file already holds that many (the caller holds the lock). A failure is logged,
+        not raised: the index is a cache, and the entries stay pending for the next sync to
+        write (at the same position)."""
+        count = min(until - self._index_written, len(self._pending))
+        if count <= 0 or self.sealed:
             return
         entries = self._pending[:count]
         data = b"".join(ENTRY.pack(o - self.base_offset, p, t) for o, p, t in entries)
