@@ -37,6 +37,10 @@ class AckRanges:
         """The acknowledged ranges above the cursor, in order."""
         return list(zip(self._begins, self._ends, strict=True))
 
+    def has_ranges(self) -> bool:
+        """Whether any offset above the cursor is acknowledged (an ack hole is owed)."""
+        return bool(self._begins)
+
     def acked_count(self, below: int) -> int:
         """How many offsets in ``[cursor, below)`` are acknowledged."""
         total = 0

@@ -48,6 +48,13 @@ class RangeMap(Generic[T]):
         """Add ``[begin, end)``; it must not overlap a range already held."""
         if begin >= end:
             return
+        ends = self._ends
+        if not ends or ends[-1] <= begin:  # past every held range (a new send): append
+            self._begins.append(begin)
+            ends.append(end)
+            self._values.append(value)
+            self.total += end - begin
+            return
         i = bisect_left(self._begins, begin)
         if (i and self._ends[i - 1] > begin) or (i < len(self._begins) and self._begins[i] < end):
             raise ValueError(f"[{begin}, {end}) overlaps a range already held: {self!r}")
@@ -71,6 +78,29 @@ class RangeMap(Generic[T]):
         removed: list[tuple[int, int, T]] = []
         begins, ends, values = self._begins, self._ends, self._values
         i = bisect_right(ends, begin)
+        if only is None:  # every overlapping range goes: one slice, not one per range
+            j = bisect_left(begins, end, i)
+            if i == j:
+                return removed
+            for k in range(i, j):
+                cb, ce = max(begins[k], begin), min(ends[k], end)
+                removed.append((cb, ce, values[k]))
+                self.total -= ce - cb
+            kept_b: list[int] = []
+            kept_e: list[int] = []
+            kept_v: list[T] = []
+            if begins[i] < begin:  # the first range sticks out on the left
+                kept_b.append(begins[i])
+                kept_e.append(begin)
+                kept_v.append(values[i])
+            if ends[j - 1] > end:  # the last range sticks out on the right
+                kept_b.append(end)
+                kept_e.append(ends[j - 1])
+                kept_v.append(values[j - 1])
+            begins[i:j] = kept_b
+            ends[i:j] = kept_e
+            values[i:j] = kept_v
+            return removed
         while i < len(begins) and begins[i] < end:
             rb, re, value = begins[i], ends[i], values[i]
             if only is not None and value is not only:

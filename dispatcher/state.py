@@ -307,7 +307,10 @@ class SubscriptionState:
     @property
     def held(self) -> int:
         """Records leased, waiting and parked: what counts against ``max_unacked``."""
-        return sum(p.held() for p in self._parts)
+        total = 0
+        for p in self._parts:  # a loop, not sum() over a generator: several calls a pass
+            total += p.leases.total + p.waiting.total + p.parked.total
+        return total
 
     def consumers(self) -> list[str]:
         """The attached consumers' names, in the order they attached."""
@@ -374,7 +377,14 @@ class SubscriptionState:
 
     def has_room(self) -> bool:
         """Whether some consumer may receive a record now."""
-        return self.held < self.policy.max_unacked and any(c.credit > 0 for c in self._eligible())
+        return self._credit() and self.held < self.policy.max_unacked
+
+    def _credit(self) -> bool:
+        """Whether some eligible consumer has credit (a loop: several calls a pass)."""
+        for c in self._eligible_now:  # noqa: SIM110 - any() over a generator costs more
+            if c.credit > 0:
+                return True
+        return False
 
     def next_deadline(self) -> float | None:
         """When the next lease expires or the next waiting record becomes ready.
@@ -382,12 +392,17 @@ class SubscriptionState:
         Waiting records count only while a consumer that may receive them has credit:
         else their time may have passed already, and a grant is a command anyway."""
         times = []
-        while self._deadlines and not self._live(self._deadlines[0][1]):
-            heapq.heappop(self._deadlines)
-        if self._deadlines:
-            times.append(self._deadlines[0][0])
-        credit = any(c.credit > 0 for c in self._eligible())
+        heap = self._deadlines
+        while heap and not self._live(heap[0][1]):
+            heapq.heappop(heap)
+        if heap:
+            times.append(heap[0][0])
+        credit: bool | None = None  # looked at only for a partition with waiting records
         for part in self._parts:
+            if not (part.waiting or part.retry_dead_letters or self._exhausted[part.index]):
+                continue  # the common case: nothing of this partition waits
+            if credit is None:
+                credit = self._credit()
             if part.waiting and not part.blocked and credit:
                 times.extend(at for _, _, at in part.sendable_waiting())
             elif self._exhausted[part.index] and not part.blocked:
@@ -405,7 +420,7 @@ class SubscriptionState:
         count = len(self._parts)
         start = self._next_partition
         self._next_partition = (start + 1) % count
-        credit = any(c.credit > 0 for c in self._eligible())
+        credit = self._credit()
         room = credit and self.held < self.policy.max_unacked
         out = []
         for i in range(count):
@@ -419,7 +434,10 @@ class SubscriptionState:
                     )
             else:
                 if credit:  # waiting records are held already: credit is all they need
-                    offset = next((b for b, _, at in part.sendable_waiting() if at <= now), None)
+                    if part.waiting:
+                        offset = next(
+                            (b for b, _, at in part.sendable_waiting() if at <= now), None
+                        )
                 elif self._exhausted[p]:  # poison needs no credit
                     offset = self._first_exhausted(part, now)
                 if room and offset is None and part.read_pos < heads[p]:
@@ -790,18 +808,24 @@ class SubscriptionState:
         # position back while the shell awaited): its records must not be sent from there.
         fresh = base <= part.read_pos < nxt
         if fresh:
-            spans.extend((lo, hi, False) for lo, hi in part.acks.unacked(part.read_pos, nxt))
+            acks = part.acks
+            if acks.has_ranges():
+                spans.extend((lo, hi, False) for lo, hi in acks.unacked(part.read_pos, nxt))
+            else:  # nothing acked above the cursor: what unacked() would give, at once
+                lo = max(part.read_pos, acks.cursor)
+                if lo < nxt:
+                    spans.append((lo, nxt, False))
         if not spans:
             if fresh:  # all acknowledged (ranges saved above the cursor): read on past it
                 part.read_pos = nxt
             return True
         ctx = BatchContext(batch, now, out)
-        if self._exhausted[part.index] and not any(c.credit > 0 for c in self._eligible()):
+        if self._exhausted[part.index] and not self._credit():
             self._poison_exhausted(part, ctx)  # nothing else can go without credit
             return False
         for lo, hi, waited in spans:
             if waited:
-                if not any(c.credit > 0 for c in self._eligible()):
+                if not self._credit():
                     return False
                 part.waiting.cut(lo, hi)
             elif not self.has_room():

@@ -980,7 +980,9 @@ class Subscription:
         it, as if it were queued too, so a read made stale by a seek sends nothing."""
         state = self.state
         now, wall = self._clock(), self._wall_clock()
-        await self._carry_out(state.handle(TICK, now, wall=wall))
+        expired = state.handle(TICK, now, wall=wall)
+        if expired:  # usually nothing: no coroutine to await then
+            await self._carry_out(expired)
         heads = [w.high_water_mark for w in self._writers]
         sent = more = moved = False
         for p, wanted in state.reads(heads, now):
@@ -1003,7 +1005,11 @@ class Subscription:
             del batches[MAX_BATCHES_PER_READ:]  # the rest is read on the next pass
             more |= bool(batches) and batches[-1].next_offset < heads[p]
             before = state.read_position(p), state.set_aside_total
-            sent |= await self._carry_out(state.handle(Fetched(p, batches), now, wall=wall))
+            actions = state.handle(Fetched(p, batches), now, wall=wall)
+            if actions and type(actions[0]) is Persist:  # a save first: the only await
+                sent |= await self._carry_out(actions)
+            else:
+                sent |= self._carry_out_sends(actions)
             moved |= (state.read_position(p), state.set_aside_total) != before
         return more and (sent or moved)
 
@@ -1015,6 +1021,15 @@ class Subscription:
                 await self._save_now()
             else:
                 sent |= self._do(action)
+        return sent
+
+    def _carry_out_sends(self, actions: list[Action]) -> bool:
+        """:meth:`_carry_out` for actions that need no await (no ``Persist``: the state
+        machine puts it first when it asks for one); return whether anything was sent."""
+        sent = False
+        for action in actions:
+            assert not isinstance(action, Persist), "a Persist must come first"
+            sent |= self._do(action)
         return sent
 
     def _carry_out_now(self, actions: list[Action]) -> None:
