@@ -977,7 +977,8 @@ class SubscriptionState:
         consumer.credit -= count
         self.sent_total += count
         if hi > part.sent_mark:
-            pass_over(part, lo)
+            if part.waiting:  # else nothing waits to be passed over
+                pass_over(part, lo)
             part.sent_mark = hi
             self.changes += 1
         delivery = Delivery(part.index, ctx.data(), lo, hi, redeliveries)
