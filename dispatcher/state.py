@@ -684,6 +684,21 @@ class SubscriptionState:
         if lease.remaining <= 0:
             lease.consumer.leases.discard(lease)
 
+    def tick_due(self, now: float) -> bool:
+        """Whether a ``Tick`` at ``now`` may change anything: a lease expired, a key_shared
+        fence may lift, or failure entries may be pruned. When not, the shell skips it
+        (it comes before every pass)."""
+        heap = self._deadlines
+        if heap and heap[0][0] <= now:
+            return True
+        for consumer in self._consumers.values():
+            if consumer.fences:
+                return True
+        for part in self._parts:  # noqa: SIM110 - any() over a generator costs more
+            if part.tries:
+                return True
+        return False
+
     def _tick(self, cmd: Command, now: float) -> list[Action]:
         heap = self._deadlines
         while heap and heap[0][0] <= now:
@@ -947,7 +962,7 @@ class SubscriptionState:
     def _give(
         self, part: PartitionBook, ctx: BatchContext, lo: int, hi: int, consumer: Consumer
     ) -> None:
-        fence = consumer.fences.get(part.index)
+        fence = consumer.fences.get(part.index) if consumer.fences else None
         if fence is not None and hi > fence:  # held until everything below is acked
             if lo < fence:
                 self._give(part, ctx, lo, fence, consumer)

@@ -980,9 +980,10 @@ class Subscription:
         it, as if it were queued too, so a read made stale by a seek sends nothing."""
         state = self.state
         now, wall = self._clock(), self._wall_clock()
-        expired = state.handle(TICK, now, wall=wall)
-        if expired:  # usually nothing: no coroutine to await then
-            await self._carry_out(expired)
+        if state.tick_due(now):  # usually not: no lease expires at every commit
+            expired = state.handle(TICK, now, wall=wall)
+            if expired:
+                await self._carry_out(expired)
         heads = [w.high_water_mark for w in self._writers]
         sent = more = moved = False
         for p, wanted in state.reads(heads, now):

@@ -5,7 +5,8 @@ common case (one consumer with credit, nothing waiting, nothing acked out of ord
 shortcuts: :meth:`RangeMap.add` appends past the last range, :meth:`RangeMap.cut` without
 ``only`` replaces one slice, a batch with no ack holes skips :meth:`AckRanges.unacked`,
 and the state's ``held``, ``has_room``, ``next_deadline`` and ``reads`` use loops that
-skip partitions with nothing waiting. Each claim here: the shortcut gives exactly what the
+skip partitions with nothing waiting; the shell skips a ``Tick`` that ``tick_due`` says
+can change nothing. Each claim here: the shortcut gives exactly what the
 general code (copied below as the reference) gives, structure included, over random
 command sequences. Pure: no event loop, no disk.
 """
@@ -21,6 +22,7 @@ from hypothesis import strategies as st
 
 from dispatcher.acks import AckRanges
 from dispatcher.protocol import (
+    TICK,
     Ack,
     AckUpTo,
     Attach,
@@ -201,8 +203,37 @@ def _reference_reads(s: SubscriptionState, heads: list[int], now: float) -> list
     return out
 
 
+def _fingerprint(s: SubscriptionState) -> object:
+    """Everything a Tick may change, as plain values."""
+    parts = [
+        (
+            p.acks.cursor,
+            p.acks.ranges(),
+            p.read_pos,
+            p.sent_mark,
+            [(lo, hi, id(lease), lease.remaining) for lo, hi, lease in p.leases],
+            list(p.waiting),
+            list(p.parked),
+            list(p.stuck),
+            {o: (t.deliveries, t.reason, list(t.times)) for o, t in p.tries.items()},
+            p.blocked,
+        )
+        for p in s._parts
+    ]
+    consumers = [
+        (c.id, c.credit, c.in_flight, dict(c.fences), sorted(id(x) for x in c.leases))
+        for c in s._consumers.values()
+    ]
+    counters = (s.changes, s.ack_timeouts_total, s.redelivered_total, len(s._deadlines))
+    return parts, consumers, counters, [sorted(e) for e in s._exhausted]
+
+
 def _check_queries(d: Driver) -> None:
     s = d.state
+    if not s.tick_due(d.now):  # the shell skips the Tick then: it must change nothing
+        before = _fingerprint(s)
+        assert s.handle(TICK, d.now) == []
+        assert _fingerprint(s) == before
     assert s.held == _reference_held(s)
     assert s.has_room() == _reference_has_room(s)
     assert s.next_deadline() == _reference_next_deadline(s)
@@ -277,7 +308,8 @@ def test_state_queries_match_their_general_form(
     steps on two partitions, most followed by a pass, for every type, a tight and a
     loose unacked cap, poison after one or three deliveries, under each poison policy.
     Expected: after every step (before and after its pass) ``held``, ``has_room``,
-    ``next_deadline`` and ``reads`` answer what their general form answers."""
+    ``next_deadline`` and ``reads`` answer what their general form answers, and a Tick
+    that ``tick_due`` says is not due changes nothing."""
     policy = DispatchPolicy(
         type=kind,
         max_unacked=max_unacked,
@@ -315,3 +347,51 @@ def test_state_queries_match_their_general_form(
         if then_pass:
             d.pump()
             _check_queries(d)
+
+
+# -- tick_due by example -------------------------------------------------------------------
+
+
+def test_tick_is_due_at_a_lease_deadline_exactly() -> None:
+    """Scenario: one record sent at t=0 with a 5 s ack timeout; nothing else happens.
+    Expected: no Tick is due before t=5; at t=5 one is, and it takes the lease back."""
+    d = Driver(DispatchPolicy(ack_timeout_s=5.0))
+    d.attach("a")
+    d.logs[0].append(1)
+    d.pump(0.0)
+    assert not d.state.tick_due(4.999)
+    assert d.state.tick_due(5.0)
+    d.do(TICK, 5.0)
+    assert d.state.in_flight(0) == 0
+    assert d.state.ack_timeouts_total == 1
+
+
+def test_tick_is_due_while_a_key_shared_fence_is_held() -> None:
+    """Scenario: key_shared; consumer a holds records 0..3 when b attaches (b is fenced
+    at offset 4); a acks them all.
+    Expected: a Tick is due while b's fence is held, with no lease near its deadline;
+    that Tick lifts the fence, and then none is due."""
+    d = Driver(DispatchPolicy(type=SubscriptionType.KEY_SHARED, ack_timeout_s=None))
+    d.attach("a")
+    d.logs[0].append(4)
+    d.pump(0.0)
+    d.attach("b")
+    assert d.state._consumers["b"].fences == {0: 4}
+    d.do(Ack(0, 0, 4))
+    assert d.state.tick_due(0.0)
+    d.do(TICK)
+    assert d.state._consumers["b"].fences == {}
+    assert not d.state.tick_due(0.0)
+
+
+def test_tick_is_due_while_failure_entries_are_kept() -> None:
+    """Scenario: a record is nacked (it gets a failure entry), sent again and acked.
+    Expected: a Tick is due while the entry is kept (a Tick prunes entries of acked
+    offsets once there are many), whatever the leases' deadlines."""
+    d = Driver(DispatchPolicy(ack_timeout_s=None))
+    d.attach("a")
+    d.logs[0].append(1)
+    d.pump(0.0)
+    assert not d.state.tick_due(0.0)
+    d.do(Nack(0, 0, 1, 0.0, "no"))
+    assert d.state.tick_due(0.0)
