@@ -195,53 +195,52 @@ class BrokerService(_grpc.BrokerServicer):
         request_iterator: AsyncIterator[_pb.SubscribeRequest],
         context: Context,
     ) -> AsyncIterator[_pb.SubscribeResponse]:
-        """One consumer session: ``open`` first, then credits and acks in, deliveries out.
-
-        One generator, not a wrapper around another: every delivery passes through each
-        level, and under fan-out the broker yields one per consumer per commit."""
+        """One consumer session: ``open`` first, then credits and acks in, deliveries out."""
         peer = await self._open_stream(context)
         try:
-            requests = aiter(request_iterator)
-            try:
-                first = await anext(requests, None)
-                if first is None:
-                    return
-                sub, session = await self._open(first)
-            except Exception as exc:
-                await abort_for(exc, context)
-            decoded = first.open.decoded
-            reader = asyncio.create_task(_read_subscribe(requests, sub, session))
-            try:
-                yield _pb.SubscribeResponse(
-                    subscribed=_pb.Subscribed(
-                        topic=sub.topic,
-                        subscription=sub.name,
-                        partitions=sub.partition_count,
-                        consumer_id=session.consumer_id,
-                        max_unacked=sub.max_unacked,
-                    )
-                )
-                topic, outbox = sub.topic, session.outbox
-                while True:
-                    # What ConsumerSession.next() awaits, without a coroutine when the
-                    # outbox holds something already (the common case under load).
-                    item = outbox.get_nowait() if outbox.qsize() else await outbox.get()
-                    if item is None:
-                        break
-                    if item is DRAINED:
-                        yield _DRAINED
-                    else:
-                        yield delivery(topic, item, decoded=decoded)
-            finally:
-                sub.detach(session)
-                reader.cancel()
-                await asyncio.wait([reader])  # its failure, if any, is reported below
-            if reader.done() and not reader.cancelled() and reader.exception() is None:
-                return  # the client half-closed
-            failure = reader.exception() if reader.done() and not reader.cancelled() else None
-            await abort_for(failure or session.ended_by or ShuttingDownError(), context)
+            async for response in self._subscribe(request_iterator, context):
+                yield response
         finally:
             self._streams.release(peer)
+
+    async def _subscribe(
+        self,
+        request_iterator: AsyncIterator[_pb.SubscribeRequest],
+        context: Context,
+    ) -> AsyncIterator[_pb.SubscribeResponse]:
+        requests = aiter(request_iterator)
+        try:
+            first = await anext(requests, None)
+            if first is None:
+                return
+            sub, session = await self._open(first)
+        except Exception as exc:
+            await abort_for(exc, context)
+        decoded = first.open.decoded
+        reader = asyncio.create_task(_read_subscribe(requests, sub, session))
+        try:
+            yield _pb.SubscribeResponse(
+                subscribed=_pb.Subscribed(
+                    topic=sub.topic,
+                    subscription=sub.name,
+                    partitions=sub.partition_count,
+                    consumer_id=session.consumer_id,
+                    max_unacked=sub.max_unacked,
+                )
+            )
+            while (item := await session.next()) is not None:
+                if item is DRAINED:
+                    yield _DRAINED
+                else:
+                    yield delivery(sub.topic, item, decoded=decoded)
+        finally:
+            sub.detach(session)
+            reader.cancel()
+            await asyncio.wait([reader])  # its failure, if any, is reported below
+        if reader.done() and not reader.cancelled() and reader.exception() is None:
+            return  # the client half-closed
+        failure = reader.exception() if reader.done() and not reader.cancelled() else None
+        await abort_for(failure or session.ended_by or ShuttingDownError(), context)
 
     async def _open(self, request: _pb.SubscribeRequest) -> tuple[Subscription, ConsumerSession]:
         if request.WhichOneof("kind") != "open":
