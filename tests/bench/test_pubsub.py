@@ -7,6 +7,7 @@ a peer cannot be installed. Systems are :class:`FakeSystem`; no timing is judged
 from __future__ import annotations
 
 import asyncio
+import gc
 import importlib.util
 import itertools
 import json
@@ -163,6 +164,34 @@ def test_pace_reraises_a_failed_send() -> None:
     with pytest.raises(ConnectionError, match="broker went away"):
         asyncio.run(pace(1000.0, 0.01, send))
     assert len(sent) == 10
+
+
+def test_pace_freezes_what_the_process_holds_while_it_sends() -> None:
+    """While the sends run, every object the process held before is frozen (no full
+    collection walks it mid-run); garbage from before was collected first; afterwards
+    nothing stays frozen, even when a send failed."""
+    frozen: list[int] = []
+
+    class Cycle:
+        def __init__(self) -> None:
+            self.me = self
+
+    Cycle()  # garbage in a cycle: only a collection frees it
+
+    async def send(due: int) -> None:
+        frozen.append(gc.get_freeze_count())
+        assert not any(isinstance(o, Cycle) for o in gc.get_objects())
+
+    async def failing(due: int) -> None:
+        raise ConnectionError("gone")
+
+    before = gc.get_freeze_count()
+    assert asyncio.run(pace(1000.0, 0.005, send)) == 5
+    assert min(frozen) > before
+    assert gc.get_freeze_count() == before
+    with pytest.raises(ConnectionError):
+        asyncio.run(pace(1000.0, 0.002, failing))
+    assert gc.get_freeze_count() == before
 
 
 # ---------------------------------------------------------------------------------------
