@@ -48,18 +48,15 @@ class RangeMap(Generic[T]):
         """Add ``[begin, end)``; it must not overlap a range already held."""
         if begin >= end:
             return
-        ends = self._ends
-        if not ends or ends[-1] <= begin:  # past every held range (a new send): append
-            self._begins.append(begin)
-            ends.append(end)
-            self._values.append(value)
-            self.total += end - begin
-            return
-        i = bisect_left(self._begins, begin)
-        if (i and self._ends[i - 1] > begin) or (i < len(self._begins) and self._begins[i] < end):
-            raise ValueError(f"[{begin}, {end}) overlaps a range already held: {self!r}")
-        self._begins.insert(i, begin)
-        self._ends.insert(i, end)
+        begins, ends = self._begins, self._ends
+        if not ends or ends[-1] <= begin:  # past every held range (a new send): no search
+            i = len(ends)
+        else:
+            i = bisect_left(begins, begin)
+            if (i and ends[i - 1] > begin) or (i < len(begins) and begins[i] < end):
+                raise ValueError(f"[{begin}, {end}) overlaps a range already held: {self!r}")
+        begins.insert(i, begin)
+        ends.insert(i, end)
         self._values.insert(i, value)
         self.total += end - begin
 

@@ -309,7 +309,7 @@ class SubscriptionState:
         """Records leased, waiting and parked: what counts against ``max_unacked``."""
         total = 0
         for p in self._parts:  # a loop, not sum() over a generator: several calls a pass
-            total += p.leases.total + p.waiting.total + p.parked.total
+            total += p.held()
         return total
 
     def consumers(self) -> list[str]:

@@ -1015,18 +1015,16 @@ class Subscription:
         return more and (sent or moved)
 
     async def _carry_out(self, actions: list[Action]) -> bool:
-        """Do what the state machine asked, in order; return whether anything was sent."""
-        sent = False
-        for action in actions:
-            if isinstance(action, Persist):
-                await self._save_now()
-            else:
-                sent |= self._do(action)
-        return sent
+        """Do what the state machine asked, in order; return whether anything was sent.
+        A ``Persist`` comes first when there is one (the state machine puts it there)."""
+        if actions and type(actions[0]) is Persist:
+            await self._save_now()
+            actions = actions[1:]
+        return self._carry_out_sends(actions)
 
     def _carry_out_sends(self, actions: list[Action]) -> bool:
-        """:meth:`_carry_out` for actions that need no await (no ``Persist``: the state
-        machine puts it first when it asks for one); return whether anything was sent."""
+        """:meth:`_carry_out` without the ``Persist`` (none here): no await, so a pass
+        with nothing to save runs without one; return whether anything was sent."""
         sent = False
         for action in actions:
             assert not isinstance(action, Persist), "a Persist must come first"
