@@ -18,7 +18,7 @@ records that arrive meanwhile form the next, larger batch. With ``linger_ms=0`` 
 go out at once, for latency) the one batch in flight goes on a PublishStream (below)
 instead: a batch's trip to the broker is a stream write (about 0.3 ms here) rather than a
 unary call (about 0.6 ms), and records that come while it is answered still form the
-next batch, which a broker under load needs (see :data:`NO_LINGER_MAX_IN_FLIGHT`).
+next batch, which a broker under load needs (see :data:`DEFAULT_WINDOW`).
 
 Pipelining (``max_in_flight`` > 1; and the ``linger_ms=0`` default, with a window of 1):
 the partition's sender keeps up to ``max_in_flight`` batches on one long-lived
@@ -117,25 +117,23 @@ logger = logging.getLogger(__name__)
 
 R = TypeVar("R")
 
-#: ``max_in_flight`` left to the producer (``None``): :data:`LINGER_MAX_IN_FLIGHT` with a
-#: linger, :data:`NO_LINGER_MAX_IN_FLIGHT` with ``linger_ms=0``.
+#: ``max_in_flight`` left to the producer (``None``): :data:`DEFAULT_WINDOW`, on unary
+#: Publish calls with a linger and on a PublishStream with ``linger_ms=0``.
 DEFAULT_MAX_IN_FLIGHT: int | None = None
-#: Batches a lingering partition keeps in flight by default: one, on unary Publish calls.
-#: Records that come while it is answered form the next, larger batch; a window of 2
-#: cost the per-record send rates ~10% (smaller batches) on ``bench pubsub --quick``.
-LINGER_MAX_IN_FLIGHT = 1
-#: Batches a partition keeps in flight by default with ``linger_ms=0``: one, on a
-#: PublishStream (:attr:`AsyncProducer.streams`). Measured on 2 cores, fsync always, the
-#: same minutes (load average ~2.7): the e2e phase of ``bench pubsub`` alone (2,000
-#: msg/s, 100 B) had a p50 of 2.39-2.82 ms with one batch on a stream, 2.95-3.43 with one
-#: unary Publish, and 1.97-3.81 with two on a stream; and ``bench dispatch``'s fan-out (a
-#: ``linger_ms=0`` publisher at 200 msg/s, 100 subscriptions) 24.9-28.2 ms with one
-#: (stream or unary) against 30.3-43.2 with two. A broker that makes 100 deliveries per
-#: batch answers each one late; with one batch in flight the records that come meanwhile
-#: share the next batch, with two each goes alone and the broker falls further behind.
-#: Pipelining stays one argument away (``max_in_flight``) for a producer whose broker has
-#: room to spare.
-NO_LINGER_MAX_IN_FLIGHT = 1
+#: Batches a partition keeps in flight by default, with a linger or without. Records that
+#: come while one is answered form the next, larger batch: a window of 2 cost the
+#: per-record send rates ~10% (smaller batches) on ``bench pubsub --quick``. Without a
+#: linger the one batch goes on a PublishStream (:attr:`AsyncProducer.streams`).
+#: Measured on 2 cores, fsync always, the same minutes (load average ~2.7): the e2e phase
+#: of ``bench pubsub`` alone (2,000 msg/s, 100 B) had a p50 of 2.39-2.82 ms with one batch
+#: on a stream, 2.95-3.43 with one unary Publish, and 1.97-3.81 with two on a stream; and
+#: ``bench dispatch``'s fan-out (a ``linger_ms=0`` publisher at 200 msg/s, 100
+#: subscriptions) 24.9-28.2 ms with one (stream or unary) against 30.3-43.2 with two. A
+#: broker that makes 100 deliveries per batch answers each one late; with one batch in
+#: flight the records that come meanwhile share the next batch, with two each goes alone
+#: and the broker falls further behind. Pipelining stays one argument away
+#: (``max_in_flight``) for a producer whose broker has room to spare.
+DEFAULT_WINDOW = 1
 #: The broker's default ``[limits] max_publish_stream_in_flight``: a window beyond it
 #: would only wait in HTTP/2 flow control.
 MAX_IN_FLIGHT_LIMIT = 256
@@ -747,11 +745,9 @@ class AsyncProducer:
         if producer_id is not None and not (idempotent and 0 <= producer_id < 2**63):
             raise ValueError("producer_id needs idempotent=True and must be in [0, 2**63)")
         self.fixed_producer_id = producer_id
-        #: Whether each partition publishes on a PublishStream (else unary Publish calls):
-        #: with a window over 1, and by default without a linger.
-        self.streams = max_in_flight is None and linger_ms == 0
+        defaulted = max_in_flight is None
         if max_in_flight is None:
-            max_in_flight = LINGER_MAX_IN_FLIGHT if linger_ms > 0 else NO_LINGER_MAX_IN_FLIGHT
+            max_in_flight = DEFAULT_WINDOW
         if (
             isinstance(max_in_flight, bool)
             or not isinstance(max_in_flight, int)
@@ -762,7 +758,9 @@ class AsyncProducer:
                 f"broker's default [limits] max_publish_stream_in_flight), got {max_in_flight!r}"
             )
         self.max_in_flight = max_in_flight
-        self.streams = self.streams or max_in_flight > 1
+        #: Whether each partition publishes on a PublishStream (else unary Publish calls):
+        #: with a window over 1, and by default without a linger.
+        self.streams = max_in_flight > 1 or (defaulted and linger_ms == 0)
         if buffer_max_bytes < batch_max_bytes:
             raise ValueError("buffer_max_bytes must be at least batch_max_bytes")
         self.buffer_max_bytes = buffer_max_bytes
