@@ -8,8 +8,10 @@ does not set the pace), a real :class:`~dispatcher.SubscriptionRegistry` with
 session takes its deliveries, builds each Subscribe response as the broker does
 (:func:`broker.convert.delivery`) and, every ``ack_interval_s`` as the client does, acks
 what it got (contiguous runs merged) and grants that much credit back. The publisher
-appends ``records`` one-record batches with two appends in flight (about two batches
-per group commit, as measured in the fan-out bench).
+appends ``records`` one-record batches with two appends in flight: about two records per
+group commit, as in the fan-out bench (2.3 a commit there, in one batch from a publisher
+with one batch in flight; here two batches, so each commit is two deliveries per
+subscription, and the figure is for comparing trees, not the bench's absolute cost).
 
 It reports the main thread's CPU time (``time.thread_time``) per delivered record:
 much less sensitive to a busy machine than wall time, so two trees can be compared by
