@@ -1,10 +1,10 @@
 """How a Subscribe stream ends when the client goes, over real gRPC on loopback.
 
-Subscribe is one async generator (``BrokerService.Subscribe``) inside the handler's guard
-(:mod:`broker.rpc_handlers`). A client that cancels its call while the broker waits to
-send it more must still end the session: the consumer is detached (what it did not
-acknowledge goes to the next consumer, as a redelivery) and its stream slot on the
-connection is given back.
+Subscribe is an async generator (``BrokerService.Subscribe`` around ``_subscribe``) inside
+the handler's guard (:mod:`broker.rpc_handlers`). A client that cancels its call while
+the broker waits to send it more must still end the session: the consumer is detached
+(what it did not acknowledge goes to the next consumer, as a redelivery) and its stream
+slot on the connection is given back.
 """
 
 from __future__ import annotations
