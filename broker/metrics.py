@@ -5,8 +5,11 @@ a fresh one. Only the asyncio shells record metrics. docs/metrics.md lists every
 
 Naming (DESIGN section 4, checked by tests/broker/test_metric_names.py): every name starts
 with ``headrace_``; base units (seconds, bytes); a counter ends in ``<unit noun>_total``
-(``headrace_dlq_evicted_entries_total``), a gauge in a unit noun
+(``headrace_published_records_total``), a gauge in a unit noun
 (``headrace_partition_size_bytes``) unless it is a 0/1 flag (``..._stalled``) or ``_info``.
+The design contract fixes three names that keep its spelling:
+``headrace_subscription_lag_messages``, ``headrace_dlq_evicted_total`` and
+``headrace_dlq_rejected_total`` (entries evicted, dead letters rejected).
 The standard ``process_*`` and ``python_info`` families keep their standard names.
 
 Subscription metrics are not pushed: a collector reads the dispatcher's snapshot, which the
@@ -532,12 +535,12 @@ _SUBSCRIPTION_FAMILIES: dict[str, tuple[str, str, str]] = {
     ),
     "dlq_evicted": (
         "counter",
-        "headrace_dlq_evicted_entries",
+        "headrace_dlq_evicted",
         "Dead-letter entries removed by overflow (drop_oldest) or max_age.",
     ),
     "dlq_rejected": (
         "counter",
-        "headrace_dlq_rejected_records",
+        "headrace_dlq_rejected",
         "Dead letters refused by a full queue (overflow policy reject).",
     ),
 }

@@ -112,6 +112,6 @@ async def test_redelivery_and_dead_letter_metrics(tmp_path: Path) -> None:
         assert samples["headrace_redelivered_records_total", sub] == 1
         assert samples["headrace_dead_lettered_records_total", sub] == 1
         assert samples["headrace_dlq_events_total", sub] == 1
-        assert samples["headrace_dlq_evicted_entries_total", sub] == 0
-        assert samples["headrace_dlq_rejected_records_total", sub] == 0
+        assert samples["headrace_dlq_evicted_total", sub] == 0
+        assert samples["headrace_dlq_rejected_total", sub] == 0
         assert samples["headrace_subscription_timed_out_records_total", sub] == 0
