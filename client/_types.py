@@ -7,11 +7,35 @@ Pure module: imports neither ``asyncio``, ``os`` nor ``time``.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import overload
 
 DEFAULT_BROKER = "127.0.0.1:50051"
+
+
+class Queued:
+    """What :class:`~client.AsyncConsumer`'s ``ack``, ``ack_many``, ``ack_cumulative`` and
+    ``nack`` return: the acknowledgement is queued, and goes to the broker with the next
+    ack request (within ``ack_interval_ms``, sooner when many are pending, and at the
+    latest when the consumer closes).
+
+    Awaiting it returns at once, without yielding to the loop, so ``consumer.ack(m)`` and
+    ``await consumer.ack(m)`` do the same: an application written either way works.
+    """
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[None, None, None]:
+        return
+        yield  # a generator that ends at once: ``await`` returns None without suspending
+
+    def __repr__(self) -> str:
+        return "<ack queued>"
+
+
+#: The one :class:`Queued` value (it carries nothing).
+QUEUED = Queued()
 
 
 @dataclass(frozen=True, slots=True)

@@ -375,6 +375,10 @@ class AsyncAdminClient:
         got = await self._call(self._stub.DeleteSubscription, request)
         return list(got.detached_consumers)
 
+    async def close(self) -> None:
+        """The same as :meth:`aclose`: the sync twin's name for it."""
+        await self.aclose()
+
     async def aclose(self) -> None:
         """Close the channel (if this client opened it)."""
         if self._owns_channel:

@@ -61,7 +61,7 @@ import grpc
 from client._channel import DEFAULT_RECONNECT_BACKOFF_MAX_S, aio_channel
 from client._message import DeliveredBatch, Message, MessageBuffer
 from client._retry import backoff_s
-from client._types import DEFAULT_BROKER
+from client._types import DEFAULT_BROKER, QUEUED, Queued
 from client.errors import (
     ClientClosed,
     ClientError,
@@ -231,6 +231,10 @@ class AsyncConsumer:
             subscribed.cancel()
         if not self._subscribed.is_set():
             self._raise()
+
+    async def close(self) -> None:
+        """The same as :meth:`aclose`: the sync twin's name for it."""
+        await self.aclose()
 
     async def aclose(self) -> None:
         """Send pending acks, end the session, close the channel (if the consumer opened
@@ -430,8 +434,9 @@ class AsyncConsumer:
 
     # -- acknowledging ----------------------------------------------------------------
 
-    def ack(self, message: Message) -> None:
-        """Acknowledge one message (sent in a batch shortly).
+    def ack(self, message: Message) -> Queued:
+        """Acknowledge one message (sent in a batch shortly). Returns at once; the result
+        may be awaited (see :class:`~client.Queued`), so ``await consumer.ack(m)`` works too.
 
         Raises:
             ClientClosed: the consumer is closed and sent its last acks: this one would
@@ -446,17 +451,19 @@ class AsyncConsumer:
             self._pending += 1
             if self._pending >= self._ack_threshold:
                 self._flush_acks()
-            return
+            return QUEUED
         if epoch != self._ack_epoch:
             self._check_acks_open()
-            return  # from a broken session: the broker will deliver it again
+            return QUEUED  # from a broken session: the broker will deliver it again
         self._ack_run = self._add_run(partition, offset)
         self._ack_partition = partition
         self._acked(1)
+        return QUEUED
 
-    def ack_many(self, messages: Iterable[Message]) -> None:
+    def ack_many(self, messages: Iterable[Message]) -> Queued:
         """Acknowledge messages, e.g. a whole :meth:`receive_batch` (sent in a batch
-        shortly). One call is much cheaper than one :meth:`ack` per message.
+        shortly). One call is much cheaper than one :meth:`ack` per message. May be
+        awaited, as :meth:`ack`.
 
         Raises:
             ClientClosed: as :meth:`ack`.
@@ -478,6 +485,7 @@ class AsyncConsumer:
         self._ack_partition, self._ack_run = last_partition, last
         if count:
             self._acked(count)
+        return QUEUED
 
     def _add_run(self, partition: int, offset: int) -> list[int]:
         """Record the ack of ``offset``: extend the partition's last run or start one."""
@@ -497,24 +505,27 @@ class AsyncConsumer:
                 "`async with` (the broker sends unacked messages again)"
             )
 
-    def ack_cumulative(self, message: Message) -> None:
-        """Acknowledge ``message`` and every earlier message of its partition.
+    def ack_cumulative(self, message: Message) -> Queued:
+        """Acknowledge ``message`` and every earlier message of its partition. May be
+        awaited, as :meth:`ack`.
 
         Raises:
             ClientClosed: as :meth:`ack`.
         """
         if message.epoch != self._ack_epoch:
             self._check_acks_open()
-            return
+            return QUEUED
         p = message.partition
         self._up_to[p] = max(self._up_to.get(p, 0), message.offset + 1)
         self._acked(1)
+        return QUEUED
 
-    def nack(self, message: Message, *, delay: float | None = None, reason: str = "") -> None:
+    def nack(self, message: Message, *, delay: float | None = None, reason: str = "") -> Queued:
         """Report that ``message`` failed: the broker sends it again after ``delay``
         seconds (``None``: the subscription's backoff, which grows with each failure).
         ``reason`` is kept with the record (its first 1,024 characters) and shows in the
         dead-letter queue if it ends there (after the subscription's max deliveries).
+        May be awaited, as :meth:`ack`.
 
         Raises:
             ValueError: ``delay`` is negative or longer than a day.
@@ -524,7 +535,7 @@ class AsyncConsumer:
             raise ValueError(f"delay must be from 0 to {_MAX_NACK_DELAY_S:g} seconds, not {delay}")
         if message.epoch != self._ack_epoch:
             self._check_acks_open()
-            return  # from a broken session: the broker will deliver it again anyway
+            return QUEUED  # from a broken session: the broker will deliver it again anyway
         nack = _pb.Nack(
             partition=message.partition,
             begin=message.offset,
@@ -535,6 +546,7 @@ class AsyncConsumer:
             nack.delay_ms = round(delay * 1000)
         self._nacks.append(nack)
         self._acked(1)
+        return QUEUED
 
     def _acked(self, count: int) -> None:
         self._pending += count

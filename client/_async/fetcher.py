@@ -206,6 +206,10 @@ class AsyncFetcher:
             what=type(request).__name__,
         )
 
+    async def close(self) -> None:
+        """The same as :meth:`aclose`: the sync twin's name for it."""
+        await self.aclose()
+
     async def aclose(self) -> None:
         """Close the channel, if this client opened it."""
         if self._owns_channel:

@@ -988,6 +988,10 @@ class AsyncProducer:
         """Wait until every record sent so far is acknowledged or failed."""
         await asyncio.gather(*(acc.flush() for acc in list(self._accumulators.values())))
 
+    async def close(self) -> None:
+        """The same as :meth:`aclose`: the sync twin's name for it."""
+        await self.aclose()
+
     async def aclose(self) -> None:
         """Flush, stop the sender tasks, close the channel (if the producer opened it)."""
         if self._closed:

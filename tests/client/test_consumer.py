@@ -15,10 +15,12 @@ from client import (
     AsyncAdminClient,
     AsyncConsumer,
     AsyncProducer,
+    ClientClosed,
     FailedPrecondition,
     InvalidArgument,
     Message,
     NotFound,
+    Queued,
     Unavailable,
     partition_for,
 )
@@ -154,6 +156,40 @@ async def test_cumulative_ack(broker: Broker) -> None:
     async with AsyncAdminClient(address(broker)) as admin:
         info = await admin.describe_subscription("t", "s")
     assert info.partitions[0].cursor == 2
+
+
+async def test_acks_may_be_awaited_and_close_is_aclose(broker: Broker) -> None:
+    """Scenario: an application written as ``await consumer.ack(m)`` (the async style),
+    awaiting ack, ack_many, ack_cumulative and nack, and closing the consumer and the
+    producer with ``close()`` instead of ``aclose()``. Expected: every await returns
+    None at once; the broker got the acks (cursor past the acked records, only the
+    nacked one comes back, marked redelivered) and both clients are closed."""
+    await _create(broker, "t")
+    producer = AsyncProducer(address(broker), linger_ms=1)
+    await asyncio.gather(*[await producer.send("t", v) for v in (b"a", b"b", b"c", b"d", b"e")])
+    await producer.close()
+    with pytest.raises(ClientClosed):
+        await producer.send("t", b"late")
+    consumer = AsyncConsumer("t", "s", broker=address(broker))
+    await consumer.start()
+    a, b, c, d, e = await _take(consumer, 5)
+    await consumer.ack_cumulative(b)
+    await consumer.ack(c)
+    await consumer.nack(d, delay=0, reason="awaited")
+    await consumer.ack_many([e])
+    queued = consumer.ack(a)  # acked already (cumulatively): nothing new for the broker
+    assert isinstance(queued, Queued)
+    assert repr(queued) == "<ack queued>"
+    await consumer.close()
+    with pytest.raises(ClientClosed):
+        consumer.ack(e)
+    async with AsyncConsumer("t", "s", broker=address(broker)) as again:
+        (back,) = await _take(again, 1)
+        again.ack(back)
+    assert (back.value, back.redelivery_count) == (b"d", 1)
+    async with AsyncAdminClient(address(broker)) as admin:
+        info = await admin.describe_subscription("t", "s")
+    assert (info.partitions[0].cursor, info.partitions[0].lag) == (5, 0)
 
 
 async def test_keys_pick_partitions_and_order_holds_per_partition(broker: Broker) -> None:
