@@ -109,6 +109,7 @@ class Broker:
             snapshot_bytes=config.producer_snapshot_bytes,
             max_partitions=config.limits.max_partitions_per_topic,
             max_producers=config.limits.max_producers_per_partition,
+            topic_wal_configs=config.topic_log_configs,
         )
         self.subscriptions = SubscriptionRegistry(
             config.data_dir,

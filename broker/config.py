@@ -23,6 +23,9 @@ TOML layout (every key optional)::
     [wal]                            # every wal.LogConfig field, same names and units
     segment_bytes = 134217728
     fsync = "always"                 # always | interval | never
+    [wal.topics.metrics]             # overrides for one topic's partitions ("metrics"):
+    fsync = "interval"               # any [wal] key; the rest comes from [wal]
+    retention_ms = 86400000
 
     [heartbeat]                      # the lag monitor behind the notifier
     interval_ms = 500                # how often each subscription is checked, milliseconds
@@ -98,6 +101,7 @@ from dispatcher import (
     PoisonPolicy,
 )
 from dispatcher.dlq import DlqConfig, DlqConfigError, OverflowPolicy
+from dispatcher.names import NAME_RULE, is_valid_name
 from wal import FsyncPolicy, LogConfig, WalConfigError
 from wal.config import HEADER_LIMITS
 
@@ -238,6 +242,10 @@ class BrokerConfig:
             partition to rebuild it; smaller means a faster restart and more small
             (fsynced) writes. From 1 KiB to 64 GiB. Default 33,554,432 (32 MiB).
         wal: Settings of every partition's log (:class:`wal.LogConfig`).
+        wal_topics: The log settings of named topics' partitions, where they differ from
+            ``wal`` (``[wal.topics.<name>]`` in the file): a topic's own fsync policy,
+            segment size or retention. Applied when the topic's partitions open (at start,
+            or when the topic is created). Default: none.
         heartbeat: The heartbeat lag monitor (:class:`dispatcher.HeartbeatConfig`): interval
             500 ms, per topic and per subscription; stall timeout 10 s.
         backlog: The backlog quota per partition (:class:`broker.backlog.BacklogConfig`):
@@ -269,6 +277,7 @@ class BrokerConfig:
     producer_expiry_ms: int = 7 * DAY_MS
     producer_snapshot_bytes: int = 32 * MIB
     wal: LogConfig = field(default_factory=LogConfig)
+    wal_topics: Mapping[str, LogConfig] = field(default_factory=dict)
     heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)
     backlog: BacklogConfig = field(default_factory=BacklogConfig)
     dispatch: DispatchConfig = field(default_factory=DispatchConfig)
@@ -288,6 +297,11 @@ class BrokerConfig:
         _int_range("producer_snapshot_bytes", self.producer_snapshot_bytes, 1024, 64 << 30)
         _check_backlog(self.backlog)
         _check_limits(self.limits, self.default_partitions)
+        for topic, config in self.wal_topics.items():
+            if not is_valid_name(topic):
+                raise ConfigError(f"wal_topics: {topic!r} is not a valid topic name: {NAME_RULE}")
+            if not isinstance(config, LogConfig):
+                raise ConfigError(f"wal_topics[{topic!r}] must be a wal.LogConfig")
         if not isinstance(self.security, SecurityConfig):
             raise ConfigError("security must be a broker.config.SecurityConfig")
         if not isinstance(self.subscriptions, SubscriptionsConfig):
@@ -303,8 +317,17 @@ class BrokerConfig:
     @property
     def log_config(self) -> LogConfig:
         """Every partition's log settings: ``[wal]`` with the header limits of ``[limits]``."""
+        return self._with_limits(self.wal)
+
+    @property
+    def topic_log_configs(self) -> dict[str, LogConfig]:
+        """The log settings of the topics in ``wal_topics``, with the header limits of
+        ``[limits]`` (the same for every topic)."""
+        return {topic: self._with_limits(wal) for topic, wal in self.wal_topics.items()}
+
+    def _with_limits(self, wal: LogConfig) -> LogConfig:
         return dataclasses.replace(
-            self.wal, **{name: getattr(self.limits, name) for name in HEADER_LIMITS}
+            wal, **{name: getattr(self.limits, name) for name in HEADER_LIMITS}
         )
 
     def replace(self, **changes: Any) -> BrokerConfig:
@@ -378,14 +401,33 @@ class BrokerConfig:
             source,
         )
         broker = _table(doc, "broker", source)
-        tables = {"wal", "heartbeat", "backlog", "dispatch", "limits", "security", "subscriptions"}
+        tables = {
+            "wal",
+            "wal_topics",
+            "heartbeat",
+            "backlog",
+            "dispatch",
+            "limits",
+            "security",
+            "subscriptions",
+        }
         names = {f.name for f in dataclasses.fields(cls)} - tables
         _known(broker, names, f"{source} [broker]")
         wal_doc = _table(doc, "wal", source)
-        wal_keys = {f.name for f in dataclasses.fields(LogConfig)} - set(HEADER_LIMITS)
-        _known(wal_doc, wal_keys, f"{source} [wal]")
-        if "fsync" in wal_doc:
-            wal_doc["fsync"] = _choice(FsyncPolicy, wal_doc["fsync"], "[wal] fsync")
+        topics_doc = wal_doc.pop("topics", {})
+        wal = _log_config(wal_doc, LogConfig(), f"{source} [wal]")
+        if not isinstance(topics_doc, Mapping):
+            raise ConfigError(
+                f"{source} [wal] topics must be a table of tables ([wal.topics.<name>]), "
+                f"not {topics_doc!r}"
+            )
+        wal_topics: dict[str, LogConfig] = {}
+        for topic in topics_doc:
+            where = f"{source} [wal.topics.{_shown(topic)}]"
+            if not is_valid_name(topic):
+                raise ConfigError(f"{where}: not a valid topic name: {NAME_RULE}")
+            table = _table(topics_doc, topic, f"{source} [wal.topics]")
+            wal_topics[topic] = _log_config(table, wal, where)
         heartbeat = _heartbeat(doc.get("heartbeat", {}), f"{source} [heartbeat]")
         backlog = _backlog(doc.get("backlog", {}), f"{source} [backlog]")
         security = _security(doc.get("security", {}), f"{source} [security]")
@@ -397,7 +439,8 @@ class BrokerConfig:
         try:
             return cls(
                 **broker,
-                wal=LogConfig(**wal_doc),
+                wal=wal,
+                wal_topics=wal_topics,
                 heartbeat=heartbeat,
                 backlog=backlog,
                 dispatch=dispatch,
@@ -405,10 +448,28 @@ class BrokerConfig:
                 security=security,
                 subscriptions=_subscriptions(doc.get("subscriptions", {}), source),
             )
-        except WalConfigError as exc:
-            raise ConfigError(f"{source} [wal]: {exc}") from exc
         except TypeError as exc:
             raise ConfigError(f"{source}: {exc}") from exc
+
+
+def _log_config(table: dict[str, Any], base: LogConfig, where: str) -> LogConfig:
+    """``base`` with the ``[wal]`` keys of ``table`` set (``where`` names the table in
+    errors)."""
+    keys = {f.name for f in dataclasses.fields(LogConfig)} - set(HEADER_LIMITS)
+    _known(table, keys, where)
+    if "fsync" in table:
+        table["fsync"] = _choice(FsyncPolicy, table["fsync"], f"{where} fsync")
+    try:
+        return dataclasses.replace(base, **table)
+    except WalConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from exc
+    except TypeError as exc:
+        raise ConfigError(f"{where}: {exc}") from exc
+
+
+def _shown(name: str) -> str:
+    """A table name as one printable line."""
+    return name if name.isprintable() else repr(name)
 
 
 def _table(doc: Mapping[str, Any], name: str, source: str) -> dict[str, Any]:

@@ -45,7 +45,7 @@ import os
 import resource
 import shutil
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -118,7 +118,8 @@ class TopicRegistry:
 
     Args:
         data_dir: The broker's data directory (topics live under ``topics/``).
-        wal_config: Settings of every partition's log.
+        wal_config: Settings of every partition's log, except those of the topics in
+            ``topic_wal_configs``.
         fs: The file system. Default: the real one.
         on_open: Called with each partition opened (e.g. to hook up its metrics).
         on_delete: Called with a topic's name once its delete has closed its partitions
@@ -140,6 +141,9 @@ class TopicRegistry:
             max_partitions_per_topic``). Default :data:`MAX_PARTITIONS`.
         max_producers: Idempotent producers each partition remembers (``[limits]
             max_producers_per_partition``). Default 10,000.
+        topic_wal_configs: The log settings of named topics (``[wal.topics.<name>]``),
+            used for their partitions instead of ``wal_config``: a topic's own fsync policy,
+            segment size or retention. Default: none.
     """
 
     def __init__(
@@ -158,6 +162,7 @@ class TopicRegistry:
         crash_point: Callable[[str], None] = lambda _point: None,
         max_partitions: int = MAX_PARTITIONS,
         max_producers: int = DEFAULT_MAX_PRODUCERS,
+        topic_wal_configs: Mapping[str, LogConfig] | None = None,
     ):
         self._max_partitions = max_partitions
         self._max_producers = max_producers
@@ -168,6 +173,7 @@ class TopicRegistry:
         self._on_delete = on_delete
         self._root = os.path.join(data_dir, "topics")
         self._wal_config = wal_config
+        self._topic_wal_configs = dict(topic_wal_configs or {})
         self._fs = fs or FileSystem()
         self._files = files
         self._fd_usage = fd_usage or measure_fd_usage
@@ -237,13 +243,14 @@ class TopicRegistry:
         ``open_concurrency``); on any failure close those that opened, and raise."""
         limit = limit or asyncio.Semaphore(self._open_concurrency)
         topic_dir = os.path.join(self._root, name)
+        wal_config = self.wal_config(name)
 
         async def open_one(index: int) -> Partition:
             async with limit:
                 return await Partition.open(
                     index,
                     topic_dir,
-                    self._wal_config,
+                    wal_config,
                     self._fs,
                     clock=self._clock,
                     snapshot_bytes=self._snapshot_bytes,
@@ -255,6 +262,11 @@ class TopicRegistry:
         for partition in opened:
             self._on_open(name, partition)
         return Topic(name, opened)
+
+    def wal_config(self, name: str) -> LogConfig:
+        """The log settings of topic ``name``'s partitions: its own if it has some, else
+        every topic's."""
+        return self._topic_wal_configs.get(name, self._wal_config)
 
     def get(self, name: str) -> Topic:
         """The topic called ``name``.

@@ -1,0 +1,131 @@
+"""``[wal.topics.<name>]``: a topic's own log settings (its fsync policy, segment size,
+retention) over ``[wal]``, in the config file and in a running broker."""
+
+from __future__ import annotations
+
+import collections
+import os
+from pathlib import Path
+
+import pytest
+
+from broker.app import Broker
+from broker.config import BrokerConfig, ConfigError
+from client import AsyncAdminClient, AsyncProducer
+from tests.broker.conftest import broker_config
+from tests.client.conftest import address
+from wal import FileSystem, FsyncPolicy, LogConfig
+from wal.config import HEADER_LIMITS
+
+CONFIG = """
+[wal]
+fsync = "always"
+segment_bytes = 1048576
+
+[wal.topics.metrics]
+fsync = "never"
+retention_ms = 86400000
+
+[wal.topics."audit.log"]
+segment_bytes = 65536
+"""
+
+
+def test_a_topic_table_overrides_wal_and_inherits_the_rest(tmp_path: Path) -> None:
+    """Scenario: ``[wal]`` and two topic tables. Expected: each topic's settings are
+    ``[wal]`` with its own keys set; a topic without a table has ``[wal]``'s; the header
+    limits of ``[limits]`` apply to every topic."""
+    path = tmp_path / "headrace.toml"
+    path.write_text(CONFIG + "[limits]\nmax_headers_per_record = 8\n", encoding="utf-8")
+    config = BrokerConfig.from_toml(str(path))
+    limits = {name: getattr(config.limits, name) for name in HEADER_LIMITS}
+    assert limits["max_headers_per_record"] == 8
+    assert config.log_config == LogConfig(segment_bytes=1 << 20, **limits)
+    assert config.topic_log_configs == {
+        "metrics": LogConfig(
+            segment_bytes=1 << 20, fsync=FsyncPolicy.NEVER, retention_ms=86_400_000, **limits
+        ),
+        "audit.log": LogConfig(segment_bytes=65_536, **limits),
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ('[wal.topics.m]\nfsync = "sometimes"\n', "[wal.topics.m] fsync = 'sometimes'"),
+        ("[wal.topics.m]\nsegment_byte = 1\n", "[wal.topics.m]: unknown setting(s) segment_byte"),
+        ("[wal.topics.m]\nsegment_bytes = 0\n", "[wal.topics.m]: "),
+        ("[wal.topics.m]\nmax_headers_per_record = 3\n", "unknown setting(s) max_headers"),
+        ('[wal.topics."a b"]\nfsync = "never"\n', "[wal.topics.a b]: not a valid topic name"),
+        ("[wal]\ntopics = 3\n", "[wal] topics must be a table of tables"),
+        ("[wal.topics]\nm = 3\n", "m must be a table ([m])"),
+    ],
+    ids=["policy", "unknown", "range", "header-limit", "name", "topics-scalar", "topic-scalar"],
+)
+def test_a_bad_topic_table_names_the_table_and_the_problem(
+    tmp_path: Path, text: str, words: str
+) -> None:
+    """Scenario: each kind of bad ``[wal.topics.<name>]``. Expected: one-line
+    ConfigError naming the table and what is wrong."""
+    path = tmp_path / "bad.toml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        BrokerConfig.from_toml(str(path))
+    assert words in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_wal_topics_given_in_code_are_checked() -> None:
+    """Scenario: a BrokerConfig built in code with a bad topic name. Expected:
+    ConfigError naming it."""
+    with pytest.raises(ConfigError, match="'a b' is not a valid topic name"):
+        BrokerConfig(wal_topics={"a b": LogConfig()})
+
+
+class _CountingFs(FileSystem):
+    """The real file system, counting fdatasync calls per file."""
+
+    def __init__(self) -> None:
+        self.paths: dict[int, str] = {}
+        self.syncs: collections.Counter[str] = collections.Counter()
+
+    def open(self, path: str, *, create: bool = False, exclusive: bool = False) -> int:
+        fd = super().open(path, create=create, exclusive=exclusive)
+        self.paths[fd] = path
+        return fd
+
+    def fdatasync(self, fd: int) -> None:
+        self.syncs[self.paths.get(fd, "?")] += 1
+        super().fdatasync(fd)
+
+    def log_syncs(self, topic: str) -> int:
+        """fdatasync calls on the ``.log`` files of ``topic``'s partitions."""
+        marker = f"{os.sep}topics{os.sep}{topic}{os.sep}"
+        return sum(n for p, n in self.syncs.items() if marker in p and p.endswith(".log"))
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_each_topic_is_synced_under_its_own_policy(tmp_path: Path) -> None:
+    """Scenario: a broker whose ``[wal]`` fsync is ``always``, with ``[wal.topics.fast]``
+    fsync ``never``; 20 acknowledged publishes to each of ``fast`` (created at run time)
+    and ``safe``. Expected: ``safe``'s log was fdatasynced before each ack (at least once
+    per publish); ``fast``'s never after it was created, while its records are all there."""
+    config = broker_config(tmp_path / "data").replace(
+        wal_topics={"fast": LogConfig(segment_bytes=64 << 10, fsync=FsyncPolicy.NEVER)}
+    )
+    fs = _CountingFs()
+    async with Broker(config, fs=fs) as broker:
+        async with AsyncAdminClient(address(broker)) as admin:
+            await admin.create_topic("fast", 1)
+            await admin.create_topic("safe", 1)
+        before = {t: fs.log_syncs(t) for t in ("fast", "safe")}  # creating a segment syncs
+        async with AsyncProducer(address(broker)) as producer:
+            for i in range(20):
+                await producer.publish("fast", b"f%d" % i)
+                await producer.publish("safe", b"s%d" % i)
+        assert broker.topics.wal_config("fast").fsync is FsyncPolicy.NEVER
+        assert broker.topics.wal_config("safe").fsync is FsyncPolicy.ALWAYS
+        assert fs.log_syncs("fast") - before["fast"] == 0
+        assert fs.log_syncs("safe") - before["safe"] >= 20
+        heads = [broker.topics.get(t).partitions[0].writer.head for t in ("fast", "safe")]
+        assert heads == [20, 20]
