@@ -43,6 +43,7 @@ def _topic_info(topic: Topic) -> _admin.TopicInfo:
     return _admin.TopicInfo(
         name=topic.name,
         partitions=[partition_info(p.index, p.log) for p in topic.partitions],
+        fsync=topic.partitions[0].log.config.fsync.value if topic.partitions else "",
     )
 
 

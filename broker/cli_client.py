@@ -201,7 +201,7 @@ def topics_list(as_json: bool, target: Target) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON array.")
 @broker_option
 def topics_describe(name: str, as_json: bool, target: Target) -> None:
-    """Show topic NAME's partitions: offsets, bytes, segments."""
+    """Show topic NAME's partitions: offsets, bytes, segments, fsync policy."""
 
     async def go() -> TopicInfo:
         async with AsyncAdminClient(**target.kwargs()) as admin:
@@ -259,7 +259,7 @@ def stdin_is_terminal() -> bool:
     return bool(isatty and isatty())
 
 
-TOPIC_FIELDS = ("topic", "partition", "first", "head", "bytes", "segments")
+TOPIC_FIELDS = ("topic", "partition", "first", "head", "bytes", "segments", "fsync")
 
 
 def _print_topics(infos: list[TopicInfo], as_json: bool) -> None:
@@ -274,6 +274,7 @@ def _print_topics(infos: list[TopicInfo], as_json: bool) -> None:
             "head": p.head,
             "bytes": p.size_bytes,
             "segments": p.segments,
+            "fsync": t.fsync,
         }
         for t in infos
         for p in t.partitions

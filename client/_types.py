@@ -51,10 +51,12 @@ class PartitionInfo:
 
 @dataclass(frozen=True, slots=True)
 class TopicInfo:
-    """A topic and its partitions."""
+    """A topic and its partitions, and its fsync policy (``always``, ``interval`` or
+    ``never``; empty from a broker that does not say)."""
 
     name: str
     partitions: tuple[PartitionInfo, ...]
+    fsync: str = ""
 
 
 class PublishOutcome(enum.Enum):

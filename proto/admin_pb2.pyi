@@ -30,12 +30,14 @@ class PartitionInfo(_message.Message):
     def __init__(self, partition: _Optional[int] = ..., first_offset: _Optional[int] = ..., head: _Optional[int] = ..., size_bytes: _Optional[int] = ..., segments: _Optional[int] = ...) -> None: ...
 
 class TopicInfo(_message.Message):
-    __slots__ = ("name", "partitions")
+    __slots__ = ("name", "partitions", "fsync")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    FSYNC_FIELD_NUMBER: _ClassVar[int]
     name: str
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionInfo]
-    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionInfo, _Mapping]]] = ...) -> None: ...
+    fsync: str
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionInfo, _Mapping]]] = ..., fsync: _Optional[str] = ...) -> None: ...
 
 class ListTopicsRequest(_message.Message):
     __slots__ = ()

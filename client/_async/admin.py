@@ -42,6 +42,7 @@ def _topic(info: _admin.TopicInfo) -> TopicInfo:
             PartitionInfo(p.partition, p.first_offset, p.head, p.size_bytes, p.segments)
             for p in info.partitions
         ),
+        info.fsync,
     )
 
 

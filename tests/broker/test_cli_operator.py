@@ -193,7 +193,7 @@ def test_topics_list_and_describe_are_one_table_style(served: Served) -> None:
     listed = headrace("topics", "list", broker=address).stdout.splitlines()
     head, *rows = headrace("topics", "describe", "tabled", broker=address).stdout.splitlines()
     assert head == listed[0]
-    assert head.split() == ["topic", "partition", "first", "head", "bytes", "segments"]
+    assert head.split() == ["topic", "partition", "first", "head", "bytes", "segments", "fsync"]
     heads = [r.split()[3] for r in rows]
     assert sorted(heads) == ["0", "12"]
     right = head.index("head") + len("head")

@@ -109,15 +109,20 @@ async def test_each_topic_is_synced_under_its_own_policy(tmp_path: Path) -> None
     """Scenario: a broker whose ``[wal]`` fsync is ``always``, with ``[wal.topics.fast]``
     fsync ``never``; 20 acknowledged publishes to each of ``fast`` (created at run time)
     and ``safe``. Expected: ``safe``'s log was fdatasynced before each ack (at least once
-    per publish); ``fast``'s never after it was created, while its records are all there."""
+    per publish); ``fast``'s never after it was created, while its records are all there;
+    create, describe and list say each topic's policy."""
     config = broker_config(tmp_path / "data").replace(
         wal_topics={"fast": LogConfig(segment_bytes=64 << 10, fsync=FsyncPolicy.NEVER)}
     )
     fs = _CountingFs()
     async with Broker(config, fs=fs) as broker:
         async with AsyncAdminClient(address(broker)) as admin:
-            await admin.create_topic("fast", 1)
+            created = await admin.create_topic("fast", 1)
             await admin.create_topic("safe", 1)
+            described = await admin.describe_topic("safe")
+            listed = {t.name: t.fsync for t in await admin.list_topics()}
+        assert (created.fsync, described.fsync) == ("never", "always")
+        assert listed == {"fast": "never", "safe": "always"}
         before = {t: fs.log_syncs(t) for t in ("fast", "safe")}  # creating a segment syncs
         async with AsyncProducer(address(broker)) as producer:
             for i in range(20):
