@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import grpc
 
@@ -96,7 +97,18 @@ class BrokerService(_grpc.BrokerServicer):
             return await self._topics.get_or_create(name, self._default_partitions)
         return self._topics.get(name)
 
-    async def _publish(self, request: _pb.PublishRequest) -> _pb.PublishResponse:
+    async def _publish(
+        self,
+        request: _pb.PublishRequest,
+        *,
+        after: asyncio.Future[None] | None = None,
+        on_queued: Callable[[], None] | None = None,
+    ) -> _pb.PublishResponse:
+        """Publish one request; with ``after`` (a stream's previous request is queued in
+        the log, or ended), wait for it before anything else, and tell ``on_queued`` once
+        this one is queued (see :meth:`PublishStream`)."""
+        if after is not None and not after.done():
+            await asyncio.wait([after])  # not cancelled with this request: not its own
         if request.batch and request.records:
             raise InvalidRequestError(
                 "batch, records",
@@ -116,7 +128,12 @@ class BrokerService(_grpc.BrokerServicer):
         topic = await self._topic(request.topic)
         partition = topic.partition(request.partition)
         result, duplicate = await append_batch(
-            topic.name, partition, data, retention=self._retention, metrics=self._metrics
+            topic.name,
+            partition,
+            data,
+            retention=self._retention,
+            metrics=self._metrics,
+            on_queued=on_queued,
         )
         return publish_response(request.request_id, partition.index, result, duplicate=duplicate)
 
@@ -138,7 +155,14 @@ class BrokerService(_grpc.BrokerServicer):
         yet answered, answered in order, each with its own status, so one bad batch does
         not end the stream. At the limit the broker stops reading the stream until the
         oldest is answered: backpressure (HTTP/2 flow control stalls the client), not an
-        error."""
+        error.
+
+        Order: a stream's batches are appended in the order they were read. A request
+        goes to the backlog quota and the log writer's queue only once the one before it
+        is queued there (or ended: refused, failed, a duplicate), so one waiting under
+        ``block_producer`` or for room in the writer holds back the requests after it,
+        whatever their topic. It does not wait for the previous one's ``fdatasync``: the
+        pipeline stays full."""
         peer = await self._open_stream(context)
         try:
             async for response in self._publish_stream(request_iterator, context):
@@ -156,14 +180,21 @@ class BrokerService(_grpc.BrokerServicer):
 
         async def read_requests() -> None:
             requests = aiter(request_iterator)
+            loop = asyncio.get_running_loop()
+            previous: asyncio.Future[None] | None = None  # queued (or ended), see above
             try:
                 while True:
                     await window.acquire()  # released once a response is sent
                     if (request := await anext(requests, None)) is None:
                         return
-                    task = asyncio.create_task(self._publish(request))
-                    task.add_done_callback(_retrieve_failure)
+                    queued: asyncio.Future[None] = loop.create_future()
+                    publish = self._publish(
+                        request, after=previous, on_queued=functools.partial(_set, queued)
+                    )
+                    task = asyncio.create_task(publish)
+                    task.add_done_callback(functools.partial(_publish_ended, queued))
                     pending.put_nowait((task, request.request_id))
+                    previous = queued
             finally:
                 pending.put_nowait(None)
 
@@ -349,11 +380,19 @@ async def _read_subscribe(
         session.outbox.put_nowait(None)
 
 
-def _retrieve_failure(task: asyncio.Task[_pb.PublishResponse]) -> None:
-    """Mark a stream's publish failure as retrieved. A stream the client cancelled leaves
-    its queued publishes running to their end, unanswered: their failures (a sequence
-    gap, say) have no one to go to, and must not be logged as a task exception never
-    retrieved (a traceback at ERROR for a client's cancellation)."""
+def _set(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _publish_ended(queued: asyncio.Future[None], task: asyncio.Task[_pb.PublishResponse]) -> None:
+    """A stream's publish ended: let the next request go on (if this one ended before it
+    was queued: refused, failed, cancelled or a duplicate), and mark its failure as
+    retrieved. A stream the client cancelled leaves its queued publishes running to their
+    end, unanswered: their failures (a sequence gap, say) have no one to go to, and must
+    not be logged as a task exception never retrieved (a traceback at ERROR for a
+    client's cancellation)."""
+    _set(queued)
     if not task.cancelled():
         task.exception()
 
