@@ -28,9 +28,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import grpc
 
@@ -52,6 +51,7 @@ from broker.retention import RetentionService
 from broker.rpc_handlers import add_service
 from broker.status import Context, abort_for, rpc, status_for
 from broker.topics import Topic, TopicRegistry
+from broker.turns import Turnstile
 from dispatcher import ConsumerSession, Subscription, SubscriptionRegistry
 from dispatcher.subscription import DRAINED
 from proto import broker_pb2 as _pb
@@ -98,17 +98,33 @@ class BrokerService(_grpc.BrokerServicer):
         return self._topics.get(name)
 
     async def _publish(
-        self,
-        request: _pb.PublishRequest,
-        *,
-        after: asyncio.Future[None] | None = None,
-        on_queued: Callable[[], None] | None = None,
+        self, request: _pb.PublishRequest, *, turns: Turnstile | None = None
     ) -> _pb.PublishResponse:
-        """Publish one request; with ``after`` (a stream's previous request is queued in
-        the log, or ended), wait for it before anything else, and tell ``on_queued`` once
-        this one is queued (see :meth:`PublishStream`)."""
-        if after is not None and not after.done():
-            await asyncio.wait([after])  # not cancelled with this request: not its own
+        """Publish one request; on a stream, in its turn (see :meth:`PublishStream`):
+        taken before anything else, given up once the batch is queued in the log or the
+        request ended."""
+        me = asyncio.current_task() if turns is not None else None  # this request's key
+        if turns is not None and not turns.take(me):
+            await turns.wait(me)  # an earlier request of the stream is not queued yet
+        try:
+            data = self._batch_of(request)
+            topic = await self._topic(request.topic)
+            partition = topic.partition(request.partition)
+            result, duplicate = await append_batch(
+                topic.name,
+                partition,
+                data,
+                retention=self._retention,
+                metrics=self._metrics,
+                on_queued=None if turns is None else turns.on_queued,
+            )
+        finally:
+            if turns is not None:
+                turns.release(me)  # a no-op if it was queued (and handed the turn on)
+        return publish_response(request.request_id, partition.index, result, duplicate=duplicate)
+
+    def _batch_of(self, request: _pb.PublishRequest) -> bytes:
+        """The request's batch: ``batch`` as sent, or ``records`` encoded into one."""
         if request.batch and request.records:
             raise InvalidRequestError(
                 "batch, records",
@@ -116,26 +132,14 @@ class BrokerService(_grpc.BrokerServicer):
                 "`records` (plain records the broker encodes)",
             )
         if request.batch:
-            data = request.batch
-        elif request.records:
-            data = encode_simple(request.records, self._clock())
-        else:
-            raise InvalidRequestError(
-                "batch, records",
-                "both are empty; set exactly one: `batch` (one encoded record batch) or "
-                "`records` (at least one plain record)",
-            )
-        topic = await self._topic(request.topic)
-        partition = topic.partition(request.partition)
-        result, duplicate = await append_batch(
-            topic.name,
-            partition,
-            data,
-            retention=self._retention,
-            metrics=self._metrics,
-            on_queued=on_queued,
+            return request.batch
+        if request.records:
+            return encode_simple(request.records, self._clock())
+        raise InvalidRequestError(
+            "batch, records",
+            "both are empty; set exactly one: `batch` (one encoded record batch) or "
+            "`records` (at least one plain record)",
         )
-        return publish_response(request.request_id, partition.index, result, duplicate=duplicate)
 
     @rpc
     async def Publish(  # noqa: N802 - gRPC method name
@@ -180,21 +184,15 @@ class BrokerService(_grpc.BrokerServicer):
 
         async def read_requests() -> None:
             requests = aiter(request_iterator)
-            loop = asyncio.get_running_loop()
-            previous: asyncio.Future[None] | None = None  # queued (or ended), see above
+            turns = Turnstile()  # this stream's admission order, see above
             try:
                 while True:
                     await window.acquire()  # released once a response is sent
                     if (request := await anext(requests, None)) is None:
                         return
-                    queued: asyncio.Future[None] = loop.create_future()
-                    publish = self._publish(
-                        request, after=previous, on_queued=functools.partial(_set, queued)
-                    )
-                    task = asyncio.create_task(publish)
-                    task.add_done_callback(functools.partial(_publish_ended, queued))
+                    task = asyncio.create_task(self._publish(request, turns=turns))
+                    task.add_done_callback(_retrieve_failure)
                     pending.put_nowait((task, request.request_id))
-                    previous = queued
             finally:
                 pending.put_nowait(None)
 
@@ -380,19 +378,11 @@ async def _read_subscribe(
         session.outbox.put_nowait(None)
 
 
-def _set(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
-
-
-def _publish_ended(queued: asyncio.Future[None], task: asyncio.Task[_pb.PublishResponse]) -> None:
-    """A stream's publish ended: let the next request go on (if this one ended before it
-    was queued: refused, failed, cancelled or a duplicate), and mark its failure as
-    retrieved. A stream the client cancelled leaves its queued publishes running to their
-    end, unanswered: their failures (a sequence gap, say) have no one to go to, and must
-    not be logged as a task exception never retrieved (a traceback at ERROR for a
-    client's cancellation)."""
-    _set(queued)
+def _retrieve_failure(task: asyncio.Task[_pb.PublishResponse]) -> None:
+    """Mark a stream's publish failure as retrieved. A stream the client cancelled leaves
+    its queued publishes running to their end, unanswered: their failures (a sequence
+    gap, say) have no one to go to, and must not be logged as a task exception never
+    retrieved (a traceback at ERROR for a client's cancellation)."""
     if not task.cancelled():
         task.exception()
 
