@@ -25,6 +25,9 @@ Invariants:
   ``INTERVAL`` and ``NEVER``. See :class:`~wal.config.FsyncPolicy`.
 - The high-water mark only moves forward and only over durable data; it is always a batch
   boundary.
+- Backpressure is first come, first queued: with ``queue_size`` commands queued, an
+  append or command waits behind every earlier waiter, and a freed place is handed to
+  the oldest one (counted as taken before it wakes), so nobody is passed or starved.
 - After a failed write every pending and later append fails with ``WalFailedError``;
   except on a full disk: the group's appends fail with ``DiskFullError`` (those the log
   wrote whole before the disk filled, a prefix, are acknowledged after the sync as usual),
