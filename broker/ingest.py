@@ -36,9 +36,13 @@ async def append_batch(
     *,
     retention: RetentionService | None,
     metrics: BrokerMetrics,
+    on_queued: Callable[[], None] | None = None,
 ) -> tuple[AppendResult, bool]:
     """Admit ``data`` under the backlog quota (``retention``; ``None``: no quota), append it
     to ``partition`` and count it as published (unless it was a producer's duplicate).
+
+    ``on_queued`` is told when the batch has its place in the log writer's queue (see
+    :meth:`Partition.append`): after the quota admitted it, before it is written.
 
     Returns:
         Where the batch landed, and whether it was a duplicate of one already appended.
@@ -57,7 +61,7 @@ async def append_batch(
         metrics.published(topic, partition.index, result, len(data))
 
     try:
-        return await partition.append(data, count)
+        return await partition.append(data, count, on_queued=on_queued)
     except DiskFullError:
         metrics.disk_full(topic, partition.index)
         raise

@@ -174,7 +174,11 @@ class Partition:
         return self.writer.log
 
     async def append(
-        self, data: bytes, on_appended: Callable[[AppendResult], None] = _ignore
+        self,
+        data: bytes,
+        on_appended: Callable[[AppendResult], None] = _ignore,
+        *,
+        on_queued: Callable[[], None] | None = None,
     ) -> tuple[AppendResult, bool]:
         """Append a batch unless it is a retry; return its offsets and whether it was one.
 
@@ -187,6 +191,11 @@ class Partition:
             data: The encoded batch (untrusted: validated here).
             on_appended: Called with the offsets once this call appended the batch (never
                 for a retry), even if the caller was cancelled meanwhile: for counting.
+            on_queued: Called once the batch has its place in the log writer's queue
+                (``LogWriter.append``), or, for a retry of a batch still being appended,
+                before waiting for that copy (it is queued already): a caller keeping its
+                batches in order may go on with the next one. Not called for a batch
+                refused, or answered at once as a duplicate.
 
         Raises:
             InvalidBatchError: the batch is malformed or too large.
@@ -204,6 +213,8 @@ class Partition:
         if isinstance(decision, AppendedLongAgo):
             return UNKNOWN_OFFSETS, True
         if isinstance(decision, InFlight):
+            if on_queued is not None:
+                on_queued()
             return await asyncio.shield(self._in_flight[(pid, seq)]), True
         if isinstance(decision, OutOfSequence):
             raise ProducerSequenceError(pid, decision.expected, decision.got)
@@ -211,7 +222,7 @@ class Partition:
         future = self._track(pid, seq)
         settle = functools.partial(self._settle, pid, seq, future, on_appended)
         try:
-            return await self.writer.append(batch, on_done=settle), False
+            return await self.writer.append(batch, on_done=settle, on_queued=on_queued), False
         except asyncio.CancelledError:
             await asyncio.wait([future])  # settled by the writer: wait for it, then go
             raise

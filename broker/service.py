@@ -51,6 +51,7 @@ from broker.retention import RetentionService
 from broker.rpc_handlers import add_service
 from broker.status import Context, abort_for, rpc, status_for
 from broker.topics import Topic, TopicRegistry
+from broker.turns import Turnstile
 from dispatcher import ConsumerSession, Subscription, SubscriptionRegistry
 from dispatcher.subscription import DRAINED
 from proto import broker_pb2 as _pb
@@ -96,7 +97,34 @@ class BrokerService(_grpc.BrokerServicer):
             return await self._topics.get_or_create(name, self._default_partitions)
         return self._topics.get(name)
 
-    async def _publish(self, request: _pb.PublishRequest) -> _pb.PublishResponse:
+    async def _publish(
+        self, request: _pb.PublishRequest, *, turns: Turnstile | None = None
+    ) -> _pb.PublishResponse:
+        """Publish one request; on a stream, in its turn (see :meth:`PublishStream`):
+        taken before anything else, given up once the batch is queued in the log or the
+        request ended."""
+        me = asyncio.current_task() if turns is not None else None  # this request's key
+        if turns is not None and not turns.take(me):
+            await turns.wait(me)  # an earlier request of the stream is not queued yet
+        try:
+            data = self._batch_of(request)
+            topic = await self._topic(request.topic)
+            partition = topic.partition(request.partition)
+            result, duplicate = await append_batch(
+                topic.name,
+                partition,
+                data,
+                retention=self._retention,
+                metrics=self._metrics,
+                on_queued=None if turns is None else turns.on_queued,
+            )
+        finally:
+            if turns is not None:
+                turns.release(me)  # a no-op if it was queued (and handed the turn on)
+        return publish_response(request.request_id, partition.index, result, duplicate=duplicate)
+
+    def _batch_of(self, request: _pb.PublishRequest) -> bytes:
+        """The request's batch: ``batch`` as sent, or ``records`` encoded into one."""
         if request.batch and request.records:
             raise InvalidRequestError(
                 "batch, records",
@@ -104,21 +132,14 @@ class BrokerService(_grpc.BrokerServicer):
                 "`records` (plain records the broker encodes)",
             )
         if request.batch:
-            data = request.batch
-        elif request.records:
-            data = encode_simple(request.records, self._clock())
-        else:
-            raise InvalidRequestError(
-                "batch, records",
-                "both are empty; set exactly one: `batch` (one encoded record batch) or "
-                "`records` (at least one plain record)",
-            )
-        topic = await self._topic(request.topic)
-        partition = topic.partition(request.partition)
-        result, duplicate = await append_batch(
-            topic.name, partition, data, retention=self._retention, metrics=self._metrics
+            return request.batch
+        if request.records:
+            return encode_simple(request.records, self._clock())
+        raise InvalidRequestError(
+            "batch, records",
+            "both are empty; set exactly one: `batch` (one encoded record batch) or "
+            "`records` (at least one plain record)",
         )
-        return publish_response(request.request_id, partition.index, result, duplicate=duplicate)
 
     @rpc
     async def Publish(  # noqa: N802 - gRPC method name
@@ -138,7 +159,14 @@ class BrokerService(_grpc.BrokerServicer):
         yet answered, answered in order, each with its own status, so one bad batch does
         not end the stream. At the limit the broker stops reading the stream until the
         oldest is answered: backpressure (HTTP/2 flow control stalls the client), not an
-        error."""
+        error.
+
+        Order: a stream's batches are appended in the order they were read. A request
+        goes to the backlog quota and the log writer's queue only once the one before it
+        is queued there (or ended: refused, failed, a duplicate), so one waiting under
+        ``block_producer`` or for room in the writer holds back the requests after it,
+        whatever their topic. It does not wait for the previous one's ``fdatasync``: the
+        pipeline stays full."""
         peer = await self._open_stream(context)
         try:
             async for response in self._publish_stream(request_iterator, context):
@@ -156,12 +184,13 @@ class BrokerService(_grpc.BrokerServicer):
 
         async def read_requests() -> None:
             requests = aiter(request_iterator)
+            turns = Turnstile()  # this stream's admission order, see above
             try:
                 while True:
                     await window.acquire()  # released once a response is sent
                     if (request := await anext(requests, None)) is None:
                         return
-                    task = asyncio.create_task(self._publish(request))
+                    task = asyncio.create_task(self._publish(request, turns=turns))
                     task.add_done_callback(_retrieve_failure)
                     pending.put_nowait((task, request.request_id))
             finally:

@@ -73,6 +73,7 @@ class BrokerServicer:
 
     def PublishStream(self, request_iterator, context):
         """Pipeline many batches; responses come back in request order, each with its status.
+        Batches of one stream are appended in the order sent.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -25,6 +25,9 @@ Invariants:
   ``INTERVAL`` and ``NEVER``. See :class:`~wal.config.FsyncPolicy`.
 - The high-water mark only moves forward and only over durable data; it is always a batch
   boundary.
+- Backpressure is first come, first queued: with ``queue_size`` commands queued, an
+  append or command waits behind every earlier waiter, and a freed place is handed to
+  the oldest one (counted as taken before it wakes), so nobody is passed or starved.
 - After a failed write every pending and later append fails with ``WalFailedError``;
   except on a full disk: the group's appends fail with ``DiskFullError`` (those the log
   wrote whole before the disk filled, a prefix, are acknowledged after the sync as usual),
@@ -45,6 +48,7 @@ descriptor are safe together, and the mark only claims what was written before t
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import logging
@@ -168,7 +172,8 @@ class LogWriter:
         self._queue_size = queue_size
         self._jobs: queue.SimpleQueue[Command] = queue.SimpleQueue()
         self._queued = 0  # commands queued and not yet completed on the loop
-        self._room: list[asyncio.Future[None]] = []  # appenders waiting for the queue
+        #: Appenders and commands waiting for room in the queue, oldest first.
+        self._room: collections.deque[asyncio.Future[None]] = collections.deque()
         self._hwm = log.head
         self._written = log.head
         self._listeners: list[Listener] = []
@@ -252,6 +257,7 @@ class LogWriter:
         batch: bytes | bytearray | memoryview | RecordBatch,
         *,
         on_done: Settled | None = None,
+        on_queued: Callable[[], None] | None = None,
     ) -> AppendResult:
         """Append one batch; return its offsets once it is acknowledged.
 
@@ -260,6 +266,14 @@ class LogWriter:
         if the caller was cancelled while it waited (the batch is written all the same once
         queued), and before any task woken by the acknowledgement runs. For bookkeeping
         that must follow every append that happened, without a task of its own.
+
+        ``on_queued`` is called once, at once, when the batch has its place in the writer's
+        queue (before it is written): batches are written in the order they are queued, so
+        a caller that must keep its batches in order may start the next one then. It is
+        not called for a batch refused before it was queued.
+
+        Backpressure: with ``queue_size`` commands queued, an append waits for room, behind
+        every append or command that was already waiting (first come, first queued).
 
         Raises:
             InvalidBatchError: the batch is malformed or over a limit; nothing was appended.
@@ -272,16 +286,18 @@ class LogWriter:
             loop = self._loop
             assert loop is not None
             future: asyncio.Future[AppendResult] = loop.create_future()
-            if self._queued >= self._queue_size:
-                await self._wait_for_room()  # backpressure
-                self._check_open()
+            if self._room or self._queued >= self._queue_size:
+                await self._wait_for_room()  # backpressure: returns holding a place
+            else:
+                self._queued += 1
         except BaseException as exc:
             if on_done is not None:
                 on_done(exc)
             raise
-        self._queued += 1
         # tuple.__new__: the NamedTuple's own __new__ is a Python function, 2x slower.
         self._jobs.put(tuple.__new__(Append, (validated, future, on_done)))
+        if on_queued is not None:
+            on_queued()
         return await future
 
     async def flush(self) -> None:
@@ -356,26 +372,57 @@ class LogWriter:
         return asyncio.get_running_loop().create_future()
 
     async def _command(self, cmd: Flush | Roll | ApplyRetention) -> None:
-        """Queue a control command behind every append queued before it; wait for it."""
-        if self._queued >= self._queue_size:
+        """Queue a control command behind every append queued (or waiting for room)
+        before it; wait for it."""
+        if self._room or self._queued >= self._queue_size:
             await self._wait_for_room()
-            self._check_open()
-        self._queued += 1
+        else:
+            self._queued += 1
         self._jobs.put(cmd)
         assert cmd.future is not None
         await cmd.future
 
     async def _wait_for_room(self) -> None:
-        while self._queued >= self._queue_size:
-            room: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._room.append(room)
+        """Wait for a place in the queue behind every earlier waiter (FIFO); return holding
+        it, counted in ``_queued``.
+
+        :meth:`_completed` hands each freed place to the oldest waiter (counting it as
+        taken when it wakes the waiter), so no caller arriving before the waiter runs can
+        take it. A waiter cancelled after it was handed a place gives it to the next one.
+
+        Raises:
+            WalClosedError, WalFailedError: the writer closed or failed meanwhile; the
+                caller holds no place.
+        """
+        loop = self._loop
+        assert loop is not None
+        room: asyncio.Future[None] = loop.create_future()
+        self._room.append(room)
+        try:
             await room
+        except asyncio.CancelledError:
+            if room.cancelled():  # still waiting (or skipped by _completed)
+                with contextlib.suppress(ValueError):
+                    self._room.remove(room)
+            elif room.exception() is None:  # handed a place, cancelled before it woke
+                self._completed(1)
+            raise
+        try:
+            self._check_open()
+        except WalError:
+            self._completed(1)  # give the place back: the next waiter sees the same
+            raise
 
     def _completed(self, count: int) -> None:
-        """``count`` queued commands are done: wake appenders waiting for room."""
+        """``count`` places in the queue are free again (commands done, or a place given
+        back): hand them to the oldest waiters, counting each as taken."""
         self._queued -= count
-        while self._room and self._queued < self._queue_size:
-            _resolve(self._room.pop(0), None)
+        room = self._room
+        while room and self._queued < self._queue_size:
+            waiter = room.popleft()
+            if not waiter.done():  # a cancelled waiter takes nothing
+                self._queued += 1
+                waiter.set_result(None)
 
     # -- the writer thread --------------------------------------------------------------
 
@@ -578,8 +625,9 @@ class LogWriter:
                 _fail(cmd.future, exc)
             if isinstance(cmd, Close) and self._closed is not None:
                 _resolve(self._closed, None)  # the thread is gone: aclose goes on
-        for room in self._room:  # nothing will make room again
-            _resolve(room, None)
+        error = exc if isinstance(exc, WalError) else WalFailedError(self._log.path, str(exc))
+        for room in self._room:  # nothing will make room again: the waiters hold no place
+            _fail(room, error)
         self._room.clear()
 
     def _advance(self, offset: int) -> None:

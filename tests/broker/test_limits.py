@@ -345,7 +345,7 @@ async def test_publish_stream_stops_reading_at_in_flight_limit() -> None:
     gate = asyncio.Event()
     pulled = 0
 
-    async def held_publish(request: pb.PublishRequest) -> pb.PublishResponse:
+    async def held_publish(request: pb.PublishRequest, **_: object) -> pb.PublishResponse:
         await gate.wait()
         return pb.PublishResponse(request_id=request.request_id)
 
