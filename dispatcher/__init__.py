@@ -13,8 +13,11 @@ Modules:
                       STALLED rules, ingress and ack rates (pure)
     diagnosis         LagState, Cause, diagnose(): a partition's lag state and reason (pure)
     dead_letter       DeadLetter, DlqEntry: dead letters as records, the codec, replay (pure)
-    dlq               DeadLetterQueue: one subscription's dead letters in their own log;
-                      DeadLetterQueues: every subscription's queue and the dead-letter sink
+    dlq_config        DlqConfig, OverflowPolicy, PutOutcome, DlqFullError: a dead-letter
+                      queue's settings, outcomes and errors (pure)
+    dlq               DeadLetterQueue: one subscription's dead letters in their own log
+    dlq_queues        DeadLetterQueues: every subscription's queue, their expiry, and the
+                      dead-letter sink
     subscription      Subscription, ConsumerSession: the async shell that runs the state
                       machine; its dispatch task is the one owner, fed by a command queue
     state_file        StateDoc: a subscription's state file, its versions, fitting it to the

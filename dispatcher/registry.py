@@ -2,7 +2,7 @@
 
 Owns :class:`SubscriptionRegistry`, which ties together the parts each subscription
 needs: its state file (:mod:`dispatcher.cursor_store`: atomic saves, coalesced, by a
-flusher), its dead-letter queue (:class:`dispatcher.dlq.DeadLetterQueues`, opened when a
+flusher), its dead-letter queue (:class:`dispatcher.dlq_queues.DeadLetterQueues`, opened when a
 subscription first dead-letters a record or an admin asks for one; the sink the dispatch
 tasks write poison records to) and the heartbeat with the metrics samples
 (:mod:`dispatcher.heartbeat`).
@@ -44,7 +44,9 @@ from dataclasses import dataclass, field
 
 from dispatcher import state_file
 from dispatcher.cursor_store import CursorStore, remove_dir
-from dispatcher.dlq import DeadLetterQueue, DeadLetterQueues, DlqConfig
+from dispatcher.dlq import DeadLetterQueue
+from dispatcher.dlq_config import DlqConfig
+from dispatcher.dlq_queues import DeadLetterQueues
 from dispatcher.errors import (
     DispatcherClosedError,
     InvalidSubscriptionError,

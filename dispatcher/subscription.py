@@ -86,7 +86,7 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
 
 from dispatcher.diagnosis import DlqFull, PartitionFacts, Retry, diagnose
-from dispatcher.dlq import DlqFullError
+from dispatcher.dlq_config import DlqFullError
 from dispatcher.errors import (
     DispatchError,
     InvalidSubscriptionError,
