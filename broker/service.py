@@ -52,7 +52,7 @@ from broker.rpc_handlers import add_service
 from broker.status import Context, abort_for, rpc, status_for
 from broker.topics import Topic, TopicRegistry
 from dispatcher import ConsumerSession, Subscription, SubscriptionRegistry
-from dispatcher.subscription import DRAINED
+from dispatcher.session import DRAINED
 from proto import broker_pb2 as _pb
 from proto import broker_pb2_grpc as _grpc
 from wal import LogWriter

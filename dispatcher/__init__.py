@@ -18,8 +18,10 @@ Modules:
     dlq               DeadLetterQueue: one subscription's dead letters in their own log
     dlq_queues        DeadLetterQueues: every subscription's queue, their expiry, and the
                       dead-letter sink
-    subscription      Subscription, ConsumerSession: the async shell that runs the state
-                      machine; its dispatch task is the one owner, fed by a command queue
+    subscription      Subscription: the async shell that runs the state machine; its
+                      dispatch task is the one owner, fed by a command queue
+    session           ConsumerSession, DRAINED: one attached consumer and its outbox
+    status            PartitionStatus, SubscriptionStatus: what ``lag`` reports (pure data)
     state_file        StateDoc: a subscription's state file, its versions, fitting it to the
                       logs (pure)
     names             the one topic and subscription name pattern (pure)
@@ -28,7 +30,8 @@ Modules:
     heartbeat         Heartbeat: ticks every subscription; PartitionSample and
                       SubscriptionSample, the metrics snapshot
     registry          SubscriptionRegistry: create, find, list, drop, delete and expire
-                      subscriptions, tying the store, the queues and the heartbeat together
+                      subscriptions, tying the store, the queues and the heartbeat together;
+                      InitialPosition: where a new subscription starts
     removal           a subscription delete's on-disk steps, crash-atomic; pruning at open
     expiry            IdleTracker: when an inactive subscription expires (pure)
     errors            DispatchError and its subclasses
@@ -59,14 +62,15 @@ from dispatcher.protocol import (
     PoisonPolicy,
     SubscriptionType,
 )
-from dispatcher.registry import DispatchConfig, SubscriptionRegistry, check_subscription_name
-from dispatcher.subscription import (
-    ConsumerSession,
+from dispatcher.registry import (
+    DispatchConfig,
     InitialPosition,
-    PartitionStatus,
-    Subscription,
-    SubscriptionStatus,
+    SubscriptionRegistry,
+    check_subscription_name,
 )
+from dispatcher.session import ConsumerSession
+from dispatcher.status import PartitionStatus, SubscriptionStatus
+from dispatcher.subscription import Subscription
 
 __all__ = [
     "AckRanges",

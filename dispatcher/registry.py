@@ -2,10 +2,11 @@
 
 Owns :class:`SubscriptionRegistry`, which ties together the parts each subscription
 needs: its state file (:mod:`dispatcher.cursor_store`: atomic saves, coalesced, by a
-flusher), its dead-letter queue (:class:`dispatcher.dlq_queues.DeadLetterQueues`, opened when a
-subscription first dead-letters a record or an admin asks for one; the sink the dispatch
-tasks write poison records to) and the heartbeat with the metrics samples
-(:mod:`dispatcher.heartbeat`).
+flusher), its dead-letter queue (:class:`dispatcher.dlq_queues.DeadLetterQueues`, opened
+when a subscription first dead-letters a record or an admin asks for one; the sink the
+dispatch tasks write poison records to) and the heartbeat with the metrics samples
+(:mod:`dispatcher.heartbeat`). Also :class:`InitialPosition`: where a new subscription
+starts.
 
 When saved: a new subscription before its consumer gets an answer; a seek or a commit
 (``AckUpTo``) before the reply (:meth:`SubscriptionRegistry.save` waits for the command
@@ -35,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import enum
 import functools
 import logging
 import os
@@ -68,7 +70,7 @@ from dispatcher.protocol import (
     ToDeadLetter,
 )
 from dispatcher.removal import commit_delete, prune_queues, remove_queue
-from dispatcher.subscription import InitialPosition, Subscription
+from dispatcher.subscription import Subscription
 from wal import FileSystem, LogWriter, run_to_end
 
 logger = logging.getLogger(__name__)
@@ -80,6 +82,13 @@ __all__ = [
     "SubscriptionSample",
     "check_subscription_name",
 ]
+
+
+class InitialPosition(enum.Enum):
+    """Where a new subscription starts."""
+
+    EARLIEST = "earliest"
+    LATEST = "latest"
 
 
 def check_subscription_name(name: str) -> None:

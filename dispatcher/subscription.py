@@ -1,11 +1,12 @@
 """One subscription of one topic: the async shell around its state machine.
 
 Owns :class:`Subscription` (the dispatch task, the consumers' outboxes, the heartbeat's
-view) and :class:`ConsumerSession` (one attached consumer). Every decision, who gets which
-record, what an ack frees, when a record is sent again, what is poison, lives in the pure
-:class:`~dispatcher.state.SubscriptionState`; this module only carries out its actions:
-reading the log, putting deliveries in outboxes, writing dead letters, saving state and
-logging.
+view). One attached consumer is a :class:`~dispatcher.session.ConsumerSession`; what
+:meth:`Subscription.status` reports is :mod:`dispatcher.status`. Every decision, who gets
+which record, what an ack frees, when a record is sent again, what is poison, lives in the
+pure :class:`~dispatcher.state.SubscriptionState`; this module only carries out its
+actions: reading the log, putting deliveries in outboxes, writing dead letters, saving
+state and logging.
 
 One owner per subscription: the dispatch task is the only code that changes the
 state. Every command, from consumers (attach, credit, acks, nacks, releases, drains,
@@ -74,15 +75,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
-import itertools
 import logging
 import random as _random
 import time
 import types
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
-from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
 
 from dispatcher.diagnosis import DlqFull, PartitionFacts, Retry, diagnose
@@ -114,8 +112,6 @@ from dispatcher.protocol import (
     DeadLettered,
     DeadLetterFailed,
     Deleted,
-    Delivery,
-    DeliveryMode,
     Detach,
     DispatchLimits,
     DispatchPolicy,
@@ -132,7 +128,9 @@ from dispatcher.protocol import (
     SubscriptionType,
     ToDeadLetter,
 )
+from dispatcher.session import DRAINED, ConsumerSession
 from dispatcher.state import SubscriptionState
+from dispatcher.status import PartitionStatus, SubscriptionStatus
 from wal import LogWriter, RecordBatch
 
 logger = logging.getLogger(__name__)
@@ -148,7 +146,6 @@ MAX_BATCHES_PER_READ = 64
 #: command method returns waits for room (the command itself is queued all the same, in
 #: order: nothing is dropped). So the queue holds at most this many plus one per caller.
 MAX_QUEUED_COMMANDS = 1024
-_consumer_ids = itertools.count(1)
 
 #: Reads ``max_bytes`` (at least one batch) of partition ``p`` from ``offset`` without
 #: holding the loop; see :class:`Subscription`'s ``reader``.
@@ -168,82 +165,10 @@ _ACTIVITY: Final = frozenset({Attach, Detach, Drain, Release, Ack, AckUpTo, Nack
 DeadLetterSink = Callable[["Subscription", ToDeadLetter], Awaitable[None]]
 
 
-class InitialPosition(enum.Enum):
-    """Where a new subscription starts."""
-
-    EARLIEST = "earliest"
-    LATEST = "latest"
-
-
 #: How long after its last AckUpTo a reader that pulls by offset (the Spark connector)
 #: still counts as the subscription's consumer in ``lag``: its behind records are LAGGING,
 #: not NO_CONSUMER. Five minutes covers slow Spark triggers; seconds.
 PULL_READER_WINDOW_S = 300.0
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionStatus:
-    """One partition of a subscription, as ``lag`` reports it."""
-
-    partition: int
-    cursor: int  # the first offset not acknowledged
-    head: int  # the next offset to be written (durable records lie below it)
-    lag: int  # records at or above the cursor not yet acknowledged
-    in_flight: int  # sent and not yet acknowledged
-    oldest_unacked_age_s: float  # age of the record at the cursor (0 when caught up)
-    state: str  # CAUGHT_UP | LAGGING | STALLED | NO_CONSUMER | BLOCKED
-    reason: str  # "<cause>: <detail>" (dispatcher.diagnosis), "" when caught up
-    ingress_rate: float = 0.0  # records/s appended, over the rate window (dispatcher.lag)
-    ack_rate: float = 0.0  # records/s acknowledged by this subscription, same window
-    drain_s: float | None = 0.0  # lag / (ack_rate - ingress_rate); None: never drains
-    trend: str = "steady"  # growing | shrinking | steady: the lag over the window
-
-
-@dataclass(frozen=True, slots=True)
-class SubscriptionStatus:
-    """A subscription's state for admin replies."""
-
-    topic: str
-    name: str
-    type: SubscriptionType
-    consumers: tuple[str, ...]
-    partitions: tuple[PartitionStatus, ...]
-    mode: DeliveryMode = DeliveryMode.AT_LEAST_ONCE
-
-    @property
-    def lag(self) -> int:
-        """Records not yet acknowledged, over every partition."""
-        return sum(p.lag for p in self.partitions)
-
-
-#: Put in a draining consumer's outbox after its last delivery (:meth:`Subscription.drain`):
-#: a marker, compared by identity, that carries no records and names no partition.
-DRAINED: Final = Delivery(-1, b"", 0, 0, {})
-
-
-class ConsumerSession:
-    """One attached consumer and the deliveries waiting for it."""
-
-    __slots__ = ("consumer_id", "draining", "ended_by", "name", "outbox", "pending_credit")
-
-    def __init__(self, name: str) -> None:
-        self.consumer_id = f"c{next(_consumer_ids)}"
-        self.name = name or self.consumer_id
-        #: Why the subscription let this consumer go, when not for shutdown (e.g. the
-        #: subscription was deleted): what its stream should end with.
-        self.ended_by: Exception | None = None
-        #: Bounded by the credit: the dispatch task never puts more than was granted.
-        self.outbox: asyncio.Queue[Delivery | None] = asyncio.Queue()
-        #: Set by :meth:`Subscription.drain`: nothing more goes into the outbox.
-        self.draining = False
-        #: Credit granted (at attach, or by grants) in commands not yet applied: counted
-        #: against ``max_credit_per_consumer`` at once.
-        self.pending_credit = 0
-
-    async def next(self) -> Delivery | None:
-        """The next delivery, :data:`DRAINED` after the last one a draining consumer gets,
-        or ``None`` once the subscription has let this consumer go."""
-        return await self.outbox.get()
 
 
 class Subscription:
