@@ -32,8 +32,9 @@ Modules:
     heartbeat         Heartbeat: ticks every subscription; PartitionSample and
                       SubscriptionSample, the metrics snapshot
     registry          SubscriptionRegistry: create, find, list, drop, delete and expire
-                      subscriptions, tying the store, the queues and the heartbeat together;
-                      InitialPosition: where a new subscription starts
+                      subscriptions, tying the store, the queues and the heartbeat together
+    settings          DispatchConfig, InitialPosition, check_subscription_name: how
+                      subscriptions are set up (pure)
     removal           a subscription delete's on-disk steps, crash-atomic; pruning at open
     expiry            IdleTracker: when an inactive subscription expires (pure)
     errors            DispatchError and its subclasses
@@ -64,13 +65,9 @@ from dispatcher.protocol import (
     PoisonPolicy,
     SubscriptionType,
 )
-from dispatcher.registry import (
-    DispatchConfig,
-    InitialPosition,
-    SubscriptionRegistry,
-    check_subscription_name,
-)
+from dispatcher.registry import SubscriptionRegistry
 from dispatcher.session import ConsumerSession
+from dispatcher.settings import DispatchConfig, InitialPosition, check_subscription_name
 from dispatcher.status import PartitionStatus, SubscriptionStatus
 from dispatcher.subscription import Subscription
 
