@@ -47,7 +47,7 @@ This is the hot path: the loop keeps its own references to the state, the partit
 the consumers' sessions and the command queue (the very objects the subscription holds,
 never replaced), so a pass reads them as directly as a method of the subscription would.
 Imports ``wal`` and, of ``dispatcher``, the pure ``protocol`` and ``state``, and
-``session`` (``subscription`` for type hints only).
+``session``; never ``subscription`` (what it needs of it is :class:`LoopOwner`).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ import logging
 import types
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Generator
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import Any, Generic, Protocol, TypeAlias, TypeVar
 
 from dispatcher.protocol import (
     TICK,
@@ -78,9 +78,6 @@ from dispatcher.session import ConsumerSession
 from dispatcher.state import SubscriptionState
 from wal import LogWriter, RecordBatch
 
-if TYPE_CHECKING:
-    from dispatcher.subscription import Subscription
-
 logger = logging.getLogger(__name__)
 
 #: The most batches one pass takes from one partition. A pass runs without yielding, so a
@@ -93,12 +90,24 @@ MAX_BATCHES_PER_READ = 64
 #: holding the loop; see :class:`~dispatcher.subscription.Subscription`'s ``reader``.
 LogReader: TypeAlias = Callable[[int, int, int], Awaitable[list[RecordBatch]]]
 
-#: Writes a dead letter; returns once it is stored (or rejected by the queue's overflow
-#: policy); raises when it could not be written (the record then stays unacknowledged).
-DeadLetterSink = Callable[["Subscription", ToDeadLetter], Awaitable[None]]
+
+class LoopOwner(Protocol):
+    """What the loop reads of the subscription it runs for. ``on_dispatch`` is read at
+    each first delivery: the registry sets it after the subscription is made."""
+
+    #: The topic and the subscription's name (every log line names them).
+    topic: str
+    name: str
+    #: Called with (seconds from publish to dispatch) for each first delivery.
+    on_dispatch: Callable[[float], None]
+    #: How often the heartbeat ticks the subscription, seconds (named in error logs).
+    heartbeat_interval_s: float
 
 
-class DispatchLoop:
+OwnerT = TypeVar("OwnerT", bound=LoopOwner)
+
+
+class DispatchLoop(Generic[OwnerT]):
     """The dispatch task's body for one subscription. Use from one event loop.
 
     Not task-safe by itself, and needs no lock: the subscription's dispatch task runs
@@ -125,7 +134,7 @@ class DispatchLoop:
 
     def __init__(
         self,
-        sub: Subscription,
+        sub: OwnerT,
         *,
         state: SubscriptionState,
         writers: list[LogWriter],
@@ -137,9 +146,9 @@ class DispatchLoop:
         wall_clock: Callable[[], float],
         reader: LogReader | None,
         max_batch_bytes: int,
-        on_change: Callable[[Subscription], None],
-        persist: Callable[[Subscription], Awaitable[None]] | None,
-        dead_letters: DeadLetterSink | None,
+        on_change: Callable[[OwnerT], None],
+        persist: Callable[[OwnerT], Awaitable[None]] | None,
+        dead_letters: Callable[[OwnerT, ToDeadLetter], Awaitable[None]] | None,
     ) -> None:
         self._sub = sub
         self._topic = sub.topic
@@ -277,7 +286,7 @@ class DispatchLoop:
         record). The task owns nothing else meanwhile: it sleeps between turns, not
         inside one. A pass that has to await (saving delivery counts before a
         redelivery) is handed over to the task at that await, which finishes it
-        before anything else (:meth:`_run`): as if the task had run it from the start."""
+        before anything else (:meth:`run`): as if the task had run it from the start."""
         self.dispatch = False
         self.notifier_polls += 1
         coro = self._pass()

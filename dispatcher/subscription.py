@@ -54,7 +54,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, TypeAlias
 
 from dispatcher.diagnosis import DlqFull, PartitionFacts, Retry, diagnose
-from dispatcher.dispatch_loop import DeadLetterSink, DispatchLoop, LogReader
+from dispatcher.dispatch_loop import DispatchLoop, LogReader
 from dispatcher.dlq_config import DlqFullError
 from dispatcher.errors import (
     DispatchError,
@@ -88,6 +88,7 @@ from dispatcher.protocol import (
     Release,
     Seek,
     SubscriptionType,
+    ToDeadLetter,
 )
 from dispatcher.session import DRAINED, ConsumerSession
 from dispatcher.state import SubscriptionState
@@ -107,6 +108,10 @@ MAX_QUEUED_COMMANDS = 1024
 #: nobody needs one), and whether applying it may let the task send (then a pass runs).
 #: A command of None is a barrier: its future says that everything before it is applied.
 _Queued: TypeAlias = tuple[Command | None, "asyncio.Future[Any] | None", bool]
+
+#: Writes a dead letter; returns once it is stored (or rejected by the queue's overflow
+#: policy); raises when it could not be written (the record then stays unacknowledged).
+DeadLetterSink = Callable[["Subscription", ToDeadLetter], Awaitable[None]]
 
 #: The commands that count as activity for inactivity expiry (not credit, not the
 #: subscription's own dead-letter results, not barriers).
