@@ -6,7 +6,8 @@ Modules:
     protocol          DispatchPolicy, PartitionSnapshot, the state machine's commands and
                       actions (pure data)
     partition_book    Consumer, Lease, PartitionBook: what the state machine keeps per
-                      partition and consumer; the key_shared slot hash (pure)
+                      partition and consumer; the key_shared slot hash and slot owners;
+                      helpers that change or read one partition (pure)
     state             SubscriptionState: types, acks, leases, redelivery with backoff, poison
                       records, key_shared slots: the state machine (pure)
     lag               HeartbeatConfig, LagMonitor, RateWindow: the heartbeat's re-poll and
