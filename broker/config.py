@@ -100,7 +100,7 @@ from dispatcher import (
     InvalidSubscriptionError,
     PoisonPolicy,
 )
-from dispatcher.dlq import DlqConfig, DlqConfigError, OverflowPolicy
+from dispatcher.dlq_config import DlqConfig, DlqConfigError, OverflowPolicy
 from dispatcher.names import NAME_RULE, is_valid_name
 from wal import FsyncPolicy, LogConfig, WalConfigError
 from wal.config import HEADER_LIMITS

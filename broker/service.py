@@ -53,7 +53,7 @@ from broker.status import Context, abort_for, rpc, status_for
 from broker.topics import Topic, TopicRegistry
 from broker.turns import Turnstile
 from dispatcher import ConsumerSession, Subscription, SubscriptionRegistry
-from dispatcher.subscription import DRAINED
+from dispatcher.session import DRAINED
 from proto import broker_pb2 as _pb
 from proto import broker_pb2_grpc as _grpc
 from wal import LogWriter

@@ -6,17 +6,25 @@ Modules:
     protocol          DispatchPolicy, PartitionSnapshot, the state machine's commands and
                       actions (pure data)
     partition_book    Consumer, Lease, PartitionBook: what the state machine keeps per
-                      partition and consumer; the key_shared slot hash (pure)
+                      partition and consumer; the key_shared slot hash and slot owners;
+                      helpers that change or read one partition (pure)
     state             SubscriptionState: types, acks, leases, redelivery with backoff, poison
                       records, key_shared slots: the state machine (pure)
     lag               HeartbeatConfig, LagMonitor, RateWindow: the heartbeat's re-poll and
                       STALLED rules, ingress and ack rates (pure)
     diagnosis         LagState, Cause, diagnose(): a partition's lag state and reason (pure)
     dead_letter       DeadLetter, DlqEntry: dead letters as records, the codec, replay (pure)
-    dlq               DeadLetterQueue: one subscription's dead letters in their own log;
-                      DeadLetterQueues: every subscription's queue and the dead-letter sink
-    subscription      Subscription, ConsumerSession: the async shell that runs the state
-                      machine; its dispatch task is the one owner, fed by a command queue
+    dlq_config        DlqConfig, OverflowPolicy, PutOutcome, DlqFullError: a dead-letter
+                      queue's settings, outcomes and errors (pure)
+    dlq               DeadLetterQueue: one subscription's dead letters in their own log
+    dlq_queues        DeadLetterQueues: every subscription's queue, their expiry, and the
+                      dead-letter sink
+    subscription      Subscription: the async shell that runs the state machine; its
+                      dispatch task is the one owner, fed by a command queue
+    dispatch_loop     DispatchLoop: the dispatch task's turns and passes (read the log,
+                      send, save, dead-letter), the notifier's pass in place, the timer
+    session           ConsumerSession, DRAINED: one attached consumer and its outbox
+    status            PartitionStatus, SubscriptionStatus: what ``lag`` reports (pure data)
     state_file        StateDoc: a subscription's state file, its versions, fitting it to the
                       logs (pure)
     names             the one topic and subscription name pattern (pure)
@@ -26,6 +34,8 @@ Modules:
                       SubscriptionSample, the metrics snapshot
     registry          SubscriptionRegistry: create, find, list, drop, delete and expire
                       subscriptions, tying the store, the queues and the heartbeat together
+    settings          DispatchConfig, InitialPosition, check_subscription_name: how
+                      subscriptions are set up (pure)
     removal           a subscription delete's on-disk steps, crash-atomic; pruning at open
     expiry            IdleTracker: when an inactive subscription expires (pure)
     errors            DispatchError and its subclasses
@@ -56,14 +66,11 @@ from dispatcher.protocol import (
     PoisonPolicy,
     SubscriptionType,
 )
-from dispatcher.registry import DispatchConfig, SubscriptionRegistry, check_subscription_name
-from dispatcher.subscription import (
-    ConsumerSession,
-    InitialPosition,
-    PartitionStatus,
-    Subscription,
-    SubscriptionStatus,
-)
+from dispatcher.registry import SubscriptionRegistry
+from dispatcher.session import ConsumerSession
+from dispatcher.settings import DispatchConfig, InitialPosition, check_subscription_name
+from dispatcher.status import PartitionStatus, SubscriptionStatus
+from dispatcher.subscription import Subscription
 
 __all__ = [
     "AckRanges",

@@ -1,11 +1,11 @@
 """The dead-letter queue of one subscription: records that kept failing, kept for people.
 
-Owns :class:`DeadLetterQueue` (one per subscription, stored in Headrace's own WAL), its
-settings (:class:`DlqConfig`, :class:`OverflowPolicy`), and :class:`DeadLetterQueues`:
-every subscription's queue, opened on first use, their max_age expiry, and the sink the
-dispatch tasks hand poison records to (``<data dir>/dlq/<topic>/<subscription>/``).
-What goes in and comes out, and how an entry is encoded as a record, is
-:mod:`dispatcher.dead_letter`. DESIGN section 3.
+Owns :class:`DeadLetterQueue` (one per subscription, stored in Headrace's own WAL) and its
+state file. Its settings, put outcomes and errors (:class:`~dispatcher.dlq_config.DlqConfig`,
+:class:`~dispatcher.dlq_config.OverflowPolicy`) are :mod:`dispatcher.dlq_config`; every
+subscription's queue, their max_age expiry and the sink the dispatch tasks hand poison
+records to are :mod:`dispatcher.dlq_queues`. What goes in and comes out, and how an entry
+is encoded as a record, is :mod:`dispatcher.dead_letter`. DESIGN section 3.
 
 On disk, one directory per subscription::
 
@@ -27,35 +27,29 @@ Invariants:
 
 Counters (``events_total``, ``evicted_total``, ``expired_total``, ``rejected_total``) count
 since open; :meth:`DeadLetterQueue.count` comes from the log and the state file. Imports
-``wal`` and the pure ``dispatcher.errors``, ``dispatcher.protocol`` and
-``dispatcher.dead_letter`` only.
+``wal`` and the pure ``dispatcher.dead_letter`` and ``dispatcher.dlq_config`` only.
 """
 
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
-import math
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
 import msgspec
 
 from dispatcher.dead_letter import (
-    MAX_REPLAY_COUNT,
     DeadLetter,
     DlqEntry,
     decode_entries,
     encode_letters,
     replay_refusal,
 )
-from dispatcher.errors import DispatchError, SubscriptionNotFoundError
-from dispatcher.protocol import ToDeadLetter
+from dispatcher.dlq_config import DlqConfig, DlqFullError, OverflowPolicy, PutOutcome
 from wal import (
     FileSystem,
     LogConfig,
@@ -70,125 +64,9 @@ from wal import (
 logger = logging.getLogger(__name__)
 
 _MIB = 1 << 20
-#: The largest ``max_event_bytes``: 1 MiB under the WAL's largest record, for key and headers.
-MAX_EVENT_BYTES_LIMIT = 255 * _MIB
 _STATE_FILE = "state.json"
 _STATE_VERSION = 1
 _SCAN_BYTES = 1 << 20  # read size of peek and expire scans
-
-
-# ---------------------------------------------------------------------------------------
-# Settings, values and errors (pure)
-
-
-class OverflowPolicy(enum.Enum):
-    """What ``put`` does when new entries would take the queue past ``max_entries``.
-
-    - ``DROP_OLDEST`` (default): store them, then evict the oldest entries down to
-      ``max_entries`` (counted in ``evicted_total``). The evicted records are lost.
-    - ``REJECT``: store none of them and return :attr:`PutOutcome.REJECTED` (counted in
-      ``rejected_total``); the subscription applies its fallback.
-    - ``BLOCK``: store none of them and raise :class:`DlqFullError`; the subscription keeps
-      the records unacknowledged until someone acks, purges or replays the queue.
-    """
-
-    DROP_OLDEST = "drop_oldest"
-    REJECT = "reject"
-    BLOCK = "block"
-
-
-class PutOutcome(enum.Enum):
-    """What :meth:`DeadLetterQueue.put` did with the letters."""
-
-    STORED = "stored"
-    REJECTED = "rejected"
-
-    def is_stored(self) -> bool:
-        """Whether the letters are durable in the queue (the originals may be acked)."""
-        return self is PutOutcome.STORED
-
-
-class DlqConfigError(DispatchError, ValueError):
-    """Raised when a dead-letter queue setting is out of range or of the wrong kind."""
-
-    def __init__(self, field: str, value: object, allowed: str) -> None:
-        self.field = field
-        self.value = value
-        self.allowed = allowed
-        super().__init__(f"invalid dead-letter queue setting {field}={value!r}: {allowed}")
-
-
-class DlqFullError(DispatchError):
-    """Raised by ``put`` under ``OverflowPolicy.BLOCK`` when the queue is full; nothing was
-    stored."""
-
-    def __init__(self, topic: str, subscription: str, entries: int, max_entries: int) -> None:
-        self.topic = topic
-        self.subscription = subscription
-        self.entries = entries
-        self.max_entries = max_entries
-        super().__init__(
-            f"the dead-letter queue of {topic}/{subscription} is full at {entries} entries "
-            f"(max_entries={max_entries}, overflow=block); the subscription waits until you "
-            f"ack, purge or replay it (`headrace dlq ack|purge|replay`)"
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class DlqConfig:
-    """Settings of one dead-letter queue.
-
-    Attributes:
-        max_entries: Most entries held, count. Default 100 000; at least 1.
-        max_age_s: Entries dead-lettered longer ago than this are removed by ``expire``,
-            seconds. Default 7 days; ``None`` keeps them forever.
-        overflow: What a full queue does; see :class:`OverflowPolicy`. Default
-            ``DROP_OLDEST``.
-        max_event_bytes: Values longer than this are cut to it and flagged ``truncated``,
-            bytes. Default 1 MiB; from 1 to 255 MiB.
-        max_replays: An entry whose ``x-replay-count`` has reached this is not replayed
-            again (the loop guard), count. Default 3; 0 forbids every replay; at most
-            ``MAX_REPLAY_COUNT`` (2**32 - 1), where a clamped count stops.
-    """
-
-    max_entries: int = 100_000
-    max_age_s: float | None = 7 * 24 * 3600.0
-    overflow: OverflowPolicy = OverflowPolicy.DROP_OLDEST
-    max_event_bytes: int = _MIB
-    max_replays: int = 3
-
-    def __post_init__(self) -> None:
-        _check_int("max_entries", self.max_entries, 1, None)
-        _check_int("max_event_bytes", self.max_event_bytes, 1, MAX_EVENT_BYTES_LIMIT)
-        _check_int("max_replays", self.max_replays, 0, MAX_REPLAY_COUNT)
-        age = self.max_age_s
-        if age is not None and (
-            isinstance(age, bool)
-            or not isinstance(age, int | float)
-            or not math.isfinite(age)
-            or age <= 0
-        ):
-            raise DlqConfigError(
-                "max_age_s", age, "must be a positive finite number of seconds, or None"
-            )
-        if not isinstance(self.overflow, OverflowPolicy):
-            allowed = ", ".join(p.value for p in OverflowPolicy)
-            raise DlqConfigError("overflow", self.overflow, f"must be one of {allowed}")
-
-
-def _check_int(field: str, value: object, lo: int, hi: int | None) -> None:
-    if (
-        not isinstance(value, int)
-        or isinstance(value, bool)
-        or value < lo
-        or (hi is not None and value > hi)
-    ):
-        span = f"from {lo} to {hi}" if hi is not None else f"of at least {lo}"
-        raise DlqConfigError(field, value, f"must be an integer {span}")
-
-
-# ---------------------------------------------------------------------------------------
-# The queue (asyncio shell)
 
 
 class _State(msgspec.Struct, forbid_unknown_fields=True):
@@ -611,159 +489,3 @@ def _decode_state(data: bytes) -> int | None:
     if state.version != _STATE_VERSION or state.first_sequence < 0:
         return None
     return state.first_sequence
-
-
-# ---------------------------------------------------------------------------------------
-# Every subscription's queue, and the sink the dispatch tasks write poison records to
-
-#: How often dead-letter queues drop entries older than their max_age, seconds.
-EXPIRY_INTERVAL_S = 10.0
-
-
-class DeadLetterQueues:
-    """The dead-letter queues of every subscription, in ``<root>/<topic>/<subscription>/``,
-    each opened (and made) when its subscription first dead-letters a record or an admin
-    asks for it; and the sink that writes poison records to them (:meth:`write`). Use
-    from one event loop.
-
-    Args:
-        root: ``<data dir>/dlq``.
-        config: Every queue's settings.
-        fs: File operations (tests pass a faulty one).
-        clock: Wall-clock seconds (dead-letter times, max_age expiry).
-        exists: Whether a subscription still exists (a queue is never made for one
-            deleted while a caller waited).
-    """
-
-    def __init__(
-        self,
-        root: str,
-        config: DlqConfig,
-        *,
-        fs: FileSystem,
-        clock: Callable[[], float],
-        exists: Callable[[str, str], bool],
-    ) -> None:
-        self.root = root
-        self.config = config
-        self._fs = fs
-        self._clock = clock
-        self._exists = exists
-        self._queues: dict[tuple[str, str], DeadLetterQueue] = {}
-        self._lock = asyncio.Lock()
-        self._expiry: asyncio.Task[None] | None = None
-
-    def directory(self, topic: str, name: str) -> str:
-        """Where subscription ``name`` of ``topic`` keeps its queue."""
-        return os.path.join(self.root, topic, name)
-
-    def start(self) -> None:
-        """Start expiring entries older than ``max_age`` every :data:`EXPIRY_INTERVAL_S`."""
-        self._expiry = asyncio.create_task(self._expiry_loop(), name="dead-letter expiry")
-
-    async def aclose(self) -> None:
-        """Stop expiring and close every queue. Idempotent."""
-        task, self._expiry = self._expiry, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-        queues, self._queues = list(self._queues.values()), {}
-        for queue in queues:
-            await queue.aclose()
-
-    def opened(self, topic: str, name: str) -> DeadLetterQueue | None:
-        """The queue of ``topic``/``name`` if it is open."""
-        return self._queues.get((topic, name))
-
-    async def get(self, topic: str, name: str, *, create: bool = True) -> DeadLetterQueue | None:
-        """The queue of subscription ``name`` of ``topic``, opened (and made, with
-        ``create``) on first use; ``None`` when it does not exist and ``create`` is off.
-
-        Raises:
-            SubscriptionNotFoundError: the subscription is gone (deleted while this waited).
-        """
-        key = (topic, name)
-        async with self._lock:
-            queue = self._queues.get(key)
-            if queue is not None:
-                return queue
-            if not self._exists(topic, name):
-                raise SubscriptionNotFoundError(topic, name)
-            directory = self.directory(topic, name)
-            if not create and not await asyncio.to_thread(self._fs.exists, directory):
-                return None
-            queue = await DeadLetterQueue.open(
-                directory, self.config, fs=self._fs, clock=self._clock, name=f"{topic}/{name}"
-            )
-            self._queues[key] = queue
-            return queue
-
-    async def close(self, topic: str, name: str) -> None:
-        """Close and forget the queue of ``topic``/``name`` (its subscription is gone)."""
-        async with self._lock:
-            queue = self._queues.pop((topic, name), None)
-        if queue is not None:
-            await queue.aclose()
-
-    async def close_topic(self, topic: str) -> None:
-        """Close and forget every queue of ``topic`` (the topic is being deleted)."""
-        async with self._lock:  # not while get() opens one of them
-            queues = [self._queues.pop(key) for key in list(self._queues) if key[0] == topic]
-        for queue in queues:
-            await queue.aclose()
-
-    async def write(self, topic: str, name: str, action: ToDeadLetter) -> None:
-        """Write ``action``'s poison records to the queue of subscription ``name`` of
-        ``topic``: the subscriptions' dead-letter sink. Returns once they are stored,
-        or rejected by the queue's overflow policy (logged); raises when they could not
-        be written (the records then stay unacknowledged, and the subscription retries)."""
-        queue = await self.get(topic, name)
-        assert queue is not None
-        batch = action.batch
-        keys, values, headers = batch.keys(), batch.values(), batch.headers()
-        stamps = batch.timestamps()
-        letters = []
-        for failure in action.failures:
-            i = failure.offset - batch.base_offset
-            letters.append(
-                DeadLetter(
-                    topic=topic,
-                    partition=action.partition,
-                    offset=failure.offset,
-                    subscription=name,
-                    key=keys[i],
-                    value=values[i],
-                    headers=tuple(headers[i].items()),
-                    timestamp_ms=int(stamps[i]),
-                    attempts=failure.deliveries,
-                    reason=failure.reason or "delivery failed",
-                    attempt_times_ms=failure.times_ms,
-                )
-            )
-        outcome = await queue.put(letters)
-        if outcome is PutOutcome.REJECTED:
-            logger.warning(
-                "%s/%s: the dead-letter queue is full and rejects new entries (overflow "
-                "policy reject); dropped offsets %d..%d of partition %d",
-                topic,
-                name,
-                action.begin,
-                action.end - 1,
-                action.partition,
-            )
-
-    async def expire(self) -> None:
-        """Drop the entries older than ``max_age`` from every open queue."""
-        for key, queue in list(self._queues.items()):
-            try:
-                removed = await queue.expire()
-            except Exception:
-                logger.exception("expiring the dead-letter queue of %s/%s failed", *key)
-                continue
-            if removed:
-                logger.info("%s/%s: %d dead letters expired (max_age)", *key, removed)
-
-    async def _expiry_loop(self) -> None:
-        while True:
-            await self.expire()
-            await asyncio.sleep(EXPIRY_INTERVAL_S)

@@ -5,20 +5,21 @@ Owns the records :class:`~dispatcher.state.SubscriptionState` keeps and changes:
 :class:`Lease` (records sent together to one consumer), :class:`Tries` (an offset whose
 delivery failed), :class:`PartitionBook` (one partition: acked, leased, waiting, parked and
 stuck offsets, the read position and ``sent_mark``), :class:`BatchContext` (one batch
-being sent) and the key_shared slot hash (:func:`key_slot`). The rules that move offsets
-between those places live in :mod:`dispatcher.state`; the helpers here
-(:func:`pass_over`, :func:`unblock`, :func:`failure_runs`) each change or read one
-partition only.
+being sent) and the key_shared slot hash (:func:`key_slot`, with the slots' owners by
+rendezvous hashing: :func:`slot_weights`, :func:`slot_owners`). The rules that move
+offsets between those places live in :mod:`dispatcher.state`; the helpers here
+(:func:`pass_over`, :func:`unsend`, :func:`unblock`, :func:`failures_of`,
+:func:`failure_runs`) each change or read one partition only.
 """
 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from dispatcher.acks import AckRanges
-from dispatcher.protocol import Action, FailureRun, PartitionSnapshot
+from dispatcher.protocol import Action, Failure, FailureRun, PartitionSnapshot
 from dispatcher.ranges import RangeMap
 from wal import RecordBatch
 
@@ -188,6 +189,20 @@ def key_slot(key: bytes | None) -> int:
     return zlib.crc32(key) % SLOTS if key else 0
 
 
+def slot_weights(name: str) -> list[int]:
+    """A key_shared consumer's rendezvous weight for each slot, from its name alone: a
+    consumer that comes back under the same name owns the same slots."""
+    encoded = name.encode()
+    return [zlib.crc32(b"%s/%d" % (encoded, s)) for s in range(SLOTS)]
+
+
+def slot_owners(consumers: Iterable[Consumer]) -> list[Consumer]:
+    """The owner of each key_shared slot: the consumer with the highest weight for it (a
+    tie goes to the first by name, then by attach order)."""
+    members = sorted(consumers, key=lambda c: (c.name, c.order))
+    return [max(members, key=lambda c: c.weights[s]) for s in range(SLOTS)]
+
+
 def pass_over(part: PartitionBook, below: int) -> None:
     """Give a delivery count of 0 to the records in ``[sent_mark, below)`` that wait
     without ever having been sent (a key_shared consumer without credit, or held for
@@ -198,12 +213,44 @@ def pass_over(part: PartitionBook, below: int) -> None:
                 part.tries[offset] = Tries(0, "", [])
 
 
+def unsend(part: PartitionBook, lo: int, hi: int) -> None:
+    """Give ``[lo, hi)`` back the delivery counts they had before their last send."""
+    mark = part.sent_mark
+    for offset in range(hi - 1, lo - 1, -1):
+        tries = part.tries.get(offset)
+        if tries is not None:  # a redelivery: one send fewer
+            tries.deliveries = max(0, tries.deliveries - 1)
+        elif offset == mark - 1:  # a first delivery at the top: unsent again
+            mark = offset
+        elif len(part.tries) < MAX_FAILURES:  # a first delivery below others
+            part.tries[offset] = Tries(0, "", [])
+        # else: entries at their bound; it keeps its implicit 1 (an overcount by one)
+    part.sent_mark = mark
+
+
 def unblock(part: PartitionBook) -> None:
     part.blocked = ""
     part.blocked_offset = -1
     part.retry_dead_letters = False
     for lo, hi, _ in part.parked.cut(0, 1 << 62):  # failed dead letters go round again
         part.waiting.add(lo, hi, 0.0)
+
+
+def failures_of(part: PartitionBook, lo: int, hi: int) -> tuple[Failure, ...]:
+    """What each offset of ``[lo, hi)`` went through, as the dead-letter queue gets it:
+    its delivery count, the last failure's reason and the time of each failed attempt."""
+    failures = []
+    for offset in range(lo, hi):
+        tries = part.tries.get(offset)
+        failures.append(
+            Failure(
+                offset,
+                part.deliveries(offset),
+                tries.reason if tries else "",
+                tuple(tries.times) if tries else (),
+            )
+        )
+    return tuple(failures)
 
 
 def failure_runs(part: PartitionBook) -> tuple[FailureRun, ...]:

@@ -2,10 +2,11 @@
 
 Owns :class:`SubscriptionRegistry`, which ties together the parts each subscription
 needs: its state file (:mod:`dispatcher.cursor_store`: atomic saves, coalesced, by a
-flusher), its dead-letter queue (:class:`dispatcher.dlq.DeadLetterQueues`, opened when a
-subscription first dead-letters a record or an admin asks for one; the sink the dispatch
-tasks write poison records to) and the heartbeat with the metrics samples
-(:mod:`dispatcher.heartbeat`).
+flusher), its dead-letter queue (:class:`dispatcher.dlq_queues.DeadLetterQueues`, opened
+when a subscription first dead-letters a record or an admin asks for one; the sink the
+dispatch tasks write poison records to) and the heartbeat with the metrics samples
+(:mod:`dispatcher.heartbeat`). Its settings (:class:`~dispatcher.settings.DispatchConfig`,
+:class:`~dispatcher.settings.InitialPosition`) are :mod:`dispatcher.settings`.
 
 When saved: a new subscription before its consumer gets an answer; a seek or a commit
 (``AckUpTo``) before the reply (:meth:`SubscriptionRegistry.save` waits for the command
@@ -40,11 +41,11 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 
 from dispatcher import state_file
 from dispatcher.cursor_store import CursorStore, remove_dir
-from dispatcher.dlq import DeadLetterQueue, DeadLetterQueues, DlqConfig
+from dispatcher.dlq import DeadLetterQueue
+from dispatcher.dlq_queues import DeadLetterQueues
 from dispatcher.errors import (
     DispatcherClosedError,
     InvalidSubscriptionError,
@@ -56,60 +57,25 @@ from dispatcher.errors import (
 from dispatcher.expiry import IdleTracker
 from dispatcher.heartbeat import Heartbeat, PartitionSample, SubscriptionSample
 from dispatcher.lag import HeartbeatConfig
-from dispatcher.names import NAME_RULE, is_valid_name
 from dispatcher.protocol import (
     DeliveryMode,
     DispatchLimits,
-    DispatchPolicy,
     PartitionSnapshot,
     SubscriptionType,
     ToDeadLetter,
 )
 from dispatcher.removal import commit_delete, prune_queues, remove_queue
-from dispatcher.subscription import InitialPosition, Subscription
+from dispatcher.settings import DispatchConfig, InitialPosition, check_subscription_name
+from dispatcher.subscription import Subscription
 from wal import FileSystem, LogWriter, run_to_end
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "DispatchConfig",
     "PartitionSample",
     "SubscriptionRegistry",
     "SubscriptionSample",
-    "check_subscription_name",
 ]
-
-
-def check_subscription_name(name: str) -> None:
-    """Raise ``InvalidSubscriptionError`` unless ``name`` is a valid subscription name."""
-    if not is_valid_name(name):
-        raise InvalidSubscriptionError(
-            "subscription", f"{name!r} is not a valid subscription name: {NAME_RULE}"
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class DispatchConfig:
-    """How subscriptions deliver, by default and per subscription.
-
-    Attributes:
-        defaults: The policy of every subscription without an override (its ``type`` and
-            ``mode`` come from the subscription itself).
-        subscriptions: Per ``"topic/subscription"``, a policy whose fields replace the
-            defaults (again except ``type`` and ``mode``).
-        dlq: The dead-letter queue settings of every subscription.
-    """
-
-    defaults: DispatchPolicy = field(default_factory=DispatchPolicy)
-    subscriptions: Mapping[str, DispatchPolicy] = field(default_factory=dict)
-    dlq: DlqConfig = field(default_factory=DlqConfig)
-
-    def policy_for(
-        self, topic: str, name: str, type_: SubscriptionType, mode: DeliveryMode
-    ) -> DispatchPolicy:
-        """The policy of subscription ``name`` of ``topic`` with that type and mode."""
-        base = self.subscriptions.get(f"{topic}/{name}", self.defaults)
-        return dataclasses.replace(base, type=type_, mode=mode)
 
 
 class SubscriptionRegistry:

@@ -63,10 +63,10 @@ a record's last try and closes does not leave it waiting for the next consumer.
 Routing by type: ``exclusive`` has one consumer; ``failover`` sends to the consumer that
 attached first, the others stand by, and a takeover resends the unacknowledged records
 first, in order; ``shared`` sends each slice to the next consumer with credit; ``key_shared``
-maps each key to one of :data:`SLOTS` slots and each slot to a consumer by rendezvous
-hashing of consumer names. A consumer that joins a key_shared subscription while records
-are in flight gets nothing at or past the read position of its arrival until everything
-below it is acknowledged, so keys that move to it keep their order.
+maps each key to one of :data:`~dispatcher.partition_book.SLOTS` slots and each slot to a
+consumer by rendezvous hashing of consumer names. A consumer that joins a key_shared
+subscription while records are in flight gets nothing at or past the read position of its
+arrival until everything below it is acknowledged, so keys that move to it keep their order.
 
 Example: exclusive, ack timeout 30 s. Records 0..9 are read and sent at t=0 (one lease).
 The consumer acks 0..4 and nacks 5 with a 2 s delay at t=1: 5 waits until t=3, 6..9 stay
@@ -79,21 +79,23 @@ from __future__ import annotations
 import heapq
 import logging
 import math
-import zlib
 from collections.abc import Callable, Sequence
 
 from dispatcher.errors import InvalidAckError, InvalidSubscriptionError, SubscriptionBusyError
 from dispatcher.partition_book import (
     MAX_FAILURES,
-    SLOTS,
     BatchContext,
     Consumer,
     Lease,
     PartitionBook,
     Tries,
     failure_runs,
+    failures_of,
     pass_over,
+    slot_owners,
+    slot_weights,
     unblock,
+    unsend,
 )
 from dispatcher.protocol import (
     MAX_REASON_CHARS,
@@ -112,7 +114,6 @@ from dispatcher.protocol import (
     Detach,
     DispatchPolicy,
     Drain,
-    Failure,
     Fetched,
     Grant,
     Nack,
@@ -506,8 +507,7 @@ class SubscriptionState:
         self._order += 1
         consumer = Consumer(cmd.consumer, cmd.name, self._order, cmd.credit)
         if self.policy.type is SubscriptionType.KEY_SHARED:
-            name = cmd.name.encode()
-            consumer.weights = [zlib.crc32(b"%s/%d" % (name, s)) for s in range(SLOTS)]
+            consumer.weights = slot_weights(cmd.name)
             if self._consumers:  # keys that move here keep their order: see module doc
                 for part in self._parts:
                     if part.leases:
@@ -566,34 +566,18 @@ class SubscriptionState:
         for lo, hi, _ in reversed(part.leases.cut(begin, end, only=lease)):
             lease.remaining -= hi - lo
             lease.consumer.in_flight -= hi - lo
-            self._unsend(part, lo, hi)
+            unsend(part, lo, hi)
             part.waiting.add(lo, hi, now)
             self.released_total += hi - lo
             self.changes += 1
         if lease.remaining <= 0:
             lease.consumer.leases.discard(lease)
 
-    @staticmethod
-    def _unsend(part: PartitionBook, lo: int, hi: int) -> None:
-        """Give ``[lo, hi)`` back the delivery counts they had before their last send."""
-        mark = part.sent_mark
-        for offset in range(hi - 1, lo - 1, -1):
-            tries = part.tries.get(offset)
-            if tries is not None:  # a redelivery: one send fewer
-                tries.deliveries = max(0, tries.deliveries - 1)
-            elif offset == mark - 1:  # a first delivery at the top: unsent again
-                mark = offset
-            elif len(part.tries) < MAX_FAILURES:  # a first delivery below others
-                part.tries[offset] = Tries(0, "", [])
-            # else: entries at their bound; it keeps its implicit 1 (an overcount by one)
-        part.sent_mark = mark
-
     def _rebalance(self) -> None:
         if self.policy.type is not SubscriptionType.KEY_SHARED or not self._consumers:
             self._owners = []
             return
-        members = sorted(self._consumers.values(), key=lambda c: (c.name, c.order))
-        self._owners = [max(members, key=lambda c: c.weights[s]) for s in range(SLOTS)]
+        self._owners = slot_owners(self._consumers.values())
 
     # -- acknowledgements -------------------------------------------------------------
 
@@ -901,18 +885,7 @@ class SubscriptionState:
 
     def _to_dead_letter(self, part: PartitionBook, ctx: BatchContext, lo: int, hi: int) -> None:
         part.parked.add(lo, hi, None)
-        failures = []
-        for offset in range(lo, hi):
-            tries = part.tries.get(offset)
-            failures.append(
-                Failure(
-                    offset,
-                    part.deliveries(offset),
-                    tries.reason if tries else "",
-                    tuple(tries.times) if tries else (),
-                )
-            )
-        ctx.out.append(ToDeadLetter(part.index, ctx.batch, lo, hi, tuple(failures)))
+        ctx.out.append(ToDeadLetter(part.index, ctx.batch, lo, hi, failures_of(part, lo, hi)))
 
     def _assign(self, part: PartitionBook, ctx: BatchContext, lo: int, hi: int) -> None:
         """Give ``[lo, hi)`` to consumers by the subscription's type; what none can take

@@ -1,11 +1,12 @@
 """One subscription of one topic: the async shell around its state machine.
 
 Owns :class:`Subscription` (the dispatch task, the consumers' outboxes, the heartbeat's
-view) and :class:`ConsumerSession` (one attached consumer). Every decision, who gets which
-record, what an ack frees, when a record is sent again, what is poison, lives in the pure
-:class:`~dispatcher.state.SubscriptionState`; this module only carries out its actions:
-reading the log, putting deliveries in outboxes, writing dead letters, saving state and
-logging.
+view). One attached consumer is a :class:`~dispatcher.session.ConsumerSession`; what
+:meth:`Subscription.status` reports is :mod:`dispatcher.status`. Every decision, who gets
+which record, what an ack frees, when a record is sent again, what is poison, lives in the
+pure :class:`~dispatcher.state.SubscriptionState`; this module and
+:mod:`dispatcher.dispatch_loop` only carry out its actions: reading the log, putting
+deliveries in outboxes, writing dead letters, saving state and logging.
 
 One owner per subscription: the dispatch task is the only code that changes the
 state. Every command, from consumers (attach, credit, acks, nacks, releases, drains,
@@ -22,32 +23,11 @@ command is applied, and :meth:`Subscription.applied` is a barrier for a caller t
 saves what it queued. With no task (before ``start``, after ``aclose``) the caller holds
 the state and applies its command itself.
 
-Log reads are the task's own; their results are applied as if queued behind whatever
-arrived while the read was out: commands that came during any await of a pass (a save
-before a redelivery, a read off the loop) are applied before the next result, so a seek
-that lands while a read is in flight makes that read stale and nothing of it is sent.
-A pass never awaits between taking a result and applying it.
-
-The task sleeps on one wake-up event, set by every queued command and by everything
-that can let it send: the high-water mark of a partition advancing (the notifier: the
-log calls back only after fsync, so only durable records are ever sent; it wakes the
-task directly, with no command), a timer for the next ack timeout or nack delay, and the
-heartbeat. When the task sleeps with nothing queued and nothing to wake it for (the
-common case when a record arrives), the notifier runs the pass itself, in the log's
-callback: the task is between turns, not inside one, so the state still has one owner
-at a time, and each consumer's stream gets its record without a loop turn and a task
-step of the dispatch task in between (under fan-out, one of each per subscription per
-commit). A pass that has to await (a save before a redelivery) stops there
-and the task finishes it before doing anything else, as if it had run it from the start.
-A command that may let the task send (credit, a nack, an attach, a seek, acks
-at the unacked cap or for key_shared) also asks for a pass; other acks are applied on
-the task's next turn without reading the log, and add nothing to the delivery path. The
-task clears the event *before* it looks at the queue and the state, so a wake-up that
-arrives while it works is never lost, and many coalesce into one turn: commands first,
-then, if asked, one pass, so a command that frees room is applied in the pass that then
-sends. A pass that sent and stopped short of the head (a read capped at
-``MAX_BATCHES_PER_READ`` or by bytes) passes again at once; one that reached the head
-sleeps, so each group commit costs each subscription one pass.
+The dispatch task's body, what wakes it, how a pass reads the log and sends, and the
+notifier's pass in place, is :class:`~dispatcher.dispatch_loop.DispatchLoop`, with the
+delivery invariants (only durable records are sent; batches are never split; a
+redelivery waits for its delivery count to be saved). This class keeps the callers' side:
+the consumers, the command queue and applying it, the lifecycle, the tick and the status.
 
 Clocks: every deadline (ack timeouts, nack delays, backoff, the timer) is on the
 monotonic clock (``clock``), so a step of the wall clock moves no redelivery; the wall
@@ -60,33 +40,22 @@ registry calls :meth:`Subscription.tick` every heartbeat interval. A tick restar
 task that died, re-polls when records are ready and a consumer has room (counted apart
 from the passes the notifier triggers), and flags the subscription STALLED when such a
 backlog makes no progress for the stall timeout.
-
-Invariants:
-- A record is sent only below the partition's high-water mark (durable, DESIGN section 2).
-- Batches are never split to fit credit: credit and ``max_unacked`` are checked before each
-  slice, so a consumer gets at most one batch more than its credit. Splitting would send
-  (and make the client decode) the same batch bytes once per slice.
-- A redelivery waits for its new delivery count to be saved (``Persist``), so delivery
-  counts survive a crash.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
-import itertools
 import logging
 import random as _random
 import time
-import types
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, TypeAlias
 
 from dispatcher.diagnosis import DlqFull, PartitionFacts, Retry, diagnose
-from dispatcher.dlq import DlqFullError
+from dispatcher.dispatch_loop import DispatchLoop, LogReader
+from dispatcher.dlq_config import DlqFullError
 from dispatcher.errors import (
     DispatchError,
     InvalidSubscriptionError,
@@ -104,146 +73,55 @@ from dispatcher.lag import (
     Verdict,
 )
 from dispatcher.protocol import (
-    TICK,
     Ack,
     AckUpTo,
-    Action,
     Attach,
     Command,
     Commit,
-    DeadLettered,
-    DeadLetterFailed,
-    Deleted,
-    Delivery,
-    DeliveryMode,
     Detach,
     DispatchLimits,
     DispatchPolicy,
     Drain,
-    Fetched,
     Grant,
     Nack,
-    Note,
     PartitionSnapshot,
-    Persist,
     Release,
     Seek,
-    Send,
     SubscriptionType,
     ToDeadLetter,
 )
+from dispatcher.session import DRAINED, ConsumerSession
 from dispatcher.state import SubscriptionState
-from wal import LogWriter, RecordBatch
+from dispatcher.status import PartitionStatus, SubscriptionStatus
+from wal import LogWriter
 
 logger = logging.getLogger(__name__)
 
 #: The most ack ranges (holes) saved per partition; acks above them are redelivered instead.
 MAX_ACK_RANGES = 10_000
-#: The most batches one pass takes from one partition. A pass runs without yielding, so a
-#: backlog of many small batches is sent in slices of this many (about a millisecond each),
-#: with the event loop free in between: the oldest records reach their consumer first and
-#: other subscriptions and streams are not held up.
-MAX_BATCHES_PER_READ = 64
 #: Commands waiting for the dispatch task, at most, before a caller that awaits what a
 #: command method returns waits for room (the command itself is queued all the same, in
 #: order: nothing is dropped). So the queue holds at most this many plus one per caller.
 MAX_QUEUED_COMMANDS = 1024
-_consumer_ids = itertools.count(1)
-
-#: Reads ``max_bytes`` (at least one batch) of partition ``p`` from ``offset`` without
-#: holding the loop; see :class:`Subscription`'s ``reader``.
-LogReader: TypeAlias = Callable[[int, int, int], Awaitable[list[RecordBatch]]]
 
 #: One queued command: the command, the future its caller awaits for the result (None:
 #: nobody needs one), and whether applying it may let the task send (then a pass runs).
 #: A command of None is a barrier: its future says that everything before it is applied.
 _Queued: TypeAlias = tuple[Command | None, "asyncio.Future[Any] | None", bool]
 
-#: The commands that count as activity for inactivity expiry (not credit, not the
-#: subscription's own dead-letter results, not barriers).
-_ACTIVITY: Final = frozenset({Attach, Detach, Drain, Release, Ack, AckUpTo, Nack, Commit, Seek})
-
 #: Writes a dead letter; returns once it is stored (or rejected by the queue's overflow
 #: policy); raises when it could not be written (the record then stays unacknowledged).
 DeadLetterSink = Callable[["Subscription", ToDeadLetter], Awaitable[None]]
 
-
-class InitialPosition(enum.Enum):
-    """Where a new subscription starts."""
-
-    EARLIEST = "earliest"
-    LATEST = "latest"
+#: The commands that count as activity for inactivity expiry (not credit, not the
+#: subscription's own dead-letter results, not barriers).
+_ACTIVITY: Final = frozenset({Attach, Detach, Drain, Release, Ack, AckUpTo, Nack, Commit, Seek})
 
 
 #: How long after its last AckUpTo a reader that pulls by offset (the Spark connector)
 #: still counts as the subscription's consumer in ``lag``: its behind records are LAGGING,
 #: not NO_CONSUMER. Five minutes covers slow Spark triggers; seconds.
 PULL_READER_WINDOW_S = 300.0
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionStatus:
-    """One partition of a subscription, as ``lag`` reports it."""
-
-    partition: int
-    cursor: int  # the first offset not acknowledged
-    head: int  # the next offset to be written (durable records lie below it)
-    lag: int  # records at or above the cursor not yet acknowledged
-    in_flight: int  # sent and not yet acknowledged
-    oldest_unacked_age_s: float  # age of the record at the cursor (0 when caught up)
-    state: str  # CAUGHT_UP | LAGGING | STALLED | NO_CONSUMER | BLOCKED
-    reason: str  # "<cause>: <detail>" (dispatcher.diagnosis), "" when caught up
-    ingress_rate: float = 0.0  # records/s appended, over the rate window (dispatcher.lag)
-    ack_rate: float = 0.0  # records/s acknowledged by this subscription, same window
-    drain_s: float | None = 0.0  # lag / (ack_rate - ingress_rate); None: never drains
-    trend: str = "steady"  # growing | shrinking | steady: the lag over the window
-
-
-@dataclass(frozen=True, slots=True)
-class SubscriptionStatus:
-    """A subscription's state for admin replies."""
-
-    topic: str
-    name: str
-    type: SubscriptionType
-    consumers: tuple[str, ...]
-    partitions: tuple[PartitionStatus, ...]
-    mode: DeliveryMode = DeliveryMode.AT_LEAST_ONCE
-
-    @property
-    def lag(self) -> int:
-        """Records not yet acknowledged, over every partition."""
-        return sum(p.lag for p in self.partitions)
-
-
-#: Put in a draining consumer's outbox after its last delivery (:meth:`Subscription.drain`):
-#: a marker, compared by identity, that carries no records and names no partition.
-DRAINED: Final = Delivery(-1, b"", 0, 0, {})
-
-
-class ConsumerSession:
-    """One attached consumer and the deliveries waiting for it."""
-
-    __slots__ = ("consumer_id", "draining", "ended_by", "name", "outbox", "pending_credit")
-
-    def __init__(self, name: str) -> None:
-        self.consumer_id = f"c{next(_consumer_ids)}"
-        self.name = name or self.consumer_id
-        #: Why the subscription let this consumer go, when not for shutdown (e.g. the
-        #: subscription was deleted): what its stream should end with.
-        self.ended_by: Exception | None = None
-        #: Bounded by the credit: the dispatch task never puts more than was granted.
-        self.outbox: asyncio.Queue[Delivery | None] = asyncio.Queue()
-        #: Set by :meth:`Subscription.drain`: nothing more goes into the outbox.
-        self.draining = False
-        #: Credit granted (at attach, or by grants) in commands not yet applied: counted
-        #: against ``max_credit_per_consumer`` at once.
-        self.pending_credit = 0
-
-    async def next(self) -> Delivery | None:
-        """The next delivery, :data:`DRAINED` after the last one a draining consumer gets,
-        or ``None`` once the subscription has let this consumer go."""
-        return await self.outbox.get()
 
 
 class Subscription:
@@ -295,7 +173,6 @@ class Subscription:
         reader: LogReader | None = None,
     ) -> None:
         self._limits = limits or DispatchLimits()
-        self._reader = reader
         if len(writers) != len(partitions):
             raise ValueError(f"{len(writers)} partitions but {len(partitions)} states")
         self.topic = topic
@@ -303,10 +180,6 @@ class Subscription:
         self.policy = policy or DispatchPolicy()
         self.state = SubscriptionState(partitions, self.policy, random=random, names=(topic, name))
         self._writers = list(writers)
-        self._max_batch_bytes = max_batch_bytes
-        self._on_change = on_change
-        self._persist = persist
-        self._dead_letters = dead_letters
         self._clock = clock
         self._wall_clock = wall_clock
         self._sessions: dict[str, ConsumerSession] = {}
@@ -314,37 +187,32 @@ class Subscription:
         self._commands: deque[_Queued] = deque()
         self._room_waiters: list[asyncio.Future[None]] = []
         self._room: asyncio.Future[None] | None = None  # a done future: "there was room"
-        #: Whether the next turn of the task must pass (read and send), not only apply
-        #: commands: set by the notifier, timers, the heartbeat and commands that may
-        #: let it send.
-        self._dispatch = True
-        self._closed = False
-        self._wake = asyncio.Event()
-        #: Whether the task sleeps on ``_wake`` (between turns): the notifier may pass.
-        self._parked = False
-        #: A pass the notifier began that awaits: the coroutine and what it awaits.
-        self._suspended: tuple[Coroutine[Any, Any, bool], Any] | None = None
+        #: The dispatch task's body: its turns, passes, timer and dead-letter writes.
+        self._loop = DispatchLoop(
+            self,
+            state=self.state,
+            writers=self._writers,
+            sessions=self._sessions,
+            commands=self._commands,
+            apply_queued=self._apply_queued,
+            submit=self._submit,
+            clock=clock,
+            wall_clock=wall_clock,
+            reader=reader,
+            max_batch_bytes=max_batch_bytes,
+            on_change=on_change,
+            persist=persist,
+            dead_letters=dead_letters,
+        )
+        self._wake = self._loop.wake  # the same event: a command wakes the task
         self._task: asyncio.Task[None] | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at: float | None = None
-        self._dead_letter_queue: list[ToDeadLetter] = []
-        self._dead_letter_task: asyncio.Task[None] | None = None
         #: How often the heartbeat should tick this subscription, seconds.
         self.heartbeat_interval_s = heartbeat_interval_s
         self._monitor = LagMonitor(stall_timeout_s)
         #: Ingress and ack rates per partition, sampled on every tick.
         self._rates = [RateWindow() for _ in self._writers]
-        #: Why the last dead-letter write failed (None after one that worked).
-        self._dead_letter_error: Exception | None = None
-        self._heartbeat_poll = False
         #: When a pull reader (AckUpTo) last committed, per the clock; None if never.
         self._committed_at: float | None = None
-        self._last_error = ""
-        self._changes = self.state.changes
-        #: Dispatch passes the notifier (or credit, acks, attach, timers) triggered.
-        self.notifier_polls = 0
-        #: Dispatch passes the heartbeat triggered.
-        self.heartbeat_polls = 0
         #: Dispatch tasks the heartbeat found dead and restarted.
         self.task_restarts = 0
         #: The last tick's verdict.
@@ -354,6 +222,16 @@ class Subscription:
         self.activity = 0
         #: Called with (seconds from publish to dispatch) for each first delivery.
         self.on_dispatch: Callable[[float], None] = lambda _s: None
+
+    @property
+    def notifier_polls(self) -> int:
+        """Dispatch passes the notifier (or credit, acks, attach, timers) triggered."""
+        return self._loop.notifier_polls
+
+    @property
+    def heartbeat_polls(self) -> int:
+        """Dispatch passes the heartbeat triggered."""
+        return self._loop.heartbeat_polls
 
     @property
     def type(self) -> SubscriptionType:
@@ -380,11 +258,13 @@ class Subscription:
     def start(self) -> None:
         """Start the dispatch task and listen to every partition's high-water mark."""
         for writer in self._writers:
-            writer.add_listener(self._on_advance)
+            writer.add_listener(self._loop.on_advance)
         self._start_task()
 
     def _start_task(self) -> None:
-        self._task = asyncio.create_task(self._run(), name=f"dispatch {self.topic}/{self.name}")
+        self._task = asyncio.create_task(
+            self._loop.run(), name=f"dispatch {self.topic}/{self.name}"
+        )
 
     def tick(self, now: float) -> Verdict:
         """The heartbeat: restart a dead dispatch task, re-poll a backlog that has room,
@@ -412,13 +292,11 @@ class Subscription:
             ready=ready,
             has_room=self.state.has_room(),
             progress=self.state.sent_total + self.state.acked_total,
-            last_error=self._last_error,
+            last_error=self._loop.last_error,
         )
         self.verdict = self._monitor.tick(seen, now)
         if self.verdict.repoll:
-            self._heartbeat_poll = True
-            self._dispatch = True
-            self._wake.set()
+            self._loop.heartbeat_poll()
         return self.verdict
 
     async def aclose(self, reason: Exception | None = None) -> None:
@@ -427,18 +305,8 @@ class Subscription:
         task, self._task = self._task, None
         if task is None:
             return
-        self._closed = True
         self.drop_notifications()
-        if self._timer is not None:
-            self._timer.cancel()
-        for t in (task, self._dead_letter_task):
-            if t is not None:
-                t.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await t
-        if self._suspended is not None:  # a pass begun in place the task never finished
-            self._suspended[0].close()
-            self._suspended = None
+        await self._loop.stop(task)
         # The task is gone: the closer owns the state now. Acks, commits and seeks that
         # were queued count (the state saved after this holds them).
         self._apply_queued()
@@ -454,22 +322,7 @@ class Subscription:
         and tests; the subscription keeps working. Idempotent."""
         for writer in self._writers:
             with contextlib.suppress(ValueError):
-                writer.remove_listener(self._on_advance)
-
-    def _on_advance(self, _hwm: int) -> None:
-        # The notifier passes in place when the task sleeps with nothing to do (the
-        # common case: new records), else wakes the task directly. No command.
-        self._dispatch = True
-        if (
-            self._parked
-            and not self._wake.is_set()
-            and self._reader is None
-            and not self._closed
-            and self._suspended is None
-        ):
-            self._pass_in_place()
-        else:
-            self._wake.set()
+                writer.remove_listener(self._loop.on_advance)
 
     # -- commands ---------------------------------------------------------------------
 
@@ -522,7 +375,7 @@ class Subscription:
         the closer, once the task is gone): the one place commands change the state."""
         commands = self._commands
         if commands:
-            state = self.state
+            state, loop = self.state, self._loop
             now, wall = self._clock(), self._wall_clock()  # one drain is one instant
             while commands:
                 cmd, future, dispatch = commands.popleft()
@@ -531,7 +384,7 @@ class Subscription:
                         future.set_result(None)
                     continue
                 try:
-                    self._carry_out_now(state.handle(cmd, now, wall=wall))
+                    loop.carry_out_now(state.handle(cmd, now, wall=wall))
                 except DispatchError as exc:
                     self._refused(cmd, future, exc)
                     continue
@@ -542,7 +395,7 @@ class Subscription:
                 if type(cmd) is Attach or type(cmd) is Grant:
                     self._credit_applied(cmd)
                 if dispatch:
-                    self._dispatch = True
+                    loop.dispatch = True
                 if future is not None and not future.done():
                     future.set_result(
                         state.cursor(cmd.partition) if isinstance(cmd, Commit) else None
@@ -552,9 +405,7 @@ class Subscription:
             for waiter in waiters:
                 if not waiter.done():
                     waiter.set_result(None)
-        if self.state.changes != self._changes:
-            self._changes = self.state.changes
-            self._on_change(self)
+        self._loop.note_changes()
 
     def _refused(self, cmd: Command, future: asyncio.Future[Any] | None, exc: Exception) -> None:
         """A command that passed its check but not its application: commands queued
@@ -626,7 +477,7 @@ class Subscription:
     def drain(self, session: ConsumerSession) -> None:
         """``session`` is closing cleanly: send it nothing more, and put :data:`DRAINED`
         in its outbox after the last delivery. A send the state machine decided before
-        the drain was applied is released instead of sent (:meth:`_do`), so nothing ever
+        the drain was applied is released instead of sent (by the dispatch loop), so nothing ever
         follows the marker. Idempotent."""
         if session.consumer_id not in self._sessions or session.draining:
             return
@@ -834,7 +685,7 @@ class Subscription:
         waiting = state.waiting_at_cursor(i)
         if waiting is not None and waiting[0] > now:
             retry = Retry(state.cursor(i), waiting[0] - now, waiting[1], waiting[2])
-        full = self._dead_letter_error
+        full = self._loop.dead_letter_error
         pull = None
         if self._pull_reader_active(now):
             assert self._committed_at is not None
@@ -852,7 +703,7 @@ class Subscription:
             dlq_full=(
                 DlqFull(full.entries, full.max_entries) if isinstance(full, DlqFullError) else None
             ),
-            read_error=self._last_error if unread else "",
+            read_error=self._loop.last_error if unread else "",
             stalled=self.verdict.stalled,
             stuck_s=self.verdict.stuck_s,
             retry=retry,
@@ -864,280 +715,6 @@ class Subscription:
         """Whether a reader that pulls by offset (Fetch + AckUpTo) committed within
         :data:`PULL_READER_WINDOW_S`: it counts as the subscription's consumer in ``lag``."""
         return self._committed_at is not None and now - self._committed_at <= PULL_READER_WINDOW_S
-
-    # -- the dispatch task --------------------------------------------------------------
-
-    async def _run(self) -> None:
-        while True:
-            self._wake.clear()  # before looking: a wake-up from now on is never lost
-            if self._suspended is not None:  # a pass the notifier began waits on an await
-                coro, waiting = self._suspended
-                self._suspended = None
-                if await self._finish_pass(_resume(coro, waiting)):
-                    self._dispatch = True
-                    await asyncio.sleep(0)
-                else:
-                    self._arm_timer()
-                continue
-            self._apply_queued()
-            again = passed = False
-            if self._dispatch:
-                passed = True
-                self._dispatch = False
-                if self._heartbeat_poll:
-                    self._heartbeat_poll = False
-                    self.heartbeat_polls += 1
-                else:
-                    self.notifier_polls += 1
-                again = await self._finish_pass(self._pass())
-            if again:
-                self._dispatch = True
-                await asyncio.sleep(0)  # let the consumers' streams and others run
-            else:
-                if passed:  # commands alone add no deadline: an early timer only passes
-                    self._arm_timer()
-                self._parked = True
-                try:
-                    await self._wake.wait()
-                finally:
-                    self._parked = False
-
-    async def _finish_pass(self, pass_: Awaitable[bool]) -> bool:
-        """Await a pass; return whether to pass again at once (a failed pass: no)."""
-        try:
-            again = await pass_
-        except Exception as exc:  # e.g. a damaged segment: keep the broker up
-            self._pass_failed(exc)
-            again = False
-        else:
-            self._pass_worked()
-        self._note_changes()
-        return again
-
-    def _pass_in_place(self) -> None:
-        """The notifier's pass, run in the notifier's callback while the task sleeps
-        with nothing queued: each consumer's stream is woken in this turn of the loop,
-        without waking the task first (a loop turn and a task step per subscription and
-        record). The task owns nothing else meanwhile: it sleeps between turns, not
-        inside one. A pass that has to await (saving delivery counts before a
-        redelivery) is handed over to the task at that await, which finishes it
-        before anything else (:meth:`_run`): as if the task had run it from the start."""
-        self._dispatch = False
-        self.notifier_polls += 1
-        coro = self._pass()
-        try:
-            waiting = coro.send(None)
-        except StopIteration as stop:
-            again: bool = stop.value
-            self._pass_worked()
-        except Exception as exc:
-            self._pass_failed(exc)
-            again = False
-        else:
-            self._suspended = (coro, waiting)
-            self._wake.set()
-            return
-        self._note_changes()
-        if again:
-            self._dispatch = True
-            self._wake.set()
-        else:
-            self._arm_timer()
-
-    def _pass_failed(self, exc: Exception) -> None:
-        if not self._last_error:  # once per failing streak, not once per pass
-            logger.error(
-                "%s/%s: dispatch failed; the heartbeat retries it every %.3f s",
-                self.topic,
-                self.name,
-                self.heartbeat_interval_s,
-                exc_info=exc,
-            )
-        self._last_error = str(exc) or type(exc).__name__
-
-    def _pass_worked(self) -> None:
-        if self._last_error:
-            logger.info("%s/%s: dispatch works again", self.topic, self.name)
-        self._last_error = ""
-
-    def _note_changes(self) -> None:
-        if self.state.changes != self._changes:
-            self._changes = self.state.changes
-            self._on_change(self)
-
-    async def _pass(self) -> bool:
-        """Expire leases, then read and send what the state asks for. Return whether to
-        pass again at once: a read stopped short of the head, and the pass sent something,
-        moved a read position, or set key_shared records aside (their owner has no credit
-        or is fenced, so they wait, and the records after them may go to other consumers;
-        this holds for waiting records as much as for new ones).
-        Otherwise nothing more can be sent until something wakes the task (new records,
-        credit, acks, a timer).
-
-        Commands that arrive while the pass awaits (a save before a redelivery, a read
-        in flight) wait in the queue and are applied, in order, before the next result
-        the pass applies: a read's result comes after every command that arrived before
-        it, as if it were queued too, so a read made stale by a seek sends nothing."""
-        state = self.state
-        now, wall = self._clock(), self._wall_clock()
-        if state.tick_due(now):  # usually not: no lease expires at every commit
-            expired = state.handle(TICK, now, wall=wall)
-            if expired:
-                await self._carry_out(expired)
-        heads = [w.high_water_mark for w in self._writers]
-        sent = more = moved = False
-        for p, wanted in state.reads(heads, now):
-            if self._commands:  # arrived during an await of this pass
-                self._apply_queued()
-                now, wall = self._clock(), self._wall_clock()
-            writer = self._writers[p]
-            first = writer.first_offset
-            if wanted < first:
-                await self._carry_out(state.handle(Deleted(p, first), now, wall=wall))
-                if first >= heads[p]:
-                    continue
-            if self._reader is None:
-                batches = writer.read(max(wanted, first), self._max_batch_bytes)
-            else:
-                batches = await self._reader(p, max(wanted, first), self._max_batch_bytes)
-                if self._commands:  # they came before the read's result: apply them first
-                    self._apply_queued()
-                now, wall = self._clock(), self._wall_clock()
-            del batches[MAX_BATCHES_PER_READ:]  # the rest is read on the next pass
-            more |= bool(batches) and batches[-1].next_offset < heads[p]
-            before = state.read_position(p), state.set_aside_total
-            actions = state.handle(Fetched(p, batches), now, wall=wall)
-            if actions and type(actions[0]) is Persist:  # a save first: the only await
-                sent |= await self._carry_out(actions)
-            else:
-                sent |= self._carry_out_sends(actions)
-            moved |= (state.read_position(p), state.set_aside_total) != before
-        return more and (sent or moved)
-
-    async def _carry_out(self, actions: list[Action]) -> bool:
-        """Do what the state machine asked, in order; return whether anything was sent.
-        A ``Persist`` comes first when there is one (the state machine puts it there)."""
-        if actions and type(actions[0]) is Persist:
-            await self._save_now()
-            actions = actions[1:]
-        return self._carry_out_sends(actions)
-
-    def _carry_out_sends(self, actions: list[Action]) -> bool:
-        """:meth:`_carry_out` without the ``Persist`` (none here): no await, so a pass
-        with nothing to save runs without one; return whether anything was sent."""
-        sent = False
-        for action in actions:
-            assert not isinstance(action, Persist), "a Persist must come first"
-            sent |= self._do(action)
-        return sent
-
-    def _carry_out_now(self, actions: list[Action]) -> None:
-        for action in actions:
-            if not isinstance(action, Persist):  # queued commands never send or persist
-                self._do(action)
-
-    def _do(self, action: Action) -> bool:
-        if isinstance(action, Send):
-            session = self._sessions.get(action.consumer)
-            if session is not None and session.draining:  # it would follow DRAINED
-                d = action.delivery
-                release = Release(action.consumer, d.partition, d.from_offset, d.to_offset)
-                self.state.handle(release, self._clock(), wall=self._wall_clock())
-                self._dispatch = True
-                self._wake.set()
-                return False
-            if session is not None:
-                session.outbox.put_nowait(action.delivery)
-                if not action.delivery.redeliveries:
-                    self.on_dispatch(max(0.0, self._wall_clock() - action.timestamp_ms / 1000))
-            return True
-        if isinstance(action, ToDeadLetter):
-            self._dead_letter_queue.append(action)
-            if self._dead_letter_task is None or self._dead_letter_task.done():
-                self._dead_letter_task = asyncio.create_task(
-                    self._write_dead_letters(), name=f"dead letters {self.topic}/{self.name}"
-                )
-        elif isinstance(action, Note):
-            logger.log(action.level, "%s/%s: %s", self.topic, self.name, action.message)
-        return False
-
-    async def _save_now(self) -> None:
-        if self._persist is None:
-            return
-        changes = self.state.changes  # the save holds at least these
-        try:
-            await self._persist(self)
-        except OSError:
-            logger.exception(
-                "%s/%s: saving delivery counts failed; a crash now may undercount them",
-                self.topic,
-                self.name,
-            )
-        else:  # saved: on_change need not report them to the flusher again
-            self._changes = max(self._changes, changes)
-
-    async def _write_dead_letters(self) -> None:
-        """Write the queued dead letters one at a time; each result goes back to the
-        dispatch task as a command (:class:`DeadLettered` or :class:`DeadLetterFailed`):
-        this task never touches the state."""
-        while self._dead_letter_queue:
-            action = self._dead_letter_queue.pop(0)
-            done: DeadLettered | DeadLetterFailed
-            try:
-                if self._dead_letters is None:
-                    raise RuntimeError("this subscription has no dead-letter queue")
-                await self._dead_letters(self, action)
-            except Exception as exc:
-                self._dead_letter_error = exc
-                done = DeadLetterFailed(
-                    action.partition, action.begin, action.end, str(exc) or type(exc).__name__
-                )
-            else:
-                self._dead_letter_error = None
-                done = DeadLettered(action.partition, action.begin, action.end)
-            self._submit(done)
-
-    def _arm_timer(self) -> None:
-        """Wake the task when the next lease expires or a waiting record is due."""
-        at = self.state.next_deadline()
-        if at == self._timer_at:
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._timer_at = at
-        if at is not None:
-            loop = asyncio.get_running_loop()
-            delay = max(0.0, at - self._clock())  # both monotonic
-            self._timer = loop.call_later(delay, self._timer_fired)
-
-    def _timer_fired(self) -> None:
-        self._timer = None
-        self._timer_at = None
-        self._dispatch = True
-        self._wake.set()
-
-
-@types.coroutine
-def _resume(coro: Coroutine[Any, Any, bool], waiting: Any) -> Generator[Any, Any, bool]:
-    """Go on with ``coro``, begun outside a task and suspended on ``waiting`` (what it
-    yielded, e.g. a future): awaited in a task, it yields ``waiting`` to that task and
-    passes what the task sends or throws back into ``coro``, like ``await`` would have."""
-    while True:
-        try:
-            sent = yield waiting
-        except BaseException as exc:  # every exception goes back into coro
-            try:
-                waiting = coro.throw(exc)
-            except StopIteration as stop:
-                result: bool = stop.value
-                return result
-        else:
-            try:
-                waiting = coro.send(sent)
-            except StopIteration as stop:
-                result = stop.value
-                return result
 
 
 def _timestamp_at(writer: LogWriter, offset: int) -> float:

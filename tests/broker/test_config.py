@@ -10,7 +10,7 @@ import pytest
 from broker.backlog import BacklogConfig, BacklogPolicy
 from broker.config import BrokerConfig, ConfigError, parse_address
 from dispatcher import DeliveryMode, PoisonPolicy, SubscriptionType
-from dispatcher.dlq import DlqConfig, OverflowPolicy
+from dispatcher.dlq_config import DlqConfig, OverflowPolicy
 from wal import FsyncPolicy
 
 

@@ -20,7 +20,8 @@ from broker.replay import (
     replayable_prefix,
 )
 from dispatcher.dead_letter import HEADER_REPLAY_COUNT, DlqEntry
-from dispatcher.dlq import DeadLetterQueue, DlqConfig
+from dispatcher.dlq import DeadLetterQueue
+from dispatcher.dlq_config import DlqConfig
 from tests.dispatcher.test_dlq import letter
 from wal import decode_batch
 

@@ -36,14 +36,13 @@ from dispatcher.dead_letter import (
     replay_record,
     replay_refusal,
 )
-from dispatcher.dlq import (
-    DeadLetterQueue,
+from dispatcher.dlq import DeadLetterQueue, default_log_config
+from dispatcher.dlq_config import (
     DlqConfig,
     DlqConfigError,
     DlqFullError,
     OverflowPolicy,
     PutOutcome,
-    default_log_config,
 )
 from dispatcher.errors import DispatchError
 from tests._helpers import ManualClock

@@ -24,7 +24,7 @@ from dispatcher import (
     SubscriptionNotFoundError,
     SubscriptionRegistry,
 )
-from dispatcher.subscription import MAX_BATCHES_PER_READ
+from dispatcher.dispatch_loop import MAX_BATCHES_PER_READ
 from tests.dispatcher._deliveries import singles, take
 from wal import Fault, FaultyFs, FileSystem, LogWriter, decode_batch, encode_columns
 

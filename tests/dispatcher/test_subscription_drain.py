@@ -15,7 +15,7 @@ import pytest
 import pytest_asyncio
 
 from dispatcher import DispatchPolicy, PartitionSnapshot, Subscription, SubscriptionType
-from dispatcher.subscription import DRAINED
+from dispatcher.session import DRAINED
 from tests._helpers import eventually
 from wal import LogWriter, encode_columns
 

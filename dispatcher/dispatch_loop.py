@@ -1,0 +1,508 @@
+"""The dispatch task of one subscription: its turns, its passes, and what they carry out.
+
+Owns :class:`DispatchLoop`, the body of a :class:`~dispatcher.subscription.Subscription`'s
+dispatch task: when it wakes, when it passes (reads the log and sends what the state
+machine asks for), and how it carries out the state machine's actions (deliveries into
+the consumers' outboxes, saves before redeliveries, dead-letter writes, log lines). The
+subscription keeps the callers' side: the command queue and applying it, the consumers,
+the heartbeat's tick and the status; both work on the one
+:class:`~dispatcher.state.SubscriptionState`.
+
+Log reads are the task's own; their results are applied as if queued behind whatever
+arrived while the read was out: commands that came during any await of a pass (a save
+before a redelivery, a read off the loop) are applied before the next result, so a seek
+that lands while a read is in flight makes that read stale and nothing of it is sent.
+A pass never awaits between taking a result and applying it.
+
+The task sleeps on one wake-up event, set by every queued command and by everything
+that can let it send: the high-water mark of a partition advancing (the notifier: the
+log calls back only after fsync, so only durable records are ever sent; it wakes the
+task directly, with no command), a timer for the next ack timeout or nack delay, and the
+heartbeat. When the task sleeps with nothing queued and nothing to wake it for (the
+common case when a record arrives), the notifier runs the pass itself, in the log's
+callback: the task is between turns, not inside one, so the state still has one owner
+at a time, and each consumer's stream gets its record without a loop turn and a task
+step of the dispatch task in between (under fan-out, one of each per subscription per
+commit). A pass that has to await (a save before a redelivery) stops there
+and the task finishes it before doing anything else, as if it had run it from the start.
+A command that may let the task send (credit, a nack, an attach, a seek, acks
+at the unacked cap or for key_shared) also asks for a pass; other acks are applied on
+the task's next turn without reading the log, and add nothing to the delivery path. The
+task clears the event *before* it looks at the queue and the state, so a wake-up that
+arrives while it works is never lost, and many coalesce into one turn: commands first,
+then, if asked, one pass, so a command that frees room is applied in the pass that then
+sends. A pass that sent and stopped short of the head (a read capped at
+``MAX_BATCHES_PER_READ`` or by bytes) passes again at once; one that reached the head
+sleeps, so each group commit costs each subscription one pass.
+
+Invariants:
+- A record is sent only below the partition's high-water mark (durable, DESIGN section 2).
+- Batches are never split to fit credit: credit and ``max_unacked`` are checked before each
+  slice, so a consumer gets at most one batch more than its credit. Splitting would send
+  (and make the client decode) the same batch bytes once per slice.
+- A redelivery waits for its new delivery count to be saved (``Persist``), so delivery
+  counts survive a crash.
+
+This is the hot path: the loop keeps its own references to the state, the partitions,
+the consumers' sessions and the command queue (the very objects the subscription holds,
+never replaced), so a pass reads them as directly as a method of the subscription would.
+Imports ``wal`` and, of ``dispatcher``, the pure ``protocol`` and ``state``, and
+``session``; never ``subscription`` (what it needs of it is :class:`LoopOwner`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import types
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine, Generator
+from typing import Any, Generic, Protocol, TypeAlias, TypeVar
+
+from dispatcher.protocol import (
+    TICK,
+    Action,
+    Command,
+    DeadLettered,
+    DeadLetterFailed,
+    Deleted,
+    Fetched,
+    Note,
+    Persist,
+    Release,
+    Send,
+    ToDeadLetter,
+)
+from dispatcher.session import ConsumerSession
+from dispatcher.state import SubscriptionState
+from wal import LogWriter, RecordBatch
+
+logger = logging.getLogger(__name__)
+
+#: The most batches one pass takes from one partition. A pass runs without yielding, so a
+#: backlog of many small batches is sent in slices of this many (about a millisecond each),
+#: with the event loop free in between: the oldest records reach their consumer first and
+#: other subscriptions and streams are not held up.
+MAX_BATCHES_PER_READ = 64
+
+#: Reads ``max_bytes`` (at least one batch) of partition ``p`` from ``offset`` without
+#: holding the loop; see :class:`~dispatcher.subscription.Subscription`'s ``reader``.
+LogReader: TypeAlias = Callable[[int, int, int], Awaitable[list[RecordBatch]]]
+
+
+class LoopOwner(Protocol):
+    """What the loop reads of the subscription it runs for. ``on_dispatch`` is read at
+    each first delivery: the registry sets it after the subscription is made."""
+
+    #: The topic and the subscription's name (every log line names them).
+    topic: str
+    name: str
+    #: Called with (seconds from publish to dispatch) for each first delivery.
+    on_dispatch: Callable[[float], None]
+    #: How often the heartbeat ticks the subscription, seconds (named in error logs).
+    heartbeat_interval_s: float
+
+
+OwnerT = TypeVar("OwnerT", bound=LoopOwner)
+
+
+class DispatchLoop(Generic[OwnerT]):
+    """The dispatch task's body for one subscription. Use from one event loop.
+
+    Not task-safe by itself, and needs no lock: the subscription's dispatch task runs
+    :meth:`run`, and the notifier's callback (:meth:`on_advance`) runs a pass only while
+    that task sleeps between turns, so the state has one owner at a time.
+
+    Args:
+        sub: The subscription it dispatches for: what ``on_change``, ``persist`` and
+            ``dead_letters`` are called with; its ``on_dispatch`` observer.
+        state: The subscription's state machine.
+        writers: The subscription's partitions, in order.
+        sessions: The subscription's consumers by id (the subscription's own dict).
+        commands: The subscription's command queue (its own deque).
+        apply_queued: Applies every queued command (the subscription's).
+        submit: Queues a command for the task (dead-letter results go back this way).
+        clock: Monotonic seconds (deadlines, the timer).
+        wall_clock: Wall-clock seconds (dispatch latency, attempt times).
+        reader: Reads the log off the loop; ``None``: ``LogWriter.read`` in place.
+        max_batch_bytes: Soft limit on the bytes one read takes from a log.
+        on_change: Called when persisted state changed and needs saving.
+        persist: Saves the state now (before redeliveries); ``None``: nothing to save.
+        dead_letters: Writes poison records to the dead-letter queue.
+    """
+
+    def __init__(
+        self,
+        sub: OwnerT,
+        *,
+        state: SubscriptionState,
+        writers: list[LogWriter],
+        sessions: dict[str, ConsumerSession],
+        commands: deque[Any],
+        apply_queued: Callable[[], None],
+        submit: Callable[[Command], object],
+        clock: Callable[[], float],
+        wall_clock: Callable[[], float],
+        reader: LogReader | None,
+        max_batch_bytes: int,
+        on_change: Callable[[OwnerT], None],
+        persist: Callable[[OwnerT], Awaitable[None]] | None,
+        dead_letters: Callable[[OwnerT, ToDeadLetter], Awaitable[None]] | None,
+    ) -> None:
+        self._sub = sub
+        self._topic = sub.topic
+        self._name = sub.name
+        self._state = state
+        self._writers = writers
+        self._sessions = sessions
+        self._commands = commands
+        self._apply_queued = apply_queued
+        self._submit = submit
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._reader = reader
+        self._max_batch_bytes = max_batch_bytes
+        self._on_change = on_change
+        self._persist = persist
+        self._dead_letters = dead_letters
+        #: Whether the next turn of the task must pass (read and send), not only apply
+        #: commands: set by the notifier, timers, the heartbeat and commands that may
+        #: let it send.
+        self.dispatch = True
+        #: Set once the subscription closes: the notifier passes no more.
+        self.closed = False
+        #: What the task sleeps on between turns; set to wake it.
+        self.wake = asyncio.Event()
+        #: Whether the task sleeps on ``wake`` (between turns): the notifier may pass.
+        self._parked = False
+        #: A pass the notifier began that awaits: the coroutine and what it awaits.
+        self._suspended: tuple[Coroutine[Any, Any, bool], Any] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+        self._dead_letter_queue: list[ToDeadLetter] = []
+        self._dead_letter_task: asyncio.Task[None] | None = None
+        #: Why the last dead-letter write failed (None after one that worked).
+        self.dead_letter_error: Exception | None = None
+        self._heartbeat_poll = False
+        #: Why the last pass failed ("" after one that worked).
+        self.last_error = ""
+        self._changes = self._state.changes
+        #: Dispatch passes the notifier (or credit, acks, attach, timers) triggered.
+        self.notifier_polls = 0
+        #: Dispatch passes the heartbeat triggered.
+        self.heartbeat_polls = 0
+
+    def on_advance(self, _hwm: int) -> None:
+        """The notifier: a partition's high-water mark advanced (after fsync)."""
+        # The notifier passes in place when the task sleeps with nothing to do (the
+        # common case: new records), else wakes the task directly. No command.
+        self.dispatch = True
+        if (
+            self._parked
+            and not self.wake.is_set()
+            and self._reader is None
+            and not self.closed
+            and self._suspended is None
+        ):
+            self._pass_in_place()
+        else:
+            self.wake.set()
+
+    def heartbeat_poll(self) -> None:
+        """The heartbeat asks for a pass (counted in :attr:`heartbeat_polls`)."""
+        self._heartbeat_poll = True
+        self.dispatch = True
+        self.wake.set()
+
+    async def stop(self, task: asyncio.Task[None]) -> None:
+        """Stop for good: no more passes in place, no timer, ``task`` (the dispatch task)
+        and the dead-letter writer cancelled, a pass begun in place and never finished
+        dropped. The subscription then owns the state."""
+        self.closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+        for t in (task, self._dead_letter_task):
+            if t is not None:
+                t.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await t
+        if self._suspended is not None:  # a pass begun in place the task never finished
+            self._suspended[0].close()
+            self._suspended = None
+
+    async def run(self) -> None:
+        """The dispatch task's body: turns until cancelled (see the module doc)."""
+        while True:
+            self.wake.clear()  # before looking: a wake-up from now on is never lost
+            if self._suspended is not None:  # a pass the notifier began waits on an await
+                coro, waiting = self._suspended
+                self._suspended = None
+                if await self._finish_pass(_resume(coro, waiting)):
+                    self.dispatch = True
+                    await asyncio.sleep(0)
+                else:
+                    self._arm_timer()
+                continue
+            self._apply_queued()
+            again = passed = False
+            if self.dispatch:
+                passed = True
+                self.dispatch = False
+                if self._heartbeat_poll:
+                    self._heartbeat_poll = False
+                    self.heartbeat_polls += 1
+                else:
+                    self.notifier_polls += 1
+                again = await self._finish_pass(self._pass())
+            if again:
+                self.dispatch = True
+                await asyncio.sleep(0)  # let the consumers' streams and others run
+            else:
+                if passed:  # commands alone add no deadline: an early timer only passes
+                    self._arm_timer()
+                self._parked = True
+                try:
+                    await self.wake.wait()
+                finally:
+                    self._parked = False
+
+    async def _finish_pass(self, pass_: Awaitable[bool]) -> bool:
+        """Await a pass; return whether to pass again at once (a failed pass: no)."""
+        try:
+            again = await pass_
+        except Exception as exc:  # e.g. a damaged segment: keep the broker up
+            self._pass_failed(exc)
+            again = False
+        else:
+            self._pass_worked()
+        self.note_changes()
+        return again
+
+    def _pass_in_place(self) -> None:
+        """The notifier's pass, run in the notifier's callback while the task sleeps
+        with nothing queued: each consumer's stream is woken in this turn of the loop,
+        without waking the task first (a loop turn and a task step per subscription and
+        record). The task owns nothing else meanwhile: it sleeps between turns, not
+        inside one. A pass that has to await (saving delivery counts before a
+        redelivery) is handed over to the task at that await, which finishes it
+        before anything else (:meth:`run`): as if the task had run it from the start."""
+        self.dispatch = False
+        self.notifier_polls += 1
+        coro = self._pass()
+        try:
+            waiting = coro.send(None)
+        except StopIteration as stop:
+            again: bool = stop.value
+            self._pass_worked()
+        except Exception as exc:
+            self._pass_failed(exc)
+            again = False
+        else:
+            self._suspended = (coro, waiting)
+            self.wake.set()
+            return
+        self.note_changes()
+        if again:
+            self.dispatch = True
+            self.wake.set()
+        else:
+            self._arm_timer()
+
+    def _pass_failed(self, exc: Exception) -> None:
+        if not self.last_error:  # once per failing streak, not once per pass
+            logger.error(
+                "%s/%s: dispatch failed; the heartbeat retries it every %.3f s",
+                self._topic,
+                self._name,
+                self._sub.heartbeat_interval_s,
+                exc_info=exc,
+            )
+        self.last_error = str(exc) or type(exc).__name__
+
+    def _pass_worked(self) -> None:
+        if self.last_error:
+            logger.info("%s/%s: dispatch works again", self._topic, self._name)
+        self.last_error = ""
+
+    def note_changes(self) -> None:
+        """Report new persisted state to ``on_change`` once."""
+        if self._state.changes != self._changes:
+            self._changes = self._state.changes
+            self._on_change(self._sub)
+
+    async def _pass(self) -> bool:
+        """Expire leases, then read and send what the state asks for. Return whether to
+        pass again at once: a read stopped short of the head, and the pass sent something,
+        moved a read position, or set key_shared records aside (their owner has no credit
+        or is fenced, so they wait, and the records after them may go to other consumers;
+        this holds for waiting records as much as for new ones).
+        Otherwise nothing more can be sent until something wakes the task (new records,
+        credit, acks, a timer).
+
+        Commands that arrive while the pass awaits (a save before a redelivery, a read
+        in flight) wait in the queue and are applied, in order, before the next result
+        the pass applies: a read's result comes after every command that arrived before
+        it, as if it were queued too, so a read made stale by a seek sends nothing."""
+        state = self._state
+        now, wall = self._clock(), self._wall_clock()
+        if state.tick_due(now):  # usually not: no lease expires at every commit
+            expired = state.handle(TICK, now, wall=wall)
+            if expired:
+                await self._carry_out(expired)
+        heads = [w.high_water_mark for w in self._writers]
+        sent = more = moved = False
+        for p, wanted in state.reads(heads, now):
+            if self._commands:  # arrived during an await of this pass
+                self._apply_queued()
+                now, wall = self._clock(), self._wall_clock()
+            writer = self._writers[p]
+            first = writer.first_offset
+            if wanted < first:
+                await self._carry_out(state.handle(Deleted(p, first), now, wall=wall))
+                if first >= heads[p]:
+                    continue
+            if self._reader is None:
+                batches = writer.read(max(wanted, first), self._max_batch_bytes)
+            else:
+                batches = await self._reader(p, max(wanted, first), self._max_batch_bytes)
+                if self._commands:  # they came before the read's result: apply them first
+                    self._apply_queued()
+                now, wall = self._clock(), self._wall_clock()
+            del batches[MAX_BATCHES_PER_READ:]  # the rest is read on the next pass
+            more |= bool(batches) and batches[-1].next_offset < heads[p]
+            before = state.read_position(p), state.set_aside_total
+            actions = state.handle(Fetched(p, batches), now, wall=wall)
+            if actions and type(actions[0]) is Persist:  # a save first: the only await
+                sent |= await self._carry_out(actions)
+            else:
+                sent |= self._carry_out_sends(actions)
+            moved |= (state.read_position(p), state.set_aside_total) != before
+        return more and (sent or moved)
+
+    async def _carry_out(self, actions: list[Action]) -> bool:
+        """Do what the state machine asked, in order; return whether anything was sent.
+        A ``Persist`` comes first when there is one (the state machine puts it there)."""
+        if actions and type(actions[0]) is Persist:
+            await self._save_now()
+            actions = actions[1:]
+        return self._carry_out_sends(actions)
+
+    def _carry_out_sends(self, actions: list[Action]) -> bool:
+        """:meth:`_carry_out` without the ``Persist`` (none here): no await, so a pass
+        with nothing to save runs without one; return whether anything was sent."""
+        sent = False
+        for action in actions:
+            assert not isinstance(action, Persist), "a Persist must come first"
+            sent |= self._do(action)
+        return sent
+
+    def carry_out_now(self, actions: list[Action]) -> None:
+        """Carry out what applying a queued command asked for: notes, dead letters, sends
+        a drain turned into releases; never a ``Persist`` (none comes from a command)."""
+        for action in actions:
+            if not isinstance(action, Persist):  # queued commands never send or persist
+                self._do(action)
+
+    def _do(self, action: Action) -> bool:
+        if isinstance(action, Send):
+            session = self._sessions.get(action.consumer)
+            if session is not None and session.draining:  # it would follow DRAINED
+                d = action.delivery
+                release = Release(action.consumer, d.partition, d.from_offset, d.to_offset)
+                self._state.handle(release, self._clock(), wall=self._wall_clock())
+                self.dispatch = True
+                self.wake.set()
+                return False
+            if session is not None:
+                session.outbox.put_nowait(action.delivery)
+                if not action.delivery.redeliveries:
+                    self._sub.on_dispatch(max(0.0, self._wall_clock() - action.timestamp_ms / 1000))
+            return True
+        if isinstance(action, ToDeadLetter):
+            self._dead_letter_queue.append(action)
+            if self._dead_letter_task is None or self._dead_letter_task.done():
+                self._dead_letter_task = asyncio.create_task(
+                    self._write_dead_letters(), name=f"dead letters {self._topic}/{self._name}"
+                )
+        elif isinstance(action, Note):
+            logger.log(action.level, "%s/%s: %s", self._topic, self._name, action.message)
+        return False
+
+    async def _save_now(self) -> None:
+        if self._persist is None:
+            return
+        changes = self._state.changes  # the save holds at least these
+        try:
+            await self._persist(self._sub)
+        except OSError:
+            logger.exception(
+                "%s/%s: saving delivery counts failed; a crash now may undercount them",
+                self._topic,
+                self._name,
+            )
+        else:  # saved: on_change need not report them to the flusher again
+            self._changes = max(self._changes, changes)
+
+    async def _write_dead_letters(self) -> None:
+        """Write the queued dead letters one at a time; each result goes back to the
+        dispatch task as a command (:class:`DeadLettered` or :class:`DeadLetterFailed`):
+        this task never touches the state."""
+        while self._dead_letter_queue:
+            action = self._dead_letter_queue.pop(0)
+            done: DeadLettered | DeadLetterFailed
+            try:
+                if self._dead_letters is None:
+                    raise RuntimeError("this subscription has no dead-letter queue")
+                await self._dead_letters(self._sub, action)
+            except Exception as exc:
+                self.dead_letter_error = exc
+                done = DeadLetterFailed(
+                    action.partition, action.begin, action.end, str(exc) or type(exc).__name__
+                )
+            else:
+                self.dead_letter_error = None
+                done = DeadLettered(action.partition, action.begin, action.end)
+            self._submit(done)
+
+    def _arm_timer(self) -> None:
+        """Wake the task when the next lease expires or a waiting record is due."""
+        at = self._state.next_deadline()
+        if at == self._timer_at:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timer_at = at
+        if at is not None:
+            loop = asyncio.get_running_loop()
+            delay = max(0.0, at - self._clock())  # both monotonic
+            self._timer = loop.call_later(delay, self._timer_fired)
+
+    def _timer_fired(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        self.dispatch = True
+        self.wake.set()
+
+
+@types.coroutine
+def _resume(coro: Coroutine[Any, Any, bool], waiting: Any) -> Generator[Any, Any, bool]:
+    """Go on with ``coro``, begun outside a task and suspended on ``waiting`` (what it
+    yielded, e.g. a future): awaited in a task, it yields ``waiting`` to that task and
+    passes what the task sends or throws back into ``coro``, like ``await`` would have."""
+    while True:
+        try:
+            sent = yield waiting
+        except BaseException as exc:  # every exception goes back into coro
+            try:
+                waiting = coro.throw(exc)
+            except StopIteration as stop:
+                result: bool = stop.value
+                return result
+        else:
+            try:
+                waiting = coro.send(sent)
+            except StopIteration as stop:
+                result = stop.value
+                return result
