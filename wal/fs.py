@@ -324,6 +324,10 @@ class FaultyFs(FileSystem):
         self._paths.pop(fd, None)
         super().close(fd)
 
+    def path_of(self, fd: int) -> str:
+        """The path descriptor ``fd`` was opened with; empty if it is not open here."""
+        return self._paths.get(fd, "")
+
     def pwritev(self, fd: int, buffers: Sequence[Buffer], offset: int) -> int:
         """Write, possibly short, possibly failing after a partial write."""
         path = self._paths.get(fd, "")

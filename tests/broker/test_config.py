@@ -90,6 +90,14 @@ def test_toml_then_env_then_flags(tmp_path: Path) -> None:
         ('[broker]\n"a\\nb" = 1\n', "unknown setting(s) 'a\\nb'; known:"),
         ("[broker]\nlisten = 'h:\u00b2'\n", "listen: 'h:\u00b2' is not host:port"),
         ("[broker]\ngrace_seconds = true\n", "grace_seconds must be a number"),
+        # [wal.topics.<name>]: one topic's log settings.
+        ('[wal.topics.m]\nfsync = "sometimes"\n', "[wal.topics.m] fsync = 'sometimes'"),
+        ("[wal.topics.m]\nsegment_byte = 1\n", "[wal.topics.m]: unknown setting(s) segment_byte"),
+        ("[wal.topics.m]\nsegment_bytes = 0\n", "[wal.topics.m]: "),
+        ("[wal.topics.m]\nmax_headers_per_record = 3\n", "unknown setting(s) max_headers"),
+        ('[wal.topics."a b"]\nfsync = "never"\n', "[wal.topics.a b]: not a valid topic name"),
+        ("[wal]\ntopics = 3\n", "[wal] topics must be a table of tables"),
+        ("[wal.topics]\nm = 3\n", "m must be a table ([m])"),
     ],
     ids=[
         "listen",
@@ -131,6 +139,13 @@ def test_toml_then_env_then_flags(tmp_path: Path) -> None:
         "key-with-newline",
         "port-superscript-digit",
         "grace-bool",
+        "wal-topic-policy",
+        "wal-topic-unknown",
+        "wal-topic-range",
+        "wal-topic-header-limit",
+        "wal-topic-name",
+        "wal-topics-scalar",
+        "wal-topic-scalar",
     ],
 )
 def test_bad_config_file_names_the_problem(tmp_path: Path, text: str, words: str) -> None:

@@ -1,5 +1,6 @@
 """``[wal.topics.<name>]``: a topic's own log settings (its fsync policy, segment size,
-retention) over ``[wal]``, in the config file and in a running broker."""
+retention) over ``[wal]``, in the config file and in a running broker. The bad tables
+are tested with every other bad config file, in test_config.py."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from broker.config import BrokerConfig, ConfigError
 from client import AsyncAdminClient, AsyncProducer
 from tests.broker.conftest import broker_config
 from tests.client.conftest import address
-from wal import FileSystem, FsyncPolicy, LogConfig
+from wal import FaultyFs, FsyncPolicy, LogConfig
 from wal.config import HEADER_LIMITS
 
 CONFIG = """
@@ -49,32 +50,6 @@ def test_a_topic_table_overrides_wal_and_inherits_the_rest(tmp_path: Path) -> No
     }
 
 
-@pytest.mark.parametrize(
-    ("text", "words"),
-    [
-        ('[wal.topics.m]\nfsync = "sometimes"\n', "[wal.topics.m] fsync = 'sometimes'"),
-        ("[wal.topics.m]\nsegment_byte = 1\n", "[wal.topics.m]: unknown setting(s) segment_byte"),
-        ("[wal.topics.m]\nsegment_bytes = 0\n", "[wal.topics.m]: "),
-        ("[wal.topics.m]\nmax_headers_per_record = 3\n", "unknown setting(s) max_headers"),
-        ('[wal.topics."a b"]\nfsync = "never"\n', "[wal.topics.a b]: not a valid topic name"),
-        ("[wal]\ntopics = 3\n", "[wal] topics must be a table of tables"),
-        ("[wal.topics]\nm = 3\n", "m must be a table ([m])"),
-    ],
-    ids=["policy", "unknown", "range", "header-limit", "name", "topics-scalar", "topic-scalar"],
-)
-def test_a_bad_topic_table_names_the_table_and_the_problem(
-    tmp_path: Path, text: str, words: str
-) -> None:
-    """Scenario: each kind of bad ``[wal.topics.<name>]``. Expected: one-line
-    ConfigError naming the table and what is wrong."""
-    path = tmp_path / "bad.toml"
-    path.write_text(text, encoding="utf-8")
-    with pytest.raises(ConfigError) as info:
-        BrokerConfig.from_toml(str(path))
-    assert words in str(info.value)
-    assert "\n" not in str(info.value)
-
-
 def test_wal_topics_given_in_code_are_checked() -> None:
     """Scenario: a BrokerConfig built in code with a bad topic name. Expected:
     ConfigError naming it."""
@@ -82,20 +57,15 @@ def test_wal_topics_given_in_code_are_checked() -> None:
         BrokerConfig(wal_topics={"a b": LogConfig()})
 
 
-class _CountingFs(FileSystem):
-    """The real file system, counting fdatasync calls per file."""
+class _CountingFs(FaultyFs):
+    """The real file system (no faults set), counting fdatasync calls per file."""
 
     def __init__(self) -> None:
-        self.paths: dict[int, str] = {}
+        super().__init__()
         self.syncs: collections.Counter[str] = collections.Counter()
 
-    def open(self, path: str, *, create: bool = False, exclusive: bool = False) -> int:
-        fd = super().open(path, create=create, exclusive=exclusive)
-        self.paths[fd] = path
-        return fd
-
     def fdatasync(self, fd: int) -> None:
-        self.syncs[self.paths.get(fd, "?")] += 1
+        self.syncs[self.path_of(fd)] += 1
         super().fdatasync(fd)
 
     def log_syncs(self, topic: str) -> int:

@@ -52,16 +52,10 @@ class DurableFs(FaultyFs):
     def __init__(self) -> None:
         super().__init__()
         self.durable = 0
-        self._names: dict[int, str] = {}
-
-    def open(self, path: str, *, create: bool = False, exclusive: bool = False) -> int:
-        fd = super().open(path, create=create, exclusive=exclusive)
-        self._names[fd] = path
-        return fd
 
     def fdatasync(self, fd: int) -> None:
         super().fdatasync(fd)
-        path = self._names.get(fd, "")
+        path = self.path_of(fd)
         if path.endswith(".log"):
             for batch in iter_batches(self.read_file(path)):
                 self.durable = max(self.durable, batch.next_offset)

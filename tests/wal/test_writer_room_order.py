@@ -31,15 +31,9 @@ class GatedFs(FaultyFs):
         self.gated = False
         self.entered = threading.Semaphore(0)
         self._permits = threading.Semaphore(0)
-        self._names: dict[int, str] = {}
-
-    def open(self, path: str, *, create: bool = False, exclusive: bool = False) -> int:
-        fd = super().open(path, create=create, exclusive=exclusive)
-        self._names[fd] = path
-        return fd
 
     def fdatasync(self, fd: int) -> None:
-        if self.gated and self._names.get(fd, "").endswith(".log"):
+        if self.gated and self.path_of(fd).endswith(".log"):
             self.entered.release()
             self._permits.acquire(timeout=10)
         super().fdatasync(fd)
