@@ -55,7 +55,7 @@ from dispatcher.errors import (
     SubscriptionNotFoundError,
 )
 from dispatcher.expiry import IdleTracker
-from dispatcher.heartbeat import Heartbeat, PartitionSample, SubscriptionSample
+from dispatcher.heartbeat import Heartbeat, SubscriptionSample
 from dispatcher.lag import HeartbeatConfig
 from dispatcher.protocol import (
     DeliveryMode,
@@ -71,11 +71,7 @@ from wal import FileSystem, LogWriter, run_to_end
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "PartitionSample",
-    "SubscriptionRegistry",
-    "SubscriptionSample",
-]
+__all__ = ["SubscriptionRegistry"]
 
 
 class SubscriptionRegistry:

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from broker.metrics import DISPATCH_BUCKETS, WAL_BUCKETS, BrokerMetrics, PartitionLog
 from dispatcher import SubscriptionSample
-from dispatcher.registry import PartitionSample
+from dispatcher.heartbeat import PartitionSample
 from wal import Fault, FaultyFs, LogWriter, WalFailedError, encode_columns
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]

@@ -19,7 +19,7 @@ from dispatcher import (
     Subscription,
     SubscriptionRegistry,
 )
-from dispatcher.registry import PartitionSample
+from dispatcher.heartbeat import PartitionSample
 from tests._helpers import ManualClock
 from wal import LogWriter, encode_columns
 
