@@ -461,9 +461,7 @@ def _log_config(table: dict[str, Any], base: LogConfig, where: str) -> LogConfig
         table["fsync"] = _choice(FsyncPolicy, table["fsync"], f"{where} fsync")
     try:
         return dataclasses.replace(base, **table)
-    except WalConfigError as exc:
-        raise ConfigError(f"{where}: {exc}") from exc
-    except TypeError as exc:
+    except (WalConfigError, TypeError) as exc:  # a value out of range, or of the wrong type
         raise ConfigError(f"{where}: {exc}") from exc
 
 
