@@ -5,6 +5,10 @@ so a client command against a broker with another CA would print a core log line
 its own one-line error, and a broker would log one per bad client. ``ERROR`` (gRPC's
 documented default) keeps real errors; a ``GRPC_VERBOSITY`` the user set still wins.
 Imported first by :mod:`broker.cli`: the core reads the variable once, when ``grpc`` loads.
+
+``GRPC_ENABLE_FORK_SUPPORT`` defaults to false here as in the client (see
+:mod:`client._grpc_env`): with the core's fork handlers on, a child that ``subprocess``
+starts with a ``preexec_fn`` can die before ``exec``.
 """
 
 from __future__ import annotations
@@ -12,3 +16,4 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")

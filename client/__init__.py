@@ -13,6 +13,7 @@ Modules:
     _batching       PendingBatch and the per-record futures send returns (RecordFuture,
                     ThreadRecordFuture); BufferBudget: the bytes both producers may queue
     _retry          retrying(): calls retried with backoff while the broker is unavailable
+    _grpc_env       gRPC's fork handlers off by default (grpc/grpc#43055), before grpc loads
     _channel        every channel's options: message limits, the reconnect backoff cap,
                     TLS and the bearer token (check_security checks them up front)
     _sync           Producer, Consumer, AdminClient, Fetcher: blocking twins over a loop
@@ -21,6 +22,10 @@ Modules:
 The record batch codec is the wire contract's own, :mod:`proto.batch` (imported, never
 copied). Imports ``proto`` only (DESIGN section 1).
 """
+
+import client._grpc_env  # noqa: F401 - first: turns gRPC's fork handlers off before grpc loads
+
+# isort: split
 
 from client._async.admin import AsyncAdminClient
 from client._async.consumer import AsyncConsumer

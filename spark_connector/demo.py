@@ -130,7 +130,7 @@ class OrderStream(threading.Thread):
             self.error = exc
 
 
-def _spark(address: str) -> Any:
+def _spark() -> Any:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     spark = (
@@ -202,22 +202,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--orders", type=int, default=20_000, help="orders to produce")
     parser.add_argument("--rate", type=int, default=1_000, help="orders per second")
     args = parser.parse_args(argv)
+    # Spark's JVM first: it is started by a fork, and a fork is safest before this
+    # process has any gRPC threads (see client/_grpc_env.py).
+    spark = _spark()
     workdir = Path(tempfile.mkdtemp(prefix="headrace-demo-"))
     broker = DemoBroker(workdir / "data")
     print(f"1. starting a broker on {broker.address}, data in {workdir / 'data'}")
-    broker.start()
     try:
-        return _run(broker, workdir, args.orders, args.rate)
+        broker.start()
+        return _run(spark, broker, workdir, args.orders, args.rate)
     finally:
+        spark.stop()
         broker.stop()
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _run(broker: DemoBroker, workdir: Path, count: int, rate: int) -> int:
+def _run(spark: Any, broker: DemoBroker, workdir: Path, count: int, rate: int) -> int:
     with AdminClient(broker.address) as admin:
         admin.create_topic("orders", partitions=3)
         admin.create_topic("region-totals", partitions=2)
-    spark = _spark(broker.address)
     print("2. streaming query: orders -> totals per region -> topic 'region-totals'")
     query = _start_query(spark, broker.address, workdir / "checkpoint")
     print(f"3. producing {count:,} orders at ~{rate:,}/s to topic 'orders'")
@@ -251,7 +254,6 @@ def _run(broker: DemoBroker, workdir: Path, count: int, rate: int) -> int:
     finally:
         query.stop()
     totals = _final_totals(spark, broker.address)
-    spark.stop()
     return _report(stream, totals)
 
 
