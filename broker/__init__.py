@@ -5,3 +5,5 @@ Modules:
 
 Nothing imports ``broker`` except its own entry point and the tests (DESIGN section 1).
 """
+
+import broker._grpc_env  # noqa: F401 - sets gRPC core variables before grpc loads

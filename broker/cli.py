@@ -27,7 +27,6 @@ from dataclasses import asdict
 import click
 import uvloop
 
-import broker._grpc_env  # noqa: F401 - first of ours: sets gRPC's log level before grpc loads
 from broker.config import BrokerConfig, ConfigError, parse_address
 from broker.errors import (
     FileLimitError,
