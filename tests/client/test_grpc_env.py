@@ -70,8 +70,11 @@ def test_the_client_turns_grpc_fork_handlers_off_by_default() -> None:
 def test_a_fork_support_value_the_user_set_wins() -> None:
     """Scenario: the same process with ``GRPC_ENABLE_FORK_SUPPORT=true`` in its
     environment. Expected: the value stays, and gRPC's fork handler runs (its log line is
-    there), which shows the probe of the first test can see it."""
+    there), which shows the probe of the first test can see it.
+
+    How the children end is not asserted: with the handlers on, one of them can die before
+    ``exec``, which is the bug itself (a CI run saw ``child exit -6``, SIGABRT)."""
     done = _run("true")
     assert "GRPC_ENABLE_FORK_SUPPORT=true" in done.stdout
-    assert done.stdout.count("child exit 0") == 5
+    assert done.stdout.count("child exit") == 5
     assert "fork() handlers" in done.stderr, done.stderr
