@@ -124,7 +124,7 @@ class Broker:
             on_expired=self._expired_counter(),
             monotonic=monotonic,
         )
-        self.metrics.watch_subscriptions(lambda: self.subscriptions.samples)
+        self.metrics.watch_subscriptions(self.subscriptions.samples)
         self.metrics.watch_partitions(self._partition_logs)
         self.retention = RetentionService(
             self.topics,

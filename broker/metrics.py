@@ -388,9 +388,10 @@ class _SubscriptionCollector(Collector):
     """Lag (records and age), in-flight records, polls, the STALLED and BLOCKED flags and
     the dead-letter queue of every subscription.
 
-    Cheap with many subscriptions: the samples are rebuilt by the heartbeat only when
-    something in them changed, and the age needs no read here (the sample carries the
-    oldest unacknowledged record's publish time; the scrape subtracts it from now).
+    Cheap with many subscriptions: ``samples()`` is called once per scrape and rebuilds a
+    subscription's sample only when something in it changed, and the age needs no read
+    here (the sample carries the oldest unacknowledged record's publish time; the scrape
+    subtracts it from now).
     """
 
     def __init__(

@@ -3,20 +3,24 @@
 Owns :class:`Heartbeat`: one task for all subscriptions, which ticks each at its own
 interval (:class:`~dispatcher.lag.HeartbeatConfig`, per topic and per subscription; what a
 tick does is :meth:`~dispatcher.subscription.Subscription.tick`'s: restart a dead dispatch
-task, re-poll a backlog with room, judge STALLED) and, after each round, refreshes
-:attr:`Heartbeat.samples`: a tuple of :class:`SubscriptionSample`, replaced and never
-changed, so the metrics exporter reads it from its own thread while the loop runs.
+task, re-poll a backlog with room, judge STALLED), and :meth:`Heartbeat.samples`: a tuple of
+:class:`SubscriptionSample`, built when asked (at a scrape), never changed after.
 
-A sample is rebuilt only when something in it may have changed
-(:meth:`~dispatcher.subscription.Subscription.sample_key`), and the age of a partition's
-oldest unacknowledged record, which costs a log read, is read again at most every
-:data:`_AGE_REFRESH_S` while its cursor moves. Times are monotonic seconds; the publish
-times in samples are the records' own (wall-clock milliseconds).
+Samples are built on the event loop, which owns the subscriptions' state: the metrics
+exporter's thread asks the loop and waits up to :data:`SAMPLES_WAIT_S`, then takes the last
+tuple built (a loop too busy to answer still gets a scrape). Building them at the scrape,
+not at every round, keeps 1,000 idle subscriptions from costing a rebuild check each per
+round while nobody reads them. A sample is rebuilt only when something in it may have
+changed (:meth:`~dispatcher.subscription.Subscription.sample_key`), and the age of a
+partition's oldest unacknowledged record, which costs a log read, is read again at most
+every :data:`_AGE_REFRESH_S` while its cursor moves. Times are monotonic seconds; the
+publish times in samples are the records' own (wall-clock milliseconds).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 from collections.abc import Callable
@@ -30,13 +34,17 @@ logger = logging.getLogger(__name__)
 
 Key = tuple[str, str]
 
+#: How long a caller off the loop (the metrics exporter) waits for fresh samples before it
+#: takes the last ones built, seconds.
+SAMPLES_WAIT_S = 1.0
+
 #: A moving cursor's publish time (for the oldest-unacked age) is read at most this often.
 _AGE_REFRESH_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
 class PartitionSample:
-    """One partition of a subscription at the last heartbeat round."""
+    """One partition of a subscription when its sample was built."""
 
     partition: int
     lag: int  # records at or above the cursor not yet acknowledged
@@ -52,7 +60,7 @@ class PartitionSample:
 
 @dataclass(frozen=True, slots=True)
 class SubscriptionSample:
-    """A subscription's counters and lag at the last heartbeat round (for metrics)."""
+    """A subscription's counters and lag when the sample was built (for metrics)."""
 
     topic: str
     subscription: str
@@ -87,8 +95,8 @@ _TICK_SLACK_S = 0.001
 
 
 class Heartbeat:
-    """Ticks every subscription at its interval and keeps their samples. Use from one
-    event loop.
+    """Ticks every subscription at its interval, and builds their samples when asked. Use
+    from one event loop; :meth:`samples` may be called from any thread.
 
     Args:
         config: Heartbeat intervals and the stall timeout.
@@ -111,12 +119,13 @@ class Heartbeat:
         self._next_tick: dict[Key, float] = {}
         self._samples: dict[Key, tuple[tuple[int, ...], SubscriptionSample]] = {}
         self._task: asyncio.Task[None] | None = None
-        #: Counters and lag of every subscription at the last round. Replaced, never
-        #: changed, so the metrics thread can read it while the loop runs.
-        self.samples: tuple[SubscriptionSample, ...] = ()
+        self._event_loop: asyncio.AbstractEventLoop | None = None
+        #: The samples last built: what a caller off the loop gets when the loop is busy.
+        self._built: tuple[SubscriptionSample, ...] = ()
 
     def start(self) -> None:
         """Start the heartbeat task."""
+        self._event_loop = asyncio.get_running_loop()
         self._task = asyncio.create_task(self._loop(), name="heartbeat")
 
     async def aclose(self) -> None:
@@ -131,7 +140,43 @@ class Heartbeat:
         """Drop everything kept for ``key`` (deleted, or its topic dropped), at once."""
         self._next_tick.pop(key, None)
         self._samples.pop(key, None)
-        self.samples = tuple(s for s in self.samples if (s.topic, s.subscription) != key)
+        self._built = tuple(s for s in self._built if (s.topic, s.subscription) != key)
+
+    def samples(self, wait_s: float = SAMPLES_WAIT_S) -> tuple[SubscriptionSample, ...]:
+        """Counters and lag of every subscription, built now. Callable from any thread.
+
+        On the loop (or before the heartbeat started, or after its loop stopped) they are
+        built in place. From another thread the loop builds them, and the caller waits up
+        to ``wait_s`` seconds; if the loop is closed or busy that long, it gets the samples
+        last built."""
+        loop = self._event_loop
+        if loop is None or not loop.is_running() or _running_loop() is loop:
+            return self._build()
+        asked: concurrent.futures.Future[tuple[SubscriptionSample, ...]] = (
+            concurrent.futures.Future()
+        )
+
+        def build() -> None:
+            if asked.set_running_or_notify_cancel():
+                asked.set_result(self._build())
+
+        try:
+            loop.call_soon_threadsafe(build)
+            return asked.result(wait_s)
+        except (RuntimeError, TimeoutError):  # closed, or busy for wait_s
+            asked.cancel()
+            return self._built
+
+    def _build(self) -> tuple[SubscriptionSample, ...]:
+        """Every subscription's sample, reusing those that cannot have changed."""
+        now = self._monotonic()
+        try:
+            built = tuple(self._sample(key, sub, now) for key, sub in self._subs().items())
+        except Exception:  # one bad subscription must not take every series away
+            logger.exception("building the subscriptions' metric samples failed")
+            return self._built
+        self._built = built
+        return built
 
     def round(self) -> float:
         """Tick every subscription that is due; return the seconds until the next is.
@@ -148,7 +193,6 @@ class Heartbeat:
                 due = now + sub.heartbeat_interval_s
                 self._next_tick[key] = due
             soonest = min(soonest, due - now)
-        self.samples = tuple(self._sample(key, sub, now) for key, sub in subs.items())
         return max(soonest, 0.001)
 
     def _sample(self, key: Key, sub: Subscription, now: float) -> SubscriptionSample:
@@ -178,6 +222,14 @@ class Heartbeat:
                 logger.exception("heartbeat round failed; trying again")
                 pause = self.config.interval_s
             await asyncio.sleep(pause)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running in this thread, if any."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def _sample(

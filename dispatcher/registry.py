@@ -23,7 +23,7 @@ one), its state file is removed (the commit point; if that fails, the subscripti
 on unchanged), its consumers are let go with :class:`SubscriptionDeletedError`, and its
 dead-letter queue is removed. The on-disk steps and why a crash leaves all or nothing are
 :mod:`dispatcher.removal`'s. Its cursors stop holding retention back at once (they leave
-:meth:`SubscriptionRegistry.saved_floor`), and its metric series leave :attr:`samples`.
+:meth:`SubscriptionRegistry.saved_floor`), and its metric series leave :meth:`samples`.
 
 Inactivity expiry (``inactive_expiry_s``, off by default): the registry runs an expiry task
 that deletes a subscription with no consumer and no ack, commit or seek for that long, by
@@ -55,7 +55,7 @@ from dispatcher.errors import (
     SubscriptionNotFoundError,
 )
 from dispatcher.expiry import IdleTracker
-from dispatcher.heartbeat import Heartbeat, SubscriptionSample
+from dispatcher.heartbeat import SAMPLES_WAIT_S, Heartbeat, SubscriptionSample
 from dispatcher.lag import HeartbeatConfig
 from dispatcher.protocol import (
     DeliveryMode,
@@ -155,11 +155,10 @@ class SubscriptionRegistry:
             lambda key: self._dlqs.opened(*key),
         )
 
-    @property
-    def samples(self) -> tuple[SubscriptionSample, ...]:
-        """Counters and lag of every subscription at the last heartbeat round. Replaced,
-        never changed, so the metrics thread can read it while the loop runs."""
-        return self._heartbeat.samples
+    def samples(self, wait_s: float = SAMPLES_WAIT_S) -> tuple[SubscriptionSample, ...]:
+        """Counters and lag of every subscription, built now. The metrics exporter's
+        thread may call this too: see :meth:`Heartbeat.samples` for ``wait_s``."""
+        return self._heartbeat.samples(wait_s)
 
     # -- lifecycle --------------------------------------------------------------------
 

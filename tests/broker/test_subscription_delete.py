@@ -98,7 +98,7 @@ async def test_refused_while_attached_then_force_ends_the_stream(tmp_path: Path)
         assert await admin.list_subscriptions(TOPIC) == []
         assert not state_file(tmp_path).exists()
         assert not queue_dir(tmp_path).exists()
-        assert all(s.subscription != SUB for s in broker.subscriptions.samples)
+        assert all(s.subscription != SUB for s in broker.subscriptions.samples())
         assert f'subscription="{SUB}"' not in generate_latest(broker.metrics.registry).decode()
 
 

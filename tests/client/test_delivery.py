@@ -232,7 +232,7 @@ async def test_an_unacked_record_is_sent_again_after_the_ack_timeout(tmp_path: P
             assert [m.redelivery_count for m in got] == [0, 1, 2]
             c.ack(got[-1])
         broker.subscriptions.heartbeat_round()
-        (sample,) = broker.subscriptions.samples
+        (sample,) = broker.subscriptions.samples()
         assert sample.ack_timeouts >= 2
         assert sample.redelivered >= 2
 

@@ -233,7 +233,7 @@ async def test_a_killed_dispatch_task_is_restarted_within_one_interval(
     assert _offsets(_delivered(session)) == [0, 1, 2, 3, 4]
     assert (sub.task_restarts, sub.heartbeat_polls) == (1, 1)
     metrics = BrokerMetrics()
-    metrics.watch_subscriptions(lambda: registry.samples)
+    metrics.watch_subscriptions(registry.samples)
     registry.heartbeat_round()
     samples = _scrape(metrics)
     assert samples["headrace_dispatcher_heartbeat_polls_total", ("t", "s")] == 1
@@ -278,7 +278,7 @@ async def test_a_backlog_that_cannot_be_read_is_stalled_and_heals(
     await _append(writer, 3)
     await _settle()
     metrics = BrokerMetrics()
-    metrics.watch_subscriptions(lambda: registry.samples)
+    metrics.watch_subscriptions(registry.samples)
     await _tick(registry, clock)  # the backlog is first seen stuck here
     for _ in range(3):
         await _tick(registry, clock)
@@ -324,16 +324,16 @@ async def test_lag_is_evaluated_with_no_consumer_attached(
     6), and never calls it STALLED; an unchanged subscription's sample is reused."""
     await registry.subscribe("t", "s", [writer])
     metrics = BrokerMetrics()
-    metrics.watch_subscriptions(lambda: registry.samples)
+    metrics.watch_subscriptions(registry.samples)
     await _append(writer, 4)
     for _ in range(6):
         await _tick(registry, clock)
     samples = _scrape(metrics)
     assert samples["headrace_subscription_lag_messages", ("t", "0", "s")] == 4
     assert samples["headrace_subscription_stalled", ("t", "s")] == 0
-    before = registry.samples
+    before = registry.samples()
     await _tick(registry, clock)
-    assert registry.samples[0] is before[0]  # nothing changed: the sample is reused
+    assert registry.samples()[0] is before[0]  # nothing changed: the sample is reused
     await _append(writer, 2)
     await _tick(registry, clock)
     assert _scrape(metrics)["headrace_subscription_lag_messages", ("t", "0", "s")] == 6

@@ -5,6 +5,7 @@ monotonic clock."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from dispatcher import (
     Subscription,
     SubscriptionRegistry,
 )
-from dispatcher.heartbeat import PartitionSample
+from dispatcher.heartbeat import PartitionSample, SubscriptionSample
 from tests._helpers import ManualClock
 from wal import LogWriter, encode_columns
 
@@ -86,7 +87,7 @@ def _partition(
 ) -> PartitionSample:
     clock.advance(seconds)
     registry.heartbeat_round()
-    (sample,) = registry.samples
+    (sample,) = registry.samples()
     return sample.partitions[0]
 
 
@@ -157,9 +158,52 @@ async def test_a_blocked_partition_is_in_the_sample(
         sub.nack(0, 0, 1, delay_s=0, reason="poison")
         await _settle()  # the dispatch task finds it poison as it would send it again
         assert _partition(reg, clock, 0.5).blocked
-        assert reg.samples[0].blocked
+        assert reg.samples()[0].blocked
         await sub.commit(0, 1)
         assert not _partition(reg, clock, 0.5).blocked
-        assert not reg.samples[0].blocked
+        assert not reg.samples()[0].blocked
     finally:
         await reg.aclose()
+
+
+async def test_a_scrape_from_another_thread_sees_what_changed_since_the_last_round(
+    registry: SubscriptionRegistry, writer: LogWriter, clock: ManualClock
+) -> None:
+    """Scenario: one round with subscription ``s``; then ``s2`` is created and ``s`` acks
+    three records, with no round after. Expected: samples asked for from another thread
+    (as the metrics exporter does) are built on the loop, now: both subscriptions, and
+    ``s``'s lag of 7."""
+    sub, _reads = await _sent(registry, writer)
+    assert _partition(registry, clock, 0.5).lag == 10
+    await registry.subscribe("t", "s2", [writer])
+    sub.ack(0, 0, 3)
+    await sub.applied()
+    samples = await asyncio.to_thread(registry.samples)
+    lags = {s.subscription: s.partitions[0].lag for s in samples}
+    assert lags == {"s": 7, "s2": 10}
+
+
+async def test_a_scrape_gets_the_last_samples_built_while_the_loop_is_busy(
+    registry: SubscriptionRegistry, writer: LogWriter, clock: ManualClock
+) -> None:
+    """Scenario: samples built once with ``s``; ``s2`` is created; then a thread asks for
+    samples (waiting up to 50 ms) while the loop is blocked until that thread is done.
+    Expected: the thread gets the samples last built (``s`` only) instead of hanging; the
+    loop, free again, builds both."""
+    await _sent(registry, writer)
+    assert [s.subscription for s in registry.samples()] == ["s"]
+    await registry.subscribe("t", "s2", [writer])
+    answered = threading.Event()
+    got: list[tuple[SubscriptionSample, ...]] = []
+
+    def scrape() -> None:
+        got.append(registry.samples(wait_s=0.05))
+        answered.set()
+
+    thread = threading.Thread(target=scrape)
+    thread.start()
+    assert answered.wait(10)  # blocks the loop: the request cannot run until this returns
+    thread.join()
+    assert [s.subscription for s in got[0]] == ["s"]
+    await _settle()  # the cancelled request runs now, and does nothing
+    assert [s.subscription for s in registry.samples(wait_s=0.05)] == ["s", "s2"]
