@@ -26,7 +26,9 @@ them. The ingress rate is the head's growth over the window, the ack rate the ac
 total's, and the trend the lag's change. Example: at t=0 head 1000, lag 100; at t=10 head
 1500, lag 300. Ingress 50/s, acks (1200 - 900) / 10 = 30/s, lag +200 (more than
 max(10, 5 % of 300)): growing; drain ``None`` (acks do not outpace ingress). Sampling
-on the heartbeat, not on ``lag`` calls, makes one ``headrace lag`` call meaningful. A seek
+on the heartbeat, not on ``lag`` calls, makes one ``headrace lag`` call meaningful. A
+tick where neither total moved only marks the window's last values as still held then
+(:meth:`RateWindow.hold`), which is what keeps 1,000 idle subscriptions cheap. A seek
 starts the subscription's windows afresh; records deleted by retention before they were
 acknowledged count as acknowledged (the subscription no longer owes them).
 
@@ -36,6 +38,7 @@ Pure module: no asyncio, os or time; ``now`` comes in on every call.
 from __future__ import annotations
 
 import enum
+import math
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -228,6 +231,11 @@ class RateWindow:
     """The last :data:`RATE_WINDOW_S` seconds of one partition's head and acknowledged
     total, sampled by the heartbeat. Not task-safe; owned by its subscription.
 
+    A tick where nothing moved calls :meth:`hold` instead of :meth:`observe`: it records
+    only that the last values still held at that time, so 1,000 idle subscriptions cost a
+    float store each per tick. :meth:`rates` reads a held stretch as the samples
+    :meth:`observe` would have taken.
+
     Args:
         window_s: How far back the rates look, seconds.
         spacing_s: Samples closer than this replace each other, seconds.
@@ -239,18 +247,35 @@ class RateWindow:
         #: (monotonic seconds, head, acknowledged total), oldest first. The oldest is the
         #: newest sample at least ``window_s`` old, so the rates span the whole window.
         self._samples: deque[tuple[float, int, int]] = deque()
+        #: The last time the newest sample's values were seen (by observe or hold).
+        self._seen = -math.inf
 
     def wants(self, now: float) -> bool:
         """Whether a sample at ``now`` is worth taking: a quarter of the spacing has passed
         since the last one (so a 10 ms heartbeat does not compute lags 100 times a
         second for rates measured over seconds)."""
-        return not self._samples or now - self._samples[-1][0] >= self._spacing / 4
+        return now - self._seen >= self._spacing / 4
+
+    def hold(self, now: float) -> None:
+        """The values last observed still hold at ``now`` (monotonic s): the caller knows
+        that neither the head nor the acknowledged total moved since."""
+        if self._samples and now > self._seen:
+            self._seen = now
 
     def observe(self, now: float, head: int, acked: int) -> None:
         """Record the partition's ``head`` and ``acked`` total at ``now`` (monotonic s)."""
         samples = self._samples
-        if samples and now < samples[-1][0]:
-            return  # a clock that went back: keep what was measured
+        if samples:
+            last, last_head, last_acked = samples[-1]
+            if now < last:
+                return  # a clock that went back: keep what was measured
+            if last < self._seen <= now:  # the last values held until then: a sample
+                self._add(self._seen, last_head, last_acked)
+        self._add(now, head, acked)
+        self._seen = now
+
+    def _add(self, now: float, head: int, acked: int) -> None:
+        samples = self._samples
         if len(samples) >= 2 and now - samples[-2][0] < self._spacing:
             samples[-1] = (now, head, acked)
         else:
@@ -259,11 +284,23 @@ class RateWindow:
             samples.popleft()
 
     def rates(self) -> Rates:
-        """The rates between the oldest and the newest sample."""
-        if len(self._samples) < 2:
+        """The rates between the oldest sample of the window and the newest (or the last
+        time its values were held)."""
+        samples = self._samples
+        if not samples:
             return NO_RATES
-        t0, head0, acked0 = self._samples[0]
-        t1, head1, acked1 = self._samples[-1]
+        t1, head1, acked1 = samples[-1]
+        t1 = max(t1, self._seen)
+        start = t1 - self._window
+        k = 0  # the newest sample at least a window old, if any
+        while k + 1 < len(samples) and samples[k + 1][0] <= start:
+            k += 1
+        t0, head0, acked0 = samples[k]
+        after = samples[k + 1] if k + 1 < len(samples) else (t1, head1, acked1)
+        # Both totals only grow, so equal values at two points held in between: a flat
+        # stretch through the window's start measures from the start, however sparse.
+        if t0 < start and after[1:] == (head0, acked0):
+            t0 = start
         span = t1 - t0
         if span <= 0:
             return NO_RATES

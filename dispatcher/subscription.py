@@ -211,6 +211,9 @@ class Subscription:
         self._monitor = LagMonitor(stall_timeout_s)
         #: Ingress and ack rates per partition, sampled on every tick.
         self._rates = [RateWindow() for _ in self._writers]
+        #: ``state.changes`` and the heads at the windows' last observation: while both
+        #: stay, no head or acknowledged total moved, and a tick only holds the windows.
+        self._rated: tuple[int, list[int]] | None = None
         #: When a pull reader (AckUpTo) last committed, per the clock; None if never.
         self._committed_at: float | None = None
         #: Dispatch tasks the heartbeat found dead and restarted.
@@ -282,8 +285,7 @@ class Subscription:
             self._start_task()
         heads = [w.high_water_mark for w in self._writers]
         if self._rates and self._rates[0].wants(now):  # the windows are sampled together
-            for i, (window, head) in enumerate(zip(self._rates, heads, strict=True)):
-                window.observe(now, head, head - self.state.lag(i, head))
+            self._sample_rates(now, heads)
         if self._monitor.idle and self.state.caught_up(heads):
             self.verdict = IDLE  # the common case, kept cheap: 1,000 idle subscriptions
             return IDLE
@@ -298,6 +300,19 @@ class Subscription:
         if self.verdict.repoll:
             self._loop.heartbeat_poll()
         return self.verdict
+
+    def _sample_rates(self, now: float, heads: list[int]) -> None:
+        """Sample every partition's head and acknowledged total into its rate window; if
+        neither can have moved since the last sample, only hold the windows."""
+        state = self.state
+        rated = self._rated
+        if rated is not None and rated[0] == state.changes and rated[1] == heads:
+            for window in self._rates:
+                window.hold(now)
+            return
+        self._rated = (state.changes, heads)
+        for i, (window, head) in enumerate(zip(self._rates, heads, strict=True)):
+            window.observe(now, head, head - state.lag(i, head))
 
     async def aclose(self, reason: Exception | None = None) -> None:
         """Stop dispatching and let every consumer go; ``reason``, when given, is what
@@ -597,6 +612,7 @@ class Subscription:
         cmd = Seek(clamped)
         self.state.check(cmd)
         self._rates = [RateWindow() for _ in self._writers]  # the jump is not an ack rate
+        self._rated = None
         return self._submit(cmd, result=True)
 
     # -- state ------------------------------------------------------------------------

@@ -109,3 +109,74 @@ def test_a_fast_heartbeat_samples_a_few_times_a_second() -> None:
     window.observe(0.0, 0, 0)
     assert not window.wants(0.2)
     assert window.wants(0.25)
+
+
+def _ticks(phases: list[tuple[float, float, float]]) -> list[tuple[float, int, int]]:
+    """Ticks every 0.5 s through ``phases`` of (seconds, ingress/s, acks/s), from head
+    1000, acked 900: (time, head, acknowledged total) at each tick."""
+    out, t, head, acked = [(0.0, 1000, 900)], 0.0, 1000.0, 900.0
+    for seconds, ingress, acks in phases:
+        for _ in range(round(seconds / 0.5)):
+            t += 0.5
+            head += ingress * 0.5
+            acked += acks * 0.5
+            out.append((t, round(head), round(acked)))
+    return out
+
+
+def _windows(ticks: list[tuple[float, int, int]]) -> tuple[RateWindow, RateWindow]:
+    """One window that observes every tick, and one that only holds when nothing moved
+    (as an idle subscription's tick does)."""
+    observed, held = RateWindow(), RateWindow()
+    last: tuple[int, int] | None = None
+    for t, head, acked in ticks:
+        observed.observe(t, head, acked)
+        if (head, acked) == last:
+            held.hold(t)
+        else:
+            held.observe(t, head, acked)
+        last = (head, acked)
+    return observed, held
+
+
+@pytest.mark.parametrize(
+    ("phases", "ingress", "acked"),
+    [
+        ([(10, 100, 80), (20, 0, 0)], 0, 0),  # idle for the whole window
+        ([(10, 100, 100), (5, 0, 0)], 50, 50),  # idle for half of it
+        ([(30, 0, 0), (5, 100, 60)], 50, 30),  # busy after a long idle stretch
+        ([(2, 100, 0), (3, 0, 50)] * 12, 40, 30),  # in and acks in turns
+        ([(2, 100, 0), (3, 0, 50), (3, 0, 0)] * 8, 20, 15),  # with idle stretches
+        ([(0.5, 0, 0), (9.5, 0, 0)], 0, 0),  # idle from the start
+    ],
+)
+def test_holding_an_idle_window_gives_the_rates_of_observing_it(
+    phases: list[tuple[float, float, float]], ingress: float, acked: float
+) -> None:
+    """Scenario: the same ticks into a window that observes every tick and into one that
+    only holds on ticks where nothing moved. Expected: both give the rates the phases
+    make over the last 10 s, the same trend, and the held one spans the window too."""
+    observed, held = _windows(_ticks(phases))
+    a, b = observed.rates(), held.rates()
+    assert a.ingress == pytest.approx(ingress, abs=0.5)
+    assert a.acked == pytest.approx(acked, abs=0.5)
+    assert b.ingress == pytest.approx(a.ingress, abs=0.5)
+    assert b.acked == pytest.approx(a.acked, abs=0.5)
+    assert b.trend is a.trend
+    assert b.span_s == pytest.approx(a.span_s, abs=1.0)
+
+
+def test_a_hold_counts_as_a_sample_and_needs_one_first() -> None:
+    """A hold before any observation changes nothing (no rates, still wanted); after one,
+    a hold makes the window not want another sample for a quarter of the spacing, and
+    gives an idle partition rates of 0 over the held span."""
+    window = RateWindow(spacing_s=1.0)
+    window.hold(1.0)
+    assert window.rates() is NO_RATES
+    assert window.wants(1.0)
+    window.observe(2.0, 100, 90)
+    window.hold(4.0)
+    assert not window.wants(4.2)
+    assert window.wants(4.25)
+    rates = window.rates()
+    assert (rates.ingress, rates.acked, rates.trend, rates.span_s) == (0, 0, Trend.STEADY, 2.0)
