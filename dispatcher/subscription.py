@@ -214,6 +214,9 @@ class Subscription:
         #: ``state.changes`` and the heads at the windows' last observation: while both
         #: stay, no head or acknowledged total moved, and a tick only holds the windows.
         self._rated: tuple[int, list[int]] | None = None
+        #: ``state.changes`` and the heads at the tick that last found the subscription
+        #: idle and caught up; None once a tick found it otherwise.
+        self._idle_at: tuple[int, list[int]] | None = None
         #: When a pull reader (AckUpTo) last committed, per the clock; None if never.
         self._committed_at: float | None = None
         #: Dispatch tasks the heartbeat found dead and restarted.
@@ -284,11 +287,20 @@ class Subscription:
             self.task_restarts += 1
             self._start_task()
         heads = [w.high_water_mark for w in self._writers]
+        state = self.state
         if self._rates and self._rates[0].wants(now):  # the windows are sampled together
             self._sample_rates(now, heads)
-        if self._monitor.idle and self.state.caught_up(heads):
-            self.verdict = IDLE  # the common case, kept cheap: 1,000 idle subscriptions
+        # The common case, kept cheap: 1,000 idle subscriptions. Caught up at a tick, and
+        # neither a head nor state.changes moved since: still caught up (what could undo
+        # it, a record, a nack, a release or a seek, moves one of them).
+        idle = self._idle_at
+        if idle is not None and idle[0] == state.changes and idle[1] == heads:
             return IDLE
+        if self._monitor.idle and state.caught_up(heads):
+            self._idle_at = (state.changes, heads)
+            self.verdict = IDLE
+            return IDLE
+        self._idle_at = None
         ready = self.state.ready(heads, self._clock())
         seen = Observation(
             ready=ready,

@@ -213,6 +213,32 @@ async def test_dropped_notifications_leave_new_records_to_the_heartbeat(
     assert sub.heartbeat_polls == 1
 
 
+async def test_a_subscription_idle_for_many_ticks_still_gets_a_lost_notification(
+    writer: LogWriter, registry: SubscriptionRegistry, clock: ManualClock
+) -> None:
+    """Scenario: a caught-up subscription idles through ten heartbeats (the ticks after
+    the first take the quiet path: nothing moved), then notifications are lost and 2
+    records are published. Expected: the next tick sees the head move and re-polls (both
+    records arrive, one heartbeat poll); the ticks after are quiet again (no more polls)."""
+    sub = await registry.subscribe("t", "s", [writer])
+    session = sub.attach("c", credit=10)
+    await _settle()
+    for _ in range(10):
+        await _tick(registry, clock)
+    assert sub.heartbeat_polls == 0
+    sub.drop_notifications()
+    await _append(writer, 2)
+    await _settle()
+    assert _delivered(session) == []
+    await _tick(registry, clock)
+    assert _offsets(_delivered(session)) == [0, 1]
+    assert sub.heartbeat_polls == 1
+    for _ in range(3):
+        await _tick(registry, clock)
+    assert sub.heartbeat_polls == 1
+    assert _delivered(session) == []
+
+
 async def test_a_killed_dispatch_task_is_restarted_within_one_interval(
     writer: LogWriter, registry: SubscriptionRegistry, clock: ManualClock
 ) -> None:
