@@ -23,7 +23,7 @@ Modules:
                       dispatch task is the one owner, fed by a command queue
     dispatch_loop     DispatchLoop: the dispatch task's turns and passes (read the log,
                       send, save, dead-letter), the notifier's pass in place, the timer
-    session           ConsumerSession, DRAINED: one attached consumer and its outbox
+    session           ConsumerSession, DRAINED, Outbox: one attached consumer and its outbox
     status            PartitionStatus, SubscriptionStatus: what ``lag`` reports (pure data)
     state_file        StateDoc: a subscription's state file, its versions, fitting it to the
                       logs (pure)
