@@ -10,6 +10,7 @@ Modules:
     _async.admin    AsyncAdminClient: topics, subscriptions and dead-letter queues
     _async.fetcher  AsyncFetcher: reads by offset (Fetch) and position commits (AckUpTo)
     _message        Message: a lazy view of one received record
+    _signal         Signal: asyncio.Event without its loop lookup per wait (the consumer)
     _batching       PendingBatch and the per-record futures send returns (RecordFuture,
                     ThreadRecordFuture); BufferBudget: the bytes both producers may queue
     _retry          retrying(): calls retried with backoff while the broker is unavailable

@@ -61,6 +61,7 @@ import grpc
 from client._channel import DEFAULT_RECONNECT_BACKOFF_MAX_S, aio_channel
 from client._message import DeliveredBatch, Message, MessageBuffer
 from client._retry import backoff_s
+from client._signal import Signal
 from client._types import DEFAULT_BROKER, QUEUED, Queued
 from client.errors import (
     ClientClosed,
@@ -185,7 +186,7 @@ class AsyncConsumer:
         #: Whether ``__anext__`` must take its slow path: closed, or the writer has
         #: requests waiting (``_nudge``).
         self._hold = False
-        self._ready = asyncio.Event()
+        self._ready = Signal()  # once per delivery: no loop lookup per wait
         self._subscribed = asyncio.Event()
         self._error: ClientError | None = None
         self._task: asyncio.Task[None] | None = None
@@ -756,7 +757,7 @@ class _Outbox:
         self.half_close = False  # end the requests once the rest is sent
         self.ended = False  # the stream is over: send nothing more
         self.idle = False  # the writer waits for ``wake``
-        self.wake = asyncio.Event()
+        self.wake = Signal()
 
 
 def _reconnectable(error: ClientError) -> bool:
