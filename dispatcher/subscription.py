@@ -301,11 +301,11 @@ class Subscription:
             self.verdict = IDLE
             return IDLE
         self._idle_at = None
-        ready = self.state.ready(heads, self._clock())
+        ready = state.ready(heads, self._clock())
         seen = Observation(
             ready=ready,
-            has_room=self.state.has_room(),
-            progress=self.state.sent_total + self.state.acked_total,
+            has_room=state.has_room(),
+            progress=state.sent_total + state.acked_total,
             last_error=self._loop.last_error,
         )
         self.verdict = self._monitor.tick(seen, now)

@@ -330,7 +330,7 @@ class FaultyFs(FileSystem):
 
     def pwritev(self, fd: int, buffers: Sequence[Buffer], offset: int) -> int:
         """Write, possibly short, possibly failing after a partial write."""
-        path = self._paths.get(fd, "")
+        path = self.path_of(fd)
         fault = self._check("pwritev", path)
         data = b"".join(bytes(b) for b in buffers)
         if fault:
@@ -356,7 +356,7 @@ class FaultyFs(FileSystem):
 
     def fdatasync(self, fd: int) -> None:
         """fdatasync, or fail; on success remember the durable size."""
-        path = self._paths.get(fd, "")
+        path = self.path_of(fd)
         fault = self._check("fdatasync", path)
         if fault:
             self._raise(fault, path)
@@ -365,7 +365,7 @@ class FaultyFs(FileSystem):
 
     def fsync(self, fd: int) -> None:
         """fsync, or fail; on success remember the durable size."""
-        path = self._paths.get(fd, "")
+        path = self.path_of(fd)
         fault = self._check("fsync", path)
         if fault:
             self._raise(fault, path)
@@ -398,7 +398,7 @@ class FaultyFs(FileSystem):
     def truncate(self, fd: int, size: int) -> None:
         """Truncate, or fail. The new size counts as durable at once (see the module
         docstring): pages past it are forgotten, and none comes back in a power cut."""
-        path = self._paths.get(fd, "")
+        path = self.path_of(fd)
         fault = self._check("truncate", path)
         if fault:
             self._raise(fault, path)
