@@ -117,6 +117,22 @@ async def test_group_commit_coalesces_concurrent_appends(wal_dir: str) -> None:
 
 
 @pytest.mark.asyncio
+async def test_appenders_woken_by_one_completion_are_written_as_one_group(
+    wal_dir: str,
+) -> None:
+    """Scenario: fsync ALWAYS; 16 tasks each append 20 single-record batches, awaiting
+    each. A group's completion wakes all its appenders in one loop turn. Expected: every
+    group commit holds all 16 appends (20 commits of 16): none of them waits for the next
+    round."""
+    writer = await LogWriter.open(wal_dir, LogConfig())
+    groups: list[int] = []
+    writer.on_commit = lambda _write_s, _sync_s, batches: groups.append(batches)
+    await asyncio.gather(*(appender(writer, range(t * 100, t * 100 + 20)) for t in range(16)))
+    assert groups == [16] * 20
+    await writer.aclose()
+
+
+@pytest.mark.asyncio
 async def test_always_acks_and_hwm_only_over_synced_data(wal_dir: str) -> None:
     """Scenario: fsync ALWAYS, 8 concurrent appenders of 10 batches each, rolling 4 KiB
     segments; a listener and every acknowledgement compare against the durable frontier.
@@ -526,4 +542,42 @@ async def test_a_writer_thread_killed_by_a_bug_fails_appends_instead_of_hanging(
         await asyncio.wait_for(writer.append(batch_bytes([1])), 10)
     with pytest.raises(WalFailedError, match="writer thread failed"):
         await writer.append(batch_bytes([2]))
+    await asyncio.wait_for(writer.aclose(), 10)
+
+
+@pytest.mark.asyncio
+async def test_an_append_staged_as_the_writer_thread_dies_fails_instead_of_hanging(
+    wal_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Scenario: append 1 meets a bug in the writer thread. Append 2 passes its open
+    check while the thread still runs; the log's ``validate``, which append 2 calls next,
+    lets the thread die first, so append 2 is staged after the thread's failure report
+    was posted (that report empties a queue append 2 is not in yet). Expected: both fail
+    with WalFailedError naming the writer thread; neither hangs; ``aclose`` returns."""
+    writer = await LogWriter.open(wal_dir, LogConfig())
+    await writer.append(batch_bytes([0]))
+    thread = next(t for t in threading.enumerate() if t.name == f"wal-writer:{wal_dir}")
+    go = threading.Event()
+
+    def bug(_group: object) -> None:
+        go.wait(10)
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(writer, "_commit_on_thread", bug)
+    first = asyncio.create_task(writer.append(batch_bytes([1])))
+    await asyncio.sleep(0)  # append 1 staged
+    await asyncio.sleep(0)  # and handed to the thread, which waits in the bug
+    validate = writer.log.validate
+
+    def validate_while_the_thread_dies(data: bytes) -> object:
+        go.set()
+        thread.join(10)  # the thread set its failure and posted its report
+        assert not thread.is_alive()
+        return validate(data)
+
+    monkeypatch.setattr(writer.log, "validate", validate_while_the_thread_dies)
+    with pytest.raises(WalFailedError, match="writer thread failed"):
+        await asyncio.wait_for(writer.append(batch_bytes([2])), 10)
+    with pytest.raises(WalFailedError, match="writer thread failed"):
+        await asyncio.wait_for(first, 10)
     await asyncio.wait_for(writer.aclose(), 10)

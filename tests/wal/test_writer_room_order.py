@@ -88,6 +88,7 @@ async def test_waiters_are_queued_in_call_order_and_a_newcomer_waits_behind_them
     tasks = [first, *(start(writer, i, queued) for i in range(1, 10))]
     await asyncio.sleep(0)  # every task ran to its place or to the room
     assert queued == [0, 1]
+    await asyncio.sleep(0)  # the turn's commands (append 1) reached the thread's queue
     fs.let_through()  # group [0] completes; the thread takes [1] and holds its sync
     fs.wait_entered()  # loop held: group [0]'s completion is posted, not yet run
     tasks.append(start(writer, 10, queued))  # runs before the woken waiter
