@@ -180,6 +180,9 @@ class DispatchLoop(Generic[OwnerT]):
         self._suspended: tuple[Coroutine[Any, Any, bool], Any] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
+        #: The task's loop, kept by :meth:`run`: looking it up costs a ``getpid`` call on
+        #: Python 3.11, and the timer is re-armed on most passes.
+        self._event_loop: asyncio.AbstractEventLoop | None = None
         self._dead_letter_queue: list[ToDeadLetter] = []
         self._dead_letter_task: asyncio.Task[None] | None = None
         #: Why the last dead-letter write failed (None after one that worked).
@@ -233,6 +236,7 @@ class DispatchLoop(Generic[OwnerT]):
 
     async def run(self) -> None:
         """The dispatch task's body: turns until cancelled (see the module doc)."""
+        self._event_loop = asyncio.get_running_loop()
         while True:
             self.wake.clear()  # before looking: a wake-up from now on is never lost
             if self._suspended is not None:  # a pass the notifier began waits on an await
@@ -475,7 +479,7 @@ class DispatchLoop(Generic[OwnerT]):
             self._timer = None
         self._timer_at = at
         if at is not None:
-            loop = asyncio.get_running_loop()
+            loop = self._event_loop or asyncio.get_running_loop()
             delay = max(0.0, at - self._clock())  # both monotonic
             self._timer = loop.call_later(delay, self._timer_fired)
 
