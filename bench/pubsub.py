@@ -33,6 +33,14 @@ payloads and 200,000 messages (20,000 and 2 s of e2e with ``--quick``):
    server first started, so a restart that rescans what was written since then shows
    here; the result's params add ``log_bytes`` and ``log_payload_bytes``.
 
+Before the systems, the floor under phase 3 (system ``grpc-aio-floor``,
+:func:`measure_floor`), while the disk is idle: the same
+paced publisher and one consumer over bare grpc.aio, with no log, fsync or acks; the
+disk's median ``fdatasync`` of one payload (``fdatasync_p50_ms``, system ``disk``); and
+their sum, ``e2e_latency_p50_durable_floor_ms``: about the least e2e p50 that a broker on
+grpc.aio, which syncs before it delivers, can show on this machine (the relay, plus one
+sync in series).
+
 Every result's params carry ``fsync``, ``payload_bytes``, ``messages``, ``e2e_rate_msg_s``,
 ``e2e_seconds`` and ``loop``. Headrace's results are then judged against its goals. A peer
 whose server is missing is installed with apt-get when the bench runs as root, else it is
@@ -41,7 +49,8 @@ stopped, and the run goes on with the next one.
 
 Environment:
     HEADRACE_BENCH_SYSTEMS: Comma-separated system names to run, e.g.
-        ``nats-jetstream,redis-streams`` (default: all three).
+        ``nats-jetstream,redis-streams`` (default: all three, and the floor;
+        ``grpc-aio-floor`` selects the floor).
 """
 
 from __future__ import annotations
@@ -56,7 +65,7 @@ from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import _peers
+from bench import _fanout_floor, _peers
 from bench._measure import new_runner, per_second, percentile
 from bench._output import Goal, Params, PeerGoal, Result
 from bench._peers import Peer
@@ -68,9 +77,13 @@ from bench._pubsub_system import (
 )
 from bench._runner import RunOptions
 from bench._samples import SampleLog
+from bench.wal import time_fdatasyncs
 
 BENCH = "pubsub"
-SYSTEMS = ("headrace", "nats-jetstream", "redis-streams")
+#: Not a broker: the e2e phase's publisher and consumer over bare grpc.aio (see
+#: :func:`measure_floor`).
+FLOOR = _fanout_floor.SYSTEM
+SYSTEMS = ("headrace", "nats-jetstream", "redis-streams", FLOOR)
 SYSTEMS_ENV = "HEADRACE_BENCH_SYSTEMS"
 #: The metric of the e2e latency distributions in the sample log.
 E2E_SERIES = "e2e_latency_quantile_ms"
@@ -102,6 +115,12 @@ PEER_GOALS: dict[str, PeerGoal] = {
     "e2e_latency_p50_ms": PeerGoal("redis-streams", (("fsync", "always"),), cap=1.0),
     "e2e_latency_p99_ms": PeerGoal("redis-streams", (("fsync", "always"),), fallback=5.0),
 }
+
+#: How long after the floor's last send its consumer may still take records.
+FLOOR_GRACE_S = 2.0
+#: Seconds of payload-sized appends, each followed by ``fdatasync``, that the durable
+#: floor's sync time is the median of.
+FDATASYNC_SECONDS = 1.0
 
 Warn = Callable[[str], None]
 
@@ -289,11 +308,12 @@ def _redis_builder(binary: str, fsync: str) -> Callable[[Path], PubSubSystem]:
     return lambda data_dir: _peers.RedisStreams(data_dir, fsync, binary=binary)
 
 
-def _entries_from_env(warn: Warn) -> list[Entry]:
+def _entries_from_env(warn: Warn) -> tuple[list[Entry], bool]:
+    """The entries the environment selects, and whether it selects the floor."""
     selected, unknown = select_systems(os.environ.get(SYSTEMS_ENV))
     for name in unknown:
         warn(f"bench: pubsub: unknown system {name!r} in {SYSTEMS_ENV} (known: {SYSTEMS})")
-    return default_entries(selected, warn=warn)
+    return default_entries(selected, warn=warn), FLOOR in selected
 
 
 # ---------------------------------------------------------------------------------------
@@ -305,21 +325,72 @@ def run(
     *,
     entries: Sequence[Entry] | None = None,
     sizes: Sizes | None = None,
+    floor: bool | None = None,
     warn: Warn = _stderr,
 ) -> Iterator[Result]:
-    """Measure every system in turn, yielding results as they come, then Headrace's goals.
-    ``entries`` default to the environment's choice (see the module docstring)."""
+    """Measure the floor (:func:`measure_floor`), then every system in turn, yielding
+    results as they come, then Headrace's goals. ``entries`` and ``floor`` default to
+    the environment's choice (see the module docstring); given ``entries``, ``floor``
+    defaults to no."""
     sizes = sizes or (QUICK if options.quick else FULL)
-    entries = entries if entries is not None else _entries_from_env(warn)
-    if not entries:
+    if entries is None:
+        entries, selected = _entries_from_env(warn)
+        floor = selected if floor is None else floor
+    if not entries and not floor:
         warn("bench: pubsub: no system to measure")
     measured: list[Result] = []
+    if floor:  # first: the systems' restart phases leave gigabytes for the disk to write
+        for result in measure_floor(options.data_dir / FLOOR, sizes, warn=warn):
+            measured.append(result)
+            yield result
     for index, entry in enumerate(entries):
         data_dir = options.data_dir / f"{index}-{entry.name}"
         for result in measure_system(entry, data_dir, sizes, options.samples, warn=warn):
             measured.append(result)
             yield result
     yield from derive_goals(measured)
+
+
+def measure_floor(data_dir: Path, sizes: Sizes, *, warn: Warn = _stderr) -> Iterator[Result]:
+    """The floor under the e2e phase, as system ``grpc-aio-floor``: the same paced
+    publisher and one consumer, over bare grpc.aio (:mod:`bench._fanout_floor` with one
+    stream: no log, no fsync, no acks). Then the median time of a payload-sized append
+    and its ``fdatasync`` (system ``disk``), and the sum of the two medians
+    (``e2e_latency_p50_durable_floor_ms``): about the least e2e p50 that a broker on
+    grpc.aio, which syncs before it delivers, can show on this machine.
+
+    A failure is reported with ``warn`` and ends this phase only; ``data_dir`` is removed.
+    """
+    data_dir.mkdir(parents=True)
+    loop, runner = new_runner()
+    try:
+        with runner:
+            latencies, sent = runner.run(
+                _fanout_floor.measure(
+                    data_dir,
+                    streams=1,
+                    rate=sizes.e2e_rate,
+                    seconds=sizes.e2e_seconds,
+                    grace_s=FLOOR_GRACE_S,
+                )
+            )
+        ordered = e2e_samples(latencies, sent, FLOOR, warn)
+        syncs = sorted(time_fdatasyncs(data_dir, FDATASYNC_SECONDS, sizes.payload_bytes))
+    except Exception as exc:  # like a system's failure, it must not end the run
+        warn(f"bench: pubsub: the {FLOOR} phase failed, skipping it: {exc!r}")
+        return
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+    params = sizes.params("none", loop)
+    p50 = percentile(ordered, 50)
+    sync_ms = percentile(syncs, 50) * 1000
+    yield Result(BENCH, FLOOR, "e2e_latency_p50_ms", p50, "ms", params)
+    yield Result(BENCH, FLOOR, "e2e_latency_p99_ms", percentile(ordered, 99), "ms", params)
+    yield Result(
+        BENCH, "disk", "fdatasync_p50_ms", sync_ms, "ms", {"block_bytes": sizes.payload_bytes}
+    )
+    durable = {**params, "fsync": "always", "sum_of": "e2e_latency_p50_ms + fdatasync_p50_ms"}
+    yield Result(BENCH, FLOOR, "e2e_latency_p50_durable_floor_ms", p50 + sync_ms, "ms", durable)
 
 
 def measure_system(

@@ -258,26 +258,32 @@ def measure_disk_seq_write(root: Path, total_bytes: int) -> Result:
 def measure_disk_fdatasync(root: Path, seconds: float, samples: SampleLog | None = None) -> Result:
     """4 KiB appends with ``fdatasync`` after each, for ``seconds``: the disk's flush rate.
     Each write + fdatasync's time goes to ``samples`` when given."""
-    block = os.urandom(4 * KIB)
+    times = time_fdatasyncs(root, seconds, 4 * KIB)
+    params = {"block_bytes": 4 * KIB}
+    if samples is not None:
+        samples.add(BENCH, "disk", "fdatasync_latency_quantile_ms", params, _ms(times))
+    rate = per_second(len(times), sum(times))
+    return _result("disk", "disk_fdatasync_s", rate, "calls/s", params)
+
+
+def time_fdatasyncs(root: Path, seconds: float, block_bytes: int) -> list[float]:
+    """Append ``block_bytes`` and ``fdatasync``, again and again for ``seconds`` (at least
+    once), in a fresh file under ``root``; each append + sync's seconds, in order."""
+    block = os.urandom(block_bytes)
     times: list[float] = []
     with cell_dir(root, "disk-fdatasync") as path:
         fd = _open_new(path / "sync.dat")
         try:
-            start = now = time.perf_counter()
-            deadline = start + seconds
+            now = time.perf_counter()
+            deadline = now + seconds
             while not times or now < deadline:
                 _write_all(fd, block)
                 os.fdatasync(fd)
                 times.append(time.perf_counter() - now)
                 now += times[-1]
-            elapsed = now - start
         finally:
             os.close(fd)
-    params = {"block_bytes": 4 * KIB}
-    if samples is not None:
-        samples.add(BENCH, "disk", "fdatasync_latency_quantile_ms", params, _ms(times))
-    rate = per_second(len(times), elapsed)
-    return _result("disk", "disk_fdatasync_s", rate, "calls/s", params)
+    return times
 
 
 def _ms(seconds: Iterable[float]) -> Iterator[float]:

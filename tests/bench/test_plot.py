@@ -138,7 +138,7 @@ def test_pubsub_run_with_plot_draws_every_system(
     one curve per system."""
     systems = [("headrace", "always"), ("nats-jetstream", "default"), ("redis-streams", "everysec")]
     entries = [pubsub.Entry(s, _fake(s, f)) for s, f in systems]
-    monkeypatch.setattr(pubsub, "_entries_from_env", lambda _warn: entries)
+    monkeypatch.setattr(pubsub, "_entries_from_env", lambda _warn: (entries, False))
     monkeypatch.setattr(pubsub, "QUICK", TINY_PUBSUB)
     out = tmp_path / "charts"
     code = main(

@@ -395,9 +395,10 @@ def test_wait_until_serving_returns_once_the_probe_succeeds() -> None:
 @pytest.mark.parametrize(
     ("value", "selected", "unknown"),
     [
-        (None, ["headrace", "nats-jetstream", "redis-streams"], []),
-        ("", ["headrace", "nats-jetstream", "redis-streams"], []),
-        (" , ", ["headrace", "nats-jetstream", "redis-streams"], []),
+        (None, ["headrace", "nats-jetstream", "redis-streams", "grpc-aio-floor"], []),
+        ("", ["headrace", "nats-jetstream", "redis-streams", "grpc-aio-floor"], []),
+        (" , ", ["headrace", "nats-jetstream", "redis-streams", "grpc-aio-floor"], []),
+        ("grpc-aio-floor, headrace", ["headrace", "grpc-aio-floor"], []),
         ("nats-jetstream,redis-streams", ["nats-jetstream", "redis-streams"], []),
         (" redis-streams , headrace", ["headrace", "redis-streams"], []),
         ("redis,redis-streams", ["redis-streams"], ["redis"]),
@@ -407,6 +408,31 @@ def test_system_selection(value: str | None, selected: list[str], unknown: list[
     """HEADRACE_BENCH_SYSTEMS picks systems by name, always in run order; unknown names
     are returned so they can be reported."""
     assert pubsub.select_systems(value) == (selected, unknown)
+
+
+def test_the_floor_phase_measures_the_bare_transport_and_the_disk(tmp_path: Path) -> None:
+    """Scenario: the floor phase at 200 msg/s for 0.5 s (real server and consumer
+    processes over loopback gRPC, a real file synced). Expected: the floor's e2e p50 and
+    p99 (p50 <= p99, both above 0), the disk's fdatasync p50, and the durable floor that
+    is exactly their sum; every message arrived (nothing said); the data dir removed."""
+    sizes = pubsub.Sizes(1_000, e2e_rate=200.0, e2e_seconds=0.5)
+    said = Messages()
+    results = {r.metric: r for r in pubsub.measure_floor(tmp_path / "floor", sizes, warn=said)}
+    assert said.lines == []
+    assert set(results) == {
+        "e2e_latency_p50_ms",
+        "e2e_latency_p99_ms",
+        "fdatasync_p50_ms",
+        "e2e_latency_p50_durable_floor_ms",
+    }
+    p50, p99 = results["e2e_latency_p50_ms"], results["e2e_latency_p99_ms"]
+    sync, durable = results["fdatasync_p50_ms"], results["e2e_latency_p50_durable_floor_ms"]
+    assert 0 < p50.value <= p99.value
+    assert (p50.system, sync.system, durable.system) == ("grpc-aio-floor", "disk", "grpc-aio-floor")
+    assert sync.value > 0
+    assert durable.value == pytest.approx(p50.value + sync.value)
+    assert (p50.params["fsync"], durable.params["fsync"]) == ("none", "always")
+    assert not (tmp_path / "floor").exists()
 
 
 def test_headrace_missing_is_skipped_with_a_message(monkeypatch: pytest.MonkeyPatch) -> None:
