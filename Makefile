@@ -22,8 +22,9 @@ $(STAMP): pyproject.toml
 
 # Bytecode is compiled here, as pip does for an installed package: an editable install
 # leaves it to the first import, and where PYTHONDONTWRITEBYTECODE is set (as on our
-# development machines) every process would compile every module again, about 130 ms for each
-# `headrace` start (restart to serving, every CLI command). Only changed files recompile.
+# development machines) every process would compile every module again, about 130 ms
+# for each `headrace` start (restart to serving, every CLI command). Only changed files
+# recompile.
 setup: $(STAMP)  ## create .venv and install the project with its dev tools
 	$(BIN)/python -m compileall -q -j 0 broker wal dispatcher proto client spark_connector pyspark_headrace bench
 

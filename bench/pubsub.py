@@ -334,8 +334,8 @@ def run(
     defaults to no."""
     sizes = sizes or (QUICK if options.quick else FULL)
     if entries is None:
-        entries, selected = _entries_from_env(warn)
-        floor = selected if floor is None else floor
+        entries, floor_selected = _entries_from_env(warn)
+        floor = floor_selected if floor is None else floor
     if not entries and not floor:
         warn("bench: pubsub: no system to measure")
     measured: list[Result] = []
