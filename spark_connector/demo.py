@@ -212,9 +212,11 @@ def main(argv: list[str] | None = None) -> int:
         broker.start()
         return _run(spark, broker, workdir, args.orders, args.rate)
     finally:
-        spark.stop()
-        broker.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
+        try:
+            spark.stop()
+        finally:  # a Spark that fails to stop must not leave the broker running
+            broker.stop()
+            shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _run(spark: Any, broker: DemoBroker, workdir: Path, count: int, rate: int) -> int:
