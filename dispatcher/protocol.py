@@ -5,7 +5,8 @@ partition (:class:`PartitionSnapshot`, :class:`FailureRun`), the commands
 :class:`~dispatcher.state.SubscriptionState` takes (``Attach`` .. ``DeadLetterFailed``, the
 ``Command`` union) and the actions it returns (``Send``, ``ToDeadLetter``, ``Persist``,
 ``Note``, the ``Action`` union). Pure data: frozen dataclasses and enums, validated on
-construction where a person sets them (:class:`DispatchPolicy`, a nack's delay).
+construction where a person sets them (:class:`DispatchPolicy`, a nack's delay); the two
+made per delivery, :class:`Delivery` and :class:`Send`, are named tuples.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import enum
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from dispatcher.acks import Range
 from dispatcher.errors import InvalidSubscriptionError
@@ -137,11 +139,15 @@ class PartitionSnapshot:
     failures: tuple[FailureRun, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Delivery:
+class Delivery(NamedTuple):
     """Records ``[from_offset, to_offset)`` of one partition, inside one encoded batch.
 
     ``redeliveries`` maps an offset that was sent before to how often it was sent before.
+
+    A ``NamedTuple`` rather than a frozen dataclass, as :class:`Send` is: one of each is
+    built per delivery, for every consumer of every batch, and a frozen dataclass sets
+    each field through ``object.__setattr__`` (0.56 and 0.35 us here against about 0.1 for
+    a tuple; ``SubscriptionState`` builds them with ``tuple.__new__``).
     """
 
     partition: int
@@ -151,8 +157,8 @@ class Delivery:
     redeliveries: dict[int, int]
 
     @property
-    def count(self) -> int:
-        """How many records this delivery carries."""
+    def record_count(self) -> int:
+        """How many records this delivery carries (``count`` is the tuple's method)."""
         return self.to_offset - self.from_offset
 
 
@@ -333,9 +339,9 @@ TICK = Tick()
 # -- actions ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Send:
-    """Put ``delivery`` in the outbox of ``consumer``."""
+class Send(NamedTuple):
+    """Put ``delivery`` in the outbox of ``consumer`` (a ``NamedTuple``: see
+    :class:`Delivery`)."""
 
     consumer: str
     delivery: Delivery

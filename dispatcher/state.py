@@ -130,6 +130,9 @@ from dispatcher.protocol import (
 )
 from wal import RecordBatch
 
+#: Builds a named tuple from a tuple of its fields without its Python ``__new__`` (3x
+#: faster): for the :class:`Delivery` and :class:`Send` of every delivery.
+_new = tuple.__new__
 #: How long a dead letter that could not be written waits before the next try, seconds.
 DEAD_LETTER_RETRY_S = 1.0
 
@@ -969,8 +972,8 @@ class SubscriptionState:
                 pass_over(part, lo)
             part.sent_mark = hi
             self.changes += 1
-        delivery = Delivery(part.index, ctx.data(), lo, hi, redeliveries)
-        ctx.out.append(Send(consumer.id, delivery, ctx.batch.max_timestamp_ms))
+        delivery = _new(Delivery, (part.index, ctx.data(), lo, hi, redeliveries))
+        ctx.out.append(_new(Send, (consumer.id, delivery, ctx.batch.max_timestamp_ms)))
         if self.policy.mode is DeliveryMode.AT_MOST_ONCE:
             self._apply_ack(part, lo, hi)
             return

@@ -19,7 +19,7 @@ async def take(session: ConsumerSession, records: int) -> list[Delivery]:
     """Deliveries until ``records`` records arrived (5 s at most)."""
     out: list[Delivery] = []
     async with asyncio.timeout(5):
-        while sum(d.count for d in out) < records:
+        while sum(d.record_count for d in out) < records:
             delivery = await session.next()
             assert delivery is not None
             out.append(delivery)
