@@ -84,6 +84,11 @@ HEADER_SIZE = HEADER.size  # 56
 CRC_START = 16
 _PREFIX = struct.Struct("<QII")  # base_offset, batch_length, crc32c
 _BASE_OFFSET = struct.Struct("<Q")
+_CRC = struct.Struct("<I")
+_CRC_AT = struct.calcsize("<QI")  # after base_offset and batch_length
+#: producer_id and base_sequence, after the header's fields up to max_timestamp_ms
+_IDENTITY = struct.Struct("<qi")
+_IDENTITY_AT = struct.calcsize("<QIIBBHIqq")
 I32 = struct.Struct("<i")
 _I32_MAX = 2**31 - 1
 
@@ -258,6 +263,16 @@ class RecordBatch(NamedTuple):
     def with_base_offset(self, base_offset: int) -> bytes:
         """A copy of the batch bytes with ``base_offset`` patched in (the CRC is unaffected)."""
         return _BASE_OFFSET.pack(base_offset) + bytes(self.buffer[8:])
+
+
+def restamp(data: bytes, producer_id: int, base_sequence: int) -> bytes:
+    """A copy of the encoded batch ``data`` under another ``producer_id`` and
+    ``base_sequence``, its CRC recomputed; the records are not encoded again (a producer
+    re-sends a batch under a new id this way)."""
+    out = bytearray(data)
+    _IDENTITY.pack_into(out, _IDENTITY_AT, producer_id, base_sequence)
+    _CRC.pack_into(out, _CRC_AT, crc32c(memoryview(out)[CRC_START:]))
+    return bytes(out)
 
 
 # ---------------------------------------------------------------------------------------

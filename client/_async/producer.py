@@ -35,7 +35,7 @@ every batch written before it is answered, then (:meth:`_Accumulator._recover`):
   fail with an unknown outcome. Not idempotent (``idempotent=False``), a re-sent batch
   that was appended before the break is appended again, as a retried unary publish is;
 - a batch failed for good: it fails as below; batches behind it that the broker refused
-  for the gap it left are re-stamped (:func:`restamp`: new id and sequences, CRC) under
+  for the gap it left are re-stamped (:func:`proto.batch.restamp`: new id and sequences, CRC) under
   a fresh producer id from sequence 0 and sent again, in order. Batches behind it that
   the broker acknowledged anyway stay acknowledged.
 
@@ -76,7 +76,6 @@ import logging
 import operator
 import random
 import secrets
-import struct
 import time
 from bisect import bisect_left
 from collections import deque
@@ -111,7 +110,7 @@ from client.errors import (
 from proto import admin_pb2 as _admin
 from proto import admin_pb2_grpc, broker_pb2_grpc
 from proto import broker_pb2 as _pb
-from proto.batch import CRC_START, Headers, crc32c, encode_columns
+from proto.batch import Headers, crc32c, encode_columns, restamp
 
 logger = logging.getLogger(__name__)
 
@@ -191,24 +190,9 @@ class _Bulk:
 #: A gRPC status by its number, for the ``error_code`` of a PublishStream answer.
 _STATUS_BY_NUMBER = {code.value[0]: code for code in grpc.StatusCode}
 
+
 #: Where the batch header (docs/protocol.md section 2) keeps the producer id (i64) and
 #: base sequence (i32), and its CRC-32C of bytes [CRC_START, end).
-_STAMP = struct.Struct("<qi")
-_STAMP_AT = 40
-_CRC = struct.Struct("<I")
-_CRC_AT = 12
-
-
-def restamp(data: bytes, producer_id: int, base_sequence: int) -> bytes:
-    """``data`` (one encoded batch) under another producer id and base sequence, its CRC
-    recomputed: how a batch that was refused for a gap behind a failed one is sent again
-    under the partition's new id without encoding its records again."""
-    out = bytearray(data)
-    _STAMP.pack_into(out, _STAMP_AT, producer_id, base_sequence)
-    _CRC.pack_into(out, _CRC_AT, crc32c(memoryview(out)[CRC_START:]))
-    return bytes(out)
-
-
 @dataclass(slots=True)
 class _Sent:
     """A batch taken by a pipelining sender: its bytes as last stamped, and its attempts."""

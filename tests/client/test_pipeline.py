@@ -10,7 +10,7 @@ PublishStream, against a real broker over real gRPC on loopback.
   for good with batches in flight behind it (they are refused for the gap, re-stamped
   under a new producer id and sent again). A stream cut mid-flight is in
   tests/client/test_producer_faults.py (run with windows of 1 and 5).
-- ``max_in_flight`` is validated; :func:`restamp` keeps a batch valid.
+- ``max_in_flight`` is validated.
 """
 
 from __future__ import annotations
@@ -31,8 +31,6 @@ from client import (
     PublishOutcome,
     ResourceExhausted,
 )
-from client._async.producer import restamp
-from proto.batch import decode_batch, encode_columns
 from tests.broker.conftest import broker_config
 from tests.client.conftest import address, read_batches, read_partition
 from tests.client.test_producer_faults import FaultyFront, SlowSyncFs, slow_broker
@@ -206,19 +204,6 @@ def test_max_in_flight_is_validated(bad: object) -> None:
 
 async def _make_async(bad: object) -> None:
     AsyncProducer("127.0.0.1:1", max_in_flight=bad)  # type: ignore[arg-type]
-
-
-def test_restamp_keeps_the_batch_valid() -> None:
-    """Scenario: a batch encoded under id 7 from sequence 3, re-stamped to id 9 from 0 (and
-    to -1, not idempotent). Expected: it decodes with the CRC checked, the new id and
-    sequence, the same records."""
-    data = encode_columns([b"a", b"bc"], keys=[b"k", None], producer_id=7, base_sequence=3)
-    for pid, seq in ((9, 0), (-1, -1)):
-        batch = decode_batch(restamp(data, pid, seq))
-        assert batch is not None
-        assert (batch.producer_id, batch.base_sequence) == (pid, seq)
-        assert batch.values() == [b"a", b"bc"]
-        assert batch.keys() == [b"k", None]
 
 
 @pytest.mark.asyncio

@@ -34,6 +34,7 @@ from proto.batch import (
     encode_records,
     iter_batches,
     read_length,
+    restamp,
 )
 from proto.errors import BatchError
 from proto.record import Record
@@ -633,6 +634,28 @@ def test_with_base_offset_keeps_the_batch_valid(base: int) -> None:
         with pytest.raises(InvalidBatchError, match="base_offset must be 0") as info:
             validate_batch(patched, _GENEROUS)
         assert info.value.field == "base_offset"
+
+
+@pytest.mark.parametrize(
+    ("producer_id", "base_sequence"), [(9, 0), (-1, -1), (2**63 - 1, 2**31 - 1), (0, 7)]
+)
+def test_restamp_changes_the_identity_and_the_crc_only(
+    producer_id: int, base_sequence: int
+) -> None:
+    """Scenario: a batch with keys and headers, encoded under one producer id and
+    sequence, re-stamped to another. Expected: it decodes with its CRC checked and passes
+    the broker's check, with the new id and sequence and the same records; only the CRC
+    and those two fields' bytes differ."""
+    data = _rich_batch()
+    original = _decode(data)
+    stamped = restamp(data, producer_id, base_sequence)
+    batch = _decode(stamped)
+    assert (batch.producer_id, batch.base_sequence) == (producer_id, base_sequence)
+    assert batch.records() == original.records()
+    assert batch.crc == crc32c(stamped[CRC_START:])
+    assert validate_batch(stamped, _GENEROUS).producer_id == producer_id
+    changed = {i for i, (a, b) in enumerate(zip(data, stamped, strict=True)) if a != b}
+    assert changed <= set(range(12, 16)) | set(range(40, 52))
 
 
 def test_flipping_base_offset_bits_keeps_the_crc_valid() -> None:
