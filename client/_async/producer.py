@@ -286,7 +286,7 @@ class _Accumulator:
             # Unkeyed records move on now, not when the sender takes the batch: a loop
             # that never yields then fills every partition, and flush publishes them
             # side by side instead of one partition's batches one after another.
-            self._producer.batch_taken(self.topic, self.partition)
+            self._producer.batch_sealed(self.topic, self.partition)
         return RecordFuture(p, index)
 
     def add_sealed(self, batch: PendingBatch | _Bulk) -> None:
@@ -296,6 +296,7 @@ class _Accumulator:
         if self.pending.values:
             self._sealed.append(self.pending)
             self.pending = PendingBatch(self.topic, self._loop)
+            self._producer.batch_sealed(self.topic, self.partition)
         self._sealed.append(batch)
         self._idle.clear()
         self._arrived.set()
@@ -339,11 +340,11 @@ class _Accumulator:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._full.wait(), self._producer.linger_s)
             batch: PendingBatch | _Bulk
-            if self._sealed:
+            if self._sealed:  # the sticky partition moved on when it was sealed
                 batch = self._sealed.popleft()
             else:
                 batch, self.pending = self.pending, PendingBatch(self.topic, self._loop)
-            self._producer.batch_taken(self.topic, self.partition)
+                self._producer.batch_sealed(self.topic, self.partition)
             try:
                 await self._publish(batch)
             finally:
@@ -397,11 +398,11 @@ class _Accumulator:
                 await self._room.wait()  # the reader sets it on each answer and on trouble
                 continue
             batch: PendingBatch | _Bulk
-            if self._sealed:
+            if self._sealed:  # the sticky partition moved on when it was sealed
                 batch = self._sealed.popleft()
             else:
                 batch, self.pending = self.pending, PendingBatch(self.topic, self._loop)
-            self._producer.batch_taken(self.topic, self.partition)
+                self._producer.batch_sealed(self.topic, self.partition)
             await self._send_new(batch)
 
     async def _send_new(self, p: PendingBatch | _Bulk) -> None:
@@ -1018,8 +1019,12 @@ class AsyncProducer:
         call = self._stub.PublishStream()
         return call
 
-    def batch_taken(self, topic: str, partition: int) -> None:
-        """A batch left ``partition``: unkeyed records move to the next partition."""
+    def batch_sealed(self, topic: str, partition: int) -> None:
+        """A batch of ``partition`` was sealed (it takes no more records): unkeyed records
+        move to the next partition, if they were going to this one. Called once per
+        batch, when it is sealed, never again when its sender takes it: by then the
+        sticky partition may have come round to this one again, and a second move would
+        put two batches in a row on the next."""
         if self._sticky.get(topic) == partition:
             self._sticky[topic] = (partition + 1) % self._partitions[topic]
 

@@ -231,3 +231,38 @@ async def test_an_unanswered_window_fails_after_the_delivery_timeout(tmp_path: P
     for outcome in outcomes:
         assert isinstance(outcome, DeadlineExceeded), outcome
         assert outcome.outcome is PublishOutcome.UNKNOWN
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("max_in_flight", [None, 2])
+@pytest.mark.parametrize("partitions", [2, 3])
+async def test_unkeyed_records_move_on_once_per_batch(
+    tmp_path: Path, max_in_flight: int | None, partitions: int
+) -> None:
+    """Scenario: each fdatasync takes 30 ms more, so each partition's sender takes its
+    sealed batches late; 30 unkeyed records, each filling a batch of its own, go to a
+    topic, four at a time with 10 ms between (the senders take batches in between, while
+    the sticky partition may have come back to theirs). Expected: the sticky partition
+    moves once per batch, when the batch is sealed, so the records go round the
+    partitions in turn: record ``i`` to partition ``(first + i) % partitions``, each
+    partition's in send order. (Moving it again when a sealed batch was taken put two
+    records in a row on one partition.)"""
+    async with slow_broker(tmp_path, 0.03) as broker:
+        async with AsyncAdminClient(address(broker)) as admin:
+            await admin.create_topic("sticky", partitions)
+        async with AsyncProducer(
+            address(broker), linger_ms=0, batch_max_bytes=1, max_in_flight=max_in_flight
+        ) as producer:
+            for i in range(30):
+                await producer.send("sticky", b"%02d" % i)
+                if i % 4 == 3:
+                    await asyncio.sleep(0.01)
+            await producer.flush()
+        parts = [
+            [int(value) for _, value, _ in await read_partition(broker, "sticky", p)]
+            for p in range(partitions)
+        ]
+    first = next(p for p in range(partitions) if parts[p] and parts[p][0] == 0)
+    assert parts == [
+        list(range((p - first) % partitions, 30, partitions)) for p in range(partitions)
+    ]

@@ -491,7 +491,7 @@ def test_to_concurrent_settles_like_its_source(bridge: LoopThread) -> None:
 # -- parity with the async classes -----------------------------------------------------
 
 # Public methods of an async class that are plumbing, not user API (no twin needed).
-_PLUMBING = {"new_producer_id", "batch_taken", "publish_batch", "released", "enqueue"}
+_PLUMBING = {"new_producer_id", "batch_sealed", "publish_batch", "released", "enqueue"}
 
 
 def _public_methods(cls: type) -> set[str]:
