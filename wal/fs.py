@@ -20,8 +20,10 @@ written since a file's last ``fdatasync``/``fsync``): the file's size stays or f
 anywhere between its synced size and its current size, and each unsynced page below the new size
 independently reaches the disk or not. A page that does not keeps its content as of the last
 sync (zeros where the file had no bytes then). So a power cut can keep a later page and lose
-an earlier one, as a real disk that writes back pages in any order can. Truncation is taken
-as durable at once (every caller syncs after truncating).
+an earlier one, as a real disk that writes back pages in any order can. A sync makes
+durable what was written before it began: bytes written while it runs (from another thread)
+stay unsynced, their pages' content as of the sync's start. Truncation is taken as durable
+at once (every caller syncs after truncating).
 
 Errors are raised as ``OSError``; the segment and log layers translate them.
 """
@@ -32,6 +34,7 @@ import contextlib
 import errno as _errno
 import os
 import random
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -264,7 +267,8 @@ class FaultyFs(FileSystem):
         - ``page_size``: the unit a power cut keeps or loses, bytes. Default 4096; tests of
           tiny segments pass 64 so that one segment spans many pages.
 
-    Not task-safe; tests use it from one thread at a time.
+    Thread-safe for what a log does at once (a writer thread appending while a periodic
+    sync runs on another); the fault list and ``calls`` are for one test to read.
     """
 
     def __init__(
@@ -289,6 +293,9 @@ class FaultyFs(FileSystem):
         # path -> page number -> the page's bytes as of the file's last sync, for every page
         # written since (shorter than a page where the file ended).
         self._before: dict[str, dict[int, bytes]] = {}
+        # Held while a write keeps its pages' old content and writes, and while a sync
+        # takes the pages it covers: a write is then wholly before a sync's start or after.
+        self._lock = threading.Lock()
 
     def _check(self, op: str, path: str) -> Fault | None:
         self.calls[op] = self.calls.get(op, 0) + 1
@@ -343,34 +350,44 @@ class FaultyFs(FileSystem):
 
     def _write(self, fd: int, path: str, data: bytes, offset: int) -> int:
         """Write, first keeping the synced content of every page the write touches."""
-        before = self._before.setdefault(path, {})
-        ps = self.page_size
-        for page in range(offset // ps, (offset + len(data) + ps - 1) // ps):
-            if page not in before:  # untouched since the last sync: it holds synced bytes
-                before[page] = os.pread(fd, ps, page * ps)
-        return super().pwritev(fd, [data], offset)
+        with self._lock:
+            before = self._before.setdefault(path, {})
+            ps = self.page_size
+            for page in range(offset // ps, (offset + len(data) + ps - 1) // ps):
+                if page not in before:  # untouched since the last sync: it holds synced bytes
+                    before[page] = os.pread(fd, ps, page * ps)
+            return super().pwritev(fd, [data], offset)
 
-    def _mark_synced(self, fd: int, path: str) -> None:
-        self._synced[path] = super().size(fd)
-        self._before[path] = {}
+    def _sync(self, fd: int, op: str, sync: Callable[[int], None]) -> None:
+        """Run ``sync``, or fail; on success what was written before it began is durable
+        (the size then, and the pages written until then)."""
+        path = self.path_of(fd)
+        fault = self._check(op, path)
+        if fault:
+            self._raise(fault, path)
+        with self._lock:
+            covers = super().size(fd)
+            dirty = self._before.get(path, {})
+            # A page first written from now on keeps its content as of now: what this sync
+            # makes durable, if it succeeds.
+            self._before[path] = {}
+        try:
+            sync(fd)
+        except BaseException:
+            with self._lock:  # nothing became durable: each page's oldest content stands
+                later = self._before.get(path, {})
+                self._before[path] = {**later, **dirty}
+            raise
+        with self._lock:  # a later sync that ended first may have covered more already
+            self._synced[path] = max(self._synced.get(path, 0), covers)
 
     def fdatasync(self, fd: int) -> None:
-        """fdatasync, or fail; on success remember the durable size."""
-        path = self.path_of(fd)
-        fault = self._check("fdatasync", path)
-        if fault:
-            self._raise(fault, path)
-        super().fdatasync(fd)
-        self._mark_synced(fd, path)
+        """fdatasync, or fail; on success remember what became durable."""
+        self._sync(fd, "fdatasync", super().fdatasync)
 
     def fsync(self, fd: int) -> None:
-        """fsync, or fail; on success remember the durable size."""
-        path = self.path_of(fd)
-        fault = self._check("fsync", path)
-        if fault:
-            self._raise(fault, path)
-        super().fsync(fd)
-        self._mark_synced(fd, path)
+        """fsync, or fail; on success remember what became durable."""
+        self._sync(fd, "fsync", super().fsync)
 
     def rename(self, src: str, dst: str) -> None:
         """Rename, or fail."""
@@ -402,15 +419,16 @@ class FaultyFs(FileSystem):
         fault = self._check("truncate", path)
         if fault:
             self._raise(fault, path)
-        super().truncate(fd, size)
-        self._synced[path] = min(self._synced.get(path, size), size)
-        ps = self.page_size
-        before = self._before.get(path, {})
-        for page in [p for p in before if p * ps >= size]:
-            del before[page]
-        last = size // ps
-        if last in before:
-            before[last] = before[last][: size - last * ps]
+        with self._lock:
+            super().truncate(fd, size)
+            self._synced[path] = min(self._synced.get(path, size), size)
+            ps = self.page_size
+            before = self._before.get(path, {})
+            for page in [p for p in before if p * ps >= size]:
+                del before[page]
+            last = size // ps
+            if last in before:
+                before[last] = before[last][: size - last * ps]
 
     def crash_point(self, name: str) -> None:
         """Crash here if this is the chosen point."""
