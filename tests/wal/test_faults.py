@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.wal._helpers import CrashableFs
+from tests.wal._helpers import CrashableFs, read_all
 from wal import (
     BatchRejectedError,
     BatchTooLargeError,
@@ -33,6 +33,7 @@ from wal import (
     Fault,
     FaultyFs,
     FileSystem,
+    FsyncPolicy,
     InvalidBatchError,
     Log,
     LogConfig,
@@ -815,3 +816,63 @@ def test_a_sync_covers_only_what_was_written_before_it_began(
         assert len(data) == 200
         assert data[:100] == first
         assert data[128:] == b"\0" * 72  # page 2 never reached the disk: no old content
+
+
+@pytest.mark.asyncio
+async def test_the_interval_mark_claims_only_what_its_sync_began_with(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Scenario: fsync ``interval`` (every 20 ms). Batch A is appended; its periodic
+    fdatasync (on a worker thread) is held while batch B is appended and acknowledged (the
+    policy acknowledges after the write); then the sync ends, and every later periodic
+    sync is held for good. The process dies and the power fails, every choice against the
+    data. Expected: the high-water mark stops at A's end, not B's (B's bytes came after
+    the sync began); after the power cut the log reopens with A whole, and B at most as a
+    prefix the recovery cut off or kept whole."""
+    fs = CrashableFs(page_size=64)
+    path = str(tmp_path / "log")
+    armed, held, release = threading.Event(), threading.Event(), threading.Event()
+    forever = threading.Event()
+    real = os.fdatasync
+
+    def fdatasync(fd: int) -> None:
+        periodic = not threading.current_thread().name.startswith("wal-writer")
+        if armed.is_set() and periodic:
+            if not held.is_set():
+                held.set()
+                assert release.wait(10)
+            else:
+                forever.wait(10)  # the process "dies" while this one waits
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    config = LogConfig(fsync=FsyncPolicy.INTERVAL, fsync_interval_ms=20)
+    writer = await LogWriter.open(path, config, fs=fs)
+    marks: list[int] = []
+    writer.add_listener(marks.append)
+    armed.set()
+    a = await writer.append(encode_columns([value_for(i) for i in range(3)]))
+    for _ in range(1000):
+        if held.is_set():
+            break
+        await asyncio.sleep(0.01)
+    assert held.is_set(), "no periodic sync began"
+    b = await writer.append(encode_columns([value_for(i) for i in range(3, 8)]))
+    release.set()
+    for _ in range(1000):
+        if marks:
+            break
+        await asyncio.sleep(0.01)
+    assert marks == [a.last_offset + 1]
+    assert writer.high_water_mark == a.last_offset + 1 < b.last_offset + 1
+    fs.die()
+    fs.power_cut(_Choices(0.0))
+    forever.set()
+    monkeypatch.setattr(os, "fdatasync", real)
+    log = Log.open(path, config)
+    try:
+        assert log.head in (a.last_offset + 1, b.last_offset + 1)
+        values = [v for batch in read_all(log) for v in batch.values()]
+        assert values == [value_for(i) for i in range(log.head)]
+    finally:
+        log.close()
