@@ -517,13 +517,20 @@ class Segment:
     def _rebuild_index(self) -> OffsetIndex:
         """A fresh index from a full scan of the log. It is written back only for a sealed
         segment whose log scans clean: the active segment's index file belongs to the writer
-        (the next open repairs it), and a damaged segment's files are left as they are."""
+        (the next open repairs it), and a damaged segment's files are left as they are.
+
+        It replaces the index in use, except the active segment's when the scan stopped at
+        damage: that index was built by the writer as it wrote, and still reaches the
+        batches past the damage (a scan's index ends at it, and would make every later
+        read of the segment fail, while the writer goes on adding entries)."""
         result = self._scan_from(0, self.base_offset)
         index = OffsetIndex(self.base_offset)
         self._index_from(index, result.batches, 0, NO_TIMESTAMP)
-        if self.sealed and result.stop.is_clean():
+        clean = result.stop.is_clean()
+        if self.sealed and clean:
             self.fs.atomic_write(self.index_path, index.to_bytes())
-        self._index = index
+        if self.sealed or clean or self._index is None:
+            self._index = index
         return index
 
     def _index_from(

@@ -374,3 +374,32 @@ def test_index_entries_reach_the_file_only_after_a_sync_of_their_data(tmp_path: 
     assert set(stored()[len(synced) :]) <= {(base, pos) for base, _nxt, pos in more}
     assert len(stored()) > len(synced)
     seg.close()
+
+
+def test_header_damage_in_the_active_segment_leaves_later_batches_readable(
+    tmp_path: Path,
+) -> None:
+    """Scenario: 12 batches in the active segment (an index entry at each); the magic
+    byte of batch 6's header is flipped on disk; a read starts at batch 6, then reads start
+    past it, and 3 more batches are appended. Expected: the read at batch 6 raises
+    CorruptSegmentError at its position; reads from batch 7 on, and of the new batches,
+    return them intact. (A scan's index stops at the damage: had it replaced the writer's
+    index, every read past the damage would have failed too.)"""
+    seg = new_segment(tmp_path)
+    placed = fill(seg, [5] * 12)
+    victim = 6
+    base, _nxt, pos = placed[victim]
+    with open(seg.path, "r+b") as f:
+        f.seek(pos + 16)
+        magic = f.read(1)
+        f.seek(pos + 16)
+        f.write(bytes([magic[0] ^ 0xFF]))
+    with pytest.raises(CorruptSegmentError) as info:
+        seg.read(base, 1 << 20, 1 << 62)
+    assert info.value.position == pos
+    after = placed[victim + 1][0]
+    assert_records(walk(seg, after), after, placed[-1][1])
+    more = fill(seg, [4, 4, 4])
+    assert_records(walk(seg, more[0][0]), more[0][0], more[-1][1])
+    assert_records(walk(seg, after), after, more[-1][1])
+    seg.close()
