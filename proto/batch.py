@@ -267,8 +267,8 @@ class RecordBatch(NamedTuple):
 
 def restamp(data: bytes, producer_id: int, base_sequence: int) -> bytes:
     """A copy of the encoded batch ``data`` under another ``producer_id`` and
-    ``base_sequence``, its CRC recomputed; the records are not encoded again (a producer
-    re-sends a batch under a new id this way)."""
+    ``base_sequence`` (header bytes 40..52, see the layout above), its CRC recomputed; the
+    records are not encoded again (a producer re-sends a batch under a new id this way)."""
     out = bytearray(data)
     _IDENTITY.pack_into(out, _IDENTITY_AT, producer_id, base_sequence)
     _CRC.pack_into(out, _CRC_AT, crc32c(memoryview(out)[CRC_START:]))

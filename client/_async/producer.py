@@ -35,9 +35,9 @@ every batch written before it is answered, then (:meth:`_Accumulator._recover`):
   fail with an unknown outcome. Not idempotent (``idempotent=False``), a re-sent batch
   that was appended before the break is appended again, as a retried unary publish is;
 - a batch failed for good: it fails as below; batches behind it that the broker refused
-  for the gap it left are re-stamped (:func:`proto.batch.restamp`: new id and sequences, CRC) under
-  a fresh producer id from sequence 0 and sent again, in order. Batches behind it that
-  the broker acknowledged anyway stay acknowledged.
+  for the gap it left are re-stamped (:func:`proto.batch.restamp`: new id and sequences,
+  CRC) under a fresh producer id from sequence 0 and sent again, in order. Batches behind
+  it that the broker acknowledged anyway stay acknowledged.
 
 Under a fixed ``producer_id`` a partition keeps one batch in flight whatever
 ``max_in_flight`` says, so the fixed-id rules below hold exactly.
@@ -191,8 +191,6 @@ class _Bulk:
 _STATUS_BY_NUMBER = {code.value[0]: code for code in grpc.StatusCode}
 
 
-#: Where the batch header (docs/protocol.md section 2) keeps the producer id (i64) and
-#: base sequence (i32), and its CRC-32C of bytes [CRC_START, end).
 @dataclass(slots=True)
 class _Sent:
     """A batch taken by a pipelining sender: its bytes as last stamped, and its attempts."""
