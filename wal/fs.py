@@ -293,8 +293,10 @@ class FaultyFs(FileSystem):
         # path -> page number -> the page's bytes as of the file's last sync, for every page
         # written since (shorter than a page where the file ended).
         self._before: dict[str, dict[int, bytes]] = {}
-        # Held while a write keeps its pages' old content and writes, and while a sync
-        # takes the pages it covers: a write is then wholly before a sync's start or after.
+        # Held around every change to ``_synced`` and ``_before`` with the call it records
+        # (a write keeps its pages' old content and writes; a sync takes the pages it
+        # covers; open, rename, remove, truncate): a write is then wholly before a sync's
+        # start or after it, and a renamed file's record moves with the file.
         self._lock = threading.Lock()
 
     def _check(self, op: str, path: str) -> Fault | None:
@@ -320,10 +322,11 @@ class FaultyFs(FileSystem):
             self._raise(fault, path)
         fd = super().open(path, create=create, exclusive=exclusive)
         self._paths[fd] = path
-        if exclusive:  # a new file: nothing of it is durable yet
-            self._synced[path] = 0
-            self._before[path] = {}
-        self._synced.setdefault(path, super().size(fd))
+        with self._lock:
+            if exclusive:  # a new file: nothing of it is durable yet
+                self._synced[path] = 0
+                self._before[path] = {}
+            self._synced.setdefault(path, super().size(fd))
         return fd
 
     def close(self, fd: int) -> None:
@@ -394,16 +397,18 @@ class FaultyFs(FileSystem):
         fault = self._check("rename", src)
         if fault:
             self._raise(fault, src)
-        super().rename(src, dst)
-        if src in self._synced:
-            self._synced[dst] = self._synced.pop(src)
-            self._before[dst] = self._before.pop(src, {})
+        with self._lock:
+            super().rename(src, dst)
+            if src in self._synced:
+                self._synced[dst] = self._synced.pop(src)
+                self._before[dst] = self._before.pop(src, {})
 
     def remove(self, path: str) -> None:
         """Remove, forgetting what was known about the file."""
-        super().remove(path)
-        self._synced.pop(path, None)
-        self._before.pop(path, None)
+        with self._lock:
+            super().remove(path)
+            self._synced.pop(path, None)
+            self._before.pop(path, None)
 
     def fsync_dir(self, path: str) -> None:
         """Directory fsync, or fail."""
