@@ -133,6 +133,7 @@ from wal import RecordBatch
 #: Builds a named tuple from a tuple of its fields without its Python ``__new__`` (3x
 #: faster): for the :class:`Delivery` and :class:`Send` of every delivery.
 _new = tuple.__new__
+
 #: How long a dead letter that could not be written waits before the next try, seconds.
 DEAD_LETTER_RETRY_S = 1.0
 
