@@ -128,6 +128,12 @@ class Segment:
         self._max_ts: int | None = None
         # (first offset not readable, byte position, reason) once damage is known.
         self._damage: tuple[int, int, str] | None = None
+        # Whether a scan from the start stopped at damage: the bytes it read never change,
+        # so another scan would stop there again (see _locate).
+        self._scan_met_damage = False
+        # Damage positions already logged: a failing read is retried by every dispatch
+        # pass, and one line per position says all there is.
+        self._logged_damage: set[int] = set()
         # Entries in the in-memory index but not yet in the file (their data is not known
         # to be synced), and how many entries the file holds.
         self._pending: list[Entry] = []
@@ -440,7 +446,9 @@ class Segment:
         return batches
 
     def _damage_error(self, position: int, reason: str) -> CorruptSegmentError:
-        logger.error("segment %s damaged at byte %d: %s", self.path, position, reason)
+        if position not in self._logged_damage:
+            self._logged_damage.add(position)
+            logger.error("segment %s damaged at byte %d: %s", self.path, position, reason)
         return CorruptSegmentError(self.path, self.base_offset, position, reason)
 
     def _locate(self, offset: int) -> tuple[int, int]:
@@ -448,7 +456,11 @@ class Segment:
 
         Walks batch headers from the nearest index entry. If the walk does not check out,
         the index may be wrong rather than the log: rebuild it from the log and walk again;
-        a second failure is damage.
+        a second failure is damage. Once a rebuild's scan has stopped at damage, a failed
+        walk is damage at once: the bytes below the high-water mark never change, so a
+        new scan would stop at the same place and mend nothing. (It reads the segment up
+        to the damage, on the caller's thread, and a failing read is retried by every
+        dispatch pass: seconds of the event loop per append, for a large segment.)
 
         Raises:
             CorruptSegmentError: the log is damaged at or before ``offset``.
@@ -458,7 +470,9 @@ class Segment:
             raise self._damage_error(self._damage[1], self._damage[2])
         try:
             return self._walk(index, offset)
-        except _WalkFailedError:
+        except _WalkFailedError as exc:
+            if self._scan_met_damage:
+                raise self._damage_error(exc.position, exc.reason) from exc
             index = self._rebuild_index()
         try:
             return self._walk(index, offset)
@@ -527,6 +541,7 @@ class Segment:
         index = OffsetIndex(self.base_offset)
         self._index_from(index, result.batches, 0, NO_TIMESTAMP)
         clean = result.stop.is_clean()
+        self._scan_met_damage = not clean
         if self.sealed and clean:
             self.fs.atomic_write(self.index_path, index.to_bytes())
         if self.sealed or clean or self._index is None:

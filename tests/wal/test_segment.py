@@ -68,6 +68,15 @@ def walk(seg: Segment, start: int, upper: int = 1 << 62) -> list[RecordBatch]:
     return out
 
 
+def flip_magic(seg: Segment, pos: int) -> None:
+    """Flip the magic byte of the batch header at ``pos`` in the segment's ``.log``."""
+    with open(seg.path, "r+b") as f:
+        f.seek(pos + 16)
+        magic = f.read(1)
+        f.seek(pos + 16)
+        f.write(bytes([magic[0] ^ 0xFF]))
+
+
 def assert_records(batches: list[RecordBatch], start: int, end: int) -> None:
     """The batches hold exactly the records with ids ``start``..``end - 1``, in order."""
     assert batches, "no batches"
@@ -337,6 +346,53 @@ def test_damage_in_sealed_segment_stops_reads_there(tmp_path: Path, where: int, 
     assert Path(seg.path).read_bytes() == bytes(data)
 
 
+class CountingFs(FileSystem):
+    """A real file system that counts the bytes read through ``pread``."""
+
+    def __init__(self) -> None:
+        self.read_bytes = 0
+
+    def pread(self, fd: int, size: int, offset: int) -> bytes:
+        data = super().pread(fd, size, offset)
+        self.read_bytes += len(data)
+        return data
+
+
+@pytest.mark.parametrize("sealed", [False, True], ids=["active", "sealed"])
+def test_reads_that_meet_known_damage_do_not_rescan_the_segment(
+    tmp_path: Path, sealed: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Scenario: 200 batches (an index entry every ~100 B); the magic byte of batch 150 is
+    flipped on disk; reads start at batch 150 five times. Expected: each raises
+    CorruptSegmentError at batch 150's position; the first may scan the segment from its
+    start to find out whether the index or the log is wrong, but the later ones read
+    less than a tenth of what lies before the damage (they do not scan again: a scan runs
+    on the caller's thread, the event loop, and every dispatch pass retries the read);
+    the damage is logged once; batches before it still read back intact."""
+    fs = CountingFs()
+    seg = Segment.create(fs, str(tmp_path), BASE, INTERVAL)
+    placed = fill(seg, [1] * 200)
+    if sealed:
+        nxt = seg.next_offset
+        seg.seal()
+        seg.close()
+        seg = Segment.open_sealed(fs, str(tmp_path), BASE, nxt, INTERVAL)
+    victim = 150
+    base, _nxt, pos = placed[victim]
+    flip_magic(seg, pos)
+    for attempt in range(5):
+        before = fs.read_bytes
+        with pytest.raises(CorruptSegmentError) as info:
+            seg.read(base, 1 << 20, 1 << 62)
+        assert info.value.position == pos
+        if attempt:
+            assert fs.read_bytes - before < pos // 10, f"attempt {attempt} scanned again"
+    damage_lines = [r for r in caplog.records if "damaged at byte" in r.getMessage()]
+    assert len(damage_lines) == 1
+    assert_records(walk(seg, BASE, base), BASE, base)
+    seg.close()
+
+
 def test_rename_deleted_moves_both_files(tmp_path: Path) -> None:
     """Scenario: rename_deleted on a sealed segment. Expected: both files now end in
     .deleted, the originals are gone, and the returned paths name them."""
@@ -389,11 +445,7 @@ def test_header_damage_in_the_active_segment_leaves_later_batches_readable(
     placed = fill(seg, [5] * 12)
     victim = 6
     base, _nxt, pos = placed[victim]
-    with open(seg.path, "r+b") as f:
-        f.seek(pos + 16)
-        magic = f.read(1)
-        f.seek(pos + 16)
-        f.write(bytes([magic[0] ^ 0xFF]))
+    flip_magic(seg, pos)
     with pytest.raises(CorruptSegmentError) as info:
         seg.read(base, 1 << 20, 1 << 62)
     assert info.value.position == pos
