@@ -17,10 +17,20 @@ Modules:
     demo         `make demo`: a broker, an order stream, an aggregating query, a broker kill
 
 Imports ``client`` only (DESIGN section 1). Needs the ``spark`` extra (pyspark, pyarrow).
+
+Importing it sets ``PYSPARK_PYTHON`` to this interpreter when it is unset. PySpark starts
+its Python workers (which run the source, and even Spark's lookup of ``format("headrace")``)
+with ``PYSPARK_PYTHON``, else with whatever ``python3`` is first on ``PATH``: for a driver
+run as ``.venv/bin/python job.py`` that is usually another interpreter, without this
+package, and every read fails with ``No module named ...`` from a worker. A driver that
+imports this module before it builds its SparkSession gets workers like itself; a value
+set by the user (or by ``spark-submit`` from ``spark.pyspark.python``) is left alone.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
 from spark_connector.errors import (
@@ -32,6 +42,9 @@ from spark_connector.errors import (
     RowError,
 )
 from spark_connector.source import HeadraceDataSource
+
+if sys.executable:  # empty when embedded without an interpreter path: leave Spark's default
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 __all__ = [
     "AccessDeniedError",
