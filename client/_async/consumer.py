@@ -42,7 +42,10 @@ The first open waits for the broker as a reconnect does: while the broker is unr
 (UNAVAILABLE, DEADLINE_EXCEEDED) ``start`` retries with the same backoff for up to
 ``connect_timeout`` seconds, then raises ``Unavailable`` naming the address and the wait.
 Example: the broker restarts and is back 3 s later; a consumer started meanwhile opens its
-subscription then, instead of failing at once.
+subscription then, instead of failing at once. A connection that dies under the first
+Subscribe (CANCELLED, UNKNOWN, INTERNAL from gRPC itself) is retried the same way, and so
+is an exclusive subscription refused as held after that: the holder may be the session
+that died, which the broker lets go once it notices.
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ from client.errors import (
     ClientClosed,
     ClientError,
     DataLoss,
+    FailedPrecondition,
     InvalidArgument,
     NotFound,
     PermissionDenied,
@@ -188,6 +192,8 @@ class AsyncConsumer:
         self._hold = False
         self._ready = Signal()  # once per delivery: no loop lookup per wait
         self._subscribed = asyncio.Event()
+        #: Whether a first Subscribe broke in transit (see :meth:`_final_error`).
+        self._ghost = False
         self._error: ClientError | None = None
         self._task: asyncio.Task[None] | None = None
         self._closed = False
@@ -632,18 +638,28 @@ class AsyncConsumer:
     def _final_error(self, error: ClientError, started: float) -> ClientError | None:
         """The error that ends the consumer, or ``None`` to open a new session.
 
-        Before the first session opened, only an unreachable broker is waited for, and
-        only for ``connect_timeout`` seconds from ``started``; after it, every error is
-        worth a reconnect but a permanent one (:func:`_reconnectable`).
+        Before the first session opened, only an unreachable broker, or a connection
+        that died under the Subscribe (and then an exclusive subscription held by the
+        session that died with it), is waited for, and only for ``connect_timeout``
+        seconds from ``started``; after it, every error is worth a reconnect but a
+        permanent one (:func:`_reconnectable`).
         """
         if self._closed:
             return error
         if self._subscribed.is_set():
             return None if _reconnectable(error) else error
-        if not error.retryable:
+        if _broke(error):
+            # The connection died under the first Subscribe: not the broker's answer. The
+            # broker may have attached us before it died, and then holds an exclusive
+            # subscription for that ghost until it notices the stream is gone.
+            self._ghost = True
+        held_by_ghost = self._ghost and isinstance(error, FailedPrecondition)
+        if not (error.retryable or _broke(error) or held_by_ghost):
             return error
         if time.monotonic() - started < self._connect_timeout:
             return None
+        if not error.retryable:  # still broken, or still held: that, as it is
+            return error
         return Unavailable(
             f"the broker at {self._target} could not be reached for "
             f"{self._connect_timeout:g} s ({error}); check that it runs there, or raise "
@@ -758,6 +774,19 @@ class _Outbox:
         self.ended = False  # the stream is over: send nothing more
         self.idle = False  # the writer waits for ``wake``
         self.wake = Signal()
+
+
+#: Statuses a call gets when its connection dies under it (grpc's own, not the broker's
+#: answers): a reset stream surfaces as CANCELLED, UNKNOWN or INTERNAL ("Internal error
+#: from Core", "Stream removed").
+_BROKEN_CODES = frozenset(
+    {grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL}
+)
+
+
+def _broke(error: ClientError) -> bool:
+    """Whether ``error`` says the connection died, rather than the broker refusing."""
+    return error.code in _BROKEN_CODES
 
 
 def _reconnectable(error: ClientError) -> bool:

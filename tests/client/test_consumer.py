@@ -7,6 +7,7 @@ import asyncio
 import time
 from pathlib import Path
 
+import grpc
 import pytest
 
 from broker.app import Broker
@@ -16,6 +17,7 @@ from client import (
     AsyncConsumer,
     AsyncProducer,
     ClientClosed,
+    ClientError,
     FailedPrecondition,
     InvalidArgument,
     Message,
@@ -308,3 +310,34 @@ async def test_start_gives_up_after_connect_timeout_naming_the_broker() -> None:
         await consumer.start()
     assert 0.5 <= time.monotonic() - started < 3
     await consumer.aclose()
+
+
+async def test_first_open_retries_a_dead_connection_but_not_a_refusal() -> None:
+    """Scenario: the decisions on errors that end a first Subscribe (before any session
+    opened), ``connect_timeout`` 5 s. Expected: a connection that died under the call
+    (INTERNAL "Internal error from Core", CANCELLED, UNKNOWN: gRPC's own) is retried;
+    after one, so is an exclusive subscription refused as held (the holder may be the
+    session that died); without one that refusal, and NOT_FOUND, are raised at once;
+    past ``connect_timeout`` a dead connection is raised as it is. (The cut itself is
+    exercised over a real proxy in ``test_consumer_faults.py``; which status a cut
+    yields depends on timing.)"""
+    now = time.monotonic()
+    held = FailedPrecondition(
+        "subscription t/s is exclusive and held by another consumer",
+        grpc.StatusCode.FAILED_PRECONDITION,
+    )
+    missing = NotFound("topic 't' does not exist", grpc.StatusCode.NOT_FOUND)
+    for code in (grpc.StatusCode.INTERNAL, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN):
+        consumer = AsyncConsumer("t", "s", broker="127.0.0.1:1", connect_timeout=5)
+        fresh = AsyncConsumer("t", "s", broker="127.0.0.1:1", connect_timeout=5)
+        try:
+            assert fresh._final_error(held, now) is held
+            assert fresh._final_error(missing, now) is missing
+            broke = ClientError("Internal error from Core", code)
+            assert consumer._final_error(broke, now) is None
+            assert consumer._final_error(held, now) is None
+            assert consumer._final_error(missing, now) is missing
+            assert consumer._final_error(broke, now - 10) is broke
+        finally:
+            await consumer.aclose()
+            await fresh.aclose()
