@@ -13,10 +13,13 @@ import random
 from collections.abc import Callable
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import wal.recovery
 from wal import CorruptSegmentError, FileSystem, LogConfig, RecordBatch, encode_columns
+from wal import segment as segment_module
 from wal.index import ENTRY
 from wal.segment import Segment
 from wal.validate import validate_batch
@@ -360,15 +363,24 @@ class CountingFs(FileSystem):
 
 @pytest.mark.parametrize("sealed", [False, True], ids=["active", "sealed"])
 def test_reads_that_meet_known_damage_do_not_rescan_the_segment(
-    tmp_path: Path, sealed: bool, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, sealed: bool, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Scenario: 200 batches (an index entry every ~100 B); the magic byte of batch 150 is
     flipped on disk; reads start at batch 150 five times. Expected: each raises
-    CorruptSegmentError at batch 150's position; the first may scan the segment from its
-    start to find out whether the index or the log is wrong, but the later ones read
-    less than a tenth of what lies before the damage (they do not scan again: a scan runs
-    on the caller's thread, the event loop, and every dispatch pass retries the read);
-    the damage is logged once; batches before it still read back intact."""
+    CorruptSegmentError at batch 150's position. The first finds out whether the index or
+    the log is wrong: a sealed segment by one full scan, the active one by a walk of the
+    headers from its start, with no scan (CRC checks and decoding cost ten times more).
+    The later ones read less than a tenth of what lies before the damage and never scan
+    (reads run on the caller's thread, the event loop, and every dispatch pass retries
+    them). The damage is logged once; batches before it still read back intact."""
+    scans: list[int] = []
+    real_scan = wal.recovery.scan_file
+
+    def counting_scan(fs: FileSystem, fd: int, pos: int, *rest: Any) -> Any:
+        if pos == 0:  # a full scan (a sealed segment's first read also checks its tail)
+            scans.append(pos)
+        return real_scan(fs, fd, pos, *rest)
+
     fs = CountingFs()
     seg = Segment.create(fs, str(tmp_path), BASE, INTERVAL)
     placed = fill(seg, [1] * 200)
@@ -380,6 +392,7 @@ def test_reads_that_meet_known_damage_do_not_rescan_the_segment(
     victim = 150
     base, _nxt, pos = placed[victim]
     flip_magic(seg, pos)
+    monkeypatch.setattr(segment_module, "scan_file", counting_scan)
     for attempt in range(5):
         before = fs.read_bytes
         with pytest.raises(CorruptSegmentError) as info:
@@ -387,6 +400,7 @@ def test_reads_that_meet_known_damage_do_not_rescan_the_segment(
         assert info.value.position == pos
         if attempt:
             assert fs.read_bytes - before < pos // 10, f"attempt {attempt} scanned again"
+    assert len(scans) == (1 if sealed else 0)
     damage_lines = [r for r in caplog.records if "damaged at byte" in r.getMessage()]
     assert len(damage_lines) == 1
     assert_records(walk(seg, BASE, base), BASE, base)
