@@ -128,9 +128,10 @@ class Segment:
         self._max_ts: int | None = None
         # (first offset not readable, byte position, reason) once damage is known.
         self._damage: tuple[int, int, str] | None = None
-        # Whether a scan or a header walk from the start met damage: the bytes they read
-        # never change, so another would stop there again (see _locate).
-        self._scan_met_damage = False
+        # Whether the log itself is known damaged (a scan or a header walk from the start
+        # met damage): the bytes they read never change, so another would stop there
+        # again (see _locate).
+        self._log_damaged = False
         # Damage positions already logged: a failing read is retried by every dispatch
         # pass, and one line per position says all there is.
         self._logged_damage: set[int] = set()
@@ -474,8 +475,8 @@ class Segment:
         try:
             return self._walk(index, offset)
         except _WalkFailedError as exc:
-            if self._scan_met_damage or (not self.sealed and self._headers_fail(offset)):
-                self._scan_met_damage = True
+            if self._log_damaged or (not self.sealed and self._headers_fail(offset)):
+                self._log_damaged = True
                 raise self._damage_error(exc.position, exc.reason) from exc
             index = self._rebuild_index()
         try:
@@ -554,7 +555,7 @@ class Segment:
         index = OffsetIndex(self.base_offset)
         self._index_from(index, result.batches, 0, NO_TIMESTAMP)
         clean = result.stop.is_clean()
-        self._scan_met_damage = not clean
+        self._log_damaged = not clean
         if self.sealed and clean:
             self.fs.atomic_write(self.index_path, index.to_bytes())
         if self.sealed or clean or self._index is None:
