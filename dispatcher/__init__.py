@@ -28,8 +28,10 @@ Modules:
     state_file        StateDoc: a subscription's state file, its versions, fitting it to the
                       logs (pure)
     names             the one topic and subscription name pattern (pure)
-    cursor_store      CursorStore: subscriptions' state files, saved atomically by coalesced
-                      flushes (at most one in flight)
+    cursor_journal    a topic's cursor journal: its batches, torn tails and damage, and
+                      the replay over the checkpoint files (pure)
+    cursor_store      CursorStore: subscriptions' saved states, a journal per topic and a
+                      checkpoint file each, saved by coalesced flushes (one in flight)
     heartbeat         Heartbeat: ticks every subscription; PartitionSample and
                       SubscriptionSample, the metrics snapshot
     registry          SubscriptionRegistry: create, find, list, drop, delete and expire

@@ -1,19 +1,32 @@
-"""Where subscriptions' cursors are kept on disk, and the flusher that saves them.
+"""Where subscriptions' states are kept on disk, and the flusher that saves them.
 
-Owns :class:`CursorStore`: one file per subscription,
-``<data dir>/subscriptions/<topic>/<subscription>.json``, replaced atomically (temp file,
-fsync, rename, fsync of the directory: DESIGN section 2, invariants 3 and 4). Its format is
-:mod:`dispatcher.state_file`'s: the cursor (the first unacknowledged offset), the
-acknowledged ranges above it (so a restart does not resend what was acked out of order),
-the highest offset ever sent, and the failure history of offsets whose delivery failed
-(so max-deliveries holds across restarts). A damaged file is kept as ``.corrupt`` and the
-subscription restarts at the earliest retained offset: duplicates, never a skip.
+Owns :class:`CursorStore`. A subscription's state (the cursor, the first unacknowledged
+offset; the acknowledged ranges above it, so a restart does not resend what was acked out
+of order; the highest offset ever sent; and the failure history of offsets whose delivery
+failed, so max-deliveries holds across restarts: :mod:`dispatcher.state_file`) is kept
+under ``<data dir>/subscriptions/<topic>/`` in two places (:mod:`dispatcher.cursor_journal`):
+
+- ``cursors.journal``: every flush appends the states it saves, for all the topic's
+  subscriptions at once, as one write and one fdatasync (DESIGN section 2, invariant 3:
+  "an equivalent log"). With a hundred subscriptions acking, a flush is one write where
+  atomic file replacement would be a hundred files of six syscalls each.
+- ``<subscription>.json``: the checkpoint. When a topic's journal outgrows
+  ``checkpoint_bytes`` (and eight times its last checkpoint), a flush writes every
+  subscription of the topic to its file instead (atomically: temp, fsync, rename, one
+  fsync of the directory), removes the files of subscriptions that no longer exist, and
+  empties the journal. Shutdown and open do the same, so a stopped broker's states are
+  all in the files.
+
+The newest state of a subscription wins on open, by sequence number; a deleted
+subscription's tombstone in the journal is the commit point of its delete
+(:meth:`CursorStore.commit_delete`). A damaged checkpoint is kept as ``.corrupt`` and the
+subscription restarts at the earliest retained offset; damage inside a journal does the
+same to every subscription whose newest state it may have taken: duplicates, never a
+skip. A torn last write of the journal is dropped (it was never reported saved).
 
 Saves are coalesced. A subscription whose state changed is marked dirty; a flush writes
-every dirty subscription in one hop to the store's own writer thread
-(``FileSystem.atomic_write_many``: each file is replaced atomically, and each topic's
-directory is fsynced once per flush, not once per subscription). At most one flush is in
-flight. A save that must be durable before its caller goes on (a new subscription, a
+every dirty subscription in one hop to the store's own writer thread. At most one flush is
+in flight. A save that must be durable before its caller goes on (a new subscription, a
 seek or commit before its reply, a redelivery's ``Persist`` before it goes out:
 :meth:`CursorStore.save`) marks the subscription dirty and waits for the next flush to
 begin and end; many such saves that arrive during one flush share the next one. Acks are
@@ -21,9 +34,10 @@ saved by the background flush every ``flush_interval_s`` (acks not yet saved may
 redelivered after a crash; nothing is skipped), and everything at shutdown.
 
 The writes run on one thread of the store's own, never on the loop, and never in the
-default executor the log's appends may use: cursor fsyncs compete with the log's
-fdatasync for the disk, so they are few (one flush per interval, or per burst of
-redeliveries) and never queue ahead of an append's thread.
+default executor the log's appends may use: cursor syncs compete with the log's
+fdatasync for the disk, so they are few (one per topic a flush) and never queue ahead of
+an append's thread. Few syscalls matter as much as few syncs: each one a thread makes
+gives up the GIL and takes it back from a loop that may be busy.
 
 The store also keeps the cursors last written (:meth:`CursorStore.saved_floor`: retention
 never deletes at or past them).
@@ -33,14 +47,19 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import os
 import shutil
 import weakref
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
-from dispatcher import state_file
+import msgspec
+
+from dispatcher import cursor_journal, state_file
 from dispatcher.errors import DispatcherClosedError
+from dispatcher.protocol import DeliveryMode, SubscriptionType
 from dispatcher.subscription import Subscription
 from wal import FileSystem, run_to_end
 
@@ -48,15 +67,48 @@ logger = logging.getLogger(__name__)
 
 Key = tuple[str, str]
 
+#: A topic's journal is checkpointed once it holds this many bytes (and eight times its
+#: last checkpoint): at 100 subscriptions acking ten times a second, every half minute.
+CHECKPOINT_BYTES = 4 * 1024 * 1024
+#: The journal may grow to this many times the bytes of its topic's last checkpoint.
+CHECKPOINT_RATIO = 8
+#: The suffix a damaged checkpoint or journal is kept under.
+CORRUPT_SUFFIX = ".corrupt"
+
+
+@dataclass
+class _Journal:
+    """A topic's open journal (used under the store's lock only)."""
+
+    fd: int
+    #: Bytes of whole batches: where the next one is written.
+    size: int
+    #: A failed write may have left bytes past :attr:`size`: cut them before the next.
+    unclean: bool = False
+
+
+@dataclass
+class _Plan:
+    """What one flush writes for one topic."""
+
+    topic: str
+    docs: list[state_file.StateDoc]
+    #: Write ``docs`` as checkpoint files and empty the journal (else append them).
+    checkpoint: bool
+    #: With :attr:`checkpoint`: the subscriptions whose files stay (the others go).
+    keep: frozenset[str] = frozenset()
+
 
 class CursorStore:
-    """The state files of every subscription, and their flusher. Use from one event loop.
+    """The saved states of every subscription, and their flusher. Use from one event loop.
 
     Args:
         root: ``<data dir>/subscriptions``.
         fs: File operations (tests pass a faulty one).
         flush_interval_s: How often dirty subscriptions are saved in the background.
         lookup: The live subscription of a key, or ``None`` once it is gone.
+        members: The live subscriptions of a topic (a checkpoint writes them all).
+        checkpoint_bytes: The journal size past which a topic is checkpointed.
     """
 
     def __init__(
@@ -66,21 +118,34 @@ class CursorStore:
         *,
         flush_interval_s: float,
         lookup: Callable[[Key], Subscription | None],
+        members: Callable[[str], Iterable[Subscription]],
+        checkpoint_bytes: int = CHECKPOINT_BYTES,
     ) -> None:
         self.root = root
         self._fs = fs
         self._flush_interval_s = flush_interval_s
         self._lookup = lookup
+        self._members = members
+        self._checkpoint_bytes = checkpoint_bytes
         self._dirty: set[Key] = set()
-        #: Dirty subscriptions a caller waits for, in the order asked: written first, so
-        #: a failing write (a full disk) names the file its caller asked for.
+        #: Dirty subscriptions a caller waits for, in the order asked: written first.
         self._urgent: dict[Key, None] = {}
         #: Held while a flush writes, and by a delete's commit point: one writer per file.
         self.lock = asyncio.Lock()
         #: Deleted subscriptions whose state must never be saved again.
         self._doomed: weakref.WeakSet[Subscription] = weakref.WeakSet()
+        #: Deletes begun and not yet committed or undone: their topic is not checkpointed
+        #: (that would empty a journal holding a state no file has yet).
+        self._deleting: set[Key] = set()
+        #: Deletes whose tombstone may be on disk although the commit raised.
+        self._maybe_deleted: set[Key] = set()
         #: The cursors last written to disk, per subscription: the retention floor.
         self._saved: dict[Key, tuple[int, ...]] = {}
+        #: The last sequence number given to a saved state.
+        self._seq = 0
+        #: Open journals, by topic; and the bytes of each topic's last checkpoint.
+        self._journals: dict[str, _Journal] = {}
+        self._checkpointed: dict[str, int] = {}
         self._requested = 0  # flushes asked for (the numbers of the flushes waited on)
         self._started = 0  # flushes begun
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
@@ -89,8 +154,10 @@ class CursorStore:
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="cursor-store"
         )
-        #: Flushes written since open (each one thread hop, one fsync per directory).
+        #: Flushes written since open (each one thread hop, one sync per topic).
         self.flushes = 0
+        #: Checkpoints written since open (each one file per subscription of a topic).
+        self.checkpoints = 0
         #: Set once :meth:`aclose` made its final save: later saves are refused.
         self._closed = False
 
@@ -101,8 +168,9 @@ class CursorStore:
         self._loop_task = asyncio.create_task(self._flush_loop(), name="cursor flusher")
 
     async def aclose(self, subs: Sequence[Subscription]) -> None:
-        """Stop flushing, then save every one of ``subs`` (shutdown). Idempotent: a
-        second call saves nothing. Once closed, :meth:`save` and :meth:`flush` raise
+        """Stop flushing, then checkpoint every topic of ``subs`` (shutdown), leaving every
+        state in its file and the journals empty. Idempotent: a second call saves
+        nothing. Once closed, :meth:`save` and :meth:`flush` raise
         :class:`~dispatcher.errors.DispatcherClosedError`."""
         if self._closed:
             return
@@ -113,10 +181,14 @@ class CursorStore:
         if self._flushing is not None:
             await asyncio.gather(self._flushing, return_exceptions=True)
         try:
-            await self.save_all(subs)
+            await self.save_all(subs, checkpoint=True)
         finally:
             self._closed = True
             self._dirty.clear()
+            async with self.lock:
+                journals, self._journals = list(self._journals.values()), {}
+                for journal in journals:
+                    self._fs.close(journal.fd)
             self._executor.shutdown(wait=False)
 
     # -- saving -----------------------------------------------------------------------
@@ -130,6 +202,8 @@ class CursorStore:
         self._dirty.discard(key)
         self._urgent.pop(key, None)
         self._saved.pop(key, None)
+        self._deleting.discard(key)
+        self._maybe_deleted.discard(key)
         if doomed is not None:
             self._doomed.add(doomed)
 
@@ -137,10 +211,12 @@ class CursorStore:
         """Never save ``sub`` again (a delete began); :meth:`undoom` if it failed."""
         self._dirty.discard((sub.topic, sub.name))
         self._doomed.add(sub)
+        self._deleting.add((sub.topic, sub.name))
 
     def undoom(self, sub: Subscription) -> None:
         """A delete failed before its commit point: ``sub`` is saved again."""
         self._doomed.discard(sub)
+        self._deleting.discard((sub.topic, sub.name))
         self._dirty.add((sub.topic, sub.name))
 
     def restored(self, key: Key, cursors: Iterable[int]) -> None:
@@ -199,39 +275,62 @@ class CursorStore:
                     else:
                         waiter.set_exception(error)
 
-    async def save_all(self, subs: Sequence[Subscription]) -> None:
-        """Save every one of ``subs`` in one thread hop: each file is replaced atomically,
-        and each topic's directory is fsynced once for all of them."""
+    async def save_all(self, subs: Sequence[Subscription], *, checkpoint: bool = False) -> None:
+        """Save every one of ``subs`` in one thread hop: one journal append and fdatasync
+        per topic, or a checkpoint of the topic when its journal is due for one (always
+        with ``checkpoint``, unless a delete in it is under way)."""
         if not subs:
             return
         async with self.lock:  # one writer per file; the newest state wins
             if self._closed:  # the executor is gone; the final save has been made
                 raise DispatcherClosedError()
-            subs = [sub for sub in subs if sub not in self._doomed]
-            if not subs:
-                return
-            docs = []
+            by_topic: dict[str, list[Subscription]] = {}
             for sub in subs:
-                docs.append(
-                    state_file.StateDoc(
-                        version=state_file.VERSION,
-                        topic=sub.topic,
-                        subscription=sub.name,
-                        type=sub.type.value,
-                        mode=sub.policy.mode.value,
-                        partitions=[state_file.partition_doc(snap) for snap in sub.snapshot()],
-                    )
-                )
+                if sub not in self._doomed:
+                    by_topic.setdefault(sub.topic, []).append(sub)
+            plans = []
+            for topic, topic_subs in by_topic.items():
+                if self._checkpoint_due(topic, checkpoint):
+                    live = [s for s in self._members(topic) if s not in self._doomed]
+                    names = {s.name for s in live}
+                    live += [s for s in topic_subs if s.name not in names]
+                    docs = [self._doc(s) for s in live]
+                    plans.append(_Plan(topic, docs, True, frozenset(d.subscription for d in docs)))
+                else:
+                    plans.append(_Plan(topic, [self._doc(s) for s in topic_subs], False))
+            if not plans:
+                return
             # Cancelled, it still holds the lock until the thread is done, so that the next
-            # save never races it on the same temp files.
-            files = [(d.topic, d.subscription, state_file.encode(d)) for d in docs]
+            # save never races it on the same files.
             loop = asyncio.get_running_loop()
-            await run_to_end(loop.run_in_executor(self._executor, self._write, files))
+            await run_to_end(loop.run_in_executor(self._executor, self._write, plans))
             self.flushes += 1
-            for doc in docs:
-                key = (doc.topic, doc.subscription)
-                if self._lookup(key) is not None:
-                    self._saved[key] = tuple(p.cursor for p in doc.partitions)
+            for plan in plans:
+                for doc in plan.docs:
+                    key = (doc.topic, doc.subscription)
+                    if self._lookup(key) is not None:
+                        self._saved[key] = tuple(p.cursor for p in doc.partitions)
+
+    def _checkpoint_due(self, topic: str, asked: bool) -> bool:
+        if any(key[0] == topic for key in self._deleting):
+            return False
+        if asked:
+            return True
+        journal = self._journals.get(topic)
+        limit = max(self._checkpoint_bytes, CHECKPOINT_RATIO * self._checkpointed.get(topic, 0))
+        return journal is not None and journal.size > limit
+
+    def _doc(self, sub: Subscription) -> state_file.StateDoc:
+        self._seq += 1
+        return state_file.StateDoc(
+            version=state_file.VERSION,
+            seq=self._seq,
+            topic=sub.topic,
+            subscription=sub.name,
+            type=sub.type.value,
+            mode=sub.policy.mode.value,
+            partitions=[state_file.partition_doc(snap) for snap in sub.snapshot()],
+        )
 
     async def _flush_loop(self) -> None:
         while True:
@@ -244,17 +343,154 @@ class CursorStore:
             except Exception:
                 logger.exception("saving the cursors of %d subscriptions failed; will retry", count)
 
-    def _write(self, files: Sequence[tuple[str, str, bytes]]) -> None:
-        for directory in dict.fromkeys(os.path.join(self.root, topic) for topic, _, _ in files):
+    # -- the writer thread ---------------------------------------------------------------
+
+    def _write(self, plans: Sequence[_Plan]) -> None:
+        for plan in plans:
+            directory = os.path.join(self.root, plan.topic)
             if not self._fs.exists(directory):
                 self._fs.makedirs(directory)  # fsyncs the root too
-        self._fs.atomic_write_many([(self.path(topic, name), data) for topic, name, data in files])
+            if plan.checkpoint:
+                self._checkpoint(plan.topic, plan.docs, plan.keep)
+            else:
+                entries = [cursor_journal.Entry(d.seq, d.subscription, d) for d in plan.docs]
+                self._append(plan.topic, entries)
+
+    def _journal(self, topic: str) -> _Journal:
+        """``topic``'s journal, opened (and created, durably) if need be."""
+        journal = self._journals.get(topic)
+        if journal is None:
+            path = self.journal_path(topic)
+            existed = self._fs.exists(path)
+            fd = self._fs.open(path, create=True)
+            try:
+                size = self._fs.size(fd)
+                if not existed:
+                    self._fs.fsync_dir(os.path.dirname(path))
+            except BaseException:
+                self._fs.close(fd)
+                if not existed:  # made again, and its directory synced, next time
+                    with contextlib.suppress(OSError):
+                        self._fs.remove(path)
+                raise
+            journal = self._journals[topic] = _Journal(fd, size)
+        return journal
+
+    def _append(self, topic: str, entries: Sequence[cursor_journal.Entry]) -> None:
+        """Append one batch to ``topic``'s journal and fdatasync it.
+
+        A failed write leaves part of a batch past the journal's good bytes: it is cut
+        before the next write (a part never reads as a batch anyway). A batch written
+        whole stays even if its sync fails: its states are real ones with their sequence
+        numbers, so the next sync making them durable can only save newer states; the
+        caller still hears that this save failed."""
+        journal = self._journal(topic)
+        if journal.unclean:
+            self._fs.truncate(journal.fd, journal.size)
+            journal.unclean = False
+        data = cursor_journal.frame(entries)
+        try:
+            self._fs.write_all(journal.fd, [data], journal.size)
+        except BaseException:
+            journal.unclean = True
+            raise
+        journal.size += len(data)
+        self._fs.fdatasync(journal.fd)
+
+    def _checkpoint(
+        self, topic: str, docs: Sequence[state_file.StateDoc], keep: frozenset[str]
+    ) -> None:
+        """Write ``docs`` to their files, remove the files not in ``keep``, then empty the
+        journal: in that order, so a crash anywhere leaves the newest states on disk."""
+        directory = os.path.join(self.root, topic)
+        files = [(self.path(topic, d.subscription), state_file.encode(d)) for d in docs]
+        if files:
+            self._fs.atomic_write_many(files)
+        stale = [
+            entry
+            for entry in self._fs.listdir(directory)
+            if entry.endswith(state_file.SUFFIX) and entry[: -len(state_file.SUFFIX)] not in keep
+        ]
+        for entry in stale:
+            self._fs.remove(os.path.join(directory, entry))
+        if stale:
+            self._fs.fsync_dir(directory)
+        journal = self._journal(topic)
+        if journal.size or journal.unclean:
+            journal.unclean = True
+            self._fs.truncate(journal.fd, 0)
+            self._fs.fdatasync(journal.fd)
+            journal.size, journal.unclean = 0, False
+        self._checkpointed[topic] = sum(len(data) for _, data in files)
+        self.checkpoints += 1
+
+    # -- deleting ---------------------------------------------------------------------
+
+    async def commit_delete(self, sub: Subscription, crash_point: Callable[[str], None]) -> None:
+        """The commit point of ``sub``'s delete: a tombstone appended to its topic's
+        journal and synced. Its checkpoint file is removed after (a file left by a
+        failure there is older than the tombstone, and the next checkpoint removes it).
+
+        Raises:
+            OSError: the tombstone could not be written and synced; :meth:`may_be_deleted`
+                tells whether it may be on disk all the same (written whole, its sync
+                failed: it stays, and the next sync of the journal makes it durable).
+        """
+        key = (sub.topic, sub.name)
+        async with self.lock:
+            if self._closed:
+                raise DispatcherClosedError()
+            self._seq += 1
+            self._maybe_deleted.add(key)
+            loop = asyncio.get_running_loop()
+            await run_to_end(
+                loop.run_in_executor(self._executor, self._tombstone, key, self._seq, crash_point)
+            )
+            self._deleting.discard(key)
+
+    def may_be_deleted(self, key: Key) -> bool:
+        """Whether a delete of ``key`` whose commit raised may be on disk all the same."""
+        return key in self._maybe_deleted
+
+    def _tombstone(self, key: Key, seq: int, crash_point: Callable[[str], None]) -> None:
+        topic, name = key
+        directory = os.path.join(self.root, topic)
+        if not self._fs.exists(directory):
+            self._fs.makedirs(directory)
+        journal: _Journal | None = None
+        size = 0
+        try:
+            journal = self._journal(topic)
+            size = journal.size
+            self._append(topic, [cursor_journal.Entry(seq, name, None)])
+        except BaseException:
+            if journal is None or journal.size == size:  # not written whole: no tombstone
+                self._maybe_deleted.discard(key)
+            raise
+        path = self.path(topic, name)
+        try:
+            if self._fs.exists(path):
+                self._fs.remove(path)
+                self._fs.fsync_dir(directory)
+        except OSError:
+            logger.exception(
+                "%s/%s is deleted, but removing its old checkpoint %s failed; the next "
+                "checkpoint of the topic removes it",
+                topic,
+                name,
+                path,
+            )
+        crash_point("delete.after_commit")
 
     # -- reading and removing -----------------------------------------------------------
 
     def path(self, topic: str, name: str) -> str:
-        """The state file of subscription ``name`` of ``topic``."""
+        """The checkpoint file of subscription ``name`` of ``topic``."""
         return os.path.join(self.root, topic, name + state_file.SUFFIX)
+
+    def journal_path(self, topic: str) -> str:
+        """The cursor journal of ``topic``."""
+        return os.path.join(self.root, topic, cursor_journal.NAME)
 
     def saved_floor(self, topic: str) -> list[int] | None:
         """Per partition of ``topic``, the lowest cursor any of its subscriptions has on
@@ -271,22 +507,83 @@ class CursorStore:
             )
         return floors
 
-    def load_all(self, topics: set[str]) -> list[tuple[str, str, state_file.StateDoc | None]]:
-        """``(topic, name, doc)`` of every saved subscription of ``topics`` (``doc`` None
-        when damaged); the files of other topics are removed. Blocking: run in a thread."""
+    def load_all(self, topics: set[str]) -> list[tuple[str, str, state_file.StateDoc]]:
+        """``(topic, name, doc)`` of every saved subscription of ``topics``: its newest
+        state, checkpoint and journal merged. A topic whose journal held anything is
+        checkpointed. The files of other topics are removed. Blocking: run in a thread
+        before :meth:`start`."""
         self._fs.makedirs(self.root)
-        found: list[tuple[str, str, state_file.StateDoc | None]] = []
+        found: list[tuple[str, str, state_file.StateDoc]] = []
+        loaded = []
         for topic in sorted(self._fs.listdir(self.root)):
             if topic not in topics:
                 logger.warning("dropping the subscriptions of deleted topic %r", topic)
                 self.remove_topic(topic)
                 continue
-            directory = os.path.join(self.root, topic)
-            for entry in sorted(self._fs.listdir(directory)):
-                if entry.endswith(state_file.SUFFIX):
-                    name = entry[: -len(state_file.SUFFIX)]
-                    found.append((topic, name, self._load(os.path.join(directory, entry))))
+            loaded.append((topic, self._load_topic(topic)))
+        self._seq = max((merged.top_seq for _, (merged, _) in loaded), default=0)
+        for topic, (merged, tidy) in loaded:
+            if tidy:
+                docs = [
+                    msgspec.structs.replace(doc, seq=self._next_seq())
+                    for doc in merged.states.values()
+                ]
+                self._checkpoint(topic, docs, frozenset(merged.states))
+                merged.states = {d.subscription: d for d in docs}
+            found.extend((topic, name, doc) for name, doc in sorted(merged.states.items()))
         return found
+
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def _load_topic(self, topic: str) -> tuple[cursor_journal.Merged, bool]:
+        """``topic``'s merged states, and whether its files need a checkpoint to agree."""
+        directory = os.path.join(self.root, topic)
+        checkpoints: dict[str, state_file.StateDoc] = {}
+        damaged: list[str] = []
+        for entry in sorted(self._fs.listdir(directory)):
+            if entry.endswith(state_file.SUFFIX):
+                name = entry[: -len(state_file.SUFFIX)]
+                doc = self._load(os.path.join(directory, entry))
+                if doc is None:
+                    damaged.append(name)
+                else:
+                    checkpoints[name] = doc
+        path = self.journal_path(topic)
+        data = self._fs.read_file(path) if self._fs.exists(path) else b""
+        parsed = cursor_journal.parse(data)
+        if parsed.torn_bytes:
+            logger.warning(
+                "%s: dropped the last %d bytes, a write torn by a crash (states never "
+                "reported saved)",
+                path,
+                parsed.torn_bytes,
+            )
+        merged = cursor_journal.merge(checkpoints, parsed)
+        if parsed.damaged:
+            self._fs.write_new(path + CORRUPT_SUFFIX + f".{len(data)}", data)
+            logger.error(
+                "%s is damaged at bytes %s (kept as %s); %d subscriptions whose newest "
+                "state it may have held restart at the earliest offset: %s",
+                path,
+                ", ".join(f"{b}-{e}" for b, e in parsed.damaged),
+                path + CORRUPT_SUFFIX + f".{len(data)}",
+                len(merged.reset),
+                ", ".join(merged.reset) or "none",
+            )
+        for name in damaged:
+            held = merged.states.get(name)
+            merged.states[name] = state_file.StateDoc(
+                version=state_file.VERSION,
+                topic=topic,
+                subscription=name,
+                type=held.type if held is not None else SubscriptionType.EXCLUSIVE.value,
+                mode=held.mode if held is not None else DeliveryMode.AT_LEAST_ONCE.value,
+                partitions=[],
+            )
+        tidy = bool(data) or bool(damaged) or set(checkpoints) - set(merged.states) != set()
+        return merged, tidy
 
     def _load(self, path: str) -> state_file.StateDoc | None:
         try:
@@ -299,13 +596,38 @@ class CursorStore:
                 exc,
                 path,
             )
-            self._fs.rename(path, path + ".corrupt")
+            self._fs.rename(path, path + CORRUPT_SUFFIX)
             return None
         return doc
 
     def remove_topic(self, topic: str) -> None:
-        """Remove every state file of ``topic``, durably. Blocking: run in a thread."""
+        """Remove every saved state of ``topic``, durably. Blocking: run in a thread,
+        under :attr:`lock` once the store is open."""
+        journal = self._journals.pop(topic, None)
+        if journal is not None:
+            self._fs.close(journal.fd)
+        self._checkpointed.pop(topic, None)
         remove_dir(self._fs, os.path.join(self.root, topic))
+
+
+def read_states(
+    root: str, topic: str, fs: FileSystem | None = None
+) -> dict[str, state_file.StateDoc]:
+    """The saved state of every subscription of ``topic`` under ``root``
+    (``<data dir>/subscriptions``), checkpoints and journal merged, as the next open
+    would load them; read only (a damaged checkpoint is left out, nothing is repaired).
+    For inspection and tests."""
+    fs = fs or FileSystem()
+    directory = os.path.join(root, topic)
+    checkpoints = {}
+    for entry in fs.listdir(directory) if fs.exists(directory) else []:
+        if entry.endswith(state_file.SUFFIX):
+            with contextlib.suppress(ValueError):
+                doc = state_file.decode(fs.read_file(os.path.join(directory, entry)))
+                checkpoints[entry[: -len(state_file.SUFFIX)]] = doc
+    path = os.path.join(directory, cursor_journal.NAME)
+    parsed = cursor_journal.parse(fs.read_file(path) if fs.exists(path) else b"")
+    return cursor_journal.merge(checkpoints, parsed).states
 
 
 def remove_dir(fs: FileSystem, directory: str) -> None:

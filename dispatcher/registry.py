@@ -1,11 +1,12 @@
 """Every subscription of the broker: creating, finding, listing, deleting and expiring.
 
-Owns :class:`SubscriptionRegistry`, which ties together the parts each subscription
-needs: its state file (:mod:`dispatcher.cursor_store`: atomic saves, coalesced, by a
-flusher), its dead-letter queue (:class:`dispatcher.dlq_queues.DeadLetterQueues`, opened
-when a subscription first dead-letters a record or an admin asks for one; the sink the
-dispatch tasks write poison records to) and the heartbeat with the metrics samples
-(:mod:`dispatcher.heartbeat`). Its settings (:class:`~dispatcher.settings.DispatchConfig`,
+Owns :class:`SubscriptionRegistry`, which ties together the parts each subscription needs:
+its saved state (:mod:`dispatcher.cursor_store`: a journal per topic and a checkpoint file
+per subscription, saves coalesced by a flusher), its dead-letter queue
+(:class:`dispatcher.dlq_queues.DeadLetterQueues`, opened when a subscription first
+dead-letters a record or an admin asks for one; the sink the dispatch tasks write poison
+records to) and the heartbeat with the metrics samples (:mod:`dispatcher.heartbeat`). Its
+settings (:class:`~dispatcher.settings.DispatchConfig`,
 :class:`~dispatcher.settings.InitialPosition`) are :mod:`dispatcher.settings`.
 
 When saved: a new subscription before its consumer gets an answer; a seek or a commit
@@ -15,15 +16,16 @@ delivery count before it goes out; acks in the background every ``flush_interval
 (acks not yet saved may be redelivered after a crash; nothing is skipped); everything at
 shutdown.
 
-Deleting a subscription (:meth:`SubscriptionRegistry.delete`, the ``DeleteSubscription`` RPC
-and inactivity expiry): refused while consumers are attached unless forced. Once begun it
-runs to its end whatever happens to its caller (:func:`wal.run_to_end`): the subscription
-leaves the registry (a Subscribe of the same name waits for the delete, then creates a new
-one), its state file is removed (the commit point; if that fails, the subscription carries
-on unchanged), its consumers are let go with :class:`SubscriptionDeletedError`, and its
-dead-letter queue is removed. The on-disk steps and why a crash leaves all or nothing are
-:mod:`dispatcher.removal`'s. Its cursors stop holding retention back at once (they leave
-:meth:`SubscriptionRegistry.saved_floor`), and its metric series leave :meth:`samples`.
+Deleting a subscription (:meth:`SubscriptionRegistry.delete`, the ``DeleteSubscription``
+RPC and inactivity expiry): refused while consumers are attached unless forced. Once begun
+it runs to its end whatever happens to its caller (:func:`wal.run_to_end`): the
+subscription leaves the registry (a Subscribe of the same name waits for the delete, then
+creates a new one), a tombstone is appended to its topic's cursor journal (the commit
+point; if that fails, the subscription carries on unchanged), its consumers are let go with
+:class:`SubscriptionDeletedError`, and its dead-letter queue is removed. The on-disk steps
+and why a crash leaves all or nothing are :mod:`dispatcher.removal`'s. Its cursors stop
+holding retention back at once (they leave :meth:`SubscriptionRegistry.saved_floor`), and
+its metric series leave :meth:`samples`.
 
 Inactivity expiry (``inactive_expiry_s``, off by default): the registry runs an expiry task
 that deletes a subscription with no consumer and no ack, commit or seek for that long, by
@@ -64,7 +66,7 @@ from dispatcher.protocol import (
     SubscriptionType,
     ToDeadLetter,
 )
-from dispatcher.removal import commit_delete, prune_queues, remove_queue
+from dispatcher.removal import prune_queues, remove_queue
 from dispatcher.settings import DispatchConfig, InitialPosition, check_subscription_name
 from dispatcher.subscription import Subscription
 from wal import FileSystem, LogWriter, run_to_end
@@ -140,6 +142,7 @@ class SubscriptionRegistry:
             self._fs,
             flush_interval_s=flush_interval_s,
             lookup=self._subs.get,
+            members=self.subscriptions,
         )
         self._dlqs = DeadLetterQueues(
             os.path.join(data_dir, "dlq"),
@@ -166,9 +169,8 @@ class SubscriptionRegistry:
         """Load every saved subscription of ``topics``; drop those of topics now gone."""
         docs = await asyncio.to_thread(self._load_all, set(topics))
         for topic, name, doc in docs:
-            type_ = SubscriptionType(doc.type) if doc is not None else SubscriptionType.EXCLUSIVE
-            mode = DeliveryMode(doc.mode) if doc is not None else DeliveryMode.AT_LEAST_ONCE
             snaps = state_file.restore(doc, topics[topic], topic, name)
+            type_, mode = SubscriptionType(doc.type), DeliveryMode(doc.mode)
             self._add(topic, name, topics[topic], snaps, type_, mode)
             self._store.restored((topic, name), (s.cursor for s in snaps))
         for topic, name, _doc in docs:
@@ -356,12 +358,10 @@ class SubscriptionRegistry:
     async def _delete(self, key: tuple[str, str], sub: Subscription, why: str) -> None:
         """The delete's steps, from the commit point on (see :mod:`dispatcher.removal`)."""
         topic, name = key
-        path = self._store.path(topic, name)
         try:
-            async with self._store.lock:  # no save of it is under way, none starts
-                await asyncio.to_thread(commit_delete, self._fs, path, self._crash_point)
+            await self._store.commit_delete(sub, self._crash_point)
         except BaseException:
-            if await asyncio.to_thread(self._fs.exists, path):  # nothing changed
+            if not self._store.may_be_deleted(key):  # nothing changed
                 self._subs[key] = sub
                 self._store.undoom(sub)
                 raise
@@ -534,8 +534,8 @@ class SubscriptionRegistry:
         sub.start()
         return sub
 
-    def _load_all(self, topics: set[str]) -> list[tuple[str, str, state_file.StateDoc | None]]:
-        """``(topic, name, doc)`` of every saved subscription; ``doc`` is None if damaged.
+    def _load_all(self, topics: set[str]) -> list[tuple[str, str, state_file.StateDoc]]:
+        """``(topic, name, doc)`` of every saved subscription (see ``CursorStore.load_all``).
         The files and queues of topics not in ``topics`` are removed, and queues without
         a subscription pruned."""
         dlq_root = self._dlqs.root

@@ -1,27 +1,30 @@
 """Removing one subscription's files: the on-disk half of deleting a subscription.
 
 Owns the steps, and their order, that make a subscription delete crash-atomic. A
-subscription is two things on disk (layout in :mod:`dispatcher.registry`)::
+subscription is two things on disk::
 
-    <data dir>/subscriptions/<topic>/<subscription>.json   its state: the commit point
-    <data dir>/dlq/<topic>/<subscription>/                 its dead-letter queue, if any
+    <data dir>/subscriptions/<topic>/        its state (:mod:`dispatcher.cursor_store`)
+    <data dir>/dlq/<topic>/<subscription>/   its dead-letter queue, if any
 
 Protocol:
 
-1. :func:`commit_delete` removes the state file and fsyncs its directory. That is the
-   commit point: before it the subscription is whole on disk, after it the subscription
-   does not exist (the next open loads only subscriptions with a state file).
+1. :meth:`~dispatcher.cursor_store.CursorStore.commit_delete` appends a tombstone to the
+   topic's cursor journal and syncs it (then removes the subscription's checkpoint file).
+   That is the commit point: before it the subscription is whole on disk, after it the
+   subscription does not exist (the next open loads only subscriptions whose newest saved
+   state is not a tombstone).
 2. :func:`remove_queue` renames the queue directory to ``.<subscription>.deleting``
    (fsync of ``dlq/<topic>/``) and removes it.
 3. At open, :func:`prune_queues` removes every entry of ``dlq/<topic>/`` that is not the
    queue of a loaded subscription: a tombstone of step 2, or a queue whose state file step
-   1 removed before a crash. So a crash at any point leaves the whole subscription or,
+   1 committed before a crash. So a crash at any point leaves the whole subscription or,
    after the next open, nothing of it; a later subscription of the same name never
    inherits an old queue. (Names start with a letter or digit, so a dot entry is never a
    queue.)
 
-Example: a crash at ``delete.after_commit`` leaves ``dlq/orders/billing/`` without
-``subscriptions/orders/billing.json``; the next open logs it and removes it.
+Example: a crash at ``delete.after_commit`` leaves ``dlq/orders/billing/`` with a
+tombstone for ``billing`` in ``subscriptions/orders/cursors.journal``; the next open logs
+it and removes it.
 
 Sync I/O through :class:`wal.FileSystem` (callers run it on a worker thread); no asyncio.
 """
@@ -40,19 +43,12 @@ logger = logging.getLogger(__name__)
 #: Named points of a subscription delete where tests crash (``crash_point`` argument of
 #: :class:`~dispatcher.registry.SubscriptionRegistry`), in the order a delete meets them.
 CRASH_POINTS = (
-    "delete.after_commit",  # state file removed and its directory synced; queue still there
+    "delete.after_commit",  # tombstone in the journal and synced; queue still there
     "delete.after_rename",  # queue renamed to .<name>.deleting and synced, not yet removed
 )
 _TOMBSTONE = ".{}.deleting"
 
 CrashPoint = Callable[[str], None]
-
-
-def commit_delete(fs: FileSystem, state_path: str, crash_point: CrashPoint) -> None:
-    """Step 1: remove the state file and fsync its directory (the commit point)."""
-    fs.remove(state_path)
-    fs.fsync_dir(os.path.dirname(state_path))
-    crash_point("delete.after_commit")
 
 
 def remove_queue(fs: FileSystem, queue_dir: str, crash_point: CrashPoint) -> None:

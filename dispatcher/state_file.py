@@ -4,15 +4,18 @@ Owns the document a subscription's state is saved as (:class:`StateDoc`), its en
 (:func:`encode`, :func:`decode`, which checks the version and the enum values) and the two
 conversions to and from the state machine's :class:`~dispatcher.protocol.PartitionSnapshot`
 (:func:`partition_doc`, :func:`restore`, which fits saved offsets to what the logs hold).
-Where the files live and how they are replaced atomically is
-:mod:`dispatcher.registry`'s. The format (version 2)::
+Where the documents are kept (a checkpoint file per subscription and a journal per topic)
+is :mod:`dispatcher.cursor_store`'s and :mod:`dispatcher.cursor_journal`'s. The format
+(version 3)::
 
-    {"version": 2, "topic": "orders", "subscription": "billing", "type": "shared",
-     "mode": "at_least_once",
+    {"version": 3, "seq": 41, "topic": "orders", "subscription": "billing",
+     "type": "shared", "mode": "at_least_once",
      "partitions": [{"cursor": 1200, "acked": [[1205, 1210]], "delivered": 1300,
                      "failures": [[1200, 1201, 3, "timeout", [1700000000000, ...]]]}, ...]}
 
-Version 1 files (no ``mode``, ``delivered`` or ``failures``) are read as well.
+``seq`` orders the saved states of the store (the newest wins, see
+:mod:`dispatcher.cursor_journal`). Version 2 files (no ``seq``: 0) and version 1 files
+(no ``mode``, ``delivered`` or ``failures`` either) are read as well.
 """
 
 from __future__ import annotations
@@ -35,9 +38,9 @@ logger = logging.getLogger(__name__)
 #: The file name suffix of a subscription's state file.
 SUFFIX = ".json"
 #: The version written.
-VERSION = 2
+VERSION = 3
 #: The versions read.
-READABLE_VERSIONS = (1, 2)
+READABLE_VERSIONS = (1, 2, 3)
 
 
 class FailureDoc(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
@@ -62,6 +65,7 @@ class StateDoc(msgspec.Struct, forbid_unknown_fields=True):
     type: str
     partitions: list[PartitionDoc]
     mode: str = DeliveryMode.AT_LEAST_ONCE.value
+    seq: int = 0
 
 
 _decoder = msgspec.json.Decoder(StateDoc)
@@ -84,11 +88,16 @@ def decode(data: bytes) -> StateDoc:
         doc = _decoder.decode(data)
     except msgspec.DecodeError as exc:
         raise ValueError(str(exc)) from exc
+    check(doc)
+    return doc
+
+
+def check(doc: StateDoc) -> None:
+    """Raise ValueError unless ``doc``'s version, type and mode are known ones."""
     if doc.version not in READABLE_VERSIONS:
         raise ValueError(f"version {doc.version} is not one of {READABLE_VERSIONS}")
     SubscriptionType(doc.type)
     DeliveryMode(doc.mode)
-    return doc
 
 
 def restore(

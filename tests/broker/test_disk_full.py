@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import json
 import os
 import shutil
 import subprocess
@@ -33,6 +32,7 @@ import pytest
 from broker.app import Broker
 from broker.metrics import BrokerMetrics
 from broker.status import status_for
+from dispatcher.cursor_store import read_states
 from proto import admin_pb2 as admin
 from proto import admin_pb2_grpc, broker_pb2_grpc
 from proto import broker_pb2 as pb
@@ -56,9 +56,8 @@ async def _requests(
 
 
 def _saved_cursor(data: Path) -> int:
-    """The cursor of subscription ``s`` of topic ``t`` in its state file on disk."""
-    doc = json.loads((data / "subscriptions" / "t" / "s.json").read_bytes())
-    return int(doc["partitions"][0]["cursor"])
+    """The cursor of subscription ``s`` of topic ``t`` as saved on disk."""
+    return read_states(str(data / "subscriptions"), "t")["s"].partitions[0].cursor
 
 
 @pytest.mark.asyncio
@@ -117,7 +116,9 @@ async def test_full_disk_rejects_publishes_serves_the_rest_and_recovers_by_itsel
         assert _saved_cursor(data) == 0
         commit = pb.AckUpToRequest(topic="t", subscription="spark", offset=3)
         # a commit is saved before its reply
-        await _rejected(client.broker.AckUpTo(commit), data / "subscriptions" / "t" / "spark")
+        await _rejected(
+            client.broker.AckUpTo(commit), data / "subscriptions" / "t" / "cursors.journal"
+        )
         assert not [p for p in (data / "subscriptions" / "t").iterdir() if p.name.endswith(".tmp")]
 
         fs.faults.clear()  # space freed

@@ -139,19 +139,19 @@ async def test_coalesced_notifications_lose_nothing(
 async def test_a_record_published_while_the_subscription_is_created_is_delivered(
     tmp_path: Path, writer: LogWriter, clock: ManualClock
 ) -> None:
-    """Scenario 2: a subscription created at ``latest``; its first save (a file write in
-    a worker thread) is held until a record has been appended and made durable.
+    """Scenario 2: a subscription created at ``latest``; its first save (a journal write
+    in a worker thread) is held until a record has been appended and made durable.
     Expected: that record, published during the creation, is delivered."""
     saving, release = threading.Event(), threading.Event()
 
     class SlowFirstSave(FileSystem):
-        def atomic_write_many(
-            self, files: Sequence[tuple[str, bytes | bytearray | memoryview]]
-        ) -> None:
+        def write_all(
+            self, fd: int, buffers: Sequence[bytes | bytearray | memoryview], offset: int
+        ) -> int:
             if not saving.is_set():
                 saving.set()
                 assert release.wait(10)
-            super().atomic_write_many(files)
+            return super().write_all(fd, buffers, offset)
 
     reg = _registry(tmp_path, clock, fs=SlowFirstSave())
     await reg.open({})

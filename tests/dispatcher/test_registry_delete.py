@@ -4,7 +4,7 @@ its end, and never half-undone.
 Each delete is stopped at every named crash point of :mod:`dispatcher.removal` (the hook
 raises :class:`wal.SimulatedCrash` there, the registry is dropped and a new one opens the same
 directory), its caller is cancelled at those points, and its commit is made to fail. After
-each: the subscription is whole (state file, dead letters, registered, acking) or absent
+each: the subscription is whole (saved state, dead letters, registered, acking) or absent
 (nothing of it on disk or in memory, and the name subscribes anew at its initial position).
 Real logs and files; no gRPC (``tests/broker/test_subscription_delete.py`` has that).
 """
@@ -26,14 +26,18 @@ from dispatcher import (
     SubscriptionNotFoundError,
     SubscriptionRegistry,
     SubscriptionType,
+    cursor_journal,
 )
+from dispatcher.cursor_store import read_states
 from dispatcher.dead_letter import DeadLetter
 from dispatcher.removal import CRASH_POINTS
+from dispatcher.state_file import StateDoc
 from wal import Fault, FaultyFs, FileSystem, LogWriter, SimulatedCrash, encode_columns
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
 
 TOPIC, SUB = "orders", "billing"
+JOURNAL = cursor_journal.NAME
 
 
 @pytest_asyncio.fixture
@@ -95,20 +99,27 @@ async def assert_whole(reg: SubscriptionRegistry, tmp_path: Path) -> None:
     dlq = await reg.dead_letter_queue(TOPIC, SUB, create=False)
     assert dlq is not None
     assert dlq.count() == 2
-    assert (tmp_path / "data" / "subscriptions" / TOPIC / f"{SUB}.json").exists()
+    assert saved(tmp_path)[SUB].partitions[0].cursor == 2
+
+
+def saved(tmp_path: Path) -> dict[str, StateDoc]:
+    """The saved state of every subscription of ``TOPIC``, as a reopen would load it."""
+    return read_states(str(tmp_path / "data" / "subscriptions"), TOPIC)
 
 
 async def assert_absent(reg: SubscriptionRegistry, tmp_path: Path, writer: LogWriter) -> None:
     """``SUB`` is gone from memory and disk, and subscribes anew at the earliest offset
-    with an empty queue; only its new state file is on disk then."""
+    with an empty queue; only its new state is saved then."""
     with pytest.raises(SubscriptionNotFoundError):
         reg.get(TOPIC, SUB)
     assert [f for f in files(tmp_path) if SUB in f] == []
+    assert SUB not in saved(tmp_path)
     assert reg.saved_floor(TOPIC) is None
     fresh = await reg.subscribe(TOPIC, SUB, [writer], initial=InitialPosition.EARLIEST)
     assert fresh.state.cursor(0) == 0
     assert await reg.dead_letter_queue(TOPIC, SUB, create=False) is None
-    assert [f for f in files(tmp_path) if SUB in f] == [f"subscriptions/orders/{SUB}.json"]
+    assert [f for f in files(tmp_path) if SUB in f] == []
+    assert saved(tmp_path)[SUB].partitions[0].cursor == 0
 
 
 async def test_delete_removes_state_and_queue_and_frees_the_floor(
@@ -207,29 +218,21 @@ async def test_a_delete_whose_caller_is_cancelled_runs_to_its_end(
     await reg.aclose()
 
 
-class FailingRemove(FaultyFs):
-    """Fails every removal of a subscription state file with EIO while ``failing``."""
-
-    failing = True
-
-    def remove(self, path: str) -> None:
-        if self.failing and path.endswith(".json"):
-            raise OSError(errno.EIO, "injected", path)
-        super().remove(path)
-
-
+@pytest.mark.parametrize("partial", [0, 7], ids=["nothing-written", "part-written"])
 async def test_a_commit_that_fails_leaves_the_subscription_working(
-    tmp_path: Path, writer: LogWriter
+    tmp_path: Path, writer: LogWriter, partial: int
 ) -> None:
-    """Scenario: removing the state file fails (EIO), with a consumer attached and
-    force on. Expected: the delete raises OSError; the subscription is whole and still
-    serves its consumer (an ack is taken and saved); it is whole after a reopen; once the
-    disk works, the delete succeeds."""
-    fs = FailingRemove()
+    """Scenario: writing the tombstone to the cursor journal fails (EIO), with nothing
+    or a part of it written, and a consumer attached and force on. Expected: the delete
+    raises OSError; the subscription is whole and still serves its consumer (an ack is
+    taken and saved, after the part is cut); it is whole after a reopen; then the delete
+    succeeds."""
+    fs = FaultyFs()
     reg = registry(tmp_path, fs=fs)
     await populated(reg, writer)
     session = reg.get(TOPIC, SUB).attach("a", 10)
-    with pytest.raises(OSError, match="injected"):
+    fs.faults.append(Fault("pwritev", path_contains=JOURNAL, partial=partial))
+    with pytest.raises(OSError, match="Input/output error"):
         await reg.delete(TOPIC, SUB, force=True)
     await assert_whole(reg, tmp_path)
     delivery = await asyncio.wait_for(session.next(), 5)
@@ -241,7 +244,6 @@ async def test_a_commit_that_fails_leaves_the_subscription_working(
     reg = registry(tmp_path, fs=fs)
     await reg.open({TOPIC: [writer]})
     assert reg.get(TOPIC, SUB).state.cursor(0) == 3
-    fs.failing = False
     await reg.delete(TOPIC, SUB)
     await assert_absent(reg, tmp_path, writer)
     await reg.aclose()
@@ -252,7 +254,7 @@ async def test_a_subscribe_during_a_delete_waits_and_gets_a_new_subscription(
 ) -> None:
     """Scenario: a subscribe of the same name arrives while the delete is at its commit
     point. Expected: it waits for the delete, then gets a new subscription at the earliest
-    offset whose state file survives (the delete does not remove the new one's file)."""
+    offset whose saved state survives (the delete's tombstone is older than it)."""
     gate = asyncio.Event()
     loop = asyncio.get_running_loop()
     started = asyncio.Event()
@@ -273,22 +275,24 @@ async def test_a_subscribe_during_a_delete_waits_and_gets_a_new_subscription(
     await deleting
     fresh = await subscribing
     assert fresh.state.cursor(0) == 0
-    assert (tmp_path / "data" / "subscriptions" / TOPIC / f"{SUB}.json").exists()
+    assert saved(tmp_path)[SUB].partitions[0].cursor == 0
     assert await reg.dead_letter_queue(TOPIC, SUB, create=False) is None
     await reg.aclose()
+    assert (tmp_path / "data" / "subscriptions" / TOPIC / f"{SUB}.json").exists()
 
 
 async def test_a_commit_whose_sync_fails_counts_as_done_and_leaves_no_queue_to_inherit(
     tmp_path: Path, writer: LogWriter
 ) -> None:
-    """Scenario: the state file is removed but the fsync of its directory fails (EIO).
-    Expected: the delete raises OSError; the subscription is gone (its file is, so it
-    cannot carry on); a new subscription of the name starts at the earliest offset with
-    an empty queue, never the old one's dead letters."""
+    """Scenario: the tombstone is written whole to the cursor journal but its fdatasync
+    fails (EIO). Expected: the delete raises OSError; the subscription is gone (the
+    tombstone stays in the journal, and the next sync makes it durable, so it cannot carry
+    on); a new subscription of the name starts at the earliest offset with an empty
+    queue, never the old one's dead letters, and so it does after a reopen."""
     fs = FaultyFs()
     reg = registry(tmp_path, fs=fs)
     await populated(reg, writer)
-    fs.faults.append(Fault("fsync_dir", path_contains=str(Path("subscriptions") / TOPIC)))
+    fs.faults.append(Fault("fdatasync", path_contains=JOURNAL))
     with pytest.raises(OSError, match="Input/output error") as caught:
         await reg.delete(TOPIC, SUB)
     assert caught.value.errno == errno.EIO
@@ -298,5 +302,11 @@ async def test_a_commit_whose_sync_fails_counts_as_done_and_leaves_no_queue_to_i
     fresh = await reg.subscribe(TOPIC, SUB, [writer])
     assert fresh.state.cursor(0) == 0
     assert await reg.dead_letter_queue(TOPIC, SUB, create=False) is None
-    assert [f for f in files(tmp_path) if SUB in f] == [f"subscriptions/orders/{SUB}.json"]
+    assert [f for f in files(tmp_path) if SUB in f] == []
+    assert saved(tmp_path)[SUB].partitions[0].cursor == 0
+    await reg.aclose()
+    reg = registry(tmp_path)
+    await reg.open({TOPIC: [writer]})
+    assert reg.get(TOPIC, SUB).state.cursor(0) == 0
+    assert await reg.dead_letter_queue(TOPIC, SUB, create=False) is None
     await reg.aclose()

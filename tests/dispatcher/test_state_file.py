@@ -15,6 +15,7 @@ def _doc(**overrides: object) -> state_file.StateDoc:
         "subscription": "billing",
         "type": "shared",
         "mode": "at_least_once",
+        "seq": 41,
         "partitions": [
             state_file.partition_doc(
                 PartitionSnapshot(
@@ -31,10 +32,21 @@ def _doc(**overrides: object) -> state_file.StateDoc:
 
 
 def test_a_document_survives_encoding() -> None:
-    """Scenario: a version 2 document with a cursor, an ack range, the delivered mark and
-    one failure run. Expected: decode(encode(doc)) gives it back, field for field."""
+    """Scenario: a document of the version written (3) with its sequence number, a cursor,
+    an ack range, the delivered mark and one failure run. Expected: decode(encode(doc))
+    gives it back, field for field."""
     doc = _doc()
     assert state_file.decode(state_file.encode(doc)) == doc
+
+
+def test_a_version_2_file_reads_as_the_oldest_state() -> None:
+    """Scenario: a version 2 file, written before the cursor journal: no ``seq``.
+    Expected: it reads with sequence number 0, so any state the journal holds of it wins."""
+    doc = state_file.decode(
+        b'{"version": 2, "topic": "t", "subscription": "s", "type": "shared",'
+        b' "mode": "at_most_once", "partitions": [{"cursor": 7}]}'
+    )
+    assert (doc.seq, doc.mode, doc.partitions[0].cursor) == (0, "at_most_once", 7)
 
 
 def test_a_version_1_file_is_read_with_defaults() -> None:
@@ -54,9 +66,9 @@ def test_a_version_1_file_is_read_with_defaults() -> None:
     [
         (b'{"version": 1, "topic": "t", "subscr', "truncated|malformed|Input data"),
         (
-            b'{"version": 3, "topic": "t", "subscription": "s", "type": "exclusive",'
+            b'{"version": 4, "topic": "t", "subscription": "s", "type": "exclusive",'
             b' "partitions": []}',
-            r"version 3 is not one of \(1, 2\)",
+            r"version 4 is not one of \(1, 2, 3\)",
         ),
         (
             b'{"version": 2, "topic": "t", "subscription": "s", "type": "fanout",'

@@ -23,7 +23,9 @@ from dispatcher import (
     SubscriptionBusyError,
     SubscriptionNotFoundError,
     SubscriptionRegistry,
+    cursor_journal,
 )
+from dispatcher.cursor_store import read_states
 from dispatcher.dispatch_loop import MAX_BATCHES_PER_READ
 from tests.dispatcher._deliveries import singles, take
 from wal import Fault, FaultyFs, FileSystem, LogWriter, decode_batch, encode_columns
@@ -355,39 +357,42 @@ async def test_background_flush_saves_acks(tmp_path: Path, writers: list[LogWrit
         sub = await reg.subscribe("t", "s", writers)
         await take(sub.attach("c", 10), 2)
         sub.ack_up_to(0, 2)
-        path = os.path.join(data, "subscriptions", "t", "s.json")
+        root = os.path.join(data, "subscriptions")
         async with asyncio.timeout(5):
-            while b'"cursor":2' not in Path(path).read_bytes():  # noqa: ASYNC110 - a file
+            while read_states(root, "t")["s"].partitions[0].cursor != 2:  # noqa: ASYNC110
                 await asyncio.sleep(0.01)
     finally:
         await reg.aclose()
 
 
-class _BatchLog(FaultyFs):
-    """Records the files of every ``atomic_write_many`` call."""
+class _JournalLog(FaultyFs):
+    """Records the subscriptions of every batch written to a cursor journal."""
 
     def __init__(self, faults: Sequence[Fault] = ()) -> None:
         super().__init__(faults=faults)
         self.batches: list[list[str]] = []
 
-    def atomic_write_many(
-        self, files: Sequence[tuple[str, bytes | bytearray | memoryview]]
-    ) -> None:
-        self.batches.append([os.path.basename(path) for path, _ in files])
-        super().atomic_write_many(files)
+    def write_all(
+        self, fd: int, buffers: Sequence[bytes | bytearray | memoryview], offset: int
+    ) -> int:
+        if self.path_of(fd).endswith(cursor_journal.NAME):
+            parsed = cursor_journal.parse(b"".join(bytes(b) for b in buffers))
+            self.batches.append([entry.subscription for entry in parsed.entries])
+        return super().write_all(fd, buffers, offset)
 
 
-async def test_one_flush_saves_every_dirty_subscription_with_one_directory_fsync(
+async def test_one_flush_saves_every_dirty_subscription_with_one_journal_sync(
     tmp_path: Path, writers: list[LogWriter]
 ) -> None:
-    """Scenario: 12 subscriptions of one topic ack between two flushes, and the fsync of
-    the topic's directory fails until the test lifts the fault. Expected: each flush is one
-    batch of all 12 files; while the fsync fails nothing counts as saved (the retention
-    floor holds); once it works, the retry saves all 12."""
+    """Scenario: 12 subscriptions of one topic ack between two flushes, and the fdatasync
+    of the topic's cursor journal fails until the test lifts the fault. Expected: each
+    flush is one write of all 12 states to the journal; while the sync fails nothing counts
+    as saved (the retention floor holds); once it works, the retry saves all 12, and they
+    are what a reopen would load."""
     data = str(tmp_path / "data")
     await _append(writers[0], b"a", b"b")
-    topic_dir = os.path.join(data, "subscriptions", "t")
-    fs = _BatchLog([Fault("fsync_dir", path_contains=topic_dir, after=12, times=None)])
+    journal = os.path.join(data, "subscriptions", "t", cursor_journal.NAME)
+    fs = _JournalLog([Fault("fdatasync", path_contains=journal, after=12, times=None)])
     reg = SubscriptionRegistry(data, fs=fs, flush_interval_s=0.02)
     await reg.open({})
     try:
@@ -399,18 +404,20 @@ async def test_one_flush_saves_every_dirty_subscription_with_one_directory_fsync
         for sub in subs:  # all in one step of the loop: the flusher sees them together
             sub.ack_up_to(0, 2)
         async with asyncio.timeout(5):
-            while fs.faults[0].seen < 15:  # noqa: ASYNC110 - three failed flushes
+            while len(fs.batches) < 3:  # noqa: ASYNC110 - three failed flushes
                 await asyncio.sleep(0.01)
         assert reg.saved_floor("t") == [0, 0]
         fs.faults.clear()
         async with asyncio.timeout(5):
             while reg.saved_floor("t") != [2, 0]:  # noqa: ASYNC110 - the retry
                 await asyncio.sleep(0.01)
-        names = sorted(f"s{i:02}.json" for i in range(12))
+        names = [f"s{i:02}" for i in range(12)]
         assert len(fs.batches) >= 4
         assert all(sorted(batch) == names for batch in fs.batches)
-        for name in names:
-            assert b'"cursor":2' in Path(topic_dir, name).read_bytes()
+        saved = read_states(os.path.join(data, "subscriptions"), "t")
+        assert {name: doc.partitions[0].cursor for name, doc in saved.items()} == dict.fromkeys(
+            names, 2
+        )
     finally:
         await reg.aclose()
 
@@ -564,7 +571,7 @@ async def test_saved_floor_follows_cursors_on_disk_only(
 
 
 class _SlowWrites(FileSystem):
-    """Atomic writes that wait for a go-ahead, and a log of when each starts and ends."""
+    """Writes that wait for a go-ahead, and a log of when each starts and ends."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -572,14 +579,15 @@ class _SlowWrites(FileSystem):
         self.go = threading.Event()
         self.events: list[str] = []
 
-    def atomic_write_many(
-        self, files: Sequence[tuple[str, bytes | bytearray | memoryview]]
-    ) -> None:
+    def write_all(
+        self, fd: int, buffers: Sequence[bytes | bytearray | memoryview], offset: int
+    ) -> int:
         self.events.append("start")
         self.started.set()
         self.go.wait(5)
-        super().atomic_write_many(files)
+        written = super().write_all(fd, buffers, offset)
         self.events.append("end")
+        return written
 
 
 async def test_a_cancelled_save_holds_the_lock_until_its_write_ends(
@@ -587,7 +595,8 @@ async def test_a_cancelled_save_holds_the_lock_until_its_write_ends(
 ) -> None:
     """Scenario: a save whose write (in a thread) is slow is cancelled, and another save
     of the same subscription follows at once. Expected: the second write starts only after
-    the first one ended (they share a temp file), and both saves leave a readable file."""
+    the first one ended (it goes where the first one ends in the journal), and both saves
+    leave a readable state."""
     fs = _SlowWrites()
     reg = SubscriptionRegistry(str(tmp_path / "data"), fs=fs, flush_interval_s=3600)
     await reg.open({})
