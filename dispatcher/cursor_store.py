@@ -74,6 +74,13 @@ CHECKPOINT_BYTES = 4 * 1024 * 1024
 CHECKPOINT_RATIO = 8
 #: The suffix a damaged checkpoint or journal is kept under.
 CORRUPT_SUFFIX = ".corrupt"
+#: The suffix of a checkpoint file being written (``FileSystem.atomic_write_many``).
+TMP_SUFFIX = ".tmp"
+#: Named points of a checkpoint where tests crash (``crash_point`` argument), in order.
+CRASH_POINTS = (
+    "checkpoint.after_files",  # every file written and renamed; stale ones still there
+    "checkpoint.after_stale",  # stale files removed and synced; journal not yet emptied
+)
 
 
 @dataclass
@@ -109,6 +116,8 @@ class CursorStore:
         lookup: The live subscription of a key, or ``None`` once it is gone.
         members: The live subscriptions of a topic (a checkpoint writes them all).
         checkpoint_bytes: The journal size past which a topic is checkpointed.
+        crash_point: Called with each name of :data:`CRASH_POINTS` as a checkpoint passes
+            it (on the writer thread). Default: nothing; tests raise there.
     """
 
     def __init__(
@@ -120,8 +129,10 @@ class CursorStore:
         lookup: Callable[[Key], Subscription | None],
         members: Callable[[str], Iterable[Subscription]],
         checkpoint_bytes: int = CHECKPOINT_BYTES,
+        crash_point: Callable[[str], None] = lambda _point: None,
     ) -> None:
         self.root = root
+        self._crash_point = crash_point
         self._fs = fs
         self._flush_interval_s = flush_interval_s
         self._lookup = lookup
@@ -406,6 +417,7 @@ class CursorStore:
         files = [(self.path(topic, d.subscription), state_file.encode(d)) for d in docs]
         if files:
             self._fs.atomic_write_many(files)
+        self._crash_point("checkpoint.after_files")
         stale = [
             entry
             for entry in self._fs.listdir(directory)
@@ -415,6 +427,7 @@ class CursorStore:
             self._fs.remove(os.path.join(directory, entry))
         if stale:
             self._fs.fsync_dir(directory)
+        self._crash_point("checkpoint.after_stale")
         journal = self._journal(topic)
         if journal.size or journal.unclean:
             journal.unclean = True
@@ -543,7 +556,9 @@ class CursorStore:
         checkpoints: dict[str, state_file.StateDoc] = {}
         damaged: list[str] = []
         for entry in sorted(self._fs.listdir(directory)):
-            if entry.endswith(state_file.SUFFIX):
+            if entry.endswith(TMP_SUFFIX):  # a checkpoint's temp file, cut short by a crash
+                self._fs.remove(os.path.join(directory, entry))
+            elif entry.endswith(state_file.SUFFIX):
                 name = entry[: -len(state_file.SUFFIX)]
                 doc = self._load(os.path.join(directory, entry))
                 if doc is None:

@@ -97,7 +97,8 @@ class SubscriptionRegistry:
         on_expired: Called with the topic of each subscription that expiry deleted (for
             the metric).
         crash_point: Called with each name of :data:`dispatcher.removal.CRASH_POINTS` as
-            a delete passes it. Default: nothing; tests raise there.
+            a delete passes it, and of :data:`dispatcher.cursor_store.CRASH_POINTS` as a
+            checkpoint does. Default: nothing; tests raise there.
     """
 
     def __init__(
@@ -143,6 +144,7 @@ class SubscriptionRegistry:
             flush_interval_s=flush_interval_s,
             lookup=self._subs.get,
             members=self.subscriptions,
+            crash_point=crash_point,
         )
         self._dlqs = DeadLetterQueues(
             os.path.join(data_dir, "dlq"),

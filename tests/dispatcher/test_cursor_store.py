@@ -11,16 +11,16 @@ import asyncio
 import os
 import random
 import threading
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
 
 from dispatcher import PartitionSnapshot, Subscription, cursor_journal
-from dispatcher.cursor_store import CursorStore, read_states
+from dispatcher.cursor_store import CHECKPOINT_BYTES, CRASH_POINTS, CursorStore, read_states
 from dispatcher.errors import DispatcherClosedError
-from wal import Fault, FaultyFs, FileSystem, LogWriter, encode_columns
+from wal import Fault, FaultyFs, FileSystem, LogWriter, SimulatedCrash, encode_columns
 from wal.fs import Buffer
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
@@ -80,7 +80,13 @@ def _subs(writer: LogWriter, count: int) -> dict[tuple[str, str], Subscription]:
 
 
 def _store(
-    root: Path, fs: FileSystem, subs: dict[tuple[str, str], Subscription], **kwargs: float
+    root: Path,
+    fs: FileSystem,
+    subs: dict[tuple[str, str], Subscription],
+    *,
+    flush_interval_s: float = 3600,
+    checkpoint_bytes: int = CHECKPOINT_BYTES,
+    crash_point: Callable[[str], None] = lambda _point: None,
 ) -> CursorStore:
     def members(topic: str) -> Iterable[Subscription]:
         return [s for key, s in sorted(subs.items()) if key[0] == topic]
@@ -88,10 +94,11 @@ def _store(
     return CursorStore(
         str(root),
         fs,
-        flush_interval_s=kwargs.pop("flush_interval_s", 3600),
+        flush_interval_s=flush_interval_s,
         lookup=subs.get,
         members=members,
-        **kwargs,  # type: ignore[arg-type]
+        checkpoint_bytes=checkpoint_bytes,
+        crash_point=crash_point,
     )
 
 
@@ -258,3 +265,73 @@ async def test_a_power_cut_keeps_every_state_reported_saved(
         assert set(loaded) == set(saved), seed
         for name, cursor in loaded.items():
             assert saved[name] <= cursor <= newest[name], (seed, name, loaded, saved)
+
+
+class _StaleFile(FaultyFs):
+    """Fails the removal of ``gone.json`` while :attr:`failing` (so a deleted
+    subscription's checkpoint outlives its tombstone until the next checkpoint)."""
+
+    failing = True
+
+    def remove(self, path: str) -> None:
+        if self.failing and path.endswith("gone.json"):
+            raise OSError(5, "Input/output error", path)
+        super().remove(path)
+
+
+class _Crash:
+    """A crash-point hook that raises at :attr:`point` once armed."""
+
+    def __init__(self) -> None:
+        self.point: str | None = None
+
+    def __call__(self, name: str) -> None:
+        if name == self.point:
+            raise SimulatedCrash(name)
+
+
+@pytest.mark.parametrize("point", ["index.after_tmp", *CRASH_POINTS])
+async def test_a_checkpoint_crashing_at_a_point_loses_no_state(
+    tmp_path: Path, writer: LogWriter, point: str
+) -> None:
+    """Scenario: s0, s1 and gone are checkpointed; gone is deleted, but removing its file
+    fails (so the file outlives the tombstone); s0 commits 7 and 9, saved to the journal;
+    then a checkpoint crashes at ``point`` (temp files written; files renamed; stale file
+    removed), and a new store opens the directory. Expected: it loads s0 at 9 and s1 at 0,
+    never gone; after the open the directory holds exactly s0's and s1's files and an
+    empty journal."""
+    subs = _subs(writer, 2)
+    gone = Subscription("t", "gone", [writer], [PartitionSnapshot(0)])
+    subs[("t", "gone")] = gone
+    root = tmp_path / "subs"
+    fs = _StaleFile()
+    crash = _Crash()
+    store = _store(root, fs, subs, crash_point=crash)
+    await store.save_all(list(subs.values()), checkpoint=True)
+    del subs[("t", "gone")]
+    store.doom(gone)
+    await store.commit_delete(gone, crash)
+    store.forget(("t", "gone"))
+    assert (root / "t" / "gone.json").exists()
+    fs.failing = False
+    s0 = subs[("t", "s0")]
+    for offset in (7, 9):
+        await s0.commit(0, offset)
+        await store.save(s0)
+    if point in CRASH_POINTS:
+        crash.point = point
+    else:
+        fs.crash_at = point
+    with pytest.raises(SimulatedCrash):
+        await store.save_all([s0], checkpoint=True)
+    await store.aclose([])
+    again = _store(root, FileSystem(), {})
+    loaded = {name: doc.partitions[0].cursor for _, name, doc in again.load_all({"t"})}
+    await again.aclose([])
+    assert loaded == {"s0": 9, "s1": 0}
+    assert sorted(p.name for p in (root / "t").iterdir()) == [
+        cursor_journal.NAME,
+        "s0.json",
+        "s1.json",
+    ]
+    assert (root / "t" / cursor_journal.NAME).read_bytes() == b""
