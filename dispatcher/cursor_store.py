@@ -577,13 +577,15 @@ class CursorStore:
             )
         merged = cursor_journal.merge(checkpoints, parsed)
         if parsed.damaged:
-            self._fs.write_new(path + CORRUPT_SUFFIX + f".{len(data)}", data)
+            kept = path + CORRUPT_SUFFIX + f".{len(data)}"
+            if not self._fs.exists(kept):  # else an open cut short by a crash kept it
+                self._fs.write_new(kept, data)
             logger.error(
                 "%s is damaged at bytes %s (kept as %s); %d subscriptions whose newest "
                 "state it may have held restart at the earliest offset: %s",
                 path,
                 ", ".join(f"{b}-{e}" for b, e in parsed.damaged),
-                path + CORRUPT_SUFFIX + f".{len(data)}",
+                kept,
                 len(merged.reset),
                 ", ".join(merged.reset) or "none",
             )

@@ -12,7 +12,7 @@ import pytest
 from dispatcher import SubscriptionRegistry, cursor_journal, state_file
 from dispatcher.cursor_journal import Entry
 from dispatcher.cursor_store import read_states
-from wal import LogWriter, encode_columns
+from wal import LogWriter, SimulatedCrash, encode_columns
 
 
 def _doc(name: str, cursor: int, seq: int, type_: str = "exclusive") -> state_file.StateDoc:
@@ -148,17 +148,27 @@ async def test_a_damaged_journal_is_kept_and_reported_at_open(
     raw[marks[0] + cursor_journal.HEADER.size + 2] ^= 0xFF  # the batch of a at 20
     # the registry "dies": its files stay as they are (no final save)
     journal.write_bytes(bytes(raw))
+
+    def crash(point: str) -> None:
+        if point == "checkpoint.after_files":
+            raise SimulatedCrash(point)
+
+    cut_short = SubscriptionRegistry(str(data), flush_interval_s=3600, crash_point=crash)
     again = SubscriptionRegistry(str(data), flush_interval_s=3600)
     with caplog.at_level(logging.ERROR, logger="dispatcher.cursor_store"):
+        with pytest.raises(SimulatedCrash):  # an open that dies before emptying the journal
+            await cut_short.open({"t": [writer]})
         await again.open({"t": [writer]})
     try:
         assert again.get("t", "b").state.cursor(0) == 40
         assert again.get("t", "a").state.cursor(0) == 0
         kept = journal.with_name(f"{cursor_journal.NAME}.corrupt.{len(raw)}")
         assert kept.read_bytes() == bytes(raw)
-        [record] = [r for r in caplog.records if r.levelno == logging.ERROR]
-        assert "is damaged" in record.getMessage()
-        assert record.getMessage().endswith(": a")
+        errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+        assert len(errors) == 2  # one per open
+        assert all("is damaged" in e for e in errors)
+        assert errors[0].endswith(": a")  # the second open finds a's reset in its file
+        assert errors[1].endswith(": none")
         states = read_states(str(data / "subscriptions"), "t")
         assert _cursors_of(cursor_journal.Merged(states)) == {"a": None, "b": 40}
     finally:
