@@ -123,8 +123,10 @@ class Broker:
             inactive_expiry_s=config.subscriptions.inactive_expiry_s,
             on_expired=self._expired_counter(),
             monotonic=monotonic,
+            on_cursor_flush=self.metrics.cursor_flush.observe,
         )
         self.metrics.watch_subscriptions(self.subscriptions.samples)
+        self.metrics.watch_cursors(self.subscriptions.cursor_stats)
         self.metrics.watch_partitions(self._partition_logs)
         self.retention = RetentionService(
             self.topics,

@@ -40,6 +40,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from dispatcher import SubscriptionSample
+from dispatcher.cursor_store import CursorStats
 from wal import AppendResult
 from wal.writer import CommitObserver, LogWriter
 
@@ -195,6 +196,13 @@ class BrokerMetrics:
             buckets=WAL_BUCKETS,
             registry=self.registry,
         )
+        self.cursor_flush = Histogram(
+            "headrace_cursor_flush_seconds",
+            "Time of one save of subscription cursors: an append and fdatasync of each "
+            "topic's cursor journal, or a checkpoint of a topic's state files.",
+            buckets=WAL_BUCKETS,
+            registry=self.registry,
+        )
         #: Every metric labelled by topic first, with its label names (in the order
         #: ``remove`` takes them): what :meth:`forget_topic` clears.
         self._per_topic: tuple[tuple[Counter | Histogram, tuple[str, ...]], ...] = (
@@ -287,6 +295,11 @@ class BrokerMetrics:
     def watch_subscriptions(self, samples: Callable[[], Iterable[SubscriptionSample]]) -> None:
         """Export the subscriptions that ``samples()`` returns at each scrape."""
         self.registry.register(_SubscriptionCollector(samples, self._clock))
+
+    def watch_cursors(self, stats: Callable[[], CursorStats]) -> None:
+        """Export the cursor store's failures, checkpoints and journal sizes that
+        ``stats()`` returns at each scrape (safe from the exporter's thread)."""
+        self.registry.register(_CursorCollector(stats))
 
     def watch_partitions(self, partitions: Callable[[], Iterable[PartitionLog]]) -> None:
         """Export the head, size and health of the logs ``partitions()`` returns at each
@@ -381,6 +394,46 @@ class _PartitionCollector(Collector):
             size.add_metric(labels, log.size_bytes)
             segments.add_metric(labels, log.segment_count)
             failed.add_metric(labels, 0.0 if log.failure is None else 1.0)
+        yield from families
+
+
+class _CursorCollector(Collector):
+    """The cursor store's failed flushes, checkpoints and journal sizes."""
+
+    def __init__(self, stats: Callable[[], CursorStats]) -> None:
+        self._stats = stats
+
+    def describe(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        yield from self._families()
+
+    @staticmethod
+    def _families() -> tuple[CounterMetricFamily, CounterMetricFamily, GaugeMetricFamily]:
+        return (
+            CounterMetricFamily(
+                "headrace_cursor_flush_failures",
+                "Saves of subscription cursors that failed (an I/O error such as a full "
+                "disk): retried every cursor_flush_interval_ms; until one succeeds, acks "
+                "since the last save would be redelivered after a crash.",
+            ),
+            CounterMetricFamily(
+                "headrace_cursor_checkpoints",
+                "Checkpoints of a topic's subscription states into their files (the "
+                "journal passed its size limit, or the broker started or stopped).",
+            ),
+            GaugeMetricFamily(
+                "headrace_cursor_journal_bytes",
+                "Bytes in the topic's cursor journal (emptied by each checkpoint).",
+                labels=["topic"],
+            ),
+        )
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        stats = self._stats()
+        failures, checkpoints, journal = families = self._families()
+        failures.add_metric([], stats.failed_flushes)
+        checkpoints.add_metric([], stats.checkpoints)
+        for topic, size in sorted(stats.journal_bytes.items()):
+            journal.add_metric([topic], size)
         yield from families
 
 

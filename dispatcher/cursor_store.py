@@ -51,6 +51,7 @@ import contextlib
 import logging
 import os
 import shutil
+import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -81,6 +82,20 @@ CRASH_POINTS = (
     "checkpoint.after_files",  # every file written and renamed; stale ones still there
     "checkpoint.after_stale",  # stale files removed and synced; journal not yet emptied
 )
+
+
+@dataclass(frozen=True, slots=True)
+class CursorStats:
+    """What the cursor store has done since open, for the metrics (read from any thread)."""
+
+    #: Flushes that saved what they held (journal appends, or checkpoints).
+    flushes: int
+    #: Flushes that failed (an I/O error; their subscriptions stay dirty and are retried).
+    failed_flushes: int
+    #: Checkpoints written (every subscription of a topic to its file, the journal emptied).
+    checkpoints: int
+    #: Bytes in each topic's journal as of the last write.
+    journal_bytes: dict[str, int]
 
 
 @dataclass
@@ -118,6 +133,7 @@ class CursorStore:
         checkpoint_bytes: The journal size past which a topic is checkpointed.
         crash_point: Called with each name of :data:`CRASH_POINTS` as a checkpoint passes
             it (on the writer thread). Default: nothing; tests raise there.
+        on_flush: Called on the loop with the seconds each flush that saved took.
     """
 
     def __init__(
@@ -130,9 +146,11 @@ class CursorStore:
         members: Callable[[str], Iterable[Subscription]],
         checkpoint_bytes: int = CHECKPOINT_BYTES,
         crash_point: Callable[[str], None] = lambda _point: None,
+        on_flush: Callable[[float], None] | None = None,
     ) -> None:
         self.root = root
         self._crash_point = crash_point
+        self._on_flush = on_flush
         self._fs = fs
         self._flush_interval_s = flush_interval_s
         self._lookup = lookup
@@ -167,8 +185,13 @@ class CursorStore:
         )
         #: Flushes written since open (each one thread hop, one sync per topic).
         self.flushes = 0
+        #: Flushes that raised since open.
+        self.failed_flushes = 0
         #: Checkpoints written since open (each one file per subscription of a topic).
         self.checkpoints = 0
+        #: The bytes of each topic's journal, replaced whole after each write (the metrics
+        #: exporter's thread reads it).
+        self._journal_bytes: dict[str, int] = {}
         #: Set once :meth:`aclose` made its final save: later saves are refused.
         self._closed = False
 
@@ -276,6 +299,7 @@ class CursorStore:
             except Exception as exc:  # the waiters get it; the state stays dirty
                 error = exc
                 self._dirty |= dirty
+                self.failed_flushes += 1
             waiters, self._waiters = self._waiters, []
             for wanted, waiter in waiters:
                 if wanted > number:
@@ -314,8 +338,14 @@ class CursorStore:
             # Cancelled, it still holds the lock until the thread is done, so that the next
             # save never races it on the same files.
             loop = asyncio.get_running_loop()
-            await run_to_end(loop.run_in_executor(self._executor, self._write, plans))
+            started = time.perf_counter()
+            try:
+                await run_to_end(loop.run_in_executor(self._executor, self._write, plans))
+            finally:
+                self._journal_bytes = {t: j.size for t, j in self._journals.items()}
             self.flushes += 1
+            if self._on_flush is not None:
+                self._on_flush(time.perf_counter() - started)
             for plan in plans:
                 for doc in plan.docs:
                     key = (doc.topic, doc.subscription)
@@ -460,6 +490,10 @@ class CursorStore:
                 loop.run_in_executor(self._executor, self._tombstone, key, self._seq, crash_point)
             )
             self._deleting.discard(key)
+
+    def stats(self) -> CursorStats:
+        """Counts since open and the journals' sizes; safe from any thread."""
+        return CursorStats(self.flushes, self.failed_flushes, self.checkpoints, self._journal_bytes)
 
     def may_be_deleted(self, key: Key) -> bool:
         """Whether a delete of ``key`` whose commit raised may be on disk all the same."""
@@ -624,6 +658,7 @@ class CursorStore:
         if journal is not None:
             self._fs.close(journal.fd)
         self._checkpointed.pop(topic, None)
+        self._journal_bytes = {t: n for t, n in self._journal_bytes.items() if t != topic}
         remove_dir(self._fs, os.path.join(self.root, topic))
 
 

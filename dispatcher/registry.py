@@ -45,7 +45,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from dispatcher import state_file
-from dispatcher.cursor_store import CursorStore, remove_dir
+from dispatcher.cursor_store import CursorStats, CursorStore, remove_dir
 from dispatcher.dlq import DeadLetterQueue
 from dispatcher.dlq_queues import DeadLetterQueues
 from dispatcher.errors import (
@@ -99,6 +99,7 @@ class SubscriptionRegistry:
         crash_point: Called with each name of :data:`dispatcher.removal.CRASH_POINTS` as
             a delete passes it, and of :data:`dispatcher.cursor_store.CRASH_POINTS` as a
             checkpoint does. Default: nothing; tests raise there.
+        on_cursor_flush: Called with the seconds each cursor flush took (for the metrics).
     """
 
     def __init__(
@@ -117,6 +118,7 @@ class SubscriptionRegistry:
         inactive_expiry_s: float | None = None,
         on_expired: Callable[[str], None] = lambda _topic: None,
         crash_point: Callable[[str], None] = lambda _point: None,
+        on_cursor_flush: Callable[[float], None] | None = None,
     ) -> None:
         self._limits = limits or DispatchLimits()
         self._idle: IdleTracker[tuple[str, str]] | None = (
@@ -145,6 +147,7 @@ class SubscriptionRegistry:
             lookup=self._subs.get,
             members=self.subscriptions,
             crash_point=crash_point,
+            on_flush=on_cursor_flush,
         )
         self._dlqs = DeadLetterQueues(
             os.path.join(data_dir, "dlq"),
@@ -159,6 +162,10 @@ class SubscriptionRegistry:
             lambda: self._subs,
             lambda key: self._dlqs.opened(*key),
         )
+
+    def cursor_stats(self) -> CursorStats:
+        """What the cursor store did since open; safe from the metrics exporter's thread."""
+        return self._store.stats()
 
     def samples(self, wait_s: float = SAMPLES_WAIT_S) -> tuple[SubscriptionSample, ...]:
         """Counters and lag of every subscription, built now. The metrics exporter's

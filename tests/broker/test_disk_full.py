@@ -28,6 +28,8 @@ from pathlib import Path
 
 import grpc
 import pytest
+from prometheus_client.exposition import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from broker.app import Broker
 from broker.metrics import BrokerMetrics
@@ -64,16 +66,17 @@ def _saved_cursor(data: Path) -> int:
 async def test_full_disk_rejects_publishes_serves_the_rest_and_recovers_by_itself(
     tmp_path: Path,
 ) -> None:
-    """Scenario: 5 records published and a subscription stream opened; then every write to
-    the disk fails with ENOSPC; 3 publishes, a fetch and a stream ack arrive; then space is
+    """Scenario: 5 records published and a subscription stream opened; then every write to the
+    disk fails with ENOSPC; 3 publishes, a fetch and a stream ack arrive; then space is
     freed and one more record is published; then the broker restarts. Expected: the 3
-    publishes fail with RESOURCE_EXHAUSTED naming the full disk and the segment file and are
-    counted; the fetch returns the 5 records; the ack's state save fails and leaves the old
-    state file whole (no temp file left); a commit (AckUpTo, saved before its reply) fails
-    with RESOURCE_EXHAUSTED naming the state file; after freeing, the publish is acknowledged at
-    offset 5 with no restart, the stream delivers it, the ack is saved by a later flush,
-    the commit succeeds; after the restart all 6 records read back byte for byte and both
-    saved cursors hold."""
+    publishes fail with RESOURCE_EXHAUSTED naming the full disk and the segment file
+    and are counted; the fetch returns the 5 records; the ack's save fails, leaves what
+    was saved whole (no temp file left) and is counted as a failed cursor flush; a
+    commit (AckUpTo, saved before its reply) fails with RESOURCE_EXHAUSTED naming the
+    cursor journal; after freeing, the publish is acknowledged at offset 5 with no
+    restart, the stream delivers it, the ack is saved by a later flush, the commit
+    succeeds, the flush time and the journal's size are exported; after the restart all
+    6 records read back byte for byte and both saved cursors hold."""
     data = tmp_path / "data"
     fs, metrics = FaultyFs(), BrokerMetrics()
     config = broker_config(data, cursor_flush_interval_ms=20)
@@ -114,6 +117,8 @@ async def test_full_disk_rejects_publishes_serves_the_rest_and_recovers_by_itsel
         queue.put_nowait(pb.SubscribeRequest(ack=pb.Acks(ranges=[pb.OffsetRange(begin=0, end=5)])))
         await eventually(lambda: fs.faults[0].seen > before + 1)  # flushes tried, and failed
         assert _saved_cursor(data) == 0
+        failed = _metric(metrics, "headrace_cursor_flush_failures_total")
+        assert failed >= 1
         commit = pb.AckUpToRequest(topic="t", subscription="spark", offset=3)
         # a commit is saved before its reply
         await _rejected(
@@ -128,6 +133,12 @@ async def test_full_disk_rejects_publishes_serves_the_rest_and_recovers_by_itsel
         assert delivered == [(5, value(5))]
         await eventually(lambda: _saved_cursor(data) == 5)
         assert (await client.broker.AckUpTo(commit)).cursor == 3
+        assert _metric(metrics, "headrace_cursor_flush_failures_total") >= failed
+        assert _metric(metrics, "headrace_cursor_flush_seconds_count") >= 1
+        journal = data / "subscriptions" / "t" / "cursors.journal"
+        assert _metric(metrics, "headrace_cursor_journal_bytes", topic="t") == (
+            journal.stat().st_size
+        )
         call.cancel()
 
     async with serving(config) as (_, client):
@@ -138,6 +149,18 @@ async def test_full_disk_rejects_publishes_serves_the_rest_and_recovers_by_itsel
                 admin.DescribeSubscriptionRequest(topic="t", subscription=name)
             )
             assert described.partitions[0].cursor == cursor
+
+
+def _metric(metrics: BrokerMetrics, name: str, **labels: str) -> float:
+    """The value of one sample on ``metrics``'s exposition, read by the Prometheus parser."""
+    text = generate_latest(metrics.registry).decode()
+    [value] = [
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name and s.labels == labels
+    ]
+    return value
 
 
 async def _rejected(call: Awaitable[object], where: Path) -> None:

@@ -251,7 +251,7 @@ def test_every_alert_rule_is_loaded_healthy_and_names_exported_series(scraped: S
         if rules and all(r["lastEvaluation"] > "0001-01-01T00:00:00Z" for r in rules):
             break
         threading.Event().wait(0.2)
-    assert len(rules) == 10
+    assert len(rules) == 11
     for rule in rules:
         assert rule["type"] == "alerting"
         assert rule["health"] == "ok", (rule["name"], rule.get("lastError"))
