@@ -60,6 +60,7 @@ import msgspec
 
 from dispatcher import cursor_journal, state_file
 from dispatcher.errors import DispatcherClosedError
+from dispatcher.names import is_valid_name
 from dispatcher.protocol import DeliveryMode, SubscriptionType
 from dispatcher.subscription import Subscription
 from wal import FileSystem, run_to_end
@@ -563,11 +564,17 @@ class CursorStore:
         found: list[tuple[str, str, state_file.StateDoc]] = []
         loaded = []
         for topic in sorted(self._fs.listdir(self.root)):
-            if topic not in topics:
+            if not os.path.isdir(os.path.join(self.root, topic)):
+                logger.warning(
+                    "removing %s: not a topic's directory (nothing else belongs there)",
+                    os.path.join(self.root, topic),
+                )
+                self._fs.remove(os.path.join(self.root, topic))
+            elif topic not in topics:
                 logger.warning("dropping the subscriptions of deleted topic %r", topic)
                 self.remove_topic(topic)
-                continue
-            loaded.append((topic, self._load_topic(topic)))
+            else:
+                loaded.append((topic, self._load_topic(topic)))
         self._seq = max((merged.top_seq for _, (merged, _) in loaded), default=0)
         for topic, (merged, tidy) in loaded:
             if tidy:
@@ -590,18 +597,37 @@ class CursorStore:
         checkpoints: dict[str, state_file.StateDoc] = {}
         damaged: list[str] = []
         for entry in sorted(self._fs.listdir(directory)):
-            if entry.endswith(TMP_SUFFIX):  # a checkpoint's temp file, cut short by a crash
-                self._fs.remove(os.path.join(directory, entry))
+            path = os.path.join(directory, entry)
+            if entry.endswith(TMP_SUFFIX) and os.path.isfile(path):  # cut short by a crash
+                self._fs.remove(path)
             elif entry.endswith(state_file.SUFFIX):
                 name = entry[: -len(state_file.SUFFIX)]
-                doc = self._load(os.path.join(directory, entry))
+                if not os.path.isfile(path) or not is_valid_name(name):
+                    self._set_aside(path, "not a subscription's state file")
+                    continue
+                doc = self._load(path, topic, name)
                 if doc is None:
                     damaged.append(name)
                 else:
                     checkpoints[name] = doc
         path = self.journal_path(topic)
-        data = self._fs.read_file(path) if self._fs.exists(path) else b""
+        data = b""
+        if os.path.isfile(path):
+            data = self._fs.read_file(path)
+        elif self._fs.exists(path):
+            self._set_aside(path, "not a file")
         parsed = cursor_journal.parse(data)
+        foreign = [e for e in parsed.entries if not _belongs(e, topic)]
+        if foreign:
+            logger.error(
+                "%s: ignoring %d entries that are not states of a subscription of %r "
+                "(a bad name, or a state of another subscription or topic): %s",
+                path,
+                len(foreign),
+                topic,
+                ", ".join(sorted({repr(e.subscription) for e in foreign})),
+            )
+            parsed.entries = [e for e in parsed.entries if _belongs(e, topic)]
         if parsed.torn_bytes:
             logger.warning(
                 "%s: dropped the last %d bytes, a write torn by a crash (states never "
@@ -636,9 +662,16 @@ class CursorStore:
         tidy = bool(data) or bool(damaged) or set(checkpoints) - set(merged.states) != set()
         return merged, tidy
 
-    def _load(self, path: str) -> state_file.StateDoc | None:
+    def _set_aside(self, path: str, why: str) -> None:
+        """Rename ``path``, which the store did not write, out of its way."""
+        logger.error("%s is %s; moved aside as %s%s", path, why, path, CORRUPT_SUFFIX)
+        self._fs.rename(path, path + CORRUPT_SUFFIX)
+
+    def _load(self, path: str, topic: str, name: str) -> state_file.StateDoc | None:
         try:
             doc = state_file.decode(self._fs.read_file(path))
+            if (doc.topic, doc.subscription) != (topic, name):
+                raise ValueError(f"it holds the state of {doc.topic}/{doc.subscription}")
         except ValueError as exc:
             logger.error(
                 "%s is damaged (%s); kept as %s.corrupt, the subscription restarts at the "
@@ -662,6 +695,14 @@ class CursorStore:
         remove_dir(self._fs, os.path.join(self.root, topic))
 
 
+def _belongs(entry: cursor_journal.Entry, topic: str) -> bool:
+    """Whether a journal entry is a state (or tombstone) of a subscription of ``topic``."""
+    if not is_valid_name(entry.subscription):
+        return False
+    state = entry.state
+    return state is None or (state.topic, state.subscription) == (topic, entry.subscription)
+
+
 def read_states(
     root: str, topic: str, fs: FileSystem | None = None
 ) -> dict[str, state_file.StateDoc]:
@@ -678,7 +719,8 @@ def read_states(
                 doc = state_file.decode(fs.read_file(os.path.join(directory, entry)))
                 checkpoints[entry[: -len(state_file.SUFFIX)]] = doc
     path = os.path.join(directory, cursor_journal.NAME)
-    parsed = cursor_journal.parse(fs.read_file(path) if fs.exists(path) else b"")
+    parsed = cursor_journal.parse(fs.read_file(path) if os.path.isfile(path) else b"")
+    parsed.entries = [e for e in parsed.entries if _belongs(e, topic)]
     return cursor_journal.merge(checkpoints, parsed).states
 
 

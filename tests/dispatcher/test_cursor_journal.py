@@ -5,6 +5,7 @@ states the damage may have superseded restart at the earliest offset). Pure."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -173,5 +174,95 @@ async def test_a_damaged_journal_is_kept_and_reported_at_open(
         assert _cursors_of(cursor_journal.Merged(states)) == {"a": None, "b": 40}
     finally:
         await again.aclose()
+        await reg.aclose()
+        await writer.aclose()
+
+
+def _foreign_doc(name: str, topic: str = "t") -> state_file.StateDoc:
+    return state_file.StateDoc(
+        version=state_file.VERSION,
+        seq=5,
+        topic=topic,
+        subscription=name,
+        type="exclusive",
+        partitions=[state_file.PartitionDoc(cursor=1)],
+    )
+
+
+def _journal_of(root: Path, *entries: Entry) -> None:
+    (root / "t" / cursor_journal.NAME).write_bytes(cursor_journal.frame(entries))
+
+
+#: Case -> (what to put under the root, subscriptions loaded, the topic directory after).
+SET_ASIDE: dict[str, tuple[Callable[[Path], object], list[str], list[str]]] = {
+    "a directory named like a state file": (
+        lambda root: (root / "t" / "d.json").mkdir(),
+        [],
+        ["d.json.corrupt"],
+    ),
+    "a state file whose name is no subscription name": (
+        lambda root: (root / "t" / "bad name.json").write_bytes(
+            state_file.encode(_foreign_doc("bad name"))
+        ),
+        [],
+        ["bad name.json.corrupt"],
+    ),
+    "a directory where the journal goes": (
+        lambda root: (root / "t" / cursor_journal.NAME).mkdir(),
+        [],
+        [f"{cursor_journal.NAME}.corrupt"],
+    ),
+    "a file beside the topics' directories": (
+        lambda root: (root / "stray").write_bytes(b"x"),
+        [],
+        [],
+    ),
+    "a journal entry whose name climbs out of the directory": (
+        lambda root: _journal_of(root, Entry(5, "../../evil", _foreign_doc("../../evil"))),
+        [],
+        [cursor_journal.NAME],
+    ),
+    "a journal entry holding another subscription's state": (
+        lambda root: _journal_of(root, Entry(5, "a", _foreign_doc("b", topic="zz"))),
+        [],
+        [cursor_journal.NAME],
+    ),
+    "a state file holding another subscription's state": (
+        lambda root: (root / "t" / "a.json").write_bytes(
+            state_file.encode(_foreign_doc("b", topic="zz"))
+        ),
+        ["a"],  # its own name's file was damaged: it restarts at the earliest offset
+        ["a.json", "a.json.corrupt", cursor_journal.NAME],
+    ),
+}
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("case", list(SET_ASIDE))
+async def test_files_the_store_did_not_write_are_set_aside_at_open(
+    tmp_path: Path, case: str
+) -> None:
+    """Scenario: ``case`` under ``<data>/subscriptions`` (every one a way an outsider's
+    or a damaged file could mislead the store), then a registry opens. Expected: it opens;
+    it loads no subscription the file names, except one restarted at the earliest offset
+    under its own file's name; the file is moved aside as ``.corrupt`` (or removed, beside
+    the topics' directories); nothing is written outside the topic's directory."""
+    make, subscriptions, listing = SET_ASIDE[case]
+    writer = await LogWriter.open(str(tmp_path / "log"))
+    await writer.append(encode_columns([b"x"] * 5))
+    root = tmp_path / "data" / "subscriptions"
+    (root / "t").mkdir(parents=True)
+    make(root)
+    reg = SubscriptionRegistry(str(tmp_path / "data"))
+    try:
+        await reg.open({"t": [writer]})
+        assert [s.name for s in reg.subscriptions()] == subscriptions
+        for name in subscriptions:
+            assert reg.get("t", name).state.cursor(0) == 0
+        await reg.aclose()
+        assert sorted(p.name for p in (root / "t").iterdir()) == listing
+        assert sorted(p.name for p in root.iterdir()) == ["t"]
+        assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["subscriptions"]
+    finally:
         await reg.aclose()
         await writer.aclose()
