@@ -20,6 +20,7 @@ from tests.broker.conftest import broker_config
 UNIT_NOUNS = frozenset(
     {
         "bytes",
+        "checkpoints",
         "entries",
         "events",
         "failures",
