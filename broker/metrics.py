@@ -418,7 +418,8 @@ class _CursorCollector(Collector):
             CounterMetricFamily(
                 "headrace_cursor_checkpoints",
                 "Checkpoints of a topic's subscription states into their files (the "
-                "journal passed its size limit, or the broker started or stopped).",
+                "journal passed its size limit, the broker stopped, or it started on a "
+                "damaged journal).",
             ),
             GaugeMetricFamily(
                 "headrace_cursor_journal_bytes",

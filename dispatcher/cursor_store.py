@@ -14,8 +14,9 @@ under ``<data dir>/subscriptions/<topic>/`` in two places (:mod:`dispatcher.curs
   ``checkpoint_bytes`` (and eight times its last checkpoint), a flush writes every
   subscription of the topic to its file instead (atomically: temp, fsync, rename, one
   fsync of the directory), removes the files of subscriptions that no longer exist, and
-  empties the journal. Shutdown and open do the same, so a stopped broker's states are
-  all in the files.
+  empties the journal. A clean shutdown does the same, so a stopped broker's states are
+  all in the files; an open after a crash writes next to nothing (see
+  :meth:`CursorStore.load_all`), so a restart stays quick.
 
 The newest state of a subscription wins on open, by sequence number; a deleted
 subscription's tombstone in the journal is the commit point of its delete
@@ -108,6 +109,20 @@ class _Journal:
     size: int
     #: A failed write may have left bytes past :attr:`size`: cut them before the next.
     unclean: bool = False
+
+
+@dataclass
+class _Loaded:
+    """One topic as an open found it."""
+
+    merged: cursor_journal.Merged
+    parsed: cursor_journal.Parsed
+    #: Checkpoint every subscription and empty the journal (damage or foreign entries).
+    rewrite: bool
+    #: Subscriptions whose checkpoint was damaged: reset, to be saved so.
+    reset: list[str]
+    #: Subscriptions whose checkpoint a tombstone in the journal supersedes.
+    deleted: list[str]
 
 
 @dataclass
@@ -557,12 +572,18 @@ class CursorStore:
 
     def load_all(self, topics: set[str]) -> list[tuple[str, str, state_file.StateDoc]]:
         """``(topic, name, doc)`` of every saved subscription of ``topics``: its newest
-        state, checkpoint and journal merged. A topic whose journal held anything is
-        checkpointed. The files of other topics are removed. Blocking: run in a thread
-        before :meth:`start`."""
+        state, checkpoint and journal merged. The files of other topics are removed.
+        Blocking: run in a thread before :meth:`start`.
+
+        An open writes little, so a restart after a crash stays quick however many
+        subscriptions there are: a torn last journal write is cut; a damaged checkpoint's
+        reset state is appended to the journal; the file of a subscription the journal
+        says was deleted is removed. Only a journal with damage or foreign entries inside
+        is checkpointed (every subscription of the topic to its file), so that the next
+        open does not meet them again."""
         self._fs.makedirs(self.root)
         found: list[tuple[str, str, state_file.StateDoc]] = []
-        loaded = []
+        loaded: list[tuple[str, _Loaded]] = []
         for topic in sorted(self._fs.listdir(self.root)):
             if not os.path.isdir(os.path.join(self.root, topic)):
                 logger.warning(
@@ -575,24 +596,57 @@ class CursorStore:
                 self.remove_topic(topic)
             else:
                 loaded.append((topic, self._load_topic(topic)))
-        self._seq = max((merged.top_seq for _, (merged, _) in loaded), default=0)
-        for topic, (merged, tidy) in loaded:
-            if tidy:
+        self._seq = max((got.merged.top_seq for _, got in loaded), default=0)
+        for topic, got in loaded:
+            states = got.merged.states
+            if got.rewrite:
                 docs = [
-                    msgspec.structs.replace(doc, seq=self._next_seq())
-                    for doc in merged.states.values()
+                    msgspec.structs.replace(doc, seq=self._next_seq()) for doc in states.values()
                 ]
-                self._checkpoint(topic, docs, frozenset(merged.states))
-                merged.states = {d.subscription: d for d in docs}
-            found.extend((topic, name, doc) for name, doc in sorted(merged.states.items()))
+                self._checkpoint(topic, docs, frozenset(states))
+                states = {d.subscription: d for d in docs}
+            else:
+                self._resume_journal(topic, got.parsed)
+                reset = [
+                    msgspec.structs.replace(states[name], seq=self._next_seq())
+                    for name in got.reset
+                ]
+                if reset:
+                    self._append(
+                        topic, [cursor_journal.Entry(d.seq, d.subscription, d) for d in reset]
+                    )
+                    states.update((d.subscription, d) for d in reset)
+                directory = os.path.join(self.root, topic)
+                for name in got.deleted:
+                    self._fs.remove(self.path(topic, name))
+                if got.deleted:
+                    self._fs.fsync_dir(directory)
+            found.extend((topic, name, doc) for name, doc in sorted(states.items()))
+        self._journal_bytes = {t: j.size for t, j in self._journals.items()}
         return found
+
+    def _resume_journal(self, topic: str, parsed: cursor_journal.Parsed) -> None:
+        """Open ``topic``'s journal, if it has one, where its last good batch ends: a torn
+        last write is cut (and the cut synced) before anything is appended after it."""
+        path = self.journal_path(topic)
+        if not self._fs.exists(path):
+            return
+        fd = self._fs.open(path)
+        try:
+            if parsed.torn_bytes:
+                self._fs.truncate(fd, parsed.good_bytes)
+                self._fs.fdatasync(fd)
+        except BaseException:
+            self._fs.close(fd)
+            raise
+        self._journals[topic] = _Journal(fd, parsed.good_bytes)
 
     def _next_seq(self) -> int:
         self._seq += 1
         return self._seq
 
-    def _load_topic(self, topic: str) -> tuple[cursor_journal.Merged, bool]:
-        """``topic``'s merged states, and whether its files need a checkpoint to agree."""
+    def _load_topic(self, topic: str) -> _Loaded:
+        """``topic``'s merged states, and what its files need to agree with them."""
         directory = os.path.join(self.root, topic)
         checkpoints: dict[str, state_file.StateDoc] = {}
         damaged: list[str] = []
@@ -659,8 +713,13 @@ class CursorStore:
                 mode=held.mode if held is not None else DeliveryMode.AT_LEAST_ONCE.value,
                 partitions=[],
             )
-        tidy = bool(data) or bool(damaged) or set(checkpoints) - set(merged.states) != set()
-        return merged, tidy
+        return _Loaded(
+            merged,
+            parsed,
+            rewrite=bool(parsed.damaged or foreign),
+            reset=damaged,
+            deleted=sorted(set(checkpoints) - set(merged.states)),
+        )
 
     def _set_aside(self, path: str, why: str) -> None:
         """Rename ``path``, which the store did not write, out of its way."""

@@ -193,7 +193,8 @@ async def test_a_journal_past_its_limit_is_checkpointed_into_files(
     reopen. Expected: the journal grows batch by batch until it passes 2 KiB; the next
     flush writes all three files (s1 and s2 too, though not dirty) instead and empties
     the journal; later saves go to the journal again; the reopen loads every newest state
-    (s0 at its last commit) from files and journal together, then checkpoints them."""
+    (s0 at its last commit) from files and journal together, and leaves the journal as it
+    was (a restart writes nothing it need not)."""
     subs = _subs(writer, 3)
     root = tmp_path / "subs"
     fs = HeldFs()
@@ -218,10 +219,11 @@ async def test_a_journal_past_its_limit_is_checkpointed_into_files(
     await store.aclose([])
     # the store closed without a final save: the newest s0 is in the journal only
     assert journal.stat().st_size > 0
+    before = journal.read_bytes()
     again = _store(root, FileSystem(), {})
     loaded = {name: doc.partitions[0].cursor for _, name, doc in again.load_all({"t"})}
     assert loaded == {"s0": 39, "s1": 0, "s2": 0}
-    assert journal.stat().st_size == 0
+    assert journal.read_bytes() == before  # an open writes nothing it need not
     assert _cursors(root) == loaded
     await again.aclose([])
 
@@ -298,8 +300,8 @@ async def test_a_checkpoint_crashing_at_a_point_loses_no_state(
     fails (so the file outlives the tombstone); s0 commits 7 and 9, saved to the journal;
     then a checkpoint crashes at ``point`` (temp files written; files renamed; stale file
     removed), and a new store opens the directory. Expected: it loads s0 at 9 and s1 at 0,
-    never gone; after the open the directory holds exactly s0's and s1's files and an
-    empty journal."""
+    never gone; after the open the directory holds exactly s0's and s1's files (gone's
+    file, which the journal's tombstone superseded, is removed) and the journal."""
     subs = _subs(writer, 2)
     gone = Subscription("t", "gone", [writer], [PartitionSnapshot(0)])
     subs[("t", "gone")] = gone
@@ -329,9 +331,45 @@ async def test_a_checkpoint_crashing_at_a_point_loses_no_state(
     loaded = {name: doc.partitions[0].cursor for _, name, doc in again.load_all({"t"})}
     await again.aclose([])
     assert loaded == {"s0": 9, "s1": 0}
+    assert _cursors(root) == loaded
     assert sorted(p.name for p in (root / "t").iterdir()) == [
         cursor_journal.NAME,
         "s0.json",
         "s1.json",
     ]
-    assert (root / "t" / cursor_journal.NAME).read_bytes() == b""
+
+
+async def test_an_open_cuts_a_torn_tail_and_appends_after_the_last_good_batch(
+    tmp_path: Path, writer: LogWriter
+) -> None:
+    """Scenario: s0 and s1 saved; the journal then ends in half a batch (a crash during a
+    write); a store opens it, s0 commits 12 and saves, and the store stops without a final
+    save; a third store opens. Expected: the first open cuts the torn bytes (the journal
+    is its good batches again) and writes no file; the save after it lands right behind
+    the good batches, so the last open finds s0 at 12, s1 at 0, no damage and nothing
+    kept as corrupt."""
+    subs = _subs(writer, 2)
+    root = tmp_path / "subs"
+    store = _store(root, FileSystem(), subs)
+    await store.save_all(list(subs.values()))
+    await store.aclose([])
+    journal = root / "t" / cursor_journal.NAME
+    good = journal.read_bytes()
+    torn = cursor_journal.frame([cursor_journal.Entry(99, "s0", None)])[:-5]
+    journal.write_bytes(good + torn)
+    fresh = {key: Subscription("t", key[1], [writer], [PartitionSnapshot(0)]) for key in subs}
+    again = _store(root, FileSystem(), fresh)
+    loaded = {name: doc.partitions[0].cursor for _, name, doc in again.load_all({"t"})}
+    assert loaded == {"s0": 0, "s1": 0}
+    assert journal.read_bytes() == good
+    assert sorted(p.name for p in (root / "t").iterdir()) == [cursor_journal.NAME]
+    s0 = fresh[("t", "s0")]
+    await s0.commit(0, 12)
+    await again.save(s0)
+    await again.aclose([])
+    assert cursor_journal.parse(journal.read_bytes()).damaged == []
+    last = _store(root, FileSystem(), {})
+    loaded = {name: doc.partitions[0].cursor for _, name, doc in last.load_all({"t"})}
+    await last.aclose([])
+    assert loaded == {"s0": 12, "s1": 0}
+    assert not list((root / "t").glob("*.corrupt*"))
