@@ -11,6 +11,8 @@ Modules (layered frame -> index -> segment -> log -> async writer):
     fs        the only module touching ``os``; ``FaultyFs`` injects faults  [sync I/O]
     segment   ``Segment``: one .log + .index pair                         [sync I/O]
     log       ``Log``: segments, offsets, append/read/roll/retention/recovery  [sync I/O]
+    commit_cost  ``CommitCost``: a group commit's cost to the disk and to the loop;
+              the batches a producer should keep in flight             [pure]
     writer    ``LogWriter``: the one task owning a log; group commit      [asyncio]
               ``run_to_end``: work a cancelled caller still waits out
     lock      ``DirectoryLock``: one owner per data directory (flock on the directory)

@@ -14,6 +14,7 @@ Protocol of one group commit::
                    take the next group at once        # queued during this one's fdatasync
     on the loop:   keep the batches in the tail cache # readers near the head share them
                    advance high-water mark, call listeners  # persist first, then notify
+                                                      # (timed: wal.commit_cost)
                    settle appends, resolve futures    # then acknowledge
 
 The thread takes the next group as soon as the last one is synced, while the loop is still
@@ -68,6 +69,7 @@ from types import TracebackType
 from typing import Any, NamedTuple, Self, TypeVar
 
 from proto.batch import RecordBatch
+from wal.commit_cost import CommitCost
 from wal.config import FsyncPolicy, LogConfig
 from wal.errors import DiskFullError, WalClosedError, WalError, WalFailedError
 from wal.fdcache import FileCache
@@ -198,6 +200,9 @@ class LogWriter:
         self._tail = TailCache(log.config.tail_cache_bytes)
         #: Told how long each group commit's write and fsync took (metrics).
         self.on_commit: CommitObserver = _ignore_commit
+        #: What synced group commits cost the disk and the listeners (policy ``ALWAYS``
+        #: only), and from that the batches a producer should keep in flight.
+        self.commit_cost = CommitCost()
 
     @classmethod
     async def open(
@@ -601,7 +606,13 @@ class LogWriter:
         # to its consumers' streams) then runs before the publishers' answers are sent:
         # measured the other way round, publishes were answered 0.3 ms sooner but records
         # reached their consumers 0.2-0.3 ms later, end to end a loss.
-        if self._policy is not FsyncPolicy.INTERVAL:
+        if written.sync_s is not None:  # ALWAYS: what this commit cost each side
+            started = time.perf_counter()
+            self._advance(written.head)
+            self.commit_cost.observe(
+                written.write_s + written.sync_s, time.perf_counter() - started
+            )
+        elif self._policy is not FsyncPolicy.INTERVAL:
             self._advance(written.head)
         for a, result in zip(done, results, strict=True):
             if a.on_done is None:  # inline _settle's common case: once per append
