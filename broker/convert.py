@@ -46,15 +46,22 @@ _MODES: dict[int, DeliveryMode] = {
 
 
 def publish_response(
-    request_id: int, partition: int, result: AppendResult, *, duplicate: bool = False
+    request_id: int,
+    partition: int,
+    result: AppendResult,
+    *,
+    duplicate: bool = False,
+    in_flight_hint: int = 0,
 ) -> _pb.PublishResponse:
-    """The response to one appended batch."""
+    """The response to one appended batch; ``in_flight_hint``: the partition log's
+    :attr:`wal.commit_cost.CommitCost.in_flight_hint` (0: none)."""
     return _pb.PublishResponse(
         request_id=request_id,
         partition=partition,
         base_offset=result.first_offset,
         last_offset=result.last_offset,
         duplicate=duplicate,
+        in_flight_hint=in_flight_hint,
     )
 
 

@@ -121,7 +121,13 @@ class BrokerService(_grpc.BrokerServicer):
         finally:
             if turns is not None:
                 turns.release(me)  # a no-op if it was queued (and handed the turn on)
-        return publish_response(request.request_id, partition.index, result, duplicate=duplicate)
+        return publish_response(
+            request.request_id,
+            partition.index,
+            result,
+            duplicate=duplicate,
+            in_flight_hint=partition.writer.commit_cost.in_flight_hint,
+        )
 
     def _batch_of(self, request: _pb.PublishRequest) -> bytes:
         """The request's batch: ``batch`` as sent, or ``records`` encoded into one."""

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0c\x62roker.proto\x12\x0bheadrace.v1\"{\n\x0ePublishRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\r\n\x05\x62\x61tch\x18\x03 \x01(\x0c\x12\x12\n\nrequest_id\x18\x04 \x01(\x04\x12$\n\x07records\x18\x05 \x03(\x0b\x32\x13.headrace.v1.Record\"m\n\x06Record\x12\x10\n\x03key\x18\x01 \x01(\x0cH\x00\x88\x01\x01\x12\r\n\x05value\x18\x02 \x01(\x0c\x12$\n\x07headers\x18\x03 \x03(\x0b\x32\x13.headrace.v1.Header\x12\x14\n\x0ctimestamp_ms\x18\x04 \x01(\x03\x42\x06\n\x04_key\"%\n\x06Header\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\"\x84\x01\n\rDecodedRecord\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x14\n\x0ctimestamp_ms\x18\x02 \x01(\x03\x12\x10\n\x03key\x18\x03 \x01(\x0cH\x00\x88\x01\x01\x12\r\n\x05value\x18\x04 \x01(\x0c\x12$\n\x07headers\x18\x05 \x03(\x0b\x32\x13.headrace.v1.HeaderB\x06\n\x04_key\"\xa0\x01\n\x0fPublishResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x13\n\x0b\x62\x61se_offset\x18\x03 \x01(\x03\x12\x13\n\x0blast_offset\x18\x04 \x01(\x03\x12\x11\n\tduplicate\x18\x05 \x01(\x08\x12\x12\n\nerror_code\x18\x06 \x01(\x05\x12\x15\n\rerror_message\x18\x07 \x01(\t\"\xa2\x01\n\x10SubscribeRequest\x12-\n\x04open\x18\x01 \x01(\x0b\x32\x1d.headrace.v1.OpenSubscriptionH\x00\x12\x10\n\x06\x63redit\x18\x02 \x01(\rH\x00\x12 \n\x03\x61\x63k\x18\x03 \x01(\x0b\x32\x11.headrace.v1.AcksH\x00\x12#\n\x05\x64rain\x18\x04 \x01(\x0b\x32\x12.headrace.v1.DrainH\x00\x42\x06\n\x04kind\"\x07\n\x05\x44rain\"\x85\x02\n\x10OpenSubscription\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12+\n\x04type\x18\x03 \x01(\x0e\x32\x1d.headrace.v1.SubscriptionType\x12\x36\n\x10initial_position\x18\x04 \x01(\x0e\x32\x1c.headrace.v1.InitialPosition\x12\x15\n\rconsumer_name\x18\x05 \x01(\t\x12\x16\n\x0einitial_credit\x18\x06 \x01(\r\x12\'\n\x04mode\x18\x07 \x01(\x0e\x32\x19.headrace.v1.DeliveryMode\x12\x0f\n\x07\x64\x65\x63oded\x18\x08 \x01(\x08\"\xab\x01\n\x04\x41\x63ks\x12(\n\x06ranges\x18\x01 \x03(\x0b\x32\x18.headrace.v1.OffsetRange\x12+\n\x05up_to\x18\x02 \x03(\x0b\x32\x1c.headrace.v1.PartitionOffset\x12 \n\x05nacks\x18\x03 \x03(\x0b\x32\x11.headrace.v1.Nack\x12*\n\x08releases\x18\x04 \x03(\x0b\x32\x18.headrace.v1.OffsetRange\"i\n\x04Nack\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\r\n\x05\x62\x65gin\x18\x02 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x03\x12\x15\n\x08\x64\x65lay_ms\x18\x04 \x01(\rH\x00\x88\x01\x01\x12\x0e\n\x06reason\x18\x05 \x01(\tB\x0b\n\t_delay_ms\"<\n\x0bOffsetRange\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\r\n\x05\x62\x65gin\x18\x02 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x03\"4\n\x0fPartitionOffset\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x0e\n\x06offset\x18\x02 \x01(\x03\"\x9e\x01\n\x11SubscribeResponse\x12-\n\nsubscribed\x18\x01 \x01(\x0b\x32\x17.headrace.v1.SubscribedH\x00\x12)\n\x08\x64\x65livery\x18\x02 \x01(\x0b\x32\x15.headrace.v1.DeliveryH\x00\x12\'\n\x07\x64rained\x18\x03 \x01(\x0b\x32\x14.headrace.v1.DrainedH\x00\x42\x06\n\x04kind\"\t\n\x07\x44rained\"o\n\nSubscribed\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\x12\n\npartitions\x18\x03 \x01(\x05\x12\x13\n\x0b\x63onsumer_id\x18\x04 \x01(\t\x12\x13\n\x0bmax_unacked\x18\x05 \x01(\r\"\x84\x02\n\x08\x44\x65livery\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\r\n\x05\x62\x61tch\x18\x03 \x01(\x0c\x12\x13\n\x0b\x66rom_offset\x18\x04 \x01(\x03\x12\x11\n\tto_offset\x18\x05 \x01(\x03\x12=\n\x0credeliveries\x18\x06 \x03(\x0b\x32\'.headrace.v1.Delivery.RedeliveriesEntry\x12+\n\x07records\x18\x07 \x03(\x0b\x32\x1a.headrace.v1.DecodedRecord\x1a\x33\n\x11RedeliveriesEntry\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01\"\x8d\x01\n\x0c\x46\x65tchRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x11\n\tmax_bytes\x18\x04 \x01(\r\x12\x12\n\nend_offset\x18\x05 \x01(\x03\x12\x13\n\x0bmax_wait_ms\x18\x06 \x01(\r\x12\x0f\n\x07\x64\x65\x63oded\x18\x07 \x01(\x08\"|\n\rFetchResponse\x12\x0f\n\x07\x62\x61tches\x18\x01 \x03(\x0c\x12\x17\n\x0fhigh_water_mark\x18\x02 \x01(\x03\x12\x14\n\x0c\x66irst_offset\x18\x03 \x01(\x03\x12+\n\x07records\x18\x04 \x03(\x0b\x32\x1a.headrace.v1.DecodedRecord\"X\n\x0e\x41\x63kUpToRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\x11\n\tpartition\x18\x03 \x01(\x05\x12\x0e\n\x06offset\x18\x04 \x01(\x03\"!\n\x0f\x41\x63kUpToResponse\x12\x0e\n\x06\x63ursor\x18\x01 \x01(\x03*n\n\x10SubscriptionType\x12!\n\x1dSUBSCRIPTION_TYPE_UNSPECIFIED\x10\x00\x12\r\n\tEXCLUSIVE\x10\x01\x12\x0c\n\x08\x46\x41ILOVER\x10\x02\x12\n\n\x06SHARED\x10\x03\x12\x0e\n\nKEY_SHARED\x10\x04*R\n\x0c\x44\x65liveryMode\x12\x1d\n\x19\x44\x45LIVERY_MODE_UNSPECIFIED\x10\x00\x12\x11\n\rAT_LEAST_ONCE\x10\x01\x12\x10\n\x0c\x41T_MOST_ONCE\x10\x02*M\n\x0fInitialPosition\x12 \n\x1cINITIAL_POSITION_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x45\x41RLIEST\x10\x01\x12\n\n\x06LATEST\x10\x02\x32\xf4\x02\n\x06\x42roker\x12\x44\n\x07Publish\x12\x1b.headrace.v1.PublishRequest\x1a\x1c.headrace.v1.PublishResponse\x12N\n\rPublishStream\x12\x1b.headrace.v1.PublishRequest\x1a\x1c.headrace.v1.PublishResponse(\x01\x30\x01\x12N\n\tSubscribe\x12\x1d.headrace.v1.SubscribeRequest\x1a\x1e.headrace.v1.SubscribeResponse(\x01\x30\x01\x12>\n\x05\x46\x65tch\x12\x19.headrace.v1.FetchRequest\x1a\x1a.headrace.v1.FetchResponse\x12\x44\n\x07\x41\x63kUpTo\x12\x1b.headrace.v1.AckUpToRequest\x1a\x1c.headrace.v1.AckUpToResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0c\x62roker.proto\x12\x0bheadrace.v1\"{\n\x0ePublishRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\r\n\x05\x62\x61tch\x18\x03 \x01(\x0c\x12\x12\n\nrequest_id\x18\x04 \x01(\x04\x12$\n\x07records\x18\x05 \x03(\x0b\x32\x13.headrace.v1.Record\"m\n\x06Record\x12\x10\n\x03key\x18\x01 \x01(\x0cH\x00\x88\x01\x01\x12\r\n\x05value\x18\x02 \x01(\x0c\x12$\n\x07headers\x18\x03 \x03(\x0b\x32\x13.headrace.v1.Header\x12\x14\n\x0ctimestamp_ms\x18\x04 \x01(\x03\x42\x06\n\x04_key\"%\n\x06Header\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\"\x84\x01\n\rDecodedRecord\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x14\n\x0ctimestamp_ms\x18\x02 \x01(\x03\x12\x10\n\x03key\x18\x03 \x01(\x0cH\x00\x88\x01\x01\x12\r\n\x05value\x18\x04 \x01(\x0c\x12$\n\x07headers\x18\x05 \x03(\x0b\x32\x13.headrace.v1.HeaderB\x06\n\x04_key\"\xb8\x01\n\x0fPublishResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x13\n\x0b\x62\x61se_offset\x18\x03 \x01(\x03\x12\x13\n\x0blast_offset\x18\x04 \x01(\x03\x12\x11\n\tduplicate\x18\x05 \x01(\x08\x12\x12\n\nerror_code\x18\x06 \x01(\x05\x12\x15\n\rerror_message\x18\x07 \x01(\t\x12\x16\n\x0ein_flight_hint\x18\x08 \x01(\r\"\xa2\x01\n\x10SubscribeRequest\x12-\n\x04open\x18\x01 \x01(\x0b\x32\x1d.headrace.v1.OpenSubscriptionH\x00\x12\x10\n\x06\x63redit\x18\x02 \x01(\rH\x00\x12 \n\x03\x61\x63k\x18\x03 \x01(\x0b\x32\x11.headrace.v1.AcksH\x00\x12#\n\x05\x64rain\x18\x04 \x01(\x0b\x32\x12.headrace.v1.DrainH\x00\x42\x06\n\x04kind\"\x07\n\x05\x44rain\"\x85\x02\n\x10OpenSubscription\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12+\n\x04type\x18\x03 \x01(\x0e\x32\x1d.headrace.v1.SubscriptionType\x12\x36\n\x10initial_position\x18\x04 \x01(\x0e\x32\x1c.headrace.v1.InitialPosition\x12\x15\n\rconsumer_name\x18\x05 \x01(\t\x12\x16\n\x0einitial_credit\x18\x06 \x01(\r\x12\'\n\x04mode\x18\x07 \x01(\x0e\x32\x19.headrace.v1.DeliveryMode\x12\x0f\n\x07\x64\x65\x63oded\x18\x08 \x01(\x08\"\xab\x01\n\x04\x41\x63ks\x12(\n\x06ranges\x18\x01 \x03(\x0b\x32\x18.headrace.v1.OffsetRange\x12+\n\x05up_to\x18\x02 \x03(\x0b\x32\x1c.headrace.v1.PartitionOffset\x12 \n\x05nacks\x18\x03 \x03(\x0b\x32\x11.headrace.v1.Nack\x12*\n\x08releases\x18\x04 \x03(\x0b\x32\x18.headrace.v1.OffsetRange\"i\n\x04Nack\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\r\n\x05\x62\x65gin\x18\x02 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x03\x12\x15\n\x08\x64\x65lay_ms\x18\x04 \x01(\rH\x00\x88\x01\x01\x12\x0e\n\x06reason\x18\x05 \x01(\tB\x0b\n\t_delay_ms\"<\n\x0bOffsetRange\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\r\n\x05\x62\x65gin\x18\x02 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x03\"4\n\x0fPartitionOffset\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x0e\n\x06offset\x18\x02 \x01(\x03\"\x9e\x01\n\x11SubscribeResponse\x12-\n\nsubscribed\x18\x01 \x01(\x0b\x32\x17.headrace.v1.SubscribedH\x00\x12)\n\x08\x64\x65livery\x18\x02 \x01(\x0b\x32\x15.headrace.v1.DeliveryH\x00\x12\'\n\x07\x64rained\x18\x03 \x01(\x0b\x32\x14.headrace.v1.DrainedH\x00\x42\x06\n\x04kind\"\t\n\x07\x44rained\"o\n\nSubscribed\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\x12\n\npartitions\x18\x03 \x01(\x05\x12\x13\n\x0b\x63onsumer_id\x18\x04 \x01(\t\x12\x13\n\x0bmax_unacked\x18\x05 \x01(\r\"\x84\x02\n\x08\x44\x65livery\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\r\n\x05\x62\x61tch\x18\x03 \x01(\x0c\x12\x13\n\x0b\x66rom_offset\x18\x04 \x01(\x03\x12\x11\n\tto_offset\x18\x05 \x01(\x03\x12=\n\x0credeliveries\x18\x06 \x03(\x0b\x32\'.headrace.v1.Delivery.RedeliveriesEntry\x12+\n\x07records\x18\x07 \x03(\x0b\x32\x1a.headrace.v1.DecodedRecord\x1a\x33\n\x11RedeliveriesEntry\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01\"\x8d\x01\n\x0c\x46\x65tchRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x11\n\tmax_bytes\x18\x04 \x01(\r\x12\x12\n\nend_offset\x18\x05 \x01(\x03\x12\x13\n\x0bmax_wait_ms\x18\x06 \x01(\r\x12\x0f\n\x07\x64\x65\x63oded\x18\x07 \x01(\x08\"|\n\rFetchResponse\x12\x0f\n\x07\x62\x61tches\x18\x01 \x03(\x0c\x12\x17\n\x0fhigh_water_mark\x18\x02 \x01(\x03\x12\x14\n\x0c\x66irst_offset\x18\x03 \x01(\x03\x12+\n\x07records\x18\x04 \x03(\x0b\x32\x1a.headrace.v1.DecodedRecord\"X\n\x0e\x41\x63kUpToRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\x11\n\tpartition\x18\x03 \x01(\x05\x12\x0e\n\x06offset\x18\x04 \x01(\x03\"!\n\x0f\x41\x63kUpToResponse\x12\x0e\n\x06\x63ursor\x18\x01 \x01(\x03*n\n\x10SubscriptionType\x12!\n\x1dSUBSCRIPTION_TYPE_UNSPECIFIED\x10\x00\x12\r\n\tEXCLUSIVE\x10\x01\x12\x0c\n\x08\x46\x41ILOVER\x10\x02\x12\n\n\x06SHARED\x10\x03\x12\x0e\n\nKEY_SHARED\x10\x04*R\n\x0c\x44\x65liveryMode\x12\x1d\n\x19\x44\x45LIVERY_MODE_UNSPECIFIED\x10\x00\x12\x11\n\rAT_LEAST_ONCE\x10\x01\x12\x10\n\x0c\x41T_MOST_ONCE\x10\x02*M\n\x0fInitialPosition\x12 \n\x1cINITIAL_POSITION_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x45\x41RLIEST\x10\x01\x12\n\n\x06LATEST\x10\x02\x32\xf4\x02\n\x06\x42roker\x12\x44\n\x07Publish\x12\x1b.headrace.v1.PublishRequest\x1a\x1c.headrace.v1.PublishResponse\x12N\n\rPublishStream\x12\x1b.headrace.v1.PublishRequest\x1a\x1c.headrace.v1.PublishResponse(\x01\x30\x01\x12N\n\tSubscribe\x12\x1d.headrace.v1.SubscribeRequest\x1a\x1e.headrace.v1.SubscribeResponse(\x01\x30\x01\x12>\n\x05\x46\x65tch\x12\x19.headrace.v1.FetchRequest\x1a\x1a.headrace.v1.FetchResponse\x12\x44\n\x07\x41\x63kUpTo\x12\x1b.headrace.v1.AckUpToRequest\x1a\x1c.headrace.v1.AckUpToResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,12 +33,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_DELIVERY_REDELIVERIESENTRY']._loaded_options = None
   _globals['_DELIVERY_REDELIVERIESENTRY']._serialized_options = b'8\001'
-  _globals['_SUBSCRIPTIONTYPE']._serialized_start=2380
-  _globals['_SUBSCRIPTIONTYPE']._serialized_end=2490
-  _globals['_DELIVERYMODE']._serialized_start=2492
-  _globals['_DELIVERYMODE']._serialized_end=2574
-  _globals['_INITIALPOSITION']._serialized_start=2576
-  _globals['_INITIALPOSITION']._serialized_end=2653
+  _globals['_SUBSCRIPTIONTYPE']._serialized_start=2404
+  _globals['_SUBSCRIPTIONTYPE']._serialized_end=2514
+  _globals['_DELIVERYMODE']._serialized_start=2516
+  _globals['_DELIVERYMODE']._serialized_end=2598
+  _globals['_INITIALPOSITION']._serialized_start=2600
+  _globals['_INITIALPOSITION']._serialized_end=2677
   _globals['_PUBLISHREQUEST']._serialized_start=29
   _globals['_PUBLISHREQUEST']._serialized_end=152
   _globals['_RECORD']._serialized_start=154
@@ -48,39 +48,39 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DECODEDRECORD']._serialized_start=305
   _globals['_DECODEDRECORD']._serialized_end=437
   _globals['_PUBLISHRESPONSE']._serialized_start=440
-  _globals['_PUBLISHRESPONSE']._serialized_end=600
-  _globals['_SUBSCRIBEREQUEST']._serialized_start=603
-  _globals['_SUBSCRIBEREQUEST']._serialized_end=765
-  _globals['_DRAIN']._serialized_start=767
-  _globals['_DRAIN']._serialized_end=774
-  _globals['_OPENSUBSCRIPTION']._serialized_start=777
-  _globals['_OPENSUBSCRIPTION']._serialized_end=1038
-  _globals['_ACKS']._serialized_start=1041
-  _globals['_ACKS']._serialized_end=1212
-  _globals['_NACK']._serialized_start=1214
-  _globals['_NACK']._serialized_end=1319
-  _globals['_OFFSETRANGE']._serialized_start=1321
-  _globals['_OFFSETRANGE']._serialized_end=1381
-  _globals['_PARTITIONOFFSET']._serialized_start=1383
-  _globals['_PARTITIONOFFSET']._serialized_end=1435
-  _globals['_SUBSCRIBERESPONSE']._serialized_start=1438
-  _globals['_SUBSCRIBERESPONSE']._serialized_end=1596
-  _globals['_DRAINED']._serialized_start=1598
-  _globals['_DRAINED']._serialized_end=1607
-  _globals['_SUBSCRIBED']._serialized_start=1609
-  _globals['_SUBSCRIBED']._serialized_end=1720
-  _globals['_DELIVERY']._serialized_start=1723
-  _globals['_DELIVERY']._serialized_end=1983
-  _globals['_DELIVERY_REDELIVERIESENTRY']._serialized_start=1932
-  _globals['_DELIVERY_REDELIVERIESENTRY']._serialized_end=1983
-  _globals['_FETCHREQUEST']._serialized_start=1986
-  _globals['_FETCHREQUEST']._serialized_end=2127
-  _globals['_FETCHRESPONSE']._serialized_start=2129
-  _globals['_FETCHRESPONSE']._serialized_end=2253
-  _globals['_ACKUPTOREQUEST']._serialized_start=2255
-  _globals['_ACKUPTOREQUEST']._serialized_end=2343
-  _globals['_ACKUPTORESPONSE']._serialized_start=2345
-  _globals['_ACKUPTORESPONSE']._serialized_end=2378
-  _globals['_BROKER']._serialized_start=2656
-  _globals['_BROKER']._serialized_end=3028
+  _globals['_PUBLISHRESPONSE']._serialized_end=624
+  _globals['_SUBSCRIBEREQUEST']._serialized_start=627
+  _globals['_SUBSCRIBEREQUEST']._serialized_end=789
+  _globals['_DRAIN']._serialized_start=791
+  _globals['_DRAIN']._serialized_end=798
+  _globals['_OPENSUBSCRIPTION']._serialized_start=801
+  _globals['_OPENSUBSCRIPTION']._serialized_end=1062
+  _globals['_ACKS']._serialized_start=1065
+  _globals['_ACKS']._serialized_end=1236
+  _globals['_NACK']._serialized_start=1238
+  _globals['_NACK']._serialized_end=1343
+  _globals['_OFFSETRANGE']._serialized_start=1345
+  _globals['_OFFSETRANGE']._serialized_end=1405
+  _globals['_PARTITIONOFFSET']._serialized_start=1407
+  _globals['_PARTITIONOFFSET']._serialized_end=1459
+  _globals['_SUBSCRIBERESPONSE']._serialized_start=1462
+  _globals['_SUBSCRIBERESPONSE']._serialized_end=1620
+  _globals['_DRAINED']._serialized_start=1622
+  _globals['_DRAINED']._serialized_end=1631
+  _globals['_SUBSCRIBED']._serialized_start=1633
+  _globals['_SUBSCRIBED']._serialized_end=1744
+  _globals['_DELIVERY']._serialized_start=1747
+  _globals['_DELIVERY']._serialized_end=2007
+  _globals['_DELIVERY_REDELIVERIESENTRY']._serialized_start=1956
+  _globals['_DELIVERY_REDELIVERIESENTRY']._serialized_end=2007
+  _globals['_FETCHREQUEST']._serialized_start=2010
+  _globals['_FETCHREQUEST']._serialized_end=2151
+  _globals['_FETCHRESPONSE']._serialized_start=2153
+  _globals['_FETCHRESPONSE']._serialized_end=2277
+  _globals['_ACKUPTOREQUEST']._serialized_start=2279
+  _globals['_ACKUPTOREQUEST']._serialized_end=2367
+  _globals['_ACKUPTORESPONSE']._serialized_start=2369
+  _globals['_ACKUPTORESPONSE']._serialized_end=2402
+  _globals['_BROKER']._serialized_start=2680
+  _globals['_BROKER']._serialized_end=3052
 # @@protoc_insertion_point(module_scope)

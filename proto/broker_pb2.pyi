@@ -87,7 +87,7 @@ class DecodedRecord(_message.Message):
     def __init__(self, offset: _Optional[int] = ..., timestamp_ms: _Optional[int] = ..., key: _Optional[bytes] = ..., value: _Optional[bytes] = ..., headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ...) -> None: ...
 
 class PublishResponse(_message.Message):
-    __slots__ = ("request_id", "partition", "base_offset", "last_offset", "duplicate", "error_code", "error_message")
+    __slots__ = ("request_id", "partition", "base_offset", "last_offset", "duplicate", "error_code", "error_message", "in_flight_hint")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     BASE_OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -95,6 +95,7 @@ class PublishResponse(_message.Message):
     DUPLICATE_FIELD_NUMBER: _ClassVar[int]
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_HINT_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     partition: int
     base_offset: int
@@ -102,7 +103,8 @@ class PublishResponse(_message.Message):
     duplicate: bool
     error_code: int
     error_message: str
-    def __init__(self, request_id: _Optional[int] = ..., partition: _Optional[int] = ..., base_offset: _Optional[int] = ..., last_offset: _Optional[int] = ..., duplicate: _Optional[bool] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ...) -> None: ...
+    in_flight_hint: int
+    def __init__(self, request_id: _Optional[int] = ..., partition: _Optional[int] = ..., base_offset: _Optional[int] = ..., last_offset: _Optional[int] = ..., duplicate: _Optional[bool] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., in_flight_hint: _Optional[int] = ...) -> None: ...
 
 class SubscribeRequest(_message.Message):
     __slots__ = ("open", "credit", "ack", "drain")

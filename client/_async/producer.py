@@ -132,7 +132,14 @@ DEFAULT_MAX_IN_FLIGHT: int | None = None
 #: flight the records that come meanwhile share the next batch, with two each goes alone
 #: and the broker falls further behind. Pipelining stays one argument away
 #: (``max_in_flight``) for a producer whose broker has room to spare.
+#:
+#: Without a linger, the default window then follows the broker's ``in_flight_hint``
+#: (:mod:`wal.commit_cost`): it starts at 1 and becomes 2 while the broker's fdatasync
+#: outweighs its own work per commit (few subscriptions to deliver to), which is when a
+#: second batch in flight only saves latency; it stays 1 for the fan-out above.
 DEFAULT_WINDOW = 1
+#: The largest window a broker's ``in_flight_hint`` can give a default producer.
+MAX_ADAPTIVE_WINDOW = 4
 #: The broker's default ``[limits] max_publish_stream_in_flight``: a window beyond it
 #: would only wait in HTTP/2 flow control.
 MAX_IN_FLIGHT_LIMIT = 256
@@ -247,6 +254,8 @@ class _Accumulator:
         # sequence) where the fixed-id rule says every later batch fails, unsent.
         fixed = producer.fixed_producer_id is not None
         self._max_in_flight = 1 if fixed else producer.max_in_flight
+        #: The window follows the broker's ``in_flight_hint`` (the linger-0 default).
+        self._adaptive = producer.adaptive_window and not fixed
         self._stream: grpc.aio.StreamStreamCall[_pb.PublishRequest, _pb.PublishResponse] | None
         self._stream = None
         self._reader: asyncio.Task[None] | None = None
@@ -510,6 +519,8 @@ class _Accumulator:
         trouble = self._trouble
         if not response.error_code:
             self._settle(sent.batch, response=response)
+            if self._adaptive:
+                self._max_in_flight = min(max(response.in_flight_hint, 1), MAX_ADAPTIVE_WINDOW)
             if trouble is None:
                 self._rounds = 0
                 self._room.set()
@@ -685,7 +696,10 @@ class AsyncProducer:
             idempotence kept (see the module docstring); not with a fixed
             ``producer_id``, which keeps one. Default (``None``): 1, as a unary Publish
             with a linger and on a PublishStream with ``linger_ms=0`` (a stream write
-            reaches the broker in half a unary call's time).
+            reaches the broker in half a unary call's time); without a linger the
+            window then follows each answer's ``in_flight_hint``: 2 while the broker's
+            fdatasync outweighs its own work per commit, else 1 (see
+            :data:`DEFAULT_WINDOW`).
         producer_id: A fixed producer id (0 to 2**63 - 1) instead of a random one per
             partition; with ``idempotent`` only. Each partition's sequences start at 0. A
             caller that re-sends the same records in the same calls under the same id (a
@@ -744,6 +758,9 @@ class AsyncProducer:
         #: Whether each partition publishes on a PublishStream (else unary Publish calls):
         #: with a window over 1, and by default without a linger.
         self.streams = max_in_flight > 1 or (defaulted and linger_ms == 0)
+        #: Whether each partition's window follows the broker's ``in_flight_hint``
+        #: (:data:`MAX_ADAPTIVE_WINDOW` at most): by default without a linger.
+        self.adaptive_window = defaulted and linger_ms == 0
         if buffer_max_bytes < batch_max_bytes:
             raise ValueError("buffer_max_bytes must be at least batch_max_bytes")
         self.buffer_max_bytes = buffer_max_bytes

@@ -77,7 +77,8 @@ class Producer:
         producer_id: A fixed producer id, for callers that re-send the same records after a
             failure (a retried Spark task): see :class:`AsyncProducer`. Default: random.
         max_in_flight: Batches each partition keeps in flight (1 to 256), as for
-            :class:`AsyncProducer`. Default: 1 (on a PublishStream with ``linger_ms=0``).
+            :class:`AsyncProducer`. Default: 1; with ``linger_ms=0``, on a PublishStream
+            and following the broker's ``in_flight_hint`` (1 or 2).
         reconnect_backoff_max_s: The longest pause between reconnect attempts while the
             broker is unreachable, seconds. Default 1.
         token, tls_ca, tls_cert, tls_key: The bearer token and the TLS files, as for

@@ -31,9 +31,13 @@ from client import (
     PublishOutcome,
     ResourceExhausted,
 )
+from proto import broker_pb2 as pb
+from proto import broker_pb2_grpc
 from tests.broker.conftest import broker_config
 from tests.client.conftest import address, read_batches, read_partition
 from tests.client.test_producer_faults import FaultyFront, SlowSyncFs, slow_broker
+from wal import encode_columns
+from wal.commit_cost import PIPELINED, WARMUP_COMMITS
 
 
 @pytest.mark.asyncio
@@ -54,11 +58,7 @@ async def test_records_sent_while_a_batch_is_in_flight(
         async with AsyncProducer(
             address(broker), linger_ms=0, max_in_flight=max_in_flight
         ) as producer:
-            futures = []
-            for i in range(12):
-                futures.append(await producer.send("w", b"%02d" % i, partition=0))
-                await asyncio.sleep(0.002)
-            offsets = [m.offset for m in await asyncio.gather(*futures)]
+            offsets = await _paced_sends(producer, "w", 0, 12)
         batches = await read_batches(broker, "w", 0)
     assert offsets == list(range(12))
     assert [v for b in batches for v in b.values()] == [b"%02d" % i for i in range(12)]
@@ -90,8 +90,75 @@ async def test_the_default_window_follows_the_linger(
     try:
         assert producer.max_in_flight == window
         assert producer.streams is streams
+        # Only the linger-0 default follows the broker's in_flight_hint.
+        assert producer.adaptive_window is (linger_ms == 0 and max_in_flight is None)
     finally:
         await producer.aclose()
+
+
+async def _paced_sends(producer: AsyncProducer, topic: str, first: int, n: int) -> list[int]:
+    """Send records ``first`` .. ``first + n - 1`` to partition 0, 2 ms apart, awaiting no
+    answer in between; return their offsets."""
+    futures = []
+    for i in range(first, first + n):
+        futures.append(await producer.send(topic, b"%02d" % i, partition=0))
+        await asyncio.sleep(0.002)
+    return [m.offset for m in await asyncio.gather(*futures)]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("max_in_flight", "alone"), [(None, 2), (1, 1)])
+async def test_the_default_window_follows_the_brokers_hint(
+    tmp_path: Path, max_in_flight: int | None, alone: int
+) -> None:
+    """Scenario: each fdatasync takes 30 ms more and no subscription costs the broker
+    anything per commit; a ``linger_ms=0`` producer publishes ``WARMUP_COMMITS`` records
+    one at a time (each its own commit), then 12 records 2 ms apart. Expected: the
+    answers' ``in_flight_hint`` turned 2 during the warm-up, so with the default window
+    the first 2 of the 12 go out alone (both in flight at once) and the rest share the
+    next batch; a window the user gave (1) ignores the hint. The log holds every record
+    once, in send order."""
+    async with slow_broker(tmp_path, 0.03) as broker:
+        async with AsyncAdminClient(address(broker)) as admin:
+            await admin.create_topic("h", 1)
+        async with AsyncProducer(
+            address(broker), linger_ms=0, max_in_flight=max_in_flight
+        ) as producer:
+            for i in range(WARMUP_COMMITS):
+                await (await producer.send("h", b"%02d" % i, partition=0))
+            offsets = await _paced_sends(producer, "h", WARMUP_COMMITS, 12)
+        batches = await read_batches(broker, "h", 0)
+    total = WARMUP_COMMITS + 12
+    assert offsets == list(range(WARMUP_COMMITS, total))
+    assert [v for b in batches for v in b.values()] == [b"%02d" % i for i in range(total)]
+    sizes = [b.record_count for b in batches[WARMUP_COMMITS:]]
+    assert sizes[:alone] == [1] * alone, sizes
+    assert sizes[alone] >= 3, sizes
+
+
+@pytest.mark.asyncio
+async def test_publish_answers_carry_the_in_flight_hint(tmp_path: Path) -> None:
+    """Scenario: raw PublishStream requests, one at a time, to a broker whose fdatasync
+    takes 20 ms more. Expected: every answer has a hint; 1 until ``WARMUP_COMMITS``
+    commits were seen, 2 from then on (the disk outweighs the broker's work per commit);
+    a unary Publish answer carries it too."""
+    async with slow_broker(tmp_path, 0.02) as broker:
+        async with AsyncAdminClient(address(broker)) as admin:
+            await admin.create_topic("raw", 1)
+        async with grpc.aio.insecure_channel(address(broker)) as channel:
+            stub = broker_pb2_grpc.BrokerStub(channel)
+            stream = stub.PublishStream()
+            hints = []
+            for i in range(WARMUP_COMMITS + 2):
+                batch = encode_columns([b"%d" % i])
+                await stream.write(pb.PublishRequest(topic="raw", batch=batch, request_id=i))
+                answer = await stream.read()
+                assert isinstance(answer, pb.PublishResponse)
+                hints.append(answer.in_flight_hint)
+            await stream.done_writing()
+            unary = await stub.Publish(pb.PublishRequest(topic="raw", batch=batch))
+    assert hints == [1] * (WARMUP_COMMITS - 1) + [PIPELINED] * 3
+    assert unary.in_flight_hint == PIPELINED
 
 
 @pytest.mark.asyncio
