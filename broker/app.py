@@ -49,6 +49,7 @@ from broker.config import BrokerConfig, parse_address
 from broker.errors import InsecureListenError, ListenError, TopicNotFoundError
 from broker.exposure import is_loopback, refusal
 from broker.ingest import append_batch
+from broker.load_monitor import LoadMonitor
 from broker.metrics import BrokerMetrics, PartitionLog
 from broker.partition import Partition
 from broker.retention import RetentionService
@@ -127,7 +128,9 @@ class Broker:
         )
         self.metrics.watch_subscriptions(self.subscriptions.samples)
         self.metrics.watch_cursors(self.subscriptions.cursor_stats)
-        self.metrics.watch_partitions(self._partition_logs)
+        #: The process's CPU, sampled while serving: publish answers' in-flight hint.
+        self.load = LoadMonitor()
+        self.metrics.watch_partitions(self._partition_logs, self.load.rule)
         self.retention = RetentionService(
             self.topics,
             self.subscriptions.saved_floor,
@@ -235,6 +238,7 @@ class Broker:
                 retention=self.retention,
                 limits=self.config.limits,
                 clock=self._clock,
+                busy=self.load.rule,
             ),
             server,
             max_request_bytes=limit,
@@ -257,6 +261,7 @@ class Broker:
             raise ListenError("listen", self.config.listen, "the port cannot be bound") from exc
         await server.start()
         self._server = server
+        self.load.start()
         for name in ("", *SERVICE_NAMES):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         self._start_metrics()
@@ -280,6 +285,7 @@ class Broker:
         """Shut down in order: NOT_SERVING, end consumer streams and save cursors, drain
         calls, close the logs. Idempotent."""
         server, self._server = self._server, None
+        self.load.stop()
         if server is not None:
             await self._health.enter_graceful_shutdown()
         await self.retention.aclose()  # before the subscriptions: it reads their floors

@@ -39,6 +39,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from broker.busy import BusyRule
 from dispatcher import SubscriptionSample
 from dispatcher.cursor_store import CursorStats
 from wal import AppendResult
@@ -301,10 +302,13 @@ class BrokerMetrics:
         ``stats()`` returns at each scrape (safe from the exporter's thread)."""
         self.registry.register(_CursorCollector(stats))
 
-    def watch_partitions(self, partitions: Callable[[], Iterable[PartitionLog]]) -> None:
-        """Export the head, size and health of the logs ``partitions()`` returns at each
-        scrape (read from the exporter's thread: plain attribute reads, no I/O)."""
-        self.registry.register(_PartitionCollector(partitions))
+    def watch_partitions(
+        self, partitions: Callable[[], Iterable[PartitionLog]], busy: BusyRule | None = None
+    ) -> None:
+        """Export the head, size, health and in-flight hint of the logs ``partitions()``
+        returns at each scrape (read from the exporter's thread: plain attribute reads, no
+        I/O); ``busy``: the process-wide rule the hint passes through (none: never busy)."""
+        self.registry.register(_PartitionCollector(partitions, busy or BusyRule()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,10 +355,12 @@ def _package_version() -> str:
 
 
 class _PartitionCollector(Collector):
-    """Head, first offset, size, segments and the failed latch of every partition's log."""
+    """Head, first offset, size, segments, the failed latch and the in-flight hint of every
+    partition's log."""
 
-    def __init__(self, partitions: Callable[[], Iterable[PartitionLog]]) -> None:
+    def __init__(self, partitions: Callable[[], Iterable[PartitionLog]], busy: BusyRule) -> None:
         self._partitions = partitions
+        self._busy = busy
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
         yield from self._families()
@@ -381,11 +387,17 @@ class _PartitionCollector(Collector):
                     "1 once the partition's log latched as failed after an I/O error: it "
                     "refuses every write until the broker restarts (see the broker's log).",
                 ),
+                (
+                    "headrace_partition_in_flight_hint_batches",
+                    "Batches the partition's publish answers now suggest a producer keep in "
+                    "flight: 2 while its fdatasync outweighs the broker's work per commit "
+                    "and the broker is not busy, else 1 (docs/protocol.md, section 4).",
+                ),
             )
         )
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        head, first, size, segments, failed = families = self._families()
+        head, first, size, segments, failed, hint = families = self._families()
         for p in self._partitions():
             labels = [p.topic, str(p.partition)]
             log = p.writer.log
@@ -394,6 +406,7 @@ class _PartitionCollector(Collector):
             size.add_metric(labels, log.size_bytes)
             segments.add_metric(labels, log.segment_count)
             failed.add_metric(labels, 0.0 if log.failure is None else 1.0)
+            hint.add_metric(labels, self._busy.in_flight_hint(p.writer.commit_cost.in_flight_hint))
         yield from families
 
 

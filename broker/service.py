@@ -33,6 +33,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 
+from broker.busy import BusyRule
 from broker.convert import (
     decoded_records,
     delivery,
@@ -81,8 +82,11 @@ class BrokerService(_grpc.BrokerServicer):
         retention: RetentionService | None = None,
         limits: LimitsConfig | None = None,
         clock: Clock | None = None,
+        busy: BusyRule | None = None,
     ) -> None:
         self._clock = clock or wall_clock_ms  # stamps simple-path records sent without a time
+        #: Whether the process is too busy for pipelining (never, without a monitor).
+        self._busy = busy or BusyRule()
         self._limits = limits or LimitsConfig()
         self._streams = StreamSlots(self._limits.max_streams_per_connection)
         self._topics = topics
@@ -126,7 +130,7 @@ class BrokerService(_grpc.BrokerServicer):
             partition.index,
             result,
             duplicate=duplicate,
-            in_flight_hint=partition.writer.commit_cost.in_flight_hint,
+            in_flight_hint=self._busy.in_flight_hint(partition.writer.commit_cost.in_flight_hint),
         )
 
     def _batch_of(self, request: _pb.PublishRequest) -> bytes:

@@ -21,10 +21,13 @@ The rule (the broker sends it to producers as ``PublishResponse.in_flight_hint``
 Worked example (measured on the development machine, 2 cores, fsync ``always``): one
 subscription consuming 2,000 msg/s, ``disk_s`` about 170 us and ``notify_s`` about 40 us
 per commit: the ratio is 0.24, under :data:`ON_RATIO`, so the hint becomes 2 (the e2e p50
-fell from 1.3-1.5 to 1.1-1.3 ms). 100 subscriptions at 200 msg/s: ``disk_s`` about 240 us,
+fell from 1.19-1.33 to 0.79-0.97 ms). 100 subscriptions at 200 msg/s: ``disk_s`` about 240 us,
 ``notify_s`` about 1,500 us: 6.2, over :data:`OFF_RATIO`, so it stays 1 (with 2 the
 fan-out's p50 rose from about 11 to 17-22 ms). Between the two thresholds the hint keeps
 its value (hysteresis), so a ratio near one threshold does not flip it on every commit.
+
+The rule sees one partition only. Many partitions, each cheap, can together saturate the
+broker; the broker then sends 1 whatever this says (:mod:`broker.busy`).
 
 Both are exponentially weighted averages (weight :data:`WEIGHT` for each new commit),
 and the hint stays 1 until :data:`WARMUP_COMMITS` commits were seen: a producer starts

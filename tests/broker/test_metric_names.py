@@ -19,6 +19,7 @@ from tests.broker.conftest import broker_config
 #: or measures. Base units only: seconds and bytes, never ms or KiB.
 UNIT_NOUNS = frozenset(
     {
+        "batches",
         "bytes",
         "checkpoints",
         "entries",

@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from broker.busy import BusyRule
 from broker.metrics import DISPATCH_BUCKETS, WAL_BUCKETS, BrokerMetrics, PartitionLog
 from dispatcher import SubscriptionSample
 from dispatcher.heartbeat import PartitionSample
@@ -183,5 +184,25 @@ async def test_partition_gauges_follow_the_log_and_its_failed_latch(tmp_path: Pa
         with pytest.raises(WalFailedError):
             await writer.append(encode_columns([b"f"]))
         assert _samples(metrics)["headrace_wal_failed", labels] == 1
+    finally:
+        await writer.aclose()
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_the_in_flight_hint_gauge_is_what_publish_answers_carry(tmp_path: Path) -> None:
+    """Scenario: a partition's commit cost says 1, then 2; then the broker is busy.
+    Expected: the gauge reads 1, 2, then 1 (the busy rule overrides the partition's)."""
+    writer = await LogWriter.open(str(tmp_path / "log"))
+    try:
+        busy = BusyRule()
+        metrics = BrokerMetrics(CollectorRegistry())
+        metrics.watch_partitions(lambda: [PartitionLog("orders", 0, writer)], busy)
+        labels = frozenset({("topic", "orders"), ("partition", "0")})
+        name = "headrace_partition_in_flight_hint_batches"
+        assert _samples(metrics)[name, labels] == 1
+        writer.commit_cost.pipelined = True
+        assert _samples(metrics)[name, labels] == 2
+        busy.busy = True
+        assert _samples(metrics)[name, labels] == 1
     finally:
         await writer.aclose()
