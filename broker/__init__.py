@@ -1,7 +1,33 @@
 """The Headrace broker: gRPC services over the write-ahead log and the dispatcher.
 
 Modules:
-    cli    the ``headrace`` command line (``serve`` and the admin commands)
+    app               Broker: the composition root, its parts started and stopped in order
+    config            BrokerConfig: frozen, validated, from TOML, then flags
+    limits            ``[limits]``: what one client may ask of the broker
+    exposure          whether the broker may serve on its ``listen`` address as configured
+    fd_budget         whether a topic's partitions fit under the open-files limit
+    tls, certs        server TLS credentials; certificate validity dates (pure)
+    service           the data plane: Publish, PublishStream, Subscribe, Fetch, AckUpTo
+    admin_service     the admin plane: topics, subscriptions, dead-letter queues
+    rpc_handlers      RPC registration from descriptors, requests parsed defensively
+    status            the one table from domain errors to gRPC status codes
+    convert           protobuf messages to and from domain values (pure)
+    turns             one PublishStream's admission order
+    busy              BusyRule: too busy for producers to pipeline (pure)
+    load_monitor      LoadMonitor: the process's CPU, sampled for the busy rule
+    topics            TopicRegistry: names, partitions and their log writers
+    partition         one partition: its log writer and idempotent-producer state
+    producers         which batches of a partition are retries (pure)
+    ingest            a batch appended as every publisher does: quota, append, metric
+    backlog           the backlog quota's rules (pure)
+    retention         the retention task and the backlog quota on the publish path
+    replay            dead letters put back on their original topic
+    metrics           every Prometheus metric, declared in one place
+    errors            BrokerError and its subclasses
+    cli               the ``headrace`` command line (``serve`` and the admin commands);
+                      cli_client, cli_dlq, cli_lag, cli_subscriptions, cli_tokens: its
+                      client commands; cli_output, cli_params: printing and parameters
+    _grpc_env         gRPC's C-core settings, set before ``grpc`` loads
 
 Nothing imports ``broker`` except its own entry point and the tests (DESIGN section 1).
 """
