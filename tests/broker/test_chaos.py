@@ -230,11 +230,13 @@ async def test_twenty_sigkills_under_producers_and_exclusive_and_shared_consumer
     capsys: pytest.CaptureFixture[str],
     record_property: Callable[[str, object], None],
 ) -> None:
-    """Scenario: 3 producers publish numbered records to a 3-partition topic of a `headrace
-    serve` process (fsync always) while one consumer reads an exclusive subscription and
-    two consumers share a shared one, each acking every record. The broker is SIGKILLed
-    20 times at seeded random moments (each after more progress) and restarted on the same
-    port and data dir. Then production stops and the consumers drain.
+    """Scenario: 3 producers (one with ``linger_ms=0``: pipelined on a PublishStream as the
+    broker's in-flight hint says; two unary, with a linger) publish numbered records to a
+    3-partition topic of a `headrace serve` process (fsync always) while one consumer reads
+    an exclusive subscription and two consumers share a shared one, each acking every
+    record. The broker is SIGKILLed 20 times at seeded random moments (each after more
+    progress) and restarted on the same port and data dir. Then production stops and the
+    consumers drain.
     Expected: every acknowledged record is received by the exclusive subscription and by
     the shared one (the union of its consumers), at its acknowledged position; per
     partition, the exclusive subscription's first deliveries come in offset order with no
@@ -261,9 +263,14 @@ async def test_twenty_sigkills_under_producers_and_exclusive_and_shared_consumer
                 ]
                 producers = [
                     await stack.enter_async_context(
-                        AsyncProducer(broker.address, delivery_timeout_s=DELIVERY_TIMEOUT_S)
+                        AsyncProducer(
+                            broker.address,
+                            delivery_timeout_s=DELIVERY_TIMEOUT_S,
+                            # the first on a PublishStream, its window the broker's hint
+                            linger_ms=0 if i == 0 else 5,
+                        )
                     )
-                    for _ in range(PRODUCERS)
+                    for i in range(PRODUCERS)
                 ]
                 readers = [
                     asyncio.create_task(consume(c, ledger), name=f"consumer {c.subscription}")
