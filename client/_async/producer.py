@@ -20,8 +20,9 @@ instead: a batch's trip to the broker is a stream write (about 0.3 ms here) rath
 unary call (about 0.6 ms), and records that come while it is answered still form the
 next batch, which a broker under load needs (see :data:`DEFAULT_WINDOW`).
 
-Pipelining (``max_in_flight`` > 1; and the ``linger_ms=0`` default, with a window of 1):
-the partition's sender keeps up to ``max_in_flight`` batches on one long-lived
+Pipelining (``max_in_flight`` > 1; and the ``linger_ms=0`` default, whose window is what
+each answer's ``in_flight_hint`` says, 1 or 2: see :data:`DEFAULT_WINDOW`): the
+partition's sender keeps up to ``max_in_flight`` batches on one long-lived
 PublishStream, taking the next batch as soon as the window has room; sequences are
 stamped in send order and the broker answers in order, so answers are matched to batches
 by position (each request has its own ``request_id`` too). The stream
