@@ -128,7 +128,7 @@ class Broker:
         )
         self.metrics.watch_subscriptions(self.subscriptions.samples)
         self.metrics.watch_cursors(self.subscriptions.cursor_stats)
-        #: The process's CPU, sampled while serving: publish answers' in-flight hint.
+        #: The process's CPU, read as publishes are answered: their in-flight hint.
         self.load = LoadMonitor()
         self.metrics.watch_partitions(self._partition_logs, self.load.rule)
         self.retention = RetentionService(
@@ -238,7 +238,7 @@ class Broker:
                 retention=self.retention,
                 limits=self.config.limits,
                 clock=self._clock,
-                busy=self.load.rule,
+                load=self.load,
             ),
             server,
             max_request_bytes=limit,
@@ -261,7 +261,6 @@ class Broker:
             raise ListenError("listen", self.config.listen, "the port cannot be bound") from exc
         await server.start()
         self._server = server
-        self.load.start()
         for name in ("", *SERVICE_NAMES):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         self._start_metrics()
@@ -285,7 +284,6 @@ class Broker:
         """Shut down in order: NOT_SERVING, end consumer streams and save cursors, drain
         calls, close the logs. Idempotent."""
         server, self._server = self._server, None
-        self.load.stop()
         if server is not None:
             await self._health.enter_graceful_shutdown()
         await self.retention.aclose()  # before the subscriptions: it reads their floors

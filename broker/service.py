@@ -33,7 +33,6 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from broker.busy import BusyRule
 from broker.convert import (
     decoded_records,
     delivery,
@@ -47,6 +46,7 @@ from broker.convert import (
 from broker.errors import InvalidRequestError, LimitExceededError, ShuttingDownError
 from broker.ingest import append_batch
 from broker.limits import LimitsConfig, StreamSlots
+from broker.load_monitor import LoadMonitor
 from broker.metrics import BrokerMetrics
 from broker.retention import RetentionService
 from broker.rpc_handlers import add_service
@@ -82,11 +82,11 @@ class BrokerService(_grpc.BrokerServicer):
         retention: RetentionService | None = None,
         limits: LimitsConfig | None = None,
         clock: Clock | None = None,
-        busy: BusyRule | None = None,
+        load: LoadMonitor | None = None,
     ) -> None:
         self._clock = clock or wall_clock_ms  # stamps simple-path records sent without a time
-        #: Whether the process is too busy for pipelining (never, without a monitor).
-        self._busy = busy or BusyRule()
+        #: Whether the process is too busy for producers to pipeline (its own, if none).
+        self._load = load or LoadMonitor()
         self._limits = limits or LimitsConfig()
         self._streams = StreamSlots(self._limits.max_streams_per_connection)
         self._topics = topics
@@ -130,7 +130,7 @@ class BrokerService(_grpc.BrokerServicer):
             partition.index,
             result,
             duplicate=duplicate,
-            in_flight_hint=self._busy.in_flight_hint(partition.writer.commit_cost.in_flight_hint),
+            in_flight_hint=self._load.hint(partition.writer.commit_cost.in_flight_hint),
         )
 
     def _batch_of(self, request: _pb.PublishRequest) -> bytes:

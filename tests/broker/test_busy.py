@@ -1,10 +1,10 @@
 """While the broker process is busy, every publish answer's in-flight hint is 1.
 
-- Pure (:mod:`broker.busy`): busy once the averaged CPU reaches ``BUSY_AT`` of a core,
-  calm again only at ``CALM_AT`` (hysteresis); a period of no length is ignored; the
-  hint passes the partition's through while calm.
-- The monitor (:mod:`broker.load_monitor`) on a real loop with a fake CPU clock: each
-  period's difference reaches the rule; stopping stops it.
+- Pure (:mod:`broker.busy`): busy once the averaged CPU reaches ``BUSY_AT`` of a core or
+  one period ``PEAK_AT``, calm again only at ``CALM_AT`` (hysteresis); a period of no
+  length is ignored; the hint passes the partition's through while calm.
+- The monitor (:mod:`broker.load_monitor`) with fake clocks: a reading once a period,
+  taken as hints are asked; a pause counts as one low period.
 - End to end over real gRPC: a broker whose fdatasync takes 20 ms more answers with hint
   2 after the warm-up; then a thread of this process spins (the process uses a whole
   core) and within a second the answers carry 1; once it stops, 2 again.
@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from pathlib import Path
@@ -20,7 +19,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from broker.busy import BUSY_AT, CALM_AT, BusyRule
+from broker.busy import BUSY_AT, CALM_AT, PEAK_AT, BusyRule
 from broker.load_monitor import LoadMonitor
 from proto import admin_pb2, admin_pb2_grpc, broker_pb2_grpc
 from proto import broker_pb2 as pb
@@ -52,6 +51,19 @@ def test_busy_from_busy_at_and_calm_again_only_at_calm_at() -> None:
     assert not rule.busy
 
 
+def test_one_period_at_the_peak_makes_a_calm_process_busy() -> None:
+    """Scenario: calm at 0.3 of a core, then one 50 ms period at ``PEAK_AT`` (the
+    average is still under ``BUSY_AT``). Expected: busy at once; a period just under the
+    peak is not enough."""
+    rule = _rule_at(0.3)
+    rule.observe((PEAK_AT - 0.01) * 0.05, 0.05)
+    assert not rule.busy
+    rule = _rule_at(0.3)
+    rule.observe(PEAK_AT * 0.05, 0.05)
+    assert rule.cores < BUSY_AT
+    assert rule.busy
+
+
 def test_a_period_of_no_length_is_ignored() -> None:
     rule = _rule_at(0.3)
     before = rule.cores
@@ -59,23 +71,42 @@ def test_a_period_of_no_length_is_ignored() -> None:
     assert rule.cores == before
 
 
-@pytest.mark.asyncio
-async def test_the_monitor_feeds_each_periods_cpu_to_the_rule() -> None:
-    """Scenario: a fake CPU clock that runs at 1.5 cores of the real monotonic clock.
-    Expected: after a few periods the rule's average is near 1.5 and busy; after stop,
-    no more periods are taken."""
-    started = time.monotonic()
-    monitor = LoadMonitor(period_s=0.01, cpu=lambda: (time.monotonic() - started) * 1.5)
-    monitor.start()
-    try:
-        await asyncio.sleep(0.15)
-        assert monitor.rule.busy
-        assert monitor.rule.cores == pytest.approx(1.5, rel=0.05)
-    finally:
-        monitor.stop()
-    cores = monitor.rule.cores
-    await asyncio.sleep(0.05)
-    assert monitor.rule.cores == cores
+class _Clocks:
+    """A fake monotonic clock and CPU clock that tests move by hand."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.cpu = 5.0
+
+    def run(self, seconds: float, cores: float) -> None:
+        self.now += seconds
+        self.cpu += seconds * cores
+
+
+def test_the_monitor_reads_the_cpu_once_a_period_as_hints_are_asked() -> None:
+    """Scenario: fake clocks; hints asked every 10 ms while the process uses 1.5 cores,
+    then after a 10 s pause at 0.01, then at 0.3. Expected: a reading only once 25 ms
+    passed (asks in between change nothing); busy (hint 1) within three periods at 1.5;
+    the pause's single period counts as one low period; calm again at 0.3."""
+    clocks = _Clocks()
+    monitor = LoadMonitor(period_s=0.025, cpu=lambda: clocks.cpu, clock=lambda: clocks.now)
+    assert monitor.hint(PIPELINED) == PIPELINED
+    clocks.run(0.01, 1.5)
+    assert monitor.hint(PIPELINED) == PIPELINED
+    assert monitor.rule.cores == 0.0  # 10 ms: no reading yet
+    for _ in range(8):
+        clocks.run(0.01, 1.5)
+        monitor.hint(PIPELINED)
+    assert monitor.rule.busy
+    assert monitor.hint(PIPELINED) == 1
+    clocks.run(10.0, 0.01)
+    monitor.hint(PIPELINED)
+    assert monitor.rule.cores == pytest.approx((1.5 + 0.01) / 2, abs=0.2)
+    for _ in range(20):
+        clocks.run(0.03, 0.3)
+        monitor.hint(PIPELINED)
+    assert not monitor.rule.busy
+    assert monitor.hint(PIPELINED) == PIPELINED
 
 
 async def _hint(stream: grpc.aio.StreamStreamCall[pb.PublishRequest, pb.PublishResponse]) -> int:
