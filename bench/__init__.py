@@ -18,6 +18,7 @@ Modules:
     pubsub    scenario ``pubsub``: Headrace beside NATS JetStream and Redis Streams
     dispatch  scenario ``dispatch``: the heartbeat, fan-out latency, shared throughput
     memory    scenario ``memory``: broker RSS under a publish flood and slow consumers
+    hint      scenario ``hint``: the in-flight hint against one batch in flight, by load
     spark     scenario ``spark``: the Spark connector beside Spark's Parquet reader
     _peers, _pubsub_system, _headrace_pubsub, _dispatch_procs, _fanout_*  their systems
 """

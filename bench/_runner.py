@@ -71,12 +71,19 @@ def _memory(options: RunOptions) -> Iterator[Result]:
     return memory.run(options)
 
 
+def _hint(options: RunOptions) -> Iterator[Result]:
+    from bench import hint
+
+    return hint.run(options)
+
+
 #: Every scenario by name.
 SCENARIOS: dict[str, Scenario] = {
     "wal": _wal,
     "pubsub": _pubsub,
     "dispatch": _dispatch,
     "memory": _memory,
+    "hint": _hint,
 }
 
 
