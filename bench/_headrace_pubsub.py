@@ -43,7 +43,7 @@ import concurrent.futures
 import contextlib
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 
 import grpc
@@ -164,23 +164,7 @@ class HeadraceSystem:
             async def send(payload: bytes) -> None:
                 await producer.publish(E2E_TOPIC, payload)
 
-            async def consume(recorder: LatencyRecorder) -> None:
-                async with AsyncConsumer(
-                    E2E_TOPIC,
-                    "bench-e2e",
-                    broker=self._address,
-                    initial_position="latest",
-                ) as consumer:
-                    recorder.set_ready()
-                    while recorder.running:
-                        try:
-                            batch = await consumer.receive_batch(timeout=0.1)
-                        except TimeoutError:
-                            continue
-                        for message in batch:
-                            recorder.record(message.value)
-                            consumer.ack(message)
-
+            consume = e2e_consumer(self._address, E2E_TOPIC, "bench-e2e")
             return await measure_e2e(rate, seconds, send, consume)
 
     async def kill_and_restart(self) -> float:
@@ -201,6 +185,29 @@ class HeadraceSystem:
     async def stop(self) -> None:
         with contextlib.suppress(Exception):
             await asyncio.to_thread(self._process.stop)
+
+
+def e2e_consumer(
+    address: str, topic: str, subscription: str
+) -> Callable[[LatencyRecorder], Coroutine[object, object, None]]:
+    """The consumer of an e2e phase (:func:`bench._pubsub_system.measure_e2e`): it
+    subscribes to ``topic`` at ``latest``, records each message's latency and acks it."""
+
+    async def consume(recorder: LatencyRecorder) -> None:
+        async with AsyncConsumer(
+            topic, subscription, broker=address, initial_position="latest"
+        ) as consumer:
+            recorder.set_ready()
+            while recorder.running:
+                try:
+                    batch = await consumer.receive_batch(timeout=0.1)
+                except TimeoutError:
+                    continue
+                for message in batch:
+                    recorder.record(message.value)
+                    consumer.ack(message)
+
+    return consume
 
 
 def _sync_send(address: str, count: int, payload: bytes) -> float:

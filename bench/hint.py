@@ -30,11 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench._dispatch_procs import Broker
+from bench._headrace_pubsub import e2e_consumer
 from bench._measure import median, new_runner, percentile
 from bench._output import Params, Result
-from bench._pubsub_system import LatencyRecorder, measure_e2e
+from bench._pubsub_system import measure_e2e
 from bench._runner import RunOptions
-from client import AsyncConsumer, AsyncProducer
+from client import AsyncProducer
 
 BENCH = "hint"
 TOPIC = "hint"
@@ -141,20 +142,7 @@ async def measure_cell(directory: Path, cell: Cell, system: str, seconds: float)
                 sent += 1
                 await producer.publish(TOPIC, payload, partition=sent % cell.partitions)
 
-            async def consume(recorder: LatencyRecorder) -> None:
-                async with AsyncConsumer(
-                    TOPIC, SUBSCRIPTION, broker=broker.address, initial_position="latest"
-                ) as consumer:
-                    recorder.set_ready()
-                    while recorder.running:
-                        try:
-                            batch = await consumer.receive_batch(timeout=0.1)
-                        except TimeoutError:
-                            continue
-                        for message in batch:
-                            recorder.record(message.value)
-                            consumer.ack(message)
-
+            consume = e2e_consumer(broker.address, TOPIC, SUBSCRIPTION)
             cpu_before, started = _cpu_s(broker.process.pid), time.monotonic()
             latencies = await measure_e2e(cell.rate, seconds, send, consume)
             cores = (_cpu_s(broker.process.pid) - cpu_before) / (time.monotonic() - started)
