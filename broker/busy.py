@@ -24,9 +24,11 @@ subscription, ``python -m bench hint``: 4 s runs, the producer and consumer in o
 process):
 
 - 1 partition at 2,000 msg/s: 0.57-0.60 of a core with one batch in flight, 0.72-0.76
-  with the hint's two: under :data:`BUSY_AT` (single 50 ms periods peaked at 0.79), so
-  the hint stands. :data:`CALM_AT` (0.65) lies above the 0.60 of one batch in flight, so
-  a broker that a burst made busy comes back to pipelining.
+  with the hint's two: under :data:`BUSY_AT` (single 50 ms periods peaked at 0.79; with
+  25 ms readings and :data:`PEAK_AT` the last ``bench hint`` run still pipelined there,
+  0.73 of a core, p50 0.52x one batch in flight's), so the hint stands. :data:`CALM_AT`
+  (0.65) lies above the 0.60 of one batch in flight, so a broker that a burst made busy
+  comes back to pipelining.
 - 8 partitions at 4,000 msg/s in all: 0.95-1.02 of a core with one batch in flight:
   saturated. Each partition's commits are cheap, so each hints 2; without this rule the
   backlog grew without bound (p50 250-470 ms against 7-9). What the first pipelined

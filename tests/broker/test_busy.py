@@ -97,11 +97,13 @@ def test_the_monitor_reads_the_cpu_once_a_period_as_hints_are_asked() -> None:
     for _ in range(8):
         clocks.run(0.01, 1.5)
         monitor.hint(PIPELINED)
+    # Readings at 30, 60 and 90 ms, each 30 ms at 1.5 cores: 0.75, 1.125, 1.3125.
+    assert monitor.rule.cores == pytest.approx(1.3125)
     assert monitor.rule.busy
     assert monitor.hint(PIPELINED) == 1
     clocks.run(10.0, 0.01)
     monitor.hint(PIPELINED)
-    assert monitor.rule.cores == pytest.approx((1.5 + 0.01) / 2, abs=0.2)
+    assert monitor.rule.cores == pytest.approx(1.3125 + (0.01 - 1.3125) / 2)  # one period
     for _ in range(20):
         clocks.run(0.03, 0.3)
         monitor.hint(PIPELINED)
