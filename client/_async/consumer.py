@@ -61,9 +61,10 @@ from typing import Self
 
 import grpc
 
-from client._channel import DEFAULT_RECONNECT_BACKOFF_MAX_S, aio_channel
+from client._channel import DEFAULT_RECONNECT_BACKOFF_MAX_S, aio_channel, check_security
 from client._message import DeliveredBatch, Message, MessageBuffer
 from client._retry import backoff_s
+from client._shared import ChannelKey, ChannelLease, refused_for_streams
 from client._signal import Signal
 from client._types import DEFAULT_BROKER, QUEUED, Queued
 from client.errors import (
@@ -95,6 +96,9 @@ _MAX_NACK_DELAY_S = 86_400.0
 #: While credit or acks wait for the stream's writer, the application yields to the loop
 #: once per this many receives (a yield costs about as much as a few receives).
 _NUDGE_EVERY = 16
+#: Moves to another shared connection after stream-limit refusals, in a row, before such
+#: a refusal is handled as any other error (reported, or retried with backoff).
+_MAX_MOVES = 4
 
 _PERMANENT = (InvalidArgument, NotFound, PermissionDenied, Unauthenticated, DataLoss)
 
@@ -116,7 +120,10 @@ class AsyncConsumer:
         consumer_name: How this consumer shows in ``headrace lag``.
         receive_queue: Records the broker may send ahead of the application. Default 1,000.
         ack_interval_ms: The longest an ack waits to be sent. Default 20 ms.
-        channel: An existing channel to use (not closed by the consumer).
+        channel: An existing channel to use (not closed by the consumer). Without one,
+            the consumers of one event loop with the same ``broker``,
+            ``reconnect_backoff_max_s`` and security share a connection
+            (:mod:`client._shared`).
         connect_timeout: How long the first open waits for an unreachable broker,
             seconds, before ``start`` raises ``Unavailable``. Default 30.
         reconnect_backoff_max_s: Longest pause between the channel's reconnect attempts
@@ -174,17 +181,13 @@ class AsyncConsumer:
         )
         self._credit_chunk = max(1, receive_queue // 2)
         self._ack_interval_s = ack_interval_ms / 1000
-        self._owns_channel = channel is None
         self._target = broker
-        self._channel = channel or aio_channel(
-            broker,
-            reconnect_backoff_max_s,
-            token=token,
-            tls_ca=tls_ca,
-            tls_cert=tls_cert,
-            tls_key=tls_key,
-        )
-        self._stub = broker_pb2_grpc.BrokerStub(self._channel)
+        self._key = ChannelKey(broker, reconnect_backoff_max_s, token, tls_ca, tls_cert, tls_key)
+        if channel is None:
+            check_security(token, tls_ca, tls_cert, tls_key)  # bad ones raise here, not later
+        #: The shared channel held while running, when no ``channel`` was given.
+        self._lease: ChannelLease | None = None
+        self._stub = None if channel is None else broker_pb2_grpc.BrokerStub(channel)
         self._rng = random.Random()
         self._buffer = MessageBuffer(self._credit_chunk)
         #: Whether ``__anext__`` must take its slow path: closed, or the writer has
@@ -264,8 +267,8 @@ class AsyncConsumer:
                 with contextlib.suppress(asyncio.CancelledError, ClientError):
                     await task
         self._ready.set()
-        if self._owns_channel:
-            await self._channel.close()
+        if self._lease is not None:
+            await self._lease.release()
 
     async def _release_unreceived(self, task: asyncio.Task[None]) -> None:
         """Drain the open session, then queue releases of the buffered messages the
@@ -603,8 +606,22 @@ class AsyncConsumer:
 
     # -- sessions ---------------------------------------------------------------------
 
+    def _new_channel(self) -> grpc.aio.Channel:
+        key = self._key
+        return aio_channel(
+            key.broker,
+            key.reconnect_backoff_max_s,
+            token=key.token,
+            tls_ca=key.tls_ca,
+            tls_cert=key.tls_cert,
+            tls_key=key.tls_key,
+        )
+
     async def _run(self) -> None:
-        attempt = 0
+        if self._stub is None:
+            self._lease = ChannelLease(self._key, self._new_channel)
+            self._stub = broker_pb2_grpc.BrokerStub(self._lease.channel)
+        attempt = moves = 0
         started = time.monotonic()
         while not self._closed:
             opened = self._opened
@@ -615,6 +632,14 @@ class AsyncConsumer:
                 error = from_rpc_error(exc)
             except ClientError as exc:
                 error = exc
+            if self._opened > opened:
+                moves = 0
+            if self._lease is not None and refused_for_streams(error) and moves < _MAX_MOVES:
+                # The shared connection is at the broker's stream limit: another one, at
+                # once (a new connection has room; MAX_MOVES bounds a race for it).
+                moves += 1
+                self._stub = broker_pb2_grpc.BrokerStub(await self._lease.move())
+                continue
             final = self._final_error(error, started)
             if final is not None:
                 self._error = final
@@ -684,6 +709,7 @@ class AsyncConsumer:
     async def _session(self) -> None:
         out = self._new_session()
         epoch = self._epoch
+        assert self._stub is not None  # set by _run
         call = self._stub.Subscribe(self._write(out))
         try:
             async for response in call:
