@@ -21,10 +21,12 @@ Owns the measurements of the dispatcher (issue 4) and their goals:
    2,000 msg/s for 5 s (2 s with ``--quick``), each stamped with its *scheduled* send time
    (no coordinated omission, as in the ``pubsub`` scenario). Every (record, subscription)
    pair is one sample: from the scheduled send to the consumer's receipt. The consumers
-   run in their own process, so the publisher's pacing and the consumers' decoding do not
-   share one event loop; the clock is ``CLOCK_MONOTONIC`` (``time.monotonic_ns``), which
-   every process on the host shares. They ack each batch with one ``ack_many``, sent every
-   100 ms, and freeze their setup out of the cyclic GC, to keep the measuring side light.
+   run in their own process (made with the client's defaults, so they share one
+   connection: :mod:`client._shared`), so the publisher's pacing and the consumers'
+   decoding do not share one event loop; the clock is ``CLOCK_MONOTONIC``
+   (``time.monotonic_ns``), which every process on the host shares. They ack each batch
+   with one ``ack_many``, sent every 100 ms, and freeze their setup out of the cyclic GC,
+   to keep the measuring side light.
    Goal for p99: at most 5 ms (p50 has none).
    The same e2e run is repeated at ``floor_rate`` (200 msg/s), side by side with the
    bare gRPC fan-out of :mod:`bench._fanout_floor` (system ``grpc-aio-floor``: the same
