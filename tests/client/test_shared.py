@@ -6,6 +6,7 @@ closed closes the connection."""
 from __future__ import annotations
 
 import asyncio
+import random
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,12 @@ async def _until_connections(port: int, expected: int, timeout_s: float = 10.0) 
     async with asyncio.timeout(timeout_s):
         while connections_to(port) != expected:  # noqa: ASYNC110 - the kernel tells no one
             await asyncio.sleep(0.02)
+
+
+def _pool_channels() -> list[list[_shared._Shared]]:
+    """The shared channels of the running loop, by key."""
+    pool = _shared._POOLS.get(asyncio.get_running_loop())
+    return [] if pool is None else list(pool.channels.values())
 
 
 async def _topic_with(broker: Broker, topic: str, values: list[bytes]) -> None:
@@ -136,6 +143,46 @@ async def test_a_full_connection_makes_the_next_consumer_open_another(
     for consumer in consumers:
         assert await _values(consumer, 1) == [b"a"]
     await asyncio.gather(*(c.aclose() for c in consumers))
+    await _until_connections(broker.port, 0)
+
+
+async def test_consumers_coming_and_going_never_lose_their_connection(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Scenario: three consumers a connection at most; 40 steps in a seeded random order,
+    each starting a new consumer or closing a running one (several at once), and after
+    each step every running consumer receives the record just published. Expected: no
+    consumer ever misses one (its channel was never closed under it); every shared
+    channel holds one to three of them, one connection each; none after the last close."""
+    monkeypatch.setattr(_shared, "MAX_PER_CHANNEL", 3)
+    rng = random.Random(20261129)
+    await _topic_with(broker, "t", [])
+    await _until_connections(broker.port, 0)
+    running: list[AsyncConsumer] = []
+    async with AsyncProducer(address(broker)) as producer:
+        for step in range(40):
+            if running and (len(running) >= 9 or rng.random() < 0.4):
+                leaving = rng.sample(running, rng.randint(1, len(running)))
+                running = [c for c in running if c not in leaving]
+                await asyncio.gather(*(c.aclose() for c in leaving))
+            else:
+                joining = [
+                    AsyncConsumer(
+                        "t", f"s{step}-{i}", broker=address(broker), initial_position="latest"
+                    )
+                    for i in range(rng.randint(1, 3))
+                ]
+                await asyncio.gather(*(c.start() for c in joining))
+                running += joining
+            value = f"r{step}".encode()
+            await producer.publish("t", value)
+            for consumer in running:
+                assert await _values(consumer, 1) == [value], f"step {step}"
+            held = [e.users for entries in _pool_channels() for e in entries]
+            assert sum(held) == len(running), held
+            assert all(1 <= n <= 3 for n in held), held
+            await _until_connections(broker.port, 1 + len(held))  # + the producer's
+    await asyncio.gather(*(c.aclose() for c in running))
     await _until_connections(broker.port, 0)
 
 
