@@ -77,6 +77,7 @@ from dispatcher.protocol import (
 from dispatcher.session import ConsumerSession
 from dispatcher.state import SubscriptionState
 from wal import LogWriter, RecordBatch
+from wal.errors import OffsetOutOfRangeError, WalIOError
 
 logger = logging.getLogger(__name__)
 
@@ -366,10 +367,15 @@ class DispatchLoop(Generic[OwnerT]):
                 await self._carry_out(state.handle(Deleted(p, first), now, wall=wall))
                 if first >= heads[p]:
                     continue
-            if self._reader is None:
-                batches = writer.read(max(wanted, first), self._max_batch_bytes)
-            else:
-                batches = await self._reader(p, max(wanted, first), self._max_batch_bytes)
+            at = max(wanted, first)
+            found = writer.read_nowait(at, self._max_batch_bytes) if self._reader is None else None
+            if found is not None:
+                batches = found
+            else:  # not in the page cache (or a test's reader): read off the loop
+                if self._reader is None:
+                    batches = await _read_cold(writer, at, self._max_batch_bytes)
+                else:
+                    batches = await self._reader(p, at, self._max_batch_bytes)
                 if self._commands:  # they came before the read's result: apply them first
                     self._apply_queued()
                 now, wall = self._clock(), self._wall_clock()
@@ -488,6 +494,17 @@ class DispatchLoop(Generic[OwnerT]):
         self._timer_at = None
         self.dispatch = True
         self.wake.set()
+
+
+async def _read_cold(writer: LogWriter, offset: int, max_bytes: int) -> list[RecordBatch]:
+    """``writer.read_cold``; nothing when retention deleted the segment while the thread
+    read it (the next pass meets the new first offset, as a read on the loop would have)."""
+    try:
+        return await writer.read_cold(offset, max_bytes)
+    except (OffsetOutOfRangeError, WalIOError):
+        if offset < writer.first_offset:
+            return []
+        raise
 
 
 @types.coroutine

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from proto.batch import HEADER_SIZE, MAGIC, RecordBatch, decode_batch
 from wal.errors import DISK_FULL_ERRNOS, CorruptBatchError, CorruptSegmentError
 from wal.fdcache import PRIVATE_CAPACITY, FileCache, Pin
-from wal.fs import FileSystem
+from wal.fs import FileSystem, WouldBlockError, reading_nonblocking
 from wal.index import ENTRY, ENTRY_SIZE, NO_TIMESTAMP, IndexCorruptError, OffsetIndex
 from wal.naming import INDEX_SUFFIX, LOG_SUFFIX, broken_name, segment_name
 from wal.recovery import BatchPos, ScanResult, scan_file
@@ -140,6 +140,10 @@ class Segment:
         self._pending: list[Entry] = []
         self._index_written = 0
         self._index_lock = threading.Lock()
+        # Held while the read path loads or rebuilds the index: reads run on the event
+        # loop and on cold-read threads (wal.writer) at once, and two rebuilds of one
+        # segment would write its index file together.
+        self._load_lock = threading.Lock()
         self.write_fault: str | None = None
 
     # -- life cycle -------------------------------------------------------------------
@@ -478,7 +482,8 @@ class Segment:
             if self._log_damaged or (not self.sealed and self._headers_fail(offset)):
                 self._log_damaged = True
                 raise self._damage_error(exc.position, exc.reason) from exc
-            index = self._rebuild_index()
+            with self._loading():
+                index = self._rebuild_index()
         try:
             return self._walk(index, offset)
         except _WalkFailedError as exc:
@@ -523,13 +528,27 @@ class Segment:
 
     def _loaded_index(self) -> OffsetIndex:
         if self._index is None:
-            index = self._load_or_rebuild_index()
-            if self.sealed and not self._check_sealed_tail(index, record=False):
-                # Suspect the index before the log: rebuild it, then judge the log.
-                index = self._rebuild_index()
-                self._check_sealed_tail(index, record=True)
-            self._index = index
+            with self._loading():
+                if self._index is None:  # not loaded by the thread that held the lock
+                    index = self._load_or_rebuild_index()
+                    if self.sealed and not self._check_sealed_tail(index, record=False):
+                        # Suspect the index before the log: rebuild it, then judge the log.
+                        index = self._rebuild_index()
+                        self._check_sealed_tail(index, record=True)
+                    self._index = index
         return self._index
+
+    @contextmanager
+    def _loading(self) -> Iterator[None]:
+        """Hold the index load lock. A caller reading without blocking (the event loop)
+        that finds it held gets :class:`WouldBlockError` rather than wait for another
+        thread's disk work: its read then goes to a thread too."""
+        if not self._load_lock.acquire(blocking=not reading_nonblocking()):
+            raise WouldBlockError(f"segment {self.path}: its index is being loaded")
+        try:
+            yield
+        finally:
+            self._load_lock.release()
 
     def _load_or_rebuild_index(self) -> OffsetIndex:
         try:

@@ -73,7 +73,7 @@ from wal.commit_cost import CommitCost
 from wal.config import FsyncPolicy, LogConfig
 from wal.errors import DiskFullError, WalClosedError, WalError, WalFailedError
 from wal.fdcache import FileCache
-from wal.fs import FileSystem
+from wal.fs import FileSystem, WouldBlockError, nonblocking_reads
 from wal.log import AppendResult, Clock, Log
 from wal.tail import TailCache
 
@@ -203,6 +203,8 @@ class LogWriter:
         #: What synced group commits cost the disk and the listeners (policy ``ALWAYS``
         #: only), and from that the batches a producer should keep in flight.
         self.commit_cost = CommitCost()
+        #: Reads that the page cache could not serve, handed to a thread (read_nowait).
+        self.cold_reads = 0
 
     @classmethod
     async def open(
@@ -346,6 +348,34 @@ class LogWriter:
             if cached is not None:
                 return cached
         return self._log.read(offset, max_bytes, upper=self._hwm)
+
+    def read_nowait(self, offset: int, max_bytes: int = 1 << 20) -> list[RecordBatch] | None:
+        """:meth:`read`, or ``None`` when that would wait for the disk: the page cache does
+        not hold the bytes (or another thread is loading the segment's index). Then read
+        with :meth:`read_cold`, which waits off the event loop. The event loop's reads use
+        this pair, so a cold read never stalls every other client for a disk access."""
+        with nonblocking_reads():
+            try:
+                return self.read(offset, max_bytes)
+            except WouldBlockError:
+                self.cold_reads += 1
+                return None
+
+    async def read_cold(self, offset: int, max_bytes: int = 1 << 20) -> list[RecordBatch]:
+        """:meth:`read` on a worker thread, for bytes the page cache does not hold.
+
+        Safe beside the loop and the writer thread: bytes below the high-water mark never
+        change, the file cache pins each descriptor while it is read, and index loads take
+        the segment's lock. Runs to its end if the caller is cancelled (the thread cannot
+        be stopped).
+
+        Raises:
+            OffsetOutOfRangeError, CorruptSegmentError, WalIOError: as :meth:`read`; and
+                the first two when retention deleted the segment while the thread read it
+                (then ``offset`` is below :attr:`first_offset`).
+        """
+        upper = self._hwm
+        return await run_to_end(asyncio.to_thread(self._log.read, offset, max_bytes, upper=upper))
 
     async def aclose(self) -> None:
         """Finish queued commands, sync, and close the files. Idempotent."""

@@ -57,6 +57,9 @@ class FaultyReads:
             return []  # as if the data were not readable yet (I/O lag)
         return self._writer.read(offset, max_bytes)
 
+    def read_nowait(self, offset: int, max_bytes: int) -> list[RecordBatch]:
+        return self.read(offset, max_bytes)  # as if the page cache held everything
+
 
 @pytest_asyncio.fixture
 async def writer(tmp_path: Path) -> AsyncIterator[LogWriter]:

@@ -1,0 +1,203 @@
+"""Cold reads: what the page cache does not hold is read off the event loop.
+
+A real file whose pages were dropped (``POSIX_FADV_DONTNEED``) would block; FaultyFs's
+``cold`` makes the same miss deterministic for the log, its index and the dispatcher, and
+its ``cold_delay_s`` stands for the disk's time, so a test can see the loop keep running
+while a thread waits for it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from dispatcher.registry import SubscriptionRegistry
+from proto.batch import encode_columns
+from wal import FaultyFs, LogConfig, LogWriter
+from wal.fs import FileSystem, WouldBlockError, nonblocking_reads, reading_nonblocking
+
+on_a_loop = pytest.mark.asyncio(loop_scope="function")
+
+#: Small segments, no tail cache: every read below the head goes to the files.
+CONFIG = LogConfig(segment_bytes=512, index_interval_bytes=100, tail_cache_bytes=0)
+
+
+class SlowColdFs(FaultyFs):
+    """FaultyFs whose blocking reads of a cold file take ``cold_delay_s`` (the disk)."""
+
+    def __init__(self, cold_delay_s: float = 0.0) -> None:
+        super().__init__()
+        self.cold_delay_s = cold_delay_s
+        self.cold_read_threads: set[str] = set()
+
+    def pread(self, fd: int, size: int, offset: int) -> bytes:
+        path = self.path_of(fd)
+        cold = any(part in path for part in self.cold)
+        if cold and self.cold_delay_s and not reading_nonblocking():
+            self.cold_read_threads.add(threading.current_thread().name)
+            time.sleep(self.cold_delay_s)  # a worker thread waits for the "disk"
+        return super().pread(fd, size, offset)
+
+
+async def _writer_with_sealed_segments(path: Path, fs: FaultyFs) -> LogWriter:
+    writer = await LogWriter.open(str(path), CONFIG, fs=fs)
+    for i in range(40):
+        await writer.append(encode_columns([b"%04d" % i]))
+    assert len(writer.log.segment_infos()) > 2
+    return writer
+
+
+def _first_segment(writer: LogWriter) -> str:
+    return f"{writer.log.segment_infos()[0].base_offset:020d}.log"
+
+
+def test_a_dropped_page_would_block_and_a_blocking_read_brings_it_back(tmp_path: Path) -> None:
+    """Scenario: 1 MiB written and synced, its pages dropped from the page cache; read
+    without blocking, then blocking, then without blocking again. Expected: the first
+    raises WouldBlockError, the blocking one returns the bytes, the last returns them too
+    (cached now). Skipped where the filesystem keeps the pages or ignores RWF_NOWAIT."""
+    fs = FileSystem()
+    path = str(tmp_path / "f")
+    data = os.urandom(1 << 20)
+    fd = fs.open(path, create=True)
+    try:
+        fs.write_all(fd, [data], 0)
+        fs.fdatasync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        try:
+            with nonblocking_reads():
+                fs.pread(fd, len(data), 0)
+        except WouldBlockError:
+            pass
+        else:
+            pytest.skip("this filesystem served dropped pages without blocking")
+        assert fs.pread(fd, len(data), 0) == data
+        with nonblocking_reads():
+            assert fs.pread(fd, len(data), 0) == data
+    finally:
+        fs.close(fd)
+
+
+@on_a_loop
+async def test_read_nowait_hands_a_cold_segment_to_read_cold(tmp_path: Path) -> None:
+    """Scenario: a log with sealed segments; the first segment's file is cold. Expected:
+    read_nowait gives None and counts a cold read; read_cold gives what a blocking read
+    gives; after it the file is cached and read_nowait serves it on the loop."""
+    fs = FaultyFs()
+    writer = await _writer_with_sealed_segments(tmp_path / "log", fs)
+    try:
+        expected = writer.read(0, 300)
+        fs.cold = {_first_segment(writer)}
+        assert writer.read_nowait(0, 300) is None
+        assert writer.cold_reads == 1
+        got = await writer.read_cold(0, 300)
+        assert [b.buffer for b in got] == [b.buffer for b in expected]
+        again = writer.read_nowait(0, 300)
+        assert again is not None
+        assert [b.buffer for b in again] == [b.buffer for b in expected]
+        assert writer.cold_reads == 1
+    finally:
+        await writer.aclose()
+
+
+@on_a_loop
+async def test_a_cold_index_is_loaded_off_the_loop(tmp_path: Path) -> None:
+    """Scenario: a log reopened (no index loaded yet) whose first segment's index file is
+    cold. Expected: read_nowait gives None (the index load would block); read_cold loads
+    it and reads; read_nowait then works."""
+    path = tmp_path / "log"
+    writer = await _writer_with_sealed_segments(path, FaultyFs())
+    expected = [b.buffer for b in writer.read(0, 300)]
+    await writer.aclose()
+    fs = FaultyFs()
+    writer = await LogWriter.open(str(path), CONFIG, fs=fs)
+    try:
+        fs.cold = {f"{0:020d}.index"}
+        assert writer.read_nowait(0, 300) is None
+        assert [b.buffer for b in await writer.read_cold(0, 300)] == expected
+        again = writer.read_nowait(0, 300)
+        assert again is not None
+        assert [b.buffer for b in again] == expected
+    finally:
+        await writer.aclose()
+
+
+@on_a_loop
+async def test_the_loop_does_not_wait_for_another_threads_index_load(tmp_path: Path) -> None:
+    """Scenario: a reopened log; another thread holds the first segment's index load lock
+    (as a cold read loading it would). Expected: read_nowait gives None at once instead of
+    waiting; once the lock is free, it reads."""
+    path = tmp_path / "log"
+    await (await _writer_with_sealed_segments(path, FaultyFs())).aclose()
+    writer = await LogWriter.open(str(path), CONFIG)
+    try:
+        segment = writer.log._segments[0]
+        held = threading.Event()
+        release = threading.Event()
+
+        def hold() -> None:
+            with segment._load_lock:
+                held.set()
+                release.wait(5)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        held.wait(5)
+        started = time.monotonic()
+        assert writer.read_nowait(0, 300) is None
+        assert time.monotonic() - started < 1.0
+        release.set()
+        holder.join()
+        assert writer.read_nowait(0, 300)
+    finally:
+        await writer.aclose()
+
+
+@on_a_loop
+async def test_a_subscription_catching_up_on_cold_data_never_stalls_the_loop(
+    tmp_path: Path,
+) -> None:
+    """Scenario: 40 records over several sealed segments, every segment file cold, each
+    cold read taking 50 ms of "disk"; a subscription from the earliest offset, and a task
+    that ticks every millisecond meanwhile. Expected: the consumer gets all 40 in order;
+    the reads ran on worker threads, not the loop's; the ticker kept running through them
+    (at least 50 ticks while 100+ ms of cold reads went on)."""
+    fs = SlowColdFs()
+    writer = await _writer_with_sealed_segments(tmp_path / "log", fs)
+    fs.cold = {f"{s.base_offset:020d}.log" for s in writer.log.segment_infos()[:-1]}
+    fs.cold_delay_s = 0.05
+    registry = SubscriptionRegistry(str(tmp_path / "state"))
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.001)
+            ticks += 1
+
+    ticking = asyncio.create_task(ticker())
+    try:
+        sub = await registry.subscribe("t", "s", [writer])
+        session = sub.attach("c", credit=100)
+        got: list[int] = []
+        started = time.monotonic()
+        async with asyncio.timeout(10):
+            while len(got) < 40:
+                delivery = await session.next()
+                assert delivery is not None
+                got += list(range(delivery.from_offset, delivery.to_offset))
+        elapsed = time.monotonic() - started
+        assert got == list(range(40))
+        assert writer.cold_reads >= 1
+        assert fs.cold_read_threads  # the "disk" waits happened ...
+        assert threading.current_thread().name not in fs.cold_read_threads  # ... off the loop
+        assert elapsed >= 0.1
+        assert ticks >= 50
+    finally:
+        ticking.cancel()
+        await registry.aclose()
+        await writer.aclose()
