@@ -18,6 +18,9 @@ the goals derived from them. In order:
    (``fdatasync_latency_quantile_ms``, system ``disk``), the floor of a synced append.
 4. ``reopen_1gib_s``: ``Log.open`` + ``close`` of a ~1 GiB log (128 MiB with ``--quick``;
    ``params["log_bytes"]`` says which), median of 3, page cache warm.
+4b. A catch-up read of a 256 MiB log (32 MiB with ``--quick``) from a cold and a warm page
+   cache, on the event loop against off it (:mod:`bench._cold`): ``catch_up_mb_s``,
+   ``catch_up_loop_stall_max_ms``, ``catch_up_loop_stall_p99_ms``.
 5. Goals derived from the above (``params`` carry ``goal`` and ``met``).
 """
 
@@ -31,6 +34,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench._cold import measure_cold_catch_up
 from bench._measure import median, new_runner, per_second, percentile
 from bench._output import Goal, Params, ParamValue, Result
 from bench._runner import RunOptions, cell_dir
@@ -120,6 +124,8 @@ class Sizes:
         reopen_runs: Reopens timed (the median is reported).
         pair_rounds: Rounds of the paired disk/WAL bandwidth comparison.
         pair_bytes: Bytes each side writes in one round.
+        catch_up_bytes: Size of the log the catch-up reads go through (:mod:`bench._cold`).
+        catch_up_rounds: Rounds of each catch-up mode and cache state.
     """
 
     cell_seconds: float
@@ -131,10 +137,23 @@ class Sizes:
     reopen_runs: int = 3
     pair_rounds: int = 7
     pair_bytes: int = 128 * MIB
+    catch_up_bytes: int = 256 * MIB
+    catch_up_rounds: int = 3
 
 
 FULL = Sizes(1.5, 1 * GIB, 256 * MIB, 1.5, 0.5, 1 * GIB)
-QUICK = Sizes(0.12, 32 * MIB, 32 * MIB, 0.2, 0.05, 128 * MIB, pair_rounds=3, pair_bytes=16 * MIB)
+QUICK = Sizes(
+    0.12,
+    32 * MIB,
+    32 * MIB,
+    0.2,
+    0.05,
+    128 * MIB,
+    pair_rounds=3,
+    pair_bytes=16 * MIB,
+    catch_up_bytes=32 * MIB,
+    catch_up_rounds=1,
+)
 
 
 def run(
@@ -158,6 +177,7 @@ def _measure_all(
     yield measure_encode(sizes.encode_seconds)
     yield from measure_grid(root, grid, sizes, samples)
     yield measure_reopen(root, sizes.reopen_log_bytes, sizes.reopen_runs)
+    yield from measure_cold_catch_up(root, sizes.catch_up_bytes, sizes.catch_up_rounds)
     yield from measure_seq_pairs(root, sizes)
     yield from _disk_baselines(root, sizes, "end")
 

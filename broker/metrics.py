@@ -355,15 +355,26 @@ def _package_version() -> str:
 
 
 class _PartitionCollector(Collector):
-    """Head, first offset, size, segments, the failed latch and the in-flight hint of every
-    partition's log."""
+    """Head, first offset, size, segments, the failed latch, the in-flight hint and the
+    cold reads of every partition's log."""
 
     def __init__(self, partitions: Callable[[], Iterable[PartitionLog]], busy: BusyRule) -> None:
         self._partitions = partitions
         self._busy = busy
 
-    def describe(self) -> Iterator[GaugeMetricFamily]:
+    def describe(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         yield from self._families()
+        yield self._cold_reads()
+
+    @staticmethod
+    def _cold_reads() -> CounterMetricFamily:
+        return CounterMetricFamily(
+            "headrace_partition_cold_reads",
+            "Reads of the partition's log that the page cache could not serve, done on a "
+            "worker thread instead of the event loop (consumers and Fetch reading data "
+            "older than what memory holds).",
+            labels=["topic", "partition"],
+        )
 
     @staticmethod
     def _families() -> tuple[GaugeMetricFamily, ...]:
@@ -396,8 +407,9 @@ class _PartitionCollector(Collector):
             )
         )
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         head, first, size, segments, failed, hint = families = self._families()
+        cold = self._cold_reads()
         for p in self._partitions():
             labels = [p.topic, str(p.partition)]
             log = p.writer.log
@@ -407,7 +419,9 @@ class _PartitionCollector(Collector):
             segments.add_metric(labels, log.segment_count)
             failed.add_metric(labels, 0.0 if log.failure is None else 1.0)
             hint.add_metric(labels, self._busy.in_flight_hint(p.writer.commit_cost.in_flight_hint))
+            cold.add_metric(labels, p.writer.cold_reads)
         yield from families
+        yield cold
 
 
 class _CursorCollector(Collector):

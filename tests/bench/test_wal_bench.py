@@ -40,6 +40,9 @@ EXPECTED: dict[str, tuple[str, str, set[str]]] = {
     "paired_disk_seq_write_mb_s": ("disk", "MiB/s", {"rounds", "pair_bytes"}),
     "paired_append_mb_s": ("headrace", "MiB/s", {"rounds", "pair_bytes"}),
     "group_commit_vs_fdatasync": ("headrace", "x", {"appenders", "vs"}),
+    "catch_up_mb_s": ("headrace", "MiB/s", {"mode", "cache", "log_bytes"}),
+    "catch_up_loop_stall_max_ms": ("headrace", "ms", {"mode", "cache", "log_bytes"}),
+    "catch_up_loop_stall_p99_ms": ("headrace", "ms", {"mode", "cache", "log_bytes"}),
 }
 
 TINY_GRID = wal.Grid(
@@ -54,6 +57,8 @@ TINY_SIZES = wal.Sizes(
     reopen_log_bytes=8 << 20,
     pair_rounds=2,
     pair_bytes=2 << 20,
+    catch_up_bytes=4 << 20,
+    catch_up_rounds=1,
 )
 
 
@@ -190,3 +195,14 @@ def test_with_a_sample_log_every_cell_keeps_its_latencies(
     disk = [d for d in samples if d.metric == "fdatasync_latency_quantile_ms"]
     assert [(d.system, d.params) for d in disk] == [("disk", {"block_bytes": 4096})]
     assert all(x > 0 for x in disk[0].samples)
+
+
+def test_the_catch_up_runs_both_modes_from_both_cache_states(lines: list[dict[str, Any]]) -> None:
+    """Every (mode, cache) pair of the catch-up read reports its rate and loop stalls."""
+    for metric in ("catch_up_mb_s", "catch_up_loop_stall_max_ms", "catch_up_loop_stall_p99_ms"):
+        pairs = {
+            (p["mode"], p["cache"])
+            for line in lines
+            if line["metric"] == metric and (p := line["params"])
+        }
+        assert pairs == {("loop", "cold"), ("loop", "warm"), ("thread", "cold"), ("thread", "warm")}

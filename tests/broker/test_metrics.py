@@ -19,7 +19,7 @@ from broker.busy import BusyRule
 from broker.metrics import DISPATCH_BUCKETS, WAL_BUCKETS, BrokerMetrics, PartitionLog
 from dispatcher import SubscriptionSample
 from dispatcher.heartbeat import PartitionSample
-from wal import Fault, FaultyFs, LogWriter, WalFailedError, encode_columns
+from wal import Fault, FaultyFs, LogConfig, LogWriter, WalFailedError, encode_columns
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -204,5 +204,33 @@ async def test_the_in_flight_hint_gauge_is_what_publish_answers_carry(tmp_path: 
         assert _samples(metrics)[name, labels] == 2
         busy.busy = True
         assert _samples(metrics)[name, labels] == 1
+    finally:
+        await writer.aclose()
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_cold_reads_are_counted_per_partition(tmp_path: Path) -> None:
+    """Scenario: a log whose first segment is cold (FaultyFs.cold); one read on the loop
+    misses, the thread reads it, a second read hits. Expected:
+    headrace_partition_cold_reads_total goes 0, then 1, and stays 1."""
+    fs = FaultyFs()
+    config = LogConfig(segment_bytes=512, index_interval_bytes=100, tail_cache_bytes=0)
+    writer = await LogWriter.open(str(tmp_path / "log"), config, fs=fs)
+    try:
+        for i in range(20):
+            await writer.append(encode_columns([b"%04d" % i]))
+        metrics = BrokerMetrics(CollectorRegistry())
+        metrics.watch_partitions(lambda: [PartitionLog("orders", 0, writer)], BusyRule())
+        key = (
+            "headrace_partition_cold_reads_total",
+            frozenset({("topic", "orders"), ("partition", "0")}),
+        )
+        assert _samples(metrics)[key] == 0
+        fs.cold = {f"{0:020d}.log"}
+        assert writer.read_nowait(0, 100) is None
+        await writer.read_cold(0, 100)
+        assert _samples(metrics)[key] == 1
+        assert writer.read_nowait(0, 100)
+        assert _samples(metrics)[key] == 1
     finally:
         await writer.aclose()
