@@ -491,7 +491,10 @@ class Segment:
 
     def _headers_fail(self, offset: int) -> bool:
         """Whether the batch headers from the segment's start fail to reach ``offset``:
-        the log is damaged on the way (else an index entry was wrong)."""
+        the log is damaged on the way (else an index entry was wrong). A walk of the
+        whole segment: never on the event loop (wal.writer)."""
+        if reading_nonblocking():
+            raise WouldBlockError(f"segment {self.path}: a walk of its headers is due")
         try:
             self._walk(OffsetIndex(self.base_offset), offset)
         except _WalkFailedError:
@@ -570,6 +573,8 @@ class Segment:
         damage: that index was built by the writer as it wrote, and still reaches the
         batches past the damage (a scan's index ends at it, and would make every later
         read of the segment fail, while the writer goes on adding entries)."""
+        if reading_nonblocking():  # a full scan: never on the event loop (wal.writer)
+            raise WouldBlockError(f"segment {self.path}: its index needs a rebuild (a scan)")
         result = self._scan_from(0, self.base_offset)
         index = OffsetIndex(self.base_offset)
         self._index_from(index, result.batches, 0, NO_TIMESTAMP)

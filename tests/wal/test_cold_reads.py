@@ -17,7 +17,7 @@ import pytest
 
 from dispatcher.registry import SubscriptionRegistry
 from proto.batch import encode_columns
-from wal import FaultyFs, LogConfig, LogWriter
+from wal import CorruptSegmentError, FaultyFs, LogConfig, LogWriter
 from wal.fs import FileSystem, WouldBlockError, nonblocking_reads, reading_nonblocking
 
 on_a_loop = pytest.mark.asyncio(loop_scope="function")
@@ -200,4 +200,81 @@ async def test_a_subscription_catching_up_on_cold_data_never_stalls_the_loop(
     finally:
         ticking.cancel()
         await registry.aclose()
+        await writer.aclose()
+
+
+class ScanWatchFs(FaultyFs):
+    """FaultyFs that notes the thread of every pread of more than 300 bytes: a scan of
+    these small segments (an index rebuild) reads the whole of one at once; the tests'
+    reads ask for 300 bytes at most."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scan_threads: list[str] = []
+
+    def pread(self, fd: int, size: int, offset: int) -> bytes:
+        if size > 300:
+            self.scan_threads.append(threading.current_thread().name)
+        return super().pread(fd, size, offset)
+
+
+@on_a_loop
+async def test_an_index_rebuild_never_runs_on_the_loop(tmp_path: Path) -> None:
+    """Scenario: a log reopened after its first segment's index file was deleted, so the
+    first read of that segment must rebuild the index with a scan. Expected: read_nowait
+    gives None (the scan is due) without scanning; read_cold rebuilds and reads; then
+    read_nowait reads on the loop; every scan read ran off the loop's thread."""
+    path = tmp_path / "log"
+    writer = await _writer_with_sealed_segments(path, FaultyFs())
+    expected = [b.buffer for b in writer.read(0, 300)]
+    await writer.aclose()
+    (path / f"{0:020d}.index").unlink()
+    fs = ScanWatchFs()
+    writer = await LogWriter.open(str(path), CONFIG, fs=fs)
+    try:
+        fs.scan_threads.clear()
+        assert writer.read_nowait(0, 300) is None
+        assert fs.scan_threads == []
+        assert [b.buffer for b in await writer.read_cold(0, 300)] == expected
+        assert fs.scan_threads
+        assert threading.current_thread().name not in fs.scan_threads
+        again = writer.read_nowait(0, 300)
+        assert again is not None
+        assert [b.buffer for b in again] == expected
+    finally:
+        await writer.aclose()
+
+
+@on_a_loop
+async def test_damage_in_a_sealed_segment_is_found_off_the_loop_then_reported_at_once(
+    tmp_path: Path,
+) -> None:
+    """Scenario: the header of the first sealed segment's second batch damaged (its base
+    offset), so a read there fails its walk and the segment must be scanned to tell a
+    wrong index from a damaged log. Expected: read_nowait gives None without scanning;
+    read_cold scans (on a thread) and raises CorruptSegmentError; read_nowait then raises
+    it at once on the loop, with no further scan."""
+    path = tmp_path / "log"
+    writer = await _writer_with_sealed_segments(path, FaultyFs())
+    first = writer.read(0, 300)[0]
+    await writer.aclose()
+    segment = path / f"{0:020d}.log"
+    data = bytearray(segment.read_bytes())
+    data[first.size] ^= 0xFF  # the second batch's base offset
+    segment.write_bytes(bytes(data))
+    fs = ScanWatchFs()
+    writer = await LogWriter.open(str(path), CONFIG, fs=fs)
+    try:
+        fs.scan_threads.clear()
+        assert writer.read_nowait(1, 300) is None
+        assert fs.scan_threads == []
+        with pytest.raises(CorruptSegmentError):
+            await writer.read_cold(1, 300)
+        scans = len(fs.scan_threads)
+        assert scans >= 1
+        with pytest.raises(CorruptSegmentError):
+            writer.read_nowait(1, 300)
+        assert len(fs.scan_threads) == scans
+        assert threading.current_thread().name not in fs.scan_threads
+    finally:
         await writer.aclose()
