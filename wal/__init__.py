@@ -46,6 +46,12 @@ under ``always``; the periodic one under ``interval``; the one of a roll or a cl
 ``never``); until then it lives only in memory. The ``.index`` is synced only when a segment
 is sealed, and when opening cuts entries from it (so a dropped entry never comes back).
 
+Read protocol: readers on the event loop call ``LogWriter.read_nowait``, which serves the
+tail cache, then reads the files with ``preadv2(RWF_NOWAIT)`` (``fs.nonblocking_reads``);
+what the page cache does not hold, and any index rebuild or scan, raises inside and
+returns ``None``, and ``LogWriter.read_cold`` does that read on a worker thread. So a
+consumer catching up from disk never stalls the loop for a disk access.
+
 A write that finds the disk full (ENOSPC, EDQUOT) is cut back to the last whole batch at
 once and the log stays writable: the next append tries the disk again. Any other write
 error, and any failed sync, latches the log until it is reopened.
