@@ -28,6 +28,7 @@ UNIT_NOUNS = frozenset(
         "ids",
         "offset",
         "polls",
+        "reads",
         "records",
         "requests",
         "restarts",
