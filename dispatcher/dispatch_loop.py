@@ -374,6 +374,8 @@ class DispatchLoop(Generic[OwnerT]):
             else:  # not in the page cache (or a test's reader): read off the loop
                 if self._reader is None:
                     batches = await _read_cold(writer, at, self._max_batch_bytes)
+                    if not batches and at < writer.first_offset:
+                        more = moved = True  # retention took it meanwhile: pass again now
                 else:
                     batches = await self._reader(p, at, self._max_batch_bytes)
                 if self._commands:  # they came before the read's result: apply them first
@@ -498,7 +500,8 @@ class DispatchLoop(Generic[OwnerT]):
 
 async def _read_cold(writer: LogWriter, offset: int, max_bytes: int) -> list[RecordBatch]:
     """``writer.read_cold``; nothing when retention deleted the segment while the thread
-    read it (the next pass meets the new first offset, as a read on the loop would have)."""
+    read it (the pass then passes again at once, and meets the new first offset as a read
+    on the loop would have)."""
     try:
         return await writer.read_cold(offset, max_bytes)
     except (OffsetOutOfRangeError, WalIOError):

@@ -278,3 +278,41 @@ async def test_damage_in_a_sealed_segment_is_found_off_the_loop_then_reported_at
         assert threading.current_thread().name not in fs.scan_threads
     finally:
         await writer.aclose()
+
+
+@on_a_loop
+async def test_retention_during_a_cold_read_moves_the_subscription_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Scenario: a subscription from the earliest offset over cold sealed segments, each
+    cold read taking 200 ms; while the first one is on its thread, retention deletes every
+    sealed segment. Expected: no dispatch error is logged; the consumer's deliveries go on
+    from the new first offset to the head, in order."""
+    fs = SlowColdFs()
+    writer = await _writer_with_sealed_segments(tmp_path / "log", fs)
+    sealed = writer.log.segment_infos()[:-1]
+    fs.cold = {f"{s.base_offset:020d}.log" for s in sealed}
+    fs.cold_delay_s = 0.2
+    registry = SubscriptionRegistry(str(tmp_path / "state"))
+    try:
+        sub = await registry.subscribe("t", "s", [writer])
+        session = sub.attach("c", credit=100)
+        async with asyncio.timeout(5):
+            while not fs.cold_read_threads:  # noqa: ASYNC110 - a thread sets it
+                await asyncio.sleep(0.005)
+        await writer.delete_before(writer.high_water_mark)
+        first = writer.first_offset
+        assert first == sealed[-1].next_offset
+        got: list[int] = []
+        async with asyncio.timeout(10):
+            while not got or got[-1] < writer.high_water_mark - 1:
+                delivery = await session.next()
+                assert delivery is not None
+                got += list(range(delivery.from_offset, delivery.to_offset))
+        assert got[-(writer.high_water_mark - first) :] == list(
+            range(first, writer.high_water_mark)
+        )
+        assert "dispatch failed" not in caplog.text
+    finally:
+        await registry.aclose()
+        await writer.aclose()
