@@ -40,7 +40,7 @@ import errno as _errno
 import os
 import random
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 _IOV_MAX = 1024
@@ -63,17 +63,19 @@ class WouldBlockError(Exception):
     errors must let it through."""
 
 
-@contextlib.contextmanager
-def nonblocking_reads() -> Iterator[None]:
+class nonblocking_reads:  # noqa: N801 - used as a function: ``with nonblocking_reads():``
     """Within the block, reads on the calling thread that would wait for the disk raise
-    :class:`WouldBlockError` instead (see the module docstring). Not reentrant-safe across
-    threads: it marks the calling thread only."""
-    before = getattr(_reads, "nowait", False)
-    _reads.nowait = True
-    try:
-        yield
-    finally:
-        _reads.nowait = before
+    :class:`WouldBlockError` instead (see the module docstring). It marks the calling
+    thread only; blocks nest. A class, not a generator: the loop enters it per read."""
+
+    __slots__ = ("_before",)
+
+    def __enter__(self) -> None:
+        self._before = getattr(_reads, "nowait", False)
+        _reads.nowait = True
+
+    def __exit__(self, *exc: object) -> None:
+        _reads.nowait = self._before
 
 
 def reading_nonblocking() -> bool:

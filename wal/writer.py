@@ -354,9 +354,13 @@ class LogWriter:
         not hold the bytes (or another thread is loading the segment's index). Then read
         with :meth:`read_cold`, which waits off the event loop. The event loop's reads use
         this pair, so a cold read never stalls every other client for a disk access."""
+        if offset >= self._log.first_offset:  # the tail cache first: it never blocks
+            cached = self._tail.read(offset, max_bytes, self._hwm)
+            if cached is not None:
+                return cached
         with nonblocking_reads():
             try:
-                return self.read(offset, max_bytes)
+                return self._log.read(offset, max_bytes, upper=self._hwm)
             except WouldBlockError:
                 self.cold_reads += 1
                 return None
