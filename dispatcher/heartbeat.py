@@ -286,17 +286,19 @@ def _partition_samples(
                 and not _age_due(old, cursor, now)
             ):
                 oldest, at, read_at = old.oldest_unacked_ms, old.timestamp_cursor, old.read_at
-            else:
-                oldest, at, read_at = sub.cursor_timestamp_ms(i), cursor, now
+            elif (read := sub.cursor_timestamp_ms(i)) is not None:
+                oldest, at, read_at = read, cursor, now
+            elif old is not None and old.oldest_unacked_ms is not None:
+                # Not in the page cache yet (a thread reads it in): the last time known.
+                oldest, at, read_at = old.oldest_unacked_ms, old.timestamp_cursor, old.read_at
         samples.append(PartitionSample(i, lag, in_flight, oldest, blocked, at, read_at))
     return tuple(samples)
 
 
 def _age_due(sample: PartitionSample, cursor: int, now: float) -> bool:
     """Whether the partition's oldest-unacked time must be read again: it belongs to an
-    earlier cursor and was read at least :data:`_AGE_REFRESH_S` ago."""
-    return (
-        sample.oldest_unacked_ms is not None
-        and sample.timestamp_cursor != cursor
-        and now - sample.read_at >= _AGE_REFRESH_S
-    )
+    earlier cursor and was read at least :data:`_AGE_REFRESH_S` ago; or a lagging
+    partition has none yet (its record was not in the page cache: a thread reads it in)."""
+    if sample.oldest_unacked_ms is None:
+        return sample.lag > 0
+    return sample.timestamp_cursor != cursor and now - sample.read_at >= _AGE_REFRESH_S

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random as _random
 import time
@@ -93,7 +94,7 @@ from dispatcher.protocol import (
 from dispatcher.session import DRAINED, ConsumerSession
 from dispatcher.state import SubscriptionState
 from dispatcher.status import PartitionStatus, SubscriptionStatus
-from wal import LogWriter
+from wal import LogWriter, RecordBatch
 
 logger = logging.getLogger(__name__)
 
@@ -228,6 +229,9 @@ class Subscription:
         self.activity = 0
         #: Called with (seconds from publish to dispatch) for each first delivery.
         self.on_dispatch: Callable[[float], None] = lambda _s: None
+        #: Reads on worker threads that bring a cursor's record into the page cache, by
+        #: partition (cursor_timestamp_ms): at most one each.
+        self._warming: dict[int, asyncio.Task[Any]] = {}
 
     @property
     def notifier_polls(self) -> int:
@@ -332,6 +336,8 @@ class Subscription:
         task, self._task = self._task, None
         if task is None:
             return
+        for warming in self._warming.values():
+            warming.cancel()  # its thread's read runs to its end; nobody waits for it
         self.drop_notifications()
         await self._loop.stop(task)
         # The task is gone: the closer owns the state now. Acks, commits and seeks that
@@ -664,10 +670,33 @@ class Subscription:
         """Whether each partition is BLOCKED (sends nothing until an operator acts)."""
         return [bool(self.state.blocked(i)) for i in range(len(self._writers))]
 
-    def cursor_timestamp_ms(self, partition: int) -> float:
+    def cursor_timestamp_ms(self, partition: int) -> float | None:
         """The publish time (ms) of ``partition``'s oldest unacknowledged record (at its
-        cursor); now when it cannot be read. One read: callers cache it per cursor."""
-        return _timestamp_at(self._writers[partition], self.state.cursor(partition))
+        cursor); now when it cannot be read. One read: callers cache it per cursor.
+
+        ``None`` while that record is not in the page cache: the event loop does not wait
+        for the disk (a subscription far behind is exactly the one whose cursor is cold).
+        A read on a worker thread is started instead, which brings it in, so a later call
+        finds it."""
+        writer, offset = self._writers[partition], self.state.cursor(partition)
+        try:
+            batches = writer.read_nowait(offset, 1)
+        except Exception:  # a damaged or deleted segment: report no age rather than fail
+            logger.debug("cannot read offset %d for its timestamp", offset, exc_info=True)
+            return time.time() * 1000
+        if batches is None:
+            if partition not in self._warming:
+                warming = asyncio.create_task(writer.read_cold(offset, 1))
+                self._warming[partition] = warming
+                warming.add_done_callback(functools.partial(self._warmed, partition))
+            return None
+        return _timestamp_in(batches, offset)
+
+    def _warmed(self, partition: int, task: asyncio.Task[Any]) -> None:
+        self._warming.pop(partition, None)
+        error = None if task.cancelled() else task.exception()  # retrieved: logged only
+        if error is not None:
+            logger.debug("reading partition %d's cursor record failed", partition, exc_info=error)
 
     def status(self) -> SubscriptionStatus:
         """Cursor, head, lag, in-flight records, rates, state and reason per partition."""
@@ -749,12 +778,19 @@ class Subscription:
 
 
 def _timestamp_at(writer: LogWriter, offset: int) -> float:
-    """The publish time (ms) of the record at ``offset``; now when it cannot be read."""
+    """The publish time (ms) of the record at ``offset``; now when it cannot be read. A
+    blocking read: for ``status`` (an operator's call), not for every heartbeat."""
     try:
         batches = writer.read(offset, 1)
     except Exception:  # a damaged or deleted segment: report no age rather than fail
         logger.debug("cannot read offset %d for its timestamp", offset, exc_info=True)
         return time.time() * 1000
+    return _timestamp_in(batches, offset)
+
+
+def _timestamp_in(batches: list[RecordBatch], offset: int) -> float:
+    """The publish time (ms) of the record at ``offset`` in ``batches`` (a read from
+    it); now when they do not hold it."""
     if not batches or not batches[0].base_offset <= offset < batches[0].next_offset:
         return time.time() * 1000
     return float(batches[0].timestamps()[offset - batches[0].base_offset])

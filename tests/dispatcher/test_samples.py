@@ -22,7 +22,8 @@ from dispatcher import (
 )
 from dispatcher.heartbeat import PartitionSample, SubscriptionSample
 from tests._helpers import ManualClock
-from wal import LogWriter, encode_columns
+from wal import FaultyFs, LogConfig, LogWriter, encode_columns
+from wal.fs import reading_nonblocking
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
 
@@ -68,7 +69,7 @@ async def _sent(
     reads: list[int] = []
     read = sub.cursor_timestamp_ms
 
-    def counted(partition: int) -> float:
+    def counted(partition: int) -> float | None:
         reads.append(partition)
         return read(partition)
 
@@ -207,3 +208,58 @@ async def test_a_scrape_gets_the_last_samples_built_while_the_loop_is_busy(
     assert [s.subscription for s in got[0]] == ["s"]
     await _settle()  # the cancelled request runs now, and does nothing
     assert [s.subscription for s in registry.samples(wait_s=0.05)] == ["s", "s2"]
+
+
+async def test_a_cold_cursor_record_is_read_off_the_loop_and_reported_a_round_later(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """Scenario: ten records sent, none acknowledged, the log's file not in the page cache
+    (FaultyFs.cold) and no tail cache. Expected: the first round reports no time (it does
+    not wait for the disk) and starts a read on a worker thread; once that read is done,
+    the next round reports record 0's time, read on the loop from the cache. The loop
+    itself never read the cold file."""
+    fs = LoopWatchFs()
+    config = LogConfig(tail_cache_bytes=0)
+    writer = await LogWriter.open(str(tmp_path / "logs" / "0"), config, fs=fs)
+    registry = SubscriptionRegistry(
+        str(tmp_path / "data"), heartbeat=HeartbeatConfig(interval_s=0.5), monotonic=clock
+    )
+    await registry.open({})
+    try:
+        await writer.append(
+            encode_columns(
+                [b"r%d" % i for i in range(10)], timestamps_ms=[T0 + i * 1000 for i in range(10)]
+            )
+        )
+        sub = await registry.subscribe("t", "s", [writer])
+        sub.attach("c", credit=100)
+        await _settle()
+        fs.cold = {f"{0:020d}.log"}
+        part = _partition(registry, clock, 0.5)
+        assert part.lag == 10
+        assert part.oldest_unacked_ms is None
+        assert writer.cold_reads == 1
+        async with asyncio.timeout(5):
+            while fs.cold:  # noqa: ASYNC110 - the worker thread's read warms it
+                await asyncio.sleep(0.005)
+        await _settle()
+        assert _partition(registry, clock, 0.5).oldest_unacked_ms == T0
+        assert threading.current_thread().name not in fs.blocking_cold_readers
+        assert fs.blocking_cold_readers
+    finally:
+        await registry.aclose()
+        await writer.aclose()
+
+
+class LoopWatchFs(FaultyFs):
+    """FaultyFs that notes the threads that read a cold file blocking (warming it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocking_cold_readers: set[str] = set()
+
+    def pread(self, fd: int, size: int, offset: int) -> bytes:
+        path = self.path_of(fd)
+        if any(part in path for part in self.cold) and not reading_nonblocking():
+            self.blocking_cold_readers.add(threading.current_thread().name)
+        return super().pread(fd, size, offset)
