@@ -205,6 +205,8 @@ class LogWriter:
         self.commit_cost = CommitCost()
         #: Reads that the page cache could not serve, handed to a thread (read_nowait).
         self.cold_reads = 0
+        #: read_cold's thread reads not yet done: aclose waits for them.
+        self._cold_in_flight: set[asyncio.Future[list[RecordBatch]]] = set()
 
     @classmethod
     async def open(
@@ -343,21 +345,25 @@ class LogWriter:
 
         Reads near the head are served from memory (the tail cache): the batches returned
         are then shared with every other reader; they are immutable."""
-        if offset >= self._log.first_offset:  # else the log raises OffsetOutOfRangeError
-            cached = self._tail.read(offset, max_bytes, self._hwm)
-            if cached is not None:
-                return cached
+        cached = self._cached(offset, max_bytes)
+        if cached is not None:
+            return cached
         return self._log.read(offset, max_bytes, upper=self._hwm)
+
+    def _cached(self, offset: int, max_bytes: int) -> list[RecordBatch] | None:
+        """What the tail cache holds from ``offset``; None when the files must be read."""
+        if offset < self._log.first_offset:  # the log raises OffsetOutOfRangeError
+            return None
+        return self._tail.read(offset, max_bytes, self._hwm)
 
     def read_nowait(self, offset: int, max_bytes: int = 1 << 20) -> list[RecordBatch] | None:
         """:meth:`read`, or ``None`` when that would wait for the disk: the page cache does
         not hold the bytes (or another thread is loading the segment's index). Then read
         with :meth:`read_cold`, which waits off the event loop. The event loop's reads use
         this pair, so a cold read never stalls every other client for a disk access."""
-        if offset >= self._log.first_offset:  # the tail cache first: it never blocks
-            cached = self._tail.read(offset, max_bytes, self._hwm)
-            if cached is not None:
-                return cached
+        cached = self._cached(offset, max_bytes)  # first: it never blocks
+        if cached is not None:
+            return cached
         with nonblocking_reads():
             try:
                 return self._log.read(offset, max_bytes, upper=self._hwm)
@@ -371,15 +377,24 @@ class LogWriter:
         Safe beside the loop and the writer thread: bytes below the high-water mark never
         change, the file cache pins each descriptor while it is read, and index loads take
         the segment's lock. Runs to its end if the caller is cancelled (the thread cannot
-        be stopped).
+        be stopped), and :meth:`aclose` waits for it before closing the files: a thread
+        never opens a segment by path after its log closed (a topic deleted and made
+        again would have put another file there).
 
         Raises:
-            OffsetOutOfRangeError, CorruptSegmentError, WalIOError: as :meth:`read`; and
-                the first two when retention deleted the segment while the thread read it
-                (then ``offset`` is below :attr:`first_offset`).
+            OffsetOutOfRangeError, CorruptSegmentError, WalIOError: as :meth:`read`; the
+                first or the last also when retention deleted the segment while the thread
+                read it (then ``offset`` is below :attr:`first_offset`).
+            WalClosedError: the writer is closing.
         """
-        upper = self._hwm
-        return await run_to_end(asyncio.to_thread(self._log.read, offset, max_bytes, upper=upper))
+        if self._closing or self._thread is None:  # aclose no longer waits for reads
+            raise WalClosedError(self._log.path)
+        read = asyncio.ensure_future(
+            asyncio.to_thread(self._log.read, offset, max_bytes, upper=self._hwm)
+        )
+        self._cold_in_flight.add(read)
+        read.add_done_callback(self._cold_in_flight.discard)
+        return await run_to_end(read)
 
     async def aclose(self) -> None:
         """Finish queued commands, sync, and close the files. Idempotent."""
@@ -398,6 +413,8 @@ class LogWriter:
         if self._ticker is not None:
             self._stop.set()  # never cancel it mid-sync: the thread would outlive the files
             await self._ticker
+        if self._cold_in_flight:  # a thread reading the files: they stay open until it ends
+            await asyncio.wait(self._cold_in_flight)
         self._tail.clear()
         await asyncio.to_thread(self._log.close)
 

@@ -17,7 +17,7 @@ import pytest
 
 from dispatcher.registry import SubscriptionRegistry
 from proto.batch import encode_columns
-from wal import CorruptSegmentError, FaultyFs, LogConfig, LogWriter
+from wal import CorruptSegmentError, FaultyFs, LogConfig, LogWriter, WalClosedError
 from wal.fs import FileSystem, WouldBlockError, nonblocking_reads, reading_nonblocking
 
 on_a_loop = pytest.mark.asyncio(loop_scope="function")
@@ -49,6 +49,16 @@ async def _writer_with_sealed_segments(path: Path, fs: FaultyFs) -> LogWriter:
         await writer.append(encode_columns([b"%04d" % i]))
     assert len(writer.log.segment_infos()) > 2
     return writer
+
+
+async def _cold_then_cached(writer: LogWriter, expected: list[memoryview]) -> None:
+    """Offset 0 is cold: read_nowait gives None, read_cold gives ``expected``; then it is
+    cached: read_nowait gives ``expected`` on the loop."""
+    assert writer.read_nowait(0, 300) is None
+    assert [b.buffer for b in await writer.read_cold(0, 300)] == expected
+    again = writer.read_nowait(0, 300)
+    assert again is not None
+    assert [b.buffer for b in again] == expected
 
 
 def _first_segment(writer: LogWriter) -> str:
@@ -90,15 +100,9 @@ async def test_read_nowait_hands_a_cold_segment_to_read_cold(tmp_path: Path) -> 
     fs = FaultyFs()
     writer = await _writer_with_sealed_segments(tmp_path / "log", fs)
     try:
-        expected = writer.read(0, 300)
+        expected = [b.buffer for b in writer.read(0, 300)]
         fs.cold = {_first_segment(writer)}
-        assert writer.read_nowait(0, 300) is None
-        assert writer.cold_reads == 1
-        got = await writer.read_cold(0, 300)
-        assert [b.buffer for b in got] == [b.buffer for b in expected]
-        again = writer.read_nowait(0, 300)
-        assert again is not None
-        assert [b.buffer for b in again] == [b.buffer for b in expected]
+        await _cold_then_cached(writer, expected)
         assert writer.cold_reads == 1
     finally:
         await writer.aclose()
@@ -117,11 +121,7 @@ async def test_a_cold_index_is_loaded_off_the_loop(tmp_path: Path) -> None:
     writer = await LogWriter.open(str(path), CONFIG, fs=fs)
     try:
         fs.cold = {f"{0:020d}.index"}
-        assert writer.read_nowait(0, 300) is None
-        assert [b.buffer for b in await writer.read_cold(0, 300)] == expected
-        again = writer.read_nowait(0, 300)
-        assert again is not None
-        assert [b.buffer for b in again] == expected
+        await _cold_then_cached(writer, expected)
     finally:
         await writer.aclose()
 
@@ -233,14 +233,9 @@ async def test_an_index_rebuild_never_runs_on_the_loop(tmp_path: Path) -> None:
     writer = await LogWriter.open(str(path), CONFIG, fs=fs)
     try:
         fs.scan_threads.clear()
-        assert writer.read_nowait(0, 300) is None
-        assert fs.scan_threads == []
-        assert [b.buffer for b in await writer.read_cold(0, 300)] == expected
-        assert fs.scan_threads
-        assert threading.current_thread().name not in fs.scan_threads
-        again = writer.read_nowait(0, 300)
-        assert again is not None
-        assert [b.buffer for b in again] == expected
+        await _cold_then_cached(writer, expected)
+        assert fs.scan_threads  # the rebuild scanned ...
+        assert threading.current_thread().name not in fs.scan_threads  # ... off the loop
     finally:
         await writer.aclose()
 
@@ -316,3 +311,26 @@ async def test_retention_during_a_cold_read_moves_the_subscription_on(
     finally:
         await registry.aclose()
         await writer.aclose()
+
+
+@on_a_loop
+async def test_aclose_waits_for_a_cold_read_on_its_thread(tmp_path: Path) -> None:
+    """Scenario: a cold read taking 200 ms of "disk" is on its thread when the writer is
+    closed. Expected: aclose returns only after that read ended, with every batch; a
+    cold read asked for once closing began raises WalClosedError."""
+    fs = SlowColdFs()
+    writer = await _writer_with_sealed_segments(tmp_path / "log", fs)
+    expected = [b.buffer for b in writer.read(0, 300)]
+    fs.cold = {_first_segment(writer)}
+    fs.cold_delay_s = 0.2
+    read = asyncio.create_task(writer.read_cold(0, 300))
+    async with asyncio.timeout(5):
+        while not fs.cold_read_threads:  # noqa: ASYNC110 - a thread sets it
+            await asyncio.sleep(0.005)
+    closing = asyncio.create_task(writer.aclose())
+    await asyncio.sleep(0)
+    with pytest.raises(WalClosedError):
+        await writer.read_cold(0, 300)
+    await closing
+    assert read.done()
+    assert [b.buffer for b in read.result()] == expected
