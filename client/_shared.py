@@ -32,12 +32,12 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import grpc
 
+from client._channel import aio_channel
 from client.errors import ClientError, ResourceExhausted
 
 #: Consumers that share one channel at most: the broker's default
@@ -48,7 +48,8 @@ _STREAM_LIMIT = "max_streams_per_connection"
 
 
 class ChannelKey(NamedTuple):
-    """What makes two consumers' connections interchangeable."""
+    """What makes two consumers' connections interchangeable: the arguments of
+    :func:`~client._channel.aio_channel`."""
 
     broker: str
     reconnect_backoff_max_s: float
@@ -56,6 +57,17 @@ class ChannelKey(NamedTuple):
     tls_ca: str | None
     tls_cert: str | None
     tls_key: str | None
+
+    def open(self) -> grpc.aio.Channel:
+        """A new channel with these settings."""
+        return aio_channel(
+            self.broker,
+            self.reconnect_backoff_max_s,
+            token=self.token,
+            tls_ca=self.tls_ca,
+            tls_cert=self.tls_cert,
+            tls_key=self.tls_key,
+        )
 
 
 @dataclass(slots=True, eq=False)
@@ -75,13 +87,13 @@ class _Pool:
 
     channels: dict[ChannelKey, list[_Shared]] = field(default_factory=dict)
 
-    def take(self, key: ChannelKey, make: Callable[[], grpc.aio.Channel]) -> _Shared:
+    def take(self, key: ChannelKey) -> _Shared:
         shared = self.channels.setdefault(key, [])
         for entry in shared:
             if not entry.full and entry.users < MAX_PER_CHANNEL:
                 break
         else:
-            entry = _Shared(make())
+            entry = _Shared(key.open())
             shared.append(entry)
         entry.users += 1
         return entry
@@ -99,21 +111,19 @@ class _Pool:
         return True
 
 
-#: Weak: a loop closed with consumers never closed does not live on here.
+#: Weak: a loop's pool goes with the loop (even with consumers never closed).
 _POOLS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Pool] = weakref.WeakKeyDictionary()
 
 
 class ChannelLease:
     """One consumer's hold on a shared channel. Made on the event loop that uses it."""
 
-    __slots__ = ("_entry", "_key", "_loop", "_make", "_pool")
+    __slots__ = ("_entry", "_key", "_pool")
 
-    def __init__(self, key: ChannelKey, make: Callable[[], grpc.aio.Channel]) -> None:
+    def __init__(self, key: ChannelKey) -> None:
         self._key = key
-        self._make = make
-        self._loop = asyncio.get_running_loop()
-        self._pool = _POOLS.setdefault(self._loop, _Pool())
-        self._entry: _Shared | None = self._pool.take(key, make)
+        self._pool = _POOLS.setdefault(asyncio.get_running_loop(), _Pool())
+        self._entry: _Shared | None = self._pool.take(key)
 
     @property
     def channel(self) -> grpc.aio.Channel:
@@ -133,7 +143,7 @@ class ChannelLease:
         if old is None:
             raise RuntimeError("the channel lease was given back")
         old.full = True
-        self._entry = self._pool.take(self._key, self._make)
+        self._entry = self._pool.take(self._key)
         await self._give_back(old)
         return self._entry.channel
 
@@ -144,11 +154,10 @@ class ChannelLease:
             await self._give_back(entry)
 
     async def _give_back(self, entry: _Shared) -> None:
-        if not self._pool.give_back(self._key, entry):
-            return
-        if not self._pool.channels and _POOLS.get(self._loop) is self._pool:
-            del _POOLS[self._loop]
-        await entry.channel.close()
+        if self._pool.give_back(self._key, entry):
+            # Shielded: a cancelled caller does not leave the connection half closed
+            # (nobody else can reach this channel any more to close it).
+            await asyncio.shield(entry.channel.close())
 
 
 def refused_for_streams(error: ClientError) -> bool:

@@ -368,10 +368,10 @@ class DispatchLoop(Generic[OwnerT]):
                 if first >= heads[p]:
                     continue
             at = max(wanted, first)
-            found = writer.read_nowait(at, self._max_batch_bytes) if self._reader is None else None
-            if found is not None:
-                batches = found
-            else:  # not in the page cache (or a test's reader): read off the loop
+            batches = (
+                writer.read_nowait(at, self._max_batch_bytes) if self._reader is None else None
+            )
+            if batches is None:  # not in the page cache (or a test's reader): read off the loop
                 if self._reader is None:
                     batches = await _read_cold(writer, at, self._max_batch_bytes)
                     if not batches and at < writer.first_offset:

@@ -61,7 +61,7 @@ from typing import Self
 
 import grpc
 
-from client._channel import DEFAULT_RECONNECT_BACKOFF_MAX_S, aio_channel, check_security
+from client._channel import DEFAULT_RECONNECT_BACKOFF_MAX_S, check_security
 from client._message import DeliveredBatch, Message, MessageBuffer
 from client._retry import backoff_s
 from client._shared import ChannelKey, ChannelLease, refused_for_streams
@@ -606,20 +606,9 @@ class AsyncConsumer:
 
     # -- sessions ---------------------------------------------------------------------
 
-    def _new_channel(self) -> grpc.aio.Channel:
-        key = self._key
-        return aio_channel(
-            key.broker,
-            key.reconnect_backoff_max_s,
-            token=key.token,
-            tls_ca=key.tls_ca,
-            tls_cert=key.tls_cert,
-            tls_key=key.tls_key,
-        )
-
     async def _run(self) -> None:
         if self._stub is None:
-            self._lease = ChannelLease(self._key, self._new_channel)
+            self._lease = ChannelLease(self._key)
             self._stub = broker_pb2_grpc.BrokerStub(self._lease.channel)
         attempt = moves = 0
         started = time.monotonic()
