@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from dispatcher.dlq import DeadLetterQueue
 from dispatcher.lag import HeartbeatConfig
-from dispatcher.subscription import Subscription
+from dispatcher.subscription import Subscription, running_loop
 
 logger = logging.getLogger(__name__)
 
@@ -150,7 +150,7 @@ class Heartbeat:
         to ``wait_s`` seconds; if the loop is closed or busy that long, it gets the samples
         last built."""
         loop = self._event_loop
-        if loop is None or not loop.is_running() or _running_loop() is loop:
+        if loop is None or not loop.is_running() or running_loop() is loop:
             return self._build()
         asked: concurrent.futures.Future[tuple[SubscriptionSample, ...]] = (
             concurrent.futures.Future()
@@ -222,14 +222,6 @@ class Heartbeat:
                 logger.exception("heartbeat round failed; trying again")
                 pause = self.config.interval_s
             await asyncio.sleep(pause)
-
-
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    """The event loop running in this thread, if any."""
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
 
 
 def _sample(

@@ -685,7 +685,8 @@ class Subscription:
             logger.debug("cannot read offset %d for its timestamp", offset, exc_info=True)
             return time.time() * 1000
         if batches is None:
-            if partition not in self._warming:
+            # Not from the exporter's thread building samples after the loop stopped.
+            if partition not in self._warming and running_loop() is not None:
                 warming = asyncio.create_task(writer.read_cold(offset, 1))
                 self._warming[partition] = warming
                 warming.add_done_callback(functools.partial(self._warmed, partition))
@@ -775,6 +776,14 @@ class Subscription:
         """Whether a reader that pulls by offset (Fetch + AckUpTo) committed within
         :data:`PULL_READER_WINDOW_S`: it counts as the subscription's consumer in ``lag``."""
         return self._committed_at is not None and now - self._committed_at <= PULL_READER_WINDOW_S
+
+
+def running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running in this thread, if any."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def _timestamp_at(writer: LogWriter, offset: int) -> float:

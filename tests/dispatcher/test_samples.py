@@ -235,10 +235,14 @@ async def test_a_cold_cursor_record_is_read_off_the_loop_and_reported_a_round_la
         sub.attach("c", credit=100)
         await _settle()
         fs.cold = {f"{0:020d}.log"}
+        # From a thread with no event loop (the exporter's, once the loop stopped): no
+        # time, no error, and nothing started.
+        assert await asyncio.to_thread(sub.cursor_timestamp_ms, 0) is None
+        assert fs.cold
         part = _partition(registry, clock, 0.5)
         assert part.lag == 10
         assert part.oldest_unacked_ms is None
-        assert writer.cold_reads == 1
+        assert writer.cold_reads == 2  # the thread's attempt, then the round's
         async with asyncio.timeout(5):
             while fs.cold:  # noqa: ASYNC110 - the worker thread's read warms it
                 await asyncio.sleep(0.005)
