@@ -337,7 +337,7 @@ class Subscription:
         if task is None:
             return
         for warming in self._warming.values():
-            warming.cancel()  # its thread's read runs to its end; nobody waits for it
+            warming.cancel()  # its thread's read runs to its end (the writer waits for it)
         self.drop_notifications()
         await self._loop.stop(task)
         # The task is gone: the closer owns the state now. Acks, commits and seeks that
