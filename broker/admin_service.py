@@ -34,7 +34,7 @@ from dispatcher.dlq import DeadLetterQueue
 from proto import admin_pb2 as _admin
 from proto import admin_pb2_grpc as _grpc
 from proto import broker_pb2 as _pb
-from wal import LogWriter
+from wal import LogWriter, OffsetOutOfRangeError, WalIOError
 
 _SCAN_BYTES = 1 << 20  # read size of a seek by time, between yields to the loop
 
@@ -110,7 +110,7 @@ class AdminService(_grpc.AdminServicer):
             self._topics.get(request.topic)
         subs = self._subscriptions.subscriptions(request.topic or None)
         return _admin.ListSubscriptionsResponse(
-            subscriptions=[subscription_info(s.status()) for s in subs]
+            subscriptions=[subscription_info(await s.status()) for s in subs]
         )
 
     @rpc
@@ -122,7 +122,7 @@ class AdminService(_grpc.AdminServicer):
         """One subscription's cursors, heads, lag and consumers."""
         self._topics.get(request.topic)
         return subscription_info(
-            self._subscriptions.get(request.topic, request.subscription).status()
+            await self._subscriptions.get(request.topic, request.subscription).status()
         )
 
     @rpc
@@ -147,13 +147,13 @@ class AdminService(_grpc.AdminServicer):
         elif target == "timestamp_ms":
             offsets = [await offset_for_time(w, request.timestamp_ms) for w in writers]
         elif target == "partition_offsets":
-            cursors = [p.cursor for p in sub.status().partitions]
+            cursors = [p.cursor for p in (await sub.status()).partitions]
             offsets = partition_seek_offsets(request.partition_offsets, cursors)
         else:
             raise InvalidRequestError("target", "say where to: earliest, latest, offset or time")
         await sub.seek(offsets)
         await self._subscriptions.save(sub)
-        return subscription_info(sub.status())
+        return subscription_info(await sub.status())
 
     @rpc
     async def OffsetsForTime(  # noqa: N802 - gRPC method name
@@ -194,7 +194,7 @@ class AdminService(_grpc.AdminServicer):
         dlq = await self._dead_letters(request.topic, request.subscription)
         if dlq is None:
             return _admin.PeekDeadLettersResponse()
-        return peek_response(dlq.peek(from_sequence=start, limit=limit, reason=reason))
+        return peek_response(await dlq.peek(from_sequence=start, limit=limit, reason=reason))
 
     @rpc
     async def CountDeadLetters(  # noqa: N802 - gRPC method name
@@ -277,13 +277,19 @@ async def offset_for_time(writer: LogWriter, timestamp_ms: int) -> int:
     """The first offset whose record time is at or after ``timestamp_ms`` (the head if none).
 
     Reads batch headers and skips every batch whose newest record is older; only the batch
-    that holds the answer has its timestamps read. Reads run on the event loop, as the
-    writer's threading contract requires (its tail cache and retention are loop-only),
-    and the scan yields to the loop between reads.
+    that holds the answer has its timestamps read. What the page cache does not hold is
+    read on a worker thread (``LogWriter.aread``), and the scan yields to the loop between
+    reads.
     """
     offset, hwm = writer.first_offset, writer.high_water_mark
     while offset < hwm:
-        batches = writer.read(max(offset, writer.first_offset), _SCAN_BYTES)
+        at = max(offset, writer.first_offset)
+        try:
+            batches = await writer.aread(at, _SCAN_BYTES)
+        except (OffsetOutOfRangeError, WalIOError):
+            if at >= writer.first_offset:
+                raise
+            continue  # retention deleted the segment while a thread read it: go on above
         if not batches:
             break
         for batch in batches:

@@ -241,7 +241,7 @@ class DeadLetterReplayer:
             if delay > 0:
                 await asyncio.sleep(delay)
             want = size if order.limit is None else min(size, order.limit - replayed)
-            entries = dlq.peek(from_sequence=after, limit=want)
+            entries = await dlq.peek(from_sequence=after, limit=want)
             take, skipped, done = replayable_prefix(
                 entries, dlq.config.max_replays, order.up_to_sequence
             )

@@ -325,9 +325,7 @@ class BrokerService(_grpc.BrokerServicer):
         writer = partition.writer
         await _wait_for_data(writer, request.offset, request.max_wait_ms)
         max_bytes = min(request.max_bytes or 1 << 20, _MAX_FETCH_BYTES)
-        batches = writer.read_nowait(request.offset, max_bytes)
-        if batches is None:  # not in the page cache: read off the event loop
-            batches = await writer.read_cold(request.offset, max_bytes)
+        batches = await writer.aread(request.offset, max_bytes)  # cold: off the loop
         if request.end_offset > 0:
             batches = [b for b in batches if b.base_offset < request.end_offset]
         if request.decoded:

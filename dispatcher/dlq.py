@@ -36,7 +36,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from types import TracebackType
 from typing import Self
 
@@ -333,16 +333,16 @@ class DeadLetterQueue:
         if self._config.max_age_s is None:
             return 0
         cutoff = self._now_ms() - round(self._config.max_age_s * 1000)
-        removed = await self._remove_below(self._first_not_before(cutoff))
+        removed = await self._remove_below(await self._first_not_before(cutoff))
         if removed:
             self.expired_total += removed
             self.evicted_total += removed
             logger.info("dlq %s: expired %d entries", self._name, removed)
         return removed
 
-    def _first_not_before(self, cutoff_ms: int) -> int:
+    async def _first_not_before(self, cutoff_ms: int) -> int:
         """The sequence of the oldest entry dead-lettered at or after ``cutoff_ms``."""
-        for batch in self._batches(self._first):
+        async for batch in self._batches(self._first):
             for seq, ts in zip(batch.offsets(), batch.timestamps().tolist(), strict=True):
                 if seq >= self._first and ts >= cutoff_ms:
                     return seq
@@ -391,10 +391,12 @@ class DeadLetterQueue:
 
     # -- reading ------------------------------------------------------------------------
 
-    def peek(
+    async def peek(
         self, *, from_sequence: int | None = None, limit: int = 100, reason: str | None = None
     ) -> list[DlqEntry]:
-        """Entries, oldest first.
+        """Entries, oldest first. Waits for a running put or removal (they may delete the
+        segments it would read); what the page cache does not hold is read on a worker
+        thread.
 
         Args:
             from_sequence: Start here (never below ``first_sequence``); default the oldest.
@@ -405,26 +407,29 @@ class DeadLetterQueue:
             DlqCorruptError: a stored entry is damaged.
             WalError: the log could not be read.
         """
-        start = self._first if from_sequence is None else max(from_sequence, self._first)
         out: list[DlqEntry] = []
         if limit <= 0:
             return out
-        for batch in self._batches(start):
-            for entry in decode_entries(batch):
-                if entry.sequence >= start and (reason is None or reason in entry.reason):
-                    out.append(entry)
-                    if len(out) >= limit:
-                        return out
+        async with self._lock:
+            start = self._first if from_sequence is None else max(from_sequence, self._first)
+            async for batch in self._batches(start):
+                for entry in decode_entries(batch):
+                    if entry.sequence >= start and (reason is None or reason in entry.reason):
+                        out.append(entry)
+                        if len(out) >= limit:
+                            return out
         return out
 
-    def _batches(self, start: int) -> Iterator[RecordBatch]:
-        """Durable batches from the one holding ``start`` on (the first may begin before)."""
+    async def _batches(self, start: int) -> AsyncIterator[RecordBatch]:
+        """Durable batches from the one holding ``start`` on (the first may begin before).
+        The caller holds the lock: no segment is deleted meanwhile."""
         offset = start
         while offset < self.next_sequence:
-            batches = self._writer.read(offset, _SCAN_BYTES)
+            batches = await self._writer.aread(offset, _SCAN_BYTES)
             if not batches:
                 return
-            yield from batches
+            for batch in batches:
+                yield batch
             offset = batches[-1].next_offset
 
     # -- closing ------------------------------------------------------------------------

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import random as _random
@@ -699,8 +700,11 @@ class Subscription:
         if error is not None:
             logger.debug("reading partition %d's cursor record failed", partition, exc_info=error)
 
-    def status(self) -> SubscriptionStatus:
-        """Cursor, head, lag, in-flight records, rates, state and reason per partition."""
+    async def status(self) -> SubscriptionStatus:
+        """Cursor, head, lag, in-flight records, rates, state and reason per partition.
+
+        The age of a lagging partition reads its cursor record; on a worker thread when
+        the page cache does not hold it. The rest is one snapshot, taken before that."""
         state = self.state
         consumers = tuple(state.consumers())
         now, wall = self._clock(), self._wall_clock()
@@ -711,9 +715,6 @@ class Subscription:
             lag = state.lag(i, head)
             rates = self._rates[i].rates()
             verdict = diagnose(self._facts(i, head, lag, len(consumers), now, rates))
-            age = 0.0
-            if lag:
-                age = max(0.0, wall - _timestamp_at(writer, cursor) / 1000)
             parts.append(
                 PartitionStatus(
                     i,
@@ -721,7 +722,7 @@ class Subscription:
                     head,
                     lag,
                     state.in_flight(i),
-                    age,
+                    0.0,
                     verdict.state.value,
                     verdict.reason,
                     ingress_rate=rates.ingress,
@@ -730,6 +731,11 @@ class Subscription:
                     trend=rates.trend.value,
                 )
             )
+        for i, part in enumerate(parts):
+            if part.lag:
+                stamp = await _timestamp_at(self._writers[i], part.cursor)
+                age = max(0.0, wall - stamp / 1000)
+                parts[i] = dataclasses.replace(part, oldest_unacked_age_s=age)
         return SubscriptionStatus(
             self.topic, self.name, self.type, consumers, tuple(parts), self.policy.mode
         )
@@ -786,11 +792,11 @@ def running_loop() -> asyncio.AbstractEventLoop | None:
         return None
 
 
-def _timestamp_at(writer: LogWriter, offset: int) -> float:
-    """The publish time (ms) of the record at ``offset``; now when it cannot be read. A
-    blocking read: for ``status`` (an operator's call), not for every heartbeat."""
+async def _timestamp_at(writer: LogWriter, offset: int) -> float:
+    """The publish time (ms) of the record at ``offset``; now when it cannot be read. It
+    waits for a cold read: for ``status`` (an operator's call), not for every heartbeat."""
     try:
-        batches = writer.read(offset, 1)
+        batches = await writer.aread(offset, 1)
     except Exception:  # a damaged or deleted segment: report no age rather than fail
         logger.debug("cannot read offset %d for its timestamp", offset, exc_info=True)
         return time.time() * 1000

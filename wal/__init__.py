@@ -49,8 +49,10 @@ is sealed, and when opening cuts entries from it (so a dropped entry never comes
 Read protocol: readers on the event loop call ``LogWriter.read_nowait``, which serves the
 tail cache, then reads the files with ``preadv2(RWF_NOWAIT)`` (``fs.nonblocking_reads``);
 what the page cache does not hold, and any index rebuild or scan, raises inside and
-returns ``None``, and ``LogWriter.read_cold`` does that read on a worker thread. So a
-consumer catching up from disk never stalls the loop for a disk access.
+returns ``None``, and ``LogWriter.read_cold`` does that read on a worker thread of a
+pool of its own (``LogWriter.aread`` is the pair). So a consumer catching up from disk
+never stalls the loop for a disk access, and cold reads never crowd the default pool's
+state saves.
 
 A write that finds the disk full (ENOSPC, EDQUOT) is cut back to the last whole batch at
 once and the log stays writable: the next append tries the disk again. Any other write

@@ -59,6 +59,7 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import functools
 import logging
 import queue
 import threading
@@ -78,6 +79,15 @@ from wal.log import AppendResult, Clock, Log
 from wal.tail import TailCache
 
 logger = logging.getLogger(__name__)
+
+#: Threads that read what the page cache does not hold, shared by every log of the
+#: process. A pool of their own: a flood of cold reads (many consumers catching up at
+#: once) queues here, never in asyncio's default pool, where state saves, topic creates
+#: and deletes and a log's open run; and it bounds the disk reads in flight.
+COLD_READ_THREADS = 4
+_COLD_READERS = concurrent.futures.ThreadPoolExecutor(
+    max_workers=COLD_READ_THREADS, thread_name_prefix="headrace-cold-read"
+)
 
 _BROKEN = "the writer thread failed (see the log)"
 
@@ -371,8 +381,20 @@ class LogWriter:
                 self.cold_reads += 1
                 return None
 
+    async def aread(self, offset: int, max_bytes: int = 1 << 20) -> list[RecordBatch]:
+        """:meth:`read` for the event loop: in place when the page cache holds the bytes
+        (:meth:`read_nowait`), on a cold-read thread when it does not (:meth:`read_cold`).
+
+        Raises:
+            As :meth:`read_cold`.
+        """
+        batches = self.read_nowait(offset, max_bytes)
+        return batches if batches is not None else await self.read_cold(offset, max_bytes)
+
     async def read_cold(self, offset: int, max_bytes: int = 1 << 20) -> list[RecordBatch]:
-        """:meth:`read` on a worker thread, for bytes the page cache does not hold.
+        """:meth:`read` on a worker thread, for bytes the page cache does not hold. The
+        threads are a pool of their own (:data:`COLD_READ_THREADS`, shared by the process's
+        logs).
 
         Safe beside the loop and the writer thread: bytes below the high-water mark never
         change, the file cache pins each descriptor while it is read, and index loads take
@@ -389,8 +411,8 @@ class LogWriter:
         """
         if self._closing or self._thread is None:  # aclose no longer waits for reads
             raise WalClosedError(self._log.path)
-        read = asyncio.ensure_future(
-            asyncio.to_thread(self._log.read, offset, max_bytes, upper=self._hwm)
+        read = asyncio.get_running_loop().run_in_executor(
+            _COLD_READERS, functools.partial(self._log.read, offset, max_bytes, upper=self._hwm)
         )
         self._cold_in_flight.add(read)
         read.add_done_callback(self._cold_in_flight.discard)

@@ -283,7 +283,7 @@ async def test_poison_records_after_max_deliveries(tmp_path: Path, policy: Poiso
             assert dlq is None or dlq.count() == 0
             return
         assert dlq is not None
-        (entry,) = dlq.peek()
+        (entry,) = await dlq.peek()
         assert (entry.value, entry.offset, entry.attempts) == (b"bad", 1, 2)
         assert entry.reason == "cannot parse"
         assert len(entry.attempt_times_ms) == 2
@@ -317,7 +317,7 @@ async def test_delivery_counts_survive_a_restart(tmp_path: Path) -> None:
             await _nothing(c, 0.3)
         dlq = await second.subscriptions.dead_letter_queue("t", "r", create=False)
         assert dlq is not None
-        (entry,) = dlq.peek()
+        (entry,) = await dlq.peek()
         assert (entry.value, entry.attempts, entry.reason) == (b"poison", 4, "still broken")
 
 

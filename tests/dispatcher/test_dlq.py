@@ -441,7 +441,7 @@ async def test_put_is_peeked_in_order(dlq: DeadLetterQueue, clock: ManualClock) 
     for i in range(3):
         assert await dlq.put([letter(i)]) is PutOutcome.STORED
         clock.advance(1)
-    entries = dlq.peek()
+    entries = await dlq.peek()
     assert dlq.count() == dlq.entries == 3
     assert (dlq.first_sequence, dlq.next_sequence) == (0, 3)
     assert [e.sequence for e in entries] == [0, 1, 2]
@@ -476,8 +476,8 @@ async def test_drop_oldest_evicts_exactly_the_oldest(
         total = before + incoming
         assert dlq.evicted_total == evicted
         assert dlq.count() == total - evicted
-        assert [e.sequence for e in dlq.peek()] == list(range(evicted, total))
-        assert [e.offset for e in dlq.peek()] == [1000 + i for i in range(evicted, total)]
+        assert [e.sequence for e in await dlq.peek()] == list(range(evicted, total))
+        assert [e.offset for e in await dlq.peek()] == [1000 + i for i in range(evicted, total)]
         assert dlq.events_total == total
 
 
@@ -525,7 +525,7 @@ async def test_block_raises_and_stores_nothing(dlq_dir: str) -> None:
         assert (dlq.rejected_total, dlq.evicted_total) == (0, 0)
         assert await dlq.ack_up_to(0) == 1
         assert await dlq.put([letter(2)]) is PutOutcome.STORED
-        assert [e.offset for e in dlq.peek()] == [1001, 1002]
+        assert [e.offset for e in await dlq.peek()] == [1001, 1002]
 
 
 @asyncio_test
@@ -550,14 +550,14 @@ async def test_peek_filters_by_reason_and_start(dlq: DeadLetterQueue) -> None:
         reason = "timeout after 30 s" if i % 2 == 0 else "nack: bad schema"
         await dlq.put([letter(i, reason=reason)])
     await dlq.ack_up_to(1)
-    assert [e.sequence for e in dlq.peek(reason="timeout")] == [2, 4, 6, 8]
-    assert [e.sequence for e in dlq.peek(reason="schema", from_sequence=4)] == [5, 7, 9]
-    assert [e.sequence for e in dlq.peek(from_sequence=0, limit=3)] == [2, 3, 4]
-    assert [e.sequence for e in dlq.peek(from_sequence=7, limit=100)] == [7, 8, 9]
-    assert dlq.peek(reason="timeout", limit=2)[-1].sequence == 4
-    assert dlq.peek(reason="no such reason") == []
-    assert dlq.peek(from_sequence=10) == []
-    assert dlq.peek(limit=0) == []
+    assert [e.sequence for e in await dlq.peek(reason="timeout")] == [2, 4, 6, 8]
+    assert [e.sequence for e in await dlq.peek(reason="schema", from_sequence=4)] == [5, 7, 9]
+    assert [e.sequence for e in await dlq.peek(from_sequence=0, limit=3)] == [2, 3, 4]
+    assert [e.sequence for e in await dlq.peek(from_sequence=7, limit=100)] == [7, 8, 9]
+    assert (await dlq.peek(reason="timeout", limit=2))[-1].sequence == 4
+    assert await dlq.peek(reason="no such reason") == []
+    assert await dlq.peek(from_sequence=10) == []
+    assert await dlq.peek(limit=0) == []
 
 
 @asyncio_test
@@ -581,7 +581,7 @@ async def test_ack_up_to_is_inclusive(
     assert await dlq.ack_up_to(sequence) == removed
     assert dlq.first_sequence == first
     assert dlq.count() == 10 - removed
-    assert [e.sequence for e in dlq.peek()] == list(range(first, 10))
+    assert [e.sequence for e in await dlq.peek()] == list(range(first, 10))
     assert await dlq.ack_up_to(sequence) == 0
 
 
@@ -627,11 +627,11 @@ async def test_purge_removes_everything_and_frees_the_disk(
     assert len(segment_bases(dlq_dir)) > 1
     assert await dlq.purge() == 12
     assert dlq.count() == 0
-    assert dlq.peek() == []
+    assert await dlq.peek() == []
     assert segment_bases(dlq_dir) == [12]
     assert await dlq.purge() == 0
     await dlq.put([letter(99)])
-    assert [(e.sequence, e.offset) for e in dlq.peek()] == [(12, 1099)]
+    assert [(e.sequence, e.offset) for e in await dlq.peek()] == [(12, 1099)]
 
 
 @asyncio_test
@@ -659,7 +659,7 @@ async def test_expire_removes_entries_older_than_max_age(
         clock.now = T0 + elapsed_s
         assert await dlq.expire() == expired
         assert (dlq.expired_total, dlq.evicted_total) == (expired, expired)
-        assert [e.offset for e in dlq.peek()] == [1000 + i for i in range(expired, 3)]
+        assert [e.offset for e in await dlq.peek()] == [1000 + i for i in range(expired, 3)]
 
 
 @asyncio_test
@@ -683,7 +683,7 @@ async def test_full_queue_expires_before_it_rejects(dlq_dir: str, clock: ManualC
         clock.advance(61)
         assert await dlq.put([letter(2)]) is PutOutcome.STORED
         assert (dlq.rejected_total, dlq.expired_total) == (0, 2)
-        assert [e.offset for e in dlq.peek()] == [1002]
+        assert [e.offset for e in await dlq.peek()] == [1002]
 
 
 @asyncio_test
@@ -699,7 +699,7 @@ async def test_replayable_applies_the_queues_guard(dlq_dir: str) -> None:
                 letter(2, value=b"x" * 17),
             ]
         )
-        fresh, replayed, cut = dlq.peek()
+        fresh, replayed, cut = await dlq.peek()
         assert dlq.replayable(fresh) is None
         assert "max_replays=1" in (dlq.replayable(replayed) or "")
         assert "truncated" in (dlq.replayable(cut) or "")
@@ -717,13 +717,13 @@ async def test_state_survives_reopen(dlq_dir: str) -> None:
     async with await DeadLetterQueue.open(dlq_dir, config, log_config=SMALL_LOG) as dlq:
         await put_each(dlq, range(10))
         await dlq.ack_up_to(3)
-        before = dlq.peek()
+        before = await dlq.peek()
     async with await DeadLetterQueue.open(dlq_dir, config, log_config=SMALL_LOG) as dlq:
         assert (dlq.first_sequence, dlq.next_sequence, dlq.count()) == (4, 10, 6)
-        assert dlq.peek() == before
+        assert await dlq.peek() == before
         assert (dlq.events_total, dlq.evicted_total, dlq.rejected_total) == (0, 0, 0)
         await dlq.put([letter(10)])
-        assert dlq.peek()[-1].sequence == 10
+        assert (await dlq.peek())[-1].sequence == 10
 
 
 @asyncio_test
@@ -738,7 +738,7 @@ async def test_ack_deletes_whole_segments_below(dlq: DeadLetterQueue, dlq_dir: s
     kept = [b for i, b in enumerate(bases) if i + 1 == len(bases) or bases[i + 1] > 13]
     assert segment_bases(dlq_dir) == kept
     assert kept[0] <= 13
-    assert [e.sequence for e in dlq.peek()] == list(range(13, 20))
+    assert [e.sequence for e in await dlq.peek()] == list(range(13, 20))
 
 
 @asyncio_test
@@ -757,7 +757,7 @@ async def test_reopen_after_save_but_before_segment_delete(dlq_dir: str) -> None
         assert segment_bases(dlq_dir) == bases
     async with await DeadLetterQueue.open(dlq_dir, config, log_config=SMALL_LOG) as dlq:
         assert (dlq.first_sequence, dlq.count()) == (8, 4)
-        assert [e.offset for e in dlq.peek()] == [1008, 1009, 1010, 1011]
+        assert [e.offset for e in await dlq.peek()] == [1008, 1009, 1010, 1011]
         await dlq.ack_up_to(8)
         assert segment_bases(dlq_dir)[0] > 0
 
@@ -797,17 +797,17 @@ async def test_failing_disk_makes_put_raise(dlq_dir: str, fault: Fault) -> None:
     config = DlqConfig()
     async with await DeadLetterQueue.open(dlq_dir, config, fs=fs, log_config=SMALL_LOG) as dlq:
         await put_each(dlq, range(3))
-        before = dlq.peek()
+        before = await dlq.peek()
         fs.faults.append(fault)
         with pytest.raises(WalError):
             await dlq.put([letter(3)])
-        assert (dlq.count(), dlq.peek(), dlq.events_total) == (3, before, 3)
+        assert (dlq.count(), await dlq.peek(), dlq.events_total) == (3, before, 3)
         with pytest.raises(WalError):
             await dlq.put([letter(4)])
         assert dlq.count() == 3
     async with await DeadLetterQueue.open(dlq_dir, config, log_config=SMALL_LOG) as dlq:
-        assert dlq.peek()[:3] == before
-        assert [e.offset for e in dlq.peek()[3:]] in ([], [1003])
+        assert (await dlq.peek())[:3] == before
+        assert [e.offset for e in (await dlq.peek())[3:]] in ([], [1003])
 
 
 @asyncio_test
@@ -836,7 +836,7 @@ async def test_saved_sequence_past_the_head_is_clamped_and_saved(dlq_dir: str) -
         assert (dlq.first_sequence, dlq.count()) == (3, 0)
         await dlq.put([letter(3)])
     async with await DeadLetterQueue.open(dlq_dir, DlqConfig()) as dlq:
-        assert [(e.sequence, e.offset) for e in dlq.peek()] == [(3, 1003)]
+        assert [(e.sequence, e.offset) for e in await dlq.peek()] == [(3, 1003)]
 
 
 @asyncio_test

@@ -316,7 +316,7 @@ async def test_a_backlog_that_cannot_be_read_is_stalled_and_heals(
     assert sub.verdict.stalled
     assert "3 records are ready" in sub.verdict.reason
     assert "Input/output error" in sub.verdict.reason
-    (part,) = sub.status().partitions
+    (part,) = (await sub.status()).partitions
     assert part.state == "STALLED"
     assert part.reason.startswith("read error: [Errno 5] Input/output error; 3 records wait")
     assert _scrape(metrics)["headrace_subscription_stalled", ("t", "s")] == 1
@@ -343,7 +343,7 @@ async def test_a_slow_consumer_is_not_stalled(
         await _tick(registry, clock)
     assert not sub.verdict.stalled
     assert sub.heartbeat_polls == 0
-    assert sub.status().partitions[0].state == "LAGGING"
+    assert (await sub.status()).partitions[0].state == "LAGGING"
 
 
 async def test_lag_is_evaluated_with_no_consumer_attached(

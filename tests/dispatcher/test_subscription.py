@@ -180,7 +180,7 @@ async def test_unacked_cap_holds_until_acks_free_room(
         session = sub.attach("c", 1000)
         assert [d.from_offset for d in await take(session, 4)] == [0, 1, 2, 3]
         await _nothing_more(session)
-        assert sub.status().partitions[0].in_flight == 4
+        assert (await sub.status()).partitions[0].in_flight == 4
         sub.ack(0, 0, 2)
         assert [d.from_offset for d in await take(session, 2)] == [4, 5]
         await _nothing_more(session)
@@ -198,7 +198,7 @@ async def test_out_of_order_acks_and_redelivery_to_the_next_consumer(
     sub.ack(0, 1, 2)
     await sub.ack(0, 3, 5)
     await sub.applied()  # the dispatch task applied both acks
-    status = sub.status().partitions[0]
+    status = (await sub.status()).partitions[0]
     assert (status.cursor, status.lag, status.in_flight) == (0, 3, 3)
     sub.detach(first)
     second = sub.attach("two", 100)
@@ -207,8 +207,8 @@ async def test_out_of_order_acks_and_redelivery_to_the_next_consumer(
     assert [d.redeliveries for d in again] == [{0: 1}, {2: 1}, {5: 1}]
     sub.ack_up_to(0, 6)
     await sub.applied()
-    assert sub.status().partitions[0].cursor == 6
-    assert sub.status().lag == 0
+    assert (await sub.status()).partitions[0].cursor == 6
+    assert (await sub.status()).lag == 0
 
 
 async def test_exclusive_refuses_a_second_consumer(
@@ -236,7 +236,7 @@ async def test_acks_of_undelivered_offsets_are_refused(
         sub.ack(7, 0, 1)
     with pytest.raises(InvalidSubscriptionError, match="not an offset range"):
         sub.ack(0, 2, 1)
-    assert sub.status().partitions[0].cursor == 0  # nothing was acknowledged
+    assert (await sub.status()).partitions[0].cursor == 0  # nothing was acknowledged
 
 
 async def test_latest_starts_at_the_head(
@@ -273,7 +273,7 @@ async def test_seek_resends_from_the_new_position(
     sub.seek([1, 0])
     assert _values(await take(session, 2)) == [(0, 1, b"b"), (0, 2, b"c")]
     await sub.seek([99, 99])  # clamped to the head
-    assert [p.cursor for p in sub.status().partitions] == [3, 0]
+    assert [p.cursor for p in (await sub.status()).partitions] == [3, 0]
 
 
 async def test_a_seek_during_a_save_mid_pass_skips_nothing(
@@ -339,7 +339,7 @@ async def test_cursor_and_ack_holes_survive_a_reopen(
     await again.open({"t": writers})
     try:
         sub = again.get("t", "s")
-        assert sub.status().partitions[0].cursor == 2
+        assert (await sub.status()).partitions[0].cursor == 2
         assert (sub.snapshot()[0].cursor, sub.snapshot()[0].acked) == (2, ((4, 6),))
         session = sub.attach("c", 100)
         got = await take(session, 4)
@@ -477,7 +477,7 @@ async def test_damaged_file_restarts_at_earliest_and_is_kept(
     again = SubscriptionRegistry(data)
     await again.open({"t": writers})
     try:
-        assert again.get("t", "s").status().partitions[0].cursor == 0
+        assert (await again.get("t", "s").status()).partitions[0].cursor == 0
         assert Path(str(path) + ".corrupt").exists()
     finally:
         await again.aclose()

@@ -11,14 +11,20 @@ import asyncio
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from broker.admin_service import offset_for_time
+from dispatcher.dlq import DeadLetterQueue
+from dispatcher.dlq_config import DlqConfig
 from dispatcher.registry import SubscriptionRegistry
 from proto.batch import encode_columns
+from tests.dispatcher.test_dlq import letter
 from wal import CorruptSegmentError, FaultyFs, LogConfig, LogWriter, WalClosedError
 from wal.fs import FileSystem, WouldBlockError, nonblocking_reads, reading_nonblocking
+from wal.writer import COLD_READ_THREADS
 
 on_a_loop = pytest.mark.asyncio(loop_scope="function")
 
@@ -43,8 +49,16 @@ class SlowColdFs(FaultyFs):
         return super().pread(fd, size, offset)
 
 
-async def _writer_with_sealed_segments(path: Path, fs: FaultyFs) -> LogWriter:
-    writer = await LogWriter.open(str(path), CONFIG, fs=fs)
+async def _until(condition: Callable[[], bool]) -> None:
+    async with asyncio.timeout(5):
+        while not condition():  # noqa: ASYNC110 - threads change what it reads
+            await asyncio.sleep(0.005)
+
+
+async def _writer_with_sealed_segments(
+    path: Path, fs: FaultyFs, clock: Callable[[], int] | None = None
+) -> LogWriter:
+    writer = await LogWriter.open(str(path), CONFIG, fs=fs, clock=clock)
     for i in range(40):
         await writer.append(encode_columns([b"%04d" % i]))
     assert len(writer.log.segment_infos()) > 2
@@ -292,9 +306,7 @@ async def test_retention_during_a_cold_read_moves_the_subscription_on(
     try:
         sub = await registry.subscribe("t", "s", [writer])
         session = sub.attach("c", credit=100)
-        async with asyncio.timeout(5):
-            while not fs.cold_read_threads:  # noqa: ASYNC110 - a thread sets it
-                await asyncio.sleep(0.005)
+        await _until(lambda: bool(fs.cold_read_threads))
         await writer.delete_before(writer.high_water_mark)
         first = writer.first_offset
         assert first == sealed[-1].next_offset
@@ -324,9 +336,7 @@ async def test_aclose_waits_for_a_cold_read_on_its_thread(tmp_path: Path) -> Non
     fs.cold = {_first_segment(writer)}
     fs.cold_delay_s = 0.2
     read = asyncio.create_task(writer.read_cold(0, 300))
-    async with asyncio.timeout(5):
-        while not fs.cold_read_threads:  # noqa: ASYNC110 - a thread sets it
-            await asyncio.sleep(0.005)
+    await _until(lambda: bool(fs.cold_read_threads))
     closing = asyncio.create_task(writer.aclose())
     await asyncio.sleep(0)
     with pytest.raises(WalClosedError):
@@ -334,3 +344,126 @@ async def test_aclose_waits_for_a_cold_read_on_its_thread(tmp_path: Path) -> Non
     await closing
     assert read.done()
     assert [b.buffer for b in read.result()] == expected
+
+
+class GatedColdFs(FaultyFs):
+    """FaultyFs whose blocking reads of a cold file wait until :attr:`gate` opens (a disk
+    that does not answer), counting the reads waiting at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.waiting = 0
+        self.most_waiting = 0
+        self.threads: set[str] = set()
+        self._count = threading.Lock()
+
+    def pread(self, fd: int, size: int, offset: int) -> bytes:
+        path = self.path_of(fd)
+        if any(part in path for part in self.cold) and not reading_nonblocking():
+            with self._count:
+                self.waiting += 1
+                self.most_waiting = max(self.most_waiting, self.waiting)
+                self.threads.add(threading.current_thread().name)
+            self.gate.wait(10)
+            with self._count:
+                self.waiting -= 1
+        return super().pread(fd, size, offset)
+
+
+@on_a_loop
+async def test_cold_reads_wait_in_a_pool_of_their_own(tmp_path: Path) -> None:
+    """Scenario: ten cold reads of a segment whose "disk" does not answer until released,
+    then a job for asyncio's default thread pool (where state saves and topic operations
+    run). Expected: exactly COLD_READ_THREADS reads wait at once, on the cold-read
+    threads; the default pool's job is done while they wait; once the disk answers, all
+    ten give the segment's batches."""
+    fs = GatedColdFs()
+    writer = await _writer_with_sealed_segments(tmp_path / "log", fs)
+    expected = [b.buffer for b in writer.read(0, 300)]
+    fs.cold = {_first_segment(writer)}
+    reads = [asyncio.create_task(writer.read_cold(0, 300)) for _ in range(10)]
+    try:
+        await _until(lambda: fs.waiting == COLD_READ_THREADS)
+        assert await asyncio.wait_for(asyncio.to_thread(lambda: "saved"), 5) == "saved"
+        assert fs.most_waiting == COLD_READ_THREADS
+        assert all(name.startswith("headrace-cold-read") for name in fs.threads)
+    finally:
+        fs.gate.set()
+        results = await asyncio.gather(*reads)
+        await writer.aclose()
+    assert all([b.buffer for b in got] == expected for got in results)
+
+
+@on_a_loop
+async def test_status_reads_a_cold_cursor_record_off_the_loop(tmp_path: Path) -> None:
+    """Scenario: 40 records stamped at 1,000 ms after the epoch, a subscription at offset
+    0 with no consumer, the segment holding its cursor record cold (50 ms of "disk").
+    Expected: status reports the whole lag and an age taken from that record (now minus
+    1 s: more than 50 years), and the record was read on a worker thread, not the loop's."""
+    fs = SlowColdFs(cold_delay_s=0.05)
+    writer = await _writer_with_sealed_segments(tmp_path / "log", fs, clock=lambda: 1_000)
+    registry = SubscriptionRegistry(str(tmp_path / "state"))
+    try:
+        sub = await registry.subscribe("t", "s", [writer])
+        fs.cold = {_first_segment(writer)}
+        (part,) = (await sub.status()).partitions
+        assert part.lag == 40
+        assert part.oldest_unacked_age_s == pytest.approx(time.time() - 1, abs=60)
+        assert fs.cold_read_threads
+        assert threading.current_thread().name not in fs.cold_read_threads
+    finally:
+        await registry.aclose()
+        await writer.aclose()
+
+
+@on_a_loop
+async def test_a_time_lookup_goes_on_when_retention_deletes_what_a_thread_reads(
+    tmp_path: Path,
+) -> None:
+    """Scenario: offset_for_time(0) over cold sealed segments, each cold read taking
+    200 ms; while the first read is on its thread, retention deletes every sealed segment.
+    Expected: the answer is the new first offset (the oldest record left), not an error;
+    the read ran off the loop."""
+    fs = SlowColdFs()
+    writer = await _writer_with_sealed_segments(tmp_path / "log", fs)
+    try:
+        fs.cold = {f"{s.base_offset:020d}.log" for s in writer.log.segment_infos()[:-1]}
+        fs.cold_delay_s = 0.2
+        lookup = asyncio.create_task(offset_for_time(writer, 0))
+        await _until(lambda: bool(fs.cold_read_threads))
+        await writer.delete_before(writer.high_water_mark)
+        assert await lookup == writer.first_offset > 0
+        assert threading.current_thread().name not in fs.cold_read_threads
+    finally:
+        await writer.aclose()
+
+
+@on_a_loop
+async def test_a_dead_letter_peek_reads_cold_segments_and_holds_off_removals(
+    tmp_path: Path,
+) -> None:
+    """Scenario: a dead-letter queue of 20 entries over small segments, all of its sealed
+    segments cold (200 ms of "disk" each); a peek starts, and an ack of entries 0-12 is
+    asked for while its first read is on a thread. Expected: the peek gives all 20 entries
+    (the ack waited: it would have deleted the segments being read); the reads ran off
+    the loop; a peek after the ack gives 13-19."""
+    fs = SlowColdFs()
+    directory = str(tmp_path / "dlq")
+    dlq = await DeadLetterQueue.open(directory, DlqConfig(), fs=fs, log_config=CONFIG)
+    try:
+        for i in range(20):
+            await dlq.put([letter(i)])
+        sealed = [n for n in os.listdir(os.path.join(directory, "log")) if n.endswith(".log")]
+        assert len(sealed) > 2
+        fs.cold = set(sorted(sealed)[:-1])
+        fs.cold_delay_s = 0.2
+        peek = asyncio.create_task(dlq.peek())
+        await _until(lambda: bool(fs.cold_read_threads))
+        ack = asyncio.create_task(dlq.ack_up_to(12))
+        assert [e.sequence for e in await peek] == list(range(20))
+        assert await ack == 13
+        assert [e.sequence for e in await dlq.peek()] == list(range(13, 20))
+        assert threading.current_thread().name not in fs.cold_read_threads
+    finally:
+        await dlq.aclose()
