@@ -52,10 +52,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from types import TracebackType
 from typing import Self
 
@@ -246,15 +247,19 @@ class AsyncConsumer:
         """The same as :meth:`aclose`: the sync twin's name for it."""
         await self.aclose()
 
-    async def aclose(self) -> None:
+    async def aclose(self, unreceived: Sequence[Message] = ()) -> None:
         """Send pending acks, end the session, close the channel (if the consumer opened
-        it). Idempotent."""
+        it). Idempotent.
+
+        ``unreceived``: messages taken from this consumer that the application never got
+        (the blocking twin's read-ahead, :class:`~client.Consumer`), oldest first. They
+        are released to the broker with the buffered ones."""
         if self._closed:
             return
         self._closed = self._hold = True
         task, self._task = self._task, None
         if task is not None:
-            await self._release_unreceived(task)
+            await self._release_unreceived(task, unreceived)
             self._flush_acks()
         self._acks_final, self._ack_epoch = True, -1
         if task is not None:
@@ -270,9 +275,12 @@ class AsyncConsumer:
         if self._lease is not None:
             await self._lease.release()
 
-    async def _release_unreceived(self, task: asyncio.Task[None]) -> None:
+    async def _release_unreceived(
+        self, task: asyncio.Task[None], taken: Sequence[Message] = ()
+    ) -> None:
         """Drain the open session, then queue releases of the buffered messages the
-        application never received (sent with the last acks). If the session is not
+        application never received, ``taken`` ones first (sent with the last acks). If
+        the session is not
         open or breaks meanwhile, nothing is released: the broker counts a broken
         stream's records as failed, and a new session knows nothing of the old one's."""
         if not self._live or task.done():
@@ -288,7 +296,10 @@ class AsyncConsumer:
         if not drained.is_set() or epoch != self._epoch or not self._live:
             return
         runs: dict[int, list[list[int]]] = {}
-        for message_epoch, partition, begin, end in self._buffer.ranges():
+        unreceived = ((m.epoch, m.partition, m.offset, m.offset + 1) for m in taken)
+        for message_epoch, partition, begin, end in itertools.chain(
+            unreceived, self._buffer.ranges()
+        ):
             if message_epoch != epoch:
                 continue
             ranges = runs.setdefault(partition, [])

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import grpc
 import pytest
@@ -757,6 +758,97 @@ def test_consumer_iterates_acks_and_times_out(broker_address: str) -> None:
     with AdminClient(broker_address) as admin:
         info = admin.describe_subscription("sync-consume", "s")
     assert [(p.cursor, p.lag) for p in info.partitions] == [(20, 0)]
+
+
+def _produce(broker_address: str, topic: str, count: int) -> None:
+    with AdminClient(broker_address) as admin:
+        admin.create_topic(topic, 1)
+    with Producer(broker_address, linger_ms=5) as producer:
+        for i in range(count):
+            producer.send(topic, b"%d" % i)
+
+
+def _cursors(broker_address: str, topic: str) -> list[int]:
+    with AdminClient(broker_address) as admin:
+        return [p.cursor for p in admin.describe_subscription(topic, "s").partitions]
+
+
+def test_the_sync_consumer_takes_and_acks_without_a_trip_per_message(
+    broker_address: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Scenario: 1,000 records, taken with ``for message in consumer`` and acked one by
+    one (receive_queue 1,000: up to 250 read ahead a trip). Expected: at most 40 blocking
+    trips to the loop thread for all of it (one a message and one an ack would be 2,000);
+    every record in order; the cursor at 1,000 after close (every queued ack was sent)."""
+    _produce(broker_address, "sync-fast", 1_000)
+    trips = 0
+    run = LoopThread.run
+
+    def counted(self: LoopThread, coro: Any, timeout: float | None = None) -> Any:
+        nonlocal trips
+        trips += 1
+        return run(self, coro, timeout)
+
+    got: list[int] = []
+    with Consumer("sync-fast", "s", broker=broker_address, receive_queue=1_000) as consumer:
+        monkeypatch.setattr(LoopThread, "run", counted)
+        for message in consumer:
+            got.append(message.offset)
+            consumer.ack(message)
+            if len(got) == 1_000:
+                break
+        monkeypatch.setattr(LoopThread, "run", run)
+    assert got == list(range(1_000))
+    assert trips <= 40
+    assert _cursors(broker_address, "sync-fast") == [1_000]
+
+
+def test_threads_sharing_a_sync_consumer_each_get_other_messages(broker_address: str) -> None:
+    """Scenario: 2,000 records; four threads take from one blocking Consumer (``receive``
+    with a 1 s timeout, until it times out) and ack each message, half of them one by one
+    and half with ``ack_many``. Expected: every offset handed out exactly once across the
+    threads; the cursor at 2,000 after close."""
+    _produce(broker_address, "sync-threads", 2_000)
+    taken: list[list[int]] = [[] for _ in range(4)]
+    with Consumer("sync-threads", "s", broker=broker_address) as consumer:
+
+        def take(mine: list[int], one_by_one: bool) -> None:
+            while True:
+                try:
+                    message = consumer.receive(timeout=1)
+                except TimeoutError:
+                    return
+                mine.append(message.offset)
+                if one_by_one:
+                    consumer.ack(message)
+                else:
+                    consumer.ack_many([message])
+
+        threads = [
+            threading.Thread(target=take, args=(mine, i % 2 == 0)) for i, mine in enumerate(taken)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+    assert sorted(o for mine in taken for o in mine) == list(range(2_000))
+    assert _cursors(broker_address, "sync-threads") == [2_000]
+
+
+def test_a_closed_sync_consumer_refuses_acks_and_ends_iteration(broker_address: str) -> None:
+    """Scenario: a blocking Consumer takes one of 10 records, then is closed. Expected:
+    acking it raises ClientClosed (the broker sends it again); ``receive`` raises
+    ClientClosed; a ``for`` loop over it ends at once, with nothing handed out."""
+    _produce(broker_address, "sync-closed", 10)
+    consumer = Consumer("sync-closed", "s", broker=broker_address)
+    message = consumer.receive(timeout=10)
+    consumer.close()
+    with pytest.raises(ClientClosed):
+        consumer.ack(message)
+    with pytest.raises(ClientClosed):
+        consumer.receive(timeout=1)
+    assert list(consumer) == []
+    assert _cursors(broker_address, "sync-closed") == [0]
 
 
 def test_the_sync_consumer_gives_up_after_connect_timeout() -> None:
