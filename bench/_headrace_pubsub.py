@@ -22,7 +22,10 @@ loopback port, driven through the public client library only
 - ``consume_per_record``: one exclusive subscription from ``earliest`` with the client's
   default receive queue, ``async for`` over the consumer and ``ack`` on each message, up to
   ``count``; the time includes closing the consumer (the last acks applied).
-- The three per-record phases use their own topic (``PER_RECORD_TOPIC``), so the bulk
+- ``sync_consume_per_record``: the same with the blocking ``Consumer`` (default
+  settings, its own subscription), ``for message in consumer`` and ``ack`` on each, on a
+  worker thread.
+- The four per-record phases use their own topic (``PER_RECORD_TOPIC``), so the bulk
   phases' counts are untouched; both send phases write to it, then the consume phase
   reads the first ``count`` records.
 - ``e2e``: ``publish`` (one record, awaited) with ``linger_ms`` 0 (so, by default, one
@@ -41,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import itertools
 import sys
 import time
 from collections.abc import Callable, Coroutine, Sequence
@@ -63,6 +67,7 @@ from client import (
     AsyncAdminClient,
     AsyncConsumer,
     AsyncProducer,
+    Consumer,
     Producer,
     RecordFuture,
     RecordMetadata,
@@ -158,6 +163,9 @@ class HeadraceSystem:
                     break
         return time.perf_counter() - started
 
+    async def sync_consume_per_record(self, count: int) -> float:
+        return await asyncio.to_thread(_sync_consume, self._address, count)
+
     async def e2e(self, rate: float, seconds: float) -> list[float]:
         async with AsyncProducer(self._address, linger_ms=0) as producer:
 
@@ -220,6 +228,17 @@ def _sync_send(address: str, count: int, payload: bytes) -> float:
         elapsed = time.perf_counter() - started
     _check_acknowledged(futures)
     return elapsed
+
+
+def _sync_consume(address: str, count: int) -> float:
+    """Seconds for a blocking :class:`Consumer` to take ``count`` records with a ``for``
+    loop, acking each, and close (the last acks applied). Runs on a thread without a loop."""
+    started = time.perf_counter()
+    with Consumer(PER_RECORD_TOPIC, "bench-per-record-sync", broker=address) as consumer:
+        for message in itertools.islice(consumer, count):  # takes no message past ``count``
+            message.value  # noqa: B018 - the application gets every value in hand
+            consumer.ack(message)
+    return time.perf_counter() - started
 
 
 def _check_acknowledged(

@@ -115,6 +115,10 @@ class PerRecordSystem(PubSubSystem, Protocol):
         """Seconds to receive ``count`` records one at a time, acking each."""
         ...
 
+    async def sync_consume_per_record(self, count: int) -> float:
+        """Seconds to receive ``count`` records one blocking call at a time, acking each."""
+        ...
+
 
 class ServerFailedError(RuntimeError):
     """Raised when a server process exits early or never starts serving."""
@@ -625,4 +629,8 @@ class FakePerRecordSystem(FakeSystem):
 
     async def consume_per_record(self, count: int) -> float:
         self._call("consume_per_record")
+        return 10 * count / self.msgs_s
+
+    async def sync_consume_per_record(self, count: int) -> float:
+        self._call("sync_consume_per_record")
         return 10 * count / self.msgs_s

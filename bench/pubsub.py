@@ -14,7 +14,9 @@ payloads and 200,000 messages (20,000 and 2 s of e2e with ``--quick``):
 2a. Headrace only, the per-record client paths users meet first (same count, own topic):
    ``send_per_record_msgs_s`` (``AsyncProducer.send`` per record, then ``flush``; every
    future checked), ``sync_send_per_record_msgs_s`` (blocking ``Producer.send`` in a plain loop,
-   then ``flush``) and ``consume_per_record_msgs_s`` (``async for`` and ``ack`` on each).
+   then ``flush``), ``consume_per_record_msgs_s`` (``async for`` and ``ack`` on each) and
+   ``sync_consume_per_record_msgs_s`` (the blocking ``Consumer``: ``for`` and ``ack`` on
+   each).
 3. ``e2e_latency_p50_ms``, ``e2e_latency_p99_ms``: an open-loop publisher at 2,000 msg/s
    for 10 s and a concurrent consumer; latency from each message's scheduled send time
    to its receipt (no coordinated omission). The pacer's own overhead (a thread handing
@@ -94,6 +96,7 @@ PER_RECORD_METRICS = (
     "send_per_record_msgs_s",
     "sync_send_per_record_msgs_s",
     "consume_per_record_msgs_s",
+    "sync_consume_per_record_msgs_s",
 )
 
 #: Headrace's targets, as the issue states them.
@@ -103,6 +106,8 @@ GOALS: dict[str, Goal] = {
     "send_per_record_msgs_s": Goal(">=", 300_000),
     "sync_send_per_record_msgs_s": Goal(">=", 300_000),
     "consume_per_record_msgs_s": Goal(">=", 500_000),
+    # Not the issue's: the blocking consumer held to what it asks of the blocking producer.
+    "sync_consume_per_record_msgs_s": Goal(">=", 300_000),
     "restart_to_serving_s": Goal("<", 0.5),
     "restart_after_kill_s": Goal("<", 0.5),
     "rss_mib": Goal("<", 150),
@@ -478,6 +483,7 @@ def _per_record(
         lambda: system.send_per_record(count, payload),
         lambda: system.sync_send_per_record(count, payload),
         lambda: system.consume_per_record(count),
+        lambda: system.sync_consume_per_record(count),
     )
     for metric, phase in zip(PER_RECORD_METRICS, phases, strict=True):
         yield result(metric, per_second(count, runner.run(phase())), "msgs/s")

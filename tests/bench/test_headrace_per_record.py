@@ -24,7 +24,8 @@ PAYLOAD = b"p" * 100
 
 
 def test_headrace_per_record_paths_report_positive_rates(tmp_path: Path) -> None:
-    """Async send, blocking send and consume+ack, one record at a time, all acknowledged."""
+    """Async send, blocking send, and consume+ack async and blocking, one record at a
+    time, all acknowledged."""
     system = HeadraceSystem(tmp_path)
     assert isinstance(system, PerRecordSystem)
 
@@ -35,6 +36,7 @@ def test_headrace_per_record_paths_report_positive_rates(tmp_path: Path) -> None
                 await system.send_per_record(COUNT, PAYLOAD),
                 await system.sync_send_per_record(COUNT, PAYLOAD),
                 await asyncio.wait_for(system.consume_per_record(2 * COUNT), timeout=30),
+                await asyncio.wait_for(system.sync_consume_per_record(2 * COUNT), timeout=30),
             ]
         finally:
             await system.stop()

@@ -57,6 +57,7 @@ METRICS = {
     "send_per_record_msgs_s": "msgs/s",
     "sync_send_per_record_msgs_s": "msgs/s",
     "consume_per_record_msgs_s": "msgs/s",
+    "sync_consume_per_record_msgs_s": "msgs/s",
     "e2e_latency_p50_ms": "ms",
     "e2e_latency_p99_ms": "ms",
     "restart_to_serving_s": "s",
@@ -598,7 +599,7 @@ def _measured(system: str, values: dict[str, float]) -> list[Result]:
 
 
 def test_goals_judge_headrace_only() -> None:
-    """Each of Headrace's ten metrics gets a goal row saying whether it was met; peers'
+    """Each of Headrace's eleven metrics gets a goal row saying whether it was met; peers'
     results get none."""
     values = {
         "publish_msgs_s": 2_000_000.0,
@@ -606,6 +607,7 @@ def test_goals_judge_headrace_only() -> None:
         "send_per_record_msgs_s": 300_000.0,
         "sync_send_per_record_msgs_s": 11_000.0,
         "consume_per_record_msgs_s": 499_999.0,
+        "sync_consume_per_record_msgs_s": 12_700.0,
         "e2e_latency_p50_ms": 0.4,
         "e2e_latency_p99_ms": 7.0,
         "restart_to_serving_s": 0.2,
@@ -622,6 +624,7 @@ def test_goals_judge_headrace_only() -> None:
         "send_per_record_msgs_s": True,
         "sync_send_per_record_msgs_s": False,
         "consume_per_record_msgs_s": False,
+        "sync_consume_per_record_msgs_s": False,
         "e2e_latency_p50_ms": True,  # 0.4 ms: at most Redis's 0.4 and 1 ms
         "e2e_latency_p99_ms": True,  # 7 ms: at most Redis's 7 in the same run
         "restart_to_serving_s": True,
@@ -689,9 +692,9 @@ def _entry(
 
 
 def test_run_reports_every_metric_of_every_system(tmp_path: Path) -> None:
-    """Three fake systems: seven results each with the scenario's params (ten for Headrace,
+    """Three fake systems: seven results each with the scenario's params (eleven for Headrace,
     whose per-record rows follow its consume row), in the order the systems ran, then
-    Headrace's ten goals; every line is valid bench JSON; the data dirs are gone
+    Headrace's eleven goals; every line is valid bench JSON; the data dirs are gone
     afterwards."""
     built: list[FakeSystem] = []
     entries = [
@@ -704,10 +707,10 @@ def test_run_reports_every_metric_of_every_system(tmp_path: Path) -> None:
     options = RunOptions(quick=True, data_dir=tmp_path, samples=samples)
     results = list(pubsub.run(options, entries=entries, sizes=TINY, warn=said))
     measured = [r for r in results if not r.is_goal]
-    assert [r.system for r in measured[10::7]] == ["nats-jetstream", "redis-streams"]
-    assert [r.metric for r in measured[:10]] == list(METRICS)
-    assert [r.system for r in measured[:10]] == ["headrace"] * 10
-    assert {r.metric for r in measured[10:]}.isdisjoint(pubsub.PER_RECORD_METRICS)
+    assert [r.system for r in measured[11::7]] == ["nats-jetstream", "redis-streams"]
+    assert [r.metric for r in measured[:11]] == list(METRICS)
+    assert [r.system for r in measured[:11]] == ["headrace"] * 11
+    assert {r.metric for r in measured[11:]}.isdisjoint(pubsub.PER_RECORD_METRICS)
     for r in measured:
         assert r.unit == METRICS[r.metric]
         assert r.value > 0
