@@ -222,6 +222,13 @@ class AsyncConsumer:
         self._live = False  # a session is open (SUBSCRIBED seen, stream not ended)
         self._drained = asyncio.Event()
 
+    @property
+    def epoch(self) -> int:
+        """The number of the current session; a reconnect starts the next. Acks of an
+        older session's messages are dropped (the broker delivers them again), so the
+        blocking twin never hands out what it read ahead in one."""
+        return self._epoch
+
     # -- lifecycle --------------------------------------------------------------------
 
     async def start(self) -> None:

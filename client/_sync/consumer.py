@@ -11,7 +11,9 @@ The everyday calls do not cross to the loop thread per message:
   side. When it is empty, one trip to the loop takes the messages the consumer holds
   (at least one, waiting for it; at most ``receive_queue // 4``, from 1 to 256). So a
   consumer holds at most ``receive_queue`` plus that many. What was read ahead and not
-  yet handed out is released to the broker at ``close``, with the buffered messages.
+  yet handed out is released to the broker at ``close``, with the buffered messages;
+  what was read ahead in a session that has since broken is dropped, not handed out
+  (the broker delivers it again, as the async consumer's buffer has it).
 * ``ack`` and ``ack_many`` queue the messages on the caller's side and return. The loop
   is woken once per run of acks, not per ack, and hands them to the async consumer, which
   sends them in batches as usual. ``nack``, ``ack_cumulative`` and ``receive_batch``
@@ -105,10 +107,14 @@ class Consumer:
         """The next message, waiting up to ``timeout`` seconds (None: as long as it takes).
         Raises ``TimeoutError`` when none arrived in time."""
         self._check_open()
-        try:
-            return self._ahead.popleft()
-        except IndexError:
-            pass
+        ahead, epoch = self._ahead, self._consumer.epoch
+        while ahead:
+            try:
+                message = ahead.popleft()
+            except IndexError:  # another thread took the last one
+                break
+            if message.epoch == epoch:
+                return message
         first, *rest = self._bridge.run(self._consumer.receive_batch(self._read_ahead, timeout))
         self._ahead.extend(rest)
         return first
@@ -118,13 +124,15 @@ class Consumer:
     ) -> list[Message]:
         """The messages that are ready: at least one, at most ``max_messages``."""
         self._check_open()
-        ahead = self._ahead
+        ahead, epoch = self._ahead, self._consumer.epoch
         out: list[Message] = []
         while len(out) < max_messages:
             try:
-                out.append(ahead.popleft())
+                message = ahead.popleft()
             except IndexError:
                 break
+            if message.epoch == epoch:
+                out.append(message)
         if out:
             return out
         return self._bridge.run(self._consumer.receive_batch(max_messages, timeout))

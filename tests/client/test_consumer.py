@@ -18,6 +18,7 @@ from client import (
     AsyncProducer,
     ClientClosed,
     ClientError,
+    Consumer,
     FailedPrecondition,
     InvalidArgument,
     Message,
@@ -279,6 +280,42 @@ async def test_reconnects_across_a_broker_restart_and_resumes_at_the_cursor(
             await second.aclose()
     finally:
         await consumer.aclose()
+        await first.aclose()
+
+
+async def test_a_sync_consumer_never_hands_out_what_it_read_ahead_before_a_restart(
+    tmp_path: Path,
+) -> None:
+    """Scenario: a blocking Consumer takes record 0 of 10 (1-9 are then in its
+    read-ahead); the broker restarts and the consumer opens its next session. Expected:
+    the next ten receives give 0-9 as that session delivers them again (each with a
+    redelivery count of 1), never the read-ahead's copies of 1-9 from the broken
+    session (count 0), whose acks the broker would not take."""
+    config: BrokerConfig = broker_config(tmp_path / "data")
+    first = Broker(config)
+    await first.start()
+    config = config.replace(listen=f"127.0.0.1:{first.port}")
+    await _create(first, "t")
+    await _produce(first, "t", [b"%d" % i for i in range(10)])
+    consumer = await asyncio.to_thread(
+        Consumer, "t", "s", broker=config.listen, reconnect_backoff_max_s=0.2
+    )
+    try:
+        assert (await asyncio.to_thread(consumer.receive, 10)).value == b"0"
+        broken = consumer._consumer.epoch
+        await first.aclose()
+        async with Broker(config):
+            async with asyncio.timeout(10):
+                while consumer._consumer.epoch == broken:  # noqa: ASYNC110 - another loop's
+                    await asyncio.sleep(0.01)
+
+            def take_ten() -> list[tuple[bytes, int]]:
+                got = [consumer.receive(timeout=10) for _ in range(10)]
+                return [(m.value, m.redelivery_count) for m in got]
+
+            assert await asyncio.to_thread(take_ten) == [(b"%d" % i, 1) for i in range(10)]
+    finally:
+        await asyncio.to_thread(consumer.close)
         await first.aclose()
 
 
