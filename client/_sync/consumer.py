@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+from asyncio import _get_running_loop
 from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import Self
@@ -192,6 +193,11 @@ class Consumer:
         await self._consumer.aclose(unreceived)
 
     def _check_open(self) -> None:
+        """Raise as every call does: from a thread that runs an event loop (even when the
+        answer is at hand: code must not work only while a read-ahead lasts), or once
+        closing began."""
+        if _get_running_loop() is not None:
+            self._bridge.check_caller()  # raises: this thread runs an event loop
         if self._closing:
             raise ClientClosed("the consumer is closed")
 

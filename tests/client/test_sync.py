@@ -691,6 +691,31 @@ def test_blocking_clients_refuse_a_running_loop(broker_address: str) -> None:
         producer.close()
 
 
+def test_a_blocking_consumer_refuses_a_running_loop_even_with_messages_at_hand(
+    broker_address: str,
+) -> None:
+    """Scenario: a blocking Consumer takes one of 10 records (the rest wait in its
+    read-ahead), then receive, receive_batch, ack and close are called inside
+    asyncio.run(). Expected: RuntimeError naming AsyncConsumer each time (never a message
+    from the read-ahead); outside the loop, receive then gives record 1 and close works."""
+    _produce(broker_address, "sync-loop", 10)
+    consumer = Consumer("sync-loop", "s", broker=broker_address)
+    first = consumer.receive(timeout=10)
+
+    async def misuse() -> None:
+        for call in (consumer.receive, consumer.receive_batch, consumer.close):
+            with pytest.raises(RuntimeError, match="use AsyncConsumer instead"):
+                call()
+        with pytest.raises(RuntimeError, match="use AsyncConsumer instead"):
+            consumer.ack(first)
+
+    asyncio.run(misuse())
+    try:
+        assert consumer.receive(timeout=10).value == b"1"
+    finally:
+        consumer.close()
+
+
 def test_a_done_callback_cannot_block_on_its_own_producer(broker_address: str) -> None:
     """Scenario: a send future's done callback (run on the producer's loop thread) calls
     publish. Expected: RuntimeError in the callback instead of a deadlock, and the
