@@ -59,7 +59,6 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
-import functools
 import logging
 import queue
 import threading
@@ -398,10 +397,11 @@ class LogWriter:
 
         Safe beside the loop and the writer thread: bytes below the high-water mark never
         change, the file cache pins each descriptor while it is read, and index loads take
-        the segment's lock. Runs to its end if the caller is cancelled (the thread cannot
-        be stopped), and :meth:`aclose` waits for it before closing the files: a thread
-        never opens a segment by path after its log closed (a topic deleted and made
-        again would have put another file there).
+        the segment's lock. A caller cancelled while the read waits for a thread (a
+        ``Fetch`` past its deadline) takes none: the read never starts. One cancelled
+        while a thread reads returns at once, and :meth:`aclose` waits for that thread
+        before closing the files: a thread never opens a segment by path after its log
+        closed (a topic deleted and made again would have put another file there).
 
         Raises:
             OffsetOutOfRangeError, CorruptSegmentError, WalIOError: as :meth:`read`; the
@@ -411,12 +411,20 @@ class LogWriter:
         """
         if self._closing or self._thread is None:  # aclose no longer waits for reads
             raise WalClosedError(self._log.path)
-        read = asyncio.get_running_loop().run_in_executor(
-            _COLD_READERS, functools.partial(self._log.read, offset, max_bytes, upper=self._hwm)
-        )
+        job = _COLD_READERS.submit(self._log.read, offset, max_bytes, upper=self._hwm)
+        read = asyncio.wrap_future(job)
         self._cold_in_flight.add(read)
-        read.add_done_callback(self._cold_in_flight.discard)
-        return await run_to_end(read)
+        read.add_done_callback(self._cold_read_done)
+        try:
+            return await asyncio.shield(read)
+        except asyncio.CancelledError:
+            job.cancel()  # still queued: no thread takes it; else it ends by itself
+            raise
+
+    def _cold_read_done(self, read: asyncio.Future[list[RecordBatch]]) -> None:
+        self._cold_in_flight.discard(read)
+        if not read.cancelled():
+            read.exception()  # retrieved: its caller may have been cancelled meanwhile
 
     async def aclose(self) -> None:
         """Finish queued commands, sync, and close the files. Idempotent."""

@@ -24,7 +24,7 @@ from proto.batch import encode_columns
 from tests.dispatcher.test_dlq import letter
 from wal import CorruptSegmentError, FaultyFs, LogConfig, LogWriter, WalClosedError
 from wal.fs import FileSystem, WouldBlockError, nonblocking_reads, reading_nonblocking
-from wal.writer import COLD_READ_THREADS
+from wal.writer import _COLD_READERS, COLD_READ_THREADS
 
 on_a_loop = pytest.mark.asyncio(loop_scope="function")
 
@@ -356,10 +356,12 @@ class GatedColdFs(FaultyFs):
         self.waiting = 0
         self.most_waiting = 0
         self.threads: set[str] = set()
+        self.paths_read: list[str] = []  # every pread's file, in order
         self._count = threading.Lock()
 
     def pread(self, fd: int, size: int, offset: int) -> bytes:
         path = self.path_of(fd)
+        self.paths_read.append(os.path.basename(path))
         if any(part in path for part in self.cold) and not reading_nonblocking():
             with self._count:
                 self.waiting += 1
@@ -467,3 +469,32 @@ async def test_a_dead_letter_peek_reads_cold_segments_and_holds_off_removals(
         assert threading.current_thread().name not in fs.cold_read_threads
     finally:
         await dlq.aclose()
+
+
+@on_a_loop
+async def test_a_cold_read_cancelled_while_it_waits_for_a_thread_never_runs(
+    tmp_path: Path,
+) -> None:
+    """Scenario: COLD_READ_THREADS cold reads of the first segment hold every cold-read
+    thread on a disk that does not answer; a read of the second segment queues behind
+    them and its caller is cancelled (a Fetch past its deadline). Expected: that caller
+    gets CancelledError at once, not when the disk answers; the others then give their
+    batches; the second segment's file is never read, though the pool ran dry after."""
+    fs = GatedColdFs()
+    writer = await _writer_with_sealed_segments(tmp_path / "log", fs)
+    second = writer.log.segment_infos()[1]
+    fs.cold = {_first_segment(writer)}
+    holding = [asyncio.create_task(writer.read_cold(0, 300)) for _ in range(COLD_READ_THREADS)]
+    try:
+        await _until(lambda: fs.waiting == COLD_READ_THREADS)
+        queued = asyncio.create_task(writer.read_cold(second.base_offset, 300))
+        await asyncio.sleep(0)  # it is queued for a thread
+        queued.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(queued, 2)
+    finally:
+        fs.gate.set()
+        await asyncio.gather(*holding)
+        await asyncio.get_running_loop().run_in_executor(_COLD_READERS, lambda: None)
+        await writer.aclose()
+    assert f"{second.base_offset:020d}.log" not in fs.paths_read
