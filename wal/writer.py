@@ -60,6 +60,7 @@ import collections
 import concurrent.futures
 import contextlib
 import logging
+import os
 import queue
 import threading
 import time
@@ -80,13 +81,34 @@ from wal.tail import TailCache
 logger = logging.getLogger(__name__)
 
 #: Threads that read what the page cache does not hold, shared by every log of the
-#: process. A pool of their own: a flood of cold reads (many consumers catching up at
-#: once) queues here, never in asyncio's default pool, where state saves, topic creates
-#: and deletes and a log's open run; and it bounds the disk reads in flight.
+#: process (:func:`cold_read_pool`). A pool of their own: a flood of cold reads (many
+#: consumers catching up at once) queues here, never in asyncio's default pool, where
+#: state saves, topic creates and deletes and a log's open run; and it bounds the disk
+#: reads in flight.
 COLD_READ_THREADS = 4
-_COLD_READERS = concurrent.futures.ThreadPoolExecutor(
-    max_workers=COLD_READ_THREADS, thread_name_prefix="headrace-cold-read"
-)
+_cold_pool: concurrent.futures.ThreadPoolExecutor | None = None
+_cold_pool_lock = threading.Lock()
+
+
+def cold_read_pool() -> concurrent.futures.ThreadPoolExecutor:
+    """The process's cold-read threads, made by the first cold read. A child made by
+    ``fork()`` makes its own: the parent's threads are not in it, and a pool that counts
+    them as idle would never start one for the child's reads."""
+    global _cold_pool  # noqa: PLW0603 - one pool a process, reset at fork
+    with _cold_pool_lock:
+        if _cold_pool is None:
+            _cold_pool = concurrent.futures.ThreadPoolExecutor(
+                max_workers=COLD_READ_THREADS, thread_name_prefix="headrace-cold-read"
+            )
+        return _cold_pool
+
+
+def _forget_cold_pool() -> None:
+    global _cold_pool, _cold_pool_lock
+    _cold_pool, _cold_pool_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_cold_pool)
 
 _BROKEN = "the writer thread failed (see the log)"
 
@@ -392,7 +414,7 @@ class LogWriter:
 
     async def read_cold(self, offset: int, max_bytes: int = 1 << 20) -> list[RecordBatch]:
         """:meth:`read` on a worker thread, for bytes the page cache does not hold. The
-        threads are a pool of their own (:data:`COLD_READ_THREADS`, shared by the process's
+        threads are a pool of their own (:func:`cold_read_pool`, shared by the process's
         logs).
 
         Safe beside the loop and the writer thread: bytes below the high-water mark never
@@ -411,7 +433,7 @@ class LogWriter:
         """
         if self._closing or self._thread is None:  # aclose no longer waits for reads
             raise WalClosedError(self._log.path)
-        job = _COLD_READERS.submit(self._log.read, offset, max_bytes, upper=self._hwm)
+        job = cold_read_pool().submit(self._log.read, offset, max_bytes, upper=self._hwm)
         read = asyncio.wrap_future(job)
         self._cold_in_flight.add(read)
         read.add_done_callback(self._cold_read_done)

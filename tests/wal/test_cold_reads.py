@@ -8,6 +8,7 @@ while a thread waits for it."""
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import os
 import threading
 import time
@@ -24,7 +25,7 @@ from proto.batch import encode_columns
 from tests.dispatcher.test_dlq import letter
 from wal import CorruptSegmentError, FaultyFs, LogConfig, LogWriter, WalClosedError
 from wal.fs import FileSystem, WouldBlockError, nonblocking_reads, reading_nonblocking
-from wal.writer import _COLD_READERS, COLD_READ_THREADS
+from wal.writer import COLD_READ_THREADS, cold_read_pool
 
 on_a_loop = pytest.mark.asyncio(loop_scope="function")
 
@@ -495,6 +496,49 @@ async def test_a_cold_read_cancelled_while_it_waits_for_a_thread_never_runs(
     finally:
         fs.gate.set()
         await asyncio.gather(*holding)
-        await asyncio.get_running_loop().run_in_executor(_COLD_READERS, lambda: None)
+        await asyncio.get_running_loop().run_in_executor(cold_read_pool(), lambda: None)
         await writer.aclose()
     assert f"{second.base_offset:020d}.log" not in fs.paths_read
+
+
+def _cold_read_in_a_child(path: str) -> None:
+    """A forked child's body: a cold read of the log at ``path`` on a fresh loop; exit 0
+    if it gave batches."""
+
+    async def read() -> bool:
+        fs = FaultyFs()
+        writer = await LogWriter.open(path, CONFIG, fs=fs)
+        try:
+            fs.cold = {_first_segment(writer)}
+            return bool(await writer.aread(0, 300))
+        finally:
+            await writer.aclose()
+
+    os._exit(0 if asyncio.run(read()) else 1)
+
+
+def test_a_forked_child_gets_cold_read_threads_of_its_own(tmp_path: Path) -> None:
+    """Scenario: cold reads in this process (its pool's threads then idle), then a child
+    made by fork() reads a cold segment. Expected: the child's read is done and it exits
+    0 within 20 s (the parent's pool, copied, counts threads the child does not have as
+    idle and would never start one)."""
+
+    async def warm_up() -> None:
+        fs = FaultyFs()
+        writer = await _writer_with_sealed_segments(tmp_path / "log", fs)
+        try:
+            fs.cold = {_first_segment(writer)}
+            assert await asyncio.gather(*(writer.read_cold(0, 300) for _ in range(8)))
+        finally:
+            await writer.aclose()
+
+    asyncio.run(warm_up())
+    child = multiprocessing.get_context("fork").Process(
+        target=_cold_read_in_a_child, args=(str(tmp_path / "log"),)
+    )
+    child.start()
+    child.join(20)
+    if child.exitcode is None:
+        child.kill()
+        child.join()
+    assert child.exitcode == 0
