@@ -8,8 +8,9 @@ while a thread waits for it."""
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -501,44 +502,56 @@ async def test_a_cold_read_cancelled_while_it_waits_for_a_thread_never_runs(
     assert f"{second.base_offset:020d}.log" not in fs.paths_read
 
 
-def _cold_read_in_a_child(path: str) -> None:
-    """A forked child's body: a cold read of the log at ``path`` on a fresh loop; exit 0
-    if it gave batches."""
+#: Run in a fresh interpreter, so the fork happens in a process whose only threads are
+#: the ones it made (a test process has gRPC's and others, which a fork may catch holding
+#: a lock): cold reads fill the pool, then a forked child does one on a fresh loop. Exit
+#: code 0: the child's read gave batches; 3: it did not end within 20 s.
+_FORK_SCRIPT = """
+import asyncio, os, sys, time
+from proto.batch import encode_columns
+from wal import FaultyFs, LogConfig, LogWriter
 
-    async def read() -> bool:
-        fs = FaultyFs()
-        writer = await LogWriter.open(path, CONFIG, fs=fs)
-        try:
-            fs.cold = {_first_segment(writer)}
-            return bool(await writer.aread(0, 300))
-        finally:
-            await writer.aclose()
+CONFIG = LogConfig(segment_bytes=512, index_interval_bytes=100, tail_cache_bytes=0)
+FIRST = "%020d.log" % 0
 
-    os._exit(0 if asyncio.run(read()) else 1)
+async def cold_reads(path, count):
+    fs = FaultyFs()
+    writer = await LogWriter.open(path, CONFIG, fs=fs)
+    try:
+        if writer.high_water_mark == 0:
+            for i in range(40):
+                await writer.append(encode_columns([b"%04d" % i]))
+        fs.cold = {FIRST}
+        return all(await asyncio.gather(*(writer.read_cold(0, 300) for _ in range(count))))
+    finally:
+        await writer.aclose()
+
+path = sys.argv[1]
+assert asyncio.run(cold_reads(path, 8))
+pid = os.fork()
+if pid == 0:
+    os._exit(0 if asyncio.run(cold_reads(path, 1)) else 1)
+deadline = time.monotonic() + 20
+while time.monotonic() < deadline:
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        sys.exit(os.waitstatus_to_exitcode(status))
+    time.sleep(0.05)
+os.kill(pid, 9)
+sys.exit(3)
+"""
 
 
 def test_a_forked_child_gets_cold_read_threads_of_its_own(tmp_path: Path) -> None:
-    """Scenario: cold reads in this process (its pool's threads then idle), then a child
-    made by fork() reads a cold segment. Expected: the child's read is done and it exits
-    0 within 20 s (the parent's pool, copied, counts threads the child does not have as
-    idle and would never start one)."""
-
-    async def warm_up() -> None:
-        fs = FaultyFs()
-        writer = await _writer_with_sealed_segments(tmp_path / "log", fs)
-        try:
-            fs.cold = {_first_segment(writer)}
-            assert await asyncio.gather(*(writer.read_cold(0, 300) for _ in range(8)))
-        finally:
-            await writer.aclose()
-
-    asyncio.run(warm_up())
-    child = multiprocessing.get_context("fork").Process(
-        target=_cold_read_in_a_child, args=(str(tmp_path / "log"),)
+    """Scenario: a process does cold reads (its pool's threads then idle), then forks, and
+    the child reads a cold segment. Expected: the child's read gives batches and it exits
+    0 (the parent's pool, copied, counts threads the child does not have as idle and
+    would never start one: the child hung)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _FORK_SCRIPT, str(tmp_path / "log")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
-    child.start()
-    child.join(20)
-    if child.exitcode is None:
-        child.kill()
-        child.join()
-    assert child.exitcode == 0
+    assert done.returncode == 0, done.stderr
