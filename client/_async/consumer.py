@@ -390,7 +390,14 @@ class AsyncConsumer:
         timeout: float | None = None,  # noqa: ASYNC109 - the sync twin's signature
     ) -> list[Message]:
         """The messages that are ready: at least one (waiting up to ``timeout`` seconds
-        for it), at most ``max_messages``."""
+        for it), at most ``max_messages``.
+
+        Raises:
+            ValueError: ``max_messages`` is below 1.
+            TimeoutError, ClientClosed, ClientError: as :meth:`receive`.
+        """
+        if max_messages < 1:
+            raise ValueError(f"max_messages must be at least 1, not {max_messages}")
         if self._nudge:
             self._nudge_in -= 1
             if self._nudge_in <= 0:

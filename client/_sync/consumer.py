@@ -123,8 +123,11 @@ class Consumer:
     def receive_batch(
         self, max_messages: int = 1_000, timeout: float | None = None
     ) -> list[Message]:
-        """The messages that are ready: at least one, at most ``max_messages``."""
+        """The messages that are ready: at least one, at most ``max_messages``. Raises
+        ``ValueError`` when ``max_messages`` is below 1."""
         self._check_open()
+        if max_messages < 1:
+            raise ValueError(f"max_messages must be at least 1, not {max_messages}")
         ahead, epoch = self._ahead, self._consumer.epoch
         out: list[Message] = []
         while len(out) < max_messages:

@@ -53,6 +53,18 @@ async def _take(consumer: AsyncConsumer, n: int) -> list[Message]:
     return out
 
 
+@pytest.mark.parametrize("max_messages", [0, -5])
+async def test_receive_batch_refuses_a_max_below_one(broker: Broker, max_messages: int) -> None:
+    """Scenario: receive_batch(0) and (-5) with a record ready. Expected: ValueError naming
+    max_messages, at once; the record is still there for the next receive."""
+    await _create(broker, "t")
+    await _produce(broker, "t", [b"kept"])
+    async with AsyncConsumer("t", "s", broker=address(broker)) as consumer:
+        with pytest.raises(ValueError, match="max_messages must be at least 1"):
+            await consumer.receive_batch(max_messages, timeout=5)
+        assert (await consumer.receive(timeout=5)).value == b"kept"
+
+
 async def test_round_trip_values_keys_headers_and_time(broker: Broker) -> None:
     await _create(broker, "t")
     async with AsyncProducer(address(broker)) as producer:

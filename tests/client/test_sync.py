@@ -863,7 +863,8 @@ def test_threads_sharing_a_sync_consumer_each_get_other_messages(broker_address:
 def test_a_closed_sync_consumer_refuses_acks_and_ends_iteration(broker_address: str) -> None:
     """Scenario: a blocking Consumer takes one of 10 records, then is closed. Expected:
     acking it raises ClientClosed (the broker sends it again); ``receive`` raises
-    ClientClosed; a ``for`` loop over it ends at once, with nothing handed out."""
+    ClientClosed; a ``for`` loop over it ends at once, with nothing handed out. A new
+    consumer's ``receive_batch(0)`` raises ValueError, and nothing was acked."""
     _produce(broker_address, "sync-closed", 10)
     consumer = Consumer("sync-closed", "s", broker=broker_address)
     message = consumer.receive(timeout=10)
@@ -873,6 +874,11 @@ def test_a_closed_sync_consumer_refuses_acks_and_ends_iteration(broker_address: 
     with pytest.raises(ClientClosed):
         consumer.receive(timeout=1)
     assert list(consumer) == []
+    with (
+        Consumer("sync-closed", "s", broker=broker_address) as again,
+        pytest.raises(ValueError, match="max_messages must be at least 1"),
+    ):
+        again.receive_batch(0)
     assert _cursors(broker_address, "sync-closed") == [0]
 
 
