@@ -54,6 +54,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import math
 import random
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -94,6 +95,9 @@ _TYPES = {
 _POSITIONS = {"earliest": _pb.EARLIEST, "latest": _pb.LATEST}
 _MODES = {"at_least_once": _pb.AT_LEAST_ONCE, "at_most_once": _pb.AT_MOST_ONCE}
 _MAX_NACK_DELAY_S = 86_400.0
+#: The largest ``receive_queue`` (the protocol's credit is a 32-bit count).
+MAX_RECEIVE_QUEUE = 2**31 - 1
+
 #: While credit or acks wait for the stream's writer, the application yields to the loop
 #: once per this many receives (a yield costs about as much as a few receives).
 _NUDGE_EVERY = 16
@@ -156,16 +160,7 @@ class AsyncConsumer:
         tls_cert: str | None = None,
         tls_key: str | None = None,
     ) -> None:
-        if type not in _TYPES:
-            raise ValueError(f"type must be one of {', '.join(_TYPES)}, not {type!r}")
-        if initial_position not in _POSITIONS:
-            raise ValueError(
-                f"initial_position must be earliest or latest, not {initial_position!r}"
-            )
-        if mode not in _MODES:
-            raise ValueError(f"mode must be at_least_once or at_most_once, not {mode!r}")
-        if receive_queue < 1 or ack_interval_ms < 0:
-            raise ValueError("receive_queue >= 1 and ack_interval_ms >= 0")
+        _check_settings(type, initial_position, mode, receive_queue, ack_interval_ms)
         if not connect_timeout > 0:
             raise ValueError(f"connect_timeout must be > 0 seconds, not {connect_timeout!r}")
         self._connect_timeout = connect_timeout
@@ -792,6 +787,24 @@ class AsyncConsumer:
                 out.wake.clear()
                 await out.wake.wait()
                 out.idle = False
+
+
+def _check_settings(
+    type_: str, initial_position: str, mode: str, receive_queue: int, ack_interval_ms: float
+) -> None:
+    """Raise ``ValueError`` naming the first of a consumer's settings that is wrong."""
+    if type_ not in _TYPES:
+        raise ValueError(f"type must be one of {', '.join(_TYPES)}, not {type_!r}")
+    if initial_position not in _POSITIONS:
+        raise ValueError(f"initial_position must be earliest or latest, not {initial_position!r}")
+    if mode not in _MODES:
+        raise ValueError(f"mode must be at_least_once or at_most_once, not {mode!r}")
+    if not 1 <= receive_queue <= MAX_RECEIVE_QUEUE:
+        raise ValueError(
+            f"receive_queue must be from 1 to {MAX_RECEIVE_QUEUE:,} records, not {receive_queue!r}"
+        )
+    if not (math.isfinite(ack_interval_ms) and ack_interval_ms >= 0):
+        raise ValueError(f"ack_interval_ms must be a number >= 0, not {ack_interval_ms!r}")
 
 
 class _Outbox:

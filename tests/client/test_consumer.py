@@ -4,6 +4,7 @@ acks and cursors, partitioning by key, reconnects across a broker restart."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from pathlib import Path
 
@@ -51,6 +52,26 @@ async def _take(consumer: AsyncConsumer, n: int) -> list[Message]:
         while len(out) < n:
             out.append(await consumer.receive())
     return out
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "says"),
+    [
+        ("receive_queue", 0, "receive_queue must be from 1 to 2,147,483,647 records, not 0"),
+        ("receive_queue", 2**32, "receive_queue must be from 1 to 2,147,483,647 records"),
+        ("ack_interval_ms", -1.0, "ack_interval_ms must be a number >= 0, not -1.0"),
+        ("ack_interval_ms", float("nan"), "ack_interval_ms must be a number >= 0, not nan"),
+        ("initial_position", "middle", "initial_position must be earliest or latest"),
+    ],
+)
+async def test_a_bad_setting_is_named_when_the_consumer_is_made(
+    setting: str, value: object, says: str
+) -> None:
+    """Scenario: a consumer made with one bad setting (a credit the protocol cannot carry
+    among them: it used to fail at the first open with protobuf's 'Value out of
+    range'). Expected: ValueError at construction, naming the setting and the value."""
+    with pytest.raises(ValueError, match=re.escape(says)):
+        AsyncConsumer("t", "s", **{setting: value})  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("max_messages", [0, -5])
