@@ -74,6 +74,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import operator
 import random
 import secrets
@@ -738,10 +739,12 @@ class AsyncProducer:
         tls_key: str | None = None,
         channel: grpc.aio.Channel | None = None,
     ) -> None:
-        if linger_ms < 0 or batch_max_bytes < 1 or delivery_timeout_s <= 0:
-            raise ValueError("linger_ms >= 0, batch_max_bytes >= 1 and delivery_timeout_s > 0")
+        _check_sizes(linger_ms, batch_max_bytes, delivery_timeout_s, buffer_max_bytes)
         if producer_id is not None and not (idempotent and 0 <= producer_id < 2**63):
-            raise ValueError("producer_id needs idempotent=True and must be in [0, 2**63)")
+            raise ValueError(
+                "producer_id needs idempotent=True and must be in [0, 2**63), "
+                f"not {producer_id!r} (idempotent={idempotent})"
+            )
         self.fixed_producer_id = producer_id
         defaulted = max_in_flight is None
         if max_in_flight is None:
@@ -762,8 +765,6 @@ class AsyncProducer:
         #: Whether each partition's window follows the broker's ``in_flight_hint``
         #: (:data:`MAX_ADAPTIVE_WINDOW` at most): by default without a linger.
         self.adaptive_window = defaulted and linger_ms == 0
-        if buffer_max_bytes < batch_max_bytes:
-            raise ValueError("buffer_max_bytes must be at least batch_max_bytes")
         self.buffer_max_bytes = buffer_max_bytes
         self.budget = BufferBudget(buffer_max_bytes)
         self._room = asyncio.Event()
@@ -1120,6 +1121,23 @@ class AsyncProducer:
 
 async def _sent(topic: str, futures: list[asyncio.Future[PublishedRange]]) -> SentRecords:
     return SentRecords(topic, await asyncio.gather(*futures))
+
+
+def _check_sizes(
+    linger_ms: float, batch_max_bytes: int, delivery_timeout_s: float, buffer_max_bytes: int
+) -> None:
+    """Raise ``ValueError`` naming the first of a producer's settings that is wrong."""
+    if not (math.isfinite(linger_ms) and linger_ms >= 0):
+        raise ValueError(f"linger_ms must be a number >= 0, not {linger_ms!r}")
+    if batch_max_bytes < 1:
+        raise ValueError(f"batch_max_bytes must be at least 1, not {batch_max_bytes!r}")
+    if not (math.isfinite(delivery_timeout_s) and delivery_timeout_s > 0):
+        raise ValueError(f"delivery_timeout_s must be a number > 0, not {delivery_timeout_s!r}")
+    if buffer_max_bytes < batch_max_bytes:
+        raise ValueError(
+            f"buffer_max_bytes ({buffer_max_bytes:,}) must be at least batch_max_bytes "
+            f"({batch_max_bytes:,})"
+        )
 
 
 def _take(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 from pathlib import Path
 
 import grpc
@@ -31,6 +32,30 @@ from proto.batch import decode_batch
 from tests.broker.conftest import broker_config
 from tests.client.conftest import address, read_batches, read_partition
 from tests.client.test_sync import BrokerThread
+
+
+@pytest.mark.parametrize(
+    ("settings", "says"),
+    [
+        ({"linger_ms": -1}, "linger_ms must be a number >= 0, not -1"),
+        ({"linger_ms": float("nan")}, "linger_ms must be a number >= 0, not nan"),
+        ({"batch_max_bytes": 0}, "batch_max_bytes must be at least 1, not 0"),
+        ({"delivery_timeout_s": 0}, "delivery_timeout_s must be a number > 0, not 0"),
+        (
+            {"buffer_max_bytes": 1000, "batch_max_bytes": 4096},
+            "buffer_max_bytes (1,000) must be at least batch_max_bytes (4,096)",
+        ),
+        ({"producer_id": -2}, "must be in [0, 2**63), not -2 (idempotent=True)"),
+    ],
+)
+def test_a_bad_setting_is_named_when_the_producer_is_made(
+    settings: dict[str, object], says: str
+) -> None:
+    """Scenario: a producer made with one bad setting. Expected: ValueError at
+    construction naming the setting and the value it got (the message said only
+    'linger_ms >= 0, batch_max_bytes >= 1 and delivery_timeout_s > 0', and NaN passed)."""
+    with pytest.raises(ValueError, match=re.escape(says)):
+        AsyncProducer("127.0.0.1:1", **settings)  # type: ignore[arg-type]
 
 
 @pytest.mark.asyncio
