@@ -360,11 +360,14 @@ class AsyncConsumer:
         the blocking twin has the same signature.
 
         Raises:
+            ValueError: ``timeout`` is negative or not a number.
             TimeoutError: no message arrived in time.
             ClientClosed: the consumer was closed (buffered messages are not handed out
                 after ``aclose`` began: they are released to the broker).
             ClientError: the session failed for good (see the message).
         """
+        if timeout is not None:
+            check_timeout(timeout)
         if self._nudge:
             self._nudge_in -= 1
             if self._nudge_in <= 0:
@@ -388,11 +391,10 @@ class AsyncConsumer:
         for it), at most ``max_messages``.
 
         Raises:
-            ValueError: ``max_messages`` is below 1.
+            ValueError: ``max_messages`` is below 1, or ``timeout`` as :meth:`receive`.
             TimeoutError, ClientClosed, ClientError: as :meth:`receive`.
         """
-        if max_messages < 1:
-            raise ValueError(f"max_messages must be at least 1, not {max_messages}")
+        check_receive_batch(max_messages, timeout)
         if self._nudge:
             self._nudge_in -= 1
             if self._nudge_in <= 0:
@@ -787,6 +789,21 @@ class AsyncConsumer:
                 out.wake.clear()
                 await out.wake.wait()
                 out.idle = False
+
+
+def check_timeout(timeout: float) -> None:
+    """Raise ``ValueError`` unless ``timeout`` is a number of seconds >= 0. A NaN one
+    would disorder the event loop's timers (its deadline compares with none)."""
+    if not timeout >= 0:
+        raise ValueError(f"timeout must be a number of seconds >= 0 or None, not {timeout!r}")
+
+
+def check_receive_batch(max_messages: int, timeout: float | None) -> None:
+    """Raise ``ValueError`` for a ``receive_batch`` that could not keep its promise."""
+    if max_messages < 1:
+        raise ValueError(f"max_messages must be at least 1, not {max_messages}")
+    if timeout is not None:
+        check_timeout(timeout)
 
 
 def _check_settings(

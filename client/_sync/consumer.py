@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import Self
 
-from client._async.consumer import AsyncConsumer
+from client._async.consumer import AsyncConsumer, check_receive_batch, check_timeout
 from client._channel import DEFAULT_RECONNECT_BACKOFF_MAX_S
 from client._message import Message
 from client._sync._bridge import LoopThread
@@ -106,8 +106,11 @@ class Consumer:
 
     def receive(self, timeout: float | None = None) -> Message:
         """The next message, waiting up to ``timeout`` seconds (None: as long as it takes).
-        Raises ``TimeoutError`` when none arrived in time."""
+        Raises ``TimeoutError`` when none arrived in time, ``ValueError`` for a negative or
+        NaN ``timeout``."""
         self._check_open()
+        if timeout is not None:
+            check_timeout(timeout)
         ahead, epoch = self._ahead, self._consumer.epoch
         while ahead:
             try:
@@ -126,8 +129,7 @@ class Consumer:
         """The messages that are ready: at least one, at most ``max_messages``. Raises
         ``ValueError`` when ``max_messages`` is below 1."""
         self._check_open()
-        if max_messages < 1:
-            raise ValueError(f"max_messages must be at least 1, not {max_messages}")
+        check_receive_batch(max_messages, timeout)
         ahead, epoch = self._ahead, self._consumer.epoch
         out: list[Message] = []
         while len(out) < max_messages:

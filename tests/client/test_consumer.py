@@ -74,6 +74,21 @@ async def test_a_bad_setting_is_named_when_the_consumer_is_made(
         AsyncConsumer("t", "s", **{setting: value})  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("bad", [-1.0, float("nan")])
+async def test_a_negative_or_nan_receive_timeout_is_refused(broker: Broker, bad: float) -> None:
+    """Scenario: receive and receive_batch with a timeout of -1 or NaN, a record ready
+    (a NaN deadline would disorder the event loop's timers). Expected: ValueError naming
+    timeout from both, at once; the record is still there for the next receive."""
+    await _create(broker, "t")
+    await _produce(broker, "t", [b"kept"])
+    async with AsyncConsumer("t", "s", broker=address(broker)) as consumer:
+        with pytest.raises(ValueError, match="timeout must be a number of seconds >= 0"):
+            await consumer.receive(bad)
+        with pytest.raises(ValueError, match="timeout must be a number of seconds >= 0"):
+            await consumer.receive_batch(10, bad)
+        assert (await consumer.receive(timeout=5)).value == b"kept"
+
+
 @pytest.mark.parametrize("max_messages", [0, -5])
 async def test_receive_batch_refuses_a_max_below_one(broker: Broker, max_messages: int) -> None:
     """Scenario: receive_batch(0) and (-5) with a record ready. Expected: ValueError naming

@@ -864,7 +864,8 @@ def test_a_closed_sync_consumer_refuses_acks_and_ends_iteration(broker_address: 
     """Scenario: a blocking Consumer takes one of 10 records, then is closed. Expected:
     acking it raises ClientClosed (the broker sends it again); ``receive`` raises
     ClientClosed; a ``for`` loop over it ends at once, with nothing handed out. A new
-    consumer's ``receive_batch(0)`` raises ValueError, and nothing was acked."""
+    consumer's ``receive_batch(0)`` and ``receive(timeout=nan)`` raise ValueError, and
+    nothing was acked."""
     _produce(broker_address, "sync-closed", 10)
     consumer = Consumer("sync-closed", "s", broker=broker_address)
     message = consumer.receive(timeout=10)
@@ -874,11 +875,11 @@ def test_a_closed_sync_consumer_refuses_acks_and_ends_iteration(broker_address: 
     with pytest.raises(ClientClosed):
         consumer.receive(timeout=1)
     assert list(consumer) == []
-    with (
-        Consumer("sync-closed", "s", broker=broker_address) as again,
-        pytest.raises(ValueError, match="max_messages must be at least 1"),
-    ):
-        again.receive_batch(0)
+    with Consumer("sync-closed", "s", broker=broker_address) as again:
+        with pytest.raises(ValueError, match="max_messages must be at least 1"):
+            again.receive_batch(0)
+        with pytest.raises(ValueError, match="timeout must be a number of seconds >= 0"):
+            again.receive(timeout=float("nan"))
     assert _cursors(broker_address, "sync-closed") == [0]
 
 
