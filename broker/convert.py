@@ -26,6 +26,9 @@ from proto import admin_pb2 as _admin
 from proto import broker_pb2 as _pb
 from wal import AppendResult, Log, RecordBatch, decode_batch, encode_columns
 
+#: The highest record sequence a producer id may reach (docs/protocol.md section 3).
+_MAX_SEQUENCE = 2**31 - 1
+
 _TYPES: dict[int, SubscriptionType] = {
     _pb.SUBSCRIPTION_TYPE_UNSPECIFIED: SubscriptionType.EXCLUSIVE,
     _pb.EXCLUSIVE: SubscriptionType.EXCLUSIVE,
@@ -138,9 +141,51 @@ def delivery(topic: str, d: Delivery, *, decoded: bool = False) -> _pb.Subscribe
     return response
 
 
-def encode_simple(records: Sequence[_pb.Record], now_ms: int) -> bytes:
-    """One record batch (``base_offset`` 0, producer id -1: not idempotent) of the plain
-    records of a simple-path ``PublishRequest``.
+def simple_path_sequence(request: _pb.PublishRequest) -> tuple[int, int]:
+    """The ``(producer_id, base_sequence)`` a simple-path ``PublishRequest`` asks for:
+    ``(-1, -1)`` (not idempotent) when it sets neither.
+
+    Raises:
+        InvalidRequestError: only one of them is set, either is out of range, or the
+            partition is -1 (sequences count per partition; round robin could send a
+            retry to another one).
+    """
+    has_id, has_sequence = request.HasField("producer_id"), request.HasField("base_sequence")
+    if not has_id and not has_sequence:
+        return -1, -1
+    if not (has_id and has_sequence):
+        missing = "base_sequence" if has_id else "producer_id"
+        raise InvalidRequestError(
+            missing, "is missing; set producer_id and base_sequence together, or neither"
+        )
+    if request.producer_id < 0:
+        raise InvalidRequestError(
+            "producer_id",
+            f"must be >= 0 for an idempotent producer, got {request.producer_id}; leave "
+            "producer_id and base_sequence out for a publish that is not idempotent",
+        )
+    last = request.base_sequence + len(request.records) - 1
+    if request.base_sequence < 0 or last > _MAX_SEQUENCE:
+        raise InvalidRequestError(
+            "base_sequence",
+            f"must be >= 0 and leave the batch's last sequence ({last}) at most "
+            f"{_MAX_SEQUENCE}, got {request.base_sequence}; take a new producer id",
+        )
+    if request.partition < 0:
+        raise InvalidRequestError(
+            "partition",
+            f"must be a partition (>= 0) with producer_id, got {request.partition}: "
+            "sequences count per partition, and round robin could send a retry to another",
+        )
+    return request.producer_id, request.base_sequence
+
+
+def encode_simple(
+    records: Sequence[_pb.Record], now_ms: int, producer_id: int = -1, base_sequence: int = -1
+) -> bytes:
+    """One record batch (``base_offset`` 0; producer id -1, not idempotent, unless the
+    request gave one: :func:`simple_path_sequence`) of the plain records of a simple-path
+    ``PublishRequest``.
 
     A record without ``key`` gets a null key; an empty ``key`` is an empty key. A
     ``timestamp_ms`` of 0 becomes ``now_ms``, the broker's clock at arrival.
@@ -168,6 +213,8 @@ def encode_simple(records: Sequence[_pb.Record], now_ms: int) -> bytes:
         keys=[r.key if r.HasField("key") else None for r in records],
         timestamps_ms=[r.timestamp_ms or now_ms for r in records],
         headers=headers if any(headers) else None,
+        producer_id=producer_id,
+        base_sequence=base_sequence,
     )
 
 

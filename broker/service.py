@@ -41,6 +41,7 @@ from broker.convert import (
     fetch_response_bytes,
     initial_position,
     publish_response,
+    simple_path_sequence,
     subscription_type,
 )
 from broker.errors import InvalidRequestError, LimitExceededError, ShuttingDownError
@@ -142,9 +143,16 @@ class BrokerService(_grpc.BrokerServicer):
                 "`records` (plain records the broker encodes)",
             )
         if request.batch:
+            if request.HasField("producer_id") or request.HasField("base_sequence"):
+                raise InvalidRequestError(
+                    "producer_id, base_sequence",
+                    "are for `records` only; a `batch` carries its producer id and sequence "
+                    "in its header",
+                )
             return request.batch
         if request.records:
-            return encode_simple(request.records, self._clock())
+            producer_id, base_sequence = simple_path_sequence(request)
+            return encode_simple(request.records, self._clock(), producer_id, base_sequence)
         raise InvalidRequestError(
             "batch, records",
             "both are empty; set exactly one: `batch` (one encoded record batch) or "

@@ -39,18 +39,22 @@ EARLIEST: InitialPosition
 LATEST: InitialPosition
 
 class PublishRequest(_message.Message):
-    __slots__ = ("topic", "partition", "batch", "request_id", "records")
+    __slots__ = ("topic", "partition", "batch", "request_id", "records", "producer_id", "base_sequence")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    BASE_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     batch: bytes
     request_id: int
     records: _containers.RepeatedCompositeFieldContainer[Record]
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., batch: _Optional[bytes] = ..., request_id: _Optional[int] = ..., records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ...) -> None: ...
+    producer_id: int
+    base_sequence: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., batch: _Optional[bytes] = ..., request_id: _Optional[int] = ..., records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., producer_id: _Optional[int] = ..., base_sequence: _Optional[int] = ...) -> None: ...
 
 class Record(_message.Message):
     __slots__ = ("key", "value", "headers", "timestamp_ms")

@@ -403,3 +403,81 @@ async def test_decoded_readers_see_duplicate_header_names_of_a_binary_batch(
     assert len(records) == 2
     for record in records:
         assert [(h.name, h.value) for h in record.headers] == pairs
+
+
+async def test_simple_path_retries_with_a_producer_id_are_answered_as_duplicates(
+    client: Client,
+) -> None:
+    """Scenario: simple-path Publishes to partition 0 with producer id 42: three records
+    at sequence 0, the same request again (a retry after a lost response), then two at
+    sequence 3, then one at sequence 9 (a gap). Expected: the retry is answered
+    duplicate with the first offsets and appends nothing; sequence 3 follows at offset
+    3; the gap is FAILED_PRECONDITION; the log holds the five records once, and its
+    batches carry producer id 42 with sequences 0 and 3."""
+
+    def publish(values: list[bytes], sequence: int) -> pb.PublishRequest:
+        records = [pb.Record(value=v, timestamp_ms=NOW_MS) for v in values]
+        return pb.PublishRequest(
+            topic="t", partition=0, records=records, producer_id=42, base_sequence=sequence
+        )
+
+    first = await client.broker.Publish(publish([b"a", b"b", b"c"], 0))
+    again = await client.broker.Publish(publish([b"a", b"b", b"c"], 0))
+    assert (first.base_offset, first.last_offset, first.duplicate) == (0, 2, False)
+    assert (again.base_offset, again.last_offset, again.duplicate) == (0, 2, True)
+    more = await client.broker.Publish(publish([b"d", b"e"], 3))
+    assert (more.base_offset, more.last_offset, more.duplicate) == (3, 4, False)
+    await expect_error(
+        client.broker.Publish(publish([b"z"], 9)),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "producer 42",
+        "expected 5",
+    )
+    response = await fetch(client)
+    assert [v for _, _, v, _, _ in binary(response)] == [b"a", b"b", b"c", b"d", b"e"]
+    headers = [decode_batch(raw) for raw in response.batches]
+    assert [(b.producer_id, b.base_sequence) for b in headers if b is not None] == [
+        (42, 0),
+        (42, 3),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"producer_id": 7}, "base_sequence"),
+        ({"base_sequence": 0}, "producer_id"),
+        ({"producer_id": -1, "base_sequence": 0}, "producer_id"),
+        ({"producer_id": 7, "base_sequence": -2}, "base_sequence"),
+        ({"producer_id": 7, "base_sequence": 2**31 - 1}, "base_sequence"),
+        ({"producer_id": 7, "base_sequence": 0, "partition": -1}, "partition"),
+    ],
+)
+async def test_a_bad_simple_path_sequence_is_refused_naming_the_field(
+    client: Client, fields: dict[str, int], named: str
+) -> None:
+    """Scenario: simple-path Publishes of two records with one of producer_id or
+    base_sequence alone, a negative id or sequence, a last sequence past 2^31 - 1, or
+    partition -1. Expected: INVALID_ARGUMENT naming the field; nothing appended."""
+    request = pb.PublishRequest(
+        topic="t", partition=0, records=[pb.Record(value=b"x"), pb.Record(value=b"y")]
+    )
+    for name, value in fields.items():
+        setattr(request, name, value)
+    await expect_error(client.broker.Publish(request), grpc.StatusCode.INVALID_ARGUMENT, named)
+    assert (await fetch(client)).high_water_mark == 0
+
+
+async def test_a_batch_with_simple_path_sequence_fields_is_refused(client: Client) -> None:
+    """Scenario: a binary batch with producer_id set on the request too. Expected:
+    INVALID_ARGUMENT naming producer_id and base_sequence (the batch's header carries
+    its own); nothing appended."""
+    request = pb.PublishRequest(topic="t", partition=0, batch=encode_columns([b"a"]))
+    request.producer_id = 3
+    await expect_error(
+        client.broker.Publish(request),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "producer_id, base_sequence",
+        "for `records` only",
+    )
+    assert (await fetch(client)).high_water_mark == 0
