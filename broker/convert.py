@@ -26,9 +26,6 @@ from proto import admin_pb2 as _admin
 from proto import broker_pb2 as _pb
 from wal import AppendResult, Log, RecordBatch, decode_batch, encode_columns
 
-#: The highest record sequence a producer id may reach (docs/protocol.md section 3).
-_MAX_SEQUENCE = 2**31 - 1
-
 _TYPES: dict[int, SubscriptionType] = {
     _pb.SUBSCRIPTION_TYPE_UNSPECIFIED: SubscriptionType.EXCLUSIVE,
     _pb.EXCLUSIVE: SubscriptionType.EXCLUSIVE,
@@ -145,8 +142,11 @@ def simple_path_sequence(request: _pb.PublishRequest) -> tuple[int, int]:
     """The ``(producer_id, base_sequence)`` a simple-path ``PublishRequest`` asks for:
     ``(-1, -1)`` (not idempotent) when it sets neither.
 
+    Their ranges are checked with the encoded batch, as a binary batch's are
+    (:func:`proto.check.check_batch`).
+
     Raises:
-        InvalidRequestError: only one of them is set, either is out of range, or the
+        InvalidRequestError: only one of them is set, the id is negative, or the
             partition is -1 (sequences count per partition; round robin could send a
             retry to another one).
     """
@@ -163,13 +163,6 @@ def simple_path_sequence(request: _pb.PublishRequest) -> tuple[int, int]:
             "producer_id",
             f"must be >= 0 for an idempotent producer, got {request.producer_id}; leave "
             "producer_id and base_sequence out for a publish that is not idempotent",
-        )
-    last = request.base_sequence + len(request.records) - 1
-    if request.base_sequence < 0 or last > _MAX_SEQUENCE:
-        raise InvalidRequestError(
-            "base_sequence",
-            f"must be >= 0 and leave the batch's last sequence ({last}) at most "
-            f"{_MAX_SEQUENCE}, got {request.base_sequence}; take a new producer id",
         )
     if request.partition < 0:
         raise InvalidRequestError(

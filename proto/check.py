@@ -38,6 +38,8 @@ from proto.errors import CorruptBatchError, InvalidBatchError
 #: Byte position of the ``reserved`` u32 in the batch header.
 RESERVED_AT = 52
 _U32 = struct.Struct("<I")
+#: The highest record sequence a producer id may reach (docs/protocol.md section 3).
+MAX_SEQUENCE = 2**31 - 1
 
 
 def check_batch(data: bytes | bytearray | memoryview) -> RecordBatch:
@@ -67,6 +69,15 @@ def check_batch(data: bytes | bytearray | memoryview) -> RecordBatch:
             "62-bit one) and keeps across its retries",
             field="producer_id",
         )
+    if batch.producer_id >= 0:
+        last = batch.base_sequence + batch.record_count - 1
+        if batch.base_sequence < 0 or last > MAX_SEQUENCE:
+            raise InvalidBatchError(
+                f"base_sequence is {batch.base_sequence}; an idempotent producer's (id "
+                f"{batch.producer_id}) must be >= 0, and its last record's sequence ({last}) "
+                f"at most {MAX_SEQUENCE}: past that, take a new producer id",
+                field="base_sequence",
+            )
     reserved = _U32.unpack_from(batch.buffer, RESERVED_AT)[0]
     if reserved:
         raise InvalidBatchError(f"reserved must be 0, got {reserved}", field="reserved")

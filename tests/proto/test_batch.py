@@ -637,7 +637,9 @@ def test_with_base_offset_keeps_the_batch_valid(base: int) -> None:
 
 
 @pytest.mark.parametrize(
-    ("producer_id", "base_sequence"), [(9, 0), (-1, -1), (2**63 - 1, 2**31 - 1), (0, 7)]
+    # 2**31 - 3: the rich batch's three records end at the highest sequence, 2**31 - 1.
+    ("producer_id", "base_sequence"),
+    [(9, 0), (-1, -1), (2**63 - 1, 2**31 - 3), (0, 7)],
 )
 def test_restamp_changes_the_identity_and_the_crc_only(
     producer_id: int, base_sequence: int

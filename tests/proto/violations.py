@@ -70,6 +70,20 @@ VIOLATIONS: list[Violation] = [
         "producer_id",
         "use -1 for a producer that is not idempotent",
     ),
+    Violation(
+        "idempotent-base-sequence-negative",
+        lambda: encode_columns([b"hi"], timestamps_ms=TS, producer_id=5, base_sequence=-3),
+        "base_sequence",
+        "an idempotent producer's (id 5) must be >= 0",
+    ),
+    Violation(
+        "idempotent-sequence-past-i32",
+        lambda: encode_columns(
+            [b"a", b"b"], timestamps_ms=TS, producer_id=5, base_sequence=2**31 - 1
+        ),
+        "base_sequence",
+        "last record's sequence (2147483648) at most 2147483647",
+    ),
     Violation("reserved", lambda: _pack(one, "<I", 52, 1), "reserved", "reserved must be 0"),
     Violation(
         "flags-reserved-bit", lambda: _pack(one, "<H", 18, 0x8), "flags", "flags has reserved bits"
