@@ -34,7 +34,7 @@ from dispatcher.dlq import DeadLetterQueue
 from proto import admin_pb2 as _admin
 from proto import admin_pb2_grpc as _grpc
 from proto import broker_pb2 as _pb
-from wal import LogWriter, OffsetOutOfRangeError, WalIOError
+from wal import LogWriter
 
 _SCAN_BYTES = 1 << 20  # read size of a seek by time, between yields to the loop
 
@@ -284,13 +284,10 @@ async def offset_for_time(writer: LogWriter, timestamp_ms: int) -> int:
     offset, hwm = writer.first_offset, writer.high_water_mark
     while offset < hwm:
         at = max(offset, writer.first_offset)
-        try:
-            batches = await writer.aread(at, _SCAN_BYTES)
-        except (OffsetOutOfRangeError, WalIOError):
-            if at >= writer.first_offset:
-                raise
-            continue  # retention deleted the segment while a thread read it: go on above
+        batches = await writer.aread(at, _SCAN_BYTES, deleted_ok=True)
         if not batches:
+            if at < writer.first_offset:
+                continue  # retention deleted the segment while a thread read it: go on above
             break
         for batch in batches:
             if batch.max_timestamp_ms >= timestamp_ms:

@@ -77,7 +77,6 @@ from dispatcher.protocol import (
 from dispatcher.session import ConsumerSession
 from dispatcher.state import SubscriptionState
 from wal import LogWriter, RecordBatch
-from wal.errors import OffsetOutOfRangeError, WalIOError
 
 logger = logging.getLogger(__name__)
 
@@ -373,7 +372,7 @@ class DispatchLoop(Generic[OwnerT]):
             )
             if batches is None:  # not in the page cache (or a test's reader): read off the loop
                 if self._reader is None:
-                    batches = await _read_cold(writer, at, self._max_batch_bytes)
+                    batches = await writer.read_cold(at, self._max_batch_bytes, deleted_ok=True)
                     if not batches and at < writer.first_offset:
                         more = moved = True  # retention took it meanwhile: pass again now
                 else:
@@ -496,18 +495,6 @@ class DispatchLoop(Generic[OwnerT]):
         self._timer_at = None
         self.dispatch = True
         self.wake.set()
-
-
-async def _read_cold(writer: LogWriter, offset: int, max_bytes: int) -> list[RecordBatch]:
-    """``writer.read_cold``; nothing when retention deleted the segment while the thread
-    read it (the pass then passes again at once, and meets the new first offset as a read
-    on the loop would have)."""
-    try:
-        return await writer.read_cold(offset, max_bytes)
-    except (OffsetOutOfRangeError, WalIOError):
-        if offset < writer.first_offset:
-            return []
-        raise
 
 
 @types.coroutine

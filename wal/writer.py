@@ -72,7 +72,14 @@ from typing import Any, NamedTuple, Self, TypeVar
 from proto.batch import RecordBatch
 from wal.commit_cost import CommitCost
 from wal.config import FsyncPolicy, LogConfig
-from wal.errors import DiskFullError, WalClosedError, WalError, WalFailedError
+from wal.errors import (
+    DiskFullError,
+    OffsetOutOfRangeError,
+    WalClosedError,
+    WalError,
+    WalFailedError,
+    WalIOError,
+)
 from wal.fdcache import FileCache
 from wal.fs import FileSystem, WouldBlockError, nonblocking_reads
 from wal.log import AppendResult, Clock, Log
@@ -402,7 +409,9 @@ class LogWriter:
                 self.cold_reads += 1
                 return None
 
-    async def aread(self, offset: int, max_bytes: int = 1 << 20) -> list[RecordBatch]:
+    async def aread(
+        self, offset: int, max_bytes: int = 1 << 20, *, deleted_ok: bool = False
+    ) -> list[RecordBatch]:
         """:meth:`read` for the event loop: in place when the page cache holds the bytes
         (:meth:`read_nowait`), on a cold-read thread when it does not (:meth:`read_cold`).
 
@@ -410,9 +419,13 @@ class LogWriter:
             As :meth:`read_cold`.
         """
         batches = self.read_nowait(offset, max_bytes)
-        return batches if batches is not None else await self.read_cold(offset, max_bytes)
+        if batches is not None:
+            return batches
+        return await self.read_cold(offset, max_bytes, deleted_ok=deleted_ok)
 
-    async def read_cold(self, offset: int, max_bytes: int = 1 << 20) -> list[RecordBatch]:
+    async def read_cold(
+        self, offset: int, max_bytes: int = 1 << 20, *, deleted_ok: bool = False
+    ) -> list[RecordBatch]:
         """:meth:`read` on a worker thread, for bytes the page cache does not hold. The
         threads are a pool of their own (:func:`cold_read_pool`, shared by the process's
         logs).
@@ -425,10 +438,15 @@ class LogWriter:
         before closing the files: a thread never opens a segment by path after its log
         closed (a topic deleted and made again would have put another file there).
 
+        With ``deleted_ok``, a read whose segment retention deleted while the thread read
+        it gives nothing instead of raising; ``offset`` is then below :attr:`first_offset`,
+        and the caller goes on from there, as a read on the loop would have.
+
         Raises:
             OffsetOutOfRangeError, CorruptSegmentError, WalIOError: as :meth:`read`; the
                 first or the last also when retention deleted the segment while the thread
-                read it (then ``offset`` is below :attr:`first_offset`).
+                read it (then ``offset`` is below :attr:`first_offset`), unless
+                ``deleted_ok``.
             WalClosedError: the writer is closing.
         """
         if self._closing or self._thread is None:  # aclose no longer waits for reads
@@ -441,6 +459,10 @@ class LogWriter:
             return await asyncio.shield(read)
         except asyncio.CancelledError:
             job.cancel()  # still queued: no thread takes it; else it ends by itself
+            raise
+        except (OffsetOutOfRangeError, WalIOError):
+            if deleted_ok and offset < self.first_offset:
+                return []
             raise
 
     def _cold_read_done(self, read: asyncio.Future[list[RecordBatch]]) -> None:
