@@ -282,6 +282,7 @@ def dead_letter_entry(entry: DlqEntry) -> _admin.DeadLetterEntry:
         key=entry.key,
         value=entry.value,
         headers=dict(entry.headers),
+        header_list=[_pb.Header(name=name, value=value) for name, value in entry.headers],
         timestamp_ms=entry.timestamp_ms,
         attempts=entry.attempts,
         reason=entry.reason,

@@ -144,7 +144,7 @@ def encode_chunks(entries: Sequence[DlqEntry], max_batch_bytes: int, now_ms: int
 def _encode(entries: Sequence[DlqEntry], now_ms: int) -> bytes:
     keys: list[bytes | None] = []
     values: list[bytes] = []
-    headers: list[dict[str, bytes]] = []
+    headers: list[list[tuple[str, bytes]]] = []
     for entry in entries:
         key, value, names = replay_record(entry)
         keys.append(key)

@@ -233,7 +233,8 @@ class DeadLetterEntry:
         key: The original key, or ``None``.
         value: The original value, cut to the queue's ``max_event_bytes`` when
             ``truncated``.
-        headers: The original headers (``x-replay-count`` included, when present).
+        headers: The original headers (``x-replay-count`` included, when present); of a
+            name that repeats, the last value.
         timestamp_ms: The original publish time, ms since the epoch.
         attempts: How often delivery was attempted.
         reason: Why the last delivery failed.
@@ -243,6 +244,8 @@ class DeadLetterEntry:
         truncated: Whether the value was cut (such an entry cannot be replayed).
         original_size: Length of the original value, bytes.
         replay_count: How often it was replayed from a dead-letter queue already.
+        header_list: The original headers as ``(name, value)`` pairs in their order, a
+            repeated name once per value (as :meth:`Message.header_list` gives them).
     """
 
     sequence: int
@@ -261,6 +264,7 @@ class DeadLetterEntry:
     truncated: bool
     original_size: int
     replay_count: int
+    header_list: tuple[tuple[str, bytes], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -79,8 +79,8 @@ class DeadLetter:
     Attributes:
         topic, partition, offset, subscription: Where the record came from.
         key, value: The original record's key (or ``None``) and value.
-        headers: The original headers as ``(name, value)`` pairs (a later duplicate name
-            wins).
+        headers: The original headers as ``(name, value)`` pairs, in order; a name may
+            repeat, as it may in any record.
         timestamp_ms: The original publish time, ms since the epoch.
         attempts: How often delivery was attempted.
         reason: Why it failed (the last nack reason, "ack timeout", ...).
@@ -162,18 +162,22 @@ def encode_letters(letters: Sequence[DeadLetter], now_ms: int, max_event_bytes: 
     )
 
 
-def _entry_headers(letter: DeadLetter, max_event_bytes: int) -> dict[str, bytes]:
-    headers = {name: value for name, value in letter.headers if name not in RESERVED_HEADERS}
-    headers[HEADER_TOPIC] = letter.topic.encode()
-    headers[HEADER_PARTITION] = _digits(letter.partition)
-    headers[HEADER_OFFSET] = _digits(letter.offset)
-    headers[HEADER_SUBSCRIPTION] = letter.subscription.encode()
-    headers[HEADER_TIMESTAMP] = _digits(letter.timestamp_ms)
-    headers[HEADER_ATTEMPTS] = _digits(letter.attempts)
-    headers[HEADER_REASON] = letter.reason.encode()
-    headers[HEADER_ATTEMPT_TIMES] = b",".join(_digits(t) for t in letter.attempt_times_ms)
-    headers[HEADER_TRUNCATED] = b"1" if len(letter.value) > max_event_bytes else b"0"
-    headers[HEADER_ORIGINAL_BYTES] = _digits(len(letter.value))
+def _entry_headers(letter: DeadLetter, max_event_bytes: int) -> list[tuple[str, bytes]]:
+    """The original headers in order (repeated names kept), those with a bookkeeping name
+    dropped, then the bookkeeping headers: each of those names once."""
+    headers = [(name, value) for name, value in letter.headers if name not in RESERVED_HEADERS]
+    headers += [
+        (HEADER_TOPIC, letter.topic.encode()),
+        (HEADER_PARTITION, _digits(letter.partition)),
+        (HEADER_OFFSET, _digits(letter.offset)),
+        (HEADER_SUBSCRIPTION, letter.subscription.encode()),
+        (HEADER_TIMESTAMP, _digits(letter.timestamp_ms)),
+        (HEADER_ATTEMPTS, _digits(letter.attempts)),
+        (HEADER_REASON, letter.reason.encode()),
+        (HEADER_ATTEMPT_TIMES, b",".join(_digits(t) for t in letter.attempt_times_ms)),
+        (HEADER_TRUNCATED, b"1" if len(letter.value) > max_event_bytes else b"0"),
+        (HEADER_ORIGINAL_BYTES, _digits(len(letter.value))),
+    ]
     return headers
 
 
@@ -193,7 +197,7 @@ def decode_entries(batch: RecordBatch) -> list[DlqEntry]:
             batch.offsets(),
             batch.keys(),
             batch.values(),
-            batch.headers(),
+            batch.header_lists(),
             batch.timestamps().tolist(),
             strict=True,
         )
@@ -201,8 +205,9 @@ def decode_entries(batch: RecordBatch) -> list[DlqEntry]:
 
 
 def _decode_entry(
-    seq: int, key: bytes | None, value: bytes, headers: dict[str, bytes], ts: int
+    seq: int, key: bytes | None, value: bytes, pairs: list[tuple[str, bytes]], ts: int
 ) -> DlqEntry:
+    headers = dict(pairs)  # the bookkeeping names appear once each (see _entry_headers)
     return DlqEntry(
         sequence=seq,
         topic=_text(headers, HEADER_TOPIC, seq),
@@ -211,7 +216,7 @@ def _decode_entry(
         subscription=_text(headers, HEADER_SUBSCRIPTION, seq),
         key=key,
         value=value,
-        headers=tuple((n, v) for n, v in headers.items() if n not in RESERVED_HEADERS),
+        headers=tuple((n, v) for n, v in pairs if n not in RESERVED_HEADERS),
         timestamp_ms=_integer(headers, HEADER_TIMESTAMP, seq),
         attempts=_integer(headers, HEADER_ATTEMPTS, seq),
         reason=_text(headers, HEADER_REASON, seq),
@@ -293,12 +298,13 @@ def replay_refusal(entry: DlqEntry, max_replays: int) -> str | None:
     return None
 
 
-def replay_record(entry: DlqEntry) -> tuple[bytes | None, bytes, dict[str, bytes]]:
+def replay_record(entry: DlqEntry) -> tuple[bytes | None, bytes, list[tuple[str, bytes]]]:
     """Key, value and headers to publish ``entry`` again to its original topic.
 
-    The headers are the original ones with ``x-replay-count`` incremented. Check
+    The headers are the original ones in order (repeated names kept), then
+    ``x-replay-count`` incremented, once (any earlier one is dropped). Check
     :func:`replay_refusal` (or :meth:`DeadLetterQueue.replayable`) first.
     """
-    headers = dict(entry.headers)
-    headers[HEADER_REPLAY_COUNT] = _digits(min(entry.replay_count + 1, MAX_REPLAY_COUNT))
+    headers = [(name, value) for name, value in entry.headers if name != HEADER_REPLAY_COUNT]
+    headers.append((HEADER_REPLAY_COUNT, _digits(min(entry.replay_count + 1, MAX_REPLAY_COUNT))))
     return entry.key, entry.value, headers

@@ -137,7 +137,7 @@ class DeadLetterQueues:
         queue = await self.get(topic, name)
         assert queue is not None
         batch = action.batch
-        keys, values, headers = batch.keys(), batch.values(), batch.headers()
+        keys, values, headers = batch.keys(), batch.values(), batch.header_lists()
         stamps = batch.timestamps()
         letters = []
         for failure in action.failures:
@@ -150,7 +150,7 @@ class DeadLetterQueues:
                     subscription=name,
                     key=keys[i],
                     value=values[i],
-                    headers=tuple(headers[i].items()),
+                    headers=tuple(headers[i]),
                     timestamp_ms=int(stamps[i]),
                     attempts=failure.deliveries,
                     reason=failure.reason or "delivery failed",

@@ -168,7 +168,7 @@ class OffsetsForTimeResponse(_message.Message):
     def __init__(self, offsets: _Optional[_Iterable[_Union[_broker_pb2.PartitionOffset, _Mapping]]] = ...) -> None: ...
 
 class DeadLetterEntry(_message.Message):
-    __slots__ = ("sequence", "topic", "partition", "offset", "subscription", "key", "value", "headers", "timestamp_ms", "attempts", "reason", "attempt_times_ms", "dead_lettered_ms", "truncated", "original_size", "replay_count")
+    __slots__ = ("sequence", "topic", "partition", "offset", "subscription", "key", "value", "headers", "timestamp_ms", "attempts", "reason", "attempt_times_ms", "dead_lettered_ms", "truncated", "original_size", "replay_count", "header_list")
     class HeadersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -192,6 +192,7 @@ class DeadLetterEntry(_message.Message):
     TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     ORIGINAL_SIZE_FIELD_NUMBER: _ClassVar[int]
     REPLAY_COUNT_FIELD_NUMBER: _ClassVar[int]
+    HEADER_LIST_FIELD_NUMBER: _ClassVar[int]
     sequence: int
     topic: str
     partition: int
@@ -208,7 +209,8 @@ class DeadLetterEntry(_message.Message):
     truncated: bool
     original_size: int
     replay_count: int
-    def __init__(self, sequence: _Optional[int] = ..., topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., subscription: _Optional[str] = ..., key: _Optional[bytes] = ..., value: _Optional[bytes] = ..., headers: _Optional[_Mapping[str, bytes]] = ..., timestamp_ms: _Optional[int] = ..., attempts: _Optional[int] = ..., reason: _Optional[str] = ..., attempt_times_ms: _Optional[_Iterable[int]] = ..., dead_lettered_ms: _Optional[int] = ..., truncated: _Optional[bool] = ..., original_size: _Optional[int] = ..., replay_count: _Optional[int] = ...) -> None: ...
+    header_list: _containers.RepeatedCompositeFieldContainer[_broker_pb2.Header]
+    def __init__(self, sequence: _Optional[int] = ..., topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., subscription: _Optional[str] = ..., key: _Optional[bytes] = ..., value: _Optional[bytes] = ..., headers: _Optional[_Mapping[str, bytes]] = ..., timestamp_ms: _Optional[int] = ..., attempts: _Optional[int] = ..., reason: _Optional[str] = ..., attempt_times_ms: _Optional[_Iterable[int]] = ..., dead_lettered_ms: _Optional[int] = ..., truncated: _Optional[bool] = ..., original_size: _Optional[int] = ..., replay_count: _Optional[int] = ..., header_list: _Optional[_Iterable[_Union[_broker_pb2.Header, _Mapping]]] = ...) -> None: ...
 
 class PeekDeadLettersRequest(_message.Message):
     __slots__ = ("topic", "subscription", "from_sequence", "limit", "reason")

@@ -84,6 +84,8 @@ def _dead_letter(entry: _admin.DeadLetterEntry) -> DeadLetterEntry:
         key=entry.key if entry.HasField("key") else None,
         value=entry.value,
         headers=dict(entry.headers),
+        header_list=tuple((h.name, h.value) for h in entry.header_list)
+        or tuple(entry.headers.items()),
         timestamp_ms=entry.timestamp_ms,
         attempts=entry.attempts,
         reason=entry.reason,

@@ -334,3 +334,31 @@ async def test_at_most_once_never_redelivers(tmp_path: Path) -> None:
         async with AsyncAdminClient(address(broker)) as admin:
             info = await admin.describe_subscription("t", "m")
         assert sum(p.lag for p in info.partitions) == 0
+
+
+async def test_repeated_header_names_survive_the_dead_letter_queue_and_replay(
+    tmp_path: Path,
+) -> None:
+    """Scenario: max_deliveries 1; a record with the header ``h`` twice (1, then 2) is
+    nacked once, so it is dead-lettered; an admin peeks and replays it. Expected: the
+    peeked entry's ``header_list`` holds both values in order (``headers``, a map, the
+    last one), and the replayed record is delivered with both, then x-replay-count 1.
+    Before, the queue kept only ``h = 2``, and the replay published that."""
+    config = _config(tmp_path, max_deliveries=1, backoff_initial_s=0.01, backoff_jitter=0.0)
+    headers = [("h", b"1"), ("h", b"2")]
+    async with Broker(config) as broker, AsyncAdminClient(address(broker)) as admin:
+        await admin.create_topic("t", 1)
+        async with AsyncProducer(address(broker), linger_ms=0) as producer:
+            await (await producer.send("t", b"poison", headers=headers))
+        async with AsyncConsumer("t", "r", broker=address(broker), ack_interval_ms=0) as c:
+            (m,) = await _take(c, 1)
+            assert m.header_list == headers
+            c.nack(m, delay=0, reason="bad")
+            await eventually(lambda: broker.subscriptions.get("t", "r").state.cursor(0) == 1)
+            (entry,) = await admin.peek_dead_letters("t", "r")
+            assert entry.header_list == (("h", b"1"), ("h", b"2"))
+            assert dict(entry.headers) == {"h": b"2"}
+            assert (await admin.replay_dead_letters("t", "r")).replayed == 1
+            (again,) = await _take(c, 1)
+            assert again.value == b"poison"
+            assert again.header_list == [*headers, ("x-replay-count", b"1")]
