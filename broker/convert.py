@@ -24,6 +24,7 @@ from dispatcher import (
 from dispatcher.dead_letter import DlqEntry
 from proto import admin_pb2 as _admin
 from proto import broker_pb2 as _pb
+from proto.batch import producer_identity
 from wal import AppendResult, Log, RecordBatch, decode_batch, encode_columns
 
 _TYPES: dict[int, SubscriptionType] = {
@@ -164,13 +165,48 @@ def simple_path_sequence(request: _pb.PublishRequest) -> tuple[int, int]:
             f"must be >= 0 for an idempotent producer, got {request.producer_id}; leave "
             "producer_id and base_sequence out for a publish that is not idempotent",
         )
-    if request.partition < 0:
+    _check_idempotent_partition(request.partition, request.producer_id)
+    return request.producer_id, request.base_sequence
+
+
+def simple_path_key(records: Sequence[_pb.Record]) -> bytes | None:
+    """The key every record of a simple-path request shares, if they all have one and it
+    is the same (an empty key is a key); else ``None``. Sent to partition -1, such a
+    request goes where a producer would put the key (``crc32c(key) % partitions``), so a
+    key keeps its order; any other goes round robin."""
+    if not records or not records[0].HasField("key"):
+        return None
+    key = records[0].key
+    for record in records:
+        if not record.HasField("key") or record.key != key:
+            return None
+    return key
+
+
+def batch_path_partition(request: _pb.PublishRequest) -> None:
+    """Refuse a binary ``batch`` whose header names a producer (``producer_id`` >= 0) sent
+    to partition -1, as the simple path refuses one: round robin could append its retry
+    to another partition, where nothing would know it was a retry.
+
+    Raises:
+        InvalidRequestError: it does (``partition``).
+    """
+    if request.partition >= 0:
+        return
+    identity = producer_identity(request.batch)
+    if identity is not None:
+        _check_idempotent_partition(request.partition, identity[0])
+
+
+def _check_idempotent_partition(partition: int, producer_id: int) -> None:
+    if partition < 0 and producer_id >= 0:
         raise InvalidRequestError(
             "partition",
-            f"must be a partition (>= 0) with producer_id, got {request.partition}: "
-            "sequences count per partition, and round robin could send a retry to another",
+            f"must be a partition (>= 0) for an idempotent publish (producer_id "
+            f"{producer_id}), got {partition}: sequences count per partition, and round "
+            "robin could send a retry to another; pick the partition yourself, e.g. "
+            "crc32c(key) % partitions",
         )
-    return request.producer_id, request.base_sequence
 
 
 def encode_simple(

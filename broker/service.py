@@ -34,6 +34,7 @@ from collections.abc import AsyncIterator
 import grpc
 
 from broker.convert import (
+    batch_path_partition,
     decoded_records,
     delivery,
     delivery_mode,
@@ -41,6 +42,7 @@ from broker.convert import (
     fetch_response_bytes,
     initial_position,
     publish_response,
+    simple_path_key,
     simple_path_sequence,
     subscription_type,
 )
@@ -58,6 +60,7 @@ from dispatcher import ConsumerSession, Subscription, SubscriptionRegistry
 from dispatcher.session import DRAINED
 from proto import broker_pb2 as _pb
 from proto import broker_pb2_grpc as _grpc
+from proto.batch import partition_for
 from wal import LogWriter
 from wal.log import Clock, wall_clock_ms
 
@@ -114,7 +117,10 @@ class BrokerService(_grpc.BrokerServicer):
         try:
             data = self._batch_of(request)
             topic = await self._topic(request.topic)
-            partition = topic.partition(request.partition)
+            index = request.partition
+            if index == -1 and (key := simple_path_key(request.records)) is not None:
+                index = partition_for(key, len(topic.partitions))
+            partition = topic.partition(index)
             result, duplicate = await append_batch(
                 topic.name,
                 partition,
@@ -149,6 +155,7 @@ class BrokerService(_grpc.BrokerServicer):
                     "are for `records` only; a `batch` carries its producer id and sequence "
                     "in its header",
                 )
+            batch_path_partition(request)
             return request.batch
         if request.records:
             producer_id, base_sequence = simple_path_sequence(request)

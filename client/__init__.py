@@ -31,7 +31,7 @@ import client._grpc_env  # noqa: F401 - first: turns gRPC's fork handlers off be
 from client._async.admin import AsyncAdminClient
 from client._async.consumer import AsyncConsumer
 from client._async.fetcher import AsyncFetcher, FetchResult
-from client._async.producer import AsyncProducer, partition_for
+from client._async.producer import AsyncProducer
 from client._batching import RecordFuture
 from client._channel import check_security
 from client._message import Message
@@ -69,7 +69,7 @@ from client.errors import (
     Unauthenticated,
     Unavailable,
 )
-from proto.batch import RecordBatch
+from proto.batch import RecordBatch, partition_for
 
 __all__ = [
     "DEFAULT_BROKER",

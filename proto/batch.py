@@ -265,6 +265,22 @@ class RecordBatch(NamedTuple):
         return _BASE_OFFSET.pack(base_offset) + bytes(self.buffer[8:])
 
 
+def partition_for(key: bytes, partitions: int) -> int:
+    """The partition of a keyed record, ``crc32c(key) % partitions``: the same in every
+    client and the broker, and across restarts (docs/protocol.md section 4)."""
+    return crc32c(key) % partitions
+
+
+def producer_identity(data: bytes | bytearray | memoryview) -> tuple[int, int] | None:
+    """The ``(producer_id, base_sequence)`` the header of the encoded batch ``data``
+    announces, unchecked (the rest of the batch may be anything); ``None`` when ``data``
+    is too short to hold them."""
+    if len(data) < _IDENTITY_AT + _IDENTITY.size:
+        return None
+    producer_id, base_sequence = _IDENTITY.unpack_from(data, _IDENTITY_AT)
+    return producer_id, base_sequence
+
+
 def restamp(data: bytes, producer_id: int, base_sequence: int) -> bytes:
     """A copy of the encoded batch ``data`` under another ``producer_id`` and
     ``base_sequence`` (header bytes 40..52, see the layout above), its CRC recomputed; the

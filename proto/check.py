@@ -69,6 +69,13 @@ def check_batch(data: bytes | bytearray | memoryview) -> RecordBatch:
             "62-bit one) and keeps across its retries",
             field="producer_id",
         )
+    if batch.producer_id == -1 and batch.base_sequence != -1:
+        raise InvalidBatchError(
+            f"base_sequence is {batch.base_sequence}; it must be -1 when producer_id is -1 "
+            "(a producer that is not idempotent): set both to -1, or give the batch a "
+            "producer id >= 0 to make it idempotent",
+            field="base_sequence",
+        )
     if batch.producer_id >= 0:
         last = batch.base_sequence + batch.record_count - 1
         if batch.base_sequence < 0 or last > MAX_SEQUENCE:

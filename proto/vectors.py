@@ -45,6 +45,8 @@ INVALID = "invalid"
 
 #: Marks an invalid vector whose rule the broker enforces from issue 16 on.
 ISSUE_16 = "issue-16"
+#: Marks an invalid vector whose rule the broker enforces from issue 17 on.
+ISSUE_17 = "issue-17"
 
 
 @dataclass(frozen=True)
@@ -253,6 +255,7 @@ _COUNT = 20
 _FIRST_TS = 24
 _MAX_TS = 32
 _PRODUCER = 40
+_SEQUENCE = 48
 _RESERVED = 52
 _ARG = "INVALID_ARGUMENT"
 
@@ -409,6 +412,15 @@ INVALID_VECTORS: tuple[Invalid, ...] = (
         _ARG,
         "producer_id",
         ISSUE_16,
+    ),
+    Invalid(
+        "base_sequence_without_producer",
+        "producer_id is -1 (not idempotent) but base_sequence is 7; it must be -1 too.",
+        ONE,
+        _pack("<i", _SEQUENCE, 7),
+        _ARG,
+        "it must be -1 when producer_id is -1",
+        ISSUE_17,
     ),
 )
 

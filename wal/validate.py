@@ -108,10 +108,10 @@ def _accept_single(data: bytes) -> RecordBatch | None:
 
     Proves what ``decode_batch`` and ``check_batch`` would: magic, version, flags 0,
     ``record_count`` 1, ``batch_length`` the byte count, ``base_offset`` 0, ``producer_id``
-    >= -1 (and ``base_sequence`` >= 0 with an id >= 0; one record's last sequence is its
-    base, an i32), ``reserved`` 0, both header timestamps equal to the record's, the validity bits
-    past the record and every padding byte 0, offsets starting at 0, sections ending
-    exactly at the batch's end, and the CRC.
+    >= -1 (and ``base_sequence`` >= 0 with an id >= 0, -1 with id -1; one record's last
+    sequence is its base, an i32), ``reserved`` 0, both header timestamps equal to the
+    record's, the validity bits past the record and every padding byte 0, offsets starting
+    at 0, sections ending exactly at the batch's end, and the CRC.
     """
     (
         base, length, crc, magic, version, flags, n, first_ts, max_ts, pid, seq, reserved,
@@ -126,7 +126,7 @@ def _accept_single(data: bytes) -> RecordBatch | None:
         or flags
         or n != 1
         or pid < -1
-        or (pid >= 0 and seq < 0)
+        or (seq < 0 if pid >= 0 else seq != -1)
         or reserved
     ):
         return None

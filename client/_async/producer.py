@@ -112,7 +112,7 @@ from client.errors import (
 from proto import admin_pb2 as _admin
 from proto import admin_pb2_grpc, broker_pb2_grpc
 from proto import broker_pb2 as _pb
-from proto.batch import Headers, crc32c, encode_columns, restamp
+from proto.batch import Headers, encode_columns, partition_for, restamp
 
 logger = logging.getLogger(__name__)
 
@@ -145,11 +145,6 @@ MAX_ADAPTIVE_WINDOW = 4
 #: The broker's default ``[limits] max_publish_stream_in_flight``: a window beyond it
 #: would only wait in HTTP/2 flow control.
 MAX_IN_FLIGHT_LIMIT = 256
-
-
-def partition_for(key: bytes, partitions: int) -> int:
-    """The partition of a keyed record: stable across clients and restarts."""
-    return crc32c(key) % partitions
 
 
 @dataclass(slots=True)

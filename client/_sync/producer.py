@@ -42,13 +42,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Self, TypeVar
 
-from client._async.producer import DEFAULT_MAX_IN_FLIGHT, AsyncProducer, partition_for
+from client._async.producer import DEFAULT_MAX_IN_FLIGHT, AsyncProducer
 from client._batching import PendingBatch, ThreadRecordFuture
 from client._channel import DEFAULT_RECONNECT_BACKOFF_MAX_S
 from client._sync._bridge import LoopThread, to_concurrent
 from client._types import DEFAULT_BROKER, RecordMetadata, SentRecords
 from client.errors import ClientClosed
-from proto.batch import Headers
+from proto.batch import Headers, partition_for
 
 T = TypeVar("T")
 

@@ -17,6 +17,7 @@ from broker.app import Broker
 from client import AsyncConsumer, Message
 from proto import admin_pb2 as admin
 from proto import broker_pb2 as pb
+from proto.batch import partition_for
 from tests.broker.conftest import Client, broker_config, serving
 from wal import decode_batch, encode_columns
 
@@ -481,3 +482,49 @@ async def test_a_batch_with_simple_path_sequence_fields_is_refused(client: Clien
         "for `records` only",
     )
     assert (await fetch(client)).high_water_mark == 0
+
+
+async def test_an_idempotent_batch_to_partition_minus_one_is_refused(client: Client) -> None:
+    """Scenario: a binary batch whose header carries producer 555 at sequence 0, sent to
+    partition -1, twice (a retry); then the same batch to partition 0, twice. Expected:
+    both -1 sends INVALID_ARGUMENT naming partition, nothing appended (before, on a topic
+    of more partitions, round robin put the retry on another one as a new batch: written
+    twice); to partition 0
+    the retry is a duplicate of the first."""
+    batch = encode_columns([b"x"], producer_id=555, base_sequence=0)
+    for _ in range(2):
+        await expect_error(
+            client.broker.Publish(pb.PublishRequest(topic="t", partition=-1, batch=batch)),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "partition",
+            "producer_id 555",
+        )
+    assert (await fetch(client)).high_water_mark == 0
+    first = await client.broker.Publish(pb.PublishRequest(topic="t", partition=0, batch=batch))
+    retry = await client.broker.Publish(pb.PublishRequest(topic="t", partition=0, batch=batch))
+    assert (first.duplicate, retry.duplicate, retry.base_offset) == (False, True, 0)
+
+
+async def test_minus_one_sends_a_request_of_one_key_where_the_key_hashes(client: Client) -> None:
+    """Scenario: a five-partition topic; simple-path requests to partition -1: three with
+    the key ``alpha`` only (one of two records), then ones with an empty key, with two
+    keys, and with none. Expected: every ``alpha`` request lands on crc32c(alpha) % 5
+    (3), the empty key on crc32c(b"") % 5; the mixed and unkeyed ones go round robin
+    (two in a row land on different partitions)."""
+    await client.admin.CreateTopic(admin.CreateTopicRequest(name="keyed", partitions=5))
+
+    async def where(*keys: bytes | None) -> int:
+        records = [
+            pb.Record(key=k, value=b"v") if k is not None else pb.Record(value=b"v") for k in keys
+        ]
+        request = pb.PublishRequest(topic="keyed", partition=-1, records=records)
+        return (await client.broker.Publish(request)).partition
+
+    assert partition_for(b"alpha", 5) == 3
+    assert [await where(b"alpha"), await where(b"alpha", b"alpha"), await where(b"alpha")] == [
+        3
+    ] * 3
+    assert await where(b"") == partition_for(b"", 5)
+    assert await where(b"alpha", b"beta") != await where(b"alpha", b"beta")
+    assert await where(None) != await where(None)
+    assert await where(b"alpha", None) != await where(b"alpha", None)

@@ -71,6 +71,12 @@ VIOLATIONS: list[Violation] = [
         "use -1 for a producer that is not idempotent",
     ),
     Violation(
+        "base-sequence-without-producer",
+        lambda: _pack(one, "<i", 48, 7),
+        "base_sequence",
+        "it must be -1 when producer_id is -1",
+    ),
+    Violation(
         "idempotent-base-sequence-negative",
         lambda: encode_columns([b"hi"], timestamps_ms=TS, producer_id=5, base_sequence=-3),
         "base_sequence",

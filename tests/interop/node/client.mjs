@@ -152,7 +152,11 @@ export function decodeBatch(buf, strict = false) {
   if (strict) {
     if (baseOffset !== 0n) throw new BatchError("base_offset must be 0");
     if (buf.readUInt32LE(52) !== 0) throw new BatchError("reserved must be 0");
-    if (buf.readBigInt64LE(40) < -1n) throw new BatchError("producer_id must be -1 or >= 0");
+    const producerId = buf.readBigInt64LE(40);
+    if (producerId < -1n) throw new BatchError("producer_id must be -1 or >= 0");
+    if (producerId === -1n && buf.readInt32LE(48) !== -1) {
+      throw new BatchError("base_sequence must be -1 when producer_id is -1");
+    }
   }
   let p = HEADER_SIZE;
   const padding = (end) => {
