@@ -518,7 +518,8 @@ async def test_minus_one_sends_a_request_of_one_key_where_the_key_hashes(client:
             pb.Record(key=k, value=b"v") if k is not None else pb.Record(value=b"v") for k in keys
         ]
         request = pb.PublishRequest(topic="keyed", partition=-1, records=records)
-        return (await client.broker.Publish(request)).partition
+        response: pb.PublishResponse = await client.broker.Publish(request)
+        return response.partition
 
     assert partition_for(b"alpha", 5) == 3
     assert [await where(b"alpha"), await where(b"alpha", b"alpha"), await where(b"alpha")] == [
