@@ -124,7 +124,14 @@ async def test_consumer_slow_out_of_credit(tmp_path: Path) -> None:
         await publish(address, 10)
         async with AsyncConsumer("t", "s", broker=address, receive_queue=3) as consumer:
             await consumer.receive(timeout=5)
-            p = await shows(address, "s", "LAGGING", "consumer slow")
+            # The credit the receive gave back may still be on its way: until it lands,
+            # the broker rightly shows 3 in flight and 7 waiting. Wait for it.
+            p = await polled(
+                lambda: part(address, "s"),
+                lambda p: p.reason.startswith("consumer slow: ") and p.in_flight == 4,
+                5.0,
+            )
+        assert p.state == "LAGGING"
         assert "hold no credit" in p.reason
         assert "4 records in flight, 6 wait to be sent" in p.reason
 
