@@ -64,6 +64,7 @@ class AdminService(_grpc.AdminServicer):
         context: Context,
     ) -> _admin.TopicInfo:
         """Create a topic; ALREADY_EXISTS if the name is taken."""
+        check_topic_name(request.name, field="name")
         return _topic_info(await self._topics.create(request.name, request.partitions))
 
     @rpc
@@ -83,6 +84,7 @@ class AdminService(_grpc.AdminServicer):
         context: Context,
     ) -> _admin.TopicInfo:
         """One topic's partitions: heads, sizes, segments."""
+        check_topic_name(request.name, field="name")
         return _topic_info(self._topics.get(request.name))
 
     @rpc
@@ -94,6 +96,7 @@ class AdminService(_grpc.AdminServicer):
         """Delete a topic, its data and its subscriptions. Once begun it runs to its end,
         even past the call's deadline (see :meth:`TopicRegistry.delete`)."""
         name = request.name
+        check_topic_name(name, field="name")
         await self._topics.delete(
             name, before_close=functools.partial(self._subscriptions.drop_topic, name)
         )
@@ -136,6 +139,10 @@ class AdminService(_grpc.AdminServicer):
         sub = self._subscriptions.get(request.topic, request.subscription)
         writers = [p.writer for p in topic.partitions]
         target = request.WhichOneof("target")
+        if target in ("earliest", "latest") and not getattr(request, target):
+            raise InvalidRequestError(
+                target, f"set it to true to seek to the {target} offsets, or set another target"
+            )
         if target == "earliest":
             offsets = [w.first_offset for w in writers]
         elif target == "latest":
@@ -145,6 +152,7 @@ class AdminService(_grpc.AdminServicer):
                 raise InvalidRequestError("offset", f"must be >= 0, got {request.offset}")
             offsets = [request.offset] * len(writers)
         elif target == "timestamp_ms":
+            _check_timestamp(request.timestamp_ms)
             offsets = [await offset_for_time(w, request.timestamp_ms) for w in writers]
         elif target == "partition_offsets":
             cursors = [p.cursor for p in (await sub.status()).partitions]
@@ -162,10 +170,7 @@ class AdminService(_grpc.AdminServicer):
         context: Context,
     ) -> _admin.OffsetsForTimeResponse:
         """The first offset at or after a time on every partition; moves nothing."""
-        if request.timestamp_ms < 0:
-            raise InvalidRequestError(
-                "timestamp_ms", f"must be >= 0 (ms since the epoch), got {request.timestamp_ms}"
-            )
+        _check_timestamp(request.timestamp_ms)
         topic = self._topics.get(request.topic)
         offsets = [
             _pb.PartitionOffset(
@@ -179,7 +184,9 @@ class AdminService(_grpc.AdminServicer):
 
     async def _dead_letters(self, topic: str, subscription: str) -> DeadLetterQueue | None:
         """The subscription's queue; ``None`` if it never had one. Raises
-        ``SubscriptionNotFoundError`` for an unknown subscription."""
+        ``InvalidRequestError`` for an invalid topic name, ``TopicNotFoundError`` and
+        ``SubscriptionNotFoundError`` for unknown ones."""
+        self._topics.get(topic)
         self._subscriptions.get(topic, subscription)
         return await self._subscriptions.dead_letter_queue(topic, subscription, create=False)
 
@@ -257,6 +264,13 @@ class AdminService(_grpc.AdminServicer):
             request.topic, request.subscription, force=request.force
         )
         return _admin.DeleteSubscriptionResponse(detached_consumers=detached)
+
+
+def _check_timestamp(timestamp_ms: int) -> None:
+    if timestamp_ms < 0:
+        raise InvalidRequestError(
+            "timestamp_ms", f"must be >= 0 (ms since the epoch), got {timestamp_ms}"
+        )
 
 
 def add_to_server(

@@ -58,6 +58,18 @@ class TopicNotFoundError(BrokerError):
         )
 
 
+class TopicDeletedError(TopicNotFoundError):
+    """Raised to a request whose topic was deleted while it was being served (a Fetch
+    waiting for data, a publish queued behind the delete): the topic no longer exists."""
+
+    def __init__(self, topic: str) -> None:
+        super().__init__(topic)
+        self.args = (
+            f"topic {topic!r} was deleted while this request was served; create it again "
+            f"(`headrace topics create {topic} --partitions N`) to use the name",
+        )
+
+
 class TopicExistsError(BrokerError):
     """Raised when creating a topic whose name is taken."""
 

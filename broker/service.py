@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import grpc
 
@@ -62,6 +62,7 @@ from proto import broker_pb2 as _pb
 from proto import broker_pb2_grpc as _grpc
 from proto.batch import partition_for
 from wal import LogWriter
+from wal.errors import WalClosedError
 from wal.log import Clock, wall_clock_ms
 
 logger = logging.getLogger(__name__)
@@ -121,14 +122,15 @@ class BrokerService(_grpc.BrokerServicer):
             if index == -1 and (key := simple_path_key(request.records)) is not None:
                 index = partition_for(key, len(topic.partitions))
             partition = topic.partition(index)
-            result, duplicate = await append_batch(
-                topic.name,
-                partition,
-                data,
-                retention=self._retention,
-                metrics=self._metrics,
-                on_queued=None if turns is None else turns.on_queued,
-            )
+            with self._closed_as(topic):
+                result, duplicate = await append_batch(
+                    topic.name,
+                    partition,
+                    data,
+                    retention=self._retention,
+                    metrics=self._metrics,
+                    on_queued=None if turns is None else turns.on_queued,
+                )
         finally:
             if turns is not None:
                 turns.release(me)  # a no-op if it was queued (and handed the turn on)
@@ -139,6 +141,19 @@ class BrokerService(_grpc.BrokerServicer):
             duplicate=duplicate,
             in_flight_hint=self._load.hint(partition.writer.commit_cost.in_flight_hint),
         )
+
+    @contextlib.contextmanager
+    def _closed_as(self, topic: Topic) -> Iterator[None]:
+        """Answer a log of ``topic`` closed under the request with why it closed: the
+        topic was deleted (``NOT_FOUND``) or the broker shuts down (``UNAVAILABLE``),
+        not with the log's own error, which names a server path."""
+        try:
+            yield
+        except WalClosedError as exc:
+            why = self._topics.closed_under(topic)
+            if why is None:
+                raise
+            raise why from exc
 
     def _batch_of(self, request: _pb.PublishRequest) -> bytes:
         """The request's batch: ``batch`` as sent, or ``records`` encoded into one."""
@@ -336,11 +351,12 @@ class BrokerService(_grpc.BrokerServicer):
         serialized ``FetchResponse`` (see :func:`add_to_server`); with ``decoded``, the
         records of those batches at or above ``offset`` (and below ``end_offset`` if set)
         as ``DecodedRecord`` messages instead, ``max_bytes`` bounding the batches read."""
-        partition = self._topics.get(request.topic).partition(_fetch_partition(request))
-        writer = partition.writer
-        await _wait_for_data(writer, request.offset, request.max_wait_ms)
+        topic = self._topics.get(request.topic)
+        writer = topic.partition(_fetch_partition(request)).writer
         max_bytes = min(request.max_bytes or 1 << 20, _MAX_FETCH_BYTES)
-        batches = await writer.aread(request.offset, max_bytes)  # cold: off the loop
+        with self._closed_as(topic):
+            await _wait_for_data(writer, request.offset, request.max_wait_ms)
+            batches = await writer.aread(request.offset, max_bytes)  # cold: off the loop
         if request.end_offset > 0:
             batches = [b for b in batches if b.base_offset < request.end_offset]
         if request.decoded:
@@ -431,6 +447,10 @@ def _fetch_partition(request: _pb.FetchRequest) -> int:
         raise InvalidRequestError("partition", f"must be >= 0, got {request.partition}")
     if request.offset < 0:
         raise InvalidRequestError("offset", f"must be >= 0, got {request.offset}")
+    if request.end_offset < 0:
+        raise InvalidRequestError(
+            "end_offset", f"must be >= 0 (0: no limit), got {request.end_offset}"
+        )
     if request.max_wait_ms > _MAX_WAIT_MS:
         raise InvalidRequestError("max_wait_ms", f"must be at most {_MAX_WAIT_MS}")
     return request.partition

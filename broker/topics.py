@@ -50,8 +50,11 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from broker.errors import (
+    BrokerError,
     FileLimitError,
     InvalidRequestError,
+    ShuttingDownError,
+    TopicDeletedError,
     TopicExistsError,
     TopicNotFoundError,
 )
@@ -80,10 +83,11 @@ CRASH_POINTS = (
 _Opened = TypeVar("_Opened", Partition, "Topic")
 
 
-def check_topic_name(name: str) -> None:
-    """Raise ``InvalidRequestError`` unless ``name`` is a valid topic name."""
+def check_topic_name(name: str, field: str = "topic") -> None:
+    """Raise ``InvalidRequestError`` naming ``field`` (the request's field that holds the
+    name) unless ``name`` is a valid topic name."""
     if not is_valid_name(name):
-        raise InvalidRequestError("topic", f"{name!r} is not a valid topic name: {NAME_RULE}")
+        raise InvalidRequestError(field, f"{name!r} is not a valid topic name: {NAME_RULE}")
 
 
 @dataclass
@@ -182,6 +186,7 @@ class TopicRegistry:
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._reserved = 0  # descriptors promised to creates still opening partitions
         self._work: set[asyncio.Task[Any]] = set()
+        self._closing = False
 
     @property
     def files(self) -> FileCache:
@@ -287,6 +292,16 @@ class TopicRegistry:
             check_topic_name(name)
             raise TopicNotFoundError(name)
         return topic
+
+    def closed_under(self, topic: Topic) -> BrokerError | None:
+        """Why a log of ``topic`` was closed under a request that held it: the broker
+        shuts down (:class:`ShuttingDownError`), or the topic was deleted
+        (:class:`TopicDeletedError`); ``None`` when neither is so."""
+        if self._closing:
+            return ShuttingDownError()
+        if self._topics.get(topic.name) is not topic:
+            return TopicDeletedError(topic.name)
+        return None
 
     def names(self) -> list[str]:
         """Every topic name, sorted."""
@@ -446,6 +461,7 @@ class TopicRegistry:
     async def aclose(self) -> None:
         """Let running creates and deletes finish, then close every partition (each
         settles its appends, syncs, snapshots)."""
+        self._closing = True
         if self._work:
             await asyncio.gather(*self._work, return_exceptions=True)
         topics, self._topics = list(self._topics.values()), {}

@@ -47,12 +47,12 @@ class SubscriptionBusyError(DispatchError):
 class InvalidAckError(DispatchError):
     """Raised when a consumer acknowledges offsets that were never delivered to it."""
 
-    def __init__(self, partition: int, offset: int, delivered: int) -> None:
+    def __init__(self, partition: int, offset: int, delivered: int, what: str = "ack") -> None:
         self.partition = partition
         self.offset = offset
         super().__init__(
-            f"ack of offset {offset} on partition {partition}: only offsets below "
-            f"{delivered} were delivered; ack only offsets of messages you received"
+            f"{what} of offset {offset} on partition {partition}: only offsets below "
+            f"{delivered} were delivered; {what} only offsets of messages you received"
         )
 
 

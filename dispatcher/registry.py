@@ -282,9 +282,17 @@ class SubscriptionRegistry:
             )
 
     def get(self, topic: str, name: str) -> Subscription:
-        """The subscription, or ``SubscriptionNotFoundError``."""
+        """The subscription.
+
+        Raises:
+            InvalidSubscriptionError: there is none, and ``name`` is not a valid
+                subscription name (none can exist, so the advice to create it would be
+                wrong).
+            SubscriptionNotFoundError: there is none.
+        """
         sub = self._subs.get((topic, name))
         if sub is None:
+            check_subscription_name(name)
             raise SubscriptionNotFoundError(topic, name)
         return sub
 
@@ -303,7 +311,7 @@ class SubscriptionRegistry:
             await asyncio.wait(pending)
         self._orphan_queues = {key for key in self._orphan_queues if key[0] != topic}
         for key in [k for k in self._subs if k[0] == topic]:
-            await self._subs.pop(key).aclose()
+            await self._subs.pop(key).aclose(SubscriptionDeletedError(*key, "topic deleted"))
             self._store.forget(key)
             self._heartbeat.forget(key)
         await self._dlqs.close_topic(topic)

@@ -266,7 +266,7 @@ class SubscriptionState:
         if not 0 <= begin < end:
             raise InvalidSubscriptionError(what, f"[{begin}, {end}) is not an offset range")
         if end > part.sent_mark:
-            raise InvalidAckError(partition, end - 1, part.sent_mark)
+            raise InvalidAckError(partition, end - 1, part.sent_mark, what)
         return part
 
     def _check_nack(self, cmd: Nack) -> PartitionBook:

@@ -171,15 +171,38 @@ CALLS: dict[str, Callable[[AsyncAdminClient, str, str], Awaitable[object]]] = {
 
 
 @pytest.mark.parametrize("call", sorted(CALLS))
-@pytest.mark.parametrize(("topic", "sub"), [(TOPIC, "nobody"), ("no-topic", SUB)])
+@pytest.mark.parametrize(
+    ("topic", "sub", "words"),
+    [
+        (TOPIC, "nobody", f"subscription 'nobody' on topic {TOPIC!r} does not exist"),
+        ("no-topic", SUB, "topic 'no-topic' does not exist; create it"),
+    ],
+)
 async def test_unknown_subscription_is_not_found(
-    broker: Broker, call: str, topic: str, sub: str
+    broker: Broker, call: str, topic: str, sub: str, words: str
 ) -> None:
     """Scenario: each dead-letter call names a subscription (or topic) that does not exist.
-    Expected: NOT_FOUND naming the subscription and saying how it is made."""
+    Expected: NOT_FOUND naming what is missing and saying how it is made."""
     await subscribed(broker)
     async with AsyncAdminClient(address(broker)) as admin:
-        with pytest.raises(NotFound, match=f"subscription {sub!r} on topic {topic!r}"):
+        with pytest.raises(NotFound, match=words):
+            await CALLS[call](admin, topic, sub)
+
+
+@pytest.mark.parametrize("call", sorted(CALLS))
+@pytest.mark.parametrize(
+    ("topic", "sub", "field"),
+    [(TOPIC, "a/b", "subscription"), (TOPIC, "", "subscription"), ("a/b", SUB, "topic")],
+)
+async def test_invalid_names_are_invalid_argument(
+    broker: Broker, call: str, topic: str, sub: str, field: str
+) -> None:
+    """Scenario: each dead-letter call names a subscription or topic that no valid name
+    matches. Expected: INVALID_ARGUMENT naming the field and the rule, not NOT_FOUND with
+    advice to create what cannot exist."""
+    await subscribed(broker)
+    async with AsyncAdminClient(address(broker)) as admin:
+        with pytest.raises(InvalidArgument, match=f"{field}: .* is not a valid {field} name"):
             await CALLS[call](admin, topic, sub)
 
 
