@@ -44,6 +44,7 @@ def _topic_info(topic: Topic) -> _admin.TopicInfo:
         name=topic.name,
         partitions=[partition_info(p.index, p.log) for p in topic.partitions],
         fsync=topic.partitions[0].log.config.fsync.value if topic.partitions else "",
+        topic_id=topic.topic_id,
     )
 
 

@@ -5,7 +5,10 @@ Role: create, find, list and delete topics on disk, and own every partition's
 
 On-disk layout::
 
-    <data_dir>/topics/<name>/topic.json      {"name": ..., "partitions": N}: the commit point
+    <data_dir>/topics/<name>/topic.json      {"name": ..., "partitions": N, "id": ...}: the
+                                             commit point; "id" (random, 16 hex digits; absent
+                                             in topics made before issue 17) tells a topic
+                                             created again under its old name apart
     <data_dir>/topics/<name>/<partition>/    one WAL directory per partition
     <data_dir>/topics/<name>/<partition>.producers.json   idempotent-producer snapshot
     <data_dir>/topics/.<name>.creating/      a create being built (never a topic)
@@ -43,6 +46,7 @@ import json
 import logging
 import os
 import resource
+import secrets
 import shutil
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
@@ -92,10 +96,17 @@ def check_topic_name(name: str, field: str = "topic") -> None:
 
 @dataclass
 class Topic:
-    """One topic and its partitions."""
+    """One topic and its partitions.
+
+    ``topic_id``: 16 random hex digits chosen when the topic was created, so a topic
+    deleted and created again under the same name is told apart (readers that keep
+    offsets, such as a Spark query, compare it); ``""`` for a topic created before topics
+    had one.
+    """
 
     name: str
     partitions: list[Partition]
+    topic_id: str = ""
     _round_robin: itertools.cycle[int] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -205,10 +216,10 @@ class TopicRegistry:
             FileLimitError: the topics on disk need more descriptors than the limit leaves.
         """
         found = await asyncio.to_thread(self._scan)
-        total = sum(partitions for _name, partitions in found)
+        total = sum(partitions for _name, partitions, _id in found)
         self._check_budget(f"the {total} partitions of the {len(found)} topics on disk", total)
         limit = asyncio.Semaphore(self._open_concurrency)
-        topics = await _open_all([self._open_topic(n, p, limit) for n, p in found])
+        topics = await _open_all([self._open_topic(n, p, i, limit) for n, p, i in found])
         for topic in topics:
             self._topics[topic.name] = topic
         logger.info(
@@ -219,8 +230,9 @@ class TopicRegistry:
             self.files.open_count,
         )
 
-    def _scan(self) -> list[tuple[str, int]]:
-        """The topics on disk as (name, partitions); removes interrupted creates/deletes."""
+    def _scan(self) -> list[tuple[str, int, str]]:
+        """The topics on disk as (name, partitions, id); removes interrupted creates and
+        deletes."""
         self._fs.makedirs(self._root)
         found = []
         for name in sorted(os.listdir(self._root)):
@@ -230,19 +242,26 @@ class TopicRegistry:
                 logger.warning("removing %s: an interrupted topic create or delete", path)
                 shutil.rmtree(path, ignore_errors=True)
                 continue
-            found.append((name, self._read_meta(meta, name)))
+            found.append((name, *self._read_meta(meta, name)))
         return found
 
-    def _read_meta(self, meta: str, name: str) -> int:
+    def _read_meta(self, meta: str, name: str) -> tuple[int, str]:
+        """The partition count and id ``topic.json`` records (the id is ``""`` for a
+        topic created before topics had one)."""
         with open(meta, "rb") as f:
             doc = json.load(f)
-        partitions = doc.get("partitions")
-        if doc.get("name") != name or not isinstance(partitions, int) or partitions < 1:
+        partitions, topic_id = doc.get("partitions"), doc.get("id", "")
+        if (
+            doc.get("name") != name
+            or not isinstance(partitions, int)
+            or partitions < 1
+            or not isinstance(topic_id, str)
+        ):
             raise ValueError(f"{meta} is damaged: {doc!r}")
-        return partitions
+        return partitions, topic_id
 
     async def _open_topic(
-        self, name: str, partitions: int, limit: asyncio.Semaphore | None = None
+        self, name: str, partitions: int, topic_id: str, limit: asyncio.Semaphore | None = None
     ) -> Topic:
         """Open a topic's partitions concurrently, at most ``limit`` at once (default
         ``open_concurrency``); on any failure close those that opened, and raise."""
@@ -266,7 +285,7 @@ class TopicRegistry:
         opened = await _open_all([open_one(p) for p in range(partitions)])
         for partition in opened:
             self._on_open(name, partition)
-        return Topic(name, opened)
+        return Topic(name, opened, topic_id)
 
     def wal_config(self, name: str) -> LogConfig:
         """The log settings of topic ``name``'s partitions: its own if it has some, else
@@ -365,16 +384,18 @@ class TopicRegistry:
         return topic
 
     async def _create(self, name: str, partitions: int) -> Topic:
-        await asyncio.to_thread(self._build, name, partitions)
+        topic_id = secrets.token_hex(8)
+        await asyncio.to_thread(self._build, name, partitions, topic_id)
         try:
-            topic = await self._open_topic(name, partitions)  # closes what it opened if not
+            # closes what it opened if not
+            topic = await self._open_topic(name, partitions, topic_id)
         except BaseException:
             await asyncio.to_thread(self._remove, name, committed=False)
             raise
         self._topics[name] = topic
         return topic
 
-    def _build(self, name: str, partitions: int) -> None:
+    def _build(self, name: str, partitions: int, topic_id: str) -> None:
         """Lay the topic out in ``.<name>.creating`` and rename it in (see the module
         docstring); the rename is the commit point."""
         building = os.path.join(self._root, f".{name}.creating")
@@ -385,7 +406,7 @@ class TopicRegistry:
         # the build directory below covers all of them.
         for p in range(partitions):
             os.mkdir(os.path.join(building, str(p)))
-        meta = json.dumps({"name": name, "partitions": partitions}).encode()
+        meta = json.dumps({"name": name, "partitions": partitions, "id": topic_id}).encode()
         self._fs.write_new(os.path.join(building, _META), meta)
         self._fs.fsync_dir(building)
         self._crash_point("create.after_build")

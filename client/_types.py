@@ -52,11 +52,14 @@ class PartitionInfo:
 @dataclass(frozen=True, slots=True)
 class TopicInfo:
     """A topic and its partitions, and its fsync policy (``always``, ``interval`` or
-    ``never``; empty from a broker that does not say)."""
+    ``never``; empty from a broker that does not say). ``topic_id``: random, chosen when
+    the topic was created, so a topic deleted and created again has another one; empty
+    for a topic created before issue 17 or from a broker that predates it."""
 
     name: str
     partitions: tuple[PartitionInfo, ...]
     fsync: str = ""
+    topic_id: str = ""
 
 
 class PublishOutcome(enum.Enum):

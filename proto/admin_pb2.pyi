@@ -30,14 +30,16 @@ class PartitionInfo(_message.Message):
     def __init__(self, partition: _Optional[int] = ..., first_offset: _Optional[int] = ..., head: _Optional[int] = ..., size_bytes: _Optional[int] = ..., segments: _Optional[int] = ...) -> None: ...
 
 class TopicInfo(_message.Message):
-    __slots__ = ("name", "partitions", "fsync")
+    __slots__ = ("name", "partitions", "fsync", "topic_id")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     FSYNC_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
     name: str
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionInfo]
     fsync: str
-    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionInfo, _Mapping]]] = ..., fsync: _Optional[str] = ...) -> None: ...
+    topic_id: str
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionInfo, _Mapping]]] = ..., fsync: _Optional[str] = ..., topic_id: _Optional[str] = ...) -> None: ...
 
 class ListTopicsRequest(_message.Message):
     __slots__ = ()

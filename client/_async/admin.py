@@ -43,6 +43,7 @@ def _topic(info: _admin.TopicInfo) -> TopicInfo:
             for p in info.partitions
         ),
         info.fsync,
+        info.topic_id,
     )
 
 

@@ -85,7 +85,8 @@ def assert_whole(data: Path, reg: TopicRegistry, name: str, partitions: int) -> 
     assert reg.names() == [name]
     assert len(reg.get(name).partitions) == partitions
     meta = json.loads((data / "topics" / name / "topic.json").read_bytes())
-    assert meta == {"name": name, "partitions": partitions}
+    assert meta == {"name": name, "partitions": partitions, "id": reg.get(name).topic_id}
+    assert len(meta["id"]) == 16
     top = [e for e in on_disk(data) if "/" not in e]
     assert top == [name], f"stray entries: {top}"
     dirs = {p.name for p in (data / "topics" / name).iterdir() if p.is_dir()}
@@ -132,6 +133,31 @@ async def test_create_and_delete_leave_the_expected_files(tmp_path: Path) -> Non
     assert_whole(tmp_path, reg, NAME, PARTITIONS)
     await reg.delete(NAME)
     assert_absent(tmp_path, reg, NAME)
+    await close(reg)
+
+
+async def test_a_topic_keeps_its_id_across_restarts_and_a_new_one_gets_another(
+    tmp_path: Path,
+) -> None:
+    """Scenario: create a topic, reopen the registry, delete the topic and create it again
+    under its name; then a topic.json without an id (written before topics had one).
+    Expected: the id survives the reopen; the topic created again has another; the old
+    topic opens with the id "" (unknown)."""
+    reg = registry(tmp_path)
+    await reg.open()
+    first = (await reg.create(NAME, PARTITIONS)).topic_id
+    await close(reg)
+    reg = await reopened(tmp_path)
+    assert reg.get(NAME).topic_id == first
+    await reg.delete(NAME)
+    second = (await reg.create(NAME, PARTITIONS)).topic_id
+    assert second != first
+    assert len(second) == 16
+    await close(reg)
+    meta = tmp_path / "topics" / NAME / "topic.json"
+    meta.write_text(json.dumps({"name": NAME, "partitions": PARTITIONS}))
+    reg = await reopened(tmp_path)
+    assert reg.get(NAME).topic_id == ""
     await close(reg)
 
 
