@@ -126,7 +126,29 @@ def _headers(batch: RecordBatch, section: Any) -> pa.Array:
     per_record = pa.Array.from_buffers(
         pa.int32(), n + 1, [None, section(lay.header_offsets, 4 * (n + 1))]
     )
+    if _repeats_a_name(per_record, names):
+        return _last_of_each_name(batch)
     return pa.MapArray.from_arrays(per_record, names, items)
+
+
+def _repeats_a_name(per_record: pa.Array, names: pa.Array) -> bool:
+    """Whether some record has two headers of one name (counted in C: one group-by of
+    (record, name) over the batch's header entries)."""
+    if len(names) < 2:
+        return False
+    counts = np.diff(per_record.to_numpy(zero_copy_only=False))
+    owner = np.repeat(np.arange(len(counts), dtype=np.int32), counts)
+    pairs = pa.table({"record": owner, "name": names}).group_by(["record", "name"])
+    return bool(pairs.aggregate([]).num_rows < len(names))
+
+
+def _last_of_each_name(batch: RecordBatch) -> pa.Array:
+    """The headers column when a record repeats a name: a Spark map may not hold a key
+    twice (SQL would see the first value, ``collect()`` the last, and Parquet would store
+    an invalid map), so each name keeps its last value, as ``Message.headers`` does
+    (docs/protocol.md 2.3). Python work per record: only batches that repeat a name."""
+    rows = [list(dict(pairs).items()) for pairs in batch.header_lists()]
+    return pa.array(rows, type=_HEADERS)
 
 
 def concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:

@@ -40,3 +40,25 @@ class RowError(ConnectorError, ValueError):
 class AccessDeniedError(ConnectorError):
     """Raised when the broker refuses the ``token`` option: none, unknown or revoked
     (UNAUTHENTICATED), or without the role the work needs (PERMISSION_DENIED)."""
+
+
+def unreachable(broker: str, doing: str, cause: object, *, tls: bool) -> BrokerUnreachableError:
+    """The error for a broker that did not answer: what to check, including TLS, whose
+    mismatch looks like an outage to a plaintext client ("Socket closed")."""
+    advice = "start it (headrace serve), or fix the option"
+    if not tls:
+        advice += "; if the broker serves TLS, set the option 'tlsCa'"
+    return BrokerUnreachableError(
+        f"cannot reach the headrace broker at {broker} (option 'broker'){doing}: {cause}. "
+        f"{advice[0].upper()}{advice[1:]}"
+    )
+
+
+def access_denied(doing: str, cause: object) -> AccessDeniedError:
+    """The error for credentials the broker refused: the broker's words name the
+    command line's flags, so this names the Spark option."""
+    return AccessDeniedError(
+        f"{doing}: the broker refused the credentials: {cause}. For Spark, the token is the "
+        "option 'token' (`headrace tokens create` makes one; reads need the consume role, "
+        "writes the produce role)"
+    )

@@ -4,10 +4,13 @@ Role: every decision about *which* records a micro-batch or a batch read covers,
 functions, so they are tested without Spark, a loop or a broker. The reader feeds them the
 topic's retained range per partition and acts on what they return.
 
-A Spark offset is a JSON dict ``{"<partition>": <next offset>}``: the first offset *not*
-yet covered, per partition. Keys are built in ascending partition order, always, because
-Spark compares offsets as JSON text: the same positions in another key order would look
-like new data and run empty batches forever.
+A Spark offset is a JSON dict ``{"<partition>": <next offset>, "topic_id": "<id>"}``: the
+first offset *not* yet covered, per partition, and the id of the topic they are offsets of
+(the broker draws one when it creates a topic; see :func:`recreated`). Keys are built in
+ascending partition order, the id last, always, because Spark compares offsets as JSON
+text: the same positions in another key order would look like new data and run empty
+batches forever. Offsets without ``topic_id`` (checkpoints written before it, or a topic
+created before topics had ids) are read as ever, and no recreation is detected for them.
 
 Worked example: partitions 0-2 retain ``[0, 100)``, ``[0, 10)``, ``[0, 0)``; a query
 starts at ``{"0": 40, "1": 10, "2": 0}`` with ``maxRecordsPerTrigger = 30``. Partition 0
@@ -60,19 +63,36 @@ class Loss:
     reason: str
 
 
-def to_spark(offsets: Mapping[int, int]) -> dict[str, int]:
-    """Spark's JSON form, keys in ascending partition order (see the module docstring)."""
-    return {str(p): int(offsets[p]) for p in sorted(offsets)}
+#: The key of a Spark offset that holds the topic's id.
+TOPIC_ID = "topic_id"
+
+
+def to_spark(offsets: Mapping[int, int], topic_id: str = "") -> dict[str, int | str]:
+    """Spark's JSON form, keys in ascending partition order, then the topic's id when it
+    has one (see the module docstring)."""
+    out: dict[str, int | str] = {str(p): int(offsets[p]) for p in sorted(offsets)}
+    if topic_id:
+        out[TOPIC_ID] = topic_id
+    return out
+
+
+def topic_id_of(doc: Mapping[str, Any]) -> str:
+    """The topic id a Spark offset records; ``""`` when it records none."""
+    value = doc.get(TOPIC_ID, "")
+    return value if isinstance(value, str) else ""
 
 
 def from_spark(doc: Mapping[str, Any]) -> Offsets:
-    """Read back an offset Spark stored (in its checkpoint) or passed in.
+    """Read back the positions of an offset Spark stored (in its checkpoint) or passed in
+    (its topic id is :func:`topic_id_of`'s).
 
     Raises:
         ConnectorError: ``doc`` is not a headrace offset (another source's checkpoint).
     """
     out: Offsets = {}
     for key, value in doc.items():
+        if key == TOPIC_ID and isinstance(value, str):
+            continue
         if not (isinstance(key, str) and key.isdigit()) or type(value) is not int or value < 0:
             raise ConnectorError(
                 f"offset {dict(doc)!r} is not a headrace offset ({{partition: next offset}}); "
@@ -127,6 +147,23 @@ def losses(position: Mapping[int, int], retained: list[Retained]) -> list[Loss]:
             reason = f"records {offset}-{r.first - 1} were deleted by retention"
             out.append(Loss(p, offset, r.first, reason))
     return out
+
+
+def recreated(
+    position: Mapping[int, int], was: str, now: str, retained: list[Retained]
+) -> list[Loss]:
+    """Every partition of ``position`` lost when the topic's id changed from ``was`` to
+    ``now``: the topic was deleted and created again, so its offsets count other records
+    (a position may even lie below the new head, where nothing else would notice). Reading
+    can go on at the new topic's first offsets. Nothing when either id is unknown (``""``).
+    """
+    if not was or not now or was == now:
+        return []
+    reason = f"the topic was deleted and created again (its id was {was}, now {now})"
+    return [
+        Loss(p, offset, retained[p].first if p < len(retained) else None, reason)
+        for p, offset in sorted(position.items())
+    ]
 
 
 def describe(topic: str, found: list[Loss]) -> str:

@@ -50,13 +50,21 @@ from client import (
     ClientError,
     Fetcher,
     NotFound,
+    PermissionDenied,
     RecordBatch,
     TopicInfo,
+    Unauthenticated,
     Unavailable,
 )
 from spark_connector import offsets as off
 from spark_connector.arrow import concat, to_arrow
-from spark_connector.errors import BrokerUnreachableError, ConnectorError, DataLossError
+from spark_connector.errors import (
+    ConnectorError,
+    DataLossError,
+    OptionError,
+    access_denied,
+    unreachable,
+)
 from spark_connector.options import EARLIEST, LATEST, SinkOptions, SourceOptions
 
 logger = logging.getLogger(__name__)
@@ -120,16 +128,19 @@ class _Driver:
                 return fn()
             except Unavailable as exc:
                 if time.monotonic() + pause >= deadline:
-                    raise BrokerUnreachableError(
-                        f"cannot reach the headrace broker at {self.options.broker} (option "
-                        f"'broker') while {what}: {exc}. Start it (headrace serve) or fix "
-                        "the option"
+                    raise unreachable(
+                        self.options.broker,
+                        f" while {what}",
+                        exc,
+                        tls=self.options.tls_ca is not None,
                     ) from exc
                 logger.info("broker %s unavailable while %s; retrying", self.options.broker, what)
                 time.sleep(pause)
                 pause = min(pause * 2, 2.0)
             except NotFound as exc:
                 raise ConnectorError(f"{what}: {exc}") from exc
+            except (Unauthenticated, PermissionDenied) as exc:
+                raise access_denied(what, exc) from exc
             except ClientError as exc:
                 raise ConnectorError(f"{what}: the broker said {exc}") from exc
 
@@ -148,7 +159,12 @@ class _Driver:
             raise
 
     def retained(self, wait_s: float | None = None) -> list[off.Retained]:
-        return [off.Retained(p.first_offset, p.head) for p in self.topic(wait_s).partitions]
+        return self.snapshot(wait_s)[1]
+
+    def snapshot(self, wait_s: float | None = None) -> tuple[str, list[off.Retained]]:
+        """The topic's id and what each partition retains, from one answer."""
+        info = self.topic(wait_s)
+        return info.topic_id, [off.Retained(p.first_offset, p.head) for p in info.partitions]
 
     def cursors(self, subscription: str) -> off.Offsets | None:
         """The subscription's saved cursors, or None when it does not exist."""
@@ -187,19 +203,37 @@ def starting_offsets(
             return off.resolve({}, retained, default=EARLIEST)
         return {p: cursors.get(p, r.first) for p, r in enumerate(retained)}
     if isinstance(o.starting, dict):
+        _within_heads("startingOffsets", o.starting, retained)
         return off.resolve(o.starting, retained, default=EARLIEST)
     return off.resolve({}, retained, default=EARLIEST if o.starting == "earliest" else LATEST)
 
 
+def _within_heads(option: str, spec: dict[int, int], retained: list[off.Retained]) -> None:
+    """Refuse offsets of ``spec`` (the option's JSON) past their partition's head: the
+    user asked for records that were never written (a partition the topic lacks is
+    :func:`~spark_connector.offsets.resolve`'s to refuse)."""
+    for p, offset in sorted(spec.items()):
+        if p < len(retained) and offset not in (EARLIEST, LATEST) and offset > retained[p].head:
+            raise OptionError(
+                option,
+                f"partition {p} is at {offset}, past its head {retained[p].head} (the next "
+                f"offset to be written); give at most {retained[p].head}, or -1 for latest",
+            )
+
+
 def checked(
-    options: SourceOptions, position: off.Offsets, retained: list[off.Retained]
+    options: SourceOptions,
+    position: off.Offsets,
+    retained: list[off.Retained],
+    ids: tuple[str, str] = ("", ""),
 ) -> off.Offsets:
-    """``position``, or past lost records under ``failOnDataLoss=false``.
+    """``position``, or past lost records under ``failOnDataLoss=false``. ``ids``: the
+    topic id ``position`` was taken under, and the topic's id now.
 
     Raises:
         DataLossError: Records at the position are gone and ``failOnDataLoss`` is true.
     """
-    found = off.losses(position, retained)
+    found = off.recreated(position, *ids, retained) or off.losses(position, retained)
     if not found:
         return position
     message = off.describe(options.topic, found)
@@ -218,19 +252,30 @@ class HeadraceBatchReader(DataSourceReader):
         self.options = options
 
     def partitions(self) -> list[HeadracePartition]:
+        """One task per partition's range (more with ``minPartitions``). An end before
+        the start the options ask for is refused; one that only lies before where
+        ``failOnDataLoss=false`` moved the start (past records retention deleted) reads
+        nothing there."""
         driver = _Driver(self.options)
         try:
             retained = driver.retained()
-            start = checked(
-                self.options, starting_offsets(driver, self.options, retained), retained
-            )
+            asked = starting_offsets(driver, self.options, retained)
+            start = checked(self.options, asked, retained)
             o = self.options
             if o.ending == "latest":
                 end = {p: r.head for p, r in enumerate(retained)}
             else:
                 assert isinstance(o.ending, dict)
+                _within_heads("endingOffsets", o.ending, retained)
                 end = off.resolve(o.ending, retained, default=LATEST)
-            end = {p: e for p, e in end.items() if p in start}
+            for p, e in sorted(end.items()):
+                if e < asked[p]:
+                    raise OptionError(
+                        "endingOffsets",
+                        f"partition {p} ends at {e}, before the read's start there "
+                        f"({asked[p]}); give an end at or after the start",
+                    )
+            end = {p: max(e, start[p]) for p, e in end.items() if p in start}
         finally:
             driver.close()
         ranges = off.plan(start, end, self.options.min_partitions)
@@ -249,6 +294,7 @@ class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: off.Offsets | None = None  # availableNow: the heads at its start
         self._acked: off.Offsets = {}
         self._heads: off.Offsets | None = None  # the heads latestOffset last saw
+        self._topic_id = ""  # the topic's id latestOffset last saw ("" before, or none)
         self.ack_failures = 0
 
     def __getstate__(self) -> dict[str, Any]:
@@ -262,9 +308,9 @@ class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._driver = _Driver(self.options)
         return self._driver
 
-    def initialOffset(self) -> dict[str, int]:  # noqa: N802 - Spark's method name
+    def initialOffset(self) -> dict[str, int | str]:  # noqa: N802 - Spark's method name
         """The query's first position; the subscription is moved there (or created)."""
-        retained = self.driver.retained()
+        self._topic_id, retained = self.driver.snapshot()
         start = checked(
             self.options, starting_offsets(self.driver, self.options, retained), retained
         )
@@ -276,7 +322,7 @@ class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
         else:
             self._align(start)
-        return off.to_spark(start)
+        return off.to_spark(start, self._topic_id)
 
     def _align(self, start: off.Offsets) -> None:
         """Make the subscription's cursor the query's start, so lag and retention follow
@@ -306,12 +352,20 @@ class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Remember the heads: an availableNow run reads up to them and no further."""
         self._target = {p: r.head for p, r in enumerate(self.driver.retained())}
 
-    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:  # noqa: N802
-        """The end of the next micro-batch; acks ``start`` first (see the module docstring)."""
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, int | str]:  # noqa: N802
+        """The end of the next micro-batch; acks ``start`` first (see the module docstring),
+        unless the topic was created again since ``start`` was planned: its offsets then
+        name other records, and acking them would move the new subscription's cursor past
+        records nobody read."""
         position = off.from_spark(start)
-        self._ack(position)
-        retained = self.driver.retained()
-        position = checked(self.options, position, retained)
+        was = off.topic_id_of(start)
+        now, retained = self.driver.snapshot()
+        if off.recreated(position, was, now, retained):
+            self._acked = {}  # the cursors acked so far were the old topic's
+        else:
+            self._ack(position)
+        self._topic_id = now
+        position = checked(self.options, position, retained, (was, now))
         heads = {p: r.head for p, r in enumerate(retained)}
         self._heads = heads  # what reportLatestOffset reports when Spark plans the batch
         if self._target is not None:
@@ -319,29 +373,36 @@ class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 p: min(h, max(self._target.get(p, 0), position.get(p, 0))) for p, h in heads.items()
             }
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        return off.to_spark(off.admit(position, heads, max_rows))
+        return off.to_spark(off.admit(position, heads, max_rows), now)
 
-    def reportLatestOffset(self) -> dict[str, int] | None:  # noqa: N802 - Spark's method name
+    def reportLatestOffset(self) -> dict[str, int | str] | None:  # noqa: N802 - Spark's method name
         """The heads, for the query's progress report: those the last ``latestOffset`` read
         (no second round trip per trigger), else asked once; None (not reported) when the
         broker does not answer at once, since a report must not hold up or fail the query."""
         if self._heads is not None:  # what latestOffset just read: no second round trip
-            return off.to_spark(self._heads)
+            return off.to_spark(self._heads, self._topic_id)
         try:
-            retained = self.driver.retained(wait_s=0)
+            topic_id, retained = self.driver.snapshot(wait_s=0)
         except ConnectorError as exc:
             logger.info("no latest offset for the progress report: %s", exc)
             return None
-        return off.to_spark({p: r.head for p, r in enumerate(retained)})
+        return off.to_spark({p: r.head for p, r in enumerate(retained)}, topic_id)
 
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[HeadracePartition]:
-        ranges = off.plan(off.from_spark(start), off.from_spark(end), self.options.min_partitions)
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[HeadracePartition]:
+        """The tasks of the batch ``[start, end)``; when the topic was created again
+        between them (``failOnDataLoss=false`` let the query go on), the new topic is read
+        from its beginning, since ``start`` counts the old topic's records."""
+        begin = off.from_spark(start)
+        was, now = off.topic_id_of(start), off.topic_id_of(end)
+        if was and now and was != now:
+            begin = {}
+        ranges = off.plan(begin, off.from_spark(end), self.options.min_partitions)
         return [HeadracePartition(r.partition, r.start, r.end) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.options, partition)
 
-    def commit(self, end: dict[str, int]) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         """Spark committed a batch: ack its end (one batch late; see the module docstring)."""
         self._ack(off.from_spark(end))
 

@@ -73,9 +73,9 @@ from client import (
 )
 from spark_connector.errors import (
     AccessDeniedError,
-    BrokerUnreachableError,
     ConnectorError,
     RowError,
+    unreachable,
 )
 from spark_connector.options import SinkOptions
 
@@ -161,9 +161,7 @@ def _client_errors(options: SinkOptions) -> Iterator[None]:
             f"option: {exc}"
         ) from exc
     except Unavailable as exc:
-        raise BrokerUnreachableError(
-            f"cannot reach the headrace broker at {options.broker} (option 'broker'): {exc}"
-        ) from exc
+        raise unreachable(options.broker, "", exc, tls=options.tls_ca is not None) from exc
     except ClientError as exc:
         raise RowError(f"the broker refused rows for topic {options.topic!r}: {exc}") from exc
 
@@ -306,7 +304,9 @@ def _headers(batch: pa.RecordBatch) -> list[Mapping[str, bytes]]:
 
 
 class HeadraceBatchWriter(DataSourceArrowWriter):
-    """``df.write.format("headrace")``: appends; a retried task is deduplicated."""
+    """``df.write.format("headrace")``: appends; a task Spark retries within the same
+    ``save()`` is deduplicated, but a ``save()`` run again publishes everything again (it
+    draws a new id: it cannot tell a rerun from a new write of the same rows)."""
 
     def __init__(self, options: SinkOptions, schema: StructType) -> None:
         check_schema(schema)
@@ -321,7 +321,11 @@ class HeadraceBatchWriter(DataSourceArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         logger.warning(
-            "write to %s aborted; records already published stay (a retry is deduplicated)",
+            "write to %s failed; records its tasks published before the failure stay in the "
+            "topic (a batch write is not atomic). Running the save() again publishes every "
+            "row again: only Spark's own retries of a task within one save() are "
+            "deduplicated. To retry without duplicates, write only the rows that are "
+            "missing, or write through a stream (writeStream), whose replays are deduplicated",
             self.options.topic,
         )
 

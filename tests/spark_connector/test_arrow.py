@@ -75,3 +75,31 @@ def test_schema_matches_sparks_ddl_field_by_field() -> None:
     assert schema.field("value").type == pa.binary()
     assert schema.field("partition").type == pa.int32()
     assert schema.field("timestamp").type == pa.timestamp("us", tz="UTC")
+
+
+def test_a_repeated_header_name_keeps_its_last_value_once() -> None:
+    """Scenario: records whose headers repeat a name (t = 1 then 2, beside u; t twice with
+    the same value), a record without headers, and one with t alone. Expected: each map
+    holds every name once, with its last value (as Message.headers has it); a Spark map
+    may not hold a key twice. A batch that repeats no name keeps the zero-copy column."""
+    batch = _batch(
+        0,
+        values=[b"a", b"b", b"c", b"d"],
+        headers=[
+            [("t", b"1"), ("u", b"x"), ("t", b"2")],
+            [("t", b"9"), ("t", b"9")],
+            [],
+            [("t", b"3")],
+        ],
+    )
+    got = to_arrow("t", 0, batch, include_headers=True)  # type: ignore[arg-type]
+    assert got.schema == arrow_schema(include_headers=True)
+    assert got.column("headers").to_pylist() == [
+        [("t", b"2"), ("u", b"x")],
+        [("t", b"9")],
+        [],
+        [("t", b"3")],
+    ]
+    plain = _batch(0, values=[b"a", b"b"], headers=[[("t", b"1"), ("u", b"2")], [("t", b"1")]])
+    column = to_arrow("t", 0, plain, include_headers=True).column("headers")  # type: ignore[arg-type]
+    assert column.to_pylist() == [[("t", b"1"), ("u", b"2")], [("t", b"1")]]

@@ -18,9 +18,11 @@ from spark_connector.offsets import (
     from_spark,
     losses,
     plan,
+    recreated,
     resolve,
     skip_lost,
     to_spark,
+    topic_id_of,
 )
 from spark_connector.options import EARLIEST, LATEST
 
@@ -33,6 +35,42 @@ def test_spark_offsets_are_built_in_partition_order() -> None:
     assert list(doc) == ["0", "1", "2", "10", "11"]
     assert json.dumps(to_spark(dict(reversed(list(offsets.items()))))) == json.dumps(doc)
     assert from_spark(json.loads(json.dumps(doc))) == offsets
+
+
+def test_spark_offsets_carry_the_topic_id_last_and_read_back_without_it() -> None:
+    """Scenario: offsets of partitions 1 and 0 under topic id "ab12", and ones without an
+    id (a checkpoint written before ids). Expected: the id is the last key; positions read
+    back without it; topic_id_of gives it, or "" when absent; an id that is not a string is
+    refused as a foreign offset."""
+    doc = to_spark({1: 5, 0: 3}, "ab12")
+    assert list(doc) == ["0", "1", "topic_id"]
+    assert from_spark(json.loads(json.dumps(doc))) == {0: 3, 1: 5}
+    assert topic_id_of(doc) == "ab12"
+    assert topic_id_of(to_spark({0: 3})) == ""
+    assert "topic_id" not in to_spark({0: 3}, "")
+    with pytest.raises(ConnectorError, match="new checkpoint"):
+        from_spark({"0": 3, "topic_id": 7})
+
+
+def test_recreated_loses_every_partition_only_when_both_ids_are_known_and_differ() -> None:
+    """Scenario: a position {0: 100, 1: 100, 2: 7} taken under id "old"; the topic now has
+    id "new" and two partitions whose heads (150) lie past the position. Expected: every
+    partition is lost, resuming at the new first offsets (None for the partition gone),
+    the reason naming both ids; no loss when the ids match or either is unknown."""
+    position = {0: 100, 1: 100, 2: 7}
+    retained = [Retained(0, 150), Retained(4, 150)]
+    found = recreated(position, "old", "new", retained)
+    assert [(x.partition, x.expected, x.resume) for x in found] == [
+        (0, 100, 0),
+        (1, 100, 4),
+        (2, 7, None),
+    ]
+    assert all("created again (its id was old, now new)" in x.reason for x in found)
+    assert losses(position, retained) == [
+        Loss(2, 7, None, "the partition no longer exists")
+    ]  # what the heads alone show
+    for was, now in [("same", "same"), ("", "new"), ("old", "")]:
+        assert recreated(position, was, now, retained) == []
 
 
 @pytest.mark.parametrize("doc", [{"a": 1}, {"0": -1}, {"0": "5"}, {"0": 1.5}, {"0": True}])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -209,13 +210,39 @@ def test_batch_read_of_an_explicit_range_in_many_tasks(spark: Any, broker: Broke
     assert sorted(r["value"] for r in timed) == sorted(b"t%d" % n for n in range(150, 300))
 
 
+def test_a_batch_read_refuses_ends_past_the_head_or_before_the_start(
+    spark: Any, broker: Broker
+) -> None:
+    """Scenario: 30 records on 3 partitions (10 each); batch reads with endingOffsets past
+    a head, endingOffsets before startingOffsets, and startingOffsets past a head.
+    Expected: each fails at planning, naming the option, the partition and the head or
+    start. Before, the first two read silently (to the head; from 0 to the end) and the
+    last blamed a deleted topic."""
+    produce(broker.address, "be", 30)
+    cases = [
+        ({"endingOffsets": '{"0": 999999}'}, "'endingOffsets': partition 0 is at 999999, past"),
+        (
+            {"startingOffsets": '{"0": 8}', "endingOffsets": '{"0": 3}'},
+            "'endingOffsets': partition 0 ends at 3, before the read's start there (8)",
+        ),
+        ({"startingOffsets": '{"1": 11}'}, "'startingOffsets': partition 1 is at 11, past its"),
+    ]
+    for options, words in cases:
+        with pytest.raises(Exception, match=re.escape(words)):
+            _batch(spark, broker, "be", **options).collect()
+    exact = _batch(spark, broker, "be", startingOffsets='{"0": 8}', endingOffsets='{"0": 10}')
+    assert [pos for pos in _positions(exact.collect()) if pos[0] == 0] == [(0, 8), (0, 9)]
+
+
 def test_topic_recreated_fails_the_query_or_is_skipped(
     spark: Any, broker: Broker, tmp_path: Path
 ) -> None:
-    """Scenario: a stream reads 300 records; the topic is deleted and created again with 50
-    new ones; the query restarts from its checkpoint. Expected: with failOnDataLoss=true
-    (the default) it fails naming the partition and the cause; with false it reads the 50
-    new records and the subscription catches up."""
+    """Scenario: a stream reads 300 records (100 a partition); the topic is deleted and
+    created again with 450 new ones (150 a partition: every new head is past the query's
+    position, so only the topic's id can tell); the query restarts from its checkpoint.
+    Expected: with failOnDataLoss=true (the default) it fails naming the cause and both
+    ids; with false it reads all 450 new records (none skipped: before, it read from offset
+    100 on and lost 300 silently) and the subscription catches up."""
     produce(broker.address, "d1", 300)
     ck, out = str(tmp_path / "ck"), str(tmp_path / "out")
 
@@ -234,18 +261,25 @@ def test_topic_recreated_fails_the_query_or_is_skipped(
 
     assert run().exception() is None
     with AdminClient(broker.address) as admin:
+        old_id = admin.describe_topic("d1").topic_id
         admin.delete_topic("d1")
-    produce(broker.address, "d1", 50, first=1000)
+    produce(broker.address, "d1", 450, first=1000)
+    with AdminClient(broker.address) as admin:
+        new_id = admin.describe_topic("d1").topic_id
+    assert len(old_id) == len(new_id) == 16
+    assert old_id != new_id
     failed = run()
     assert failed.exception() is not None
     message = str(failed.exception())
     assert "records the query has not read are gone" in message
-    assert "created again" in message
+    assert f"the topic was deleted and created again (its id was {old_id}, now {new_id})" in (
+        message
+    )
     assert "failOnDataLoss=false" in message
     skipped = run(failOnDataLoss="false")
     assert skipped.exception() is None
     values = sorted(int(r["value"]) for r in spark.read.parquet(out).collect())
-    assert values == [*range(300), *range(1000, 1050)]
+    assert values == [*range(300), *range(1000, 1450)]
     assert _caught_up(broker.address, "d1", "spark")
 
 

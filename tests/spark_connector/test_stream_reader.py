@@ -8,6 +8,7 @@ import pickle
 
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
+from spark_connector.offsets import from_spark, topic_id_of
 from spark_connector.options import parse_source
 from spark_connector.reader import HeadracePartition, HeadraceStreamReader
 from tests.spark_connector.conftest import Broker, lag, produce
@@ -25,18 +26,19 @@ def test_a_failed_ack_is_counted_and_retried_not_raised(broker: Broker) -> None:
     produce(broker.address, "t", 90, partitions=3)
     reader = _reader(broker)
     start = reader.initialOffset()
-    assert start == {"0": 0, "1": 0, "2": 0}
+    assert from_spark(start) == {0: 0, 1: 0, 2: 0}
+    assert len(topic_id_of(start)) == 16
     end = reader.latestOffset(start, ReadAllAvailable())
-    assert sum(end.values()) == 90
+    assert sum(from_spark(end).values()) == 90
     broker.stop()
     reader.commit(end)
     assert reader.ack_failures >= 1
     broker.start()
     again = reader.latestOffset(end, ReadAllAvailable())
     assert again == end
-    assert {p: cursor for p, (cursor, _) in lag(broker.address, "t", "spark").items()} == {
-        int(p): o for p, o in end.items()
-    }
+    assert {
+        p: cursor for p, (cursor, _) in lag(broker.address, "t", "spark").items()
+    } == from_spark(end)
     reader.stop()
 
 
@@ -52,7 +54,7 @@ def test_readers_and_partitions_pickle_without_their_channels(broker: Broker) ->
     assert copy.options == reader.options
     assert copy._driver is None
     end = copy.latestOffset(start, ReadMaxRows(12))
-    assert sum(end.values()) == 12
+    assert sum(from_spark(end).values()) == 12
     part = HeadracePartition(1, 5, 9)
     assert pickle.loads(pickle.dumps(part)) == part
     reader.stop()

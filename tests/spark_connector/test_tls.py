@@ -5,6 +5,7 @@ token lacks ``consume``."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -111,7 +112,8 @@ def test_a_stream_whose_token_lacks_consume_fails_naming_the_role(
     with pytest.raises(StreamingQueryException) as caught:
         query.awaitTermination(120)
     message = str(caught.value)
-    assert "reading subscription 'billing': the broker said token 'producer'" in message
+    assert "reading subscription 'billing': the broker refused the credentials: token" in message
+    assert "For Spark, the token is the option 'token'" in message
     denied = "token 'producer' (" + secured.tokens["producer"][:15]
     assert f"{denied}_…) lacks role consume on subscription 'orders/billing'" in message
     admin = AdminClient(secured.address, token=secured.tokens["admin"], tls_ca=secured.ca)
@@ -145,3 +147,26 @@ def test_a_sink_whose_token_lacks_produce_fails_naming_the_role(
     admin = AdminClient(secured.address, token=secured.tokens["admin"], tls_ca=secured.ca)
     with admin:
         assert [p.head for p in admin.describe_topic("orders").partitions] == [0, 0]
+
+
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [
+        ({"token": "admin"}, "if the broker serves TLS, set the option 'tlsCa'"),
+        ({"tlsCa": "ca"}, "For Spark, the token is the option 'token'"),
+    ],
+    ids=["no-tlsCa", "no-token"],
+)
+def test_missing_security_options_fail_load_naming_the_spark_option(
+    spark: Any, secured: Secured, options: dict[str, str], words: str
+) -> None:
+    """Scenario: load() against the TLS + tokens broker without tlsCa (a plaintext client
+    on a TLS port sees "Socket closed"), then without a token. Expected: the error names
+    the Spark option to set, not only the broker's words (which name the command line's
+    --token and HEADRACE_TOKEN)."""
+    reader = spark.read.format("headrace").option("broker", secured.address)
+    reader = reader.option("topic", "orders")
+    for name, which in options.items():
+        reader = reader.option(name, secured.ca if which == "ca" else secured.tokens[which])
+    with pytest.raises(Exception, match=re.escape(words)):
+        reader.load()
