@@ -260,15 +260,15 @@ def _run(spark: Any, broker: DemoBroker, workdir: Path, count: int, rate: int) -
 
 
 def _report(stream: OrderStream, totals: dict[str, dict[str, int]]) -> int:
-    print("\nregion    orders   revenue        expected")
+    print(f"\n{'region':<8}{'orders':>8}  {'revenue':>14}  {'expected':>8}  {'revenue':>14}")
     ok = True
     for region in REGIONS:
         got = totals.get(region, {"orders": 0, "cents": 0})
         want = (stream.orders[region], stream.cents[region])
         ok = ok and (got["orders"], got["cents"]) == want
         print(
-            f"{region:<8}{got['orders']:>8,}{got['cents'] / 100:>12,.2f}"
-            f"{want[0]:>10,} {want[1] / 100:>12,.2f}"
+            f"{region:<8}{got['orders']:>8,}  {got['cents'] / 100:>14,.2f}"
+            f"  {want[0]:>8,}  {want[1] / 100:>14,.2f}"
         )
     counted = sum(t["orders"] for t in totals.values())
     if ok:
