@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import TypedDict
 
 from client import check_security
+from proto.names import NAME_RULE, is_valid_name
 from spark_connector.errors import OptionError
 
 DEFAULT_BROKER = "127.0.0.1:50051"
@@ -164,10 +165,12 @@ def parse_source(options: Mapping[str, str], *, streaming: bool | None) -> Sourc
         OptionError: An option is unknown, missing, malformed, or not allowed here.
     """
     given = _canonical(options, SOURCE_OPTIONS)
-    topic = _required(given, "topic")
+    topic = _name(given, "topic", _required(given, "topic"))
     subscription = given.get("subscription")
     if subscription is not None and not subscription.strip():
         raise OptionError("subscription", "must not be empty")
+    if subscription is not None:
+        _name(given, "subscription", subscription)
     starting = _starting(given, streaming=streaming, has_subscription=subscription is not None)
     timestamp = _int(given, "startingTimestamp", minimum=0)
     if timestamp is not None and "startingOffsets" in given:
@@ -196,7 +199,8 @@ def parse_source(options: Mapping[str, str], *, streaming: bool | None) -> Sourc
 def parse_sink(options: Mapping[str, str]) -> SinkOptions:
     """Check a write's options. Raises :class:`OptionError`."""
     given = _canonical(options, SINK_OPTIONS)
-    return SinkOptions(topic=_required(given, "topic"), broker=_broker(given), **_security(given))
+    topic = _name(given, "topic", _required(given, "topic"))
+    return SinkOptions(topic=topic, broker=_broker(given), **_security(given))
 
 
 def _client_security(options: SourceOptions | SinkOptions) -> ClientSecurity:
@@ -292,6 +296,15 @@ def _bool(given: dict[str, str], name: str, *, default: bool) -> bool:
     if value not in ("true", "false"):
         raise OptionError(name, f"expected true or false, got {raw!r}")
     return value == "true"
+
+
+def _name(given: dict[str, str], option: str, name: str) -> str:
+    """``name``, checked against the broker's name rule, so a bad one fails ``load()``
+    (not the query's first batch); a comma names two topics, which a source cannot read."""
+    if not is_valid_name(name):
+        more = "; a query reads one topic: use one source per topic" if "," in name else ""
+        raise OptionError(option, f"{name!r} is not a valid {option} name: {NAME_RULE}{more}")
+    return name
 
 
 def _starting(given: dict[str, str], *, streaming: bool | None, has_subscription: bool) -> Start:
