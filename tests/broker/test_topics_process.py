@@ -50,7 +50,9 @@ def check_whole_or_absent(data: Path, listed: dict[str, int], name: str, n: int)
     assert listed == {name: n}
     assert entries(data) == [name]
     topic_dir = data / "topics" / name
-    assert json.loads((topic_dir / "topic.json").read_bytes()) == {"name": name, "partitions": n}
+    meta = json.loads((topic_dir / "topic.json").read_bytes())
+    assert meta == {"name": name, "partitions": n, "id": meta["id"]}
+    assert len(meta["id"]) == 16
     assert sorted(int(p.name) for p in topic_dir.iterdir() if p.is_dir()) == list(range(n))
     return True
 
