@@ -132,14 +132,17 @@ def _headers(batch: RecordBatch, section: Any) -> pa.Array:
 
 
 def _repeats_a_name(per_record: pa.Array, names: pa.Array) -> bool:
-    """Whether some record has two headers of one name (counted in C: one group-by of
-    (record, name) over the batch's header entries)."""
-    if len(names) < 2:
-        return False
+    """Whether some record has two headers of one name. In C, O(entries): nothing when no
+    record has two headers; else each entry's (record, name code) key, sorted (nearly
+    sorted already: a record's entries are contiguous), has a neighbour equal to it."""
     counts = np.diff(per_record.to_numpy(zero_copy_only=False))
-    owner = np.repeat(np.arange(len(counts), dtype=np.int32), counts)
-    pairs = pa.table({"record": owner, "name": names}).group_by(["record", "name"])
-    return bool(pairs.aggregate([]).num_rows < len(names))
+    if len(names) < 2 or counts.max() < 2:
+        return False
+    encoded = pc.dictionary_encode(names)
+    owner = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+    keys = owner * len(encoded.dictionary) + encoded.indices.to_numpy(zero_copy_only=False)
+    keys.sort()
+    return bool((keys[1:] == keys[:-1]).any())
 
 
 def _last_of_each_name(batch: RecordBatch) -> pa.Array:
