@@ -93,7 +93,9 @@ async def test_the_readme_grpcurl_session_works_against_a_real_broker(tmp_path: 
     config = broker_config(tmp_path / "data")
     async with serving(config, clock=lambda: README_NOW_MS) as (_, c):
         topic = await c.admin.CreateTopic(parse(create["body"], admin.CreateTopicRequest))
-        assert [as_json(topic)] == created
+        assert re.fullmatch("[0-9a-f]{16}", topic.topic_id)
+        assert created[0]["topicId"] != topic.topic_id  # random: the README's is an example
+        assert [as_json(topic)] == [{**created[0], "topicId": topic.topic_id}]
         response = await c.broker.Publish(parse(publish["body"], pb.PublishRequest))
         assert [as_json(response)] == published
         got = await c.broker.Fetch(parse(fetch["body"], pb.FetchRequest))
