@@ -36,6 +36,7 @@ from proto.batch import RecordBatch
 from wal.config import LogConfig
 from wal.errors import (
     DISK_FULL_ERRNOS,
+    CorruptSegmentError,
     OffsetOutOfRangeError,
     WalClosedError,
     WalError,
@@ -487,7 +488,13 @@ class Log:
             for seg in segments[i:]:
                 if offset >= upper or (out and budget <= 0):
                     break
-                got = seg.read(offset, budget, upper, min_one=not out)
+                try:
+                    got = seg.read(offset, budget, upper, min_one=not out)
+                except CorruptSegmentError:
+                    if not out:
+                        raise  # damaged where the read starts
+                    break  # the intact batches before it are answered; the next read,
+                    # which starts at the damage, raises
                 if not got:
                     break  # the budget is spent (or upper reached): never skip ahead
                 out += got

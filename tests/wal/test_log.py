@@ -574,6 +574,33 @@ def test_damage_in_sealed_segment_is_reported_never_cut(wal_dir: str, where: int
     assert files(wal_dir) == before
 
 
+def test_damage_at_a_segments_first_batch_leaves_earlier_segments_readable(
+    wal_dir: str,
+) -> None:
+    """Scenario: one byte flipped in the first batch of the second segment; the log is
+    reopened and read from 0 with a budget that reaches past the damage. Expected: the
+    first segment's batches, all of them (the read stops before the damage); a read at
+    the second segment's base raises CorruptSegmentError there. Before, the error threw
+    away the intact batches already read, so nothing before the damage could be read (or
+    delivered) with a large budget."""
+    config = LogConfig(segment_bytes=512, index_interval_bytes=100)
+    log = Log.open(wal_dir, config)
+    placed = fill(log, 40)
+    log.close()
+    second = log_bases(wal_dir)[1]
+    path = Path(wal_dir, f"{second:020d}.log")
+    data = bytearray(path.read_bytes())
+    data[20] ^= 0x10  # inside the first batch's CRC-covered header
+    path.write_bytes(data)
+    log = Log.open(wal_dir, config)
+    got = log.read(0, 1 << 20)
+    assert [(b.base_offset, b.next_offset) for b in got] == [p for p in placed if p[0] < second]
+    with pytest.raises(CorruptSegmentError) as info:
+        log.read(second, 1 << 20)
+    assert info.value.base_offset == second
+    log.close()
+
+
 def _cut_sealed_at_boundary(path: Path, bounds: list[int]) -> None:
     os.truncate(path, bounds[-2])  # the last two batches of the segment are gone
 
