@@ -324,6 +324,11 @@ class RecordFuture:
     def cancel(self, msg: Any | None = None) -> bool:
         return self._real().cancel(msg)
 
+    def _make_cancelled_error(self) -> asyncio.CancelledError:
+        """The error a cancelled future raises: asyncio's private method, which
+        ``asyncio.gather`` calls on each child it holds once one is cancelled."""
+        return self._real()._make_cancelled_error()  # type: ignore[attr-defined,no-any-return]
+
     def add_done_callback(
         self, fn: Callable[[RecordFuture], object], *, context: Context | None = None
     ) -> None:

@@ -91,6 +91,32 @@ async def test_record_futures_are_asyncio_futures_to_asyncio() -> None:
 
 
 @pytest.mark.asyncio
+async def test_a_task_gathering_record_futures_can_be_cancelled() -> None:
+    """Scenario: a task awaits asyncio.gather of three RecordFutures and is cancelled
+    before the batch is answered. Expected: the task ends with CancelledError at once,
+    and the futures report cancelled. Before, gather's callback asked each future for
+    asyncio's private _make_cancelled_error, which RecordFuture lacked: an AttributeError
+    per record in the loop's log, and the task never ended."""
+    loop = asyncio.get_running_loop()
+    batch = PendingBatch("t", loop)
+    for i in range(3):
+        batch.add(b"v%d" % i, None, None, 0)
+    futures = [RecordFuture(batch, i) for i in range(3)]
+    errors: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _loop, context: errors.append(context))
+    try:
+        task = asyncio.ensure_future(asyncio.gather(*futures))
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 2)
+    finally:
+        loop.set_exception_handler(None)
+    assert all(f.cancelled() for f in futures)
+    assert errors == []
+
+
+@pytest.mark.asyncio
 async def test_a_failed_batch_fails_each_record_future_with_its_error() -> None:
     """Scenario: a batch fails with a ClientError; one record was awaited before, one is
     looked at only after. Expected: both raise the same error object, and exception()
