@@ -34,6 +34,7 @@ from broker.errors import (
     ListenError,
     TlsSetupError,
     TokensFileError,
+    TopicMetadataError,
 )
 from proto.names import NAME_RULE, is_valid_name
 from wal.errors import DataDirLockedError, WalIOError
@@ -181,6 +182,7 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
         TlsSetupError,
         InsecureListenError,
         TokensFileError,
+        TopicMetadataError,
     ) as exc:
         raise click.ClickException(str(exc)) from exc
     except WalIOError as exc:

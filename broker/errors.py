@@ -70,6 +70,20 @@ class TopicDeletedError(TopicNotFoundError):
         )
 
 
+class TopicMetadataError(BrokerError):
+    """Raised at start when a topic's ``topic.json`` cannot be read as what a create wrote
+    (damaged from outside: the broker writes it whole, before a rename)."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        super().__init__(
+            f"topic metadata {path} is damaged ({problem}); the topic's records are "
+            'untouched: write it again as {"name": "<topic>", "partitions": <count>} '
+            "(the count of numbered directories beside it), or move the topic's directory "
+            "out of the data directory, then start again"
+        )
+
+
 class TopicExistsError(BrokerError):
     """Raised when creating a topic whose name is taken."""
 

@@ -60,6 +60,7 @@ from broker.errors import (
     ShuttingDownError,
     TopicDeletedError,
     TopicExistsError,
+    TopicMetadataError,
     TopicNotFoundError,
 )
 from broker.fd_budget import FdUsage, fds_needed, shortfall
@@ -249,15 +250,20 @@ class TopicRegistry:
         """The partition count and id ``topic.json`` records (the id is ``""`` for a
         topic created before topics had one)."""
         with open(meta, "rb") as f:
-            doc = json.load(f)
+            raw = f.read()
+        try:
+            doc = json.loads(raw)
+        except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+            raise TopicMetadataError(meta, f"not JSON: {exc}") from exc
+        if not isinstance(doc, dict):
+            raise TopicMetadataError(meta, f"not a JSON object: {raw[:80]!r}")
         partitions, topic_id = doc.get("partitions"), doc.get("id", "")
-        if (
-            doc.get("name") != name
-            or not isinstance(partitions, int)
-            or partitions < 1
-            or not isinstance(topic_id, str)
-        ):
-            raise ValueError(f"{meta} is damaged: {doc!r}")
+        if doc.get("name") != name:
+            raise TopicMetadataError(meta, f"its name is {doc.get('name')!r}, not {name!r}")
+        if type(partitions) is not int or partitions < 1:
+            raise TopicMetadataError(meta, f"partitions is {partitions!r}, not a count >= 1")
+        if not isinstance(topic_id, str):
+            raise TopicMetadataError(meta, f"id is {topic_id!r}, not a string")
         return partitions, topic_id
 
     async def _open_topic(

@@ -267,3 +267,30 @@ def test_a_new_data_directory_on_a_read_only_filesystem_fails_start_with_one_lin
     assert len(lines) == 1, lines
     assert str(mount / "data") in lines[0]
     assert "Read-only file system (EROFS)" in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b'{"name": "t", "parti', "not JSON"),
+        (b"[1, 2]", "not a JSON object"),
+        (b'{"name": "t", "partitions": "3"}', "partitions is '3', not a count >= 1"),
+        (b'{"name": "u", "partitions": 1}', "its name is 'u', not 't'"),
+    ],
+    ids=["torn", "array", "count-text", "other-name"],
+)
+def test_a_damaged_topic_json_fails_start_with_one_line(
+    tmp_path: Path, content: bytes, problem: str
+) -> None:
+    """Scenario: a data directory holding topic t whose topic.json is then damaged from
+    outside (torn, an array, a count as text, another name). Expected: exit 1, no
+    traceback, one line naming the file, the problem and how to recover (before: a
+    JSONDecodeError or ValueError traceback)."""
+    data = tmp_path / "data"
+    asyncio.run(_make_topic(data))
+    meta = data / "topics" / "t" / "topic.json"
+    meta.write_bytes(content)
+    lines = _start_fails(data)
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"Error: topic metadata {meta} is damaged ({problem}")
+    assert "the topic's records are untouched" in lines[0]
