@@ -41,6 +41,7 @@ from broker.cli_output import plural, table
 from broker.cli_params import BROKER_ADDRESS, SUBSCRIPTION_NAME, TOPIC_NAME
 from client import (
     DEFAULT_BROKER,
+    AlreadyExists,
     AsyncAdminClient,
     AsyncConsumer,
     AsyncProducer,
@@ -58,6 +59,11 @@ DEFAULT_CONNECT_TIMEOUT_S = 5.0
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: The largest offset or sequence the wire carries (protobuf int64).
+INT64_MAX = 2**63 - 1
+#: The largest count a request carries (protobuf int32).
+INT32_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,12 +177,22 @@ def topics() -> None:
 def topics_create(name: str, partitions: int, exist_ok: bool, target: Target) -> None:
     """Create topic NAME."""
 
-    async def go() -> TopicInfo:
+    async def go() -> tuple[TopicInfo, bool]:
         async with AsyncAdminClient(**target.kwargs()) as admin:
-            return await admin.create_topic(name, partitions, exist_ok=exist_ok)
+            try:
+                return await admin.create_topic(name, partitions), True
+            except AlreadyExists:
+                if not exist_ok:
+                    raise
+            # as the client's exist_ok, which refuses another partition count
+            return await admin.create_topic(name, partitions, exist_ok=True), False
 
-    info = run(go, target)
-    click.echo(f"created topic {info.name} with {plural(len(info.partitions), 'partition')}")
+    info, created = run(go, target)
+    counted = plural(len(info.partitions), "partition")
+    if created:
+        click.echo(f"created topic {info.name} with {counted}")
+    else:
+        click.echo(f"topic {info.name} exists already with {counted}; nothing changed")
 
 
 @topics.command("list")
@@ -358,8 +374,14 @@ def _stdin_lines() -> Iterator[bytes]:
 
 
 @click.command()
-@click.argument("topic")
-@click.option("--subscription", "-s", required=True, help="Subscription name (created if new).")
+@click.argument("topic", type=TOPIC_NAME)
+@click.option(
+    "--subscription",
+    "-s",
+    required=True,
+    type=SUBSCRIPTION_NAME,
+    help="Subscription name (created if new).",
+)
 @click.option(
     "--type",
     "type_",
@@ -529,6 +551,11 @@ def _seek_target(target: str) -> dict[str, Any]:
         offset = int(target)
         if offset < 0:
             raise click.BadParameter(f"offset {offset} is negative", param_hint="--to")
+        if offset > INT64_MAX:
+            raise click.BadParameter(
+                f"offset {offset} is past the largest offset ({INT64_MAX}); use latest",
+                param_hint="--to",
+            )
         return {"offset": offset}
     try:
         when = datetime.fromisoformat(target)

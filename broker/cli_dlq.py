@@ -16,6 +16,8 @@ from typing import Any
 import click
 
 from broker.cli_client import (
+    INT32_MAX,
+    INT64_MAX,
     Target,
     add_record_bytes,
     as_text,
@@ -59,7 +61,7 @@ def dlq() -> None:
 @dlq.command("peek")
 @topic_argument
 @subscription_option
-@click.option("--from", "start", type=click.IntRange(0), help="Start at this sequence.")
+@click.option("--from", "start", type=click.IntRange(0, INT64_MAX), help="Start at this sequence.")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=100, show_default=True)
 @click.option("--reason", help="Only entries whose failure reason contains this text.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON array.")
@@ -113,7 +115,7 @@ def count(topic: str, subscription: str, target: Target) -> None:
 @click.option(
     "--up-to",
     "up_to",
-    type=click.IntRange(0),
+    type=click.IntRange(0, INT64_MAX),
     required=True,
     help="Remove every entry with a sequence at or below this one (inclusive).",
 )
@@ -158,8 +160,17 @@ def purge(topic: str, subscription: str, yes: bool, target: Target) -> None:
 @dlq.command("replay")
 @topic_argument
 @subscription_option
-@click.option("--limit", type=click.IntRange(1), help="Replay at most N entries. [default: all]")
-@click.option("--up-to", "up_to", type=click.IntRange(0), help="Only entries up to this sequence.")
+@click.option(
+    "--limit",
+    type=click.IntRange(1, INT32_MAX),
+    help="Replay at most N entries. [default: all]",
+)
+@click.option(
+    "--up-to",
+    "up_to",
+    type=click.IntRange(0, INT64_MAX),
+    help="Only entries up to this sequence.",
+)
 @click.option(
     "--rate",
     type=click.IntRange(1, 100_000),

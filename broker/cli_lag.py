@@ -26,6 +26,7 @@ import click
 
 from broker.cli_client import Target, broker_option, run
 from broker.cli_output import table
+from broker.cli_params import SUBSCRIPTION_NAME, TOPIC_NAME
 from client import AsyncAdminClient, SubscriptionInfo
 
 #: The states, best first: a group's total shows its worst.
@@ -97,8 +98,8 @@ def parse_states(
 
 
 @click.command()
-@click.option("--topic", "-t", help="Only this topic.")
-@click.option("--subscription", "-s", help="Only this subscription.")
+@click.option("--topic", "-t", type=TOPIC_NAME, help="Only this topic.")
+@click.option("--subscription", "-s", type=SUBSCRIPTION_NAME, help="Only this subscription.")
 @click.option(
     "--state",
     "states",

@@ -21,6 +21,7 @@ import click
 
 from broker.cli_client import Target, broker_option, confirm, require_terminal, run
 from broker.cli_output import plural, table
+from broker.cli_params import SUBSCRIPTION_NAME, TOPIC_NAME
 from client import AsyncAdminClient, SubscriptionInfo
 
 LIST_FIELDS = ("topic", "subscription", "type", "mode", "consumers", "lag", "state")
@@ -44,7 +45,7 @@ def subscriptions() -> None:
 
 
 @subscriptions.command("list")
-@click.option("--topic", "-t", help="Only this topic's subscriptions.")
+@click.option("--topic", "-t", type=TOPIC_NAME, help="Only this topic's subscriptions.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON array.")
 @broker_option
 def list_(topic: str | None, as_json: bool, target: Target) -> None:
@@ -71,8 +72,8 @@ def list_(topic: str | None, as_json: bool, target: Target) -> None:
 
 
 @subscriptions.command("describe")
-@click.argument("topic")
-@click.argument("subscription")
+@click.argument("topic", type=TOPIC_NAME)
+@click.argument("subscription", type=SUBSCRIPTION_NAME)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @broker_option
 def describe(topic: str, subscription: str, as_json: bool, target: Target) -> None:
@@ -94,8 +95,8 @@ def describe(topic: str, subscription: str, as_json: bool, target: Target) -> No
 
 
 @subscriptions.command("delete")
-@click.argument("topic")
-@click.argument("subscription")
+@click.argument("topic", type=TOPIC_NAME)
+@click.argument("subscription", type=SUBSCRIPTION_NAME)
 @click.option("--force", is_flag=True, help="Detach attached consumers and delete anyway.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @broker_option

@@ -164,12 +164,13 @@ def test_dlq_purge_asks_at_a_terminal(served: Served) -> None:
 def test_topics_create_exist_ok_and_counted_nouns(served: Served) -> None:
     """Scenario: create "once" with 1 partition, again with --exist-ok, again with
     --exist-ok and 2 partitions; produce one record. Expected: "1 partition" (not "1
-    partition(s)"); the second exits 0; the third exits 1 naming both counts; "produced 1
-    record"."""
+    partition(s)"); the second exits 0 saying the topic exists already (it said "created");
+    the third exits 1 naming both counts; "produced 1 record"."""
     first = headrace("topics", "create", "once", broker=served.address)
     assert first.stdout == "created topic once with 1 partition\n"
     again = headrace("topics", "create", "once", "--exist-ok", broker=served.address)
     assert again.returncode == 0, again.stderr
+    assert again.stdout == "topic once exists already with 1 partition; nothing changed\n"
     other = headrace(
         "topics", "create", "once", "--partitions", "2", "--exist-ok", broker=served.address
     )

@@ -101,6 +101,13 @@ def test_a_bad_address_from_the_environment_is_a_usage_error() -> None:
         (("dlq", "peek", "t", "-s", "x" * 201), "subscription"),
         (("dlq", "purge", "über", "-s", "s", "--yes"), "topic"),
         (("wal", "inspect", "--data-dir", "d", "../..", "0"), "topic"),
+        (("consume", "a/b", "-s", "s"), "topic"),
+        (("consume", "t", "-s", "bad name"), "subscription"),
+        (("lag", "-t", "a/b"), "topic"),
+        (("lag", "-s", "bad name"), "subscription"),
+        (("subscriptions", "list", "-t", "-x"), "topic"),
+        (("subscriptions", "describe", "t", "bad name"), "subscription"),
+        (("subscriptions", "delete", "a/b", "s", "--yes"), "topic"),
     ],
 )
 def test_an_invalid_name_is_a_usage_error_with_the_rule(argv: tuple[str, ...], kind: str) -> None:
@@ -111,6 +118,28 @@ def test_an_invalid_name_is_a_usage_error_with_the_rule(argv: tuple[str, ...], k
     assert code == 2, err
     assert f"is not a valid {kind} name" in err
     assert NAME_RULE in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (("seek", "t", "-s", "s", "--to", "9" * 23), "past the largest offset"),
+        (("dlq", "peek", "t", "-s", "s", "--from", str(2**63)), "0<=x<=9223372036854775807"),
+        (("dlq", "ack", "t", "-s", "s", "--up-to", "9" * 20), "0<=x<=9223372036854775807"),
+        (("dlq", "replay", "t", "-s", "s", "--up-to", "9" * 20), "0<=x<=9223372036854775807"),
+        (("dlq", "replay", "t", "-s", "s", "--limit", "9" * 20), "1<=x<=2147483647"),
+    ],
+)
+def test_a_number_past_what_the_wire_carries_is_a_usage_error(
+    argv: tuple[str, ...], words: str
+) -> None:
+    """Scenario: offsets, sequences and limits larger than protobuf's int64 or int32.
+    Expected: exit 2 with the range, before any connection; before, the value reached the
+    client library and ended in a 49-line ValueError traceback, exit 1."""
+    code, err = invoke(*argv)
+    assert code == 2, err
+    assert words in err
+    assert "Traceback" not in err
 
 
 @pytest.mark.parametrize(
