@@ -420,8 +420,12 @@ class SubscriptionState:
     def reads(self, heads: Sequence[int], now: float) -> list[tuple[int, int]]:
         """``(partition, offset)`` to read from, round robin: the first ready waiting
         record, or the read position when new records are durable and there is room."""
-        if not self._consumers and not any(self._exhausted):
-            return []
+        if (
+            not self._consumers
+            and not any(self._exhausted)
+            and not any(p.retry_dead_letters for p in self._parts)
+        ):
+            return []  # nothing can go: dead letters and poison need no consumer
         count = len(self._parts)
         start = self._next_partition
         self._next_partition = (start + 1) % count

@@ -212,6 +212,38 @@ async def test_dlq_full_blocks_and_reject_does_not(tmp_path: Path) -> None:
                     assert (p.state, p.reason) == ("CAUGHT_UP", "")
 
 
+async def test_a_purge_unblocks_a_full_dead_letter_queue_with_no_consumer(
+    tmp_path: Path,
+) -> None:
+    """Scenario: overflow block, queues of 1 entry, max_deliveries 1; the consumer nacks
+    records 0 and 1 (0 fills the queue, 1 blocks the partition), then leaves; an admin
+    purges the queue. Expected: record 1 is dead-lettered by the retry (every 1 s) with
+    nobody attached: the queue holds it, the cursor passes it, the partition is no
+    longer BLOCKED. Before, the retry ran only while a consumer was attached, so the
+    subscription stayed BLOCKED "dlq full" beside an empty queue."""
+    dispatch = dataclasses.replace(
+        policy(max_deliveries=1, backoff_initial_s=0.01),
+        dlq=DlqConfig(max_entries=1, overflow=OverflowPolicy.BLOCK),
+    )
+    async with running(tmp_path, dispatch=dispatch) as address:
+        await publish(address, 2)
+        async with AsyncAdminClient(address) as admin:
+            async with AsyncConsumer("t", "s", broker=address) as consumer:
+                first = await consumer.receive(timeout=5)
+                second = await consumer.receive(timeout=5)
+                consumer.nack(first, delay=0)
+                await polled(lambda: admin.count_dead_letters("t", "s"), lambda n: n == 1)
+                consumer.nack(second, delay=0)
+                await shows(address, "s", "BLOCKED", "dlq full")
+            assert await admin.purge_dead_letters("t", "s") == 1
+            (entry,) = await polled(
+                lambda: admin.peek_dead_letters("t", "s"), lambda got: len(got) == 1, 5.0
+            )
+            assert entry.offset == 1
+            p = await polled(lambda: part(address, "s"), lambda p: p.cursor == 2, 5.0)
+            assert p.state != "BLOCKED"
+
+
 async def test_read_error_then_stalled(tmp_path: Path) -> None:
     """Scenario: segments of 512 bytes; 40 records published, so the first segment is
     sealed; subscription "s" exists and acks nothing. The broker stops, a byte in the
