@@ -66,7 +66,9 @@ first, in order; ``shared`` sends each slice to the next consumer with credit; `
 maps each key to one of :data:`~dispatcher.partition_book.SLOTS` slots and each slot to a
 consumer by rendezvous hashing of consumer names. A consumer that joins a key_shared
 subscription while records are in flight gets nothing at or past the read position of its
-arrival until everything below it is acknowledged, so keys that move to it keep their order.
+arrival until everything below it is acknowledged, and a record below that position (read
+before it came, and set aside or nacked) only once every record before it is, so keys that
+move to it keep their order.
 
 Example: exclusive, ack timeout 30 s. Records 0..9 are read and sent at t=0 (one lease).
 The consumer acks 0..4 and nacks 5 with a 2 s delay at t=1: 5 waits until t=3, 6..9 stay
@@ -944,11 +946,24 @@ class SubscriptionState:
         self, part: PartitionBook, ctx: BatchContext, lo: int, hi: int, consumer: Consumer
     ) -> None:
         fence = consumer.fences.get(part.index) if consumer.fences else None
-        if fence is not None and hi > fence:  # held until everything below is acked
-            if lo < fence:
-                self._give(part, ctx, lo, fence, consumer)
-            self._stick(part, max(lo, fence), hi, ctx.now)
-            return
+        if fence is not None:
+            if hi > fence:  # held until everything below is acked
+                if lo < fence:
+                    self._give(part, ctx, lo, fence, consumer)
+                self._stick(part, max(lo, fence), hi, ctx.now)
+                return
+            # Below the fence: records read before this consumer came (set aside for a
+            # key's owner without credit, or nacked) whose key moved here. An earlier
+            # record of the key may still be in flight at its former owner, so one goes
+            # only once nothing before it is unacknowledged (it is at the cursor).
+            cursor = part.acks.cursor
+            if lo > cursor:
+                self._stick(part, lo, hi, ctx.now)
+                return
+            if hi > cursor + 1:
+                self._give(part, ctx, lo, cursor + 1, consumer)
+                self._stick(part, cursor + 1, hi, ctx.now)
+                return
         if consumer.credit <= 0:
             self._stick(part, lo, hi, ctx.now)
             return
