@@ -407,6 +407,13 @@ def _stdin_lines() -> Iterator[bytes]:
     "with a note on stderr of how many of --count arrived).",
 )
 @click.option("--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option(
+    "--connect-timeout",
+    type=click.FloatRange(0, 3600, min_open=True),
+    default=DEFAULT_CONNECT_TIMEOUT_S,
+    show_default=True,
+    help="Seconds to wait for the broker to answer before subscribing.",
+)
 @broker_option
 def consume(  # noqa: PLR0917 - click passes every option as an argument
     topic: str,
@@ -416,6 +423,7 @@ def consume(  # noqa: PLR0917 - click passes every option as an argument
     count: int | None,
     timeout: float | None,
     output: str,
+    connect_timeout: float,
     target: Target,
 ) -> None:
     """Print records of TOPIC through a subscription, one value per line, and ack them.
@@ -424,7 +432,8 @@ def consume(  # noqa: PLR0917 - click passes every option as an argument
     records were printed, until --timeout seconds pass without a new record, or until
     interrupted (Ctrl-C acks what was printed, then exits). It asks the broker for no more
     than --count records ahead; records it received but did not print are given back
-    uncounted on exit, so the next consumer gets them as first deliveries.
+    uncounted on exit, so the next consumer gets them as first deliveries. A broker that
+    does not answer within --connect-timeout is an error (exit 1) before subscribing.
     """
     out = sys.stdout.buffer
     printed = 0
@@ -433,6 +442,11 @@ def consume(  # noqa: PLR0917 - click passes every option as an argument
 
     async def go() -> None:
         nonlocal printed, idle
+        channel = aio_channel(**target.kwargs())
+        try:
+            await check_reachable(channel, target, connect_timeout)
+        finally:
+            await channel.close()
         async with AsyncConsumer(
             topic,
             subscription,
@@ -440,6 +454,7 @@ def consume(  # noqa: PLR0917 - click passes every option as an argument
             type=type_,
             initial_position=start,
             receive_queue=prefetch,
+            connect_timeout=connect_timeout,
         ) as consumer:
             while count is None or printed < count:
                 want = count - printed if count is not None else CONSUME_PREFETCH

@@ -22,6 +22,7 @@ none does not pay for it.
 from __future__ import annotations
 
 import io
+import re
 import shutil
 import sys
 from collections.abc import Mapping, Sequence
@@ -50,13 +51,15 @@ def table(rows: Sequence[Mapping[str, Any]], fields: Sequence[str]) -> str:
     from rich.text import Text  # noqa: PLC0415
 
     grid = Table(box=None, pad_edge=False, show_edge=False, header_style="", padding=(0, 1))
-    for field in fields:
-        numeric = bool(rows) and all(_is_number(r[field]) for r in rows)
-        grid.add_column(
+    for i, field in enumerate(fields):
+        cells = [r[field] for r in rows if r[field] is not None and r[field] != ""]
+        numeric = bool(cells) and all(_is_number(c) or _looks_numeric(c) for c in cells)
+        last = i == len(fields) - 1
+        grid.add_column(  # only the last column wraps: no name, state or number is split
             field,
             justify="right" if numeric else "left",
-            no_wrap=numeric,
-            overflow="fold",
+            no_wrap=not last,
+            overflow="fold" if last else "ellipsis",
         )
     for r in rows:
         grid.add_row(*(Text("" if r[f] is None else str(r[f])) for f in fields))
@@ -70,6 +73,14 @@ def table(rows: Sequence[Mapping[str, Any]], fields: Sequence[str]) -> str:
         emoji=False,
     ).print(grid)
     return "\n".join(line.rstrip() for line in out.getvalue().splitlines())
+
+
+_NUMERIC = re.compile(r"[-+]?[\d,]*\.?\d+(e[-+]?\d+)?[a-z%/]{0,3}")
+
+
+def _looks_numeric(value: object) -> bool:
+    """A number a command formatted as text before the table ("1,200", "764.3", "12s")."""
+    return isinstance(value, str) and _NUMERIC.fullmatch(value) is not None
 
 
 def plural(count: int, noun: str, many: str | None = None) -> str:

@@ -116,6 +116,26 @@ def test_produce_to_a_server_that_never_answers_gives_up_after_the_timeout() -> 
     assert f"cannot reach a broker at {address} (no answer within 0.5 s)" in done.stderr
 
 
+def test_consume_from_a_closed_port_gives_up_after_the_connect_timeout() -> None:
+    """Scenario: `consume --count 1 --timeout 2 --connect-timeout 0.5` against a port
+    where nothing listens. Expected: exit 1 within a few seconds with one line naming the
+    address (before: 30 s of reconnect warnings, then advice to raise a connect_timeout
+    the command did not have)."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{closed.getsockname()[1]}"
+    started = time.monotonic()
+    done = headrace(
+        "consume", "t", "-s", "s", "--count", "1", "--timeout", "2", "--connect-timeout",
+        "0.5", broker=address,
+    )  # fmt: skip
+    took = time.monotonic() - started
+    assert done.returncode == 1
+    assert took < 10, took
+    assert f"cannot reach a broker at {address}" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
 def test_topics_delete_asks_at_a_terminal_and_refuses_unattended(served: Served) -> None:
     """Scenario: topic "doomed" with 3 records; `topics delete` at a terminal answered "n",
     then piped (no terminal), then at a terminal answered "y"; topic "gone" deleted with

@@ -197,6 +197,32 @@ def test_table_on_a_terminal_fits_its_width(monkeypatch: pytest.MonkeyPatch) -> 
     assert "".join(line[3:] for line in lines[1:]).replace(" ", "") == long.replace(" ", "")
 
 
+def test_table_on_a_narrow_terminal_splits_no_name_state_or_number(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Scenario: stdout is a terminal 80 columns wide; lag-like rows whose numbers were
+    formatted as text ("764.3", "1,200"), a state, and a long reason last. Expected: every
+    line fits; each topic, state and number appears whole on one line (before, "slow"
+    printed as "slo"/"w" and 764.3 as "76"/"4."/"3"); the formatted numbers are
+    right-aligned; only the reason wraps."""
+    monkeypatch.setattr(broker.cli_output, "_stdout_is_terminal", lambda: True)
+    monkeypatch.setenv("COLUMNS", "80")
+    rows = [
+        {"topic": "slow", "age_s": "764.3", "head": "1,200", "state": "CAUGHT_UP",
+         "reason": "consumer slow: " + "the consumers hold no credit " * 4},
+        {"topic": "orders-eu", "age_s": "0.0", "head": "7", "state": "LAGGING",
+         "reason": "retry backoff"},
+    ]  # fmt: skip
+    lines = table(rows, ("topic", "age_s", "head", "state", "reason")).splitlines()
+    assert max(map(len, lines)) <= 80
+    assert len(lines) > 3  # the first reason wrapped
+    for whole in ("slow", "orders-eu", "764.3", "1,200", "CAUGHT_UP", "LAGGING"):
+        assert any(whole in line for line in lines), whole
+    header = lines[0]
+    first = next(line for line in lines if line.startswith("slow"))
+    assert first.index("764.3") + len("764.3") == header.index("age_s") + len("age_s")
+
+
 def test_table_with_no_rows_is_its_header() -> None:
     """Scenario: no rows. Expected: the header line alone."""
     assert table([], ("topic", "head")) == "topic  head"
