@@ -31,6 +31,8 @@ from typing import Any
 #: Width a table is laid out in when stdout is not a terminal: wide enough that no row is
 #: ever wrapped; the lines are then as long as their content.
 _UNBOUNDED = 1 << 20
+#: On a terminal, the last column keeps at least this many characters a line.
+_LAST_MIN = 20
 
 
 def table(rows: Sequence[Mapping[str, Any]], fields: Sequence[str]) -> str:
@@ -56,17 +58,23 @@ def table(rows: Sequence[Mapping[str, Any]], fields: Sequence[str]) -> str:
         numeric = bool(cells) and all(_is_number(c) or _looks_numeric(c) for c in cells)
         last = i == len(fields) - 1
         grid.add_column(  # only the last column wraps: no name, state or number is split
-            field,
-            justify="right" if numeric else "left",
-            no_wrap=not last,
-            overflow="fold" if last else "ellipsis",
+            field, justify="right" if numeric else "left", no_wrap=not last, overflow="fold"
         )
-    for r in rows:
-        grid.add_row(*(Text("" if r[f] is None else str(r[f])) for f in fields))
+    texts = [["" if r[f] is None else str(r[f]) for f in fields] for r in rows]
+    for cells_of_row in texts:
+        grid.add_row(*(Text(cell) for cell in cells_of_row))
+    width = _UNBOUNDED
+    if _stdout_is_terminal():
+        # At least what the unwrapped columns need beside a little of the last one: on a
+        # narrower terminal the lines run past its edge (and it wraps them) rather than
+        # cut or split a name, state or number.
+        natural = [max([len(f), *(len(row[i]) for row in texts)]) for i, f in enumerate(fields)]
+        needed = sum(natural[:-1]) + 2 * (len(fields) - 1) + min(natural[-1], _LAST_MIN)
+        width = max(shutil.get_terminal_size().columns, needed)
     out = io.StringIO()
     Console(
         file=out,
-        width=shutil.get_terminal_size().columns if _stdout_is_terminal() else _UNBOUNDED,
+        width=width,
         color_system=None,
         markup=False,
         highlight=False,

@@ -200,23 +200,29 @@ def test_table_on_a_terminal_fits_its_width(monkeypatch: pytest.MonkeyPatch) -> 
 def test_table_on_a_narrow_terminal_splits_no_name_state_or_number(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Scenario: stdout is a terminal 80 columns wide; lag-like rows whose numbers were
-    formatted as text ("764.3", "1,200"), a state, and a long reason last. Expected: every
-    line fits; each topic, state and number appears whole on one line (before, "slow"
-    printed as "slo"/"w" and 764.3 as "76"/"4."/"3"); the formatted numbers are
-    right-aligned; only the reason wraps."""
+    """Scenario: stdout is a terminal 80 columns wide; lag's 13 columns, numbers formatted
+    as text ("764.3", "1,200"), a state, and a long reason last. Expected: each topic,
+    type, state and number appears whole on one line (before, "slow" printed as "slo"/"w"
+    and 764.3 as "76"/"4."/"3"); the formatted numbers are right-aligned; only the reason
+    wraps, in lines no wider than the other columns need plus 20 (the terminal wraps
+    what passes its edge; nothing is cut)."""
     monkeypatch.setattr(broker.cli_output, "_stdout_is_terminal", lambda: True)
     monkeypatch.setenv("COLUMNS", "80")
+    common = {"subscription": "billing", "type": "exclusive", "cursor": 1180, "lag": 20,
+              "consumers": 1, "in_flight": 20, "in/s": "12.5", "ack/s": "0.0"}
     rows = [
-        {"topic": "slow", "age_s": "764.3", "head": "1,200", "state": "CAUGHT_UP",
+        {**common, "topic": "slow", "age_s": "764.3", "head": "1,200", "state": "CAUGHT_UP",
          "reason": "consumer slow: " + "the consumers hold no credit " * 4},
-        {"topic": "orders-eu", "age_s": "0.0", "head": "7", "state": "LAGGING",
+        {**common, "topic": "orders-eu", "age_s": "0.0", "head": "7", "state": "LAGGING",
          "reason": "retry backoff"},
     ]  # fmt: skip
-    lines = table(rows, ("topic", "age_s", "head", "state", "reason")).splitlines()
-    assert max(map(len, lines)) <= 80
+    fields = ("topic", "subscription", "type", "cursor", "head", "lag", "age_s")
+    fields += ("consumers", "in_flight", "in/s", "ack/s", "state", "reason")
+    lines = table(rows, fields).splitlines()
     assert len(lines) > 3  # the first reason wrapped
-    for whole in ("slow", "orders-eu", "764.3", "1,200", "CAUGHT_UP", "LAGGING"):
+    assert max(map(len, lines)) <= len(lines[0]) - len("reason") + 20
+    assert "…" not in "".join(lines)
+    for whole in ("orders-eu", "exclusive", "764.3", "1,200", "CAUGHT_UP", "LAGGING"):
         assert any(whole in line for line in lines), whole
     header = lines[0]
     first = next(line for line in lines if line.startswith("slow"))
