@@ -208,8 +208,16 @@ def test_table_on_a_narrow_terminal_splits_no_name_state_or_number(
     what passes its edge; nothing is cut)."""
     monkeypatch.setattr(broker.cli_output, "_stdout_is_terminal", lambda: True)
     monkeypatch.setenv("COLUMNS", "80")
-    common = {"subscription": "billing", "type": "exclusive", "cursor": 1180, "lag": 20,
-              "consumers": 1, "in_flight": 20, "in/s": "12.5", "ack/s": "0.0"}
+    common = {
+        "subscription": "billing",
+        "type": "exclusive",
+        "cursor": 1180,
+        "lag": 20,
+        "consumers": 1,
+        "in_flight": 20,
+        "in/s": "12.5",
+        "ack/s": "0.0",
+    }
     rows = [
         {**common, "topic": "slow", "age_s": "764.3", "head": "1,200", "state": "CAUGHT_UP",
          "reason": "consumer slow: " + "the consumers hold no credit " * 4},
