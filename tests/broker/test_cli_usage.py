@@ -224,8 +224,8 @@ def test_table_on_a_narrow_terminal_splits_no_name_state_or_number(
         {**common, "topic": "orders-eu", "age_s": "0.0", "head": "7", "state": "LAGGING",
          "reason": "retry backoff"},
     ]  # fmt: skip
-    fields = ("topic", "subscription", "type", "cursor", "head", "lag", "age_s")
-    fields += ("consumers", "in_flight", "in/s", "ack/s", "state", "reason")
+    fields = ["topic", "subscription", "type", "cursor", "head", "lag", "age_s"]
+    fields += ["consumers", "in_flight", "in/s", "ack/s", "state", "reason"]
     lines = table(rows, fields).splitlines()
     assert len(lines) > 3  # the first reason wrapped
     assert max(map(len, lines)) <= len(lines[0]) - len("reason") + 20
