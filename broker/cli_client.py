@@ -157,9 +157,22 @@ def explain(error: ClientError, target: Target) -> str:
             "the CA that signed the broker's certificate, that the broker serves TLS, and "
             "--tls-cert/--tls-key if it requires client certificates"
         )
+    if "failed to connect to all addresses" in message:
+        return unreachable(target, message.rsplit(": ", 1)[-1].strip(" []").lower())
     if target.tls_ca is None:
         return f"{message} (if the broker serves TLS, pass --tls-ca)"
     return message
+
+
+def unreachable(target: Target, cause: str) -> str:
+    """The one line for a broker that did not answer at ``target``'s address; the TLS
+    hint only where TLS could be why (not a refused connection or an unknown host)."""
+    tls_hint = not target.tls_ca and not cause.startswith(("connection refused", "domain"))
+    return (
+        f"cannot reach a broker at {target.broker} ({cause}); check that `headrace serve` "
+        "is running there and that --broker (env HEADRACE_BROKER) names its address"
+        + (", and pass --tls-ca if it serves TLS" if tls_hint else "")
+    )
 
 
 @click.group()
@@ -360,12 +373,7 @@ async def check_reachable(channel: grpc.aio.Channel, target: Target, timeout_s: 
             if code == grpc.StatusCode.DEADLINE_EXCEEDED
             else details.rsplit(": ", 1)[-1].strip(" []").lower()
         )
-        tls_hint = not target.tls_ca and not cause.startswith(("connection refused", "domain"))
-        raise click.ClickException(
-            f"cannot reach a broker at {target.broker} ({cause}); check that `headrace serve` "
-            "is running there and that --broker (env HEADRACE_BROKER) names its address"
-            + (", and pass --tls-ca if it serves TLS" if tls_hint else "")
-        ) from exc
+        raise click.ClickException(unreachable(target, cause)) from exc
 
 
 def _stdin_lines() -> Iterator[bytes]:

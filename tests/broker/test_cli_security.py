@@ -150,7 +150,22 @@ def test_plain_client_to_a_tls_broker_hints_at_tls_ca(tls_address: str) -> None:
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
-    assert lines[0].endswith("(if the broker serves TLS, pass --tls-ca)")
+    assert lines[0].startswith(f"Error: cannot reach a broker at {tls_address} (")
+    assert lines[0].endswith(", and pass --tls-ca if it serves TLS")
+
+
+def test_a_refused_connection_says_so_without_a_tls_hint() -> None:
+    """Scenario: `topics list` against a port where nothing listens. Expected: exit 1, one
+    line saying the connection was refused and what to check; no TLS hint (a refused
+    connection is not TLS's doing), and none of gRPC's own words."""
+    done = headrace("topics", "list", "--broker", "127.0.0.1:1")
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert lines == [
+        "Error: cannot reach a broker at 127.0.0.1:1 (connection refused); check that "
+        "`headrace serve` is running there and that --broker (env HEADRACE_BROKER) names its "
+        "address"
+    ]
 
 
 def test_mutual_tls_with_and_without_a_client_certificate(mtls_address: str, pki: Pki) -> None:
