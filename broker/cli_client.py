@@ -168,10 +168,19 @@ def unreachable(target: Target, cause: str) -> str:
     """The one line for a broker that did not answer at ``target``'s address; the TLS
     hint only where TLS could be why (not a refused connection or an unknown host)."""
     tls_hint = not target.tls_ca and not cause.startswith(("connection refused", "domain"))
+    # A TLS broker that requires client certificates closes the connection of a client
+    # without one (or with one it does not trust): the client sees only "socket closed".
+    mtls_hint = bool(target.tls_ca) and cause.startswith("socket closed")
     return (
         f"cannot reach a broker at {target.broker} ({cause}); check that `headrace serve` "
         "is running there and that --broker (env HEADRACE_BROKER) names its address"
         + (", and pass --tls-ca if it serves TLS" if tls_hint else "")
+        + (
+            ", and that --tls-cert/--tls-key are a client certificate the broker trusts if "
+            "it requires one (--tls-client-ca)"
+            if mtls_hint
+            else ""
+        )
     )
 
 

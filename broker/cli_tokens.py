@@ -13,6 +13,7 @@ shows a secret or a hash, only ids. Exit codes: 0 success, 1 error (one line on 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -142,7 +143,12 @@ def list_(as_json: bool, tokens_file: str | None, config_path: str | None) -> No
         click.echo(json.dumps([_entry_json(e) for e in entries]))
         return
     if not entries:
-        click.echo("no tokens")
+        if not os.path.exists(store.path):
+            click.echo(
+                f"no tokens: {store.path} does not exist (`headrace tokens create` makes it)"
+            )
+        else:
+            click.echo("no tokens")
         return
     rows = [
         {

@@ -178,6 +178,7 @@ def test_mutual_tls_with_and_without_a_client_certificate(mtls_address: str, pki
     done = headrace("topics", "list", env=env)
     assert done.returncode == 1
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "--tls-cert/--tls-key are a client certificate the broker trusts" in done.stderr
 
 
 @pytest.mark.parametrize(

@@ -64,6 +64,20 @@ def test_create_prints_the_token_once_and_stores_only_its_hash(tmp_path: Path) -
     assert [str(g) for g in entry.grants] == ["consume:orders.*:billing-*", "produce:audit"]
 
 
+def test_list_of_a_missing_file_says_it_is_missing(tmp_path: Path) -> None:
+    """Scenario: `tokens list` with a --tokens-file that does not exist (a typo, or no
+    token made yet), then with one that exists and holds none. Expected: exit 0 both
+    times; the first names the path and what makes it (it said only "no tokens", so a
+    mistyped path went unnoticed); --json stays []."""
+    missing = str(tmp_path / "nope" / "tokens.json")
+    code, out, _ = run("tokens", "list", "--tokens-file", missing)
+    assert code == 0
+    assert out.strip() == (
+        f"no tokens: {missing} does not exist (`headrace tokens create` makes it)"
+    )
+    assert json.loads(run("tokens", "list", "--json", "--tokens-file", missing)[1]) == []
+
+
 def test_list_shows_ids_names_grants_and_state_never_hashes(tmp_path: Path) -> None:
     """Scenario: two tokens, one revoked by name; list as a table and as JSON. Expected:
     both listed with their state; no hash or secret in either output; the JSON has the
