@@ -26,7 +26,7 @@ import functools
 import json
 import math
 import sys
-from collections.abc import Callable, Coroutine, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -320,17 +320,35 @@ def _print_topics(infos: list[TopicInfo], as_json: bool) -> None:
     click.echo(table(rows, TOPIC_FIELDS))
 
 
+def connect_timeout_option(before: str) -> Callable[[F], F]:
+    """``--connect-timeout``: how long a command waits for the broker to answer
+    ``before`` it starts (see :func:`reachable_channel`)."""
+    return click.option(
+        "--connect-timeout",
+        type=click.FloatRange(0, 3600, min_open=True),
+        default=DEFAULT_CONNECT_TIMEOUT_S,
+        show_default=True,
+        help=f"Seconds to wait for the broker to answer {before}.",
+    )
+
+
+@contextlib.asynccontextmanager
+async def reachable_channel(target: Target, timeout_s: float) -> AsyncIterator[grpc.aio.Channel]:
+    """A channel to ``target``'s broker, given once a server answers on it (see
+    :func:`check_reachable`), and closed on the way out."""
+    channel = aio_channel(**target.kwargs())
+    try:
+        await check_reachable(channel, target, timeout_s)
+        yield channel
+    finally:
+        await channel.close()
+
+
 @click.command()
 @click.argument("topic", type=TOPIC_NAME)
 @click.option("--key", help="Key of every record (picks the partition).")
 @click.option("--count", type=click.IntRange(1), help="Send N generated records, not stdin.")
-@click.option(
-    "--connect-timeout",
-    type=click.FloatRange(0, 3600, min_open=True),
-    default=DEFAULT_CONNECT_TIMEOUT_S,
-    show_default=True,
-    help="Seconds to wait for the broker to answer before anything is sent.",
-)
+@connect_timeout_option("before anything is sent")
 @broker_option
 def produce(
     topic: str, key: str | None, count: int | None, connect_timeout: float, target: Target
@@ -345,15 +363,13 @@ def produce(
     encoded_key = key.encode() if key is not None else None
 
     async def go() -> int:
-        channel = aio_channel(**target.kwargs())
-        try:
-            await check_reachable(channel, target, connect_timeout)
-            async with AsyncProducer(channel=channel) as producer:
-                futures = [await producer.send(topic, v, key=encoded_key) for v in values]
-                await asyncio.gather(*futures)
-                return len(futures)
-        finally:
-            await channel.close()
+        async with (
+            reachable_channel(target, connect_timeout) as channel,
+            AsyncProducer(channel=channel) as producer,
+        ):
+            futures = [await producer.send(topic, v, key=encoded_key) for v in values]
+            await asyncio.gather(*futures)
+            return len(futures)
 
     sent = run(go, target)
     click.echo(f"produced {plural(sent, 'record')} to {topic}", err=True)
@@ -424,13 +440,7 @@ def _stdin_lines() -> Iterator[bytes]:
     "with a note on stderr of how many of --count arrived).",
 )
 @click.option("--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
-@click.option(
-    "--connect-timeout",
-    type=click.FloatRange(0, 3600, min_open=True),
-    default=DEFAULT_CONNECT_TIMEOUT_S,
-    show_default=True,
-    help="Seconds to wait for the broker to answer before subscribing.",
-)
+@connect_timeout_option("before subscribing")
 @broker_option
 def consume(  # noqa: PLR0917 - click passes every option as an argument
     topic: str,
@@ -459,20 +469,18 @@ def consume(  # noqa: PLR0917 - click passes every option as an argument
 
     async def go() -> None:
         nonlocal printed, idle
-        channel = aio_channel(**target.kwargs())
-        try:
-            await check_reachable(channel, target, connect_timeout)
-        finally:
-            await channel.close()
-        async with AsyncConsumer(
-            topic,
-            subscription,
-            **target.kwargs(),
-            type=type_,
-            initial_position=start,
-            receive_queue=prefetch,
-            connect_timeout=connect_timeout,
-        ) as consumer:
+        async with (
+            reachable_channel(target, connect_timeout) as channel,
+            AsyncConsumer(
+                topic,
+                subscription,
+                channel=channel,
+                type=type_,
+                initial_position=start,
+                receive_queue=prefetch,
+                connect_timeout=connect_timeout,
+            ) as consumer,
+        ):
             while count is None or printed < count:
                 want = count - printed if count is not None else CONSUME_PREFETCH
                 try:
