@@ -24,7 +24,7 @@ from dispatcher import (
 from dispatcher.dead_letter import DlqEntry
 from proto import admin_pb2 as _admin
 from proto import broker_pb2 as _pb
-from proto.batch import producer_identity
+from proto.batch import producer_id_of
 from wal import AppendResult, Log, RecordBatch, decode_batch, encode_columns
 
 _TYPES: dict[int, SubscriptionType] = {
@@ -193,9 +193,9 @@ def batch_path_partition(request: _pb.PublishRequest) -> None:
     """
     if request.partition >= 0:
         return
-    identity = producer_identity(request.batch)
-    if identity is not None:
-        _check_idempotent_partition(request.partition, identity[0])
+    producer_id = producer_id_of(request.batch)
+    if producer_id is not None:
+        _check_idempotent_partition(request.partition, producer_id)
 
 
 def _check_idempotent_partition(partition: int, producer_id: int) -> None:

@@ -271,14 +271,14 @@ def partition_for(key: bytes, partitions: int) -> int:
     return crc32c(key) % partitions
 
 
-def producer_identity(data: bytes | bytearray | memoryview) -> tuple[int, int] | None:
-    """The ``(producer_id, base_sequence)`` the header of the encoded batch ``data``
-    announces, unchecked (the rest of the batch may be anything); ``None`` when ``data``
-    is too short to hold them."""
+def producer_id_of(data: bytes | bytearray | memoryview) -> int | None:
+    """The ``producer_id`` the header of the encoded batch ``data`` announces, unchecked
+    (the rest of the batch may be anything); ``None`` when ``data`` is too short to hold
+    it and the base sequence after it."""
     if len(data) < _IDENTITY_AT + _IDENTITY.size:
         return None
-    producer_id, base_sequence = _IDENTITY.unpack_from(data, _IDENTITY_AT)
-    return producer_id, base_sequence
+    producer_id: int = _IDENTITY.unpack_from(data, _IDENTITY_AT)[0]
+    return producer_id
 
 
 def restamp(data: bytes, producer_id: int, base_sequence: int) -> bytes:

@@ -45,12 +45,10 @@ class AccessDeniedError(ConnectorError):
 def unreachable(broker: str, doing: str, cause: object, *, tls: bool) -> BrokerUnreachableError:
     """The error for a broker that did not answer: what to check, including TLS, whose
     mismatch looks like an outage to a plaintext client ("Socket closed")."""
-    advice = "start it (headrace serve), or fix the option"
-    if not tls:
-        advice += "; if the broker serves TLS, set the option 'tlsCa'"
+    tls_hint = "" if tls else "; if the broker serves TLS, set the option 'tlsCa'"
     return BrokerUnreachableError(
         f"cannot reach the headrace broker at {broker} (option 'broker'){doing}: {cause}. "
-        f"{advice[0].upper()}{advice[1:]}"
+        f"Start it (headrace serve), or fix the option{tls_hint}"
     )
 
 

@@ -149,6 +149,12 @@ def losses(position: Mapping[int, int], retained: list[Retained]) -> list[Loss]:
     return out
 
 
+def topic_changed(was: str, now: str) -> bool:
+    """Whether the topic's id changed from ``was`` to ``now`` (it was deleted and created
+    again); False when either is unknown (``""``)."""
+    return bool(was and now and was != now)
+
+
 def recreated(
     position: Mapping[int, int], was: str, now: str, retained: list[Retained]
 ) -> list[Loss]:
@@ -157,7 +163,7 @@ def recreated(
     (a position may even lie below the new head, where nothing else would notice). Reading
     can go on at the new topic's first offsets. Nothing when either id is unknown (``""``).
     """
-    if not was or not now or was == now:
+    if not topic_changed(was, now):
         return []
     reason = f"the topic was deleted and created again (its id was {was}, now {now})"
     return [

@@ -360,7 +360,7 @@ class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         position = off.from_spark(start)
         was = off.topic_id_of(start)
         now, retained = self.driver.snapshot()
-        if off.recreated(position, was, now, retained):
+        if off.topic_changed(was, now):
             self._acked = {}  # the cursors acked so far were the old topic's
         else:
             self._ack(position)
@@ -392,10 +392,8 @@ class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The tasks of the batch ``[start, end)``; when the topic was created again
         between them (``failOnDataLoss=false`` let the query go on), the new topic is read
         from its beginning, since ``start`` counts the old topic's records."""
-        begin = off.from_spark(start)
-        was, now = off.topic_id_of(start), off.topic_id_of(end)
-        if was and now and was != now:
-            begin = {}
+        changed = off.topic_changed(off.topic_id_of(start), off.topic_id_of(end))
+        begin = {} if changed else off.from_spark(start)
         ranges = off.plan(begin, off.from_spark(end), self.options.min_partitions)
         return [HeadracePartition(r.partition, r.start, r.end) for r in ranges]
 
