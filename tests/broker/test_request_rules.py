@@ -12,8 +12,10 @@ from typing import Any
 import grpc
 import pytest
 
+from broker.app import Broker
 from proto import admin_pb2 as admin
 from proto import broker_pb2 as pb
+from tests._helpers import eventually
 from tests.broker.conftest import Client
 from wal import encode_columns
 
@@ -157,7 +159,9 @@ async def test_a_release_of_unsent_offsets_says_release(client: Client) -> None:
     assert (info.value.details() or "").startswith("release of offset 8 on partition 0")
 
 
-async def test_deleting_a_topic_ends_its_readers_with_not_found(client: Client) -> None:
+async def test_deleting_a_topic_ends_its_readers_with_not_found(
+    broker: Broker, client: Client
+) -> None:
     """Scenario: a Subscribe stream on a topic and a Fetch waiting past its head; the topic
     is deleted. Expected: the stream ends NOT_FOUND ("subscription deleted", "topic
     deleted") and the Fetch NOT_FOUND ("was deleted while this request was served"). Before,
@@ -167,15 +171,20 @@ async def test_deleting_a_topic_ends_its_readers_with_not_found(client: Client) 
     outbox: asyncio.Queue[pb.SubscribeRequest | None] = asyncio.Queue()
     call = open_stream(client, outbox)
 
+    subscribed = asyncio.Event()
+
     async def read_stream() -> None:
         async for _ in call:
-            pass
+            subscribed.set()  # the first answer: the session is attached
 
     stream = asyncio.create_task(read_stream())
+    await asyncio.wait_for(subscribed.wait(), 10)
+    writer = broker.topics.get(TOPIC).partition(0).writer
+    listening = len(writer._listeners)  # the subscription's notifier among them
     fetch = client.broker.Fetch(
         pb.FetchRequest(topic=TOPIC, partition=0, offset=3, max_wait_ms=5_000)
     )
-    await asyncio.sleep(0.2)  # both are waiting on the broker
+    await eventually(lambda: len(writer._listeners) > listening)  # the Fetch waits for data
     await client.admin.DeleteTopic(admin.DeleteTopicRequest(name=TOPIC))
     code, message = await status_of(stream)
     assert code == grpc.StatusCode.NOT_FOUND
