@@ -470,10 +470,7 @@ def consume(  # noqa: PLR0917 - click passes every option as an argument
     async def go() -> None:
         nonlocal printed, idle
         async with reachable_channel(target, connect_timeout):
-            # The broker answers. The consumer makes its own connection: on the checked
-            # one, a refused token came after a "stream broke" warning (two lines, not
-            # the CLI's one), seen once in a CI run.
-            pass
+            pass  # the broker answers; the consumer makes its own connection
         async with AsyncConsumer(
             topic,
             subscription,

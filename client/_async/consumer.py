@@ -661,7 +661,13 @@ class AsyncConsumer:
             pause = backoff_s(attempt, self._rng)
             if not self._subscribed.is_set():  # never sleep past connect_timeout
                 pause = min(pause, max(0.0, started + self._connect_timeout - time.monotonic()))
-            logger.warning(
+            # The first try of a first open that breaks is retried at once, quietly: a
+            # call the broker refuses before reading it can surface as INTERNAL ("Internal
+            # error from Core") and then, on the retry, as the refusal itself; a warning
+            # for it would add a second line to that refusal. Later breaks are warned of.
+            first_try = attempt == 0 and not self._subscribed.is_set()
+            logger.log(
+                logging.INFO if first_try else logging.WARNING,
                 "subscription %s of %s: stream broke (%s); reconnecting in %.2f s",
                 self.subscription,
                 self.topic,
