@@ -300,10 +300,10 @@ def _partition_dir(location: tuple[str, ...], data_dir: str | None) -> str:
     """The partition directory the arguments name; a usage error, with the layout and a
     guess where one fits, when they name none."""
     if data_dir is not None:
-        if len(location) != 2 or not location[1].isdecimal():
-            raise click.UsageError(
+        if len(location) != 2 or not location[1].isdecimal() or len(location[1]) > 6:
+            raise click.UsageError(  # six digits hold any partition a topic may have
                 f"with --data-dir, name the partition as TOPIC PARTITION (e.g. orders 0), "
-                f"not {' '.join(location)!r}"
+                f"not {' '.join(location)[:200]!r}"
             )
         topic, partition = location
         if not is_valid_name(topic):

@@ -128,14 +128,16 @@ def test_an_invalid_name_is_a_usage_error_with_the_rule(argv: tuple[str, ...], k
         (("dlq", "ack", "t", "-s", "s", "--up-to", "9" * 20), "0<=x<=9223372036854775807"),
         (("dlq", "replay", "t", "-s", "s", "--up-to", "9" * 20), "0<=x<=9223372036854775807"),
         (("dlq", "replay", "t", "-s", "s", "--limit", "9" * 20), "1<=x<=2147483647"),
+        (("wal", "inspect", "--data-dir", "d", "t", "9" * 5000), "as TOPIC PARTITION"),
     ],
 )
 def test_a_number_past_what_the_wire_carries_is_a_usage_error(
     argv: tuple[str, ...], words: str
 ) -> None:
-    """Scenario: offsets, sequences and limits larger than protobuf's int64 or int32.
-    Expected: exit 2 with the range, before any connection; before, the value reached the
-    client library and ended in a 49-line ValueError traceback, exit 1."""
+    """Scenario: offsets, sequences and limits larger than protobuf's int64 or int32, and
+    a partition of 5,000 digits (found by the CLI fuzz: past Python's int() digit limit).
+    Expected: exit 2 with the range or the form, before any connection; before, the value
+    ended in a ValueError traceback, exit 1."""
     code, err = invoke(*argv)
     assert code == 2, err
     assert words in err
