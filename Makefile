@@ -4,29 +4,48 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
+PIP    := $(BIN)/python -m pip
 STAMP  := $(VENV)/.installed
+# The lock: every runtime dependency, extra and tool at the exact version the suite last
+# passed with, resolved together by `make lock`. Everything make installs is held to it,
+# so each machine tests what the last commit was tested with. pyproject.toml keeps ranges
+# for people who install the package into their own environment.
+LOCK   := constraints.txt
 # The spark extra is part of the default set: the connector's tests need a real
-# SparkSession (pyspark, pyarrow; Java 17 comes from the system).
-EXTRAS ?= dev,spark
+# SparkSession (pyspark, pyarrow; Java 17 comes from the system). docs builds the site,
+# which `make test` checks with --strict.
+EXTRAS ?= dev,spark,docs
 
-.PHONY: setup run demo test lint fmt bench proto proto-check clean
+.PHONY: setup run demo test lint docs docs-check lock fmt bench proto proto-check clean
 
 # editable_mode=compat puts the checkout on sys.path (a .pth entry) instead of an import
 # hook, so Spark's data source lookup, which lists modules with pkgutil, finds
 # pyspark_headrace and with it format("headrace").
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]' --config-settings editable_mode=compat
-	touch $(STAMP)
+#
+# pip, setuptools and wheel come from the lock first, and the project is then built with
+# them (--no-build-isolation): an isolated build would fetch whatever setuptools is newest
+# that day. The installer's output goes to a log, shown only if it fails: a first
+# `make run` prints one line, not pages of pip.
+$(STAMP): pyproject.toml $(LOCK)
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "headrace: installing the locked dependencies into $(VENV) (a minute or two the first time; log: $(VENV)/install.log)"
+	@( set -e; \
+	  $(PIP) install --quiet -c $(LOCK) pip setuptools wheel; \
+	  $(PIP) install --quiet -c $(LOCK) --no-build-isolation -e '.[$(EXTRAS)]' \
+	    --config-settings editable_mode=compat; \
+	) > $(VENV)/install.log 2>&1 || { \
+	  tail -n 40 $(VENV)/install.log >&2; \
+	  echo "headrace: installing dependencies failed; the whole log is $(VENV)/install.log" >&2; \
+	  exit 1; }
+	@touch $(STAMP)
 
 # Bytecode is compiled here, as pip does for an installed package: an editable install
 # leaves it to the first import, and where PYTHONDONTWRITEBYTECODE is set (as on our
 # development machines) every process would compile every module again, about 130 ms
 # for each `headrace` start (restart to serving, every CLI command). Only changed files
 # recompile.
-setup: $(STAMP)  ## create .venv and install the project with its dev tools
-	$(BIN)/python -m compileall -q -j 0 broker wal dispatcher proto client spark_connector pyspark_headrace bench
+setup: $(STAMP)  ## create .venv and install the project with its dev tools, as locked
+	@$(BIN)/python -m compileall -q -j 0 broker wal dispatcher proto client spark_connector pyspark_headrace bench
 
 # The main job: the broker in the foreground until Ctrl-C, on its defaults (./data,
 # 127.0.0.1:50051, metrics on :9464) or what HEADRACE_DATA_DIR, HEADRACE_LISTEN,
@@ -54,6 +73,29 @@ fmt: setup
 test: lint  ## lint, then the whole test suite
 	$(BIN)/python -m pytest
 
+# The documentation site (mkdocs.yml, sources in docs/), served with live reload on
+# http://127.0.0.1:8000.
+docs: setup  ## serve the documentation site locally
+	$(BIN)/mkdocs serve
+
+# A broken link, anchor or snippet fails the build.
+docs-check: setup
+	$(BIN)/mkdocs build --strict --quiet --site-dir site
+
+# Refresh the lock: every dependency and tool re-resolved to its newest release (the
+# ranges in pyproject.toml allow), installed, and the generated protobuf code remade
+# with the new grpcio-tools. Run it to take new releases on purpose (a security fix, a
+# new pyspark), or after changing a dependency in pyproject.toml; then `make test`, and
+# commit constraints.txt (and proto/) only if it passes. The file carries no index URL,
+# host or find-links, so it works against any mirror.
+lock: $(STAMP)  ## re-resolve constraints.txt to the newest releases, reinstall, regenerate proto
+	CUSTOM_COMPILE_COMMAND="make lock" $(BIN)/pip-compile --quiet --upgrade --all-extras \
+	  --strip-extras --allow-unsafe --no-emit-index-url --no-emit-trusted-host \
+	  --no-emit-find-links --output-file $(LOCK) pyproject.toml
+	$(MAKE) --no-print-directory setup
+	$(BIN)/python -m proto.generate
+	@echo "headrace: $(LOCK) refreshed; run make test, and commit it only if that passes"
+
 bench: setup  ## full WAL benchmark; JSON lines with BENCH_ARGS=--json
 	$(BIN)/python -m bench wal $(BENCH_ARGS)
 
@@ -61,4 +103,4 @@ proto: setup  ## regenerate protobuf/gRPC code
 	$(BIN)/python -m proto.generate
 
 clean:
-	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache ./data/bench
+	rm -rf $(VENV) build site *.egg-info .mypy_cache .ruff_cache .pytest_cache ./data/bench
