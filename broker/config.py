@@ -91,7 +91,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from broker import config_keys
 from broker.backlog import BacklogConfig, BacklogPolicy
+from broker.config_keys import Kind
 from broker.limits import LimitsConfig
 from dispatcher import (
     DispatchConfig,
@@ -168,7 +170,7 @@ class SecurityConfig:
 
 
 #: The longest inactive_expiry_ms accepted: ten years, milliseconds.
-MAX_EXPIRY_MS = 3_650 * DAY_MS
+MAX_EXPIRY_MS = int(config_keys.key("subscriptions", "inactive_expiry_ms").high or 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,13 +290,9 @@ class BrokerConfig:
     def __post_init__(self) -> None:
         _address("listen", self.listen, allow_empty=False)
         _address("metrics_listen", self.metrics_listen, allow_empty=True)
-        _int_range("default_partitions", self.default_partitions, 1, 10_000)
-        _int_range("max_request_bytes", self.max_request_bytes, 1024, 1 << 30)
-        _int_range("max_unacked", self.max_unacked, 1, 10_000_000)
-        _int_range("cursor_flush_interval_ms", self.cursor_flush_interval_ms, 1, 60_000)
-        _int_range("retention_check_interval_ms", self.retention_check_interval_ms, 1, 3_600_000)
-        _int_range("producer_expiry_ms", self.producer_expiry_ms, 60_000, 3_650 * DAY_MS)
-        _int_range("producer_snapshot_bytes", self.producer_snapshot_bytes, 1024, 64 << 30)
+        for k in config_keys.BROKER:  # the ranges the reference page shows
+            if k.kind is Kind.INTEGER:
+                _int_range(k.name, getattr(self, k.name), int(k.low or 0), int(k.high or 0))
         _check_backlog(self.backlog)
         _check_limits(self.limits, self.default_partitions)
         for topic, config in self.wal_topics.items():
@@ -310,9 +308,9 @@ class BrokerConfig:
             raise ConfigError("auto_create_topics must be true or false")
         if not isinstance(self.data_dir, str) or not self.data_dir:
             raise ConfigError("data_dir must be a non-empty path")
-        grace = self.grace_seconds
-        if not isinstance(grace, int | float) or isinstance(grace, bool) or not 0 <= grace <= 600:
-            raise ConfigError("grace_seconds must be a number of seconds from 0 to 600")
+        grace, (lo, hi) = self.grace_seconds, _span(config_keys.key("broker", "grace_seconds"))
+        if not isinstance(grace, int | float) or isinstance(grace, bool) or not lo <= grace <= hi:
+            raise ConfigError(f"grace_seconds must be a number of seconds from {lo} to {hi}")
 
     @property
     def log_config(self) -> LogConfig:
@@ -503,7 +501,9 @@ def _heartbeat(table: object, where: str) -> HeartbeatConfig:
             if "interval_ms" in table
             else default.interval_s,
             stall_timeout_s=_seconds(
-                f"{where} stall_timeout_ms", table.get("stall_timeout_ms"), 86_400_000
+                f"{where} stall_timeout_ms",
+                table.get("stall_timeout_ms"),
+                int(config_keys.key("heartbeat", "stall_timeout_ms").high or 0),
             )
             if "stall_timeout_ms" in table
             else default.stall_timeout_s,
@@ -652,8 +652,9 @@ def _choice(kind: type[E], value: object, setting: str) -> E:
 def _check_backlog(backlog: object) -> None:
     if not isinstance(backlog, BacklogConfig):
         raise ConfigError("backlog must be a broker.backlog.BacklogConfig")
-    _int_range("[backlog] quota_messages", backlog.quota_messages, 0, 1 << 62)
-    _int_range("[backlog] block_timeout_ms", backlog.block_timeout_ms, 1, 3_600_000)
+    for name in ("quota_messages", "block_timeout_ms"):
+        lo, hi = _span(config_keys.key("backlog", name))
+        _int_range(f"[backlog] {name}", getattr(backlog, name), lo, hi)
     if not isinstance(backlog.policy, BacklogPolicy):
         choices = ", ".join(p.value for p in BacklogPolicy)
         raise ConfigError(
@@ -661,7 +662,16 @@ def _check_backlog(backlog: object) -> None:
         )
 
 
-def _seconds(where: str, value: object, hi_ms: int = 3_600_000) -> float:
+def _span(k: config_keys.Key) -> tuple[int, int]:
+    """The inclusive integer range of a key that has both ends."""
+    return int(k.low or 0), int(k.high or 0)
+
+
+#: The longest heartbeat interval, milliseconds (``[heartbeat] interval_ms`` and overrides).
+_INTERVAL_HI_MS = int(config_keys.key("heartbeat", "interval_ms").high or 0)
+
+
+def _seconds(where: str, value: object, hi_ms: int = _INTERVAL_HI_MS) -> float:
     """Milliseconds from the file, checked to lie in [1, ``hi_ms``], as seconds."""
     if not isinstance(value, int | float) or isinstance(value, bool) or not 1 <= value <= hi_ms:
         raise ConfigError(f"{where} = {value!r}: must be from 1 to {hi_ms} milliseconds")

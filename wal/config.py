@@ -95,16 +95,10 @@ class LogConfig:
     max_header_name_bytes: int | None = None
 
     def __post_init__(self) -> None:
-        _positive("segment_bytes", self.segment_bytes, 128, _SEGMENT_MAX)
-        _positive("index_interval_bytes", self.index_interval_bytes, 1, _SEGMENT_MAX)
-        _positive("max_record_bytes", self.max_record_bytes, 1, 256 * MIB)
-        _positive("max_batch_bytes", self.max_batch_bytes, HEADER_SIZE + 64, 256 * MIB)
-        _positive("fsync_interval_ms", self.fsync_interval_ms, 1, 3_600_000)
-        _positive("max_group_bytes", self.max_group_bytes, 1, 1024 * MIB)
-        _positive("tail_cache_bytes", self.tail_cache_bytes, 0, 1024 * MIB)
-        _optional("segment_ms", self.segment_ms)
-        _optional("retention_ms", self.retention_ms)
-        _optional("retention_bytes", self.retention_bytes)
+        for name, (lo, hi) in RANGES.items():
+            _positive(name, getattr(self, name), lo, hi)
+        for name in OPTIONAL:
+            _optional(name, getattr(self, name))
         for name in HEADER_LIMITS:
             if getattr(self, name) is not None:
                 _positive(name, getattr(self, name), 0, 256 * MIB)
@@ -123,6 +117,20 @@ class LogConfig:
             self.max_header_bytes,
             self.max_header_name_bytes,
         )
+
+
+#: Allowed range of each integer setting, inclusive (the configuration reference reads it).
+RANGES: dict[str, tuple[int, int]] = {
+    "segment_bytes": (128, _SEGMENT_MAX),
+    "index_interval_bytes": (1, _SEGMENT_MAX),
+    "max_record_bytes": (1, 256 * MIB),
+    "max_batch_bytes": (HEADER_SIZE + 64, 256 * MIB),
+    "fsync_interval_ms": (1, 3_600_000),
+    "max_group_bytes": (1, 1024 * MIB),
+    "tail_cache_bytes": (0, 1024 * MIB),
+}
+#: Settings that are off when ``None`` and otherwise a positive integer, with no upper bound.
+OPTIONAL = ("segment_ms", "retention_ms", "retention_bytes")
 
 
 def _positive(field: str, value: object, lo: int, hi: int) -> None:
