@@ -1,6 +1,8 @@
-"""The README's Python example runs as printed, against a real broker, twice in a row.
+"""The docs' first Python program runs as printed, against a real broker, twice in a row.
 
-A new user's first program is that example: it must work as pasted, print a handful of
+The program is ``docs/examples/client_quickstart.py``, which the Python client guide
+(``docs/client/guide.md``) includes with a snippet. A new user's first program is that
+example: it must work as pasted, print a handful of
 lines rather than flood the terminal, and still work the second time (the topic exists
 then, and the subscription has a cursor).
 """
@@ -23,12 +25,14 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = '"127.0.0.1:50051"'
 
 
+EXAMPLE = ROOT / "docs" / "examples" / "client_quickstart.py"
+GUIDE = ROOT / "docs" / "client" / "guide.md"
+
+
 def python_example() -> str:
-    """The first ```python block after "From Python" in the README's quick tour."""
-    readme = (ROOT / "README.md").read_text()
-    rest = readme[readme.index("From Python (async;") :]
-    start = rest.index("```python\n") + len("```python\n")
-    return rest[start : rest.index("\n```", start)]
+    """The example file, which the guide must include as it is."""
+    assert '--8<-- "docs/examples/client_quickstart.py"' in GUIDE.read_text()
+    return EXAMPLE.read_text()
 
 
 @pytest.fixture
@@ -56,7 +60,7 @@ def broker_address(tmp_path: Path) -> Iterator[str]:
 
 
 def test_the_python_example_runs_twice_and_prints_a_few_lines(broker_address: str) -> None:
-    """Scenario: the README's Python example, its broker address pointed at a test broker,
+    """Scenario: the guide's Python example, its broker address pointed at a test broker,
     run twice. Expected: exit 0 both times; at most 5 lines each, the first saying where
     hello was stored and the last that the consumer got this run's hello."""
     code = python_example()

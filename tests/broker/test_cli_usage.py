@@ -285,12 +285,12 @@ def test_the_banner_on_defaults_exports_nothing(capsys: pytest.CaptureFixture[st
     assert "metrics off" in err
 
 
-def test_the_banner_and_the_readme_tour_say_the_same_commands() -> None:
+def test_the_banner_and_the_quickstart_tour_say_the_same_commands() -> None:
     """Scenario: the steps the serve banner suggests, as `make run` starts it
-    (.venv/bin/headrace). Expected: each is a line of the README's quick tour, word for
-    word (before its comment)."""
-    readme = (ROOT / "README.md").read_text()
-    tour = readme[readme.index("## Quick tour") :]
+    (.venv/bin/headrace). Expected: each is a line of the quickstart's longer tour
+    (docs/quickstart.md), word for word (before its comment)."""
+    readme = (ROOT / "docs" / "quickstart.md").read_text()
+    tour = readme[readme.index("## The longer tour") :]
     block = tour[tour.index("```sh\n") + 6 : tour.index("\n```", tour.index("```sh\n"))]
     commands = {line.split("  #")[0].rstrip() for line in block.splitlines()}
     for step in TOUR:

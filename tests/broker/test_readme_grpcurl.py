@@ -1,10 +1,11 @@
-"""The README's grpcurl session ("Without the client library"), replayed over real gRPC.
+"""The docs' grpcurl session (docs/grpcurl.md, "Without the client library"), replayed
+over real gRPC.
 
 grpcurl is a Go binary this machine does not have, so the test does what grpcurl does with
-the README's JSON: parses each request body with ``google.protobuf.json_format`` into the
+the page's JSON: parses each request body with ``google.protobuf.json_format`` into the
 RPC's request message, sends it to a real broker on loopback, and compares each response,
-printed as proto3 JSON, with the output the README shows. The README's blocks are taken
-in order from its section, so an edit to the session that breaks it fails here.
+printed as proto3 JSON, with the output the page shows. The page's blocks are taken
+in order, so an edit to the session that breaks it fails here.
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ from proto import broker_pb2 as pb
 from tests.broker.conftest import Client, broker_config, serving
 
 ROOT = Path(__file__).resolve().parents[2]
-SECTION = "## Without the client library"
-#: The broker clock the README's output shows (2026-01-01T00:00:00Z).
-README_NOW_MS = 1_767_225_600_000
+PAGE = ROOT / "docs" / "grpcurl.md"
+#: The broker clock the page's output shows (2026-01-01T00:00:00Z).
+PAGE_NOW_MS = 1_767_225_600_000
 BLOCK = re.compile(r"^```(\w+)\n(.*?)^```$", re.DOTALL | re.MULTILINE)
 COMMAND = re.compile(
     r"grpcurl -plaintext -d (?:'(?P<body>.*?)'|@) .*?headrace\.v1\.(?P<rpc>\w+/\w+)", re.DOTALL
@@ -36,11 +37,8 @@ COMMAND = re.compile(
 
 
 def section_blocks() -> list[tuple[str, str]]:
-    """``(language, body)`` of every fenced block of the README's section, in order."""
-    text = (ROOT / "README.md").read_text()
-    start = text.index(SECTION)
-    end = text.index("\n## ", start + len(SECTION))
-    return [(m[1], m[2]) for m in BLOCK.finditer(text[start:end])]
+    """``(language, body)`` of every fenced block of the page, in order."""
+    return [(m[1], m[2]) for m in BLOCK.finditer(PAGE.read_text())]
 
 
 def json_values(text: str) -> list[Any]:
@@ -71,10 +69,10 @@ def parse(body: str, message_class: type[Message]) -> Any:
 
 @pytest.mark.asyncio
 async def test_the_readme_grpcurl_session_works_against_a_real_broker(tmp_path: Path) -> None:
-    """Scenario: the README's session: CreateTopic, a simple-path Publish, a decoded
+    """Scenario: the page's session: CreateTopic, a simple-path Publish, a decoded
     Fetch, a decoded Subscribe that acks what it got. Expected: each response is what the
-    README shows (the consumer id aside, a process-wide counter), and afterwards the
-    subscription's cursor is 2, as the README says."""
+    page shows (the consumer id aside, a process-wide counter), and afterwards the
+    subscription's cursor is 2, as the page says."""
     blocks = section_blocks()
     assert [lang for lang, _ in blocks] == ["sh", "json"] * 4 + ["json"] * 2
     commands = [COMMAND.search(body) for lang, body in blocks if lang == "sh"]
@@ -91,10 +89,10 @@ async def test_the_readme_grpcurl_session_works_against_a_real_broker(tmp_path: 
     created, published, fetched, opened, answered, acked = outputs
 
     config = broker_config(tmp_path / "data")
-    async with serving(config, clock=lambda: README_NOW_MS) as (_, c):
+    async with serving(config, clock=lambda: PAGE_NOW_MS) as (_, c):
         topic = await c.admin.CreateTopic(parse(create["body"], admin.CreateTopicRequest))
         assert re.fullmatch("[0-9a-f]{16}", topic.topic_id)
-        assert created[0]["topicId"] != topic.topic_id  # random: the README's is an example
+        assert created[0]["topicId"] != topic.topic_id  # random: the page's is an example
         assert [as_json(topic)] == [{**created[0], "topicId": topic.topic_id}]
         response = await c.broker.Publish(parse(publish["body"], pb.PublishRequest))
         assert [as_json(response)] == published
