@@ -260,8 +260,9 @@ def wal_inspect(location: tuple[str, ...], data_dir: str | None, as_json: bool) 
     """Scan every segment of one partition's log fully and report damage. Changes nothing.
 
     The partition is a DIRECTORY, DATA_DIR/topics/TOPIC/PARTITION (e.g.
-    ./data/topics/orders/0), or --data-dir DATA_DIR TOPIC PARTITION. Exits 1 when any
-    segment is damaged.
+    ./data/topics/orders/0), or --data-dir DATA_DIR TOPIC PARTITION. Each segment's
+    status is clean (the --json "clean" flag) or DAMAGED: and the problem. Exits 1 when
+    any segment is damaged.
     """
     directory = _partition_dir(location, data_dir)
     try:
@@ -274,7 +275,8 @@ def wal_inspect(location: tuple[str, ...], data_dir: str | None, as_json: bool) 
         from broker.cli_output import table  # noqa: PLC0415 - rich only for this table
 
         rows = [
-            asdict(r) | {"status": "ok" if r.is_clean else f"DAMAGED: {r.problem}"} for r in reports
+            asdict(r) | {"status": "clean" if r.is_clean else f"DAMAGED: {r.problem}"}
+            for r in reports
         ]
         click.echo(table(rows, _SEGMENT_FIELDS))
     if not all(r.is_clean for r in reports):

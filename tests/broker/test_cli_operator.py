@@ -4,6 +4,7 @@ terminal, the tables, and ``wal inspect`` given the wrong path or a damaged log.
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import re
@@ -227,8 +228,9 @@ def test_wal_inspect_finds_the_partition_or_says_where_partitions_live(
     """Scenario: topic "walled" with 2 records; `wal inspect` on the README's old path
     DATA/walled-0, on the data directory, on the partition directory, by --data-dir TOPIC
     PARTITION, and on a copy whose segment has junk appended. Expected: the wrong paths
-    exit 2 with the layout and the directory meant; the right ones exit 0 with one clean
-    segment of 2 records; the damaged copy exits 1 and says DAMAGED."""
+    exit 2 with the layout and the directory meant; the right ones exit 0 with one segment
+    of 2 records whose status is "clean", the word --json uses; the damaged copy exits 1
+    and says DAMAGED."""
     address = served.address
     assert headrace("topics", "create", "walled", broker=address).returncode == 0
     assert headrace("produce", "walled", stdin="a\nb\n", broker=address).returncode == 0
@@ -247,7 +249,10 @@ def test_wal_inspect_finds_the_partition_or_says_where_partitions_live(
         assert done.returncode == 0, done.stderr
         head, row = done.stdout.splitlines()
         assert head.split()[:5] == ["name", "size_bytes", "valid_bytes", "batches", "records"]
-        assert row.split()[4:] == ["2", "2", "ok"]
+        assert row.split()[4:] == ["2", "2", "clean"]
+    # the table's word is the --json flag's name
+    [doc] = json.loads(headrace("wal", "inspect", str(partition), "--json").stdout)
+    assert (doc["clean"], doc["problem"]) == (True, "")
 
     copy = tmp_path / "copy"
     shutil.copytree(partition, copy)
