@@ -11,7 +11,7 @@ later) and save their cursors; the server stops accepting and lets in-flight cal
 for ``grace_seconds``; then every log syncs and closes. A shutdown step that fails on the
 disk (a state save on a full disk) is logged and the next step still runs.
 
-Security (README "Security"): with ``[security] tls_cert``/``tls_key`` the one port serves
+Security (docs/operations/security.md): with ``[security] tls_cert``/``tls_key`` the one port serves
 TLS only (:mod:`broker.tls`); a certificate that cannot be used stops the start with one
 line. A ``listen`` address other hosts can reach needs TLS plus tokens or client
 certificates unless ``insecure`` is set (:mod:`broker.exposure`); a metrics listener

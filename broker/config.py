@@ -2,7 +2,9 @@
 
 Role: one place that knows every setting, its unit and its default, and turns bad input into
 :class:`ConfigError` naming the setting and what is allowed. Precedence: defaults < TOML
-file < ``HEADRACE_*`` environment variables < command-line flags.
+file < ``HEADRACE_*`` environment variables < command-line flags. Each key's kind, unit and
+range are data in :mod:`broker.config_keys`, which the checks below read and
+``python -m broker.config_reference`` renders as ``docs/operations/configuration.md``.
 
 TOML layout (every key optional)::
 
@@ -73,7 +75,7 @@ TOML layout (every key optional)::
     [subscriptions]                  # the subscription lifecycle
     inactive_expiry_ms = 604800000   # delete a subscription with no consumer and no ack,
                                      # commit or seek for this long, ms; absent = never
-    [security]                       # TLS, tokens and the safe default (README "Security")
+    [security]                       # TLS, tokens, safe default (docs/operations/security.md)
     tls_cert = "server.pem"          # PEM server certificate chain; with tls_key: TLS only
     tls_key = "server.key"           # PEM private key of tls_cert (unencrypted)
     tls_client_ca = "clients-ca.pem" # PEM CAs of client certificates: mutual TLS

@@ -162,3 +162,17 @@ def test_every_command_of_the_longer_tour_runs(served: tuple[str, str], tmp_path
     assert "orders" in run(".venv/bin/headrace topics list", address, tmp_path)
     run(".venv/bin/headrace topics delete orders --yes", address, tmp_path)
     assert "orders" not in run(".venv/bin/headrace topics list", address, tmp_path)
+
+
+def test_the_readme_quickstart_is_the_pages() -> None:
+    """Scenario: the README's five-step quickstart beside docs/quickstart.md's. Expected:
+    the same commands in the same order, and the same output for each (the README shows
+    only the banner's first line for step 1), so the README's output is checked by the
+    tests above too."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Quickstart") : readme.index("## Features")]
+    pairs = re.findall(r"^```sh\n(.*?)^```\n\n```text\n(.*?)^```$", section, re.M | re.S)
+    shown = steps()
+    assert [command.strip() for command, _ in pairs] == [shown[n][0] for n in range(1, 6)]
+    assert pairs[0][1] == shown[1][1].splitlines(keepends=True)[0]
+    assert [output for _, output in pairs[1:]] == [shown[n][1] for n in range(2, 6)]
