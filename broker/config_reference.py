@@ -55,6 +55,28 @@ Times in the file are milliseconds (`_ms`) unless the name says otherwise, sizes
 """
 
 
+_OVERRIDES = """
+## Overrides per topic and subscription
+
+Four tables take settings for one topic or one subscription, over the table they refine:
+
+```toml
+[wal.topics.metrics]              # any [wal] key, for the partitions of topic "metrics"
+fsync = "interval"                # e.g. a topic that may lose its last 100 ms in a power cut
+retention_ms = 86400000
+
+[heartbeat.topics]                # heartbeat interval per topic, ms
+orders = 100
+
+[heartbeat.subscriptions]         # per "topic/subscription", ms; wins over the topic's
+"orders/billing" = 50
+
+[dispatch.subscriptions."orders/billing"]  # any [dispatch] key, for one subscription
+max_deliveries = 3
+```
+"""
+
+
 def render() -> str:
     """The whole page."""
     defaults = BrokerConfig()
@@ -64,6 +86,7 @@ def render() -> str:
         parts.append(f"\n## `[{table}]`\n\n{about}\n")
         parts.append("\n| key | type | default | range | meaning |\n|---|---|---|---|---|\n")
         parts.extend(_row(k, defaults) for k in keys)
+    parts.append(_OVERRIDES)
     parts.append(_example(defaults))
     return "".join(parts)
 

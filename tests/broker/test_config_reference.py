@@ -89,11 +89,25 @@ def test_every_documented_range_is_the_validators(k: Key) -> None:
             _parse(k, high + step)
 
 
+def test_every_toml_block_on_the_page_is_a_valid_config() -> None:
+    """Scenario: each ```toml block of the page (the overrides example, the defaults).
+    Expected: the broker's parser accepts each, and the overrides example sets what its
+    comments say."""
+    blocks = re.findall(r"^```toml\n(.*?)^```$", config_reference.render(), re.M | re.S)
+    assert len(blocks) == 2
+    configs = [BrokerConfig.from_mapping(tomllib.loads(block)) for block in blocks]
+    overrides = configs[0]
+    assert overrides.wal_topics["metrics"].fsync.value == "interval"
+    assert overrides.heartbeat.interval_for("orders", "billing") == 0.05
+    assert overrides.dispatch.subscriptions["orders/billing"].max_deliveries == 3
+
+
 def test_the_file_of_defaults_parses_to_the_defaults() -> None:
     """Scenario: the page's "Every default in one file" TOML, parsed by the broker.
     Expected: a config equal to BrokerConfig() (every default and unit conversion on the
     page is the code's)."""
     page = config_reference.render()
-    block = page.split("```toml\n", 1)[1].split("```", 1)[0]
+    block = page.split("## Every default in one file", 1)[1]
+    block = block.split("```toml\n", 1)[1].split("```", 1)[0]
     assert BrokerConfig.from_mapping(tomllib.loads(block)) == BrokerConfig()
     assert "ack_timeout_ms = 30000\n" in block  # seconds in the code, ms in the file
