@@ -91,17 +91,17 @@ def test_every_example_file_is_run_by_a_test() -> None:
         assert name in run_here or any(name in t for t in tests), f"no test runs {name}"
 
 
-def test_the_wal_example_prints_what_the_page_shows_and_inspects_ok(tmp_path: Path) -> None:
+def test_the_wal_example_prints_what_the_page_shows_and_inspects_clean(tmp_path: Path) -> None:
     """Scenario: docs/examples/wal_demo.py run in an empty directory, then `headrace wal
     inspect ./wal-demo` on the log it wrote (docs/operations/wal.md). Expected: the
-    example prints the page's two lines; inspect prints the page's table, status `ok`."""
+    example prints the page's two lines; inspect prints the page's table, status `clean`."""
     page = DOCS / "operations" / "wal.md"
     out = _run([sys.executable, str(EXAMPLES / "wal_demo.py")], tmp_path)
     assert out == _shown_after(page, "It prints the offsets")
     cli = [sys.executable, "-c", "from broker.cli import main; main()"]
     table = _run([*cli, "wal", "inspect", "./wal-demo"], tmp_path)
     assert table == _shown_after(page, "For the log of the example above")
-    assert table.splitlines()[1].split()[-1] == "ok"
+    assert table.splitlines()[1].split()[-1] == "clean"
 
 
 @pytest.fixture(scope="module")
