@@ -7,7 +7,9 @@ Role: parse arguments, call the :mod:`client` library, print. Every command take
 ``--tls-ca``, ``--tls-cert``, ``--tls-key`` (env ``HEADRACE_TLS_CA``, ``HEADRACE_TLS_CERT``,
 ``HEADRACE_TLS_KEY``), all added by :func:`broker_option` and handed to the command as one
 :class:`Target`. Client errors print one line on stderr and exit 1 (a failed TLS handshake
-says which option to check); usage errors exit 2 (click), bad security options included.
+says which option to check; an HTTP server at the address, such as a broker's metrics
+listener, is named as one: :mod:`broker.cli_probe`); usage errors exit 2 (click), bad
+security options included.
 
 Checked before anything is sent (:mod:`broker.cli_params`): ``--broker`` is ``HOST:PORT``,
 topic and subscription names follow the broker's rule. ``produce`` first checks that a
@@ -152,6 +154,8 @@ def explain(error: ClientError, target: Target) -> str:
         return message
     if "handshake" in message.lower():
         cause = message.rsplit("OPENSSL_internal:", 1)[-1].strip().removesuffix(": OK")
+        if cause.startswith("WRONG_VERSION_NUMBER") and (line := http_instead(target)):
+            return line  # TLS to a plain-text HTTP server
         return (
             f"TLS handshake with {target.broker} failed ({cause}); check that --tls-ca is "
             "the CA that signed the broker's certificate, that the broker serves TLS, and "
@@ -166,7 +170,11 @@ def explain(error: ClientError, target: Target) -> str:
 
 def unreachable(target: Target, cause: str) -> str:
     """The one line for a broker that did not answer at ``target``'s address; the TLS
-    hint only where TLS could be why (not a refused connection or an unknown host)."""
+    hint only where TLS could be why (not a refused connection or an unknown host). Where
+    the answer was not HTTP/2 and an HTTP/1 server is there, the line says so instead
+    (:func:`http_instead`)."""
+    if cause.startswith("failed parsing http/2") and (line := http_instead(target)):
+        return line
     tls_hint = not target.tls_ca and not cause.startswith(("connection refused", "domain"))
     # A TLS broker that requires client certificates closes the connection of a client
     # without one (or with one it does not trust): the client sees only "socket closed".
@@ -181,6 +189,29 @@ def unreachable(target: Target, cause: str) -> str:
             if mtls_hint
             else ""
         )
+    )
+
+
+def http_instead(target: Target) -> str | None:
+    """The line for an address where an HTTP/1 server answers, not gRPC: a broker's
+    metrics listener, or what may be one (:func:`broker.cli_probe.probe_http`); None when
+    none does."""
+    from broker.cli_probe import probe_http  # noqa: PLC0415 - only on this error path
+    from broker.config import BrokerConfig  # noqa: PLC0415 - the broker's defaults, as above
+
+    listener = probe_http(target.broker)
+    if listener is None:
+        return None
+    metrics = f"serve --metrics-listen, default {BrokerConfig().metrics_listen}"
+    what = (
+        f"it is a Headrace broker's metrics listener ({metrics})"
+        if listener.is_headrace_metrics()
+        else f"it looks like an HTTP server, perhaps a broker's metrics listener ({metrics})"
+    )
+    return (
+        f"cannot reach a broker at {target.broker}: it answers HTTP/1, not gRPC, so {what}; "
+        f"--broker (env HEADRACE_BROKER) takes the broker's gRPC address (serve --listen, "
+        f"default {DEFAULT_BROKER})"
     )
 
 
