@@ -1,8 +1,9 @@
 """The ``headrace`` command line.
 
-Role: one entry point with subcommands: ``serve`` runs a broker; ``topics``, ``produce``,
-``consume`` and ``seek`` talk to one (:mod:`broker.cli_client`), and so do ``lag``
-(:mod:`broker.cli_lag`) and ``dlq`` (:mod:`broker.cli_dlq`); ``tokens`` edits the bearer tokens file
+Role: one entry point with subcommands: ``serve`` runs a broker; ``topics``, ``consume``
+and ``seek`` talk to one (:mod:`broker.cli_client`), and so do ``produce``
+(:mod:`broker.cli_produce`), ``lag`` (:mod:`broker.cli_lag`) and ``dlq``
+(:mod:`broker.cli_dlq`); ``tokens`` edits the bearer tokens file
 (:mod:`broker.cli_tokens`); ``wal inspect`` reads a partition directory offline
 (``DATA_DIR/topics/TOPIC/PARTITION``, or ``--data-dir DATA_DIR TOPIC PARTITION``; a path
 that is not one is answered with that layout). ``serve`` prints a banner once the broker
@@ -46,7 +47,7 @@ from wal.naming import LOG_SUFFIX
 #: after a crash fast (imports are most of it) and a client command quick to start.
 _LAZY = {
     "topics": "broker.cli_client:topics",
-    "produce": "broker.cli_client:produce",
+    "produce": "broker.cli_produce:produce",
     "consume": "broker.cli_client:consume",
     "lag": "broker.cli_lag:lag",
     "seek": "broker.cli_client:seek",

@@ -1,6 +1,7 @@
-"""The ``headrace`` commands that talk to a broker as a client: ``topics``, ``produce``,
-``consume`` and ``seek`` (``dlq`` is in :mod:`broker.cli_dlq`, ``lag`` in
-:mod:`broker.cli_lag`).
+"""The ``headrace`` commands that talk to a broker as a client: ``topics``, ``consume``
+and ``seek`` (``produce`` is in :mod:`broker.cli_produce`, ``dlq`` in :mod:`broker.cli_dlq`,
+``lag`` in :mod:`broker.cli_lag`), and what they all share: the connection options, the
+one-line errors, the reachability check.
 
 Role: parse arguments, call the :mod:`client` library, print. Every command takes
 ``--broker HOST:PORT`` (env ``HEADRACE_BROKER``), ``--token`` (env ``HEADRACE_TOKEN``) and
@@ -12,11 +13,12 @@ listener, is named as one: :mod:`broker.cli_probe`); usage errors exit 2 (click)
 security options included.
 
 Checked before anything is sent (:mod:`broker.cli_params`): ``--broker`` is ``HOST:PORT``,
-topic and subscription names follow the broker's rule. ``produce`` first checks that a
-broker answers (:func:`check_reachable`) instead of retrying a wrong address for its
-delivery timeout. A destructive command (``topics delete``, ``dlq purge``) asks at a
-terminal (:func:`confirm`) and refuses without one (:func:`require_terminal`) unless
-``--yes``. Tables and counted nouns come from :mod:`broker.cli_output`.
+topic and subscription names follow the broker's rule. ``produce`` and ``consume`` first
+check that a broker answers (:func:`check_reachable`) instead of retrying a wrong address
+for their delivery or connect timeout. A destructive command (``topics delete``, ``dlq
+purge``) asks at a terminal (:func:`confirm`) and refuses without one
+(:func:`require_terminal`) unless ``--yes``. Tables and counted nouns come from
+:mod:`broker.cli_output`.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import functools
 import json
 import math
 import sys
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -46,7 +48,6 @@ from client import (
     AlreadyExists,
     AsyncAdminClient,
     AsyncConsumer,
-    AsyncProducer,
     ClientError,
     Message,
     SubscriptionInfo,
@@ -375,37 +376,6 @@ async def reachable_channel(target: Target, timeout_s: float) -> AsyncIterator[g
         await channel.close()
 
 
-@click.command()
-@click.argument("topic", type=TOPIC_NAME)
-@click.option("--key", help="Key of every record (picks the partition).")
-@click.option("--count", type=click.IntRange(1), help="Send N generated records, not stdin.")
-@connect_timeout_option("before anything is sent")
-@broker_option
-def produce(
-    topic: str, key: str | None, count: int | None, connect_timeout: float, target: Target
-) -> None:
-    """Publish each line of stdin (or --count generated records) as one record.
-
-    Exits 0 only after every record was acknowledged. A broker that does not answer
-    within --connect-timeout is an error (exit 1) before anything is read or sent; once
-    sending, the producer retries a lost broker for up to 30 s per record.
-    """
-    values = (f"record-{i}".encode() for i in range(count)) if count else _stdin_lines()
-    encoded_key = key.encode() if key is not None else None
-
-    async def go() -> int:
-        async with (
-            reachable_channel(target, connect_timeout) as channel,
-            AsyncProducer(channel=channel) as producer,
-        ):
-            futures = [await producer.send(topic, v, key=encoded_key) for v in values]
-            await asyncio.gather(*futures)
-            return len(futures)
-
-    sent = run(go, target)
-    click.echo(f"produced {plural(sent, 'record')} to {topic}", err=True)
-
-
 async def check_reachable(channel: grpc.aio.Channel, target: Target, timeout_s: float) -> None:
     """Return once a server answers on ``channel`` (one ``grpc.health.v1`` check, which
     needs no token); raise a one-line :class:`click.ClickException` naming the address and
@@ -430,11 +400,6 @@ async def check_reachable(channel: grpc.aio.Channel, target: Target, timeout_s: 
             else details.rsplit(": ", 1)[-1].strip(" []").lower()
         )
         raise click.ClickException(unreachable(target, cause)) from exc
-
-
-def _stdin_lines() -> Iterator[bytes]:
-    for line in sys.stdin.buffer:
-        yield line.rstrip(b"\r\n")
 
 
 @click.command()
