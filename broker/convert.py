@@ -25,6 +25,8 @@ from dispatcher.dead_letter import DlqEntry
 from proto import admin_pb2 as _admin
 from proto import broker_pb2 as _pb
 from proto.batch import producer_id_of
+from proto.names import CONSUMER_NAME_RULE, is_valid_consumer_name
+from proto.shown import shown
 from wal import AppendResult, Log, RecordBatch, decode_batch, encode_columns
 
 _TYPES: dict[int, SubscriptionType] = {
@@ -111,6 +113,16 @@ def initial_position(value: int) -> InitialPosition:
     if value not in _pb.InitialPosition.values():
         raise InvalidRequestError("initial_position", f"{value} is not EARLIEST or LATEST")
     return InitialPosition.LATEST if value == _pb.LATEST else InitialPosition.EARLIEST
+
+
+def consumer_name(value: str) -> str:
+    """An open's ``consumer_name``, checked: printable and bounded (issue 38), since it
+    is written into the log, ``lag`` and ``subscriptions describe``."""
+    if not is_valid_consumer_name(value):
+        raise InvalidRequestError(
+            "consumer_name", f"{shown(value)} is not a valid consumer name: {CONSUMER_NAME_RULE}"
+        )
+    return value
 
 
 def delivery(topic: str, d: Delivery, *, decoded: bool = False) -> _pb.SubscribeResponse:

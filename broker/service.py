@@ -35,6 +35,7 @@ import grpc
 
 from broker.convert import (
     batch_path_partition,
+    consumer_name,
     decoded_records,
     delivery,
     delivery_mode,
@@ -315,6 +316,7 @@ class BrokerService(_grpc.BrokerServicer):
         if request.WhichOneof("kind") != "open":
             raise InvalidRequestError("open", "the first request on a stream must open it")
         o = request.open
+        name = consumer_name(o.consumer_name)  # before anything is created
         topic = self._topics.get(o.topic)
         sub = await self._subscriptions.subscribe(
             topic.name,
@@ -324,7 +326,7 @@ class BrokerService(_grpc.BrokerServicer):
             type_=subscription_type(o.type),
             mode=delivery_mode(o.mode),
         )
-        return sub, sub.attach(o.consumer_name, o.initial_credit)
+        return sub, sub.attach(name, o.initial_credit)
 
     @rpc
     async def AckUpTo(  # noqa: N802 - gRPC method name

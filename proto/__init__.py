@@ -6,7 +6,9 @@ Modules:
                                 (``make proto``), committed, never edited by hand; CI
                                 regenerates them and fails if they differ
     generate    the one generator of the protobuf/gRPC code, with ``--check``
-    names       rules for topic and subscription names, shared by both sides
+    names       rules for topic, subscription and consumer names, shared by both sides
+    name_vectors   the consumer name conformance vectors (docs/protocol/vectors/names/)
+    shown       how a value a client chose is logged or shown: escaped, bounded  [pure]
     batch       the record batch codec: encode, decode (batch | None | error)   [pure]
     check       the strict check of a batch a client sends, naming the field   [pure]
     record      ``Record``: key, value, headers, timestamp                      [pure]

@@ -1,4 +1,4 @@
-"""The one pattern for topic and subscription names: part of the wire contract.
+"""The rules for topic, subscription and consumer names: part of the wire contract.
 
 Role: names become directory and file names on disk and labels in metrics, so they are
 checked with one rule wherever one arrives: by the broker and dispatcher (through
@@ -12,6 +12,15 @@ The rule (unchanged since the first release, so every existing name stays valid)
 
 Example: ``orders``, ``orders.v2``, ``eu-west_1`` are valid; ``.hidden``, ``-x``,
 ``a/b``, ``über`` and a 201-character name are not.
+
+A consumer name (``OpenSubscription.consumer_name``) is free text shown in ``headrace
+lag``, ``subscriptions describe`` and the broker's log, so it has a looser rule of its
+own (issue 38): at most 200 characters, each printable, that is, none of Unicode's
+control (Cc), format (Cf), surrogate (Cs), private-use (Co) or unassigned (Cn)
+characters, nor a line, paragraph or space separator other than the space itself (what
+``str.isprintable`` says). Empty is valid: the broker names the consumer. So ``worker
+7``, ``host-1/pid 42`` and ``über`` are valid; ``a\nb``, ``\x1b[2J``, a NUL and a
+201-character name are not.
 
 Pure module: imports neither ``asyncio``, ``os`` nor ``time``, and nothing of ours.
 """
@@ -30,9 +39,22 @@ NAME_RULE = (
     f"digit (pattern {NAME_PATTERN})"
 )
 
+#: The longest consumer name, characters.
+MAX_CONSUMER_NAME_LENGTH = 200
+#: The consumer name rule in words, for error messages.
+CONSUMER_NAME_RULE = (
+    f"use at most {MAX_CONSUMER_NAME_LENGTH} printable characters (no control, format or "
+    "separator characters other than the space), or leave it empty for the broker to pick one"
+)
+
 _NAME = re.compile(NAME_PATTERN)
 
 
 def is_valid_name(name: str) -> bool:
     """Whether ``name`` is a valid topic or subscription name."""
     return isinstance(name, str) and _NAME.fullmatch(name) is not None
+
+
+def is_valid_consumer_name(name: str) -> bool:
+    """Whether ``name`` is a valid consumer name (``""`` included: the broker picks one)."""
+    return isinstance(name, str) and len(name) <= MAX_CONSUMER_NAME_LENGTH and name.isprintable()

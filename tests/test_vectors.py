@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -154,3 +155,47 @@ async def test_broker_refuses_each_invalid_vector_with_its_status(
         assert doc["message_contains"] in message, message
         fetched = await client.broker.Fetch(pb.FetchRequest(topic="vectors", partition=0))
         assert fetched.high_water_mark == 0
+
+
+def _consumer_names() -> dict[str, Any]:
+    doc = json.loads((VECTORS_DIR / "names" / "consumer_name.json").read_text(encoding="utf-8"))
+    assert isinstance(doc, dict)
+    return doc
+
+
+async def _open(client: Any, consumer_name: str) -> pb.SubscribeResponse:
+    opening = pb.SubscribeRequest(
+        open=pb.OpenSubscription(
+            topic="vectors", subscription="names", type=pb.SHARED, consumer_name=consumer_name
+        )
+    )
+    call = client.broker.Subscribe(iter([opening]))
+    try:
+        async for response in call:
+            return response  # type: ignore[no-any-return]
+    finally:
+        call.cancel()
+    raise AssertionError("the stream ended without an answer")
+
+
+@pytest.mark.asyncio
+async def test_broker_accepts_and_refuses_the_consumer_name_vectors(tmp_path: Path) -> None:
+    """Scenario: open a Subscribe (real gRPC) with each consumer name of
+    names/consumer_name.json. Expected: each valid name is subscribed; each invalid one
+    (a newline, CR, NUL, escape sequence, bidi override, 201 characters...) is refused
+    with the vector's status and a message naming consumer_name, before anything is
+    created (the subscription does not exist after the refusals alone)."""
+    doc = _consumer_names()
+    assert doc["field"] == "consumer_name"
+    async with serving(broker_config(tmp_path / "data")) as (broker, client):
+        await client.admin.CreateTopic(admin.CreateTopicRequest(name="vectors", partitions=1))
+        for bad in doc["invalid"]:
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await _open(client, bad["name"])
+            assert caught.value.code().name == bad["status"], bad["why"]
+            assert bad["message_contains"] in (caught.value.details() or ""), bad["why"]
+            assert (caught.value.details() or "").isprintable(), bad["why"]
+        assert broker.subscriptions.subscriptions("vectors") == []
+        for name in doc["valid"]:
+            response = await _open(client, name)
+            assert response.subscribed.subscription == "names", name

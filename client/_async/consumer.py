@@ -83,6 +83,8 @@ from client.errors import (
 )
 from proto import broker_pb2 as _pb
 from proto import broker_pb2_grpc
+from proto.names import CONSUMER_NAME_RULE, is_valid_consumer_name
+from proto.shown import shown
 
 logger = logging.getLogger(__name__)
 
@@ -161,6 +163,8 @@ class AsyncConsumer:
         tls_key: str | None = None,
     ) -> None:
         _check_settings(type, initial_position, mode, receive_queue, ack_interval_ms)
+        if not is_valid_consumer_name(consumer_name):  # the broker refuses it on open
+            raise ValueError(f"consumer_name {shown(consumer_name)}: {CONSUMER_NAME_RULE}")
         if not connect_timeout > 0:
             raise ValueError(f"connect_timeout must be > 0 seconds, not {connect_timeout!r}")
         self._connect_timeout = connect_timeout

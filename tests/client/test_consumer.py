@@ -62,6 +62,9 @@ async def _take(consumer: AsyncConsumer, n: int) -> list[Message]:
         ("ack_interval_ms", -1.0, "ack_interval_ms must be a number >= 0, not -1.0"),
         ("ack_interval_ms", float("nan"), "ack_interval_ms must be a number >= 0, not nan"),
         ("initial_position", "middle", "initial_position must be earliest or latest"),
+        ("consumer_name", "a\nb", "consumer_name 'a\\nb': use at most 200 printable"),
+        ("consumer_name", "\x1b[2J", "consumer_name '\\x1b[2J': use at most 200 printable"),
+        ("consumer_name", "x" * 201, "... (201 characters): use at most 200 printable"),
     ],
 )
 async def test_a_bad_setting_is_named_when_the_consumer_is_made(
@@ -69,9 +72,12 @@ async def test_a_bad_setting_is_named_when_the_consumer_is_made(
 ) -> None:
     """Scenario: a consumer made with one bad setting (a credit the protocol cannot carry
     among them: it used to fail at the first open with protobuf's 'Value out of
-    range'). Expected: ValueError at construction, naming the setting and the value."""
-    with pytest.raises(ValueError, match=re.escape(says)):
+    range'). A consumer name with a control character or over 200 characters is refused
+    before anything is sent (issue 38). Expected: ValueError at construction, naming the
+    setting and the value (escaped and cut: the message is one printable line)."""
+    with pytest.raises(ValueError, match=re.escape(says)) as caught:
         AsyncConsumer("t", "s", **{setting: value})  # type: ignore[arg-type]
+    assert str(caught.value).isprintable()
 
 
 @pytest.mark.parametrize("bad", [-1.0, float("nan")])
