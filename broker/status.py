@@ -15,6 +15,7 @@ reaches a servicer (a subscription's state save) is first translated with
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
@@ -47,6 +48,7 @@ from dispatcher import (
     SubscriptionNotFoundError,
 )
 from dispatcher.dead_letter import DlqCorruptError
+from proto.shown import shown_text
 from wal import (
     BatchTooLargeError,
     CorruptSegmentError,
@@ -122,9 +124,31 @@ def _typed_io_error(exc: BaseException) -> BaseException:
 
 
 async def abort_for(exc: BaseException, context: grpc.aio.ServicerContext[Any, Any]) -> NoReturn:
-    """End the call with the status that the table gives ``exc``."""
+    """End the call with the status that the table gives ``exc``.
+
+    When the call has already ended (its deadline passed, or the caller went away, while
+    the broker worked out the answer), grpc cannot send the status and its ``abort``
+    raises ``ExecuteBatchError`` (a ``grpc.aio.InternalError``); grpc logs that at ERROR
+    with a traceback unless it has noticed the end itself. Answering a call that is over
+    is not a failure of the broker, so it is logged here at DEBUG, without a traceback,
+    and the handler ends as grpc ends a cancelled one: with ``CancelledError``.
+
+    Raises:
+        grpc.aio.AbortError: always, when the status went out (grpc expects it).
+        asyncio.CancelledError: the call had already ended.
+    """
     code, message = status_for(exc)
-    await context.abort(code, message)
+    try:
+        await context.abort(code, message)
+    except grpc.aio.AbortError:
+        raise
+    except grpc.aio.InternalError:
+        logger.debug(
+            "the call had ended before its answer (%s: %s) could be sent",
+            code.name,
+            shown_text(message),
+        )
+        raise asyncio.CancelledError from None
     raise AssertionError("context.abort returned")  # pragma: no cover
 
 
