@@ -44,7 +44,9 @@ class _LateAnswer:
 async def late() -> AsyncIterator[tuple[_LateAnswer, grpc.aio.Channel]]:
     handler = _LateAnswer()
     server = grpc.aio.server()
-    methods = {"Late": grpc.unary_unary_rpc_method_handler(handler.handle)}
+    methods: dict[str, grpc.RpcMethodHandler[bytes, bytes]] = {
+        "Late": grpc.unary_unary_rpc_method_handler(handler.handle)
+    }
     server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("t.Test", methods)])
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
@@ -67,8 +69,9 @@ async def test_an_answer_to_a_call_that_already_ended_is_logged_at_debug_without
     handler, channel = late
     handler.outcome = asyncio.get_running_loop().create_future()
     caplog.set_level(logging.DEBUG)
+    late_call: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary("/t.Test/Late")
     with pytest.raises(grpc.aio.AioRpcError) as caught:
-        await channel.unary_unary("/t.Test/Late")(b"", timeout=0.05)
+        await late_call(b"", timeout=0.05)
     assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     raised = await asyncio.wait_for(handler.outcome, 5)
     assert isinstance(raised, asyncio.CancelledError)
