@@ -3,10 +3,12 @@
 ``spark.readStream.format("headrace")`` reads a topic through a subscription and acks
 Spark's commits back to it; ``spark.read.format("headrace")`` reads a fixed range;
 ``df.write`` / ``df.writeStream`` with ``format("headrace")`` publish rows, exactly once.
-Call :func:`register` once per SparkSession first.
+Spark finds the source by itself where ``headrace`` is installed (:mod:`pyspark_headrace`);
+:func:`register` adds it to a session that did not, and :func:`diagnose` says why one did not.
 
 Modules:
     source    HeadraceDataSource: format("headrace"); checks options, hands out readers/writers
+    lookup       register(), diagnose(): how Spark finds format("headrace"), and why it did not
     options   P  .option() strings -> frozen SourceOptions / SinkOptions; unknown = error
     offsets   P  Spark JSON offsets, admission control, data-loss rules, task planning
     arrow        record batches -> pyarrow.RecordBatch over the same bytes; the schema
@@ -31,7 +33,6 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
 
 from spark_connector.errors import (
     AccessDeniedError,
@@ -41,6 +42,7 @@ from spark_connector.errors import (
     OptionError,
     RowError,
 )
+from spark_connector.lookup import diagnose, register
 from spark_connector.source import HeadraceDataSource
 
 if sys.executable:  # empty when embedded without an interpreter path: leave Spark's default
@@ -54,10 +56,6 @@ __all__ = [
     "HeadraceDataSource",
     "OptionError",
     "RowError",
+    "diagnose",
     "register",
 ]
-
-
-def register(spark: Any) -> None:
-    """Make ``format("headrace")`` available in ``spark`` (a SparkSession)."""
-    spark.dataSource.register(HeadraceDataSource)
