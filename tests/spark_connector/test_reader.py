@@ -391,6 +391,34 @@ def test_an_unreachable_broker_fails_load_within_seconds(spark: Any) -> None:
         spark.read.format("headrace").option("broker", dead).option("topic", "t").load()
 
 
+@pytest.mark.parametrize("trigger", [{"availableNow": True}, {"processingTime": "1 second"}])
+def test_a_stream_given_ending_offsets_fails_with_our_message_alone(
+    spark: Any, broker: Broker, tmp_path: Path, trigger: dict[str, Any]
+) -> None:
+    """Scenario: a stream with the batch-only option endingOffsets, started with each kind
+    of trigger (load() cannot refuse it: Spark calls it before it says the read is a
+    stream). Expected: the query fails with the connector's message, and the error text
+    has no PySpark UnboundLocalError after it (issue 34)."""
+    produce(broker.address, "t", 1, partitions=1)
+    query = (
+        _stream(spark, broker, "t", "s", endingOffsets="latest")
+        .writeStream.format("memory")
+        .queryName("ending")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(**trigger)
+        .start()
+    )
+    try:
+        with pytest.raises(StreamingQueryException) as info:
+            query.awaitTermination(120)
+    finally:
+        query.stop()
+    text = str(info.value)
+    assert "headrace option 'endingOffsets': applies to batch reads (spark.read) only" in text
+    assert "UnboundLocalError" not in text
+    assert "During handling of the above exception" not in text
+
+
 def test_a_stream_without_subscription_reads_but_acks_nothing(
     spark: Any, broker: Broker, tmp_path: Path
 ) -> None:
