@@ -424,7 +424,8 @@ def produce(  # noqa: PLR0917 - click passes every option as an argument
         asyncio.run(run.run(body))
     except ClientError as exc:
         raise click.ClickException(_failed(explain(exc, target), run)) from exc
-    except KeyboardInterrupt:  # before the handlers were in place
+    except KeyboardInterrupt:  # before the handlers were in place: nothing was sent
+        click.echo("interrupted by SIGINT before anything was sent; nothing was produced", err=True)
         raise SystemExit(130) from None
     if run.stop.signum is not None:
         click.echo(run.report(), err=True)

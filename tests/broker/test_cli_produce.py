@@ -9,6 +9,7 @@ import json
 import random
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -164,7 +165,7 @@ def test_a_second_sigint_stops_waiting_and_says_past_where_it_is_unknown(
         feeding.wait_published(address, "held", at_least=50)
         served.proc.send_signal(signal.SIGSTOP)
         try:
-            time.sleep(0.2)
+            time.sleep(0.5)  # lines keep coming: some are sent and not acknowledged
             feeding.produce.send_signal(signal.SIGINT)
             time.sleep(1.5)
             assert feeding.produce.poll() is None, "it did not wait for the sent lines"
@@ -190,6 +191,30 @@ def test_a_second_sigint_stops_waiting_and_says_past_where_it_is_unknown(
         values = consumed_values(address, "held")
         assert set(range(1, acked + 1)) <= set(values)
         assert max(values) <= acked + unknown
+
+
+def test_a_signal_while_connecting_ends_it_at_once_saying_nothing_was_sent() -> None:
+    """Scenario: `produce --count 3` to a listener that accepts and never answers, so it
+    waits up to its 5 s connect timeout; SIGINT once it has connected. Expected: exit 130
+    within a second of the signal and one line saying nothing was sent."""
+    with socket.socket() as mute:
+        mute.bind(("127.0.0.1", 0))
+        mute.listen()
+        address = f"127.0.0.1:{mute.getsockname()[1]}"
+        produce = subprocess.Popen(
+            [*CLI, "produce", "t", "--count", "3", "--broker", address],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        mute.settimeout(20)
+        held, _ = mute.accept()  # it is in its connection check
+        produce.send_signal(signal.SIGINT)
+        started = time.monotonic()
+        _, err = produce.communicate(timeout=10)
+        held.close()
+    assert time.monotonic() - started < 1.5
+    assert produce.returncode == 130
+    assert err == "interrupted by SIGINT before anything was sent; nothing was produced\n"
 
 
 def test_lines_of_an_open_pipe_are_published_before_it_closes(served: Served) -> None:
