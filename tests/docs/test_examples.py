@@ -27,10 +27,6 @@ EXAMPLES = DOCS / "examples"
 PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```$", re.DOTALL | re.MULTILINE)
 SNIPPET = re.compile(r'^--8<-- "(docs/examples/[\w.]+)"$')
 TIMEOUT_S = 60
-#: Pages whose inline python block waits for its example file (issue 34, finding 1: the
-#: Spark guide's query becomes docs/examples/spark_order_counts.py). The test below fails
-#: once a page here has no inline block left, so the entry goes with the block.
-PENDING = {"docs/spark.md"}
 
 
 def _pages() -> list[Path]:
@@ -63,14 +59,13 @@ def test_every_python_block_in_the_docs_is_an_example_file() -> None:
     """Scenario: every ```python block of every page under docs/. Expected: each is one
     snippet line that includes an existing file under docs/examples/ (code written
     straight into a page would be run by no test)."""
-    inline: dict[str, list[str]] = {}
+    inline = []
     for page in _pages():
         for body in PYTHON_BLOCK.findall(page.read_text()):
             match = SNIPPET.match(body.strip())
             if match is None or not (ROOT / match[1]).is_file():
-                name = str(page.relative_to(ROOT))
-                inline.setdefault(name, []).append(body.strip().splitlines()[0])
-    assert set(inline) == PENDING, f"python blocks that are not docs/examples/ files: {inline}"
+                inline.append(f"{page.relative_to(ROOT)}: {body.strip().splitlines()[0]}")
+    assert inline == [], f"python blocks that are not docs/examples/ files: {inline}"
 
 
 def test_every_example_file_is_run_by_a_test() -> None:
