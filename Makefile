@@ -81,7 +81,7 @@ docs: setup  ## serve the documentation site locally
 # A broken link, anchor or snippet fails the build. (NO_MKDOCS_2_WARNING quiets
 # mkdocs-material's banner about MkDocs 2.0, which is not a problem of these pages.)
 docs-check: setup
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 # Refresh the lock: every dependency and tool re-resolved to its newest release (the
 # ranges in pyproject.toml allow), installed, and the generated protobuf code remade
