@@ -56,6 +56,7 @@ from client import (
     check_security,
 )
 from client._channel import aio_channel
+from proto.shown import shown_text
 
 #: How long ``produce`` waits for a broker to answer before it gives up, seconds.
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
@@ -149,8 +150,9 @@ def run(make: Callable[[], Coroutine[Any, Any, T]], target: Target) -> T:
 
 def explain(error: ClientError, target: Target) -> str:
     """The one line for ``error``: gRPC's words for a failed TLS handshake are replaced by
-    what failed and which option to check."""
-    message = str(error)
+    what failed and which option to check. The broker's words are escaped: a control
+    character in them never reaches the terminal."""
+    message = shown_text(str(error), 1_000)
     if not isinstance(error, Unavailable):
         return message
     if "handshake" in message.lower():

@@ -29,6 +29,7 @@ from broker.cli_client import (
 from broker.cli_output import plural, table
 from broker.cli_params import SUBSCRIPTION_NAME, TOPIC_NAME
 from client import AsyncAdminClient, DeadLetterEntry, ReplayResult
+from proto.shown import shown_text
 
 _PREVIEW = 40  # characters of a value shown in the peek table
 _REASON = 40  # characters of a reason shown in the peek table
@@ -207,7 +208,7 @@ def replay(  # noqa: PLR0917 - click passes every option as an argument
         f"{result.remaining} {'remains' if result.remaining == 1 else 'remain'}"
     )
     for skipped in result.skipped:
-        click.echo(f"stopped at entry {skipped.sequence}: {skipped.reason}")
+        click.echo(f"stopped at entry {skipped.sequence}: {shown_text(skipped.reason)}")
 
 
 def entry_doc(entry: DeadLetterEntry) -> dict[str, Any]:
@@ -242,7 +243,7 @@ def _row(entry: DeadLetterEntry) -> dict[str, Any]:
         "partition": entry.partition,
         "offset": entry.offset,
         "attempts": entry.attempts,
-        "reason": _clip(_printable(entry.reason), _REASON),
+        "reason": _clip(shown_text(entry.reason), _REASON),
         "dead_lettered": when.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
         "truncated": "yes" if entry.truncated else "no",
         "value": preview(entry.value),
@@ -252,12 +253,7 @@ def _row(entry: DeadLetterEntry) -> dict[str, Any]:
 def preview(value: bytes) -> str:
     """The start of a value on one line: text when it is UTF-8, else a bytes literal."""
     text = as_text(value)
-    return _clip(repr(value)[2:-1] if text is None else _printable(text), _PREVIEW)
-
-
-def _printable(text: str) -> str:
-    """``text`` with newlines and other control characters escaped."""
-    return text if text.isprintable() else repr(text)[1:-1]
+    return _clip(repr(value)[2:-1] if text is None else shown_text(text), _PREVIEW)
 
 
 def _clip(text: str, width: int) -> str:

@@ -15,8 +15,10 @@ Example::
     topic   partition  head
     orders          0  1200
 
-Imports nothing of ours; ``rich`` is imported on the first table, so a command that prints
-none does not pay for it.
+Every cell goes through :func:`proto.shown.shown_text`: a control character a broker
+sent (in a consumer name, a reason) is printed escaped, never sent to the terminal.
+Imports nothing of ours but that helper; ``rich`` is imported on the first table, so a
+command that prints none does not pay for it.
 """
 
 from __future__ import annotations
@@ -28,9 +30,13 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from proto.shown import shown_text
+
 #: Width a table is laid out in when stdout is not a terminal: wide enough that no row is
 #: ever wrapped; the lines are then as long as their content.
 _UNBOUNDED = 1 << 20
+#: The most characters of one cell (longer ones are cut, their length said).
+_CELL = 2_000
 #: On a terminal, the last column keeps at least this many characters a line.
 _LAST_MIN = 20
 
@@ -60,7 +66,8 @@ def table(rows: Sequence[Mapping[str, Any]], fields: Sequence[str]) -> str:
         grid.add_column(  # only the last column wraps: no name, state or number is split
             field, justify="right" if numeric else "left", no_wrap=not last, overflow="fold"
         )
-    texts = [["" if r[f] is None else str(r[f]) for f in fields] for r in rows]
+    # Every cell escaped: a name or reason from a broker must not move the cursor.
+    texts = [["" if r[f] is None else shown_text(str(r[f]), _CELL) for f in fields] for r in rows]
     for cells_of_row in texts:
         grid.add_row(*(Text(cell) for cell in cells_of_row))
     width = _UNBOUNDED

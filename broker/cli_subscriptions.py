@@ -23,6 +23,7 @@ from broker.cli_client import Target, broker_option, confirm, require_terminal, 
 from broker.cli_output import plural, table
 from broker.cli_params import SUBSCRIPTION_NAME, TOPIC_NAME
 from client import AsyncAdminClient, SubscriptionInfo
+from proto.shown import shown_text
 
 LIST_FIELDS = ("topic", "subscription", "type", "mode", "consumers", "lag", "state")
 PARTITION_FIELDS = (
@@ -89,8 +90,9 @@ def describe(topic: str, subscription: str, as_json: bool, target: Target) -> No
         click.echo(json.dumps(doc))
         return
     for field in ("topic", "subscription", "type", "mode", "lag", "state"):
-        click.echo(f"{field}: {'-' if doc[field] is None else doc[field]}")
-    click.echo(f"consumers: {', '.join(info.consumers) if info.consumers else '(none)'}")
+        click.echo(f"{field}: {'-' if doc[field] is None else shown_text(str(doc[field]))}")
+    names = ", ".join(shown_text(c) for c in info.consumers)  # as the broker sent them
+    click.echo(f"consumers: {names or '(none)'}")
     click.echo(table(doc["partitions"], PARTITION_FIELDS))
 
 

@@ -7,6 +7,8 @@ what to do.
 
 from __future__ import annotations
 
+from proto.shown import shown
+
 
 class BrokerError(Exception):
     """Root of every error raised by the ``broker`` package."""
@@ -223,7 +225,7 @@ class PermissionDeniedError(BrokerError):
         alternatives = "".join(f" or `--grant {other}:PATTERN`" for other in others)
         super().__init__(
             f"token {token_name!r} (hr_{token_id}_…) lacks role {role} on {resource_kind} "
-            f"{resource!r}; ask an admin for a grant (`headrace tokens create ... --grant "
+            f"{shown(resource)}; ask an admin for a grant (`headrace tokens create ... --grant "
             f"{first}:PATTERN`{alternatives})"
         )
 

@@ -46,6 +46,7 @@ from broker.ingest import Append
 from broker.topics import TopicRegistry
 from dispatcher.dead_letter import DlqEntry, replay_record, replay_refusal
 from dispatcher.dlq import DeadLetterQueue
+from proto.shown import shown
 from wal import encode_columns, run_to_end
 
 logger = logging.getLogger(__name__)
@@ -294,10 +295,10 @@ class _Gone:
 def _gone_message(gone: _Gone, key: tuple[str, str], replayed: int) -> str:
     entry = gone.entry
     if gone.partitions == 0:
-        what = f"original topic {entry.topic!r} no longer exists"
+        what = f"original topic {shown(entry.topic)} no longer exists"
     else:
         what = (
-            f"original partition {entry.partition} of topic {entry.topic!r} no longer exists "
+            f"original partition {entry.partition} of topic {shown(entry.topic)} no longer exists "
             f"(it has {gone.partitions}; entries are not moved to another partition)"
         )
     before = f"the {replayed} entries before it were replayed and acked; " if replayed else ""

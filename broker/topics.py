@@ -67,6 +67,7 @@ from broker.fd_budget import FdUsage, fds_needed, shortfall
 from broker.partition import DEFAULT_SNAPSHOT_BYTES, Partition
 from broker.producers import DEFAULT_MAX_PRODUCERS
 from dispatcher.names import NAME_RULE, is_valid_name
+from proto.shown import shown
 from wal import FileSystem, LogConfig, run_to_end
 from wal.fdcache import FileCache, default_capacity
 from wal.log import Clock
@@ -92,7 +93,7 @@ def check_topic_name(name: str, field: str = "topic") -> None:
     """Raise ``InvalidRequestError`` naming ``field`` (the request's field that holds the
     name) unless ``name`` is a valid topic name."""
     if not is_valid_name(name):
-        raise InvalidRequestError(field, f"{name!r} is not a valid topic name: {NAME_RULE}")
+        raise InvalidRequestError(field, f"{shown(name)} is not a valid topic name: {NAME_RULE}")
 
 
 @dataclass

@@ -21,6 +21,7 @@ from typing import TypeVar
 import grpc
 
 from client.errors import from_rpc_error
+from proto.shown import shown_text
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ async def retrying(
             pause = backoff_s(attempt, rng)
             if not error.retryable or time.monotonic() + pause >= deadline:
                 raise error from exc
-            logger.info("%s failed (%s); retrying in %.3f s", what, error, pause)
+            logger.info("%s failed (%s); retrying in %.3f s", what, shown_text(str(error)), pause)
             await asyncio.sleep(pause)
             attempt += 1
 
@@ -71,6 +72,6 @@ def retrying_blocking(
             pause = backoff_s(attempt, rng)
             if not error.retryable or time.monotonic() + pause >= deadline:
                 raise error from exc
-            logger.info("%s failed (%s); retrying in %.3f s", what, error, pause)
+            logger.info("%s failed (%s); retrying in %.3f s", what, shown_text(str(error)), pause)
             time.sleep(pause)
             attempt += 1

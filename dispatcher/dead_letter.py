@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from dispatcher.errors import DispatchError
+from proto.shown import shown
 from wal import RecordBatch, encode_columns
 
 HEADER_TOPIC = "x-original-topic"
@@ -247,7 +248,7 @@ def _integer(headers: Mapping[str, bytes], name: str, seq: int) -> int:
     try:
         return int(raw)
     except ValueError as exc:
-        raise DlqCorruptError(seq, name, f"is {raw!r}, not an integer") from exc
+        raise DlqCorruptError(seq, name, f"is {shown(raw)}, not an integer") from exc
 
 
 def _integers(headers: Mapping[str, bytes], name: str, seq: int) -> tuple[int, ...]:
@@ -255,13 +256,13 @@ def _integers(headers: Mapping[str, bytes], name: str, seq: int) -> tuple[int, .
     try:
         return tuple(int(part) for part in raw.split(b",")) if raw else ()
     except ValueError as exc:
-        raise DlqCorruptError(seq, name, f"is {raw!r}, not comma-separated integers") from exc
+        raise DlqCorruptError(seq, name, f"is {shown(raw)}, not comma-separated integers") from exc
 
 
 def _flag(headers: Mapping[str, bytes], name: str, seq: int) -> bool:
     raw = _raw(headers, name, seq)
     if raw not in (b"0", b"1"):
-        raise DlqCorruptError(seq, name, f"is {raw!r}, not 0 or 1")
+        raise DlqCorruptError(seq, name, f"is {shown(raw)}, not 0 or 1")
     return raw == b"1"
 
 

@@ -28,6 +28,7 @@ from dispatcher.dlq_config import DlqConfig
 from dispatcher.errors import InvalidSubscriptionError
 from dispatcher.names import NAME_RULE, is_valid_name
 from dispatcher.protocol import DeliveryMode, DispatchPolicy, SubscriptionType
+from proto.shown import shown
 
 
 class InitialPosition(enum.Enum):
@@ -41,7 +42,7 @@ def check_subscription_name(name: str) -> None:
     """Raise ``InvalidSubscriptionError`` unless ``name`` is a valid subscription name."""
     if not is_valid_name(name):
         raise InvalidSubscriptionError(
-            "subscription", f"{name!r} is not a valid subscription name: {NAME_RULE}"
+            "subscription", f"{shown(name)} is not a valid subscription name: {NAME_RULE}"
         )
 
 

@@ -95,6 +95,7 @@ from dispatcher.protocol import (
 from dispatcher.session import DRAINED, ConsumerSession
 from dispatcher.state import SubscriptionState
 from dispatcher.status import PartitionStatus, SubscriptionStatus
+from proto.shown import shown_text
 from wal import LogWriter, RecordBatch
 
 logger = logging.getLogger(__name__)
@@ -426,7 +427,9 @@ class Subscription:
                     self._refused(cmd, future, exc)
                     continue
                 except Exception as exc:  # a bug: fail this command, keep the owner alive
-                    logger.exception("%s/%s: applying %s failed", self.topic, self.name, cmd)
+                    logger.exception(
+                        "%s/%s: applying %s failed", self.topic, self.name, shown_text(repr(cmd))
+                    )
                     self._refused(cmd, future, exc)
                     continue
                 if type(cmd) is Attach or type(cmd) is Grant:
@@ -456,7 +459,13 @@ class Subscription:
             if session is not None:
                 session.ended_by = exc
                 session.outbox.put_nowait(None)
-        logger.warning("%s/%s: %s refused when applied: %s", self.topic, self.name, cmd, exc)
+        logger.warning(
+            "%s/%s: %s refused when applied: %s",
+            self.topic,
+            self.name,
+            shown_text(repr(cmd)),
+            shown_text(str(exc)),
+        )
 
     def _credit_applied(self, cmd: Command) -> None:
         assert isinstance(cmd, Attach | Grant)

@@ -9,6 +9,8 @@ Pure module: imports neither ``asyncio``, ``os`` nor ``time``.
 
 from __future__ import annotations
 
+from proto.shown import shown
+
 
 class ConnectorError(Exception):
     """Root of every error raised by ``spark_connector``."""
@@ -20,7 +22,7 @@ class OptionError(ConnectorError, ValueError):
     def __init__(self, option: str, problem: str) -> None:
         self.option = option
         self.problem = problem
-        super().__init__(f"headrace option {option!r}: {problem}")
+        super().__init__(f"headrace option {shown(option)}: {problem}")
 
 
 class BrokerUnreachableError(ConnectorError):

@@ -30,6 +30,7 @@ from typing import TypedDict
 
 from client import check_security
 from proto.names import NAME_RULE, is_valid_name
+from proto.shown import shown, shown_text
 from spark_connector.errors import OptionError
 
 DEFAULT_BROKER = "127.0.0.1:50051"
@@ -263,15 +264,18 @@ def _canonical(options: Mapping[str, str], known: tuple[str, ...]) -> dict[str, 
 def _required(given: dict[str, str], name: str) -> str:
     value = given.get(name, "").strip()
     if not value:
-        raise OptionError(name, f"is required, e.g. .option({name!r}, 'orders')")
+        raise OptionError(name, f"is required, e.g. .option({shown(name)}, 'orders')")
     return value
 
 
 def _broker(given: dict[str, str]) -> str:
     value = given.get("broker", DEFAULT_BROKER).strip()
     host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise OptionError("broker", f"expected HOST:PORT such as 127.0.0.1:50051, got {value!r}")
+    bad_port = not port.isdigit() or not 1 <= int(port) <= 65535
+    if not sep or not host or bad_port or not value.isprintable() or " " in value:
+        raise OptionError(
+            "broker", f"expected HOST:PORT such as 127.0.0.1:50051, got {shown(value)}"
+        )
     return value
 
 
@@ -282,7 +286,7 @@ def _int(given: dict[str, str], name: str, *, minimum: int, maximum: int = 2**63
     try:
         value = int(raw.strip())
     except ValueError:
-        raise OptionError(name, f"expected a whole number, got {raw!r}") from None
+        raise OptionError(name, f"expected a whole number, got {shown(raw)}") from None
     if not minimum <= value <= maximum:
         raise OptionError(name, f"must be from {minimum} to {maximum}, got {value}")
     return value
@@ -294,7 +298,7 @@ def _bool(given: dict[str, str], name: str, *, default: bool) -> bool:
         return default
     value = raw.strip().lower()
     if value not in ("true", "false"):
-        raise OptionError(name, f"expected true or false, got {raw!r}")
+        raise OptionError(name, f"expected true or false, got {shown(raw)}")
     return value == "true"
 
 
@@ -303,7 +307,7 @@ def _name(given: dict[str, str], option: str, name: str) -> str:
     (not the query's first batch); a comma names two topics, which a source cannot read."""
     if not is_valid_name(name):
         more = "; a query reads one topic: use one source per topic" if "," in name else ""
-        raise OptionError(option, f"{name!r} is not a valid {option} name: {NAME_RULE}{more}")
+        raise OptionError(option, f"{shown(name)} is not a valid {option} name: {NAME_RULE}{more}")
     return name
 
 
@@ -340,15 +344,17 @@ def _offsets_json(name: str, raw: str, *, allow: tuple[int, ...]) -> dict[int, i
     try:
         doc = json.loads(raw)
     except ValueError:
-        raise OptionError(name, f"{hint}, got {raw!r}") from None
+        raise OptionError(name, f"{hint}, got {shown(raw)}") from None
     if not isinstance(doc, dict) or not doc:
-        raise OptionError(name, f"{hint}, got {raw!r}")
+        raise OptionError(name, f"{hint}, got {shown(raw)}")
     out: dict[int, int] = {}
     for key, offset in doc.items():
         if not (isinstance(key, str) and key.isdigit()):
-            raise OptionError(name, f"partition {key!r} is not a partition number; {hint}")
+            raise OptionError(name, f"partition {shown(key)} is not a partition number; {hint}")
         if isinstance(offset, bool) or not isinstance(offset, int):
-            raise OptionError(name, f"offset {offset!r} of partition {key} is not a whole number")
+            raise OptionError(
+                name, f"offset {shown_text(repr(offset))} of partition {key} is not a whole number"
+            )
         if offset < 0 and offset not in allow:
             special = " or ".join(
                 f"{a} ({'earliest' if a == EARLIEST else 'latest'})" for a in allow

@@ -56,6 +56,7 @@ from client import (
     Unauthenticated,
     Unavailable,
 )
+from proto.shown import shown_text
 from spark_connector import offsets as off
 from spark_connector.arrow import concat, to_arrow
 from spark_connector.errors import (
@@ -384,7 +385,7 @@ class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         try:
             topic_id, retained = self.driver.snapshot(wait_s=0)
         except ConnectorError as exc:
-            logger.info("no latest offset for the progress report: %s", exc)
+            logger.info("no latest offset for the progress report: %s", shown_text(str(exc)))
             return None
         return off.to_spark({p: r.head for p, r in enumerate(retained)}, topic_id)
 
@@ -430,7 +431,7 @@ class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     p,
                     offset,
                     sub,
-                    exc,
+                    shown_text(str(exc)),
                     self.ack_failures,
                 )
                 return  # the broker is likely down: do not wait once per partition

@@ -35,6 +35,7 @@ from broker.auth.store import TokensFile
 from broker.auth.tokens import TokenEntry, TokenSet, bearer_token
 from broker.errors import AuthenticationError, PermissionDeniedError, UnlistedMethodError
 from broker.status import abort_for
+from proto.shown import shown_text
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +79,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         """Count and log one refusal."""
         reason = exc.reason if isinstance(exc, AuthenticationError) else "denied"
         self._on_failure(reason)
-        logger.debug("call refused (%s): %s", reason, exc)
+        logger.debug("call refused (%s): %s", reason, shown_text(str(exc)))
 
     def current(self) -> TokenSet:
         """The tokens in force now."""

@@ -113,6 +113,7 @@ from proto import admin_pb2 as _admin
 from proto import admin_pb2_grpc, broker_pb2_grpc
 from proto import broker_pb2 as _pb
 from proto.batch import Headers, encode_columns, partition_for, restamp
+from proto.shown import shown_text
 
 logger = logging.getLogger(__name__)
 
@@ -596,7 +597,9 @@ class _Accumulator:
                 self._producer_id = self._producer.new_producer_id()
                 self._sequence = 0
                 logger.warning(
-                    "%s; going on under producer id %d", trouble.first, self._producer_id
+                    "%s; going on under producer id %d",
+                    shown_text(str(trouble.first)),
+                    self._producer_id,
                 )
             else:
                 self._sequence = trouble.failed.base_sequence  # if _after_failure frees them
@@ -623,7 +626,7 @@ class _Accumulator:
         logger.info(
             "publish to %s failed (%s); sending %d batches again in %.3f s",
             where,
-            trouble.first,
+            shown_text(str(trouble.first)),
             len(redo),
             pause,
         )
@@ -670,7 +673,12 @@ class _Accumulator:
         # neither taken for this one's duplicate nor refused for a gap.
         old, self._producer_id = self._producer_id, self._producer.new_producer_id()
         self._sequence = 0
-        logger.warning("%s; continuing under producer id %d, not %d", exc, self._producer_id, old)
+        logger.warning(
+            "%s; continuing under producer id %d, not %d",
+            shown_text(str(exc)),
+            self._producer_id,
+            old,
+        )
 
 
 class AsyncProducer:

@@ -239,6 +239,20 @@ def test_table_on_a_narrow_terminal_splits_no_name_state_or_number(
     assert first.index("764.3") + len("764.3") == header.index("age_s") + len("age_s")
 
 
+def test_table_escapes_control_characters_a_broker_sent() -> None:
+    """Scenario: a row whose consumer and reason hold a newline, CR, NUL and ANSI escape
+    sequences (a hostile or old broker; issue 38). Expected: the table is header plus one
+    line, with no control character in it: each is written escaped (``\\n``,
+    ``\\x1b``), so nothing moves the terminal's cursor or forges a row."""
+    rows = [{"consumer": "w\n1\r\x00", "reason": "\x1b[2J\x1b[Hfake row  0  CAUGHT_UP"}]
+    out = table(rows, ("consumer", "reason"))
+    lines = out.splitlines()
+    assert len(lines) == 2
+    assert all(line.isprintable() for line in lines)
+    assert "w\\n1\\r\\x00" in lines[1]
+    assert "\\x1b[2J\\x1b[Hfake row" in lines[1]
+
+
 def test_table_with_no_rows_is_its_header() -> None:
     """Scenario: no rows. Expected: the header line alone."""
     assert table([], ("topic", "head")) == "topic  head"

@@ -151,3 +151,27 @@ def test_sink_options() -> None:
     assert parse_sink(spark_own) == SinkOptions("out")
     with pytest.raises(OptionError, match="the options are broker, topic, token"):
         parse_sink({"topic": "out", "subscription": "s"})
+
+
+@pytest.mark.parametrize(
+    ("options", "option"),
+    [
+        ({**BASE, "broker": "evil\n2026-12-06 ERROR forged:50051"}, "broker"),
+        ({**BASE, "broker": "host\x1b[2J:50051"}, "broker"),
+        ({**BASE, "topic": "t\r\x00" + "x" * 5000}, "topic"),
+        ({**BASE, "maxRecordsPerTrigger": "\x1b[31m5"}, "maxRecordsPerTrigger"),
+        ({**BASE, "startingOffsets": '{"0": "\\n\\u001b[2J"}'}, "startingOffsets"),
+    ],
+)
+def test_an_option_with_control_characters_is_refused_and_shown_escaped(
+    options: dict[str, str], option: str
+) -> None:
+    """Scenario: an option value holding a newline and a forged log line, an escape
+    sequence, NUL or 5,000 characters (issue 38: a broker address reaches the driver's
+    log). Expected: OptionError naming the option, its message one printable line of at
+    most ~500 characters (the value escaped and cut by proto.shown)."""
+    with pytest.raises(OptionError) as info:
+        parse_source(options, streaming=True)
+    assert info.value.option == option
+    assert str(info.value).isprintable()
+    assert len(str(info.value)) < 600
