@@ -34,6 +34,7 @@ from broker.auth.rules import OPEN_SERVICES, RULES, Rule, authorize, service_of
 from broker.auth.store import TokensFile
 from broker.auth.tokens import TokenEntry, TokenSet, bearer_token
 from broker.errors import AuthenticationError, PermissionDeniedError, UnlistedMethodError
+from broker.rpc_handlers import Malformed
 from broker.status import abort_for
 from proto.shown import shown_text
 
@@ -116,7 +117,10 @@ class _Call:
         """Authenticate (again, if the tokens changed) and authorize one request; count a
         refusal before raising it."""
         try:
-            authorize(rule, self.authenticate(), request)
+            entry = self.authenticate()
+            if isinstance(request, Malformed):
+                return  # names no resource; the servicer refuses it (INVALID_ARGUMENT)
+            authorize(rule, entry, request)
         except _AuthError as exc:
             self._interceptor.refused(exc)
             raise
