@@ -37,6 +37,8 @@ from broker.errors import (
     TokensFileError,
     TopicMetadataError,
 )
+from broker.logs import LogFormat
+from broker.logs import configure as configure_logging
 from proto.names import NAME_RULE, is_valid_name
 from wal.errors import DataDirLockedError, WalIOError
 from wal.inspect import inspect_dir
@@ -136,6 +138,11 @@ def cli() -> None:
     show_default=True,
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]),
 )
+@click.option(
+    "--log-format",
+    type=click.Choice([f.value for f in LogFormat]),
+    help="text, or json: one JSON object per line ([broker] log_format; default text).",
+)
 def serve(  # noqa: PLR0917 - click passes every option as an argument
     config_path: str | None,
     data_dir: str | None,
@@ -147,6 +154,7 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
     tokens_file: str | None,
     insecure: bool | None,
     log_level: str,
+    log_format: str | None,
 ) -> None:
     """Run a broker until SIGINT or SIGTERM.
 
@@ -164,10 +172,10 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
             tokens_file=tokens_file,
             insecure=insecure,
         )
-        config = config.replace(security=security)
+        config = config.replace(security=security, log_format=log_format and LogFormat(log_format))
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from exc
-    logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(log_level, config.log_format)
     from broker.app import serve as run_broker  # noqa: PLC0415 - client commands never load it
 
     runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
@@ -224,7 +232,10 @@ def _print_banner(config: BrokerConfig, port: int, metrics_port: int) -> None:
     if address != BrokerConfig().listen:
         lines.append(f"  export HEADRACE_BROKER={address}")
     lines += [f"  {step.format(headrace=headrace)}" for step in TOUR]
-    click.echo("\n".join(lines), err=True)
+    if config.log_format is LogFormat.JSON:  # stderr stays one JSON object per line
+        logging.getLogger(__name__).info("%s", "\n".join(lines))
+    else:
+        click.echo("\n".join(lines), err=True)
 
 
 def _join(host: str, port: int) -> str:

@@ -21,6 +21,7 @@ TOML layout (every key optional)::
     retention_check_interval_ms = 5000  # how often retention and the backlog quota run, ms
     producer_expiry_ms = 604800000   # idempotent producer ids idle this long are forgotten, ms
     producer_snapshot_bytes = 33554432  # snapshot dedup state after this many bytes (32 MiB)
+    log_format = "text"              # text | json: how serve writes its log to stderr
 
     [wal]                            # every wal.LogConfig field, same names and units
     segment_bytes = 134217728
@@ -97,6 +98,7 @@ from broker import config_keys
 from broker.backlog import BacklogConfig, BacklogPolicy
 from broker.config_keys import Kind
 from broker.limits import LimitsConfig
+from broker.logs import LogFormat
 from dispatcher import (
     DispatchConfig,
     DispatchPolicy,
@@ -245,6 +247,8 @@ class BrokerConfig:
             roll), bytes. After a crash the broker rescans at most about this much per
             partition to rebuild it; smaller means a faster restart and more small
             (fsynced) writes. From 1 KiB to 64 GiB. Default 33,554,432 (32 MiB).
+        log_format: How ``serve`` writes its log to stderr (:mod:`broker.logs`): ``text``
+            (the default) or ``json``, one JSON object per line. Flag ``--log-format``.
         wal: Settings of every partition's log (:class:`wal.LogConfig`).
         wal_topics: The log settings of named topics' partitions, where they differ from
             ``wal`` (``[wal.topics.<name>]`` in the file): a topic's own fsync policy,
@@ -280,6 +284,7 @@ class BrokerConfig:
     retention_check_interval_ms: int = 5_000
     producer_expiry_ms: int = 7 * DAY_MS
     producer_snapshot_bytes: int = 32 * MIB
+    log_format: LogFormat = LogFormat.TEXT
     wal: LogConfig = field(default_factory=LogConfig)
     wal_topics: Mapping[str, LogConfig] = field(default_factory=dict)
     heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)
@@ -308,6 +313,8 @@ class BrokerConfig:
             raise ConfigError("subscriptions must be a broker.config.SubscriptionsConfig")
         if not isinstance(self.auto_create_topics, bool):
             raise ConfigError("auto_create_topics must be true or false")
+        if not isinstance(self.log_format, LogFormat):
+            raise ConfigError("log_format must be a broker.logs.LogFormat")
         if not isinstance(self.data_dir, str) or not self.data_dir:
             raise ConfigError("data_dir must be a non-empty path")
         grace, (lo, hi) = self.grace_seconds, _span(config_keys.key("broker", "grace_seconds"))
@@ -413,6 +420,9 @@ class BrokerConfig:
         }
         names = {f.name for f in dataclasses.fields(cls)} - tables
         _known(broker, names, f"{source} [broker]")
+        if "log_format" in broker:
+            where = f"{source} [broker] log_format"
+            broker["log_format"] = _choice(LogFormat, broker["log_format"], where)
         wal_doc = _table(doc, "wal", source)
         topics_doc = wal_doc.pop("topics", {})
         wal = _log_config(wal_doc, LogConfig(), f"{source} [wal]")

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from broker.backlog import BacklogPolicy
 from broker.limits import RANGES as LIMIT_RANGES
+from broker.logs import LogFormat
 from dispatcher import PoisonPolicy
 from dispatcher.dead_letter import MAX_REPLAY_COUNT
 from dispatcher.dlq_config import MAX_EVENT_BYTES_LIMIT, OverflowPolicy
@@ -187,6 +188,17 @@ BROKER = (
         "after a crash.",
         low=1024,
         high=64 << 30,
+    ),
+    Key(
+        "broker",
+        "log_format",
+        Kind.CHOICE,
+        "",
+        "How `serve` writes its log to stderr: `text` (timestamp, level, logger, message; "
+        "control characters escaped) or `json` (one JSON object per line: time, level, "
+        "logger, message, exception). Flag `--log-format`.",
+        choices=LogFormat,
+        attr="log_format",
     ),
 )
 
