@@ -5,6 +5,8 @@ A message strategy walks the request descriptor, so a field added to a ``.proto`
 at once. Names (topic, subscription...) mix a few that exist on the fuzzed broker, so calls
 get past the lookup, with hostile ones: path traversal, absolute paths (into the test's own
 tmp directory, where an escape would show), NUL bytes, separators, over-long names.
+Names, header names and values and reasons include :data:`LOG_ATTACKS`: newlines with a
+forged log record after them, CR, NUL and escape sequences (issue 38).
 Integers lean to small values and the edges of their type. ``bytes`` fields named ``batch``
 get record batches: valid, with a hostile header, corrupt, or with a forged CRC.
 """
@@ -44,6 +46,21 @@ _SMALL_INTS = {
     "rate_per_s": st.one_of(st.integers(-1, 0), st.integers(1_000, 100_000)),
 }
 _NAME_FIELDS = {"topic", "name", "subscription", "consumer_name"}
+#: What a forger of log lines and terminal output sends (issue 38): a newline then a line
+#: with the broker's own timestamp, level and logger (dated 1999, so a test can tell one
+#: that got through), CR, NUL, ANSI escape sequences. Used as names, header names and
+#: values, and reasons.
+FORGED_PREFIX = "1999-01-01 00:00:00,000 ERROR broker.auth:"
+LOG_ATTACKS = (
+    f"x\n{FORGED_PREFIX} token hr_admin granted admin (forged)",
+    f"x\r\n{FORGED_PREFIX} forged after CRLF",
+    f"\r{FORGED_PREFIX} forged over the line",
+    "a\x00b\x00",
+    "\x1b[2J\x1b[H\x1b[31mred",
+    "\x1b]0;title\x07",
+    "\u2028\u2029\x85",
+    f"x\n{FORGED_PREFIX} " + "A" * 5000,
+)
 
 
 def hostile_names(existing: Sequence[str], escape_dir: str) -> st.SearchStrategy[str]:
@@ -71,6 +88,7 @@ def hostile_names(existing: Sequence[str], escape_dir: str) -> st.SearchStrategy
         "a\nb",
         "CON",
         " ",
+        *LOG_ATTACKS,
     ]
     return st.one_of(
         st.sampled_from(list(existing)),
@@ -96,10 +114,12 @@ def _records(
 ) -> st.SearchStrategy[list[tuple[bytes | None, bytes, dict[str, bytes]]]]:
     header_names = st.one_of(
         st.sampled_from(["x-replay-count", "x-original-topic", "x-delivery-attempt", "trace"]),
+        st.sampled_from(LOG_ATTACKS),
         st.text(max_size=10),
     )
     header_values = st.one_of(
         st.sampled_from([b"9" * 5000, b"4294967296", b"-1", b"\xff", b""]),
+        st.sampled_from([a.encode() for a in LOG_ATTACKS]),
         st.binary(max_size=20),
     )
     headers = st.dictionaries(header_names, header_values, max_size=3 if hostile_headers else 0)
@@ -267,7 +287,9 @@ def _scalar(
             st.sampled_from([v.number for v in f.enum_type.values]), st.integers(-3, 9)
         )
     if f.type == F.TYPE_STRING:
-        return names if f.name in _NAME_FIELDS else st.text(max_size=40)
+        if f.name in _NAME_FIELDS:
+            return names
+        return st.one_of(st.text(max_size=40), st.sampled_from(LOG_ATTACKS))
     if f.type == F.TYPE_BYTES:
         return batches() if f.name == "batch" else st.binary(max_size=64)
     if f.type == F.TYPE_BOOL:
