@@ -102,20 +102,22 @@ class PartitionLag(_message.Message):
     def __init__(self, partition: _Optional[int] = ..., cursor: _Optional[int] = ..., head: _Optional[int] = ..., lag: _Optional[int] = ..., in_flight: _Optional[int] = ..., oldest_unacked_age_s: _Optional[float] = ..., state: _Optional[str] = ..., reason: _Optional[str] = ..., ingress_rate: _Optional[float] = ..., ack_rate: _Optional[float] = ..., drain_s: _Optional[float] = ..., trend: _Optional[str] = ...) -> None: ...
 
 class SubscriptionInfo(_message.Message):
-    __slots__ = ("topic", "subscription", "type", "partitions", "consumers", "mode")
+    __slots__ = ("topic", "subscription", "type", "partitions", "consumers", "mode", "committer")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     CONSUMERS_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
+    COMMITTER_FIELD_NUMBER: _ClassVar[int]
     topic: str
     subscription: str
     type: _broker_pb2.SubscriptionType
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionLag]
     consumers: _containers.RepeatedScalarFieldContainer[str]
     mode: _broker_pb2.DeliveryMode
-    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., type: _Optional[_Union[_broker_pb2.SubscriptionType, str]] = ..., partitions: _Optional[_Iterable[_Union[PartitionLag, _Mapping]]] = ..., consumers: _Optional[_Iterable[str]] = ..., mode: _Optional[_Union[_broker_pb2.DeliveryMode, str]] = ...) -> None: ...
+    committer: str
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., type: _Optional[_Union[_broker_pb2.SubscriptionType, str]] = ..., partitions: _Optional[_Iterable[_Union[PartitionLag, _Mapping]]] = ..., consumers: _Optional[_Iterable[str]] = ..., mode: _Optional[_Union[_broker_pb2.DeliveryMode, str]] = ..., committer: _Optional[str] = ...) -> None: ...
 
 class ListSubscriptionsResponse(_message.Message):
     __slots__ = ("subscriptions",)

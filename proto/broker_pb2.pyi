@@ -127,7 +127,7 @@ class Drain(_message.Message):
     def __init__(self) -> None: ...
 
 class OpenSubscription(_message.Message):
-    __slots__ = ("topic", "subscription", "type", "initial_position", "consumer_name", "initial_credit", "mode", "decoded")
+    __slots__ = ("topic", "subscription", "type", "initial_position", "consumer_name", "initial_credit", "mode", "decoded", "force")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
@@ -136,6 +136,7 @@ class OpenSubscription(_message.Message):
     INITIAL_CREDIT_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     DECODED_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
     topic: str
     subscription: str
     type: SubscriptionType
@@ -144,7 +145,8 @@ class OpenSubscription(_message.Message):
     initial_credit: int
     mode: DeliveryMode
     decoded: bool
-    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., type: _Optional[_Union[SubscriptionType, str]] = ..., initial_position: _Optional[_Union[InitialPosition, str]] = ..., consumer_name: _Optional[str] = ..., initial_credit: _Optional[int] = ..., mode: _Optional[_Union[DeliveryMode, str]] = ..., decoded: _Optional[bool] = ...) -> None: ...
+    force: bool
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., type: _Optional[_Union[SubscriptionType, str]] = ..., initial_position: _Optional[_Union[InitialPosition, str]] = ..., consumer_name: _Optional[str] = ..., initial_credit: _Optional[int] = ..., mode: _Optional[_Union[DeliveryMode, str]] = ..., decoded: _Optional[bool] = ..., force: _Optional[bool] = ...) -> None: ...
 
 class Acks(_message.Message):
     __slots__ = ("ranges", "up_to", "nacks", "releases")
@@ -159,18 +161,20 @@ class Acks(_message.Message):
     def __init__(self, ranges: _Optional[_Iterable[_Union[OffsetRange, _Mapping]]] = ..., up_to: _Optional[_Iterable[_Union[PartitionOffset, _Mapping]]] = ..., nacks: _Optional[_Iterable[_Union[Nack, _Mapping]]] = ..., releases: _Optional[_Iterable[_Union[OffsetRange, _Mapping]]] = ...) -> None: ...
 
 class Nack(_message.Message):
-    __slots__ = ("partition", "begin", "end", "delay_ms", "reason")
+    __slots__ = ("partition", "begin", "end", "delay_ms", "reason", "dead_letter")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     BEGIN_FIELD_NUMBER: _ClassVar[int]
     END_FIELD_NUMBER: _ClassVar[int]
     DELAY_MS_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTER_FIELD_NUMBER: _ClassVar[int]
     partition: int
     begin: int
     end: int
     delay_ms: int
     reason: str
-    def __init__(self, partition: _Optional[int] = ..., begin: _Optional[int] = ..., end: _Optional[int] = ..., delay_ms: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+    dead_letter: bool
+    def __init__(self, partition: _Optional[int] = ..., begin: _Optional[int] = ..., end: _Optional[int] = ..., delay_ms: _Optional[int] = ..., reason: _Optional[str] = ..., dead_letter: _Optional[bool] = ...) -> None: ...
 
 class OffsetRange(_message.Message):
     __slots__ = ("partition", "begin", "end")
@@ -274,16 +278,18 @@ class FetchResponse(_message.Message):
     def __init__(self, batches: _Optional[_Iterable[bytes]] = ..., high_water_mark: _Optional[int] = ..., first_offset: _Optional[int] = ..., records: _Optional[_Iterable[_Union[DecodedRecord, _Mapping]]] = ...) -> None: ...
 
 class AckUpToRequest(_message.Message):
-    __slots__ = ("topic", "subscription", "partition", "offset")
+    __slots__ = ("topic", "subscription", "partition", "offset", "committer")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
+    COMMITTER_FIELD_NUMBER: _ClassVar[int]
     topic: str
     subscription: str
     partition: int
     offset: int
-    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+    committer: str
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., committer: _Optional[str] = ...) -> None: ...
 
 class AckUpToResponse(_message.Message):
     __slots__ = ("cursor",)
