@@ -438,6 +438,29 @@ async def check_reachable(channel: grpc.aio.Channel, target: Target, timeout_s: 
     "with a note on stderr of how many of --count arrived).",
 )
 @click.option("--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option(
+    "--nack",
+    is_flag=True,
+    help="Nack what was printed instead of acking it: the broker sends it again after the "
+    "subscription's backoff, and after max_deliveries applies its poison policy.",
+)
+@click.option(
+    "--dead-letter",
+    is_flag=True,
+    help="Reject what was printed: the subscription's poison policy applies to it now "
+    "(by default, into its dead-letter queue; see `headrace dlq peek`).",
+)
+@click.option(
+    "--reason",
+    metavar="TEXT",
+    help="Why, with --nack or --dead-letter: kept with the record and shown by `dlq peek`.",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Attach even when a Spark query commits to the subscription (its committer in "
+    "`subscriptions describe`); this consumer then moves the query's cursor.",
+)
 @connect_timeout_option("before subscribing")
 @broker_option
 def consume(  # noqa: PLR0917 - click passes every option as an argument
@@ -448,6 +471,10 @@ def consume(  # noqa: PLR0917 - click passes every option as an argument
     count: int | None,
     timeout: float | None,
     output: str,
+    nack: bool,
+    dead_letter: bool,
+    reason: str | None,
+    force: bool,
     connect_timeout: float,
     target: Target,
 ) -> None:
@@ -459,7 +486,11 @@ def consume(  # noqa: PLR0917 - click passes every option as an argument
     than --count records ahead; records it received but did not print are given back
     uncounted on exit, so the next consumer gets them as first deliveries. A broker that
     does not answer within --connect-timeout is an error (exit 1) before subscribing.
+
+    With --nack or --dead-letter, what was printed is nacked or rejected instead of
+    acked. A subscription that a Spark query commits to is refused unless --force.
     """
+    settle = _settle_choice(nack, dead_letter, reason)
     out = sys.stdout.buffer
     printed = 0
     idle = False
@@ -477,6 +508,7 @@ def consume(  # noqa: PLR0917 - click passes every option as an argument
             initial_position=start,
             receive_queue=prefetch,
             connect_timeout=connect_timeout,
+            force=force,
         ) as consumer:
             while count is None or printed < count:
                 want = count - printed if count is not None else CONSUME_PREFETCH
@@ -488,14 +520,48 @@ def consume(  # noqa: PLR0917 - click passes every option as an argument
                 for message in batch:
                     out.write(_render(message, output))
                 out.flush()
-                consumer.ack_many(batch)
+                if settle is None:
+                    consumer.ack_many(batch)
+                else:
+                    for message in batch:
+                        consumer.nack(message, reason=reason or "", dead_letter=settle.reject)
                 printed += len(batch)
 
     run(go, target)
     if idle:
         of = f" of {count}" if count is not None else ""
         click.echo(f"stopped after {timeout:g}s without a record; got {printed}{of}", err=True)
-    click.echo(f"consumed {plural(printed, 'record')} from {topic}", err=True)
+    if settle is None:
+        click.echo(f"consumed {plural(printed, 'record')} from {topic}", err=True)
+    else:
+        click.echo(settle.summary(printed, topic, subscription), err=True)
+
+
+@dataclass(frozen=True, slots=True)
+class _Settle:
+    """How ``consume`` settles what it printed when not by an ack."""
+
+    reject: bool  # dead_letter: the poison policy now; else a nack (sent again later)
+
+    def summary(self, count: int, topic: str, subscription: str) -> str:
+        """The line on stderr once done."""
+        records = plural(count, "record")
+        if self.reject:
+            return (
+                f"rejected {records} from {topic}: the poison policy of {subscription} "
+                f"applies (by default its dead-letter queue: headrace dlq peek {topic} -s "
+                f"{subscription})"
+            )
+        return f"nacked {records} from {topic}: {subscription} sends them again after its backoff"
+
+
+def _settle_choice(nack: bool, dead_letter: bool, reason: str | None) -> _Settle | None:
+    """``--nack`` / ``--dead-letter`` (at most one), ``--reason`` only with one of them."""
+    if nack and dead_letter:
+        raise click.UsageError("--nack and --dead-letter exclude each other; give one")
+    if reason is not None and not (nack or dead_letter):
+        raise click.UsageError("--reason goes with --nack or --dead-letter")
+    return _Settle(dead_letter) if nack or dead_letter else None
 
 
 #: The most records ``consume`` lets the broker send ahead (the client's default

@@ -85,7 +85,7 @@ def describe(topic: str, subscription: str, as_json: bool, target: Target) -> No
             return await admin.describe_subscription(topic, subscription)
 
     info = run(go, target)
-    doc = {**summary(info), "partitions": partition_rows(info)}
+    doc = {**summary(info), "committer": info.committer, "partitions": partition_rows(info)}
     if as_json:
         click.echo(json.dumps(doc))
         return
@@ -93,6 +93,10 @@ def describe(topic: str, subscription: str, as_json: bool, target: Target) -> No
         click.echo(f"{field}: {'-' if doc[field] is None else shown_text(str(doc[field]))}")
     names = ", ".join(shown_text(c) for c in info.consumers)  # as the broker sent them
     click.echo(f"consumers: {names or '(none)'}")
+    if info.committer:  # a reader that pulls by offset (Spark) acks to it
+        click.echo(f"committer: {shown_text(info.committer)} (consumers attach only with --force)")
+    else:
+        click.echo("committer: (none)")
     click.echo(table(doc["partitions"], PARTITION_FIELDS))
 
 

@@ -25,7 +25,7 @@ from dispatcher.dead_letter import DlqEntry
 from proto import admin_pb2 as _admin
 from proto import broker_pb2 as _pb
 from proto.batch import producer_id_of
-from proto.names import CONSUMER_NAME_RULE, is_valid_consumer_name
+from proto.names import CONSUMER_NAME_RULE, MAX_CONSUMER_NAME_LENGTH, is_valid_consumer_name
 from proto.shown import shown
 from wal import AppendResult, Log, RecordBatch, decode_batch, encode_columns
 
@@ -121,6 +121,18 @@ def consumer_name(value: str) -> str:
     if not is_valid_consumer_name(value):
         raise InvalidRequestError(
             "consumer_name", f"{shown(value)} is not a valid consumer name: {CONSUMER_NAME_RULE}"
+        )
+    return value
+
+
+def committer_name(value: str) -> str:
+    """An AckUpTo's ``committer``, checked as a consumer name is (printable, at most 200
+    characters): it is saved, shown by ``subscriptions describe`` and in errors."""
+    if value and not is_valid_consumer_name(value):
+        raise InvalidRequestError(
+            "committer",
+            f"{shown(value)} is not a valid committer: use at most "
+            f"{MAX_CONSUMER_NAME_LENGTH} printable characters, or leave it empty",
         )
     return value
 
@@ -299,6 +311,7 @@ def subscription_info(status: SubscriptionStatus) -> _admin.SubscriptionInfo:
         type=status.type.name,
         mode=status.mode.name,
         consumers=status.consumers,
+        committer=status.committer,
         partitions=[
             _admin.PartitionLag(
                 partition=p.partition,

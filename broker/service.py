@@ -35,6 +35,7 @@ import grpc
 
 from broker.convert import (
     batch_path_partition,
+    committer_name,
     consumer_name,
     decoded_records,
     delivery,
@@ -326,7 +327,7 @@ class BrokerService(_grpc.BrokerServicer):
             type_=subscription_type(o.type),
             mode=delivery_mode(o.mode),
         )
-        return sub, sub.attach(name, o.initial_credit)
+        return sub, sub.attach(name, o.initial_credit, force=o.force)
 
     @rpc
     async def AckUpTo(  # noqa: N802 - gRPC method name
@@ -335,11 +336,12 @@ class BrokerService(_grpc.BrokerServicer):
         context: Context,
     ) -> _pb.AckUpToResponse:
         """Commit a reader's position: the cursor becomes max(cursor, offset), saved."""
+        committer = committer_name(request.committer)  # before anything is created
         topic = self._topics.get(request.topic)
         sub = await self._subscriptions.subscribe(
             topic.name, request.subscription, [p.writer for p in topic.partitions], any_type=True
         )
-        cursor = await sub.commit(request.partition, request.offset)
+        cursor = await sub.commit(request.partition, request.offset, committer=committer)
         await self._subscriptions.save(sub)
         return _pb.AckUpToResponse(cursor=cursor)
 
@@ -408,7 +410,14 @@ async def _read_subscribe(
                     await sub.ack_up_to(u.partition, u.offset)
                 for n in request.ack.nacks:
                     delay = n.delay_ms / 1000 if n.HasField("delay_ms") else None
-                    await sub.nack(n.partition, n.begin, n.end, delay_s=delay, reason=n.reason)
+                    await sub.nack(
+                        n.partition,
+                        n.begin,
+                        n.end,
+                        delay_s=delay,
+                        reason=n.reason,
+                        dead_letter=n.dead_letter,
+                    )
                 for r in request.ack.releases:
                     await sub.release(session, r.partition, r.begin, r.end)
             elif kind == "drain":

@@ -218,6 +218,9 @@ class SubscriptionInfo:
     partitions: tuple[PartitionLag, ...]
     #: ``"at_least_once"`` (a record is consumed when acked) or ``"at_most_once"`` (when sent).
     mode: str = "at_least_once"
+    #: Who commits to it by offset (e.g. ``"spark"``: a Spark query reads through it),
+    #: ``""`` if nobody did. While set, a consumer attaches only with ``force=True``.
+    committer: str = ""
 
     @property
     def lag(self) -> int:

@@ -387,6 +387,7 @@ class CursorStore:
             type=sub.type.value,
             mode=sub.policy.mode.value,
             partitions=[state_file.partition_doc(snap) for snap in sub.snapshot()],
+            committer=sub.committer,
         )
 
     async def _flush_loop(self) -> None:
@@ -712,6 +713,7 @@ class CursorStore:
                 type=held.type if held is not None else SubscriptionType.EXCLUSIVE.value,
                 mode=held.mode if held is not None else DeliveryMode.AT_LEAST_ONCE.value,
                 partitions=[],
+                committer=held.committer if held is not None else "",
             )
         return _Loaded(
             merged,

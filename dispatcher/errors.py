@@ -6,6 +6,8 @@ one gRPC status code (``broker.status``). Messages say what was wrong and what t
 
 from __future__ import annotations
 
+from proto.shown import shown
+
 
 class DispatchError(Exception):
     """Root of every error raised by the ``dispatcher`` package."""
@@ -41,6 +43,30 @@ class SubscriptionBusyError(DispatchError):
         super().__init__(
             f"subscription {subscription!r} on topic {topic!r} is exclusive and consumer "
             f"{holder!r} holds it; stop that consumer or use another subscription name"
+        )
+
+
+class SubscriptionCommittedError(DispatchError):
+    """Raised when a consumer attaches, unforced, to a subscription that a reader which
+    pulls by offset (a Spark query) commits to: both would move one cursor."""
+
+    def __init__(
+        self, topic: str, subscription: str, committer: str, last_commit_s: float | None
+    ) -> None:
+        self.topic = topic
+        self.subscription = subscription
+        self.committer = committer
+        when = (
+            "not since the broker started"
+            if last_commit_s is None
+            else f"last commit {last_commit_s:.0f} s ago"
+        )
+        super().__init__(
+            f"subscription {shown(subscription)} on topic {shown(topic)} is committed to by "
+            f"{shown(committer)} ({when}): a consumer's acks would move the cursor it "
+            "commits, so lag would no longer be the committer's and retention could delete "
+            "records it has not read; use another subscription name, or attach anyway with "
+            "--force (client: force=True)"
         )
 
 

@@ -76,14 +76,18 @@ class Lease:
 
 class Tries:
     """An offset's failure entry: how often it was sent, why the last try failed, when
-    each failed try was sent (ms since the epoch)."""
+    each failed try was sent (ms since the epoch), and whether a consumer rejected it
+    (a nack with ``dead_letter``: it goes to the poison policy whatever its count)."""
 
-    __slots__ = ("deliveries", "reason", "times")
+    __slots__ = ("deliveries", "reason", "rejected", "times")
 
-    def __init__(self, deliveries: int, reason: str, times: list[int]) -> None:
+    def __init__(
+        self, deliveries: int, reason: str, times: list[int], *, rejected: bool = False
+    ) -> None:
         self.deliveries = deliveries
         self.reason = reason
         self.times = times
+        self.rejected = rejected
 
 
 class PartitionBook:
@@ -122,7 +126,9 @@ class PartitionBook:
         self.tries: dict[int, Tries] = {}
         for run in snap.failures:
             for offset in range(max(run.begin, self.acks.cursor), run.end):
-                self.tries[offset] = Tries(run.deliveries, run.reason, list(run.times_ms))
+                self.tries[offset] = Tries(
+                    run.deliveries, run.reason, list(run.times_ms), rejected=run.rejected
+                )
         self.blocked = ""  # why this partition sends nothing, or ""
         self.blocked_offset = -1  # the offset it waits on
         self.retry_dead_letters = False  # blocked by a failed dead-letter write
@@ -132,6 +138,14 @@ class PartitionBook:
         if tries is not None:
             return tries.deliveries
         return 1 if offset < self.sent_mark else 0
+
+    def is_poison(self, offset: int, max_deliveries: int) -> bool:
+        """Whether ``offset`` goes to the poison policy instead of out again: a consumer
+        rejected it, or it was sent ``max_deliveries`` times (0: no limit)."""
+        tries = self.tries.get(offset)
+        if tries is not None and tries.rejected:
+            return True
+        return max_deliveries > 0 and self.deliveries(offset) >= max_deliveries
 
     def held(self) -> int:
         return self.leases.total + self.waiting.total + self.parked.total
@@ -261,12 +275,13 @@ def failure_runs(part: PartitionBook) -> tuple[FailureRun, ...]:
             continue
         times = tuple(t.times)
         last = runs[-1] if runs else None
+        history = (t.deliveries, t.reason, times, t.rejected)
         if (
             last is not None
             and last.end == offset
-            and (last.deliveries, last.reason, last.times_ms) == (t.deliveries, t.reason, times)
+            and (last.deliveries, last.reason, last.times_ms, last.rejected) == history
         ):
-            runs[-1] = FailureRun(last.begin, offset + 1, t.deliveries, t.reason, times)
+            runs[-1] = FailureRun(last.begin, offset + 1, *history)
         else:
-            runs.append(FailureRun(offset, offset + 1, t.deliveries, t.reason, times))
+            runs.append(FailureRun(offset, offset + 1, *history))
     return tuple(runs)

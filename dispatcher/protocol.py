@@ -127,6 +127,7 @@ class FailureRun:
     deliveries: int
     reason: str
     times_ms: tuple[int, ...]
+    rejected: bool = False  # a consumer rejected them: the poison policy applies now
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,13 +250,15 @@ class AckUpTo:
 @dataclass(frozen=True, slots=True)
 class Nack:
     """Offsets ``[begin, end)`` failed; send them again after ``delay_s`` (``None``: the
-    backoff of their failure count)."""
+    backoff of their failure count), or, with ``dead_letter``, never: the poison policy
+    applies to them now, whatever their count (AMQP's reject with requeue=false)."""
 
     partition: int
     begin: int
     end: int
     delay_s: float | None = None
     reason: str = ""
+    dead_letter: bool = False
 
 
 @dataclass(frozen=True, slots=True)

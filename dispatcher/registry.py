@@ -180,7 +180,8 @@ class SubscriptionRegistry:
         for topic, name, doc in docs:
             snaps = state_file.restore(doc, topics[topic], topic, name)
             type_, mode = SubscriptionType(doc.type), DeliveryMode(doc.mode)
-            self._add(topic, name, topics[topic], snaps, type_, mode)
+            sub = self._add(topic, name, topics[topic], snaps, type_, mode)
+            sub.committer = doc.committer
             self._store.restored((topic, name), (s.cursor for s in snaps))
         for topic, name, _doc in docs:
             if await asyncio.to_thread(self._fs.exists, self._dlqs.directory(topic, name)):

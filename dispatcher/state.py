@@ -645,18 +645,35 @@ class SubscriptionState:
         part = self._check_nack(cmd)
         if self.policy.mode is DeliveryMode.AT_MOST_ONCE:
             return []  # already consumed when it was sent
-        reason = (cmd.reason or "nacked by the consumer")[:MAX_REASON_CHARS]
+        default = "rejected by the consumer" if cmd.dead_letter else "nacked by the consumer"
+        reason = (cmd.reason or default)[:MAX_REASON_CHARS]
+        # A reject waits with no delay and is marked exhausted: the next pass hands it to
+        # the poison policy, with or without a consumer that has credit.
+        delay = 0.0 if cmd.dead_letter else cmd.delay_s
         for lo, hi, lease in part.leases.overlapping(cmd.begin, cmd.end):
             self.nacked_total += hi - lo
-            self._return_lease(lease, lo, hi, now, reason=reason, delay=cmd.delay_s)
+            self._return_lease(
+                lease, lo, hi, now, reason=reason, delay=delay, reject=cmd.dead_letter
+            )
         return []
 
     def _return_lease(
-        self, lease: Lease, begin: int, end: int, now: float, *, reason: str, delay: float | None
+        self,
+        lease: Lease,
+        begin: int,
+        end: int,
+        now: float,
+        *,
+        reason: str,
+        delay: float | None,
+        reject: bool = False,
     ) -> None:
-        """Take ``[begin, end)`` of ``lease`` back: record the failure, make it wait."""
+        """Take ``[begin, end)`` of ``lease`` back: record the failure, make it wait;
+        ``reject``: mark it for the poison policy (its entry is kept past MAX_FAILURES,
+        since the mark is what sends it there, after a restart too)."""
         part = self._parts[lease.partition]
         sent_ms = int(lease.sent_at * 1000)
+        limit = self.policy.max_deliveries
         for lo, hi, _ in part.leases.cut(begin, end, only=lease):
             lease.remaining -= hi - lo
             lease.consumer.in_flight -= hi - lo
@@ -664,13 +681,14 @@ class SubscriptionState:
             for offset in range(lo, hi):
                 tries = part.tries.get(offset)
                 if tries is None:
-                    if len(part.tries) >= MAX_FAILURES:
+                    if len(part.tries) >= MAX_FAILURES and not reject:
                         continue  # bounded memory; the offset keeps its implicit count
                     tries = part.tries[offset] = Tries(1, reason, [])
                 tries.reason = reason
                 tries.times.append(sent_ms)
+                tries.rejected = tries.rejected or reject
                 failures = max(failures, tries.deliveries)
-                if self.policy.max_deliveries and tries.deliveries >= self.policy.max_deliveries:
+                if tries.rejected or (limit and tries.deliveries >= limit):
                     self._exhausted[part.index].add(offset)
             wait = delay if delay is not None else self.policy.backoff_s(failures, self._random())
             part.waiting.add(lo, hi, now + wait)
@@ -850,12 +868,13 @@ class SubscriptionState:
 
     def _route(self, part: PartitionBook, ctx: BatchContext, lo: int, hi: int) -> None:
         """Send ``[lo, hi)`` (unacknowledged, not leased) or make it wait."""
-        if lo < part.sent_mark and self.policy.max_deliveries:
-            # redeliveries: poison records first (per offset; this path is rare)
+        if lo < part.sent_mark and (self.policy.max_deliveries or part.tries):
+            # redeliveries: poison records first (per offset; this path is rare), those
+            # past max_deliveries and those a consumer rejected (with no limit too)
             limit = self.policy.max_deliveries
             run_lo = lo
             for offset in range(lo, min(hi, part.sent_mark)):
-                if part.deliveries(offset) >= limit:
+                if part.is_poison(offset, limit):
                     self._assign(part, ctx, run_lo, offset)
                     self._poison(part, ctx, offset)
                     run_lo = offset + 1
@@ -871,22 +890,24 @@ class SubscriptionState:
     def _poison(self, part: PartitionBook, ctx: BatchContext, offset: int) -> None:
         self._exhausted[part.index].discard(offset)
         deliveries = part.deliveries(offset)
+        tries = part.tries.get(offset)
+        rejected = tries is not None and tries.rejected
         policy = self.policy.poison
         if policy is PoisonPolicy.DROP:
             self.dropped_total += 1
             self._apply_ack(part, offset, offset + 1)
+            why = "rejected by its consumer" if rejected else f"after {deliveries} deliveries"
             ctx.out.append(
                 Note(
                     logging.WARNING,
-                    f"partition {part.index} offset {offset}: dropped after {deliveries} "
-                    "deliveries (poison policy drop)",
+                    f"partition {part.index} offset {offset}: dropped {why} (poison policy drop)",
                 )
             )
         elif policy is PoisonPolicy.BLOCK:
             part.parked.add(offset, offset + 1, None)
+            why = "was rejected by its consumer" if rejected else f"failed {deliveries} deliveries"
             part.blocked = (
-                f"offset {offset} failed {deliveries} deliveries (poison policy block); seek "
-                "past it or change the policy"
+                f"offset {offset} {why} (poison policy block); seek past it or change the policy"
             )
             part.blocked_offset = offset
             ctx.out.append(Note(logging.ERROR, f"partition {part.index}: {part.blocked}"))

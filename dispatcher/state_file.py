@@ -11,7 +11,14 @@ is :mod:`dispatcher.cursor_store`'s and :mod:`dispatcher.cursor_journal`'s. The 
     {"version": 3, "seq": 41, "topic": "orders", "subscription": "billing",
      "type": "shared", "mode": "at_least_once",
      "partitions": [{"cursor": 1200, "acked": [[1205, 1210]], "delivered": 1300,
-                     "failures": [[1200, 1201, 3, "timeout", [1700000000000, ...]]]}, ...]}
+                     "failures": [[1200, 1201, 3, "timeout", [1700000000000, ...]]]}, ...],
+     "committer": "spark"}
+
+A partition whose failure runs a consumer rejected (a nack with ``dead_letter``, waiting
+for the poison policy) also has ``"rejected": [[1200, 1201]]``, those runs' ranges.
+``committer`` (who commits to the subscription by offset, see
+:attr:`~dispatcher.subscription.Subscription.committer`) is written only when set. Both are
+left out otherwise, so such a file is what an older broker wrote and reads.
 
 ``seq`` orders the saved states of the store (the newest wins, see
 :mod:`dispatcher.cursor_journal`). Version 2 files (no ``seq``: 0) and version 1 files
@@ -56,9 +63,11 @@ class PartitionDoc(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=Tru
     acked: list[tuple[int, int]] = []
     delivered: int = 0
     failures: list[FailureDoc] = []
+    #: The ``[begin, end)`` of each failure run a consumer rejected (written when any).
+    rejected: list[tuple[int, int]] = []
 
 
-class StateDoc(msgspec.Struct, forbid_unknown_fields=True):
+class StateDoc(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     version: int
     topic: str
     subscription: str
@@ -66,6 +75,8 @@ class StateDoc(msgspec.Struct, forbid_unknown_fields=True):
     partitions: list[PartitionDoc]
     mode: str = DeliveryMode.AT_LEAST_ONCE.value
     seq: int = 0
+    #: Who commits to it by offset (AckUpTo's committer, e.g. "spark"); "" none.
+    committer: str = ""
 
 
 _decoder = msgspec.json.Decoder(StateDoc)
@@ -123,8 +134,16 @@ def restore(
             )
             cursor = head
         acked = tuple((b, min(e, head)) for b, e in saved.acked if b < min(e, head))
+        rejected = {begin for begin, _end in saved.rejected}
         failures = tuple(
-            FailureRun(f.begin, min(f.end, head), f.deliveries, f.reason, tuple(f.times_ms))
+            FailureRun(
+                f.begin,
+                min(f.end, head),
+                f.deliveries,
+                f.reason,
+                tuple(f.times_ms),
+                f.begin in rejected,
+            )
             for f in saved.failures
             if f.begin < min(f.end, head)
         )
@@ -141,4 +160,5 @@ def partition_doc(snap: PartitionSnapshot) -> PartitionDoc:
             FailureDoc(f.begin, f.end, f.deliveries, f.reason, list(f.times_ms))
             for f in snap.failures
         ],
+        rejected=[(f.begin, f.end) for f in snap.failures if f.rejected],
     )

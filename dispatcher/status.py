@@ -2,7 +2,8 @@
 
 Owns :class:`PartitionStatus` (one partition: cursor, head, lag, in-flight records, rates,
 the state and reason :func:`~dispatcher.diagnosis.diagnose` gives) and
-:class:`SubscriptionStatus` (every partition, the consumers, the type and mode).
+:class:`SubscriptionStatus` (every partition, the consumers, the type, mode and
+committer).
 :meth:`dispatcher.subscription.Subscription.status` builds them; ``broker.convert`` turns
 them into admin replies.
 
@@ -49,6 +50,7 @@ class SubscriptionStatus:
     consumers: tuple[str, ...]
     partitions: tuple[PartitionStatus, ...]
     mode: DeliveryMode = DeliveryMode.AT_LEAST_ONCE
+    committer: str = ""  # who commits to it by offset (e.g. "spark"); "" nobody
 
     @property
     def lag(self) -> int:

@@ -62,6 +62,7 @@ from dispatcher.errors import (
     DispatchError,
     InvalidSubscriptionError,
     SubscriptionBusyError,
+    SubscriptionCommittedError,
     SubscriptionLimitError,
 )
 from dispatcher.lag import (
@@ -153,6 +154,7 @@ class Subscription:
         reader: Reads the log off the dispatch task's critical section (tests pass one that
             blocks on an event). Default: ``LogWriter.read``, called in place: the tail
             is cached, and an await would cost the delivery path a loop turn.
+        committer: Who commits to it by offset, as saved (see :attr:`committer`).
     """
 
     def __init__(
@@ -174,8 +176,15 @@ class Subscription:
         stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S,
         limits: DispatchLimits | None = None,
         reader: LogReader | None = None,
+        committer: str = "",
     ) -> None:
         self._limits = limits or DispatchLimits()
+        #: Who commits to this subscription by offset (AckUpTo's ``committer``, e.g.
+        #: "spark"), "" if nobody said: saved with its state. While set, a consumer
+        #: attaches only when forced (:meth:`attach`): two kinds of reader moving one
+        #: cursor lose records to each other, as a Kafka group refuses a member of
+        #: another protocol type.
+        self.committer = committer
         if len(writers) != len(partitions):
             raise ValueError(f"{len(writers)} partitions but {len(partitions)} states")
         self.topic = topic
@@ -483,14 +492,19 @@ class Subscription:
             or self.policy.type is SubscriptionType.KEY_SHARED
         )
 
-    def attach(self, consumer_name: str, credit: int) -> ConsumerSession:
+    def attach(self, consumer_name: str, credit: int, *, force: bool = False) -> ConsumerSession:
         """Attach a consumer that may receive ``credit`` records now.
 
         Raises:
+            SubscriptionCommittedError: a reader that pulls by offset commits to it
+                (:attr:`committer`) and ``force`` is false.
             SubscriptionBusyError: another consumer holds this exclusive subscription.
             SubscriptionLimitError: ``max_consumers_per_subscription`` consumers are
                 attached already, or ``credit`` is over ``max_credit_per_consumer``.
         """
+        if self.committer and not force:
+            age = None if self._committed_at is None else self._clock() - self._committed_at
+            raise SubscriptionCommittedError(self.topic, self.name, self.committer, age)
         most = self._limits.max_consumers_per_subscription
         if most is not None and len(self._sessions) >= most:
             raise SubscriptionLimitError(
@@ -598,23 +612,32 @@ class Subscription:
         return self._submit(cmd, dispatch=self._ack_may_free())
 
     def nack(
-        self, partition: int, begin: int, end: int, *, delay_s: float | None, reason: str
+        self,
+        partition: int,
+        begin: int,
+        end: int,
+        *,
+        delay_s: float | None,
+        reason: str,
+        dead_letter: bool = False,
     ) -> asyncio.Future[None]:
         """Offsets ``[begin, end)`` failed: send them again after ``delay_s`` (``None``:
-        the subscription's backoff). Await the result for room in the command queue.
+        the subscription's backoff), or with ``dead_letter`` apply the poison policy to
+        them now. Await the result for room in the command queue.
 
         Raises:
             InvalidSubscriptionError: no such partition, a bad range or delay.
             InvalidAckError: some of the offsets were never delivered.
         """
-        cmd = Nack(partition, begin, end, delay_s, reason)
+        cmd = Nack(partition, begin, end, delay_s, reason, dead_letter)
         self.state.check(cmd)
         return self._submit(cmd)
 
-    def commit(self, partition: int, offset: int) -> asyncio.Future[int]:
+    def commit(self, partition: int, offset: int, *, committer: str = "") -> asyncio.Future[int]:
         """Acknowledge everything below ``offset``, delivered or not (a reader that pulls
         by offset, like Spark, commits what it processed). Returns a future of the
-        cursor once the dispatch task applied it.
+        cursor once the dispatch task applied it. A ``committer`` is recorded as
+        :attr:`committer` (saved with the state; "" leaves it as it is).
 
         Raises:
             InvalidSubscriptionError: no such partition, or ``offset`` past the head
@@ -624,6 +647,18 @@ class Subscription:
         cmd = Commit(partition, offset, self._writers[partition].high_water_mark)
         self.state.check(cmd)
         self._committed_at = self._clock()
+        if committer and committer != self.committer:
+            if self._sessions:
+                logger.warning(
+                    "%s/%s: %s commits by offset while consumers are attached (%s); they "
+                    "move the same cursor",
+                    self.topic,
+                    self.name,
+                    shown_text(committer),
+                    ", ".join(shown_text(s.name) for s in self._sessions.values()),
+                )
+            logger.info("%s/%s: committer is now %s", self.topic, self.name, shown_text(committer))
+            self.committer = committer
         return self._submit(cmd, result=True)
 
     def seek(self, offsets: Sequence[int]) -> asyncio.Future[None]:
@@ -746,7 +781,13 @@ class Subscription:
                 age = max(0.0, wall - stamp / 1000)
                 parts[i] = dataclasses.replace(part, oldest_unacked_age_s=age)
         return SubscriptionStatus(
-            self.topic, self.name, self.type, consumers, tuple(parts), self.policy.mode
+            self.topic,
+            self.name,
+            self.type,
+            consumers,
+            tuple(parts),
+            self.policy.mode,
+            self.committer,
         )
 
     def _facts(  # noqa: PLR0917 - one private caller

@@ -81,6 +81,9 @@ MIN_ARROW_ROWS = 4096
 BROKER_WAIT_S = 60.0
 #: Deadline of one ack, seconds: acks are retried at the next trigger, never waited on long.
 ACK_TIMEOUT_S = 5.0
+#: Who the broker records as the subscription's committer (``subscriptions describe``);
+#: a consumer that attaches to it without ``--force`` is refused, naming it.
+COMMITTER = "spark"
 
 
 @dataclass(frozen=True)
@@ -335,7 +338,9 @@ class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for p, offset in start.items():  # AckUpTo creates it (at the earliest offsets)
                 self.driver.call(
                     f"creating subscription {sub!r}",
-                    functools.partial(fetcher.ack_up_to, o.topic, sub, p, offset),
+                    functools.partial(
+                        fetcher.ack_up_to, o.topic, sub, p, offset, committer=COMMITTER
+                    ),
                 )
         elif o.starting != "acked" or o.starting_timestamp_ms is not None:
             self.driver.call(
@@ -421,7 +426,7 @@ class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if offset <= self._acked.get(p, -1):
                 continue
             try:
-                self.driver.fetcher.ack_up_to(o.topic, sub, p, offset)
+                self.driver.fetcher.ack_up_to(o.topic, sub, p, offset, committer=COMMITTER)
             except ClientError as exc:
                 self.ack_failures += 1
                 logger.warning(

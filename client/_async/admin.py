@@ -72,6 +72,7 @@ def _subscription(info: _admin.SubscriptionInfo) -> SubscriptionInfo:
             for p in info.partitions
         ),
         mode="at_most_once" if info.mode == _pb.AT_MOST_ONCE else "at_least_once",
+        committer=info.committer,
     )
 
 

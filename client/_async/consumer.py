@@ -140,6 +140,10 @@ class AsyncConsumer:
             CA bundle that turns TLS on, and a client certificate and key for mutual TLS
             (:mod:`client._channel`). Bad ones raise ``ValueError`` here. Unused with
             ``channel`` (that channel's own security applies).
+        force: Attach even when a reader that pulls by offset (a Spark query) commits
+            to the subscription (its ``committer`` in ``subscriptions describe``). Without
+            it the broker refuses with ``FailedPrecondition`` naming the committer: this
+            consumer's acks would move the cursor the query commits. Default off.
     """
 
     def __init__(
@@ -161,6 +165,7 @@ class AsyncConsumer:
         tls_ca: str | None = None,
         tls_cert: str | None = None,
         tls_key: str | None = None,
+        force: bool = False,
     ) -> None:
         _check_settings(type, initial_position, mode, receive_queue, ack_interval_ms)
         if not is_valid_consumer_name(consumer_name):  # the broker refuses it on open
@@ -178,6 +183,7 @@ class AsyncConsumer:
             mode=_MODES[mode],
             consumer_name=consumer_name,
             initial_credit=receive_queue,
+            force=force,
         )
         self._credit_chunk = max(1, receive_queue // 2)
         self._ack_interval_s = ack_interval_ms / 1000
@@ -556,19 +562,32 @@ class AsyncConsumer:
         self._acked(1)
         return QUEUED
 
-    def nack(self, message: Message, *, delay: float | None = None, reason: str = "") -> Queued:
+    def nack(
+        self,
+        message: Message,
+        *,
+        delay: float | None = None,
+        reason: str = "",
+        dead_letter: bool = False,
+    ) -> Queued:
         """Report that ``message`` failed: the broker sends it again after ``delay``
         seconds (``None``: the subscription's backoff, which grows with each failure).
         ``reason`` is kept with the record (its first 1,024 characters) and shows in the
         dead-letter queue if it ends there (after the subscription's max deliveries).
+        With ``dead_letter`` it is not sent again: the subscription's poison policy
+        applies to it at once (by default, into its dead-letter queue with ``reason``),
+        as AMQP's reject with requeue=false; ``delay`` must then be ``None``.
         May be awaited, as :meth:`ack`.
 
         Raises:
-            ValueError: ``delay`` is negative or longer than a day.
+            ValueError: ``delay`` is negative or longer than a day, or given with
+                ``dead_letter``.
             ClientClosed: as :meth:`ack`.
         """
         if delay is not None and not 0 <= delay <= _MAX_NACK_DELAY_S:
             raise ValueError(f"delay must be from 0 to {_MAX_NACK_DELAY_S:g} seconds, not {delay}")
+        if delay is not None and dead_letter:
+            raise ValueError("a nack with dead_letter is not sent again: give it no delay")
         if message.epoch != self._ack_epoch:
             self._check_acks_open()
             return QUEUED  # from a broken session: the broker will deliver it again anyway
@@ -577,6 +596,7 @@ class AsyncConsumer:
             begin=message.offset,
             end=message.offset + 1,
             reason=reason,
+            dead_letter=dead_letter,
         )
         if delay is not None:
             nack.delay_ms = round(delay * 1000)

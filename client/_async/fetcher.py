@@ -95,10 +95,16 @@ def fetch_result(topic: str, partition: int, got: _pb.FetchResponse) -> FetchRes
     return FetchResult(batches, got.high_water_mark, got.first_offset)
 
 
-def ack_request(topic: str, subscription: str, partition: int, offset: int) -> _pb.AckUpToRequest:
+def ack_request(
+    topic: str, subscription: str, partition: int, offset: int, committer: str = ""
+) -> _pb.AckUpToRequest:
     """The AckUpToRequest both fetchers send."""
     return _pb.AckUpToRequest(
-        topic=topic, subscription=subscription, partition=partition, offset=offset
+        topic=topic,
+        subscription=subscription,
+        partition=partition,
+        offset=offset,
+        committer=committer,
     )
 
 
@@ -182,14 +188,21 @@ class AsyncFetcher:
         )
         return fetch_result(topic, partition, got)
 
-    async def ack_up_to(self, topic: str, subscription: str, partition: int, offset: int) -> int:
+    async def ack_up_to(
+        self, topic: str, subscription: str, partition: int, offset: int, *, committer: str = ""
+    ) -> int:
         """Acknowledge everything below ``offset`` on one partition for ``subscription``
         (created at the earliest offsets if it does not exist); saved before the answer.
+
+        ``committer`` names who commits (the Spark source sends ``"spark"``, at most 200
+        printable characters): the broker saves it with the subscription, shows it in
+        ``subscriptions describe``, and then refuses a consumer that attaches without
+        ``force`` (its acks would move this reader's cursor). ``""`` records nothing.
 
         Returns:
             The subscription's cursor after the call: ``max(cursor, offset)``.
         """
-        request = ack_request(topic, subscription, partition, offset)
+        request = ack_request(topic, subscription, partition, offset, committer)
         got: _pb.AckUpToResponse = await self._retrying(self._stub.AckUpTo, request)
         return got.cursor
 

@@ -73,6 +73,7 @@ class Consumer:
         tls_ca: str | None = None,
         tls_cert: str | None = None,
         tls_key: str | None = None,
+        force: bool = False,
     ) -> None:
         self._bridge = LoopThread("Consumer", "AsyncConsumer")
         self._consumer = self._bridge.create(
@@ -92,6 +93,7 @@ class Consumer:
             tls_ca=tls_ca,
             tls_cert=tls_cert,
             tls_key=tls_key,
+            force=force,
         )
         self._loop = self._bridge.call(asyncio.get_running_loop)
         self._read_ahead = max(1, min(MAX_READ_AHEAD, receive_queue // 4))
@@ -177,11 +179,21 @@ class Consumer:
         """Acknowledge ``message`` and every earlier message of its partition."""
         self._bridge.call(self._after_acks, self._consumer.ack_cumulative, message)
 
-    def nack(self, message: Message, *, delay: float | None = None, reason: str = "") -> None:
+    def nack(
+        self,
+        message: Message,
+        *,
+        delay: float | None = None,
+        reason: str = "",
+        dead_letter: bool = False,
+    ) -> None:
         """Report that ``message`` failed; it comes again after ``delay`` seconds (``None``:
-        the subscription's backoff). See :meth:`AsyncConsumer.nack`."""
+        the subscription's backoff), or with ``dead_letter`` goes to the poison policy
+        now. See :meth:`AsyncConsumer.nack`."""
         self._bridge.call(
-            self._after_acks, lambda m: self._consumer.nack(m, delay=delay, reason=reason), message
+            self._after_acks,
+            lambda m: self._consumer.nack(m, delay=delay, reason=reason, dead_letter=dead_letter),
+            message,
         )
 
     def close(self) -> None:

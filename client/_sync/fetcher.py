@@ -152,9 +152,11 @@ class Fetcher:
         future = self._stub.Fetch.future(request, timeout=self._timeout)
         return FetchAhead(self, future, (topic, partition, offset, end_offset, max_bytes))
 
-    def ack_up_to(self, topic: str, subscription: str, partition: int, offset: int) -> int:
+    def ack_up_to(
+        self, topic: str, subscription: str, partition: int, offset: int, *, committer: str = ""
+    ) -> int:
         """Acknowledge everything below ``offset``: see :meth:`AsyncFetcher.ack_up_to`."""
-        request = ack_request(topic, subscription, partition, offset)
+        request = ack_request(topic, subscription, partition, offset, committer)
         got: _pb.AckUpToResponse = self._retrying(self._stub.AckUpTo, request)
         return got.cursor
 
