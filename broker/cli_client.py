@@ -50,6 +50,7 @@ from client import (
     AsyncConsumer,
     ClientError,
     Message,
+    NotFound,
     SubscriptionInfo,
     TopicInfo,
     Unavailable,
@@ -494,12 +495,22 @@ def consume(  # noqa: PLR0917 - click passes every option as an argument
     out = sys.stdout.buffer
     printed = 0
     idle = False
+    queued: bool | None = None  # --dead-letter: did the queue take them (None: not asked)
     prefetch = min(count, CONSUME_PREFETCH) if count is not None else CONSUME_PREFETCH
 
     async def go() -> None:
-        nonlocal printed, idle
+        nonlocal printed, idle, queued
         async with reachable_channel(target, connect_timeout):
             pass  # the broker answers; the consumer makes its own connection
+        before = await _dead_letters(target, topic, subscription) if dead_letter else 0
+        try:
+            await consume_into()
+        finally:
+            if dead_letter and printed:
+                queued = await _await_dead_letters(target, topic, subscription, before + printed)
+
+    async def consume_into() -> None:
+        nonlocal printed, idle
         async with AsyncConsumer(
             topic,
             subscription,
@@ -534,7 +545,32 @@ def consume(  # noqa: PLR0917 - click passes every option as an argument
     if settle is None:
         click.echo(f"consumed {plural(printed, 'record')} from {topic}", err=True)
     else:
-        click.echo(settle.summary(printed, topic, subscription), err=True)
+        click.echo(settle.summary(printed, topic, subscription, queued), err=True)
+
+
+async def _dead_letters(target: Target, topic: str, subscription: str) -> int:
+    """How many entries the subscription's dead-letter queue holds (0 for a new one)."""
+    async with AsyncAdminClient(**target.kwargs()) as admin:
+        try:
+            return await admin.count_dead_letters(topic, subscription)
+        except NotFound:
+            return 0
+
+
+#: How long ``consume --dead-letter`` waits for its rejects to reach the dead-letter queue.
+DEAD_LETTER_WAIT_S = 5.0
+
+
+async def _await_dead_letters(target: Target, topic: str, subscription: str, want: int) -> bool:
+    """Wait until the dead-letter queue holds ``want`` entries; False after
+    ``DEAD_LETTER_WAIT_S``. A reject is applied on the subscription's next pass, after the
+    stream that carried it has closed; waiting here means a `dlq peek` run next sees it."""
+    deadline = asyncio.get_running_loop().time() + DEAD_LETTER_WAIT_S
+    while await _dead_letters(target, topic, subscription) < want:
+        if asyncio.get_running_loop().time() >= deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -543,9 +579,16 @@ class _Settle:
 
     reject: bool  # dead_letter: the poison policy now; else a nack (sent again later)
 
-    def summary(self, count: int, topic: str, subscription: str) -> str:
-        """The line on stderr once done."""
+    def summary(self, count: int, topic: str, subscription: str, queued: bool | None) -> str:
+        """The line on stderr once done; ``queued``: whether the rejects were seen in the
+        dead-letter queue (None when nothing was rejected)."""
         records = plural(count, "record")
+        if self.reject and queued is False:
+            return (
+                f"rejected {records} from {topic}: not in the dead-letter queue of "
+                f"{subscription} after {DEAD_LETTER_WAIT_S:g}s; its poison policy may drop or "
+                f"block them, or the queue evicts (headrace lag --topic {topic} shows BLOCKED)"
+            )
         if self.reject:
             return (
                 f"rejected {records} from {topic}: the poison policy of {subscription} "

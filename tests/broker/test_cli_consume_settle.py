@@ -133,3 +133,41 @@ def test_settle_options_that_do_not_fit_are_a_usage_error(
     assert done.returncode == 2
     assert message in done.stderr
     assert ok(served, "subscriptions", "list", "--json").stdout.strip() == "[]"
+
+
+def test_a_dead_letter_under_the_drop_policy_says_it_is_not_in_the_queue(
+    tmp_path: Path,
+) -> None:
+    """Scenario: a broker whose `[dispatch] poison_policy` is "drop"; `consume --count 1
+    --dead-letter` on a one-record topic. `consume --dead-letter` waits (up to 5 s) for its
+    rejects to reach the dead-letter queue, so that a `dlq peek` run next sees them.
+    Expected: the record is printed; the summary says it is not in the queue after 5 s and
+    why that may be; the queue holds nothing; the record is not delivered again."""
+    config = tmp_path / "broker.toml"
+    config.write_text('[dispatch]\npoison_policy = "drop"\n')
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            BIN / "headrace", "serve", "--config", str(config), "--data-dir",
+            str(tmp_path / "data"), "--listen", f"127.0.0.1:{port}", "--metrics-listen", "",
+        ],
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        wait_serving(port, time.monotonic() + 20)
+        address = f"127.0.0.1:{port}"
+        ok(address, "topics", "create", "jobs")
+        ok(address, "produce", "jobs", stdin="poison\n")
+        got = ok(address, "consume", "jobs", "-s", "w", "--count", "1", "--dead-letter")
+        assert got.stdout == "poison\n"
+        assert got.stderr.splitlines()[-1] == (
+            "rejected 1 record from jobs: not in the dead-letter queue of w after 5s; its "
+            "poison policy may drop or block them, or the queue evicts (headrace lag --topic "
+            "jobs shows BLOCKED)"
+        )
+        assert ok(address, "dlq", "count", "jobs", "-s", "w").stdout == "0\n"
+        rest = ok(address, "consume", "jobs", "-s", "w", "--count", "1", "--timeout", "1")
+        assert rest.stdout == ""
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=15) == 0
