@@ -12,6 +12,9 @@ the page is listed here, explicitly, per step:
 - step 5 (lag): per row, which partition holds the lag (cursor, head, lag, age, rates,
   drain, state and reason); the header, the rows' topic, subscription, partition, type,
   consumers and in-flight, and the total row's lag are exact.
+- "Dead-letter a record": which of the two waiting records is dead-lettered (its value,
+  partition and offset) and the time it was; the order of the last consume's two values.
+  Every other line is exact.
 """
 
 from __future__ import annotations
@@ -95,8 +98,37 @@ def test_the_quickstart_prints_what_the_page_shows(served: tuple[str, str], tmp_
     _check_banner(shown[1][1], banner, address)
     for n in (2, 3):
         assert run(shown[n][0], address, tmp_path) == shown[n][1], n
-    _check_consume(shown[4][1], run(shown[4][0], address, tmp_path))
+    consumed = run(shown[4][0], address, tmp_path)
+    _check_consume(shown[4][1], consumed)
     _check_lag(shown[5][1], run(shown[5][0], address, tmp_path))
+    waiting = {"1", "2", "3", "4", "5"} - set(consumed.splitlines()[:-1])
+    commands, page = dead_letter_section()
+    got = "".join(run(command, address, tmp_path) for command in commands)
+    _check_dead_letter(page, got, waiting)
+
+
+def dead_letter_section() -> tuple[list[str], str]:
+    """The commands (one per line) and the shown output of "Dead-letter a record"."""
+    text = PAGE.read_text()
+    section = text[text.index("## Dead-letter a record") :]
+    found = re.search(r"^```sh\n(.*?)^```\n\n```text\n(.*?)^```$", section, re.M | re.S)
+    assert found is not None
+    return found[1].strip().splitlines(), found[2]
+
+
+def _check_dead_letter(page: str, got: str, waiting: set[str]) -> None:
+    want, have = page.splitlines(), got.splitlines()
+    assert len(have) == len(want), have
+    rejected = have[0]
+    assert rejected in waiting
+    for i in (1, 2, 4, 7):  # the reject's summary, the table's head, the replay, the summary
+        assert have[i] == want[i], (want[i], have[i])
+    row = have[3].split()
+    assert row[0] == "0"  # the first entry of the queue
+    assert row[3:6] == ["1", "bad", "price"]  # one attempt, the --reason
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", row[6])
+    assert row[7:] == ["no", rejected]
+    assert set(have[5:7]) == waiting, "the other waiting record, and the replayed one"
 
 
 def _check_banner(page: str, banner: str, address: str) -> None:
