@@ -7,10 +7,10 @@ and ``seek`` talk to one (:mod:`broker.cli_client`), and so do ``produce``
 (:mod:`broker.cli_tokens`); ``wal inspect`` reads a partition directory offline
 (``DATA_DIR/topics/TOPIC/PARTITION``, or ``--data-dir DATA_DIR TOPIC PARTITION``; a path
 that is not one is answered with that layout). ``serve`` prints a banner once the broker
-listens: the bound addresses, the data directory and the README tour's first steps
+listens: the bound addresses, the data directory and the quickstart's first steps
 (:data:`TOUR`), so ``make run`` needs no banner of its own.
 
-Conventions (README "Quick tour"): exit code 0 on success, 1 on error, 2 on usage errors;
+Conventions (docs/quickstart.md): exit code 0 on success, 1 on error, 2 on usage errors;
 errors are one clear line on stderr, never a traceback.
 """
 
@@ -159,7 +159,7 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
     """Run a broker until SIGINT or SIGTERM.
 
     On an address other hosts can reach it refuses to start without TLS and tokens (or
-    client certificates), unless --insecure is given; see README "Security".
+    client certificates), unless --insecure is given; see docs/operations/security.md.
     """
     try:
         config = BrokerConfig.load(
@@ -204,7 +204,7 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
         raise click.ClickException(f"cannot serve: {exc.strerror or exc}{where}") from exc
 
 
-#: The first steps of the README's "Quick tour", which the serve banner suggests; a test
+#: The first steps of the quickstart (docs/quickstart.md), which the serve banner suggests; a test
 #: holds the two to the same text. ``{headrace}`` is the program as it was started.
 TOUR = (
     "{headrace} topics create orders --partitions 3",
@@ -227,7 +227,7 @@ def _print_banner(config: BrokerConfig, port: int, metrics_port: int) -> None:
     lines = [
         f"headrace: serving on {address}, data in {config.data_dir}, metrics {metrics}. "
         "Ctrl-C stops it.",
-        'Try, in another terminal (README "Quick tour" has more):',
+        "Try, in another terminal (docs/quickstart.md has more):",
     ]
     if address != BrokerConfig().listen:
         lines.append(f"  export HEADRACE_BROKER={address}")

@@ -189,11 +189,21 @@ def _blocked(f: PartitionFacts) -> Diagnosis | None:
     return Diagnosis(LagState.BLOCKED, Cause.DLQ_ERROR, f.blocked)
 
 
+def _records(n: int) -> str:
+    """``"1 record"``, ``"5 records"``."""
+    return f"{n} record" if n == 1 else f"{n} records"
+
+
+def _wait(n: int) -> str:
+    """The verb after ``n`` records: ``"waits"`` for one, else ``"wait"``."""
+    return "waits" if n == 1 else "wait"
+
+
 def _read_error(f: PartitionFacts) -> Diagnosis | None:
     if not f.read_error:
         return None
     state = LagState.STALLED if f.stalled else LagState.LAGGING
-    detail = f"{f.read_error}; {f.lag} records wait"
+    detail = f"{f.read_error}; {_records(f.lag)} {_wait(f.lag)}"
     if f.stalled:
         detail += f", nothing sent or acknowledged for {f.stuck_s:.1f} s"
     return Diagnosis(state, Cause.READ_ERROR, detail)
@@ -203,7 +213,8 @@ def _no_progress(f: PartitionFacts) -> Diagnosis | None:
     if not (f.stalled and f.unread > 0):
         return None
     detail = (
-        f"{f.unread} records are ready and a consumer has room, but nothing was sent or "
+        f"{_records(f.unread)} {'is' if f.unread == 1 else 'are'} ready and a consumer has "
+        f"room, but nothing was sent or "
         f"acknowledged for {f.stuck_s:.1f} s"
     )
     return Diagnosis(LagState.STALLED, Cause.NO_PROGRESS, detail)
@@ -212,9 +223,8 @@ def _no_progress(f: PartitionFacts) -> Diagnosis | None:
 def _no_consumer(f: PartitionFacts) -> Diagnosis | None:
     if f.consumers or f.pull_commit_age_s is not None:
         return None
-    return Diagnosis(
-        LagState.NO_CONSUMER, Cause.NO_CONSUMER, f"{f.lag} records wait for a consumer"
-    )
+    detail = f"{_records(f.lag)} {_wait(f.lag)} for a consumer"
+    return Diagnosis(LagState.NO_CONSUMER, Cause.NO_CONSUMER, detail)
 
 
 def _retry_backoff(f: PartitionFacts) -> Diagnosis | None:
@@ -233,24 +243,24 @@ def _window_full(f: PartitionFacts) -> Diagnosis | None:
         return None
     detail = f"{f.held} of {f.max_unacked} records in flight"
     if f.unread:
-        detail += f", {f.unread} more wait to be sent"
+        detail += f", {f.unread} more {_wait(f.unread)} to be sent"
     return Diagnosis(LagState.LAGGING, Cause.WINDOW_FULL, detail)
 
 
 def _consumer_slow(f: PartitionFacts) -> Diagnosis:
     if f.consumers == 0 and f.pull_commit_age_s is not None:
         detail = (
-            f"{f.lag} records not yet committed by a reader that keeps its own position "
+            f"{_records(f.lag)} not yet committed by a reader that keeps its own position "
             f"(AckUpTo, e.g. Spark); last commit {f.pull_commit_age_s:.0f} s ago"
         )
     elif not f.has_room:
         detail = (
             f"the consumers hold no credit (they have not taken what was sent); "
-            f"{f.in_flight} records in flight, {f.unread} wait to be sent"
+            f"{_records(f.in_flight)} in flight, {f.unread} {_wait(f.unread)} to be sent"
         )
     else:
         detail = (
-            f"{f.in_flight} records in flight, {f.unread} wait to be sent; acks "
+            f"{_records(f.in_flight)} in flight, {f.unread} {_wait(f.unread)} to be sent; acks "
             f"{f.rates.acked:.1f}/s vs {f.rates.ingress:.1f}/s published"
         )
     return Diagnosis(LagState.LAGGING, Cause.CONSUMER_SLOW, detail)

@@ -45,6 +45,22 @@ def with_(**changes: object) -> PartitionFacts:
             "no consumer: 5 records wait for a consumer",
         ),
         (
+            with_(consumers=0, lag=1),
+            LagState.NO_CONSUMER,
+            "no consumer: 1 record waits for a consumer",
+        ),
+        (
+            with_(held=100, in_flight=100, lag=101, unread=1),
+            LagState.LAGGING,
+            "window full: 100 of 100 records in flight, 1 more waits to be sent",
+        ),
+        (
+            with_(in_flight=1, unread=1, lag=2),
+            LagState.LAGGING,
+            "consumer slow: 1 record in flight, 1 waits to be sent; acks 19.5/s vs 20.0/s "
+            "published",
+        ),
+        (
             with_(held=100, in_flight=100, lag=150, unread=50),
             LagState.LAGGING,
             "window full: 100 of 100 records in flight, 50 more wait to be sent",
