@@ -15,7 +15,8 @@ Worked example (RFC 5280 section 4.1)::
         ...
     Time: UTCTime "260101000000Z" (years 1950-2049) or GeneralizedTime "20500101000000Z"
 
-Imports the standard library only (no ``os``, ``time`` or ``asyncio``).
+Imports the standard library and :mod:`broker.errors` only (no ``os``, ``time`` or
+``asyncio``).
 """
 
 from __future__ import annotations
@@ -25,12 +26,10 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from broker.errors import CertificateFormatError
+
 _PEM_CERT = re.compile(rb"-----BEGIN CERTIFICATE-----(.+?)-----END CERTIFICATE-----", re.DOTALL)
 _SEQUENCE, _UTC_TIME, _GENERALIZED_TIME, _VERSION = 0x30, 0x17, 0x18, 0xA0
-
-
-class CertificateFormatError(ValueError):
-    """Raised when bytes hold no PEM certificate or one whose encoding cannot be read."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,8 +28,9 @@ from dataclasses import asdict
 import click
 import uvloop
 
-from broker.config import BrokerConfig, ConfigError, parse_address
+from broker.config import BrokerConfig, parse_address
 from broker.errors import (
+    ConfigError,
     FileLimitError,
     InsecureListenError,
     ListenError,

@@ -23,8 +23,8 @@ import click
 from broker.auth import Grant, TokenEntry, TokenSet, TokensFile, mint, parse_grant
 from broker.auth.grants import make_grant
 from broker.cli_output import table
-from broker.config import BrokerConfig, ConfigError
-from broker.errors import TokensFileError
+from broker.config import BrokerConfig
+from broker.errors import ConfigError, TokensFileError
 
 T = TypeVar("T")
 _ROLES = click.Choice(["admin", "produce", "consume"])

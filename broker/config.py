@@ -97,26 +97,24 @@ from typing import Any, TypeVar
 from broker import config_keys
 from broker.backlog import BacklogConfig, BacklogPolicy
 from broker.config_keys import Kind
+from broker.errors import ConfigError
 from broker.limits import LimitsConfig
 from broker.logs import LogFormat
 from dispatcher import (
     DispatchConfig,
     DispatchPolicy,
+    DlqConfigError,
     HeartbeatConfig,
     InvalidSubscriptionError,
     PoisonPolicy,
 )
-from dispatcher.dlq_config import DlqConfig, DlqConfigError, OverflowPolicy
+from dispatcher.dlq_config import DlqConfig, OverflowPolicy
 from dispatcher.names import NAME_RULE, is_valid_name
 from wal import FsyncPolicy, LogConfig, WalConfigError
 from wal.config import HEADER_LIMITS
 
 MIB = 1 << 20
 DAY_MS = 86_400_000
-
-
-class ConfigError(ValueError):
-    """Raised when a setting is unknown, of the wrong type or out of range."""
 
 
 @dataclass(frozen=True, slots=True)

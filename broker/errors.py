@@ -276,3 +276,11 @@ class InsecureListenError(BrokerError):
         self.address = address
         self.reason = reason
         super().__init__(f"refusing to serve on {address}: {reason}")
+
+
+class ConfigError(BrokerError, ValueError):
+    """Raised when a setting is unknown, of the wrong type or out of range."""
+
+
+class CertificateFormatError(BrokerError, ValueError):
+    """Raised when bytes hold no PEM certificate or one whose encoding cannot be read."""

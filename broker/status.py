@@ -48,7 +48,7 @@ from dispatcher import (
     SubscriptionLimitError,
     SubscriptionNotFoundError,
 )
-from dispatcher.dead_letter import DlqCorruptError
+from dispatcher.errors import DlqCorruptError
 from proto.shown import shown_text
 from wal import (
     BatchTooLargeError,

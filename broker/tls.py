@@ -21,9 +21,9 @@ from datetime import UTC, datetime
 
 import grpc
 
-from broker.certs import CertificateFormatError, first_validity
+from broker.certs import first_validity
 from broker.config import SecurityConfig
-from broker.errors import TlsSetupError
+from broker.errors import CertificateFormatError, TlsSetupError
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,8 +14,8 @@ Modules:
                       STALLED rules, ingress and ack rates (pure)
     diagnosis         LagState, Cause, diagnose(): a partition's lag state and reason (pure)
     dead_letter       DeadLetter, DlqEntry: dead letters as records, the codec, replay (pure)
-    dlq_config        DlqConfig, OverflowPolicy, PutOutcome, DlqFullError: a dead-letter
-                      queue's settings, outcomes and errors (pure)
+    dlq_config        DlqConfig, OverflowPolicy, PutOutcome: a dead-letter queue's
+                      settings and put outcomes (pure)
     dlq               DeadLetterQueue: one subscription's dead letters in their own log
     dlq_queues        DeadLetterQueues: every subscription's queue, their expiry, and the
                       dead-letter sink
@@ -49,6 +49,9 @@ from dispatcher.acks import AckRanges
 from dispatcher.errors import (
     DispatcherClosedError,
     DispatchError,
+    DlqConfigError,
+    DlqCorruptError,
+    DlqFullError,
     InvalidAckError,
     InvalidSubscriptionError,
     SubscriptionBusyError,
@@ -85,6 +88,9 @@ __all__ = [
     "DispatchLimits",
     "DispatchPolicy",
     "DispatcherClosedError",
+    "DlqConfigError",
+    "DlqCorruptError",
+    "DlqFullError",
     "HeartbeatConfig",
     "InitialPosition",
     "InvalidAckError",

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from dispatcher.errors import DispatchError
+from dispatcher.errors import DlqCorruptError
 from proto.shown import shown
 from wal import RecordBatch, encode_columns
 
@@ -57,20 +57,6 @@ RESERVED_HEADERS = frozenset(
 
 
 Headers = tuple[tuple[str, bytes], ...]
-
-
-class DlqCorruptError(DispatchError):
-    """Raised when a stored entry lacks or garbles a bookkeeping header: a damaged queue."""
-
-    def __init__(self, sequence: int, header: str, problem: str) -> None:
-        self.sequence = sequence
-        self.header = header
-        self.problem = problem
-        super().__init__(
-            f"dead-letter entry {sequence} is damaged: header {header!r} {problem}; the "
-            "queue's log was not written by a dead-letter queue or is corrupt; inspect it "
-            "with `headrace wal inspect`, then ack past the entry"
-        )
 
 
 @dataclass(frozen=True, slots=True)

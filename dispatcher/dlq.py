@@ -1,7 +1,7 @@
 """The dead-letter queue of one subscription: records that kept failing, kept for people.
 
 Owns :class:`DeadLetterQueue` (one per subscription, stored in Headrace's own WAL) and its
-state file. Its settings, put outcomes and errors (:class:`~dispatcher.dlq_config.DlqConfig`,
+state file. Its settings and put outcomes (:class:`~dispatcher.dlq_config.DlqConfig`,
 :class:`~dispatcher.dlq_config.OverflowPolicy`) are :mod:`dispatcher.dlq_config`; every
 subscription's queue, their max_age expiry and the sink the dispatch tasks hand poison
 records to are :mod:`dispatcher.dlq_queues`. What goes in and comes out, and how an entry
@@ -49,7 +49,8 @@ from dispatcher.dead_letter import (
     encode_letters,
     replay_refusal,
 )
-from dispatcher.dlq_config import DlqConfig, DlqFullError, OverflowPolicy, PutOutcome
+from dispatcher.dlq_config import DlqConfig, OverflowPolicy, PutOutcome
+from dispatcher.errors import DlqFullError
 from wal import (
     FileSystem,
     LogConfig,

@@ -1,10 +1,11 @@
-"""A dead-letter queue's settings, its put outcomes and its errors (pure).
+"""A dead-letter queue's settings and its put outcomes (pure).
 
 Owns :class:`DlqConfig` (validated on construction: a wrong value raises
-:class:`DlqConfigError` naming the field and what is allowed), :class:`OverflowPolicy` (what
-a full queue does), :class:`PutOutcome` (what a put did) and :class:`DlqFullError` (a full
-queue under ``BLOCK``). The queue that applies them is :mod:`dispatcher.dlq`; the broker's
-config file builds a :class:`DlqConfig` from ``[dlq]``. DESIGN section 3.
+:class:`~dispatcher.errors.DlqConfigError` naming the field and what is allowed),
+:class:`OverflowPolicy` (what a full queue does) and :class:`PutOutcome` (what a put did).
+A full queue under ``BLOCK`` raises :class:`~dispatcher.errors.DlqFullError`. The queue
+that applies them is :mod:`dispatcher.dlq`; the broker's config file builds a
+:class:`DlqConfig` from ``[dlq]``. DESIGN section 3.
 
 Example: ``DlqConfig(max_entries=0)`` raises ``DlqConfigError("max_entries", 0, "must be an
 integer of at least 1")``; ``DlqConfig(max_replays=0)`` is valid and forbids every replay.
@@ -20,7 +21,7 @@ import math
 from dataclasses import dataclass
 
 from dispatcher.dead_letter import MAX_REPLAY_COUNT
-from dispatcher.errors import DispatchError
+from dispatcher.errors import DlqConfigError
 
 _MIB = 1 << 20
 #: The largest ``max_event_bytes``: 1 MiB under the WAL's largest record, for key and headers.
@@ -34,8 +35,9 @@ class OverflowPolicy(enum.Enum):
       ``max_entries`` (counted in ``evicted_total``). The evicted records are lost.
     - ``REJECT``: store none of them and return :attr:`PutOutcome.REJECTED` (counted in
       ``rejected_total``); the subscription applies its fallback.
-    - ``BLOCK``: store none of them and raise :class:`DlqFullError`; the subscription keeps
-      the records unacknowledged until someone acks, purges or replays the queue.
+    - ``BLOCK``: store none of them and raise :class:`~dispatcher.errors.DlqFullError`;
+      the subscription keeps the records unacknowledged until someone acks, purges or
+      replays the queue.
     """
 
     DROP_OLDEST = "drop_oldest"
@@ -52,32 +54,6 @@ class PutOutcome(enum.Enum):
     def is_stored(self) -> bool:
         """Whether the letters are durable in the queue (the originals may be acked)."""
         return self is PutOutcome.STORED
-
-
-class DlqConfigError(DispatchError, ValueError):
-    """Raised when a dead-letter queue setting is out of range or of the wrong kind."""
-
-    def __init__(self, field: str, value: object, allowed: str) -> None:
-        self.field = field
-        self.value = value
-        self.allowed = allowed
-        super().__init__(f"invalid dead-letter queue setting {field}={value!r}: {allowed}")
-
-
-class DlqFullError(DispatchError):
-    """Raised by ``put`` under ``OverflowPolicy.BLOCK`` when the queue is full; nothing was
-    stored."""
-
-    def __init__(self, topic: str, subscription: str, entries: int, max_entries: int) -> None:
-        self.topic = topic
-        self.subscription = subscription
-        self.entries = entries
-        self.max_entries = max_entries
-        super().__init__(
-            f"the dead-letter queue of {topic}/{subscription} is full at {entries} entries "
-            f"(max_entries={max_entries}, overflow=block); the subscription waits until you "
-            f"ack, purge or replay it (`headrace dlq ack|purge|replay`)"
-        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -127,3 +127,43 @@ class SubscriptionDeletedError(SubscriptionNotFoundError):
             f"subscription deleted: {subscription!r} on topic {topic!r} ({why}); subscribe "
             "again to create it anew at its initial position",
         )
+
+
+class DlqConfigError(DispatchError, ValueError):
+    """Raised when a dead-letter queue setting is out of range or of the wrong kind."""
+
+    def __init__(self, field: str, value: object, allowed: str) -> None:
+        self.field = field
+        self.value = value
+        self.allowed = allowed
+        super().__init__(f"invalid dead-letter queue setting {field}={value!r}: {allowed}")
+
+
+class DlqFullError(DispatchError):
+    """Raised by ``put`` under ``OverflowPolicy.BLOCK`` when the queue is full; nothing was
+    stored."""
+
+    def __init__(self, topic: str, subscription: str, entries: int, max_entries: int) -> None:
+        self.topic = topic
+        self.subscription = subscription
+        self.entries = entries
+        self.max_entries = max_entries
+        super().__init__(
+            f"the dead-letter queue of {topic}/{subscription} is full at {entries} entries "
+            f"(max_entries={max_entries}, overflow=block); the subscription waits until you "
+            f"ack, purge or replay it (`headrace dlq ack|purge|replay`)"
+        )
+
+
+class DlqCorruptError(DispatchError):
+    """Raised when a stored entry lacks or garbles a bookkeeping header: a damaged queue."""
+
+    def __init__(self, sequence: int, header: str, problem: str) -> None:
+        self.sequence = sequence
+        self.header = header
+        self.problem = problem
+        super().__init__(
+            f"dead-letter entry {sequence} is damaged: header {header!r} {problem}; the "
+            "queue's log was not written by a dead-letter queue or is corrupt; inspect it "
+            "with `headrace wal inspect`, then ack past the entry"
+        )

@@ -57,9 +57,9 @@ from typing import Any, Final, TypeAlias
 
 from dispatcher.diagnosis import DlqFull, PartitionFacts, Retry, diagnose
 from dispatcher.dispatch_loop import DispatchLoop, LogReader
-from dispatcher.dlq_config import DlqFullError
 from dispatcher.errors import (
     DispatchError,
+    DlqFullError,
     InvalidSubscriptionError,
     SubscriptionBusyError,
     SubscriptionCommittedError,

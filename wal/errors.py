@@ -37,6 +37,7 @@ __all__ = [
     "DiskFullError",
     "EmptyBatchError",
     "HeaderLimitError",
+    "IndexCorruptError",
     "InvalidBatchError",
     "OffsetOutOfRangeError",
     "RecordTooLargeError",
@@ -139,6 +140,11 @@ class CorruptSegmentError(WalError):
             f"segment {path} (base offset {base_offset}) is damaged at byte {position}: "
             f"{reason}; reads stop here; restore the segment from a replica or backup"
         )
+
+
+class IndexCorruptError(WalError):
+    """Raised by :meth:`wal.index.OffsetIndex.from_bytes` when stored entries are implausible;
+    the caller rebuilds the index from the log."""
 
 
 class OffsetOutOfRangeError(WalError):

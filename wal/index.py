@@ -28,14 +28,12 @@ import struct
 from array import array
 from bisect import bisect_right
 
+from wal.errors import IndexCorruptError
+
 ENTRY = struct.Struct("<IIq")
 ENTRY_SIZE = ENTRY.size
 #: ``max_timestamp_before`` of an entry with no record before it.
 NO_TIMESTAMP = -(2**63)
-
-
-class IndexCorruptError(Exception):
-    """Raised by :meth:`OffsetIndex.from_bytes` when stored entries are implausible."""
 
 
 class OffsetIndex:

@@ -49,10 +49,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from proto.batch import HEADER_SIZE, MAGIC, RecordBatch, decode_batch
-from wal.errors import DISK_FULL_ERRNOS, CorruptBatchError, CorruptSegmentError
+from wal.errors import (
+    DISK_FULL_ERRNOS,
+    CorruptBatchError,
+    CorruptSegmentError,
+    IndexCorruptError,
+)
 from wal.fdcache import PRIVATE_CAPACITY, FileCache, Pin
 from wal.fs import FileSystem, WouldBlockError, reading_nonblocking
-from wal.index import ENTRY, ENTRY_SIZE, NO_TIMESTAMP, IndexCorruptError, OffsetIndex
+from wal.index import ENTRY, ENTRY_SIZE, NO_TIMESTAMP, OffsetIndex
 from wal.naming import INDEX_SUFFIX, LOG_SUFFIX, broken_name, segment_name
 from wal.recovery import BatchPos, ScanResult, scan_file
 

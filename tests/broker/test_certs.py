@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.certs import CertificateFormatError, Validity, first_validity
+from broker.certs import Validity, first_validity
+from broker.errors import CertificateFormatError
 from tests._certs import Pki, issue, make_ca
 
 UTC = dt.UTC

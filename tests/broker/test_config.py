@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from broker.backlog import BacklogConfig, BacklogPolicy
-from broker.config import BrokerConfig, ConfigError, parse_address
+from broker.config import BrokerConfig, parse_address
+from broker.errors import ConfigError
 from dispatcher import DeliveryMode, PoisonPolicy, SubscriptionType
 from dispatcher.dlq_config import DlqConfig, OverflowPolicy
 from wal import FsyncPolicy

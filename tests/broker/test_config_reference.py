@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from broker import config_reference
-from broker.config import BrokerConfig, ConfigError
+from broker.config import BrokerConfig
 from broker.config_keys import KEYS, Key, Kind
+from broker.errors import ConfigError
 
 #: Keys whose range holds only together with another key's value (the validator compares
 #: them): backoff_max_ms must be at least backoff_initial_ms.

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.config import BrokerConfig, ConfigError, SecurityConfig
+from broker.config import BrokerConfig, SecurityConfig
+from broker.errors import ConfigError
 
 
 def test_defaults_are_off() -> None:

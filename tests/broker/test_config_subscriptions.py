@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.config import BrokerConfig, ConfigError, SubscriptionsConfig
+from broker.config import BrokerConfig, SubscriptionsConfig
+from broker.errors import ConfigError
 from tests.broker.test_cli_client import CLI
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from broker.app import Broker
-from broker.config import BrokerConfig, ConfigError
+from broker.config import BrokerConfig
+from broker.errors import ConfigError
 from client import AsyncAdminClient, AsyncProducer
 from tests.broker.conftest import broker_config
 from tests.client.conftest import address

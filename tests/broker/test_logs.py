@@ -14,7 +14,8 @@ import sys
 
 import pytest
 
-from broker.config import BrokerConfig, ConfigError
+from broker.config import BrokerConfig
+from broker.errors import ConfigError
 from broker.logs import JsonFormatter, LogFormat, TextFormatter, configure
 
 FORGED = "x\n2026-12-06 12:00:00,000 ERROR broker.auth: token granted (forged)\r\x1b[2K\x00"

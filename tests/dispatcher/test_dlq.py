@@ -28,7 +28,6 @@ from dispatcher.dead_letter import (
     MAX_REPLAY_COUNT,
     RESERVED_HEADERS,
     DeadLetter,
-    DlqCorruptError,
     DlqEntry,
     decode_entries,
     encode_letters,
@@ -37,14 +36,8 @@ from dispatcher.dead_letter import (
     replay_refusal,
 )
 from dispatcher.dlq import DeadLetterQueue, default_log_config
-from dispatcher.dlq_config import (
-    DlqConfig,
-    DlqConfigError,
-    DlqFullError,
-    OverflowPolicy,
-    PutOutcome,
-)
-from dispatcher.errors import DispatchError
+from dispatcher.dlq_config import DlqConfig, OverflowPolicy, PutOutcome
+from dispatcher.errors import DispatchError, DlqConfigError, DlqCorruptError, DlqFullError
 from tests._helpers import ManualClock
 from tests.dispatcher.test_subscription import _SlowWrites
 from wal import (

@@ -18,7 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.backlog import BacklogConfig
-from broker.config import BrokerConfig, ConfigError
+from broker.config import BrokerConfig
+from broker.errors import ConfigError
 from tests.fuzz.conftest import SLOW, examples
 from wal import LogConfig
 

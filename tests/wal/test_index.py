@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from wal.index import ENTRY_SIZE, NO_TIMESTAMP, IndexCorruptError, OffsetIndex
+from wal.errors import IndexCorruptError
+from wal.index import ENTRY_SIZE, NO_TIMESTAMP, OffsetIndex
 
 _U32_MAX = 0xFFFFFFFF
 
