@@ -7,7 +7,9 @@ the output is a table and a goals section. See DESIGN.md section 4, "Bench outpu
 
 Modules:
     __main__  the command line: parse arguments, run one scenario, print its results
-    _runner   ``RunOptions``, the scenario registry, the scratch data directory
+    _runner   the scenario registry (imports the scenarios; none imports it)
+    _scenario  ``RunOptions`` and ``Scenario``: what a scenario is given and returns
+    _scratch  the run's scratch data directory and one directory per measurement
     _measure  event loop choice (uvloop when importable), percentiles, rates
     _output   ``Result`` and ``Goal`` records, JSON lines and table rendering
     _machine  the machine record every run starts with (cores, CPU, date)

@@ -23,8 +23,10 @@ from pathlib import Path
 from bench import plot
 from bench._machine import machine_result
 from bench._output import Result, render_human
-from bench._runner import SCENARIOS, RunOptions, Scenario, scratch_root
+from bench._runner import SCENARIOS
 from bench._samples import SampleLog
+from bench._scenario import RunOptions, Scenario
+from bench._scratch import scratch_root
 from wal import WalError
 
 #: Scenarios with flags of their own (see :func:`_scenario`).

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from bench._measure import median, new_runner, per_second, percentile
 from bench._output import Params, Result
-from bench._runner import cell_dir
+from bench._scratch import cell_dir
 from wal import FsyncPolicy, LogConfig, LogWriter, encode_columns
 
 BENCH = "wal"

@@ -87,8 +87,9 @@ from bench._pubsub_system import (
     paced_send_times,
     stamp_payload,
 )
-from bench._runner import RunOptions, cell_dir
 from bench._samples import SampleLog
+from bench._scenario import RunOptions
+from bench._scratch import cell_dir
 from bench.pubsub import find_servers
 from client import AsyncAdminClient, AsyncConsumer, AsyncProducer, ClientError
 from dispatcher import ConsumerSession, HeartbeatConfig, SubscriptionRegistry

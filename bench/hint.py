@@ -34,7 +34,7 @@ from bench._headrace_pubsub import e2e_consumer
 from bench._measure import median, new_runner, percentile
 from bench._output import Params, Result
 from bench._pubsub_system import measure_e2e
-from bench._runner import RunOptions
+from bench._scenario import RunOptions
 from client import AsyncProducer
 
 BENCH = "hint"

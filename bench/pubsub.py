@@ -77,8 +77,8 @@ from bench._pubsub_system import (
     PubSubSystem,
     ServerFailedError,
 )
-from bench._runner import RunOptions
 from bench._samples import SampleLog
+from bench._scenario import RunOptions
 from bench.wal import time_fdatasyncs
 
 BENCH = "pubsub"

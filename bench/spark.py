@@ -41,7 +41,7 @@ from bench._headrace_pubsub import probe_admin, serve_process
 from bench._measure import median, new_runner, per_second
 from bench._output import Goal, Params, ParamValue, Result
 from bench._pubsub_system import ServerFailedError, wait_until_serving
-from bench._runner import RunOptions
+from bench._scenario import RunOptions
 from client import AdminClient, Producer
 
 BENCH = "spark"

@@ -37,8 +37,9 @@ from pathlib import Path
 from bench._cold import measure_cold_catch_up
 from bench._measure import median, new_runner, per_second, percentile
 from bench._output import Goal, Params, ParamValue, Result
-from bench._runner import RunOptions, cell_dir
 from bench._samples import SampleLog
+from bench._scenario import RunOptions
+from bench._scratch import cell_dir
 from wal import FsyncPolicy, Log, LogConfig, LogWriter, encode_columns
 
 BENCH = "wal"

@@ -38,8 +38,9 @@ from bench._pubsub_system import (
     stamp_payload,
     wait_until_serving,
 )
-from bench._runner import SCENARIOS, RunOptions
+from bench._runner import SCENARIOS
 from bench._samples import SampleLog, nearest_rank
+from bench._scenario import RunOptions
 from bench.pubsub import (
     GOALS,
     PEER_GOALS,

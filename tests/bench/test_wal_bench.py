@@ -15,8 +15,9 @@ import pytest
 from bench import wal
 from bench.__main__ import main
 from bench._output import Result, render_human
-from bench._runner import RunOptions, scratch_root
 from bench._samples import SampleLog, nearest_rank
+from bench._scenario import RunOptions
+from bench._scratch import scratch_root
 from wal import FsyncPolicy
 
 KEYS = {"bench", "system", "metric", "value", "unit", "params"}
