@@ -117,10 +117,12 @@ class AsyncAdminClient:
         timeout_s: Deadline of each call, seconds. Default 10.
         reconnect_backoff_max_s: Longest pause between reconnect attempts while the broker
             is unreachable, seconds (see :mod:`client._channel`). Default 1.
-        token, tls_ca, tls_cert, tls_key: The bearer token sent on every call, the PEM
-            CA bundle that turns TLS on, and a client certificate and key for mutual TLS
-            (:mod:`client._channel`). Bad ones raise ``ValueError`` here. Unused with
-            ``channel`` (that channel's own security applies).
+        token: The bearer token sent on every call. This and the three TLS arguments
+            below are unused with ``channel`` (that channel's own security applies); a
+            bad one raises ``ValueError`` here (:mod:`client._channel`).
+        tls_ca: A PEM CA bundle file; giving it turns TLS on.
+        tls_cert: A PEM client certificate file for mutual TLS (with ``tls_key``).
+        tls_key: The PEM key file of ``tls_cert``.
     """
 
     def __init__(
@@ -274,15 +276,16 @@ class AsyncAdminClient:
         """Entries of a subscription's dead-letter queue, oldest first; removes nothing.
 
         Args:
-            topic, subscription: The subscription.
+            topic: The subscription's topic.
+            subscription: The subscription's name.
             from_sequence: Start at this sequence; default the oldest entry.
             limit: Most entries returned, from 1 to 10 000. A big response may hold fewer
                 (the broker caps it at about 8 MiB): page from the last sequence + 1.
             reason: Only entries whose failure reason contains this text.
 
         Raises:
-            NotFound: no such subscription. InvalidArgument: a bad ``limit`` or
-            ``from_sequence``.
+            NotFound: No such subscription.
+            InvalidArgument: A bad ``limit`` or ``from_sequence``.
         """
         request = _admin.PeekDeadLettersRequest(
             topic=topic, subscription=subscription, limit=limit, reason=reason or ""
@@ -332,7 +335,8 @@ class AsyncAdminClient:
         may publish its last batch again next time.
 
         Args:
-            topic, subscription: The subscription.
+            topic: The subscription's topic.
+            subscription: The subscription's name.
             limit: Most entries replayed; default every entry.
             up_to_sequence: Only entries at or below this sequence; default no bound.
             rate_per_s: Most records published per second, 1 to 100 000; default the
@@ -342,9 +346,10 @@ class AsyncAdminClient:
                 count, asked for first).
 
         Raises:
-            NotFound: no such subscription. InvalidArgument: a bad limit, sequence or rate.
-            FailedPrecondition: an entry's original topic or partition is gone, or another
-            replay of the queue is running.
+            NotFound: No such subscription.
+            InvalidArgument: A bad limit, sequence or rate.
+            FailedPrecondition: An entry's original topic or partition is gone, or another
+                replay of the queue is running.
         """
         request = _admin.ReplayDeadLettersRequest(
             topic=topic, subscription=subscription, rate_per_s=rate_per_s or 0

@@ -136,10 +136,12 @@ class AsyncConsumer:
         reconnect_backoff_max_s: Longest pause between the channel's reconnect attempts
             while the broker is unreachable, seconds (see :mod:`client._channel`).
             Default 1.
-        token, tls_ca, tls_cert, tls_key: The bearer token sent on every call, the PEM
-            CA bundle that turns TLS on, and a client certificate and key for mutual TLS
-            (:mod:`client._channel`). Bad ones raise ``ValueError`` here. Unused with
-            ``channel`` (that channel's own security applies).
+        token: The bearer token sent on every call. This and the three TLS arguments
+            below are unused with ``channel`` (that channel's own security applies); a
+            bad one raises ``ValueError`` here (:mod:`client._channel`).
+        tls_ca: A PEM CA bundle file; giving it turns TLS on.
+        tls_cert: A PEM client certificate file for mutual TLS (with ``tls_key``).
+        tls_key: The PEM key file of ``tls_cert``.
         force: Attach even when a reader that pulls by offset (a Spark query) commits
             to the subscription (its ``committer`` in ``subscriptions describe``). Without
             it the broker refuses with ``FailedPrecondition`` naming the committer: this

@@ -117,10 +117,12 @@ class AsyncFetcher:
         channel: An existing channel to use instead (not closed by this client).
         reconnect_backoff_max_s: Longest pause between reconnect attempts while the broker
             is unreachable, seconds (see :mod:`client._channel`). Default 1.
-        token, tls_ca, tls_cert, tls_key: The bearer token sent on every call, the PEM
-            CA bundle that turns TLS on, and a client certificate and key for mutual TLS
-            (:mod:`client._channel`). Bad ones raise ``ValueError`` here. Unused with
-            ``channel`` (that channel's own security applies).
+        token: The bearer token sent on every call. This and the three TLS arguments
+            below are unused with ``channel`` (that channel's own security applies); a
+            bad one raises ``ValueError`` here (:mod:`client._channel`).
+        tls_ca: A PEM CA bundle file; giving it turns TLS on.
+        tls_cert: A PEM client certificate file for mutual TLS (with ``tls_key``).
+        tls_key: The PEM key file of ``tls_cert``.
     """
 
     def __init__(

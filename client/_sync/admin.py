@@ -36,8 +36,11 @@ class AdminClient:
         timeout_s: Deadline of each call, seconds. Default 10.
         reconnect_backoff_max_s: Longest pause between reconnect attempts while the broker
             is unreachable, seconds. Default 1.
-        token, tls_ca, tls_cert, tls_key: The bearer token and the TLS files, as for
-            :class:`AsyncAdminClient` (``ValueError`` at construction when one is bad).
+        token: The bearer token, as for :class:`AsyncAdminClient` (``ValueError`` at
+            construction when it, or one of the TLS files below, is bad).
+        tls_ca: A PEM CA bundle file; giving it turns TLS on.
+        tls_cert: A PEM client certificate file for mutual TLS (with ``tls_key``).
+        tls_key: The PEM key file of ``tls_cert``.
 
     Unlike :class:`AsyncAdminClient`, there is no ``channel`` argument. A ``grpc.aio``
     channel is bound to the loop it was made on, and this client's loop is private.

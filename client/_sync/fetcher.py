@@ -79,8 +79,11 @@ class Fetcher:
         timeout_s: How long one call may take, retries included, seconds. Default 30.
         reconnect_backoff_max_s: Longest pause between reconnect attempts while the broker
             is unreachable, seconds (see :mod:`client._channel`). Default 1.
-        token, tls_ca, tls_cert, tls_key: The bearer token and the TLS files, as for
-            :class:`AsyncFetcher` (``ValueError`` at construction when one is bad).
+        token: The bearer token, as for :class:`AsyncFetcher` (``ValueError`` at
+            construction when it, or one of the TLS files below, is bad).
+        tls_ca: A PEM CA bundle file; giving it turns TLS on.
+        tls_cert: A PEM client certificate file for mutual TLS (with ``tls_key``).
+        tls_key: The PEM key file of ``tls_cert``.
     """
 
     def __init__(

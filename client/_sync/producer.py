@@ -81,8 +81,11 @@ class Producer:
             and following the broker's ``in_flight_hint`` (1 or 2).
         reconnect_backoff_max_s: The longest pause between reconnect attempts while the
             broker is unreachable, seconds. Default 1.
-        token, tls_ca, tls_cert, tls_key: The bearer token and the TLS files, as for
-            :class:`AsyncProducer` (``ValueError`` at construction when one is bad).
+        token: The bearer token, as for :class:`AsyncProducer` (``ValueError`` at
+            construction when it, or one of the TLS files below, is bad).
+        tls_ca: A PEM CA bundle file; giving it turns TLS on.
+        tls_cert: A PEM client certificate file for mutual TLS (with ``tls_key``).
+        tls_key: The PEM key file of ``tls_cert``.
 
     Unlike :class:`AsyncProducer`, there is no ``channel`` argument. A ``grpc.aio`` channel
     is bound to the loop it was made on, and this producer's loop is private.
