@@ -6,6 +6,8 @@ Modules:
     _types          TopicInfo, PartitionInfo, RecordMetadata, SentRecords, lag records,
                     DeadLetterEntry, ReplayResult, PublishOutcome
     _async.producer AsyncProducer: batching, per-partition pipelining, retries, idempotence
+    _async._accumulator  Accumulator: one partition's batches, their sender task and
+                    its stream, retries and recovery (the producer's per-partition half)
     _async.consumer AsyncConsumer: credits, batched acks, reconnects
     _async.admin    AsyncAdminClient: topics, subscriptions and dead-letter queues
     _async.fetcher  AsyncFetcher: reads by offset (Fetch) and position commits (AckUpTo)
