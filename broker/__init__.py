@@ -10,11 +10,14 @@ Modules:
     service           the data plane: Publish, PublishStream, Subscribe, Fetch, AckUpTo
     admin_service     the admin plane: topics, subscriptions, dead-letter queues
     rpc_handlers      RPC registration from descriptors, requests parsed defensively
-    status            the one table from domain errors to gRPC status codes
+    error_status      the one table from domain errors to gRPC status codes
     convert           protobuf messages to and from domain values (pure)
     turns             one PublishStream's admission order
     busy              BusyRule: too busy for producers to pipeline (pure)
     load_monitor      LoadMonitor: the process's CPU, sampled for the busy rule
+    memory            memory given back after bursts of large requests (serve's task);
+                      memory_rule: when (pure)
+    logs              the log formats of ``serve``: text (escaped) and json
     topics            TopicRegistry: names, partitions and their log writers
     partition         one partition: its log writer and idempotent-producer state
     producers         which batches of a partition are retries (pure)

@@ -25,6 +25,7 @@ serve`` can print one line for them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import gc
 import logging
@@ -32,7 +33,7 @@ import resource
 import signal
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from types import TracebackType
 from typing import Self
 from wsgiref.simple_server import WSGIServer
@@ -50,6 +51,7 @@ from broker.errors import InsecureListenError, ListenError, TopicNotFoundError
 from broker.exposure import is_loopback, refusal
 from broker.ingest import append_batch
 from broker.load_monitor import LoadMonitor
+from broker.memory import relieve_forever, tune_allocator
 from broker.metrics import BrokerMetrics, PartitionLog
 from broker.partition import Partition
 from broker.retention import RetentionService
@@ -414,6 +416,17 @@ def check_listen(setting: str, address: str) -> None:
         raise ListenError(setting, address, (exc.strerror or str(exc)).lower()) from exc
 
 
+@contextlib.asynccontextmanager
+async def _relief() -> AsyncIterator[None]:
+    """Run :func:`broker.memory.relieve_forever` while the broker serves."""
+    task = asyncio.create_task(relieve_forever(), name="memory-relief")
+    try:
+        yield
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
 async def serve(config: BrokerConfig, on_ready: Callable[[Broker], None] | None = None) -> None:
     """Run a broker until SIGINT or SIGTERM, then shut down gracefully.
 
@@ -426,7 +439,8 @@ async def serve(config: BrokerConfig, on_ready: Callable[[Broker], None] | None 
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with Broker(config) as broker:
+    tune_allocator()  # the process is ours: large buffers go back to the system when freed
+    async with Broker(config) as broker, _relief():
         # Everything built so far (modules, topics, subscriptions) lives as long as the
         # process: take it out of the cyclic GC's view. Otherwise each full collection
         # walks it all, a 12 ms pause here, and every record in flight waits that long.
