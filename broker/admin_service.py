@@ -1,7 +1,7 @@
 """The admin-plane servicer: topics, subscriptions and dead-letter queues.
 
 Role: thin, like :mod:`broker.service`: pb -> registry -> pb, errors through
-:mod:`broker.status`. Dead-letter calls name a subscription, which must exist (else
+:mod:`broker.error_status`. Dead-letter calls name a subscription, which must exist (else
 NOT_FOUND); a subscription whose queue was never created answers as an empty queue, and
 these calls never create one. Replay itself lives in :mod:`broker.replay`.
 """
@@ -23,14 +23,14 @@ from broker.convert import (
     replay_response,
     subscription_info,
 )
+from broker.error_status import Context, rpc
 from broker.errors import InvalidRequestError
 from broker.ingest import Append
 from broker.replay import DeadLetterReplayer, ReplayOutcome
 from broker.rpc_handlers import add_service
-from broker.status import Context, rpc
 from broker.topics import Topic, TopicRegistry, check_topic_name
 from dispatcher import SubscriptionRegistry, check_subscription_name
-from dispatcher.dlq import DeadLetterQueue
+from dispatcher.dead_letter_queue import DeadLetterQueue
 from proto import admin_pb2 as _admin
 from proto import admin_pb2_grpc as _grpc
 from proto import broker_pb2 as _pb

@@ -108,7 +108,7 @@ from dispatcher import (
     InvalidSubscriptionError,
     PoisonPolicy,
 )
-from dispatcher.dlq_config import DlqConfig, OverflowPolicy
+from dispatcher.dead_letter_config import DlqConfig, OverflowPolicy
 from dispatcher.names import NAME_RULE, is_valid_name
 from wal import FsyncPolicy, LogConfig, WalConfigError
 from wal.config import HEADER_LIMITS

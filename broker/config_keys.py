@@ -27,8 +27,8 @@ from broker.backlog import BacklogPolicy
 from broker.limits import RANGES as LIMIT_RANGES
 from broker.logs import LogFormat
 from dispatcher import PoisonPolicy
-from dispatcher.dead_letter import MAX_REPLAY_COUNT
-from dispatcher.dlq_config import MAX_EVENT_BYTES_LIMIT, OverflowPolicy
+from dispatcher.dead_letter_config import MAX_EVENT_BYTES_LIMIT, OverflowPolicy
+from dispatcher.dead_letter_records import MAX_REPLAY_COUNT
 from wal.config import OPTIONAL as WAL_OPTIONAL
 from wal.config import RANGES as WAL_RANGES
 from wal.config import FsyncPolicy

@@ -21,7 +21,7 @@ from dispatcher import (
     SubscriptionStatus,
     SubscriptionType,
 )
-from dispatcher.dead_letter import DlqEntry
+from dispatcher.dead_letter_records import DlqEntry
 from proto import admin_pb2 as _admin
 from proto import broker_pb2 as _pb
 from proto.batch import producer_id_of

@@ -1,6 +1,6 @@
 """Errors of the broker's own domain, under one root: :class:`BrokerError`.
 
-Role: what the services raise for requests that cannot be served; :mod:`broker.status` maps
+Role: what the services raise for requests that cannot be served; :mod:`broker.error_status` maps
 each class (and the ``wal`` errors) to one gRPC status code. Messages say what was wrong and
 what to do.
 """

@@ -1,10 +1,10 @@
 """Dead-letter replay: put a subscription's dead letters back on their original topic.
 
 Role: the asyncio shell behind the ``ReplayDeadLetters`` admin call. It reads entries from a
-:class:`~dispatcher.dlq.DeadLetterQueue` oldest first, publishes each one's
-:func:`~dispatcher.dead_letter.replay_record` (``x-replay-count`` incremented) to the entry's
-original topic and partition, paced to a rate, and acks each batch in the queue once its
-publish is durable. The planning steps (:func:`batch_size_for`, :func:`replayable_prefix`,
+:class:`~dispatcher.dead_letter_queue.DeadLetterQueue` oldest first, publishes each one's
+:func:`~dispatcher.dead_letter_records.replay_record` (``x-replay-count`` incremented) to
+the entry's original topic and partition, paced to a rate, and acks each batch in the queue
+once its publish is durable. The planning steps (:func:`batch_size_for`, :func:`replayable_prefix`,
 :func:`encode_chunks`) are pure.
 
 Invariants:
@@ -44,8 +44,8 @@ from dataclasses import dataclass
 from broker.errors import DeadLetterReplayError, TopicNotFoundError
 from broker.ingest import Append
 from broker.topics import TopicRegistry
-from dispatcher.dead_letter import DlqEntry, replay_record, replay_refusal
-from dispatcher.dlq import DeadLetterQueue
+from dispatcher.dead_letter_queue import DeadLetterQueue
+from dispatcher.dead_letter_records import DlqEntry, replay_record, replay_refusal
 from proto.shown import shown
 from wal import encode_columns, run_to_end
 

@@ -20,7 +20,7 @@ transport refuses it as before.
 
 Every method of the service descriptor is registered, so an RPC added to the ``.proto`` is
 guarded from the day it exists, and a servicer that lacks one fails at registration, not at
-the first call. Imports ``broker.errors`` and ``broker.status``; no servicer.
+the first call. Imports ``broker.errors`` and ``broker.error_status``; no servicer.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from google.protobuf.descriptor import MethodDescriptor, ServiceDescriptor
 from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 
+from broker.error_status import Context, abort_for
 from broker.errors import MalformedRequestError, RequestTooLargeError
-from broker.status import Context, abort_for
 
 Behavior = Callable[..., Any]
 

@@ -1,7 +1,7 @@
 """The data-plane servicer: Publish, PublishStream, Subscribe, Fetch and AckUpTo.
 
 Role: thin. Each RPC turns the request into calls on the topic registry and the partition's
-``LogWriter``, and errors into status codes through :mod:`broker.status`. A batch is
+``LogWriter``, and errors into status codes through :mod:`broker.error_status`. A batch is
 validated as a whole (size, CRC, layout) by the log and appended without per-record work.
 
 Invariants:
@@ -48,6 +48,7 @@ from broker.convert import (
     simple_path_sequence,
     subscription_type,
 )
+from broker.error_status import Context, abort_for, rpc, status_for
 from broker.errors import InvalidRequestError, LimitExceededError, ShuttingDownError
 from broker.ingest import append_batch
 from broker.limits import LimitsConfig, StreamSlots
@@ -55,7 +56,6 @@ from broker.load_monitor import LoadMonitor
 from broker.metrics import BrokerMetrics
 from broker.retention import RetentionService
 from broker.rpc_handlers import add_service
-from broker.status import Context, abort_for, rpc, status_for
 from broker.topics import Topic, TopicRegistry
 from broker.turns import Turnstile
 from dispatcher import ConsumerSession, Subscription, SubscriptionRegistry

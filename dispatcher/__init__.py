@@ -13,18 +13,20 @@ Modules:
     lag               HeartbeatConfig, LagMonitor, RateWindow: the heartbeat's re-poll and
                       STALLED rules, ingress and ack rates (pure)
     diagnosis         LagState, Cause, diagnose(): a partition's lag state and reason (pure)
-    dead_letter       DeadLetter, DlqEntry: dead letters as records, the codec, replay (pure)
-    dlq_config        DlqConfig, OverflowPolicy, PutOutcome: a dead-letter queue's
+    dead_letter_records  DeadLetter, DlqEntry: dead letters as records, the codec,
+                      replay (pure)
+    dead_letter_config   DlqConfig, OverflowPolicy, PutOutcome: a dead-letter queue's
                       settings and put outcomes (pure)
-    dlq               DeadLetterQueue: one subscription's dead letters in their own log
-    dlq_queues        DeadLetterQueues: every subscription's queue, their expiry, and the
-                      dead-letter sink
+    dead_letter_queue    DeadLetterQueue: one subscription's dead letters in their own log
+    dead_letter_queues   DeadLetterQueues: every subscription's queue, their expiry, and
+                      the dead-letter sink
     subscription      Subscription: the async shell that runs the state machine; its
                       dispatch task is the one owner, fed by a command queue
     dispatch_loop     DispatchLoop: the dispatch task's turns and passes (read the log,
                       send, save, dead-letter), the notifier's pass in place, the timer
     session           ConsumerSession, DRAINED, Outbox: one attached consumer and its outbox
-    status            PartitionStatus, SubscriptionStatus: what ``lag`` reports (pure data)
+    subscription_status  PartitionStatus, SubscriptionStatus: what ``lag`` reports
+                      (pure data)
     state_file        StateDoc: a subscription's state file, its versions, fitting it to the
                       logs (pure)
     names             the one topic and subscription name pattern (pure)
@@ -75,8 +77,8 @@ from dispatcher.protocol import (
 from dispatcher.registry import SubscriptionRegistry
 from dispatcher.session import ConsumerSession
 from dispatcher.settings import DispatchConfig, InitialPosition, check_subscription_name
-from dispatcher.status import PartitionStatus, SubscriptionStatus
 from dispatcher.subscription import Subscription
+from dispatcher.subscription_status import PartitionStatus, SubscriptionStatus
 
 __all__ = [
     "AckRanges",

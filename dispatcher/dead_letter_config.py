@@ -4,14 +4,14 @@ Owns :class:`DlqConfig` (validated on construction: a wrong value raises
 :class:`~dispatcher.errors.DlqConfigError` naming the field and what is allowed),
 :class:`OverflowPolicy` (what a full queue does) and :class:`PutOutcome` (what a put did).
 A full queue under ``BLOCK`` raises :class:`~dispatcher.errors.DlqFullError`. The queue
-that applies them is :mod:`dispatcher.dlq`; the broker's config file builds a
+that applies them is :mod:`dispatcher.dead_letter_queue`; the broker's config file builds a
 :class:`DlqConfig` from ``[dlq]``. DESIGN section 3.
 
 Example: ``DlqConfig(max_entries=0)`` raises ``DlqConfigError("max_entries", 0, "must be an
 integer of at least 1")``; ``DlqConfig(max_replays=0)`` is valid and forbids every replay.
 
 Pure: imports neither ``asyncio``, ``os`` nor ``time``; imports the pure
-``dispatcher.errors`` and ``dispatcher.dead_letter`` only.
+``dispatcher.errors`` and ``dispatcher.dead_letter_records`` only.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import enum
 import math
 from dataclasses import dataclass
 
-from dispatcher.dead_letter import MAX_REPLAY_COUNT
+from dispatcher.dead_letter_records import MAX_REPLAY_COUNT
 from dispatcher.errors import DlqConfigError
 
 _MIB = 1 << 20

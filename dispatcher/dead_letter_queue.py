@@ -1,11 +1,13 @@
 """The dead-letter queue of one subscription: records that kept failing, kept for people.
 
 Owns :class:`DeadLetterQueue` (one per subscription, stored in Headrace's own WAL) and its
-state file. Its settings and put outcomes (:class:`~dispatcher.dlq_config.DlqConfig`,
-:class:`~dispatcher.dlq_config.OverflowPolicy`) are :mod:`dispatcher.dlq_config`; every
-subscription's queue, their max_age expiry and the sink the dispatch tasks hand poison
-records to are :mod:`dispatcher.dlq_queues`. What goes in and comes out, and how an entry
-is encoded as a record, is :mod:`dispatcher.dead_letter`. DESIGN section 3.
+state file. Its settings and put outcomes
+(:class:`~dispatcher.dead_letter_config.DlqConfig`,
+:class:`~dispatcher.dead_letter_config.OverflowPolicy`) are
+:mod:`dispatcher.dead_letter_config`; every subscription's queue, their max_age expiry and
+the sink the dispatch tasks hand poison records to are :mod:`dispatcher.dead_letter_queues`.
+What goes in and comes out, and how an entry is encoded as a record, is
+:mod:`dispatcher.dead_letter_records`. DESIGN section 3.
 
 On disk, one directory per subscription::
 
@@ -27,7 +29,7 @@ Invariants:
 
 Counters (``events_total``, ``evicted_total``, ``expired_total``, ``rejected_total``) count
 since open; :meth:`DeadLetterQueue.count` comes from the log and the state file. Imports
-``wal`` and the pure ``dispatcher.dead_letter`` and ``dispatcher.dlq_config`` only.
+``wal`` and the pure ``dispatcher.dead_letter_records`` and ``dispatcher.dead_letter_config`` only.
 """
 
 from __future__ import annotations
@@ -42,14 +44,14 @@ from typing import Self
 
 import msgspec
 
-from dispatcher.dead_letter import (
+from dispatcher.dead_letter_config import DlqConfig, OverflowPolicy, PutOutcome
+from dispatcher.dead_letter_records import (
     DeadLetter,
     DlqEntry,
     decode_entries,
     encode_letters,
     replay_refusal,
 )
-from dispatcher.dlq_config import DlqConfig, OverflowPolicy, PutOutcome
 from dispatcher.errors import DlqFullError
 from wal import (
     FileSystem,

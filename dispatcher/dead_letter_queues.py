@@ -1,11 +1,12 @@
 """Every subscription's dead-letter queue, their max_age expiry, and the dead-letter sink.
 
-Owns :class:`DeadLetterQueues`: one :class:`~dispatcher.dlq.DeadLetterQueue` per
-subscription in ``<data dir>/dlq/<topic>/<subscription>/``, opened (and made) on first use;
-the task that expires entries older than ``max_age`` every :data:`EXPIRY_INTERVAL_S`; and
-:meth:`DeadLetterQueues.write`, the sink the dispatch tasks hand poison records to
-(a :class:`~dispatcher.protocol.ToDeadLetter` becomes :class:`~dispatcher.dead_letter.DeadLetter`
-entries). One queue's files and rules are :mod:`dispatcher.dlq`. DESIGN section 3.
+Owns :class:`DeadLetterQueues`: one :class:`~dispatcher.dead_letter_queue.DeadLetterQueue`
+per subscription in ``<data dir>/dlq/<topic>/<subscription>/``, opened (and made) on first
+use; the task that expires entries older than ``max_age`` every :data:`EXPIRY_INTERVAL_S`;
+and :meth:`DeadLetterQueues.write`, the sink the dispatch tasks hand poison records to (a
+:class:`~dispatcher.protocol.ToDeadLetter` becomes
+:class:`~dispatcher.dead_letter_records.DeadLetter` entries). One queue's files and rules
+are :mod:`dispatcher.dead_letter_queue`. DESIGN section 3.
 
 Invariants:
 - A queue is never made for a subscription that no longer exists: ``get`` asks ``exists``
@@ -13,8 +14,9 @@ Invariants:
 - ``write`` returns only once the letters are durable or refused by the overflow policy;
   when it raises, the records stay unacknowledged and the subscription retries.
 
-Imports ``wal`` and ``dispatcher.dlq``, and the pure ``dispatcher.errors``,
-``dispatcher.protocol``, ``dispatcher.dead_letter`` and ``dispatcher.dlq_config`` only.
+Imports ``wal`` and ``dispatcher.dead_letter_queue``, and the pure ``dispatcher.errors``,
+``dispatcher.protocol``, ``dispatcher.dead_letter_records`` and
+``dispatcher.dead_letter_config`` only.
 """
 
 from __future__ import annotations
@@ -24,9 +26,9 @@ import logging
 import os
 from collections.abc import Callable
 
-from dispatcher.dead_letter import DeadLetter
-from dispatcher.dlq import DeadLetterQueue
-from dispatcher.dlq_config import DlqConfig, PutOutcome
+from dispatcher.dead_letter_config import DlqConfig, PutOutcome
+from dispatcher.dead_letter_queue import DeadLetterQueue
+from dispatcher.dead_letter_records import DeadLetter
 from dispatcher.errors import SubscriptionNotFoundError
 from dispatcher.protocol import ToDeadLetter
 from wal import FileSystem

@@ -5,7 +5,7 @@ Owns what goes into a dead-letter queue (:class:`DeadLetter`), what comes out
 pure codec between them and record batches (:func:`encode_letters`,
 :func:`decode_entries`) and what a replay publishes (:func:`replay_record`, with its
 ``x-replay-count`` loop guard, :func:`replay_refusal`). DESIGN section 3. The queue that
-stores them is :mod:`dispatcher.dlq`.
+stores them is :mod:`dispatcher.dead_letter_queue`.
 
 An entry is one record: the original key, the original value cut to ``max_event_bytes``,
 the dead-letter time as the record timestamp, and the original headers plus the

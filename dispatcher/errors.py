@@ -1,7 +1,7 @@
 """Errors of subscription dispatch, under one root: :class:`DispatchError`.
 
 Role: what the dispatcher raises for requests it cannot serve. The broker maps each class to
-one gRPC status code (``broker.status``). Messages say what was wrong and what to do.
+one gRPC status code (``broker.error_status``). Messages say what was wrong and what to do.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dispatcher.dlq import DeadLetterQueue
+from dispatcher.dead_letter_queue import DeadLetterQueue
 from dispatcher.lag import HeartbeatConfig
 from dispatcher.subscription import Subscription, running_loop
 

@@ -3,7 +3,7 @@
 Owns :class:`SubscriptionRegistry`, which ties together the parts each subscription needs:
 its saved state (:mod:`dispatcher.cursor_store`: a journal per topic and a checkpoint file
 per subscription, saves coalesced by a flusher), its dead-letter queue
-(:class:`dispatcher.dlq_queues.DeadLetterQueues`, opened when a subscription first
+(:class:`dispatcher.dead_letter_queues.DeadLetterQueues`, opened when a subscription first
 dead-letters a record or an admin asks for one; the sink the dispatch tasks write poison
 records to) and the heartbeat with the metrics samples (:mod:`dispatcher.heartbeat`). Its
 settings (:class:`~dispatcher.settings.DispatchConfig`,
@@ -46,8 +46,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 from dispatcher import state_file
 from dispatcher.cursor_store import CursorStats, CursorStore, remove_dir
-from dispatcher.dlq import DeadLetterQueue
-from dispatcher.dlq_queues import DeadLetterQueues
+from dispatcher.dead_letter_queue import DeadLetterQueue
+from dispatcher.dead_letter_queues import DeadLetterQueues
 from dispatcher.errors import (
     DispatcherClosedError,
     InvalidSubscriptionError,

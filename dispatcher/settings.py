@@ -13,7 +13,7 @@ subscription the defaults; ``policy_for`` then sets the type and mode the subscr
 was created with, which no override changes.
 
 Pure: imports neither ``asyncio``, ``os`` nor ``time``; of ours only the pure
-``dispatcher.protocol``, ``dispatcher.dlq_config``, ``dispatcher.errors`` and
+``dispatcher.protocol``, ``dispatcher.dead_letter_config``, ``dispatcher.errors`` and
 ``dispatcher.names``.
 """
 
@@ -24,7 +24,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from dispatcher.dlq_config import DlqConfig
+from dispatcher.dead_letter_config import DlqConfig
 from dispatcher.errors import InvalidSubscriptionError
 from dispatcher.names import NAME_RULE, is_valid_name
 from dispatcher.protocol import DeliveryMode, DispatchPolicy, SubscriptionType

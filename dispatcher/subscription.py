@@ -2,9 +2,9 @@
 
 Owns :class:`Subscription` (the dispatch task, the consumers' outboxes, the heartbeat's
 view). One attached consumer is a :class:`~dispatcher.session.ConsumerSession`; what
-:meth:`Subscription.status` reports is :mod:`dispatcher.status`. Every decision, who gets
-which record, what an ack frees, when a record is sent again, what is poison, lives in the
-pure :class:`~dispatcher.state.SubscriptionState`; this module and
+:meth:`Subscription.status` reports is :mod:`dispatcher.subscription_status`. Every
+decision, who gets which record, what an ack frees, when a record is sent again, what is
+poison, lives in the pure :class:`~dispatcher.state.SubscriptionState`; this module and
 :mod:`dispatcher.dispatch_loop` only carry out its actions: reading the log, putting
 deliveries in outboxes, writing dead letters, saving state and logging.
 
@@ -95,7 +95,7 @@ from dispatcher.protocol import (
 )
 from dispatcher.session import DRAINED, ConsumerSession
 from dispatcher.state import SubscriptionState
-from dispatcher.status import PartitionStatus, SubscriptionStatus
+from dispatcher.subscription_status import PartitionStatus, SubscriptionStatus
 from proto.shown import shown_text
 from wal import LogWriter, RecordBatch
 

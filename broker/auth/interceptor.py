@@ -4,7 +4,7 @@ Role: the asyncio shell of :mod:`broker.auth`. For each call it reads the ``auth
 metadata, checks the token against the tokens file in force
 (:meth:`broker.auth.store.TokensFile.current`), and wraps the method's handler so that each
 request is checked against the RPC's row of :data:`broker.auth.rules.RULES` before the
-servicer sees it. Refusals go through :mod:`broker.status` (``UNAUTHENTICATED``,
+servicer sees it. Refusals go through :mod:`broker.error_status` (``UNAUTHENTICATED``,
 ``PERMISSION_DENIED``) and are counted in ``headrace_auth_failures_total{reason}``.
 
 Invariants:
@@ -33,9 +33,9 @@ import grpc
 from broker.auth.rules import OPEN_SERVICES, RULES, Rule, authorize, service_of
 from broker.auth.store import TokensFile
 from broker.auth.tokens import TokenEntry, TokenSet, bearer_token
+from broker.error_status import abort_for
 from broker.errors import AuthenticationError, PermissionDeniedError, UnlistedMethodError
 from broker.rpc_handlers import Malformed
-from broker.status import abort_for
 from proto.shown import shown_text
 
 logger = logging.getLogger(__name__)

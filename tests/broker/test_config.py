@@ -11,7 +11,7 @@ from broker.backlog import BacklogConfig, BacklogPolicy
 from broker.config import BrokerConfig, parse_address
 from broker.errors import ConfigError
 from dispatcher import DeliveryMode, PoisonPolicy, SubscriptionType
-from dispatcher.dlq_config import DlqConfig, OverflowPolicy
+from dispatcher.dead_letter_config import DlqConfig, OverflowPolicy
 from wal import FsyncPolicy
 
 

@@ -28,13 +28,13 @@ from client import (
     SkippedDeadLetter,
 )
 from dispatcher import DispatchConfig, DispatchPolicy
-from dispatcher.dead_letter import (
+from dispatcher.dead_letter_queue import DeadLetterQueue
+from dispatcher.dead_letter_records import (
     HEADER_REPLAY_COUNT,
     MAX_REPLAY_COUNT,
     RESERVED_HEADERS,
     DeadLetter,
 )
-from dispatcher.dlq import DeadLetterQueue
 from tests._helpers import eventually
 from tests.broker.conftest import broker_config
 from tests.client.conftest import address, read_batches

@@ -14,7 +14,7 @@ import pytest
 
 from broker.app import Broker
 from broker.cli_dlq import PEEK_FIELDS
-from dispatcher.dead_letter import HEADER_REPLAY_COUNT
+from dispatcher.dead_letter_records import HEADER_REPLAY_COUNT
 from tests.broker.test_cli_client import headrace
 from tests.broker.test_dlq_admin import SUB, TOPIC, dead_letters, letter, records, subscribed
 from tests.broker.test_serve_process import free_port

@@ -1,4 +1,4 @@
-"""Answers through :func:`broker.status.abort_for`, over real gRPC on loopback."""
+"""Answers through :func:`broker.error_status.abort_for`, over real gRPC on loopback."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import grpc
 import pytest
 import pytest_asyncio
 
+from broker.error_status import Context, abort_for
 from broker.errors import TopicNotFoundError
-from broker.status import Context, abort_for
 
 pytestmark = pytest.mark.asyncio
 
@@ -76,7 +76,7 @@ async def test_an_answer_to_a_call_that_already_ended_is_logged_at_debug_without
     raised = await asyncio.wait_for(handler.outcome, 5)
     assert isinstance(raised, asyncio.CancelledError)
     await asyncio.sleep(0.1)  # let grpc finish the handler's task and log what it logs
-    ours = [r for r in caplog.records if r.name == "broker.status"]
+    ours = [r for r in caplog.records if r.name == "broker.error_status"]
     assert [r.levelno for r in ours] == [logging.DEBUG]
     assert ours[0].exc_info is None
     assert "NOT_FOUND" in ours[0].getMessage()

@@ -24,7 +24,7 @@ import pytest
 from broker.app import Broker
 from client import AsyncAdminClient, AsyncConsumer, AsyncProducer, PartitionLag
 from dispatcher import DispatchConfig, DispatchPolicy, HeartbeatConfig, PoisonPolicy
-from dispatcher.dlq_config import DlqConfig, OverflowPolicy
+from dispatcher.dead_letter_config import DlqConfig, OverflowPolicy
 from tests.broker.conftest import broker_config
 from wal import LogConfig
 

@@ -23,10 +23,10 @@ import grpc
 import pytest
 
 from broker.backlog import BacklogConfig, BacklogPolicy
+from broker.error_status import Context
 from broker.metrics import BrokerMetrics
 from broker.retention import RetentionService
 from broker.service import BrokerService, add_to_server
-from broker.status import Context
 from broker.topics import TopicRegistry
 from dispatcher import SubscriptionRegistry
 from proto import broker_pb2 as pb

@@ -19,10 +19,10 @@ from broker.replay import (
     encode_chunks,
     replayable_prefix,
 )
-from dispatcher.dead_letter import HEADER_REPLAY_COUNT, DlqEntry
-from dispatcher.dlq import DeadLetterQueue
-from dispatcher.dlq_config import DlqConfig
-from tests.dispatcher.test_dlq import letter
+from dispatcher.dead_letter_config import DlqConfig
+from dispatcher.dead_letter_queue import DeadLetterQueue
+from dispatcher.dead_letter_records import HEADER_REPLAY_COUNT, DlqEntry
+from tests.dispatcher.test_dead_letter_records import letter
 from wal import decode_batch
 
 

@@ -14,8 +14,8 @@ import grpc
 import pytest
 
 from broker.app import Broker
+from broker.error_status import Context
 from broker.service import BrokerService
-from broker.status import Context
 from proto import admin_pb2 as admin
 from proto import broker_pb2 as pb
 from proto.batch import crc32c

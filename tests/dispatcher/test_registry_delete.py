@@ -29,7 +29,7 @@ from dispatcher import (
     cursor_journal,
 )
 from dispatcher.cursor_store import read_states
-from dispatcher.dead_letter import DeadLetter
+from dispatcher.dead_letter_records import DeadLetter
 from dispatcher.removal import CRASH_POINTS
 from dispatcher.state_file import StateDoc
 from wal import Fault, FaultyFs, FileSystem, LogWriter, SimulatedCrash, encode_columns

@@ -28,7 +28,7 @@ from google.protobuf.message_factory import GetMessageClass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dispatcher.dead_letter import HEADER_REPLAY_COUNT, DeadLetter
+from dispatcher.dead_letter_records import HEADER_REPLAY_COUNT, DeadLetter
 from proto import admin_pb2 as _admin
 from proto import broker_pb2 as _pb
 from tests.broker.conftest import broker_config

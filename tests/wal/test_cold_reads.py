@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 
 from broker.admin_service import offset_for_time
-from dispatcher.dlq import DeadLetterQueue
-from dispatcher.dlq_config import DlqConfig
+from dispatcher.dead_letter_config import DlqConfig
+from dispatcher.dead_letter_queue import DeadLetterQueue
 from dispatcher.registry import SubscriptionRegistry
 from proto.batch import encode_columns
-from tests.dispatcher.test_dlq import letter
+from tests.dispatcher.test_dead_letter_records import letter
 from wal import CorruptSegmentError, FaultyFs, LogConfig, LogWriter, WalClosedError
 from wal.fs import FileSystem, WouldBlockError, nonblocking_reads, reading_nonblocking
 from wal.writer import COLD_READ_THREADS, cold_read_pool
