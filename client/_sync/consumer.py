@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-from asyncio import _get_running_loop
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import Self
@@ -213,7 +213,7 @@ class Consumer:
         """Raise as every call does: from a thread that runs an event loop (even when the
         answer is at hand: code must not work only while a read-ahead lasts), or once
         closing began."""
-        if _get_running_loop() is not None:
+        if sys.get_asyncgen_hooks().firstiter is not None:  # see check_caller
             self._bridge.check_caller()  # raises: this thread runs an event loop
         if self._closing:
             raise ClientClosed("the consumer is closed")

@@ -36,8 +36,8 @@ import asyncio
 import concurrent.futures
 import functools
 import random
+import sys
 import time
-from asyncio import _get_running_loop
 from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Self, TypeVar
@@ -170,7 +170,7 @@ class Producer:
             ValueError: ``partition`` is not one of the topic's.
             ClientClosed: The producer is closed.
         """
-        if _get_running_loop() is not None:
+        if sys.get_asyncgen_hooks().firstiter is not None:  # see check_caller
             self._bridge.check_caller()  # raises: this thread runs an event loop
         if self._closed:  # checked again under the lock, where it counts
             raise ClientClosed("the Producer is closed")
