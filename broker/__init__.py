@@ -28,10 +28,10 @@ Modules:
     metrics           every Prometheus metric, declared in one place
     errors            BrokerError and its subclasses
     cli               the ``headrace`` command line (``serve`` and the admin commands);
-                      cli_client, cli_produce, cli_dlq, cli_lag, cli_subscriptions,
-                      cli_tokens: its client commands; cli_output, cli_params: printing
-                      and parameters; cli_probe: what answers at an address that does
-                      not speak gRPC
+                      cli_client, cli_produce, cli_consume, cli_dlq, cli_lag,
+                      cli_subscriptions, cli_tokens: its client commands; cli_output,
+                      cli_params: printing and parameters; cli_probe: what answers at an
+                      address that does not speak gRPC
     _grpc_env         gRPC's C-core settings, set before ``grpc`` loads
 
 Nothing imports ``broker`` except its own entry point and the tests (DESIGN section 1).

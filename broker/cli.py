@@ -1,8 +1,8 @@
 """The ``headrace`` command line.
 
-Role: one entry point with subcommands: ``serve`` runs a broker; ``topics``, ``consume``
-and ``seek`` talk to one (:mod:`broker.cli_client`), and so do ``produce``
-(:mod:`broker.cli_produce`), ``lag`` (:mod:`broker.cli_lag`) and ``dlq``
+Role: one entry point with subcommands: ``serve`` runs a broker; ``topics`` and ``seek``
+talk to one (:mod:`broker.cli_client`), and so do ``produce`` (:mod:`broker.cli_produce`),
+``consume`` (:mod:`broker.cli_consume`), ``lag`` (:mod:`broker.cli_lag`) and ``dlq``
 (:mod:`broker.cli_dlq`); ``tokens`` edits the bearer tokens file
 (:mod:`broker.cli_tokens`); ``wal inspect`` reads a partition directory offline
 (``DATA_DIR/topics/TOPIC/PARTITION``, or ``--data-dir DATA_DIR TOPIC PARTITION``; a path
@@ -51,7 +51,7 @@ from wal.naming import LOG_SUFFIX
 _LAZY = {
     "topics": "broker.cli_client:topics",
     "produce": "broker.cli_produce:produce",
-    "consume": "broker.cli_client:consume",
+    "consume": "broker.cli_consume:consume",
     "lag": "broker.cli_lag:lag",
     "seek": "broker.cli_client:seek",
     "dlq": "broker.cli_dlq:dlq",
