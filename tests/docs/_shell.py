@@ -21,14 +21,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 #: Where this interpreter's ``headrace`` and ``python`` live (the page's ``.venv/bin``).
 BIN = Path(sys.executable).parent
-#: A shell block: its language and its body.
-SHELL_BLOCK = re.compile(r"^```(sh|bash|console|shell)\n(.*?)^```$", re.DOTALL | re.MULTILINE)
+#: A shell block (indented too, ``~~~`` fences too, attributes after the language).
+SHELL_BLOCK = re.compile(
+    r"^[ \t]*(?P<fence>```|~~~)[ \t]*(?P<lang>sh|bash|console|shell|zsh)\b[^\n]*\n"
+    r"(?P<body>.*?)^[ \t]*(?P=fence)[ \t]*$",
+    re.DOTALL | re.MULTILINE,
+)
 _MARK = "@@docs-shell-step@@"
 
 
 def shell_blocks(page: Path) -> list[str]:
     """The bodies of ``page``'s shell blocks, in order."""
-    return [m[2] for m in SHELL_BLOCK.finditer(page.read_text())]
+    return [m["body"] for m in SHELL_BLOCK.finditer(page.read_text())]
 
 
 def block_after(page: Path, marker: str) -> str:
@@ -36,7 +40,7 @@ def block_after(page: Path, marker: str) -> str:
     text = page.read_text()
     found = SHELL_BLOCK.search(text, text.index(marker))
     assert found is not None, (page, marker)
-    return found[2]
+    return found["body"]
 
 
 def commands(block: str) -> list[str]:
