@@ -14,6 +14,8 @@ Substitutions, and nothing else:
   a free port;
 - ``alert`` in ``lag --fail-on-stalled >/dev/null || alert`` is the reader's own command:
   a shell function that prints ``ALERT``;
+- the page's metrics-port error: ``127.0.0.1:9464`` where it names the address it was
+  sent to -> the test broker's metrics address (the command: ``topics list --broker``);
 - ``lag --watch`` runs until the test's Ctrl-C (SIGINT) after about 2.5 s.
 """
 
@@ -139,7 +141,8 @@ def test_serve_with_defaults_then_wal_inspect_then_clean_up(tmp_path: Path) -> N
     directory (addresses from HEADRACE_LISTEN / HEADRACE_METRICS_LISTEN); a topic "orders"
     and 5 records; Ctrl-C; then wal.md's first two `wal inspect` lines, then the
     quickstart's `rm -rf ./data`. Expected: the banner names ./data and both addresses;
-    /metrics answers with headrace_ metrics; the data is in ./data; both inspect lines exit
+    /metrics answers with headrace_ metrics, and a client command sent to it prints the
+    page's one line (its address aside); the data is in ./data; both inspect lines exit
     0 with the same table, partition 0 of orders, status clean; after rm, no ./data."""
     serve = commands(block_after(SERVING, "# Serving"))[0]
     listen, metrics = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
@@ -153,6 +156,7 @@ def test_serve_with_defaults_then_wal_inspect_then_clean_up(tmp_path: Path) -> N
         assert f"serving on {listen}, data in ./data, metrics http://{metrics}/metrics" in banner
         with urllib.request.urlopen(f"http://{metrics}/metrics", timeout=5) as answer:
             assert "headrace_" in answer.read().decode()
+        _check_metrics_port_hint(metrics, tmp_path)
         setup = ["headrace topics create orders --partitions 3", "seq 5 | headrace produce orders"]
         for step in session(setup, tmp_path, {"HEADRACE_BROKER": listen}):
             assert step.returncode == 0, step
@@ -168,6 +172,17 @@ def test_serve_with_defaults_then_wal_inspect_then_clean_up(tmp_path: Path) -> N
     (removed,) = session([clean_up], tmp_path, {})
     assert removed.returncode == 0
     assert not (tmp_path / "data").exists()
+
+
+def _check_metrics_port_hint(metrics: str, cwd: Path) -> None:
+    """serving.md's text block: a client command pointed at the metrics port gets that
+    one line (the page's metrics address there -> this broker's)."""
+    text = SERVING.read_text()
+    start = text.index("```text\n", text.index("is told so")) + len("```text\n")
+    page = text[start : text.index("```", start)]
+    (step,) = session([f"headrace topics list --broker {metrics}"], cwd, {})
+    assert step.returncode == 1
+    assert step.stderr == page.replace("at 127.0.0.1:9464:", f"at {metrics}:", 1)
 
 
 def test_serve_on_a_reachable_address_needs_security(tmp_path: Path, pki: Pki) -> None:
