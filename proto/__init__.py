@@ -16,6 +16,6 @@ Modules:
 
 The record batch is the one format both sides of the wire and the disk agree on, so its
 codec lives here and nowhere else: ``wal``, ``client`` and ``spark_connector`` import it,
-and nothing copies it. ``proto`` is a leaf: it imports nothing of ours (a test walks the
-imports, ``tests/test_layout.py``).
+and nothing copies it. ``proto`` is a leaf: it imports nothing of ours (import-linter's
+contracts in ``pyproject.toml``, run by ``make lint`` and ``tests/test_layout.py``).
 """
