@@ -229,7 +229,11 @@ def test_a_tree_with_every_allowed_arrow_passes(tmp_path: Path) -> None:
     ("rel", "text", "contract", "expected"),
     [
         pytest.param(
-            "proto/batch.py", "from wal import Record\n", "server-stack", "proto.batch -> wal (l.1)"
+            "proto/batch.py",
+            "from wal import Record\n",
+            "server-stack",
+            "proto.batch -> wal (l.1)",
+            id="proto-imports-wal",
         ),
         pytest.param(
             "wal/log.py",
@@ -250,27 +254,35 @@ def test_a_tree_with_every_allowed_arrow_passes(tmp_path: Path) -> None:
             "from broker.arrows import f\n",
             "server-stack",
             "dispatcher.r -> broker.arrows (l.1)",
+            id="dispatcher-imports-broker",
         ),
         pytest.param(
             "client/y.py",
             "import spark_connector\n",
             "client-stack",
             "client.y -> spark_connector (l.1)",
+            id="client-imports-connector",
         ),
         pytest.param(
             "dispatcher/q.py",
             "import client\n",
             "storage-without-client",
             "dispatcher.q -> client (l.1)",
+            id="dispatcher-imports-client",
         ),
         pytest.param(
-            "client/x.py", "import wal\n", "client-without-server", "client.x -> wal (l.1)"
+            "client/x.py",
+            "import wal\n",
+            "client-without-server",
+            "client.x -> wal (l.1)",
+            id="client-imports-wal",
         ),
         pytest.param(
             "spark_connector/a.py",
             "from broker import app\n",
             "client-without-server",
             "spark_connector.a -> broker (l.1)",
+            id="connector-imports-broker",
         ),
         pytest.param(
             "broker/service.py",
@@ -291,6 +303,7 @@ def test_a_tree_with_every_allowed_arrow_passes(tmp_path: Path) -> None:
             "import proto\n",
             "discovery-hook-direct",
             "pyspark_headrace.h -> proto (l.1)",
+            id="hook-imports-proto",
         ),
     ],
 )
@@ -370,14 +383,19 @@ def test_the_walker_sees_both_import_module_forms(tmp_path: Path) -> None:
             "wal/log.py",
             "import importlib\nimportlib.import_module('broker.app')\n",
             ["wal/log.py:2 imports broker"],
+            id="wal-loads-broker",
         ),
         pytest.param(
             "broker/service.py",
             "from importlib import import_module\nimport_module('client')\n",
             ["broker/service.py:2 imports client"],
+            id="broker-loads-client",
         ),
         pytest.param(
-            "broker/cli_lag.py", "import importlib\nimportlib.import_module('client')\n", []
+            "broker/cli_lag.py",
+            "import importlib\nimportlib.import_module('client')\n",
+            [],
+            id="cli-loads-client",
         ),
     ],
 )
