@@ -60,10 +60,11 @@ run: setup  ## start the broker (./data, 127.0.0.1:50051) and print how to produ
 demo: setup  ## end-to-end Spark pipeline through the connector, with a broker crash
 	$(BIN)/python -m spark_connector.demo
 
-lint: setup  ## ruff, formatting, mypy --strict, generated-code staleness
+lint: setup  ## ruff, formatting, mypy --strict, import arrows, generated-code staleness
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy .
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m proto.generate --check
 
 fmt: setup
