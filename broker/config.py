@@ -3,8 +3,12 @@
 Role: one place that knows every setting, its unit and its default, and turns bad input into
 :class:`ConfigError` naming the setting and what is allowed. Precedence: defaults < TOML
 file < ``HEADRACE_*`` environment variables < command-line flags. Each key's kind, unit and
-range are data in :mod:`broker.config_keys`, which the checks below read and
-``python -m broker.config_reference`` renders as ``docs/operations/configuration.md``.
+range are msgspec Structs in :mod:`broker.config_schema`: :meth:`BrokerConfig.from_mapping`
+converts the parsed file into them with :func:`msgspec.convert` (unknown keys, types and
+ranges checked there, the error put in words by :mod:`broker.config_errors`), then
+:func:`_from_file` builds the frozen domain values; the ``__post_init__`` checks of values
+built in code go through the same Structs. ``python -m broker.config_reference`` renders
+the Structs as ``docs/operations/configuration.md``.
 
 TOML layout (every key optional)::
 
@@ -87,16 +91,29 @@ TOML layout (every key optional)::
 from __future__ import annotations
 
 import dataclasses
-import enum
 import os
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
-from broker import config_keys
+import msgspec
+
 from broker.backlog import BacklogConfig, BacklogPolicy
-from broker.config_keys import Kind
+from broker.config_errors import explain, shown
+from broker.config_schema import (
+    TEN_YEARS_MS,
+    BacklogTable,
+    BrokerTable,
+    ConfigFile,
+    DlqTable,
+    HeartbeatTable,
+    PolicyTable,
+    SecurityTable,
+    SubscriptionsTable,
+    WalTopicTable,
+    set_fields,
+)
 from broker.errors import ConfigError
 from broker.limits import LimitsConfig
 from broker.logs import LogFormat
@@ -106,11 +123,10 @@ from dispatcher import (
     DlqConfigError,
     HeartbeatConfig,
     InvalidSubscriptionError,
-    PoisonPolicy,
 )
-from dispatcher.dead_letter_config import DlqConfig, OverflowPolicy
+from dispatcher.dead_letter_config import DlqConfig
 from dispatcher.names import NAME_RULE, is_valid_name
-from wal import FsyncPolicy, LogConfig, WalConfigError
+from wal import LogConfig, WalConfigError
 from wal.config import HEADER_LIMITS
 
 MIB = 1 << 20
@@ -145,10 +161,7 @@ class SecurityConfig:
     insecure: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("tls_cert", "tls_key", "tls_client_ca", "tokens_file"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, str) or not value):
-                raise ConfigError(f"[security] {name} must be a non-empty path")
+        _check(SecurityTable, self, "security")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError(
                 "[security] tls_cert and tls_key go together: set both (TLS) or neither"
@@ -158,8 +171,6 @@ class SecurityConfig:
                 "[security] tls_client_ca needs tls_cert and tls_key: mutual TLS is TLS with "
                 "client certificates"
             )
-        if not isinstance(self.insecure, bool):
-            raise ConfigError("[security] insecure must be true or false")
 
     @property
     def tls(self) -> bool:
@@ -172,7 +183,7 @@ class SecurityConfig:
 
 
 #: The longest inactive_expiry_ms accepted: ten years, milliseconds.
-MAX_EXPIRY_MS = int(config_keys.key("subscriptions", "inactive_expiry_ms").high or 0)
+MAX_EXPIRY_MS = TEN_YEARS_MS
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,19 +202,7 @@ class SubscriptionsConfig:
     inactive_expiry_ms: int | None = None
 
     def __post_init__(self) -> None:
-        expiry = self.inactive_expiry_ms
-        if expiry is None:
-            return
-        if not isinstance(expiry, int) or isinstance(expiry, bool) or expiry < 1:
-            raise ConfigError(
-                f"[subscriptions] inactive_expiry_ms = {expiry!r}: must be a positive integer "
-                "of milliseconds (leave it out to never expire subscriptions)"
-            )
-        if expiry > MAX_EXPIRY_MS:
-            raise ConfigError(
-                f"[subscriptions] inactive_expiry_ms = {expiry!r}: must be at most "
-                f"{MAX_EXPIRY_MS} (ten years; leave it out to never expire subscriptions)"
-            )
+        _check(SubscriptionsTable, self, "subscriptions")
 
     @property
     def inactive_expiry_s(self) -> float | None:
@@ -293,11 +292,9 @@ class BrokerConfig:
     subscriptions: SubscriptionsConfig = field(default_factory=SubscriptionsConfig)
 
     def __post_init__(self) -> None:
+        _check(BrokerTable, self, "broker")
         _address("listen", self.listen, allow_empty=False)
         _address("metrics_listen", self.metrics_listen, allow_empty=True)
-        for k in config_keys.BROKER:  # the ranges the reference page shows
-            if k.kind is Kind.INTEGER:
-                _int_range(k.name, getattr(self, k.name), int(k.low or 0), int(k.high or 0))
         _check_backlog(self.backlog)
         _check_limits(self.limits, self.default_partitions)
         for topic, config in self.wal_topics.items():
@@ -309,15 +306,6 @@ class BrokerConfig:
             raise ConfigError("security must be a broker.config.SecurityConfig")
         if not isinstance(self.subscriptions, SubscriptionsConfig):
             raise ConfigError("subscriptions must be a broker.config.SubscriptionsConfig")
-        if not isinstance(self.auto_create_topics, bool):
-            raise ConfigError("auto_create_topics must be true or false")
-        if not isinstance(self.log_format, LogFormat):
-            raise ConfigError("log_format must be a broker.logs.LogFormat")
-        if not isinstance(self.data_dir, str) or not self.data_dir:
-            raise ConfigError("data_dir must be a non-empty path")
-        grace, (lo, hi) = self.grace_seconds, _span(config_keys.key("broker", "grace_seconds"))
-        if not isinstance(grace, int | float) or isinstance(grace, bool) or not lo <= grace <= hi:
-            raise ConfigError(f"grace_seconds must be a number of seconds from {lo} to {hi}")
 
     @property
     def log_config(self) -> LogConfig:
@@ -389,221 +377,108 @@ class BrokerConfig:
     def from_mapping(cls, doc: Mapping[str, Any], *, source: str = "config") -> BrokerConfig:
         """Build from a parsed document with ``[broker]``, ``[wal]``, ``[heartbeat]``,
         ``[backlog]``, ``[dispatch]``, ``[dlq]``, ``[limits]``, ``[security]`` and
-        ``[subscriptions]`` tables."""
-        _known(
-            doc,
-            {
-                "broker",
-                "wal",
-                "heartbeat",
-                "backlog",
-                "dispatch",
-                "dlq",
-                "limits",
-                "security",
-                "subscriptions",
-            },
-            source,
-        )
-        broker = _table(doc, "broker", source)
-        tables = {
-            "wal",
-            "wal_topics",
-            "heartbeat",
-            "backlog",
-            "dispatch",
-            "limits",
-            "security",
-            "subscriptions",
-        }
-        names = {f.name for f in dataclasses.fields(cls)} - tables
-        _known(broker, names, f"{source} [broker]")
-        if "log_format" in broker:
-            where = f"{source} [broker] log_format"
-            broker["log_format"] = _choice(LogFormat, broker["log_format"], where)
-        wal_doc = _table(doc, "wal", source)
-        topics_doc = wal_doc.pop("topics", {})
-        wal = _log_config(wal_doc, LogConfig(), f"{source} [wal]")
-        if not isinstance(topics_doc, Mapping):
-            raise ConfigError(
-                f"{source} [wal] topics must be a table of tables ([wal.topics.<name>]), "
-                f"not {topics_doc!r}"
-            )
-        wal_topics: dict[str, LogConfig] = {}
-        for topic in topics_doc:
-            where = f"{source} [wal.topics.{_shown(topic)}]"
-            if not is_valid_name(topic):
-                raise ConfigError(f"{where}: not a valid topic name: {NAME_RULE}")
-            table = _table(topics_doc, topic, f"{source} [wal.topics]")
-            wal_topics[topic] = _log_config(table, wal, where)
-        heartbeat = _heartbeat(doc.get("heartbeat", {}), f"{source} [heartbeat]")
-        backlog = _backlog(doc.get("backlog", {}), f"{source} [backlog]")
-        security = _security(doc.get("security", {}), f"{source} [security]")
-        dispatch = DispatchConfig(
-            defaults=_policy(doc.get("dispatch", {}), f"{source} [dispatch]", DispatchPolicy()),
-            subscriptions=_policy_overrides(doc.get("dispatch", {}), f"{source} [dispatch]"),
-            dlq=_dlq(doc.get("dlq", {}), f"{source} [dlq]"),
-        )
+        ``[subscriptions]`` tables (:class:`broker.config_schema.ConfigFile`)."""
         try:
-            return cls(
-                **broker,
-                wal=wal,
-                wal_topics=wal_topics,
-                heartbeat=heartbeat,
-                backlog=backlog,
-                dispatch=dispatch,
-                limits=_limits(doc.get("limits", {}), f"{source} [limits]"),
-                security=security,
-                subscriptions=_subscriptions(doc.get("subscriptions", {}), source),
-            )
-        except TypeError as exc:
-            raise ConfigError(f"{source}: {exc}") from exc
+            file = msgspec.convert(doc, ConfigFile)
+        except msgspec.ValidationError as exc:
+            raise ConfigError(explain(exc, doc, ConfigFile, source)) from exc
+        return _from_file(file, source)
 
 
-def _log_config(table: dict[str, Any], base: LogConfig, where: str) -> LogConfig:
-    """``base`` with the ``[wal]`` keys of ``table`` set (``where`` names the table in
-    errors)."""
-    keys = {f.name for f in dataclasses.fields(LogConfig)} - set(HEADER_LIMITS)
-    _known(table, keys, where)
-    if "fsync" in table:
-        table["fsync"] = _choice(FsyncPolicy, table["fsync"], f"{where} fsync")
+def _from_file(file: ConfigFile, source: str) -> BrokerConfig:
+    """The domain config of a converted file: milliseconds to seconds where the domain
+    holds seconds, and each table of overrides over the table it refines."""
+    wal = _log_config(file.wal, LogConfig(), f"{source} [wal]")
+    wal_topics: dict[str, LogConfig] = {}
+    for topic, table in file.wal.topics.items():
+        where = f"{source} [wal.topics.{shown(topic)}]"
+        if not is_valid_name(topic):
+            raise ConfigError(f"{where}: not a valid topic name: {NAME_RULE}")
+        wal_topics[topic] = _log_config(table, wal, where)
+    where = f"{source} [dispatch]"
+    defaults = _policy(file.dispatch, DispatchPolicy(), where)
+    overrides: dict[str, DispatchPolicy] = {}
+    for name, override in file.dispatch.subscriptions.items():
+        if name.count("/") != 1:
+            raise ConfigError(f'{where}.subscriptions: {name!r} must be "topic/subscription"')
+        overrides[name] = _policy(override, defaults, f"{where}.subscriptions.{name!r}")
+    return BrokerConfig(
+        **set_fields(file.broker),
+        wal=wal,
+        wal_topics=wal_topics,
+        heartbeat=_heartbeat(file.heartbeat, f"{source} [heartbeat]"),
+        backlog=BacklogConfig(**set_fields(file.backlog)),
+        dispatch=DispatchConfig(defaults, overrides, _dlq(file.dlq, f"{source} [dlq]")),
+        limits=LimitsConfig(**set_fields(file.limits)),
+        security=SecurityConfig(**set_fields(file.security)),
+        subscriptions=SubscriptionsConfig(**set_fields(file.subscriptions)),
+    )
+
+
+def _check(schema: type[msgspec.Struct], value: object, table: str) -> None:
+    """Check a value built in code against its table's Struct (the file's own rules).
+
+    Raises:
+        ConfigError: a field of the wrong type or out of range, named as in the file.
+    """
+    fields = {n: getattr(value, n) for n in schema.__struct_fields__ if hasattr(value, n)}
+    fields = {n: v for n, v in fields.items() if v is not None}  # None: unset in code
     try:
-        return dataclasses.replace(base, **table)
-    except (WalConfigError, TypeError) as exc:  # a value out of range, or of the wrong type
+        msgspec.convert(fields, schema)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(explain(exc, fields, schema, "", (table,))) from exc
+
+
+def _log_config(table: WalTopicTable, base: LogConfig, where: str) -> LogConfig:
+    """``base`` with the ``[wal]`` keys ``table`` sets."""
+    changes = {k: v for k, v in set_fields(table).items() if k != "topics"}
+    try:
+        return dataclasses.replace(base, **changes)
+    except WalConfigError as exc:  # wal.LogConfig has the last word on its own values
         raise ConfigError(f"{where}: {exc}") from exc
 
 
-def _shown(name: str) -> str:
-    """A table name as one printable line."""
-    return name if name.isprintable() else repr(name)
-
-
-def _table(doc: Mapping[str, Any], name: str, source: str) -> dict[str, Any]:
-    """A copy of the ``[name]`` table of ``doc`` (empty when absent)."""
-    table = doc.get(name, {})
-    if not isinstance(table, Mapping):
-        raise ConfigError(f"{source}: {name} must be a table ([{name}]), not {table!r}")
-    return dict(table)
-
-
-def _known(table: Mapping[str, Any], names: set[str], where: str) -> None:
-    unknown = sorted(set(table) - names)
-    if unknown:
-        shown = ", ".join(n if n.isprintable() else repr(n) for n in unknown)  # one line
-        raise ConfigError(f"{where}: unknown setting(s) {shown}; known: {', '.join(sorted(names))}")
-
-
-def _heartbeat(table: object, where: str) -> HeartbeatConfig:
+def _heartbeat(table: HeartbeatTable, where: str) -> HeartbeatConfig:
     """``[heartbeat]`` (milliseconds in the file) as a :class:`HeartbeatConfig` (seconds)."""
-    if not isinstance(table, Mapping):
-        raise ConfigError(f"{where} must be a table")
-    _known(table, {"interval_ms", "stall_timeout_ms", "topics", "subscriptions"}, where)
-    overrides: dict[str, dict[str, float]] = {}
-    for kind in ("topics", "subscriptions"):
-        entries = table.get(kind, {})
-        if not isinstance(entries, Mapping):
-            raise ConfigError(f"{where}.{kind} must be a table of name = milliseconds")
-        overrides[kind] = {name: _seconds(f"{where}.{kind}", v) for name, v in entries.items()}
-    default = HeartbeatConfig()
+    seconds = {k.removesuffix("_ms") + "_s": v / 1000 for k, v in set_fields(table).items()
+               if k.endswith("_ms")}  # fmt: skip
     try:
         return HeartbeatConfig(
-            interval_s=_seconds(f"{where} interval_ms", table.get("interval_ms"))
-            if "interval_ms" in table
-            else default.interval_s,
-            stall_timeout_s=_seconds(
-                f"{where} stall_timeout_ms",
-                table.get("stall_timeout_ms"),
-                int(config_keys.key("heartbeat", "stall_timeout_ms").high or 0),
-            )
-            if "stall_timeout_ms" in table
-            else default.stall_timeout_s,
-            topics=overrides["topics"],
-            subscriptions=overrides["subscriptions"],
+            **seconds,
+            topics={name: ms / 1000 for name, ms in table.topics.items()},
+            subscriptions={name: ms / 1000 for name, ms in table.subscriptions.items()},
         )
     except InvalidSubscriptionError as exc:
         raise ConfigError(f"{where}: {exc}") from exc
 
 
-_POLICY_KEYS = {
-    "ack_timeout_ms",
-    "backoff_initial_ms",
-    "backoff_max_ms",
-    "backoff_multiplier",
-    "backoff_jitter",
-    "max_deliveries",
-    "poison_policy",
-}
-
-
-def _policy(table: object, where: str, base: DispatchPolicy, *, top: bool = True) -> DispatchPolicy:
-    """``[dispatch]`` (``top``) or one override in it (milliseconds in the file) over
-    ``base``."""
-    if not isinstance(table, Mapping):
-        raise ConfigError(f"{where} must be a table")
-    _known(table, _POLICY_KEYS | ({"subscriptions"} if top else set()), where)
+def _policy(table: PolicyTable, base: DispatchPolicy, where: str) -> DispatchPolicy:
+    """``[dispatch]`` or one override in it (milliseconds in the file) over ``base``."""
     changes: dict[str, Any] = {}
-    for key, value in table.items():
+    for key, value in set_fields(table).items():
         if key.endswith("_ms"):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ConfigError(f"{where} {key} = {value!r}: must be milliseconds >= 0")
             name = key.removesuffix("_ms") + "_s"
             changes[name] = None if key == "ack_timeout_ms" and value == 0 else value / 1000
         elif key == "poison_policy":
-            changes["poison"] = _choice(PoisonPolicy, value, f"{where} poison_policy")
+            changes["poison"] = value
         elif key != "subscriptions":
             changes[key] = value
     try:
         return dataclasses.replace(base, **changes)
-    except InvalidSubscriptionError as exc:
+    except InvalidSubscriptionError as exc:  # backoff_max_ms under backoff_initial_ms
         raise ConfigError(f"{where}: {exc}") from exc
 
 
-def _policy_overrides(table: object, where: str) -> dict[str, DispatchPolicy]:
-    """``[dispatch.subscriptions."topic/name"]`` tables, each over ``[dispatch]``."""
-    if not isinstance(table, Mapping):
-        raise ConfigError(f"{where} must be a table")
-    base = _policy(table, where, DispatchPolicy())
-    entries = table.get("subscriptions", {})
-    if not isinstance(entries, Mapping):
-        raise ConfigError(f'{where}.subscriptions must hold one table per "topic/subscription"')
-    out = {}
-    for name, override in entries.items():
-        if name.count("/") != 1:
-            raise ConfigError(f'{where}.subscriptions: {name!r} must be "topic/subscription"')
-        out[name] = _policy(override, f"{where}.subscriptions.{name!r}", base, top=False)
-    return out
-
-
-def _dlq(table: object, where: str) -> DlqConfig:
-    """``[dlq]`` (milliseconds in the file) as a :class:`DlqConfig`."""
-    if not isinstance(table, Mapping):
-        raise ConfigError(f"{where} must be a table")
-    _known(
-        table, {"max_entries", "max_age_ms", "overflow", "max_event_bytes", "max_replays"}, where
-    )
-    values: dict[str, Any] = {k: v for k, v in table.items() if k not in ("max_age_ms", "overflow")}
-    if "max_age_ms" in table:
-        age = table["max_age_ms"]
-        if not isinstance(age, int) or isinstance(age, bool) or age < 0:
-            raise ConfigError(f"{where} max_age_ms = {age!r}: must be milliseconds >= 0")
+def _dlq(table: DlqTable, where: str) -> DlqConfig:
+    """``[dlq]`` (milliseconds in the file; 0 = keep forever) as a :class:`DlqConfig`."""
+    values = set_fields(table)
+    if "max_age_ms" in values:
+        age = values.pop("max_age_ms")
         values["max_age_s"] = age / 1000 if age else None
-    if "overflow" in table:
-        values["overflow"] = _choice(OverflowPolicy, table["overflow"], f"{where} overflow")
     try:
         return DlqConfig(**values)
     except DlqConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from exc
-
-
-def _limits(table: object, where: str) -> LimitsConfig:
-    """``[limits]`` as a :class:`LimitsConfig`."""
-    if not isinstance(table, Mapping):
-        raise ConfigError(f"{where} must be a table")
-    _known(table, {f.name for f in dataclasses.fields(LimitsConfig)}, where)
-    try:
-        return LimitsConfig(**table)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from exc
 
 
 def _check_limits(limits: object, default_partitions: int) -> None:
@@ -616,81 +491,15 @@ def _check_limits(limits: object, default_partitions: int) -> None:
         )
 
 
-def _subscriptions(table: object, source: str) -> SubscriptionsConfig:
-    """``[subscriptions]`` as a :class:`SubscriptionsConfig`."""
-    where = f"{source} [subscriptions]"
-    if not isinstance(table, Mapping):
-        raise ConfigError(f"{where} must be a table")
-    _known(table, {f.name for f in dataclasses.fields(SubscriptionsConfig)}, where)
-    try:
-        return SubscriptionsConfig(**table)
-    except ConfigError as exc:
-        raise ConfigError(f"{source}: {exc}") from exc
-
-
-def _security(table: object, where: str) -> SecurityConfig:
-    """``[security]`` as a :class:`SecurityConfig` (files are checked at start)."""
-    if not isinstance(table, Mapping):
-        raise ConfigError(f"{where} must be a table")
-    _known(table, {f.name for f in dataclasses.fields(SecurityConfig)}, where)
-    return SecurityConfig(**table)
-
-
-def _backlog(table: object, where: str) -> BacklogConfig:
-    """``[backlog]`` as a :class:`BacklogConfig` (ranges are checked by BrokerConfig)."""
-    if not isinstance(table, Mapping):
-        raise ConfigError(f"{where} must be a table")
-    _known(table, {f.name for f in dataclasses.fields(BacklogConfig)}, where)
-    values = dict(table)
-    if "policy" in values:
-        values["policy"] = _choice(BacklogPolicy, values["policy"], "[backlog] policy")
-    return BacklogConfig(**values)
-
-
-E = TypeVar("E", bound=enum.Enum)
-
-
-def _choice(kind: type[E], value: object, setting: str) -> E:
-    """The member of ``kind`` named by ``value``; ``setting`` names it in the error."""
-    try:
-        return kind(value)
-    except ValueError as exc:
-        choices = ", ".join(str(member.value) for member in kind)
-        raise ConfigError(f"{setting} = {value!r}: must be one of {choices}") from exc
-
-
 def _check_backlog(backlog: object) -> None:
     if not isinstance(backlog, BacklogConfig):
         raise ConfigError("backlog must be a broker.backlog.BacklogConfig")
-    for name in ("quota_messages", "block_timeout_ms"):
-        lo, hi = _span(config_keys.key("backlog", name))
-        _int_range(f"[backlog] {name}", getattr(backlog, name), lo, hi)
+    _check(BacklogTable, backlog, "backlog")
     if not isinstance(backlog.policy, BacklogPolicy):
         choices = ", ".join(p.value for p in BacklogPolicy)
         raise ConfigError(
             f"[backlog] policy = {backlog.policy!r}: must be a BacklogPolicy ({choices})"
         )
-
-
-def _span(k: config_keys.Key) -> tuple[int, int]:
-    """The inclusive integer range of a key that has both ends."""
-    return int(k.low or 0), int(k.high or 0)
-
-
-#: The longest heartbeat interval, milliseconds (``[heartbeat] interval_ms`` and overrides).
-_INTERVAL_HI_MS = int(config_keys.key("heartbeat", "interval_ms").high or 0)
-
-
-def _seconds(where: str, value: object, hi_ms: int = _INTERVAL_HI_MS) -> float:
-    """Milliseconds from the file, checked to lie in [1, ``hi_ms``], as seconds."""
-    if not isinstance(value, int | float) or isinstance(value, bool) or not 1 <= value <= hi_ms:
-        raise ConfigError(f"{where} = {value!r}: must be from 1 to {hi_ms} milliseconds")
-    return value / 1000
-
-
-def _int_range(name: str, value: object, lo: int, hi: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
-        raise ConfigError(f"{name} = {value!r}: must be an integer from {lo} to {hi}")
 
 
 def parse_address(value: str) -> tuple[str, int]:
@@ -706,9 +515,7 @@ def parse_address(value: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def _address(name: str, value: object, *, allow_empty: bool) -> None:
-    if not isinstance(value, str):
-        raise ConfigError(f"{name} must be a string host:port")
+def _address(name: str, value: str, *, allow_empty: bool) -> None:
     if allow_empty and value == "":
         return
     try:

@@ -68,7 +68,7 @@ def test_toml_then_env_then_flags(tmp_path: Path) -> None:
         ("[backlog]\nquota_messages = 1.5\n", "[backlog] quota_messages = 1.5"),
         ("[backlog]\nblock_timeout_ms = 0\n", "[backlog] block_timeout_ms = 0: must be"),
         ("[backlog]\nquota = 5\n", "[backlog]: unknown setting(s) quota"),
-        ("backlog = 5\n", "[backlog] must be a table"),
+        ("backlog = 5\n", "backlog must be a table ([backlog]), not 5"),
         ("[broker]\nretention_check_interval_ms = 0\n", "retention_check_interval_ms = 0"),
         ("[dispatch]\npoison_policy = 'retry'\n", "must be one of dead_letter, drop, block"),
         ("[dispatch]\nack_timeout_ms = -5\n", "ack_timeout_ms = -5: must be milliseconds"),

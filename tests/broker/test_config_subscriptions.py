@@ -56,7 +56,7 @@ def test_bad_values_name_the_key(tmp_path: Path, value: str, words: str) -> None
     ("text", "words"),
     [
         ("[subscriptions]\ninactive_expiry = 5\n", "unknown setting(s) inactive_expiry"),
-        ("subscriptions = 5\n", "[subscriptions] must be a table"),
+        ("subscriptions = 5\n", "subscriptions must be a table ([subscriptions]), not 5"),
     ],
 )
 def test_unknown_keys_and_a_non_table_are_refused(tmp_path: Path, text: str, words: str) -> None:
