@@ -1,7 +1,8 @@
 """The configuration reference page is generated from the code and says what the parser does.
 
-The page (``docs/operations/configuration.md``) is rendered from ``broker.config_keys`` and
-the defaults of ``BrokerConfig``. These tests fail when the committed page is stale, when
+The page (``docs/operations/configuration.md``) is rendered from the Structs of
+``broker.config_schema`` (as ``broker.config_keys`` rows) and the defaults of
+``BrokerConfig``. These tests fail when the committed page is stale, when
 the parser knows a key the table does not (or the reverse), when a documented range is not
 where the validator draws it, and when the page's file of defaults does not parse back to
 the defaults.
