@@ -3,6 +3,9 @@
 Modules:
     app               Broker: the composition root, its parts started and stopped in order
     config            BrokerConfig: frozen, validated, from TOML, then flags
+    config_schema     the TOML file as msgspec Structs: each key's type, range, unit and
+                      meaning; config_errors: msgspec's errors in the config's words;
+                      config_keys, config_reference: the reference page's rows and writer
     limits            ``[limits]``: what one client may ask of the broker
     exposure          whether the broker may serve on its ``listen`` address as configured
     fd_budget         whether a topic's partitions fit under the open-files limit
