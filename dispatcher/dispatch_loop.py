@@ -19,12 +19,26 @@ that can let it send: the high-water mark of a partition advancing (the notifier
 log calls back only after fsync, so only durable records are ever sent; it wakes the
 task directly, with no command), a timer for the next ack timeout or nack delay, and the
 heartbeat. When the task sleeps with nothing queued and nothing to wake it for (the
-common case when a record arrives), the notifier runs the pass itself, in the log's
-callback: the task is between turns, not inside one, so the state still has one owner
-at a time, and each consumer's stream gets its record without a loop turn and a task
-step of the dispatch task in between (under fan-out, one of each per subscription per
-commit). A pass that has to await (a save before a redelivery) stops there
-and the task finishes it before doing anything else, as if it had run it from the start.
+common case when a record arrives), the notifier runs the pass's synchronous part itself,
+in the log's callback, and each consumer's stream gets its record without a loop turn
+and a task step of the dispatch task in between (under fan-out, one of each per
+subscription per commit).
+
+One owner, by construction. A pass is :meth:`DispatchLoop._run`, a synchronous function
+that decides and carries out everything that needs no await (reads from the page cache,
+the state's ``handle``, putting deliveries in outboxes) and stops at the first thing that
+does, returning itself as plain data (:class:`_Pass`: what it reads, how far it got,
+what it found) with what it awaits (a save before a redelivery, :class:`_Save`; a read
+off the loop, :class:`_Read`). Only the dispatch task awaits that, in
+:meth:`DispatchLoop._complete`, and then runs the pass on. So the notifier's pass is an
+ordinary function call made while the task sleeps between turns (nothing interleaves
+with it), and every await of a pass happens in the task: no coroutine runs outside a
+task or is stepped by hand. The state enforces it (``SubscriptionState.owner``, set by
+:meth:`DispatchLoop.run`): it is changed only by the dispatch task, by the notifier's
+synchronous pass while that task sleeps (the task lends it, ``owner_lends``), or by the
+subscription when it has no task (before ``start``, after ``aclose``); anything else
+raises :class:`~dispatcher.errors.StateOwnerError`.
+
 A command that may let the task send (credit, a nack, an attach, a seek, acks
 at the unacked cap or for key_shared) also asks for a pass; other acks are applied on
 the task's next turn without reading the log, and add nothing to the delivery path. The
@@ -45,7 +59,8 @@ Invariants:
 
 This is the hot path: the loop keeps its own references to the state, the partitions,
 the consumers' sessions and the command queue (the very objects the subscription holds,
-never replaced), so a pass reads them as directly as a method of the subscription would.
+never replaced), so a pass reads them as directly as a method of the subscription would;
+it reads them only under the ownership rule above.
 Imports ``wal`` and, of ``dispatcher``, the pure ``protocol`` and ``state``, and
 ``session``; never ``subscription`` (what it needs of it is :class:`LoopOwner`).
 """
@@ -55,9 +70,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import types
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Generator
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeAlias, TypeVar
 
 from dispatcher.protocol import (
@@ -107,12 +122,59 @@ class LoopOwner(Protocol):
 OwnerT = TypeVar("OwnerT", bound=LoopOwner)
 
 
+class _Pass:
+    """A pass stopped at something to await, as plain data: the heads it reads up to,
+    the reads the state asked for and how many are done, what it found so far, what it
+    awaits, and (once the task read it) the result of that read, to take first."""
+
+    __slots__ = ("batches", "done", "heads", "more", "moved", "pending", "reads", "sent")
+
+    def __init__(
+        self,
+        heads: list[int],
+        reads: list[tuple[int, int]],
+        done: int,
+        found: tuple[bool, bool, bool],
+        pending: _Save | _Read,
+    ) -> None:
+        self.heads = heads
+        #: ``(partition, offset)`` to read, from ``state.reads``; ``done`` of them are.
+        self.reads = reads
+        self.done = done
+        #: Whether something was sent, a read stopped short of the head, a read position
+        #: or the key_shared records set aside moved.
+        self.sent, self.more, self.moved = found
+        self.pending = pending
+        #: What the task read for a :class:`_Read`, for the pass to take first.
+        self.batches: list[RecordBatch] | None = None
+
+
+@dataclass(slots=True)
+class _Save:
+    """A pass stopped to save delivery counts before ``rest`` (sends of ``partition``)
+    goes out; ``before`` is the partition's read position and the set-aside total before
+    the read, to tell whether it moved."""
+
+    partition: int
+    before: tuple[int, int]
+    rest: list[Action]
+
+
+@dataclass(slots=True)
+class _Read:
+    """A pass stopped to read ``partition`` from ``offset`` off the loop."""
+
+    partition: int
+    offset: int
+
+
 class DispatchLoop(Generic[OwnerT]):
     """The dispatch task's body for one subscription. Use from one event loop.
 
     Not task-safe by itself, and needs no lock: the subscription's dispatch task runs
-    :meth:`run`, and the notifier's callback (:meth:`on_advance`) runs a pass only while
-    that task sleeps between turns, so the state has one owner at a time.
+    :meth:`run`, and the notifier's callback (:meth:`on_advance`) runs a pass's
+    synchronous part only while that task sleeps between turns, so the state has one
+    owner at a time (the state refuses any other caller).
 
     Args:
         sub: The subscription it dispatches for: what ``on_change``, ``persist`` and
@@ -176,8 +238,10 @@ class DispatchLoop(Generic[OwnerT]):
         self.wake = asyncio.Event()
         #: Whether the task sleeps on ``wake`` (between turns): the notifier may pass.
         self._parked = False
-        #: A pass the notifier began that awaits: the coroutine and what it awaits.
-        self._suspended: tuple[Coroutine[Any, Any, bool], Any] | None = None
+        #: A pass the notifier began and stopped at something to await: the task goes on
+        #: with it before anything else.
+        self._handed_over: _Pass | None = None
+        state.caller = asyncio.current_task  # how the state tells its owner (see run)
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         #: The task's loop, kept by :meth:`run`: looking it up costs a ``getpid`` call on
@@ -206,7 +270,7 @@ class DispatchLoop(Generic[OwnerT]):
             and not self.wake.is_set()
             and self._reader is None
             and not self.closed
-            and self._suspended is None
+            and self._handed_over is None
         ):
             self._pass_in_place()
         else:
@@ -221,7 +285,8 @@ class DispatchLoop(Generic[OwnerT]):
     async def stop(self, task: asyncio.Task[None]) -> None:
         """Stop for good: no more passes in place, no timer, ``task`` (the dispatch task)
         and the dead-letter writer cancelled, a pass begun in place and never finished
-        dropped. The subscription then owns the state."""
+        dropped (what it sent stays sent; what it still had to read is read by nobody, as
+        when the task is cancelled in a pass). The subscription then owns the state."""
         self.closed = True
         if self._timer is not None:
             self._timer.cancel()
@@ -230,19 +295,18 @@ class DispatchLoop(Generic[OwnerT]):
                 t.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await t
-        if self._suspended is not None:  # a pass begun in place the task never finished
-            self._suspended[0].close()
-            self._suspended = None
+        self._handed_over = None  # a pass begun in place the task never finished
+        self._state.owner = None
 
     async def run(self) -> None:
         """The dispatch task's body: turns until cancelled (see the module doc)."""
         self._event_loop = asyncio.get_running_loop()
+        self._state.owner = asyncio.current_task()  # only this task changes the state
         while True:
             self.wake.clear()  # before looking: a wake-up from now on is never lost
-            if self._suspended is not None:  # a pass the notifier began waits on an await
-                coro, waiting = self._suspended
-                self._suspended = None
-                if await self._finish_pass(_resume(coro, waiting)):
+            if self._handed_over is not None:  # a pass the notifier began waits on an await
+                stopped, self._handed_over = self._handed_over, None
+                if await self._finish_pass(self._complete(stopped)):
                     self.dispatch = True
                     await asyncio.sleep(0)
                 else:
@@ -284,28 +348,31 @@ class DispatchLoop(Generic[OwnerT]):
         return again
 
     def _pass_in_place(self) -> None:
-        """The notifier's pass, run in the notifier's callback while the task sleeps
-        with nothing queued: each consumer's stream is woken in this turn of the loop,
-        without waking the task first (a loop turn and a task step per subscription and
-        record). The task owns nothing else meanwhile: it sleeps between turns, not
-        inside one. A pass that has to await (saving delivery counts before a
-        redelivery) is handed over to the task at that await, which finishes it
+        """The notifier's pass, a plain function call in the notifier's callback while the
+        task sleeps with nothing queued: each consumer's stream is woken in this turn of
+        the loop, without waking the task first (a loop turn and a task step per
+        subscription and record). The task owns nothing meanwhile: it sleeps between
+        turns, not inside one, and this returns before anything else runs. A pass that
+        has to await (saving delivery counts before a redelivery, a read off the loop)
+        stops there and is handed to the task, which does the awaiting and finishes it
         before anything else (:meth:`run`): as if the task had run it from the start."""
         self.dispatch = False
         self.notifier_polls += 1
-        coro = self._pass()
+        self._state.owner_lends = True  # to this call, while the task sleeps
         try:
-            waiting = coro.send(None)
-        except StopIteration as stop:
-            again: bool = stop.value
-            self._pass_worked()
+            result = self._run(None)
         except Exception as exc:
             self._pass_failed(exc)
             again = False
         else:
-            self._suspended = (coro, waiting)
-            self.wake.set()
-            return
+            if type(result) is _Pass:
+                self._handed_over = result
+                self.wake.set()
+                return
+            again = result is True
+            self._pass_worked()
+        finally:
+            self._state.owner_lends = False
         self.note_changes()
         if again:
             self.dispatch = True
@@ -336,11 +403,71 @@ class DispatchLoop(Generic[OwnerT]):
             self._on_change(self._sub)
 
     async def _pass(self) -> bool:
-        """Expire leases, then read and send what the state asks for. Return whether to
-        pass again at once: a read stopped short of the head, and the pass sent something,
-        moved a read position, or set key_shared records aside (their owner has no credit
-        or is fenced, so they wait, and the records after them may go to other consumers;
-        this holds for waiting records as much as for new ones).
+        """The task's pass: :meth:`_run`, and :meth:`_complete` when it stopped."""
+        result = self._run(None)
+        if type(result) is _Pass:
+            return await self._complete(result)
+        return result is True
+
+    def _run(self, resumed: _Pass | None) -> bool | _Pass:
+        """Run a pass (``resumed``: go on with one that stopped) as far as it goes
+        without an await: expire leases when due, then read and send what the state asks
+        for. Return whether to pass again at once (see :meth:`_complete`), or, stopped at
+        the first thing to await, the pass as data (the task awaits, then calls this
+        again). Synchronous: the notifier calls it in place."""
+        state = self._state
+        now, wall = self._clock(), self._wall_clock()
+        batches: list[RecordBatch] | None
+        if resumed is None:
+            if state.tick_due(now):  # usually not: no lease expires at every commit
+                # A tick never asks for a save (only a read's result does).
+                self._carry_out_sends(state.handle(TICK, now, wall=wall))
+            heads = [w.high_water_mark for w in self._writers]
+            reads = state.reads(heads, now)
+            done, sent, more, moved = 0, False, False, False
+            p, batches = -1, None
+        else:
+            heads, reads, done = resumed.heads, resumed.reads, resumed.done
+            sent, more, moved = resumed.sent, resumed.more, resumed.moved
+            pending = resumed.pending
+            p, batches = pending.partition, resumed.batches
+        while True:
+            if batches is None:
+                if done == len(reads):
+                    return more and (sent or moved)
+                p, wanted = reads[done]
+                done += 1
+                if self._commands:  # arrived during an await of this pass
+                    self._apply_queued()
+                    now, wall = self._clock(), self._wall_clock()
+                writer = self._writers[p]
+                first = writer.first_offset
+                if wanted < first:  # a note, never a save
+                    self._carry_out_sends(state.handle(Deleted(p, first), now, wall=wall))
+                    if first >= heads[p]:
+                        continue
+                at = max(wanted, first)
+                if self._reader is None:
+                    batches = writer.read_nowait(at, self._max_batch_bytes)
+                if batches is None:  # not in the page cache (or a test's reader): off the loop
+                    return _Pass(heads, reads, done, (sent, more, moved), _Read(p, at))
+            del batches[MAX_BATCHES_PER_READ:]  # the rest is read on the next pass
+            more |= bool(batches) and batches[-1].next_offset < heads[p]
+            before = state.read_position(p), state.set_aside_total
+            actions = state.handle(Fetched(p, batches), now, wall=wall)
+            batches = None
+            if actions and type(actions[0]) is Persist:  # a save first: the task awaits it
+                return _Pass(heads, reads, done, (sent, more, moved), _Save(p, before, actions[1:]))
+            sent |= self._carry_out_sends(actions)
+            moved |= (state.read_position(p), state.set_aside_total) != before
+
+    async def _complete(self, stopped: _Pass) -> bool:
+        """Finish a pass that stopped, in the dispatch task: await what it stopped at,
+        hand over the result, go on (:meth:`_run`), until it is done. Return whether to
+        pass again at once: a read stopped short of the head, and the pass sent
+        something, moved a read position, or set key_shared records aside (their owner
+        has no credit or is fenced, so they wait, and the records after them may go to
+        other consumers; this holds for waiting records as much as for new ones).
         Otherwise nothing more can be sent until something wakes the task (new records,
         credit, acks, a timer).
 
@@ -349,59 +476,32 @@ class DispatchLoop(Generic[OwnerT]):
         the pass applies: a read's result comes after every command that arrived before
         it, as if it were queued too, so a read made stale by a seek sends nothing."""
         state = self._state
-        now, wall = self._clock(), self._wall_clock()
-        if state.tick_due(now):  # usually not: no lease expires at every commit
-            expired = state.handle(TICK, now, wall=wall)
-            if expired:
-                await self._carry_out(expired)
-        heads = [w.high_water_mark for w in self._writers]
-        sent = more = moved = False
-        for p, wanted in state.reads(heads, now):
-            if self._commands:  # arrived during an await of this pass
-                self._apply_queued()
-                now, wall = self._clock(), self._wall_clock()
-            writer = self._writers[p]
-            first = writer.first_offset
-            if wanted < first:
-                await self._carry_out(state.handle(Deleted(p, first), now, wall=wall))
-                if first >= heads[p]:
-                    continue
-            at = max(wanted, first)
-            batches = (
-                writer.read_nowait(at, self._max_batch_bytes) if self._reader is None else None
-            )
-            if batches is None:  # not in the page cache (or a test's reader): read off the loop
+        while True:
+            pending = stopped.pending
+            p = pending.partition
+            if isinstance(pending, _Save):
+                await self._save_now()
+                stopped.sent |= self._carry_out_sends(pending.rest)
+                stopped.moved |= (state.read_position(p), state.set_aside_total) != pending.before
+            else:
+                at, writer = pending.offset, self._writers[p]
                 if self._reader is None:
                     batches = await writer.read_cold(at, self._max_batch_bytes, deleted_ok=True)
                     if not batches and at < writer.first_offset:
-                        more = moved = True  # retention took it meanwhile: pass again now
+                        stopped.more = stopped.moved = True  # retention took it meanwhile
                 else:
                     batches = await self._reader(p, at, self._max_batch_bytes)
                 if self._commands:  # they came before the read's result: apply them first
                     self._apply_queued()
-                now, wall = self._clock(), self._wall_clock()
-            del batches[MAX_BATCHES_PER_READ:]  # the rest is read on the next pass
-            more |= bool(batches) and batches[-1].next_offset < heads[p]
-            before = state.read_position(p), state.set_aside_total
-            actions = state.handle(Fetched(p, batches), now, wall=wall)
-            if actions and type(actions[0]) is Persist:  # a save first: the only await
-                sent |= await self._carry_out(actions)
-            else:
-                sent |= self._carry_out_sends(actions)
-            moved |= (state.read_position(p), state.set_aside_total) != before
-        return more and (sent or moved)
-
-    async def _carry_out(self, actions: list[Action]) -> bool:
-        """Do what the state machine asked, in order; return whether anything was sent.
-        A ``Persist`` comes first when there is one (the state machine puts it there)."""
-        if actions and type(actions[0]) is Persist:
-            await self._save_now()
-            actions = actions[1:]
-        return self._carry_out_sends(actions)
+                stopped.batches = batches
+            result = self._run(stopped)
+            if type(result) is not _Pass:
+                return result is True
+            stopped = result
 
     def _carry_out_sends(self, actions: list[Action]) -> bool:
-        """:meth:`_carry_out` without the ``Persist`` (none here): no await, so a pass
-        with nothing to save runs without one; return whether anything was sent."""
+        """Do what the state machine asked, in order, none of it a ``Persist`` (a pass
+        awaits those itself, :class:`_Save`); return whether anything was sent."""
         sent = False
         for action in actions:
             assert not isinstance(action, Persist), "a Persist must come first"
@@ -495,25 +595,3 @@ class DispatchLoop(Generic[OwnerT]):
         self._timer_at = None
         self.dispatch = True
         self.wake.set()
-
-
-@types.coroutine
-def _resume(coro: Coroutine[Any, Any, bool], waiting: Any) -> Generator[Any, Any, bool]:
-    """Go on with ``coro``, begun outside a task and suspended on ``waiting`` (what it
-    yielded, e.g. a future): awaited in a task, it yields ``waiting`` to that task and
-    passes what the task sends or throws back into ``coro``, like ``await`` would have."""
-    while True:
-        try:
-            sent = yield waiting
-        except BaseException as exc:  # every exception goes back into coro
-            try:
-                waiting = coro.throw(exc)
-            except StopIteration as stop:
-                result: bool = stop.value
-                return result
-        else:
-            try:
-                waiting = coro.send(sent)
-            except StopIteration as stop:
-                result = stop.value
-                return result

@@ -167,3 +167,19 @@ class DlqCorruptError(DispatchError):
             "queue's log was not written by a dead-letter queue or is corrupt; inspect it "
             "with `headrace wal inspect`, then ack past the entry"
         )
+
+
+class StateOwnerError(DispatchError):
+    """Raised when a subscription's state is changed outside its owner: the dispatch task
+    (or the notifier's synchronous pass while that task sleeps). A bug in the broker, never
+    a client's mistake: see :mod:`dispatcher.dispatch_loop`."""
+
+    def __init__(self, topic: str, subscription: str, owner: object, caller: object) -> None:
+        self.topic = topic
+        self.subscription = subscription
+        name = getattr(owner, "get_name", lambda: repr(owner))()
+        who = "no task" if caller is None else repr(caller)
+        super().__init__(
+            f"the state of {topic}/{subscription} is owned by the task {name!r}; {who} may "
+            "not change it: queue a command instead (Subscription._submit)"
+        )

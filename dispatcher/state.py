@@ -10,7 +10,9 @@ actions (``Send``, ``ToDeadLetter``, ``Persist``, ``Note``) and the settings tha
 the attempt times it records), and carries out the actions it returns: it reads the log
 when asked, puts deliveries in consumers' outboxes, writes dead letters and saves state.
 Callers of the shell get a bad command refused at once by :meth:`SubscriptionState.check`,
-which raises what ``handle`` would and changes nothing.
+which raises what ``handle`` would and changes nothing. The shell names the state's one
+owner (:attr:`SubscriptionState.owner`, its dispatch task) and how to tell who calls;
+``handle`` refuses a command from anyone else (see :mod:`dispatcher.dispatch_loop`).
 
 Per partition every offset in ``[cursor, read_pos)`` is in exactly one place:
 
@@ -83,7 +85,12 @@ import logging
 import math
 from collections.abc import Callable, Sequence
 
-from dispatcher.errors import InvalidAckError, InvalidSubscriptionError, SubscriptionBusyError
+from dispatcher.errors import (
+    InvalidAckError,
+    InvalidSubscriptionError,
+    StateOwnerError,
+    SubscriptionBusyError,
+)
 from dispatcher.partition_book import (
     MAX_FAILURES,
     BatchContext,
@@ -176,6 +183,13 @@ class SubscriptionState:
         self._wall = 0.0  # wall-clock seconds of the command being handled (see handle)
         self._unsaved_counts = False
         self._stuck = False  # whether any partition has stuck offsets
+        #: The one caller :meth:`handle` accepts (the shell's dispatch task), as told by
+        #: ``caller()`` (the shell passes ``asyncio.current_task``); ``None``: anyone (no
+        #: task runs, or pure use). ``owner_lends``: the owner lends the state to the code
+        #: running now (the notifier's synchronous pass, while the task sleeps).
+        self.owner: object | None = None
+        self.owner_lends = False
+        self.caller: Callable[[], object] = _nobody
         #: Bumped whenever something that is persisted changed.
         self.changes = 0
         # counters, read by the shell for metrics
@@ -223,7 +237,11 @@ class SubscriptionState:
             InvalidSubscriptionError: a bad partition, range, delay or offset.
             InvalidAckError: an ack of offsets that were never delivered.
             SubscriptionBusyError: a second consumer on an exclusive subscription.
+            StateOwnerError: the caller is not the state's owner (:attr:`owner`).
         """
+        owner = self.owner
+        if owner is not None and not self.owner_lends and self.caller() is not owner:
+            raise StateOwnerError(*self._names, owner, self.caller())
         self._wall = now if wall is None else wall
         if self._stuck and type(cmd) not in (Fetched, Tick):
             # Credit, acks (fences), consumers coming and going: what was stuck may go now.
@@ -1033,3 +1051,7 @@ class SubscriptionState:
         consumer.in_flight += count
         if ttl is not None:
             heapq.heappush(self._deadlines, (lease.deadline, lease))
+
+
+def _nobody() -> None:
+    """The caller when the shell names none: nobody (only an unset owner accepts it)."""

@@ -21,7 +21,9 @@ nothing is dropped, and the broker's streams await it, so a flood of acks waits 
 than growing the queue); for ``commit`` and ``seek`` it holds the result once the
 command is applied, and :meth:`Subscription.applied` is a barrier for a caller that
 saves what it queued. With no task (before ``start``, after ``aclose``) the caller holds
-the state and applies its command itself.
+the state and applies its command itself. The rule is enforced, not only kept: the
+dispatch loop names its task the state's owner, and the state raises
+:class:`~dispatcher.errors.StateOwnerError` for a change from anywhere else.
 
 The dispatch task's body, what wakes it, how a pass reads the log and sends, and the
 notifier's pass in place, is :class:`~dispatcher.dispatch_loop.DispatchLoop`, with the

@@ -1,6 +1,7 @@
 """The notifier's pass in place: a subscription whose dispatch task sleeps passes in the
-log's notification itself, and hands a pass that has to await (a save before a
-redelivery) over to the task. Real logs on real files; a fake monotonic clock."""
+log's notification itself (a plain function call), and hands a pass that has to await (a
+save before a redelivery) over to the task, which does the awaiting. Real logs on real
+files; a fake monotonic clock."""
 
 from __future__ import annotations
 
@@ -62,9 +63,11 @@ async def test_a_notifier_pass_that_must_save_first_is_finished_by_the_task(
 ) -> None:
     """Scenario: a nacked record is due when a new record's notification passes; the
     redelivery needs its delivery count saved, and the save waits on a gate.
-    Expected: the save began in the notification, and nothing is sent while it waits;
-    once the save ends, the task sends the redelivery (count 1) and the new record, in
-    order, and no second save is asked for."""
+    Expected: the pass ran in the notification (counted as a notifier pass) and stopped
+    at the save without sending; the dispatch task, not the notification, starts the
+    save (no coroutine runs outside a task), and nothing is sent while it waits; once the
+    save ends, the task sends the redelivery (count 1) and the new record, in order, and
+    no second save is asked for."""
     now = [100.0]
     gate = asyncio.Event()
     saves: list[int] = []
@@ -80,11 +83,17 @@ async def test_a_notifier_pass_that_must_save_first_is_finished_by_the_task(
     try:
         await _nacked_and_due(writers, sub, now)
         session = next(iter(sub._sessions.values()))
-        seen: list[tuple[int, int]] = []
-        writers[0].add_listener(lambda _hwm: seen.append((session.outbox.qsize(), len(saves))))
+        polls = sub.notifier_polls
+        seen: list[tuple[int, int, int]] = []
+        writers[0].add_listener(
+            lambda _hwm: seen.append((session.outbox.qsize(), len(saves), sub.notifier_polls))
+        )
         await singles(writers[0], 1)
-        assert seen == [(0, 1)]  # the pass began in the notification, and awaits the save
+        # The pass ran in the notification and stopped at the save, sending nothing; the
+        # save is the task's to await.
+        assert seen == [(0, 0, polls + 1)]
         await asyncio.sleep(0.02)
+        assert len(saves) == 1
         assert session.outbox.empty()
         gate.set()
         got = await take(session, 2)
