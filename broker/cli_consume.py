@@ -128,12 +128,16 @@ def consume(  # noqa: PLR0917 - click passes every option as an argument
         nonlocal printed, idle, queued
         async with reachable_channel(target, connect_timeout):
             pass  # the broker answers; the consumer makes its own connection
-        before = await _dead_letters(target, topic, subscription) if dead_letter else 0
-        try:
+        if not dead_letter:
             await consume_into()
-        finally:
-            if dead_letter and printed:
-                queued = await _await_dead_letters(target, topic, subscription, before + printed)
+            return
+        # One admin connection counts the queue before and after: an interrupted consume
+        # (Ctrl-C) does not wait, the summary then says only that the policy applies.
+        async with AsyncAdminClient(**target.kwargs()) as admin:
+            before = await _dead_letters(admin, topic, subscription)
+            await consume_into()
+            if printed:
+                queued = await _await_dead_letters(admin, topic, subscription, before + printed)
 
     async def consume_into() -> None:
         nonlocal printed, idle
@@ -174,25 +178,26 @@ def consume(  # noqa: PLR0917 - click passes every option as an argument
         click.echo(settle.summary(printed, topic, subscription, queued), err=True)
 
 
-async def _dead_letters(target: Target, topic: str, subscription: str) -> int:
+async def _dead_letters(admin: AsyncAdminClient, topic: str, subscription: str) -> int:
     """How many entries the subscription's dead-letter queue holds (0 for a new one)."""
-    async with AsyncAdminClient(**target.kwargs()) as admin:
-        try:
-            return await admin.count_dead_letters(topic, subscription)
-        except NotFound:
-            return 0
+    try:
+        return await admin.count_dead_letters(topic, subscription)
+    except NotFound:
+        return 0
 
 
 #: How long ``consume --dead-letter`` waits for its rejects to reach the dead-letter queue.
 DEAD_LETTER_WAIT_S = 5.0
 
 
-async def _await_dead_letters(target: Target, topic: str, subscription: str, want: int) -> bool:
+async def _await_dead_letters(
+    admin: AsyncAdminClient, topic: str, subscription: str, want: int
+) -> bool:
     """Wait until the dead-letter queue holds ``want`` entries; False after
     ``DEAD_LETTER_WAIT_S``. A reject is applied on the subscription's next pass, after the
     stream that carried it has closed; waiting here means a `dlq peek` run next sees it."""
     deadline = asyncio.get_running_loop().time() + DEAD_LETTER_WAIT_S
-    while await _dead_letters(target, topic, subscription) < want:
+    while await _dead_letters(admin, topic, subscription) < want:
         if asyncio.get_running_loop().time() >= deadline:
             return False
         await asyncio.sleep(0.05)
