@@ -139,21 +139,24 @@ def lag(  # noqa: PLR0917 - click passes every option as an argument
             return await admin.list_subscriptions(topic)
 
     found: list[dict[str, Any]] = []
-    while True:
-        subs = [s for s in run(fetch, target) if subscription in (None, s.subscription)]
-        found = [r for r in lag_rows(subs) if not states or r["state"] in states]
-        if as_json:
-            click.echo(json.dumps(found))
-        else:
-            if watch:
-                click.clear()
-            click.echo(render(found, trend=watch) if found else "no subscriptions")
-        if not watch:
-            break
-        try:
+    try:
+        while True:
+            subs = [s for s in run(fetch, target) if subscription in (None, s.subscription)]
+            found = [r for r in lag_rows(subs) if not states or r["state"] in states]
+            if as_json:
+                click.echo(json.dumps(found))
+            else:
+                if watch:
+                    click.clear()
+                click.echo(render(found, trend=watch) if found else "no subscriptions")
+            if not watch:
+                break
             time.sleep(1)
-        except KeyboardInterrupt:
-            break
+    except KeyboardInterrupt:
+        # Ctrl-C is how --watch ends, wherever it lands (the sleep, clearing, drawing): a
+        # normal stop, not click's "Aborted!" and exit 1. A fetch it cuts exits 130 in run().
+        if not watch:
+            raise
     if fail_on_stalled and any(r["state"] in STUCK for r in found):
         raise SystemExit(EXIT_STALLED)
 

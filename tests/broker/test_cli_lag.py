@@ -276,3 +276,25 @@ def test_render_adds_the_trend_in_watch() -> None:
     assert columns[columns.index("drain") + 1] == "trend"
     assert "growing" in first
     assert total.split()[2] == "total"
+
+
+@pytest.mark.parametrize("where", ["clear", "sleep"])
+def test_watch_ends_normally_on_a_ctrl_c_wherever_it_lands(
+    monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """Scenario: `lag --watch`, its fetch answering no subscriptions, and a Ctrl-C
+    (KeyboardInterrupt) landing while it clears the screen or while it sleeps.
+    Expected: exit 0 either way, never click's "Aborted!" with exit 1 (a CI run once
+    caught the Ctrl-C between the fetch and the sleep)."""
+
+    def interrupt(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("broker.cli_lag.run", lambda make, target: [])
+    if where == "clear":
+        monkeypatch.setattr("broker.cli_lag.click.clear", interrupt)
+    else:
+        monkeypatch.setattr("broker.cli_lag.time.sleep", interrupt)
+    result = CliRunner().invoke(lag, ["--watch"])
+    assert result.exit_code == 0, result.output
+    assert "Aborted" not in result.output
