@@ -45,7 +45,7 @@ $(STAMP): pyproject.toml $(LOCK)
 # for each `headrace` start (restart to serving, every CLI command). Only changed files
 # recompile.
 setup: $(STAMP)  ## create .venv and install the project with its dev tools, as locked
-	@$(BIN)/python -m compileall -q -j 0 broker wal dispatcher proto client spark_connector pyspark_headrace bench
+	@$(BIN)/python -m compileall -q -j 0 broker cluster wal dispatcher proto client spark_connector pyspark_headrace bench
 
 # The main job: the broker in the foreground until Ctrl-C, on its defaults (./data,
 # 127.0.0.1:50051, metrics on :9464) or what HEADRACE_DATA_DIR, HEADRACE_LISTEN,
