@@ -89,6 +89,15 @@ CRASH_POINTS = (
 _Opened = TypeVar("_Opened", Partition, "Topic")
 
 
+def new_topic_id() -> str:
+    """A new topic id: 16 random lowercase hex digits."""
+    return secrets.token_hex(8)
+
+
+def _is_topic_id(text: str) -> bool:
+    return len(text) == 16 and all(c in "0123456789abcdef" for c in text)
+
+
 def check_topic_name(name: str, field: str = "topic") -> None:
     """Raise ``InvalidRequestError`` naming ``field`` (the request's field that holds the
     name) unless ``name`` is a valid topic name."""
@@ -359,8 +368,12 @@ class TopicRegistry:
             logger.error("refused: %s: %s", what, short)
             raise FileLimitError(what, short.needed, short.available, short.limit)
 
-    async def create(self, name: str, partitions: int) -> Topic:
+    async def create(self, name: str, partitions: int, *, topic_id: str | None = None) -> Topic:
         """Create a topic with ``partitions`` empty partitions.
+
+        ``topic_id`` is the id to record (16 hex digits); by default a random one. A
+        cluster member passes the id the topic was given in etcd, so that the topic's files
+        and its cluster record name the same topic.
 
         Once past the checks it runs to its end even if the caller is cancelled: the topic
         is then fully created, or (if opening it failed) fully removed again.
@@ -372,6 +385,10 @@ class TopicRegistry:
                 (nothing was created).
         """
         check_topic_name(name)
+        if topic_id is not None and not _is_topic_id(topic_id):
+            raise InvalidRequestError(
+                "topic_id", f"must be 16 lowercase hex digits, got {topic_id!r}"
+            )
         if not 1 <= partitions <= self._max_partitions:
             raise InvalidRequestError(
                 "partitions",
@@ -384,14 +401,14 @@ class TopicRegistry:
             self._check_budget(f"topic {name!r} with {partitions} partitions", partitions)
             self._reserved += fds_needed(partitions)  # no await since the check
             try:
-                topic = await self._to_end(self._create(name, partitions))
+                topic = await self._to_end(self._create(name, partitions, topic_id))
             finally:  # after the work ended, even if the caller was cancelled
                 self._reserved -= fds_needed(partitions)
         logger.info("created topic %s with %d partitions", name, partitions)
         return topic
 
-    async def _create(self, name: str, partitions: int) -> Topic:
-        topic_id = secrets.token_hex(8)
+    async def _create(self, name: str, partitions: int, topic_id: str | None) -> Topic:
+        topic_id = topic_id or new_topic_id()
         await asyncio.to_thread(self._build, name, partitions, topic_id)
         try:
             # closes what it opened if not

@@ -18,7 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from broker.errors import FileLimitError, TopicExistsError, TopicNotFoundError
+from broker.errors import (
+    FileLimitError,
+    InvalidRequestError,
+    TopicExistsError,
+    TopicNotFoundError,
+)
 from broker.fd_budget import RESERVE, FdUsage
 from broker.topics import CRASH_POINTS, TopicRegistry
 from wal import (
@@ -158,6 +163,25 @@ async def test_a_topic_keeps_its_id_across_restarts_and_a_new_one_gets_another(
     meta.write_text(json.dumps({"name": NAME, "partitions": PARTITIONS}))
     reg = await reopened(tmp_path)
     assert reg.get(NAME).topic_id == ""
+    await close(reg)
+
+
+async def test_a_create_given_an_id_records_that_id_and_refuses_a_malformed_one(
+    tmp_path: Path,
+) -> None:
+    """Scenario: a cluster member creates a topic with the id etcd gave it, then tries ids
+    that are not 16 lowercase hex digits. Expected: the given id survives a reopen; each
+    bad id is refused naming topic_id, and no file of that topic is made."""
+    reg = registry(tmp_path)
+    await reg.open()
+    await reg.create(NAME, PARTITIONS, topic_id="0123456789abcdef")
+    for bad in ("", "0123456789ABCDEF", "0123456789abcde", "0123456789abcdefa", "g" * 16):
+        with pytest.raises(InvalidRequestError, match="topic_id"):
+            await reg.create("other", 1, topic_id=bad)
+        assert not (tmp_path / "topics" / "other").exists()
+    await close(reg)
+    reg = await reopened(tmp_path)
+    assert reg.get(NAME).topic_id == "0123456789abcdef"
     await close(reg)
 
 
