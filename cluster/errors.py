@@ -1,6 +1,7 @@
 """Every error of cluster mode, under one root: :class:`ClusterError`.
 
 Each message says what went wrong and what to do; the broker prints it as one line.
+Foreign errors (the etcd client's, gRPC's) are translated once, in :mod:`cluster.etcd`.
 """
 
 from __future__ import annotations
@@ -8,3 +9,93 @@ from __future__ import annotations
 
 class ClusterError(Exception):
     """Root of every error raised by :mod:`cluster`."""
+
+
+class EtcdUnavailableError(ClusterError):
+    """Raised when etcd did not answer a request in time (no endpoint reachable, no quorum).
+
+    The outcome of a write that raised this is unknown: a caller re-reads before it
+    decides anything.
+    """
+
+    def __init__(self, operation: str, endpoints: list[str], detail: str) -> None:
+        self.operation = operation
+        self.endpoints = endpoints
+        self.detail = detail
+        super().__init__(
+            f"etcd did not answer {operation} ({detail}); endpoints {','.join(endpoints)}: "
+            "check that a majority of the etcd members are up and reachable from this broker"
+        )
+
+
+class EtcdRequestError(ClusterError):
+    """Raised when etcd refused a request (bad request, permission, authentication, TLS)."""
+
+    def __init__(self, operation: str, detail: str) -> None:
+        self.operation = operation
+        self.detail = detail
+        super().__init__(f"etcd refused {operation}: {detail}")
+
+
+class RecordError(ClusterError):
+    """Raised when a value under the cluster's prefix is not the record its key calls for."""
+
+    def __init__(self, key: str, detail: str) -> None:
+        self.key = key
+        self.detail = detail
+        super().__init__(f"etcd key {key} holds no valid record ({detail})")
+
+
+class DuplicateNodeError(ClusterError):
+    """Raised at registration when a live broker already holds this node id."""
+
+    def __init__(self, node_id: str, address: str, waited_s: float) -> None:
+        self.node_id = node_id
+        self.address = address
+        super().__init__(
+            f"node id {node_id!r} is held by a live broker at {address or 'an unknown address'} "
+            f"(its session did not end within {waited_s:.1f} s): give this broker another "
+            "--node-id, or stop the other one"
+        )
+
+
+class SessionLostError(ClusterError):
+    """Raised when a call needs this broker's etcd session and it has none (lost, or closed)."""
+
+    def __init__(self, node_id: str, detail: str) -> None:
+        self.node_id = node_id
+        super().__init__(f"broker {node_id} has no etcd session ({detail})")
+
+
+class TopicExistsError(ClusterError):
+    """Raised when a topic name is created that the cluster already holds."""
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        super().__init__(f"topic {topic!r} already exists")
+
+
+class TopicNotReadyError(ClusterError):
+    """Raised when a created topic did not become ready before the deadline.
+
+    The topic exists in the cluster (its name is taken); it becomes ready when its owner
+    makes it.
+    """
+
+    def __init__(self, topic: str, state: str, owner_node: str, waited_s: float) -> None:
+        self.topic = topic
+        self.state = state
+        self.owner_node = owner_node
+        where = f" on broker {owner_node}" if owner_node else " (no broker chosen yet)"
+        super().__init__(
+            f"topic {topic!r} exists and is {state}{where}; it was not ready after "
+            f"{waited_s:.1f} s: it becomes ready when that broker is up"
+        )
+
+
+class NoBrokersError(ClusterError):
+    """Raised by placement when no live broker can take a topic."""
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        super().__init__(f"no live broker to place topic {topic!r} on")

@@ -8,11 +8,13 @@ that kill, freeze or compact it.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
 
+from cluster.etcd import EtcdStore
 from tests.cluster.etcd_harness import EtcdCluster, etcd_binary
 
 
@@ -42,3 +44,11 @@ def own_etcd(tmp_path: Path) -> Iterator[EtcdCluster]:
 def prefix() -> str:
     """A key prefix no other test uses: ``/headrace-test-<random>/``."""
     return f"/headrace-test-{uuid.uuid4().hex[:12]}/"
+
+
+@pytest_asyncio.fixture
+async def store(etcd: EtcdCluster, prefix: str) -> AsyncIterator[EtcdStore]:
+    """An :class:`EtcdStore` on the shared cluster; the test's prefix is cleared after."""
+    async with await EtcdStore.connect(etcd.endpoints, timeout_s=3.0) as opened:
+        yield opened
+        await opened.delete_prefix(prefix)
