@@ -19,8 +19,12 @@ Modules:
     _grpc_env       gRPC's fork handlers off by default (grpc/grpc#43055), before grpc loads
     _channel        every channel's options: message limits, the reconnect backoff cap,
                     TLS and the bearer token (check_security checks them up front)
-    _sync           Producer, Consumer, AdminClient, Fetcher: blocking twins over a loop
-                    thread
+    _connection     ConnectionSettings: broker address, reconnect cap, token, TLS files,
+                    said once; ConnectionOptions: the keywords every client takes for them
+    _shared         the consumers of one loop that connect alike share a channel
+    _sync           Producer, Consumer, AdminClient: blocking twins over a loop thread,
+                    their forwards generated (``python -m client._sync._generate``);
+                    Fetcher on gRPC's blocking API
 
 The record batch codec is the wire contract's own, :mod:`proto.batch` (imported, never
 copied). Imports ``proto`` only (DESIGN section 1).
@@ -36,6 +40,7 @@ from client._async.fetcher import AsyncFetcher, FetchResult
 from client._async.producer import AsyncProducer
 from client._batching import RecordFuture
 from client._channel import check_security
+from client._connection import ConnectionOptions
 from client._message import Message
 from client._sync.admin import AdminClient
 from client._sync.consumer import Consumer
@@ -83,6 +88,7 @@ __all__ = [
     "AsyncProducer",
     "ClientClosed",
     "ClientError",
+    "ConnectionOptions",
     "Consumer",
     "DataLoss",
     "DeadLetterEntry",

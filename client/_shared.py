@@ -3,10 +3,10 @@
 Role: an :class:`~client.AsyncConsumer` made without ``channel=`` does not open a channel
 of its own. It leases one from this module when its first session opens, and gives the
 lease back when it closes. Consumers of one event loop whose connection settings are the
-same (broker address, reconnect cap, token, TLS files: :class:`ChannelKey`) share one
-``grpc.aio`` channel, so their Subscribe streams ride one TCP connection as HTTP/2
-streams, up to :data:`MAX_PER_CHANNEL` consumers a channel; the next consumer opens
-another. The last lease given back closes the channel.
+same (:class:`~client._connection.ConnectionSettings`: broker address, reconnect cap,
+token, TLS files) share one ``grpc.aio`` channel, so their Subscribe streams ride one TCP
+connection as HTTP/2 streams, up to :data:`MAX_PER_CHANNEL` consumers a channel; the next
+consumer opens another. The last lease given back closes the channel.
 
 Why: with a connection per consumer, every delivery is a ``sendmsg`` on the broker, a
 wake-up and a ``recv`` on the client, each on its own socket. On one connection, gRPC
@@ -33,11 +33,10 @@ from __future__ import annotations
 import asyncio
 import weakref
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import grpc
 
-from client._channel import aio_channel
+from client._connection import ConnectionSettings
 from client.errors import ClientError, ResourceExhausted
 
 #: Consumers that share one channel at most: the broker's default
@@ -45,29 +44,6 @@ from client.errors import ClientError, ResourceExhausted
 MAX_PER_CHANNEL = 100
 #: What the broker's refusal of a stream past its per-connection limit names.
 _STREAM_LIMIT = "max_streams_per_connection"
-
-
-class ChannelKey(NamedTuple):
-    """What makes two consumers' connections interchangeable: the arguments of
-    :func:`~client._channel.aio_channel`."""
-
-    broker: str
-    reconnect_backoff_max_s: float
-    token: str | None
-    tls_ca: str | None
-    tls_cert: str | None
-    tls_key: str | None
-
-    def open(self) -> grpc.aio.Channel:
-        """A new channel with these settings."""
-        return aio_channel(
-            self.broker,
-            self.reconnect_backoff_max_s,
-            token=self.token,
-            tls_ca=self.tls_ca,
-            tls_cert=self.tls_cert,
-            tls_key=self.tls_key,
-        )
 
 
 @dataclass(slots=True, eq=False)
@@ -85,20 +61,20 @@ class _Pool:
     """The shared channels of one event loop, by key; a key's list empties and goes away
     with its last lease."""
 
-    channels: dict[ChannelKey, list[_Shared]] = field(default_factory=dict)
+    channels: dict[ConnectionSettings, list[_Shared]] = field(default_factory=dict)
 
-    def take(self, key: ChannelKey) -> _Shared:
+    def take(self, key: ConnectionSettings) -> _Shared:
         shared = self.channels.setdefault(key, [])
         for entry in shared:
             if not entry.full and entry.users < MAX_PER_CHANNEL:
                 break
         else:
-            entry = _Shared(key.open())
+            entry = _Shared(key.aio_channel())
             shared.append(entry)
         entry.users += 1
         return entry
 
-    def give_back(self, key: ChannelKey, entry: _Shared) -> bool:
+    def give_back(self, key: ConnectionSettings, entry: _Shared) -> bool:
         """Count one lease of ``entry`` as given back; True when it was the last (the
         caller closes the channel, which no one else can take any more)."""
         entry.users -= 1
@@ -120,7 +96,7 @@ class ChannelLease:
 
     __slots__ = ("_entry", "_key", "_pool")
 
-    def __init__(self, key: ChannelKey) -> None:
+    def __init__(self, key: ConnectionSettings) -> None:
         self._key = key
         self._pool = _POOLS.setdefault(asyncio.get_running_loop(), _Pool())
         self._entry: _Shared | None = self._pool.take(key)

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Self, TypeVar, Unpack
 
 import grpc
 
-from client._channel import DEFAULT_RECONNECT_BACKOFF_MAX_S, aio_channel
+from client._connection import ConnectionOptions, ConnectionSettings
 from client._types import (
     DEFAULT_BROKER,
     DeadLetterEntry,
@@ -115,14 +115,10 @@ class AsyncAdminClient:
         broker: ``host:port`` of the broker.
         channel: An existing channel to use instead (not closed by this client).
         timeout_s: Deadline of each call, seconds. Default 10.
-        reconnect_backoff_max_s: Longest pause between reconnect attempts while the broker
-            is unreachable, seconds (see :mod:`client._channel`). Default 1.
-        token: The bearer token sent on every call. This and the three TLS arguments
-            below are unused with ``channel`` (that channel's own security applies); a
-            bad one raises ``ValueError`` here (:mod:`client._channel`).
-        tls_ca: A PEM CA bundle file; giving it turns TLS on.
-        tls_cert: A PEM client certificate file for mutual TLS (with ``tls_key``).
-        tls_key: The PEM key file of ``tls_cert``.
+        **connection: The connection keywords, the same for every client class
+            (:class:`~client.ConnectionOptions`): ``reconnect_backoff_max_s``,
+            ``token``, ``tls_ca``, ``tls_cert`` and ``tls_key``. Unused with ``channel``
+            (that channel's own settings apply); a bad one raises ``ValueError`` here.
     """
 
     def __init__(
@@ -131,21 +127,12 @@ class AsyncAdminClient:
         *,
         channel: grpc.aio.Channel | None = None,
         timeout_s: float = 10.0,
-        reconnect_backoff_max_s: float = DEFAULT_RECONNECT_BACKOFF_MAX_S,
-        token: str | None = None,
-        tls_ca: str | None = None,
-        tls_cert: str | None = None,
-        tls_key: str | None = None,
+        **connection: Unpack[ConnectionOptions],
     ) -> None:
+        #: Where the broker is and how to reach it (unused with ``channel``).
+        self.connection = ConnectionSettings.of("AsyncAdminClient", broker, connection)
         self._owns_channel = channel is None
-        self._channel = channel or aio_channel(
-            broker,
-            reconnect_backoff_max_s,
-            token=token,
-            tls_ca=tls_ca,
-            tls_cert=tls_cert,
-            tls_key=tls_key,
-        )
+        self._channel = channel or self.connection.aio_channel()
         self._stub = _grpc.AdminStub(self._channel)
         self._timeout = timeout_s
 

@@ -21,11 +21,11 @@ import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, Unpack
 
 import grpc
 
-from client._channel import DEFAULT_RECONNECT_BACKOFF_MAX_S, aio_channel
+from client._connection import ConnectionOptions, ConnectionSettings
 from client._retry import retrying
 from client._types import DEFAULT_BROKER
 from client.errors import ClientError
@@ -115,14 +115,10 @@ class AsyncFetcher:
         broker: ``host:port`` of the broker.
         timeout_s: How long one call may take, retries included, seconds. Default 30.
         channel: An existing channel to use instead (not closed by this client).
-        reconnect_backoff_max_s: Longest pause between reconnect attempts while the broker
-            is unreachable, seconds (see :mod:`client._channel`). Default 1.
-        token: The bearer token sent on every call. This and the three TLS arguments
-            below are unused with ``channel`` (that channel's own security applies); a
-            bad one raises ``ValueError`` here (:mod:`client._channel`).
-        tls_ca: A PEM CA bundle file; giving it turns TLS on.
-        tls_cert: A PEM client certificate file for mutual TLS (with ``tls_key``).
-        tls_key: The PEM key file of ``tls_cert``.
+        **connection: The connection keywords, the same for every client class
+            (:class:`~client.ConnectionOptions`): ``reconnect_backoff_max_s``,
+            ``token``, ``tls_ca``, ``tls_cert`` and ``tls_key``. Unused with ``channel``
+            (that channel's own settings apply); a bad one raises ``ValueError`` here.
     """
 
     def __init__(
@@ -131,23 +127,14 @@ class AsyncFetcher:
         *,
         timeout_s: float = 30.0,
         channel: grpc.aio.Channel | None = None,
-        reconnect_backoff_max_s: float = DEFAULT_RECONNECT_BACKOFF_MAX_S,
-        token: str | None = None,
-        tls_ca: str | None = None,
-        tls_cert: str | None = None,
-        tls_key: str | None = None,
+        **connection: Unpack[ConnectionOptions],
     ) -> None:
+        #: Where the broker is and how to reach it (unused with ``channel``).
+        self.connection = ConnectionSettings.of("AsyncFetcher", broker, connection)
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
         self._owns_channel = channel is None
-        self._channel = channel or aio_channel(
-            broker,
-            reconnect_backoff_max_s,
-            token=token,
-            tls_ca=tls_ca,
-            tls_cert=tls_cert,
-            tls_key=tls_key,
-        )
+        self._channel = channel or self.connection.aio_channel()
         self._stub = _grpc.BrokerStub(self._channel)
         self._timeout = timeout_s
         self._rng = random.Random()

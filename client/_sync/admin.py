@@ -4,16 +4,19 @@ Role: topic, subscription and dead-letter queue administration for code without 
 loop (the CLI, the Spark driver). Each method runs the :class:`AsyncAdminClient` method of
 the same name on the client's own loop thread (:mod:`client._sync._bridge`). The results
 and errors are the async ones unchanged.
+
+The class body is generated (``python -m client._sync._generate``): this twin has no
+difference of its own from the async class.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from types import TracebackType
-from typing import Self
+from typing import Self, Unpack
 
 from client._async.admin import AsyncAdminClient
-from client._channel import DEFAULT_RECONNECT_BACKOFF_MAX_S
+from client._connection import ConnectionOptions
 from client._sync._bridge import LoopThread
 from client._types import (
     DEFAULT_BROKER,
@@ -34,45 +37,33 @@ class AdminClient:
     Args:
         broker: ``host:port`` of the broker. Default ``127.0.0.1:50051``.
         timeout_s: Deadline of each call, seconds. Default 10.
-        reconnect_backoff_max_s: Longest pause between reconnect attempts while the broker
-            is unreachable, seconds. Default 1.
-        token: The bearer token, as for :class:`AsyncAdminClient` (``ValueError`` at
-            construction when it, or one of the TLS files below, is bad).
-        tls_ca: A PEM CA bundle file; giving it turns TLS on.
-        tls_cert: A PEM client certificate file for mutual TLS (with ``tls_key``).
-        tls_key: The PEM key file of ``tls_cert``.
+        **connection: The connection keywords, the same for every client class
+            (:class:`~client.ConnectionOptions`): ``reconnect_backoff_max_s``,
+            ``token``, ``tls_ca``, ``tls_cert`` and ``tls_key``; a bad one raises
+            ``ValueError`` here.
 
     Unlike :class:`AsyncAdminClient`, there is no ``channel`` argument. A ``grpc.aio``
     channel is bound to the loop it was made on, and this client's loop is private.
     """
 
+    # -- generated from AsyncAdminClient by `python -m client._sync._generate`; do not edit --
     def __init__(
         self,
         broker: str = DEFAULT_BROKER,
         *,
         timeout_s: float = 10.0,
-        reconnect_backoff_max_s: float = DEFAULT_RECONNECT_BACKOFF_MAX_S,
-        token: str | None = None,
-        tls_ca: str | None = None,
-        tls_cert: str | None = None,
-        tls_key: str | None = None,
+        **connection: Unpack[ConnectionOptions],
     ) -> None:
         self._bridge = LoopThread("AdminClient", "AsyncAdminClient")
         self._admin = self._bridge.create(
-            AsyncAdminClient,
-            broker,
-            timeout_s=timeout_s,
-            reconnect_backoff_max_s=reconnect_backoff_max_s,
-            token=token,
-            tls_ca=tls_ca,
-            tls_cert=tls_cert,
-            tls_key=tls_key,
+            AsyncAdminClient, broker, timeout_s=timeout_s, **connection
         )
 
     def create_topic(self, name: str, partitions: int = 1, *, exist_ok: bool = False) -> TopicInfo:
-        """Create a topic; with ``exist_ok``, an existing one with ``partitions`` partitions
-        is returned instead (:meth:`AsyncAdminClient.create_topic`). Raises
-        ``AlreadyExists`` or ``InvalidArgument``."""
+        """Create a topic.
+
+        As :meth:`AsyncAdminClient.create_topic`, blocking.
+        """
         return self._bridge.run(self._admin.create_topic(name, partitions, exist_ok=exist_ok))
 
     def list_topics(self) -> list[TopicInfo]:
@@ -84,7 +75,7 @@ class AdminClient:
         return self._bridge.run(self._admin.describe_topic(name))
 
     def delete_topic(self, name: str) -> None:
-        """Delete a topic and its data. Raises ``NotFound``."""
+        """Delete a topic, its data and its subscriptions. Raises ``NotFound``."""
         self._bridge.run(self._admin.delete_topic(name))
 
     def list_subscriptions(self, topic: str | None = None) -> list[SubscriptionInfo]:
@@ -106,8 +97,12 @@ class AdminClient:
         timestamp_ms: int | None = None,
         offsets: Mapping[int, int] | None = None,
     ) -> SubscriptionInfo:
-        """Move a subscription's cursors: see :meth:`AsyncAdminClient.seek`. Give exactly
-        one target (else ``ValueError``)."""
+        """Move a subscription's cursors to the earliest or latest retained offsets, to one
+        offset on every partition, to the first record at or after a time (ms since
+        the epoch), or to one offset per partition (``offsets``: partition -> offset;
+        partitions not named keep their cursors). Offsets are clamped to what the log
+        holds. Give exactly one target.
+        """
         return self._bridge.run(
             self._admin.seek(
                 topic,
@@ -121,8 +116,10 @@ class AdminClient:
         )
 
     def offsets_for_time(self, topic: str, timestamp_ms: int) -> list[int]:
-        """Per partition, the first offset at or after a time: see
-        :meth:`AsyncAdminClient.offsets_for_time`."""
+        """Per partition, in partition order, the first offset whose record time is at or
+        after ``timestamp_ms`` (ms since the epoch), or the head where every record is
+        older. Moves nothing. Raises ``NotFound`` or ``InvalidArgument``.
+        """
         return self._bridge.run(self._admin.offsets_for_time(topic, timestamp_ms))
 
     def peek_dead_letters(
@@ -134,8 +131,10 @@ class AdminClient:
         limit: int = 100,
         reason: str | None = None,
     ) -> list[DeadLetterEntry]:
-        """Entries of a subscription's dead-letter queue, oldest first: see
-        :meth:`AsyncAdminClient.peek_dead_letters`."""
+        """Entries of a subscription's dead-letter queue, oldest first; removes nothing.
+
+        As :meth:`AsyncAdminClient.peek_dead_letters`, blocking.
+        """
         return self._bridge.run(
             self._admin.peek_dead_letters(
                 topic, subscription, from_sequence=from_sequence, limit=limit, reason=reason
@@ -147,7 +146,9 @@ class AdminClient:
         return self._bridge.run(self._admin.count_dead_letters(topic, subscription))
 
     def ack_dead_letters(self, topic: str, subscription: str, up_to_sequence: int) -> int:
-        """Remove every entry at or below ``up_to_sequence`` (inclusive); return how many."""
+        """Remove every entry with a sequence at or below ``up_to_sequence`` (inclusive);
+        return how many. Raises ``NotFound`` or ``InvalidArgument`` (a negative sequence).
+        """
         return self._bridge.run(self._admin.ack_dead_letters(topic, subscription, up_to_sequence))
 
     def purge_dead_letters(self, topic: str, subscription: str) -> int:
@@ -164,8 +165,11 @@ class AdminClient:
         rate_per_s: int | None = None,
         timeout_s: float | None = None,
     ) -> ReplayResult:
-        """Publish entries back to their original topic, rate limited, and remove them: see
-        :meth:`AsyncAdminClient.replay_dead_letters`."""
+        """Publish entries back to their original topic and partition, oldest first, and
+        remove them from the queue once that is durable.
+
+        As :meth:`AsyncAdminClient.replay_dead_letters`, blocking.
+        """
         return self._bridge.run(
             self._admin.replay_dead_letters(
                 topic,
@@ -178,13 +182,18 @@ class AdminClient:
         )
 
     def delete_subscription(self, topic: str, subscription: str, force: bool = False) -> list[str]:
-        """Delete a subscription and its dead-letter queue; return the consumers ``force``
-        detached: see :meth:`AsyncAdminClient.delete_subscription`."""
-        return self._bridge.run(self._admin.delete_subscription(topic, subscription, force=force))
+        """Delete a subscription: its cursors, delivery-attempt counts and dead-letter
+        queue. A consumer that subscribes with the name later starts a new subscription at
+        its initial position. Returns the names of the consumers ``force`` detached (their
+        streams end with ``NotFound``).
+
+        As :meth:`AsyncAdminClient.delete_subscription`, blocking.
+        """
+        return self._bridge.run(self._admin.delete_subscription(topic, subscription, force))
 
     def close(self) -> None:
-        """Close the channel and join the loop thread. Idempotent; later calls raise
-        ``ClientClosed``."""
+        """Close the async client on the loop, then stop the loop thread.
+        Idempotent; later calls raise ``ClientClosed``."""
         self._bridge.close(self._admin.aclose())
 
     def __enter__(self) -> Self:
@@ -194,3 +203,5 @@ class AdminClient:
         self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+    # -- end of generated code --

@@ -20,6 +20,12 @@ The everyday calls do not cross to the loop thread per message:
   (with nothing read ahead) still wait for the loop; the queued acks go first.
 
 Leaving a ``for`` loop keeps the consumer open, as ``async for`` does.
+
+The constructor and ``start`` are generated (``python -m client._sync._generate``); the
+methods written here are this twin's one difference from the async class, the
+caller's-side read-ahead and ack queue above, kept for speed: a trip to the loop thread
+per message would cost more than the message (``sync_consume_per_record_msgs_s`` of
+``bench pubsub``).
 """
 
 from __future__ import annotations
@@ -30,10 +36,10 @@ import contextlib
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
-from typing import Self
+from typing import Self, Unpack
 
 from client._async.consumer import AsyncConsumer, check_receive_batch, check_timeout
-from client._channel import DEFAULT_RECONNECT_BACKOFF_MAX_S
+from client._connection import ConnectionOptions
 from client._message import Message
 from client._sync._bridge import LoopThread
 from client._types import DEFAULT_BROKER
@@ -55,25 +61,22 @@ class Consumer:
     ``grpc.aio`` channel is bound to the loop it was made on, and this loop is private).
     """
 
+    # -- generated from AsyncConsumer by `python -m client._sync._generate`; do not edit --
     def __init__(
         self,
         topic: str,
         subscription: str,
         *,
         broker: str = DEFAULT_BROKER,
-        type: str = "exclusive",  # the name DESIGN gives it
+        type: str = "exclusive",
         initial_position: str = "earliest",
         mode: str = "at_least_once",
         consumer_name: str = "",
         receive_queue: int = 1_000,
         ack_interval_ms: float = 20.0,
         connect_timeout: float = 30.0,
-        reconnect_backoff_max_s: float = DEFAULT_RECONNECT_BACKOFF_MAX_S,
-        token: str | None = None,
-        tls_ca: str | None = None,
-        tls_cert: str | None = None,
-        tls_key: str | None = None,
         force: bool = False,
+        **connection: Unpack[ConnectionOptions],
     ) -> None:
         self._bridge = LoopThread("Consumer", "AsyncConsumer")
         self._consumer = self._bridge.create(
@@ -88,23 +91,34 @@ class Consumer:
             receive_queue=receive_queue,
             ack_interval_ms=ack_interval_ms,
             connect_timeout=connect_timeout,
-            reconnect_backoff_max_s=reconnect_backoff_max_s,
-            token=token,
-            tls_ca=tls_ca,
-            tls_cert=tls_cert,
-            tls_key=tls_key,
             force=force,
+            **connection,
         )
+        self._created()
+
+    def start(self) -> None:
+        """Open the subscription (done by the first receive, too). Idempotent.
+
+        As :meth:`AsyncConsumer.start`, blocking.
+        """
+        self._bridge.run(self._consumer.start())
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # -- end of generated code --
+
+    def _created(self) -> None:
+        """The caller's side of the consumer (run by ``__init__``, once the async consumer
+        is made on the loop thread)."""
         self._loop = self._bridge.call(asyncio.get_running_loop)
-        self._read_ahead = max(1, min(MAX_READ_AHEAD, receive_queue // 4))
+        self._read_ahead = max(1, min(MAX_READ_AHEAD, self._consumer.receive_queue // 4))
         self._ahead: collections.deque[Message] = collections.deque()
         self._acks: collections.deque[Message] = collections.deque()
         self._acks_woken = False  # a hand-over of the queued acks is scheduled on the loop
         self._closing = False
-
-    def start(self) -> None:
-        """Open the subscription (done by the first receive, too). Idempotent."""
-        self._bridge.run(self._consumer.start())
 
     def receive(self, timeout: float | None = None) -> Message:
         """The next message, waiting up to ``timeout`` seconds (None: as long as it takes).
@@ -244,8 +258,3 @@ class Consumer:
     def __enter__(self) -> Self:
         self.start()
         return self
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()

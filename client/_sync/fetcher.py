@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Self, TypeVar, Unpack
 
 import grpc
 
@@ -30,7 +30,7 @@ from client._async.fetcher import (
     fetch_request,
     fetch_result,
 )
-from client._channel import DEFAULT_RECONNECT_BACKOFF_MAX_S, blocking_channel
+from client._connection import ConnectionOptions, ConnectionSettings
 from client._retry import retrying_blocking
 from client._types import DEFAULT_BROKER
 from client.errors import ClientClosed, from_rpc_error
@@ -77,13 +77,10 @@ class Fetcher:
     Args:
         broker: ``host:port`` of the broker. Default ``127.0.0.1:50051``.
         timeout_s: How long one call may take, retries included, seconds. Default 30.
-        reconnect_backoff_max_s: Longest pause between reconnect attempts while the broker
-            is unreachable, seconds (see :mod:`client._channel`). Default 1.
-        token: The bearer token, as for :class:`AsyncFetcher` (``ValueError`` at
-            construction when it, or one of the TLS files below, is bad).
-        tls_ca: A PEM CA bundle file; giving it turns TLS on.
-        tls_cert: A PEM client certificate file for mutual TLS (with ``tls_key``).
-        tls_key: The PEM key file of ``tls_cert``.
+        **connection: The connection keywords, the same for every client class
+            (:class:`~client.ConnectionOptions`): ``reconnect_backoff_max_s``,
+            ``token``, ``tls_ca``, ``tls_cert`` and ``tls_key``; a bad one raises
+            ``ValueError`` here.
     """
 
     def __init__(
@@ -91,22 +88,13 @@ class Fetcher:
         broker: str = DEFAULT_BROKER,
         *,
         timeout_s: float = 30.0,
-        reconnect_backoff_max_s: float = DEFAULT_RECONNECT_BACKOFF_MAX_S,
-        token: str | None = None,
-        tls_ca: str | None = None,
-        tls_cert: str | None = None,
-        tls_key: str | None = None,
+        **connection: Unpack[ConnectionOptions],
     ) -> None:
+        #: Where the broker is and how to reach it.
+        self.connection = ConnectionSettings.of("Fetcher", broker, connection)
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
-        self._channel = blocking_channel(
-            broker,
-            reconnect_backoff_max_s,
-            token=token,
-            tls_ca=tls_ca,
-            tls_cert=tls_cert,
-            tls_key=tls_key,
-        )
+        self._channel = self.connection.blocking_channel()
         self._stub = _grpc.BrokerStub(self._channel)
         self._timeout = timeout_s
         self._rng = random.Random()

@@ -40,11 +40,11 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
-from typing import Self, TypeVar
+from typing import Self, TypeVar, Unpack
 
 from client._async.producer import DEFAULT_MAX_IN_FLIGHT, AsyncProducer
 from client._batching import PendingBatch, ThreadRecordFuture
-from client._channel import DEFAULT_RECONNECT_BACKOFF_MAX_S
+from client._connection import ConnectionOptions
 from client._sync._bridge import LoopThread, to_concurrent
 from client._types import DEFAULT_BROKER, RecordMetadata, SentRecords
 from client.errors import ClientClosed
@@ -79,13 +79,10 @@ class Producer:
         max_in_flight: Batches each partition keeps in flight (1 to 256), as for
             :class:`AsyncProducer`. Default: 1; with ``linger_ms=0``, on a PublishStream
             and following the broker's ``in_flight_hint`` (1 or 2).
-        reconnect_backoff_max_s: The longest pause between reconnect attempts while the
-            broker is unreachable, seconds. Default 1.
-        token: The bearer token, as for :class:`AsyncProducer` (``ValueError`` at
-            construction when it, or one of the TLS files below, is bad).
-        tls_ca: A PEM CA bundle file; giving it turns TLS on.
-        tls_cert: A PEM client certificate file for mutual TLS (with ``tls_key``).
-        tls_key: The PEM key file of ``tls_cert``.
+        **connection: The connection keywords, the same for every client class
+            (:class:`~client.ConnectionOptions`): ``reconnect_backoff_max_s``,
+            ``token``, ``tls_ca``, ``tls_cert`` and ``tls_key``; a bad one raises
+            ``ValueError`` here.
 
     Unlike :class:`AsyncProducer`, there is no ``channel`` argument. A ``grpc.aio`` channel
     is bound to the loop it was made on, and this producer's loop is private.
@@ -94,6 +91,7 @@ class Producer:
         ValueError: An argument is out of range. No thread is left running.
     """
 
+    # -- generated from AsyncProducer by `python -m client._sync._generate`; do not edit --
     def __init__(
         self,
         broker: str = DEFAULT_BROKER,
@@ -105,11 +103,7 @@ class Producer:
         idempotent: bool = True,
         producer_id: int | None = None,
         max_in_flight: int | None = DEFAULT_MAX_IN_FLIGHT,
-        reconnect_backoff_max_s: float = DEFAULT_RECONNECT_BACKOFF_MAX_S,
-        token: str | None = None,
-        tls_ca: str | None = None,
-        tls_cert: str | None = None,
-        tls_key: str | None = None,
+        **connection: Unpack[ConnectionOptions],
     ) -> None:
         self._bridge = LoopThread("Producer", "AsyncProducer")
         self._producer = self._bridge.create(
@@ -122,15 +116,26 @@ class Producer:
             idempotent=idempotent,
             producer_id=producer_id,
             max_in_flight=max_in_flight,
-            reconnect_backoff_max_s=reconnect_backoff_max_s,
-            token=token,
-            tls_ca=tls_ca,
-            tls_cert=tls_cert,
-            tls_key=tls_key,
+            **connection,
         )
+        self._created()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # -- end of generated code --
+
+    def _created(self) -> None:
+        """The callers' side of the producer (run by ``__init__``, once the async producer
+        is made on the loop thread)."""
         self._loop = self._bridge.call(asyncio.get_running_loop)
-        self._linger_s = linger_ms / 1000
-        self._batch_max_bytes = batch_max_bytes
+        self._linger_s = self._producer.linger_s
+        self._batch_max_bytes = self._producer.batch_max_bytes
         self._rng = random.Random()
         # Guarded by the async producer's budget lock (self._producer.budget.lock):
         self._partitions: dict[str, int] = {}  # written once per topic; read without it
@@ -354,14 +359,6 @@ class Producer:
             ready = self._take_ready(everything=True)
         self._hand_off(ready)
         return await then()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
 
 async def _queued(

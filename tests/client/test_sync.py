@@ -12,6 +12,8 @@ import concurrent.futures
 import inspect
 import logging
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -28,6 +30,7 @@ from client import (
     AlreadyExists,
     AsyncAdminClient,
     AsyncConsumer,
+    AsyncFetcher,
     AsyncProducer,
     ClientClosed,
     ClientError,
@@ -38,8 +41,10 @@ from client import (
     partition_for,
 )
 from client._sync._bridge import LoopThread, to_concurrent
+from client._sync._generate import END, TWINS, render
 from client._sync.admin import AdminClient
 from client._sync.consumer import Consumer
+from client._sync.fetcher import Fetcher
 from client._sync.producer import Producer
 from proto import broker_pb2 as pb
 from proto import broker_pb2_grpc
@@ -491,27 +496,33 @@ def test_to_concurrent_settles_like_its_source(bridge: LoopThread) -> None:
 
 # -- parity with the async classes -----------------------------------------------------
 
-# Public methods of an async class that are plumbing, not user API (no twin needed).
-_PLUMBING = {"new_producer_id", "batch_sealed", "publish_batch", "released", "enqueue"}
-
 
 def _public_methods(cls: type) -> set[str]:
-    return {n for n, v in vars(cls).items() if callable(v) and not n.startswith("_")}
+    return {n for n in dir(cls) if not n.startswith("_") and inspect.isfunction(getattr(cls, n))}
 
 
 @pytest.mark.parametrize(
-    ("async_cls", "sync_cls"),
-    [(AsyncProducer, Producer), (AsyncAdminClient, AdminClient), (AsyncConsumer, Consumer)],
+    ("async_cls", "sync_cls", "own"),
+    [
+        (AsyncProducer, Producer, set()),
+        (AsyncAdminClient, AdminClient, set()),
+        (AsyncConsumer, Consumer, set()),
+        (AsyncFetcher, Fetcher, {"fetch_ahead"}),
+    ],
+    ids=["Producer", "AdminClient", "Consumer", "Fetcher"],
 )
 def test_every_async_method_has_a_twin_with_the_same_parameters(
-    async_cls: type, sync_cls: type
+    async_cls: type, sync_cls: type, own: set[str]
 ) -> None:
-    """What an unasync --check would catch: the sync class has exactly the async class's
-    public methods (close for aclose) with identical parameters, and the same constructor
-    apart from ``channel``. Adding a method to the async class fails this until the twin
-    has it."""
-    methods = _public_methods(async_cls) - _PLUMBING - {"aclose"}
-    assert _public_methods(sync_cls) == methods | {"close"}
+    """Scenario: the public methods and constructor parameters of each async class and its
+    blocking twin, the hand-written parts of a twin included (the generator checks only
+    its generated block). Expected: the same public methods (close for aclose; the
+    Fetcher also has fetch_ahead), each with identical parameters, and the same
+    constructor apart from ``channel``. Adding a method to the async class fails this
+    until the twin has it."""
+    plumbing = next((t.plumbing for t in TWINS if t.async_cls is async_cls), frozenset())
+    methods = _public_methods(async_cls) - plumbing - {"aclose"}
+    assert _public_methods(sync_cls) == methods | {"close"} | own
     for name in methods:
         async_params = inspect.signature(getattr(async_cls, name)).parameters
         sync_params = inspect.signature(getattr(sync_cls, name)).parameters
@@ -519,6 +530,41 @@ def test_every_async_method_has_a_twin_with_the_same_parameters(
     async_init = dict(inspect.signature(async_cls).parameters)
     del async_init["channel"]
     assert dict(inspect.signature(sync_cls).parameters) == async_init
+
+
+def test_the_generated_twins_are_current() -> None:
+    """Scenario: ``python -m client._sync._generate --check`` on the tree (what ``make
+    lint`` is to run). Expected: exit 0 and no output: every bridged twin's generated
+    block is what the generator writes from its async class today."""
+    done = subprocess.run(
+        [sys.executable, "-m", "client._sync._generate", "--check"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+
+
+def test_a_stale_twin_fails_the_check_and_names_its_file(tmp_path: Path) -> None:
+    """Scenario: the AdminClient module with one forwarded method deleted from its
+    generated block, and with a parameter of another renamed, rendered again. Expected:
+    the rendering differs from the edited text and equals the committed module (so
+    ``--check`` fails on either edit and a plain run repairs it); a module without the
+    marker lines is refused by name."""
+    twin = next(t for t in TWINS if t.name == "AdminClient")
+    text = twin.path.read_text()
+    start = text.index("    def list_topics(self)")
+    end = text.index("    def describe_topic(")
+    dropped = text[:start] + text[end:]
+    renamed = text.replace(
+        "def describe_topic(self, name: str)", "def describe_topic(self, n: str)"
+    )
+    for edited in (dropped, renamed):
+        assert edited != text
+        assert render(twin, edited) == text
+    with pytest.raises(SystemExit, match="marker lines are missing"):
+        render(twin, text.replace(END, "    # the end"))
 
 
 # -- Producer and AdminClient against a broker ----------------------------------------
