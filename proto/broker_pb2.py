@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0c\x62roker.proto\x12\x0bheadrace.v1\"\xd3\x01\n\x0ePublishRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\r\n\x05\x62\x61tch\x18\x03 \x01(\x0c\x12\x12\n\nrequest_id\x18\x04 \x01(\x04\x12$\n\x07records\x18\x05 \x03(\x0b\x32\x13.headrace.v1.Record\x12\x18\n\x0bproducer_id\x18\x06 \x01(\x03H\x00\x88\x01\x01\x12\x1a\n\rbase_sequence\x18\x07 \x01(\x05H\x01\x88\x01\x01\x42\x0e\n\x0c_producer_idB\x10\n\x0e_base_sequence\"m\n\x06Record\x12\x10\n\x03key\x18\x01 \x01(\x0cH\x00\x88\x01\x01\x12\r\n\x05value\x18\x02 \x01(\x0c\x12$\n\x07headers\x18\x03 \x03(\x0b\x32\x13.headrace.v1.Header\x12\x14\n\x0ctimestamp_ms\x18\x04 \x01(\x03\x42\x06\n\x04_key\"%\n\x06Header\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\"\x84\x01\n\rDecodedRecord\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x14\n\x0ctimestamp_ms\x18\x02 \x01(\x03\x12\x10\n\x03key\x18\x03 \x01(\x0cH\x00\x88\x01\x01\x12\r\n\x05value\x18\x04 \x01(\x0c\x12$\n\x07headers\x18\x05 \x03(\x0b\x32\x13.headrace.v1.HeaderB\x06\n\x04_key\"\xb8\x01\n\x0fPublishResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x13\n\x0b\x62\x61se_offset\x18\x03 \x01(\x03\x12\x13\n\x0blast_offset\x18\x04 \x01(\x03\x12\x11\n\tduplicate\x18\x05 \x01(\x08\x12\x12\n\nerror_code\x18\x06 \x01(\x05\x12\x15\n\rerror_message\x18\x07 \x01(\t\x12\x16\n\x0ein_flight_hint\x18\x08 \x01(\r\"\xa2\x01\n\x10SubscribeRequest\x12-\n\x04open\x18\x01 \x01(\x0b\x32\x1d.headrace.v1.OpenSubscriptionH\x00\x12\x10\n\x06\x63redit\x18\x02 \x01(\rH\x00\x12 \n\x03\x61\x63k\x18\x03 \x01(\x0b\x32\x11.headrace.v1.AcksH\x00\x12#\n\x05\x64rain\x18\x04 \x01(\x0b\x32\x12.headrace.v1.DrainH\x00\x42\x06\n\x04kind\"\x07\n\x05\x44rain\"\x94\x02\n\x10OpenSubscription\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12+\n\x04type\x18\x03 \x01(\x0e\x32\x1d.headrace.v1.SubscriptionType\x12\x36\n\x10initial_position\x18\x04 \x01(\x0e\x32\x1c.headrace.v1.InitialPosition\x12\x15\n\rconsumer_name\x18\x05 \x01(\t\x12\x16\n\x0einitial_credit\x18\x06 \x01(\r\x12\'\n\x04mode\x18\x07 \x01(\x0e\x32\x19.headrace.v1.DeliveryMode\x12\x0f\n\x07\x64\x65\x63oded\x18\x08 \x01(\x08\x12\r\n\x05\x66orce\x18\t \x01(\x08\"\xab\x01\n\x04\x41\x63ks\x12(\n\x06ranges\x18\x01 \x03(\x0b\x32\x18.headrace.v1.OffsetRange\x12+\n\x05up_to\x18\x02 \x03(\x0b\x32\x1c.headrace.v1.PartitionOffset\x12 \n\x05nacks\x18\x03 \x03(\x0b\x32\x11.headrace.v1.Nack\x12*\n\x08releases\x18\x04 \x03(\x0b\x32\x18.headrace.v1.OffsetRange\"~\n\x04Nack\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\r\n\x05\x62\x65gin\x18\x02 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x03\x12\x15\n\x08\x64\x65lay_ms\x18\x04 \x01(\rH\x00\x88\x01\x01\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x13\n\x0b\x64\x65\x61\x64_letter\x18\x06 \x01(\x08\x42\x0b\n\t_delay_ms\"<\n\x0bOffsetRange\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\r\n\x05\x62\x65gin\x18\x02 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x03\"4\n\x0fPartitionOffset\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x0e\n\x06offset\x18\x02 \x01(\x03\"\x9e\x01\n\x11SubscribeResponse\x12-\n\nsubscribed\x18\x01 \x01(\x0b\x32\x17.headrace.v1.SubscribedH\x00\x12)\n\x08\x64\x65livery\x18\x02 \x01(\x0b\x32\x15.headrace.v1.DeliveryH\x00\x12\'\n\x07\x64rained\x18\x03 \x01(\x0b\x32\x14.headrace.v1.DrainedH\x00\x42\x06\n\x04kind\"\t\n\x07\x44rained\"o\n\nSubscribed\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\x12\n\npartitions\x18\x03 \x01(\x05\x12\x13\n\x0b\x63onsumer_id\x18\x04 \x01(\t\x12\x13\n\x0bmax_unacked\x18\x05 \x01(\r\"\x84\x02\n\x08\x44\x65livery\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\r\n\x05\x62\x61tch\x18\x03 \x01(\x0c\x12\x13\n\x0b\x66rom_offset\x18\x04 \x01(\x03\x12\x11\n\tto_offset\x18\x05 \x01(\x03\x12=\n\x0credeliveries\x18\x06 \x03(\x0b\x32\'.headrace.v1.Delivery.RedeliveriesEntry\x12+\n\x07records\x18\x07 \x03(\x0b\x32\x1a.headrace.v1.DecodedRecord\x1a\x33\n\x11RedeliveriesEntry\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01\"\x8d\x01\n\x0c\x46\x65tchRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x11\n\tmax_bytes\x18\x04 \x01(\r\x12\x12\n\nend_offset\x18\x05 \x01(\x03\x12\x13\n\x0bmax_wait_ms\x18\x06 \x01(\r\x12\x0f\n\x07\x64\x65\x63oded\x18\x07 \x01(\x08\"|\n\rFetchResponse\x12\x0f\n\x07\x62\x61tches\x18\x01 \x03(\x0c\x12\x17\n\x0fhigh_water_mark\x18\x02 \x01(\x03\x12\x14\n\x0c\x66irst_offset\x18\x03 \x01(\x03\x12+\n\x07records\x18\x04 \x03(\x0b\x32\x1a.headrace.v1.DecodedRecord\"k\n\x0e\x41\x63kUpToRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\x11\n\tpartition\x18\x03 \x01(\x05\x12\x0e\n\x06offset\x18\x04 \x01(\x03\x12\x11\n\tcommitter\x18\x05 \x01(\t\"!\n\x0f\x41\x63kUpToResponse\x12\x0e\n\x06\x63ursor\x18\x01 \x01(\x03*n\n\x10SubscriptionType\x12!\n\x1dSUBSCRIPTION_TYPE_UNSPECIFIED\x10\x00\x12\r\n\tEXCLUSIVE\x10\x01\x12\x0c\n\x08\x46\x41ILOVER\x10\x02\x12\n\n\x06SHARED\x10\x03\x12\x0e\n\nKEY_SHARED\x10\x04*R\n\x0c\x44\x65liveryMode\x12\x1d\n\x19\x44\x45LIVERY_MODE_UNSPECIFIED\x10\x00\x12\x11\n\rAT_LEAST_ONCE\x10\x01\x12\x10\n\x0c\x41T_MOST_ONCE\x10\x02*M\n\x0fInitialPosition\x12 \n\x1cINITIAL_POSITION_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x45\x41RLIEST\x10\x01\x12\n\n\x06LATEST\x10\x02\x32\xf4\x02\n\x06\x42roker\x12\x44\n\x07Publish\x12\x1b.headrace.v1.PublishRequest\x1a\x1c.headrace.v1.PublishResponse\x12N\n\rPublishStream\x12\x1b.headrace.v1.PublishRequest\x1a\x1c.headrace.v1.PublishResponse(\x01\x30\x01\x12N\n\tSubscribe\x12\x1d.headrace.v1.SubscribeRequest\x1a\x1e.headrace.v1.SubscribeResponse(\x01\x30\x01\x12>\n\x05\x46\x65tch\x12\x19.headrace.v1.FetchRequest\x1a\x1a.headrace.v1.FetchResponse\x12\x44\n\x07\x41\x63kUpTo\x12\x1b.headrace.v1.AckUpToRequest\x1a\x1c.headrace.v1.AckUpToResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0c\x62roker.proto\x12\x0bheadrace.v1\"\xd3\x01\n\x0ePublishRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\r\n\x05\x62\x61tch\x18\x03 \x01(\x0c\x12\x12\n\nrequest_id\x18\x04 \x01(\x04\x12$\n\x07records\x18\x05 \x03(\x0b\x32\x13.headrace.v1.Record\x12\x18\n\x0bproducer_id\x18\x06 \x01(\x03H\x00\x88\x01\x01\x12\x1a\n\rbase_sequence\x18\x07 \x01(\x05H\x01\x88\x01\x01\x42\x0e\n\x0c_producer_idB\x10\n\x0e_base_sequence\"m\n\x06Record\x12\x10\n\x03key\x18\x01 \x01(\x0cH\x00\x88\x01\x01\x12\r\n\x05value\x18\x02 \x01(\x0c\x12$\n\x07headers\x18\x03 \x03(\x0b\x32\x13.headrace.v1.Header\x12\x14\n\x0ctimestamp_ms\x18\x04 \x01(\x03\x42\x06\n\x04_key\"%\n\x06Header\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\"\x84\x01\n\rDecodedRecord\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x14\n\x0ctimestamp_ms\x18\x02 \x01(\x03\x12\x10\n\x03key\x18\x03 \x01(\x0cH\x00\x88\x01\x01\x12\r\n\x05value\x18\x04 \x01(\x0c\x12$\n\x07headers\x18\x05 \x03(\x0b\x32\x13.headrace.v1.HeaderB\x06\n\x04_key\"\xe1\x01\n\x0fPublishResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x13\n\x0b\x62\x61se_offset\x18\x03 \x01(\x03\x12\x13\n\x0blast_offset\x18\x04 \x01(\x03\x12\x11\n\tduplicate\x18\x05 \x01(\x08\x12\x12\n\nerror_code\x18\x06 \x01(\x05\x12\x15\n\rerror_message\x18\x07 \x01(\t\x12\x16\n\x0ein_flight_hint\x18\x08 \x01(\r\x12\'\n\x08redirect\x18\t \x01(\x0b\x32\x15.headrace.v1.Redirect\"i\n\x08Redirect\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x12\n\nowner_node\x18\x03 \x01(\t\x12\x15\n\rowner_address\x18\x04 \x01(\t\x12\x13\n\x0bowner_epoch\x18\x05 \x01(\x03\"\xa2\x01\n\x10SubscribeRequest\x12-\n\x04open\x18\x01 \x01(\x0b\x32\x1d.headrace.v1.OpenSubscriptionH\x00\x12\x10\n\x06\x63redit\x18\x02 \x01(\rH\x00\x12 \n\x03\x61\x63k\x18\x03 \x01(\x0b\x32\x11.headrace.v1.AcksH\x00\x12#\n\x05\x64rain\x18\x04 \x01(\x0b\x32\x12.headrace.v1.DrainH\x00\x42\x06\n\x04kind\"\x07\n\x05\x44rain\"\x94\x02\n\x10OpenSubscription\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12+\n\x04type\x18\x03 \x01(\x0e\x32\x1d.headrace.v1.SubscriptionType\x12\x36\n\x10initial_position\x18\x04 \x01(\x0e\x32\x1c.headrace.v1.InitialPosition\x12\x15\n\rconsumer_name\x18\x05 \x01(\t\x12\x16\n\x0einitial_credit\x18\x06 \x01(\r\x12\'\n\x04mode\x18\x07 \x01(\x0e\x32\x19.headrace.v1.DeliveryMode\x12\x0f\n\x07\x64\x65\x63oded\x18\x08 \x01(\x08\x12\r\n\x05\x66orce\x18\t \x01(\x08\"\xab\x01\n\x04\x41\x63ks\x12(\n\x06ranges\x18\x01 \x03(\x0b\x32\x18.headrace.v1.OffsetRange\x12+\n\x05up_to\x18\x02 \x03(\x0b\x32\x1c.headrace.v1.PartitionOffset\x12 \n\x05nacks\x18\x03 \x03(\x0b\x32\x11.headrace.v1.Nack\x12*\n\x08releases\x18\x04 \x03(\x0b\x32\x18.headrace.v1.OffsetRange\"~\n\x04Nack\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\r\n\x05\x62\x65gin\x18\x02 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x03\x12\x15\n\x08\x64\x65lay_ms\x18\x04 \x01(\rH\x00\x88\x01\x01\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x13\n\x0b\x64\x65\x61\x64_letter\x18\x06 \x01(\x08\x42\x0b\n\t_delay_ms\"<\n\x0bOffsetRange\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\r\n\x05\x62\x65gin\x18\x02 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x03\"4\n\x0fPartitionOffset\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x0e\n\x06offset\x18\x02 \x01(\x03\"\x9e\x01\n\x11SubscribeResponse\x12-\n\nsubscribed\x18\x01 \x01(\x0b\x32\x17.headrace.v1.SubscribedH\x00\x12)\n\x08\x64\x65livery\x18\x02 \x01(\x0b\x32\x15.headrace.v1.DeliveryH\x00\x12\'\n\x07\x64rained\x18\x03 \x01(\x0b\x32\x14.headrace.v1.DrainedH\x00\x42\x06\n\x04kind\"\t\n\x07\x44rained\"o\n\nSubscribed\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\x12\n\npartitions\x18\x03 \x01(\x05\x12\x13\n\x0b\x63onsumer_id\x18\x04 \x01(\t\x12\x13\n\x0bmax_unacked\x18\x05 \x01(\r\"\x84\x02\n\x08\x44\x65livery\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\r\n\x05\x62\x61tch\x18\x03 \x01(\x0c\x12\x13\n\x0b\x66rom_offset\x18\x04 \x01(\x03\x12\x11\n\tto_offset\x18\x05 \x01(\x03\x12=\n\x0credeliveries\x18\x06 \x03(\x0b\x32\'.headrace.v1.Delivery.RedeliveriesEntry\x12+\n\x07records\x18\x07 \x03(\x0b\x32\x1a.headrace.v1.DecodedRecord\x1a\x33\n\x11RedeliveriesEntry\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01\"\x8d\x01\n\x0c\x46\x65tchRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x11\n\tmax_bytes\x18\x04 \x01(\r\x12\x12\n\nend_offset\x18\x05 \x01(\x03\x12\x13\n\x0bmax_wait_ms\x18\x06 \x01(\r\x12\x0f\n\x07\x64\x65\x63oded\x18\x07 \x01(\x08\"|\n\rFetchResponse\x12\x0f\n\x07\x62\x61tches\x18\x01 \x03(\x0c\x12\x17\n\x0fhigh_water_mark\x18\x02 \x01(\x03\x12\x14\n\x0c\x66irst_offset\x18\x03 \x01(\x03\x12+\n\x07records\x18\x04 \x03(\x0b\x32\x1a.headrace.v1.DecodedRecord\"k\n\x0e\x41\x63kUpToRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\x11\n\tpartition\x18\x03 \x01(\x05\x12\x0e\n\x06offset\x18\x04 \x01(\x03\x12\x11\n\tcommitter\x18\x05 \x01(\t\"!\n\x0f\x41\x63kUpToResponse\x12\x0e\n\x06\x63ursor\x18\x01 \x01(\x03*n\n\x10SubscriptionType\x12!\n\x1dSUBSCRIPTION_TYPE_UNSPECIFIED\x10\x00\x12\r\n\tEXCLUSIVE\x10\x01\x12\x0c\n\x08\x46\x41ILOVER\x10\x02\x12\n\n\x06SHARED\x10\x03\x12\x0e\n\nKEY_SHARED\x10\x04*R\n\x0c\x44\x65liveryMode\x12\x1d\n\x19\x44\x45LIVERY_MODE_UNSPECIFIED\x10\x00\x12\x11\n\rAT_LEAST_ONCE\x10\x01\x12\x10\n\x0c\x41T_MOST_ONCE\x10\x02*M\n\x0fInitialPosition\x12 \n\x1cINITIAL_POSITION_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x45\x41RLIEST\x10\x01\x12\n\n\x06LATEST\x10\x02\x32\xf4\x02\n\x06\x42roker\x12\x44\n\x07Publish\x12\x1b.headrace.v1.PublishRequest\x1a\x1c.headrace.v1.PublishResponse\x12N\n\rPublishStream\x12\x1b.headrace.v1.PublishRequest\x1a\x1c.headrace.v1.PublishResponse(\x01\x30\x01\x12N\n\tSubscribe\x12\x1d.headrace.v1.SubscribeRequest\x1a\x1e.headrace.v1.SubscribeResponse(\x01\x30\x01\x12>\n\x05\x46\x65tch\x12\x19.headrace.v1.FetchRequest\x1a\x1a.headrace.v1.FetchResponse\x12\x44\n\x07\x41\x63kUpTo\x12\x1b.headrace.v1.AckUpToRequest\x1a\x1c.headrace.v1.AckUpToResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,12 +33,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_DELIVERY_REDELIVERIESENTRY']._loaded_options = None
   _globals['_DELIVERY_REDELIVERIESENTRY']._serialized_options = b'8\001'
-  _globals['_SUBSCRIPTIONTYPE']._serialized_start=2548
-  _globals['_SUBSCRIPTIONTYPE']._serialized_end=2658
-  _globals['_DELIVERYMODE']._serialized_start=2660
-  _globals['_DELIVERYMODE']._serialized_end=2742
-  _globals['_INITIALPOSITION']._serialized_start=2744
-  _globals['_INITIALPOSITION']._serialized_end=2821
+  _globals['_SUBSCRIPTIONTYPE']._serialized_start=2696
+  _globals['_SUBSCRIPTIONTYPE']._serialized_end=2806
+  _globals['_DELIVERYMODE']._serialized_start=2808
+  _globals['_DELIVERYMODE']._serialized_end=2890
+  _globals['_INITIALPOSITION']._serialized_start=2892
+  _globals['_INITIALPOSITION']._serialized_end=2969
   _globals['_PUBLISHREQUEST']._serialized_start=30
   _globals['_PUBLISHREQUEST']._serialized_end=241
   _globals['_RECORD']._serialized_start=243
@@ -48,39 +48,41 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DECODEDRECORD']._serialized_start=394
   _globals['_DECODEDRECORD']._serialized_end=526
   _globals['_PUBLISHRESPONSE']._serialized_start=529
-  _globals['_PUBLISHRESPONSE']._serialized_end=713
-  _globals['_SUBSCRIBEREQUEST']._serialized_start=716
-  _globals['_SUBSCRIBEREQUEST']._serialized_end=878
-  _globals['_DRAIN']._serialized_start=880
-  _globals['_DRAIN']._serialized_end=887
-  _globals['_OPENSUBSCRIPTION']._serialized_start=890
-  _globals['_OPENSUBSCRIPTION']._serialized_end=1166
-  _globals['_ACKS']._serialized_start=1169
-  _globals['_ACKS']._serialized_end=1340
-  _globals['_NACK']._serialized_start=1342
-  _globals['_NACK']._serialized_end=1468
-  _globals['_OFFSETRANGE']._serialized_start=1470
-  _globals['_OFFSETRANGE']._serialized_end=1530
-  _globals['_PARTITIONOFFSET']._serialized_start=1532
-  _globals['_PARTITIONOFFSET']._serialized_end=1584
-  _globals['_SUBSCRIBERESPONSE']._serialized_start=1587
-  _globals['_SUBSCRIBERESPONSE']._serialized_end=1745
-  _globals['_DRAINED']._serialized_start=1747
-  _globals['_DRAINED']._serialized_end=1756
-  _globals['_SUBSCRIBED']._serialized_start=1758
-  _globals['_SUBSCRIBED']._serialized_end=1869
-  _globals['_DELIVERY']._serialized_start=1872
-  _globals['_DELIVERY']._serialized_end=2132
-  _globals['_DELIVERY_REDELIVERIESENTRY']._serialized_start=2081
-  _globals['_DELIVERY_REDELIVERIESENTRY']._serialized_end=2132
-  _globals['_FETCHREQUEST']._serialized_start=2135
-  _globals['_FETCHREQUEST']._serialized_end=2276
-  _globals['_FETCHRESPONSE']._serialized_start=2278
-  _globals['_FETCHRESPONSE']._serialized_end=2402
-  _globals['_ACKUPTOREQUEST']._serialized_start=2404
-  _globals['_ACKUPTOREQUEST']._serialized_end=2511
-  _globals['_ACKUPTORESPONSE']._serialized_start=2513
-  _globals['_ACKUPTORESPONSE']._serialized_end=2546
-  _globals['_BROKER']._serialized_start=2824
-  _globals['_BROKER']._serialized_end=3196
+  _globals['_PUBLISHRESPONSE']._serialized_end=754
+  _globals['_REDIRECT']._serialized_start=756
+  _globals['_REDIRECT']._serialized_end=861
+  _globals['_SUBSCRIBEREQUEST']._serialized_start=864
+  _globals['_SUBSCRIBEREQUEST']._serialized_end=1026
+  _globals['_DRAIN']._serialized_start=1028
+  _globals['_DRAIN']._serialized_end=1035
+  _globals['_OPENSUBSCRIPTION']._serialized_start=1038
+  _globals['_OPENSUBSCRIPTION']._serialized_end=1314
+  _globals['_ACKS']._serialized_start=1317
+  _globals['_ACKS']._serialized_end=1488
+  _globals['_NACK']._serialized_start=1490
+  _globals['_NACK']._serialized_end=1616
+  _globals['_OFFSETRANGE']._serialized_start=1618
+  _globals['_OFFSETRANGE']._serialized_end=1678
+  _globals['_PARTITIONOFFSET']._serialized_start=1680
+  _globals['_PARTITIONOFFSET']._serialized_end=1732
+  _globals['_SUBSCRIBERESPONSE']._serialized_start=1735
+  _globals['_SUBSCRIBERESPONSE']._serialized_end=1893
+  _globals['_DRAINED']._serialized_start=1895
+  _globals['_DRAINED']._serialized_end=1904
+  _globals['_SUBSCRIBED']._serialized_start=1906
+  _globals['_SUBSCRIBED']._serialized_end=2017
+  _globals['_DELIVERY']._serialized_start=2020
+  _globals['_DELIVERY']._serialized_end=2280
+  _globals['_DELIVERY_REDELIVERIESENTRY']._serialized_start=2229
+  _globals['_DELIVERY_REDELIVERIESENTRY']._serialized_end=2280
+  _globals['_FETCHREQUEST']._serialized_start=2283
+  _globals['_FETCHREQUEST']._serialized_end=2424
+  _globals['_FETCHRESPONSE']._serialized_start=2426
+  _globals['_FETCHRESPONSE']._serialized_end=2550
+  _globals['_ACKUPTOREQUEST']._serialized_start=2552
+  _globals['_ACKUPTOREQUEST']._serialized_end=2659
+  _globals['_ACKUPTORESPONSE']._serialized_start=2661
+  _globals['_ACKUPTORESPONSE']._serialized_end=2694
+  _globals['_BROKER']._serialized_start=2972
+  _globals['_BROKER']._serialized_end=3344
 # @@protoc_insertion_point(module_scope)

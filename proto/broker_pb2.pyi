@@ -91,7 +91,7 @@ class DecodedRecord(_message.Message):
     def __init__(self, offset: _Optional[int] = ..., timestamp_ms: _Optional[int] = ..., key: _Optional[bytes] = ..., value: _Optional[bytes] = ..., headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ...) -> None: ...
 
 class PublishResponse(_message.Message):
-    __slots__ = ("request_id", "partition", "base_offset", "last_offset", "duplicate", "error_code", "error_message", "in_flight_hint")
+    __slots__ = ("request_id", "partition", "base_offset", "last_offset", "duplicate", "error_code", "error_message", "in_flight_hint", "redirect")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     BASE_OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -100,6 +100,7 @@ class PublishResponse(_message.Message):
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     IN_FLIGHT_HINT_FIELD_NUMBER: _ClassVar[int]
+    REDIRECT_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     partition: int
     base_offset: int
@@ -108,7 +109,22 @@ class PublishResponse(_message.Message):
     error_code: int
     error_message: str
     in_flight_hint: int
-    def __init__(self, request_id: _Optional[int] = ..., partition: _Optional[int] = ..., base_offset: _Optional[int] = ..., last_offset: _Optional[int] = ..., duplicate: _Optional[bool] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., in_flight_hint: _Optional[int] = ...) -> None: ...
+    redirect: Redirect
+    def __init__(self, request_id: _Optional[int] = ..., partition: _Optional[int] = ..., base_offset: _Optional[int] = ..., last_offset: _Optional[int] = ..., duplicate: _Optional[bool] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., in_flight_hint: _Optional[int] = ..., redirect: _Optional[_Union[Redirect, _Mapping]] = ...) -> None: ...
+
+class Redirect(_message.Message):
+    __slots__ = ("reason", "topic", "owner_node", "owner_address", "owner_epoch")
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    OWNER_NODE_FIELD_NUMBER: _ClassVar[int]
+    OWNER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    OWNER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    topic: str
+    owner_node: str
+    owner_address: str
+    owner_epoch: int
+    def __init__(self, reason: _Optional[str] = ..., topic: _Optional[str] = ..., owner_node: _Optional[str] = ..., owner_address: _Optional[str] = ..., owner_epoch: _Optional[int] = ...) -> None: ...
 
 class SubscribeRequest(_message.Message):
     __slots__ = ("open", "credit", "ack", "drain")
