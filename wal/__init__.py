@@ -15,6 +15,9 @@ Modules (layered frame -> index -> segment -> log -> async writer):
               the batches a producer should keep in flight             [pure]
     writer    ``LogWriter``: the one task owning a log; group commit      [asyncio]
               ``run_to_end``: work a cancelled caller still waits out
+    writer_thread  ``WriterThread``: the thread that writes a log's groups  [threads]
+    writer_commands  the writer's commands; settling an append            [pure]
+    cold_reads  the process's cold-read threads                          [threads]
     lock      ``DirectoryLock``: one owner per data directory (flock on the directory)
 
 The record batch codec (``Record``, ``RecordBatch``, ``encode_columns``, ``decode_batch``,

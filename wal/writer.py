@@ -51,6 +51,15 @@ event loop itself while the thread waits for it (it is queued like any command),
 never meets a segment whose file is being closed. Under ``INTERVAL`` a second worker thread
 runs the periodic ``fdatasync`` while writes continue; ``pwritev`` and ``fdatasync`` on one
 descriptor are safe together, and the mark only claims what was written before the sync.
+
+Where the parts live: the thread's side of the protocol (taking groups, writing, syncing,
+posting completions) is :mod:`wal.writer_thread`; the commands and how an append is
+settled, :mod:`wal.writer_commands`; the cold-read threads, :mod:`wal.cold_reads`. This
+module keeps the loop's side, which is one piece (about 650 lines, the class 515): the
+queue's accounting and its first-come backpressure, the completions and the high-water
+mark are one state (``_queued``, ``_room``, ``_hwm``, ``_written``) that every append,
+completion and read touches on the loop, and a split would put the append path behind
+another object's calls for no separation a reader could use.
 """
 
 from __future__ import annotations
@@ -60,20 +69,18 @@ import collections
 import concurrent.futures
 import contextlib
 import logging
-import os
 import queue
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, NamedTuple, Self, TypeVar
+from typing import Any, Self, TypeVar
 
 from proto.batch import RecordBatch
+from wal.cold_reads import cold_read_pool
 from wal.commit_cost import CommitCost
 from wal.config import FsyncPolicy, LogConfig
 from wal.errors import (
-    DiskFullError,
     OffsetOutOfRangeError,
     WalClosedError,
     WalError,
@@ -84,45 +91,25 @@ from wal.fdcache import FileCache
 from wal.fs import FileSystem, WouldBlockError, nonblocking_reads
 from wal.log import AppendResult, Clock, Log
 from wal.tail import TailCache
+from wal.writer_commands import (
+    Append,
+    ApplyRetention,
+    Close,
+    Command,
+    Flush,
+    Roll,
+    Settled,
+    Written,
+    fail,
+    resolve,
+    settle,
+)
+from wal.writer_thread import BROKEN, Completions, WriterThread
 
 logger = logging.getLogger(__name__)
 
-#: Threads that read what the page cache does not hold, shared by every log of the
-#: process (:func:`cold_read_pool`). A pool of their own: a flood of cold reads (many
-#: consumers catching up at once) queues here, never in asyncio's default pool, where
-#: state saves, topic creates and deletes and a log's open run; and it bounds the disk
-#: reads in flight.
-COLD_READ_THREADS = 4
-_cold_pool: concurrent.futures.ThreadPoolExecutor | None = None
-_cold_pool_lock = threading.Lock()
-
-
-def cold_read_pool() -> concurrent.futures.ThreadPoolExecutor:
-    """The process's cold-read threads, made by the first cold read. A child made by
-    ``fork()`` makes its own: the parent's threads are not in it, and a pool that counts
-    them as idle would never start one for the child's reads."""
-    global _cold_pool  # noqa: PLW0603 - one pool a process, reset at fork
-    with _cold_pool_lock:
-        if _cold_pool is None:
-            _cold_pool = concurrent.futures.ThreadPoolExecutor(
-                max_workers=COLD_READ_THREADS, thread_name_prefix="headrace-cold-read"
-            )
-        return _cold_pool
-
-
-def _forget_cold_pool() -> None:
-    global _cold_pool, _cold_pool_lock
-    _cold_pool, _cold_pool_lock = None, threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_cold_pool)
-
-_BROKEN = "the writer thread failed (see the log)"
-
 T = TypeVar("T")
 Listener = Callable[[int], None]
-#: Told how an append ended (its offsets, or why it failed), once, on the loop.
-Settled = Callable[["AppendResult | BaseException"], None]
 #: Called after each group commit with (seconds writing, seconds in fsync or None when
 #: the policy did not sync, batches in the group). For latency metrics.
 CommitObserver = Callable[[float, float | None, int], None]
@@ -146,66 +133,6 @@ async def run_to_end(work: Awaitable[T]) -> T:
         raise
 
 
-class Append(NamedTuple):
-    """Command: append a validated batch; resolve ``future`` when acknowledged.
-
-    A ``NamedTuple`` rather than a frozen dataclass like the other commands: one is built
-    per append, and that construction cost is on every producer's path.
-    """
-
-    batch: RecordBatch
-    future: asyncio.Future[AppendResult]
-    on_done: Settled | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Flush:
-    """Command: make everything written durable; ``future`` is ``None`` for timer ticks."""
-
-    future: asyncio.Future[None] | None
-
-
-@dataclass(frozen=True, slots=True)
-class Roll:
-    """Command: seal the active segment."""
-
-    future: asyncio.Future[None]
-
-
-@dataclass(frozen=True, slots=True)
-class ApplyRetention:
-    """Command: delete what retention allows, never at or past ``floor_offset``; or, with
-    ``before`` set, every sealed segment wholly below ``before`` (see ``Log.delete_before``).
-    """
-
-    floor_offset: int | None
-    future: asyncio.Future[list[int]]
-    before: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Close:
-    """Command: finish everything queued before it, then stop."""
-
-    future: asyncio.Future[None]
-
-
-Command = Append | Flush | Roll | ApplyRetention | Close
-
-
-class _Written(NamedTuple):
-    """What one group commit on the writer thread did: the results of the batches written
-    (a prefix of the group when the disk filled, then ``full`` says why the rest were not),
-    the log's head after the write, and the seconds spent writing and syncing (``None``:
-    no sync)."""
-
-    results: list[AppendResult]
-    head: int
-    write_s: float
-    sync_s: float | None
-    full: DiskFullError | None
-
-
 class LogWriter:
     """Async owner of one :class:`~wal.log.Log`.
 
@@ -216,8 +143,6 @@ class LogWriter:
     def __init__(self, log: Log, *, queue_size: int = 10_000) -> None:
         self._log = log
         self._policy = log.config.fsync
-        self._sync_groups = self._policy.is_always()
-        self._limit = log.config.max_group_bytes
         self._queue_size = queue_size
         self._jobs: queue.SimpleQueue[Command] = queue.SimpleQueue()
         #: Commands made during this loop turn, in order; :meth:`_hand_over` queues them.
@@ -232,10 +157,23 @@ class LogWriter:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._closed: asyncio.Future[None] | None = None
-        self._broken = False  # the writer thread died of a bug
         self._ticker: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self._tail = TailCache(log.config.tail_cache_bytes)
+        #: The one thread that writes the log's files; it answers through these.
+        self._worker = WriterThread(
+            log,
+            self._jobs,
+            Completions(
+                commit_done=self._commit_done,
+                control_done=self._control_done,
+                retention=self._retention_on_loop,
+                close_done=self._close_done,
+                fail_commands=self._fail_commands,
+                fail_broken=self._fail_broken,
+                high_water_mark=lambda: self._hwm,
+            ),
+        )
         #: Told how long each group commit's write and fsync took (metrics).
         self.on_commit: CommitObserver = _ignore_commit
         #: What synced group commits cost the disk and the listeners (policy ``ALWAYS``
@@ -273,10 +211,7 @@ class LogWriter:
     def _start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._closed = self._loop.create_future()
-        self._thread = threading.Thread(
-            target=self._serve, name=f"wal-writer:{self._log.path}", daemon=True
-        )
-        self._thread.start()
+        self._thread = self._worker.start(self._loop)
         if self._policy is FsyncPolicy.INTERVAL:
             self._ticker = asyncio.create_task(self._tick(), name=f"wal-fsync:{self._log.path}")
 
@@ -505,8 +440,8 @@ class LogWriter:
             raise WalClosedError(self._log.path)
         if self._log.failure is not None:
             raise WalFailedError(self._log.path, self._log.failure)
-        if self._broken:
-            raise WalFailedError(self._log.path, _BROKEN)
+        if self._worker.broken:
+            raise WalFailedError(self._log.path, BROKEN)
 
     def _stage(self, cmd: Command) -> None:
         """Queue ``cmd`` for the writer thread behind every command staged before it; the
@@ -521,8 +456,8 @@ class LogWriter:
         """Queue the staged commands for the writer thread, in order (one wake-up); or,
         if the thread died of a bug, fail them: nobody would take them."""
         staged, self._staged = self._staged, []
-        if self._broken:
-            self._fail_commands(staged, WalFailedError(self._log.path, _BROKEN))
+        if self._worker.broken:
+            self._fail_commands(staged, WalFailedError(self._log.path, BROKEN))
             return
         put = self._jobs.put
         for cmd in staged:
@@ -585,123 +520,6 @@ class LogWriter:
                 self._queued += 1
                 waiter.set_result(None)
 
-    # -- the writer thread --------------------------------------------------------------
-
-    def _serve(self) -> None:
-        """The writer thread: run queued commands in order, appends in groups."""
-        jobs = self._jobs
-        carried: Command | None = None
-        taken: list[Command] = []  # taken from the queue and not yet answered
-        try:
-            while True:
-                cmd = carried if carried is not None else jobs.get()
-                carried = None
-                taken = [cmd]
-                if not isinstance(cmd, Append):
-                    if self._control_on_thread(cmd):
-                        return
-                    continue
-                group = [cmd]
-                size = cmd.batch.size
-                while size < self._limit:
-                    try:
-                        nxt = jobs.get_nowait()
-                    except queue.Empty:
-                        break
-                    if not isinstance(nxt, Append):
-                        carried = nxt
-                        break
-                    group.append(nxt)
-                    size += nxt.batch.size
-                taken = [*group, *([carried] if carried is not None else [])]
-                self._commit_on_thread(group)
-        except _LoopGoneError:
-            return
-        except Exception:  # a bug, not an I/O error (those are answered as they happen)
-            logger.exception("log %s: the writer thread failed", self._log.path)
-            self._broken = True  # refuse what comes next rather than queue it for no one
-            error = WalFailedError(self._log.path, _BROKEN)
-            with contextlib.suppress(_LoopGoneError):
-                # The queue is emptied on the loop, not here: a command staged before
-                # ``_broken`` was set is then either handed over before this callback
-                # drains the queue, or failed by ``_hand_over``, which sees ``_broken``.
-                self._post(self._fail_broken, taken, error)
-
-    def _post(self, callback: Callable[..., object], *args: object) -> None:
-        """Run ``callback(*args)`` on the loop, soon."""
-        assert self._loop is not None
-        try:
-            self._loop.call_soon_threadsafe(callback, *args)
-        except RuntimeError as exc:  # the loop is closed: nobody is left to answer
-            raise _LoopGoneError from exc
-
-    def _commit_on_thread(self, group: list[Append]) -> None:
-        try:
-            written: _Written | BaseException = self._write([a.batch for a in group])
-        except WalError as exc:
-            written = exc
-        except Exception as exc:
-            logger.exception("log %s: unexpected error in group commit", self._log.path)
-            written = exc
-        self._post(self._commit_done, group, written)
-
-    def _write(self, batches: list[RecordBatch]) -> _Written:
-        started = time.perf_counter()
-        head = self._log.head
-        full = None
-        try:
-            results = self._log.append_many(batches)
-        except DiskFullError as exc:
-            if not exc.written:
-                raise
-            full, results = exc, _results(head, batches[: exc.written])
-        written = time.perf_counter()
-        head = self._log.head
-        if not self._sync_groups:
-            return _Written(results, head, written - started, None, full)
-        self._log.flush()
-        return _Written(results, head, written - started, time.perf_counter() - written, full)
-
-    def _control_on_thread(self, cmd: Flush | Roll | ApplyRetention | Close) -> bool:
-        """Run one control command in the queue's order; return True after ``Close``."""
-        if isinstance(cmd, ApplyRetention):
-            # On the loop, while this thread waits: no read meets a closing segment.
-            done: concurrent.futures.Future[None] = concurrent.futures.Future()
-            self._post(self._retention_on_loop, cmd, done)
-            done.result()
-            return False
-        if isinstance(cmd, Close):
-            head = self._log.head
-            if self._log.failure is None:
-                with contextlib.suppress(WalError):
-                    self._log.flush()
-            self._post(self._close_done, cmd, head)
-            self._fail_queued(WalClosedError(self._log.path))
-            return True
-        try:
-            head = self._log.head
-            if isinstance(cmd, Flush):
-                if head > self._hwm or self._policy is FsyncPolicy.NEVER:
-                    self._log.flush()
-            else:
-                self._log.roll()  # rolling synced the old segment
-            outcome: int | BaseException = head
-        except Exception as exc:
-            outcome = exc
-        self._post(self._control_done, cmd, outcome)
-        return False
-
-    def _fail_queued(self, exc: Exception) -> None:
-        failed: list[Command] = []
-        while True:
-            try:
-                cmd = self._jobs.get_nowait()
-            except queue.Empty:
-                break
-            failed.append(cmd)
-        if failed:
-            self._post(self._fail_commands, failed, exc)
-
     # -- completions, on the loop ---------------------------------------------------------
 
     def _fail_broken(self, taken: list[Command], exc: Exception) -> None:
@@ -717,11 +535,11 @@ class LogWriter:
         if rest:
             self._fail_commands(rest, exc)
 
-    def _commit_done(self, group: list[Append], written: _Written | BaseException) -> None:
+    def _commit_done(self, group: list[Append], written: Written | BaseException) -> None:
         self._completed(len(group))
-        if not isinstance(written, _Written):
+        if not isinstance(written, Written):
             for a in group:
-                _settle(a, written)
+                settle(a, written)
             return
         results = written.results
         self._written = written.head
@@ -740,26 +558,26 @@ class LogWriter:
         elif self._policy is not FsyncPolicy.INTERVAL:
             self._advance(written.head)
         for a, result in zip(done, results, strict=True):
-            if a.on_done is None:  # inline _settle's common case: once per append
+            if a.on_done is None:  # inline settle's common case: once per append
                 if not a.future.done():
                     a.future.set_result(result)
             else:
-                _settle(a, result)
+                settle(a, result)
         for a in rest:
-            _settle(a, written.full or WalFailedError(self._log.path, "commit ended early"))
+            settle(a, written.full or WalFailedError(self._log.path, "commit ended early"))
         self.on_commit(written.write_s, written.sync_s, len(done))
 
     def _control_done(self, cmd: Flush | Roll, outcome: int | BaseException) -> None:
         self._completed(1)
         if isinstance(outcome, BaseException):
             if cmd.future is not None:
-                _fail(cmd.future, outcome)
+                fail(cmd.future, outcome)
             else:
                 logger.error("log %s: periodic fsync failed: %s", self._log.path, outcome)
             return
         self._advance(outcome)
         if cmd.future is not None:
-            _resolve(cmd.future, None)
+            resolve(cmd.future, None)
 
     def _retention_on_loop(
         self, cmd: ApplyRetention, done: concurrent.futures.Future[None]
@@ -767,11 +585,11 @@ class LogWriter:
         try:
             self._completed(1)
             if cmd.before is not None:
-                _resolve(cmd.future, self._log.delete_before(cmd.before))
+                resolve(cmd.future, self._log.delete_before(cmd.before))
             else:
-                _resolve(cmd.future, self._log.apply_retention(cmd.floor_offset))
+                resolve(cmd.future, self._log.apply_retention(cmd.floor_offset))
         except Exception as exc:
-            _fail(cmd.future, exc)
+            fail(cmd.future, exc)
         finally:
             done.set_result(None)
 
@@ -779,22 +597,22 @@ class LogWriter:
         self._completed(1)
         if self._log.failure is None:
             self._advance(head)
-        _resolve(cmd.future, None)
+        resolve(cmd.future, None)
         assert self._closed is not None
-        _resolve(self._closed, None)
+        resolve(self._closed, None)
 
     def _fail_commands(self, commands: list[Command], exc: Exception) -> None:
         self._completed(len(commands))
         for cmd in commands:
             if isinstance(cmd, Append):
-                _settle(cmd, exc)
+                settle(cmd, exc)
             elif cmd.future is not None:
-                _fail(cmd.future, exc)
+                fail(cmd.future, exc)
             if isinstance(cmd, Close) and self._closed is not None:
-                _resolve(self._closed, None)  # the thread is gone: aclose goes on
+                resolve(self._closed, None)  # the thread is gone: aclose goes on
         error = exc if isinstance(exc, WalError) else WalFailedError(self._log.path, str(exc))
         for room in self._room:  # nothing will make room again: the waiters hold no place
-            _fail(room, error)
+            fail(room, error)
         self._room.clear()
 
     def _advance(self, offset: int) -> None:
@@ -830,42 +648,5 @@ class LogWriter:
             self._advance(target)
 
 
-class _LoopGoneError(Exception):
-    """The writer's event loop closed: the writer thread stops."""
-
-
-def _results(first_offset: int, batches: list[RecordBatch]) -> list[AppendResult]:
-    """Where ``batches`` landed, appended in order from ``first_offset``."""
-    results = []
-    for batch in batches:
-        results.append(AppendResult(first_offset, first_offset + batch.record_count - 1))
-        first_offset += batch.record_count
-    return results
-
-
 def _ignore_commit(_write_s: float, _sync_s: float | None, _batches: int) -> None:
     return None
-
-
-def _settle(append: Append, outcome: AppendResult | BaseException) -> None:
-    """End one append: tell its ``on_done``, then resolve its future (unless its caller
-    was cancelled meanwhile)."""
-    if append.on_done is not None:
-        try:
-            append.on_done(outcome)
-        except Exception:
-            logger.exception("an append's on_done callback failed")
-    if isinstance(outcome, BaseException):
-        _fail(append.future, outcome)
-    else:
-        _resolve(append.future, outcome)
-
-
-def _resolve(future: asyncio.Future[Any], value: object) -> None:
-    if not future.done():
-        future.set_result(value)
-
-
-def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:
-    if not future.done():
-        future.set_exception(exc)

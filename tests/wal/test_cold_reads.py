@@ -25,8 +25,8 @@ from dispatcher.registry import SubscriptionRegistry
 from proto.batch import encode_columns
 from tests.dispatcher.test_dead_letter_records import letter
 from wal import CorruptSegmentError, FaultyFs, LogConfig, LogWriter, WalClosedError
+from wal.cold_reads import COLD_READ_THREADS, cold_read_pool
 from wal.fs import FileSystem, WouldBlockError, nonblocking_reads, reading_nonblocking
-from wal.writer import COLD_READ_THREADS, cold_read_pool
 
 on_a_loop = pytest.mark.asyncio(loop_scope="function")
 

@@ -537,7 +537,7 @@ async def test_a_writer_thread_killed_by_a_bug_fails_appends_instead_of_hanging(
     def bug(_group: object) -> None:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(writer, "_commit_on_thread", bug)
+    monkeypatch.setattr(writer._worker, "_commit_on_thread", bug)
     with pytest.raises(WalFailedError, match="writer thread failed"):
         await asyncio.wait_for(writer.append(batch_bytes([1])), 10)
     with pytest.raises(WalFailedError, match="writer thread failed"):
@@ -563,7 +563,7 @@ async def test_an_append_staged_as_the_writer_thread_dies_fails_instead_of_hangi
         go.wait(10)
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(writer, "_commit_on_thread", bug)
+    monkeypatch.setattr(writer._worker, "_commit_on_thread", bug)
     first = asyncio.create_task(writer.append(batch_bytes([1])))
     await asyncio.sleep(0)  # append 1 staged
     await asyncio.sleep(0)  # and handed to the thread, which waits in the bug
