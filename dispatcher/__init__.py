@@ -8,8 +8,25 @@ Modules:
     partition_book    Consumer, Lease, PartitionBook: what the state machine keeps per
                       partition and consumer; the key_shared slot hash and slot owners;
                       helpers that change or read one partition (pure)
-    state             SubscriptionState: types, acks, leases, redelivery with backoff, poison
-                      records, key_shared slots: the state machine (pure)
+    command_checks    check_range, check_nack, ...: refusing a bad command before it
+                      changes anything (pure)
+    leases            LeaseDeadlines, take_back: leases' deadlines and taking records
+                      back from them (pure)
+    routing           Router, Outlet: who gets which records, one module a type (pure)
+    route_exclusive   ExclusiveRouter: one consumer; a second is refused (pure)
+    route_failover    FailoverRouter: the first attached consumer gets all (pure)
+    route_shared      SharedRouter: slices round robin among consumers with credit (pure)
+    route_key_shared  KeySharedRouter: each key to one consumer, in order (pure)
+    consumer_set      ConsumerSet: attached consumers, their credit and drains, and
+                      which may receive (pure)
+    poison            PoisonRules, DEAD_LETTER_RETRY_S: the poison policy, exhausted
+                      records, dead-letter outcomes and retries (pure)
+    sending           Sender: a fetched batch's records go out, wait or meet the poison
+                      policy; leases and redelivery counts (pure)
+    read_plan         plan_reads, next_wake, ready, caught_up: what to read next and when
+                      to wake (pure)
+    state             SubscriptionState: acks, nacks, releases, expiry, seeks, the
+                      invariant and the one door, handle() (pure)
     lag               HeartbeatConfig, LagMonitor, RateWindow: the heartbeat's re-poll and
                       STALLED rules, ingress and ack rates (pure)
     diagnosis         LagState, Cause, diagnose(): a partition's lag state and reason (pure)

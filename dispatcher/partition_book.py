@@ -7,9 +7,10 @@ delivery failed), :class:`PartitionBook` (one partition: acked, leased, waiting,
 stuck offsets, the read position and ``sent_mark``), :class:`BatchContext` (one batch
 being sent) and the key_shared slot hash (:func:`key_slot`, with the slots' owners by
 rendezvous hashing: :func:`slot_weights`, :func:`slot_owners`). The rules that move
-offsets between those places live in :mod:`dispatcher.state`; the helpers here
-(:func:`pass_over`, :func:`unsend`, :func:`unblock`, :func:`failures_of`,
-:func:`failure_runs`) each change or read one partition only.
+offsets between those places live in :mod:`dispatcher.state`, :mod:`dispatcher.sending`
+and :mod:`dispatcher.poison`; the helpers here
+(:func:`pass_over`, :func:`unsend`, :func:`record_failures`, :func:`unblock`,
+:func:`failures_of`, :func:`failure_runs`) each change or read one partition only.
 """
 
 from __future__ import annotations
@@ -240,6 +241,38 @@ def unsend(part: PartitionBook, lo: int, hi: int) -> None:
             part.tries[offset] = Tries(0, "", [])
         # else: entries at their bound; it keeps its implicit 1 (an overcount by one)
     part.sent_mark = mark
+
+
+def record_failures(
+    part: PartitionBook,
+    lo: int,
+    hi: int,
+    reason: str,
+    *,
+    sent_ms: int,
+    reject: bool,
+    max_deliveries: int,
+) -> tuple[int, list[int]]:
+    """Record that the delivery of ``[lo, hi)`` sent at ``sent_ms`` failed for
+    ``reason`` (``reject``: its consumer rejected it); return the most deliveries among
+    them and the offsets that are now poison (rejected, or at ``max_deliveries``; 0: no
+    limit). A rejected offset gets an entry past MAX_FAILURES, since the mark is what
+    sends it to the poison policy, after a restart too."""
+    failures = 0
+    poison = []
+    for offset in range(lo, hi):
+        tries = part.tries.get(offset)
+        if tries is None:
+            if len(part.tries) >= MAX_FAILURES and not reject:
+                continue  # bounded memory; the offset keeps its implicit count
+            tries = part.tries[offset] = Tries(1, reason, [])
+        tries.reason = reason
+        tries.times.append(sent_ms)
+        tries.rejected = tries.rejected or reject
+        failures = max(failures, tries.deliveries)
+        if tries.rejected or (max_deliveries and tries.deliveries >= max_deliveries):
+            poison.append(offset)
+    return failures, poison
 
 
 def unblock(part: PartitionBook) -> None:

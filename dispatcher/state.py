@@ -1,7 +1,18 @@
 """The dispatch state machine of one subscription. Pure: no I/O, no asyncio, no clock.
 
-Owns :class:`SubscriptionState`: the rules. The records it keeps per partition and per
-consumer (leases, failure entries, the key_shared slot hash) are in
+Owns :class:`SubscriptionState`: the rules, and the one door to them (:meth:`handle`).
+It keeps the transitions by which records come back (acks, nacks, releases, expired
+leases, seeks, deletions, dead-letter outcomes) and hands each job beside them to a room
+of its own, chosen once when it is built: sending a fetched batch
+(:mod:`dispatcher.sending`), to whom by subscription type (:mod:`dispatcher.routing`, one
+``route_*`` module a type), the consumers and their credit
+(:mod:`dispatcher.consumer_set`), the poison policy and dead letters
+(:mod:`dispatcher.poison`), lease deadlines (:mod:`dispatcher.leases`), what to read next
+(:mod:`dispatcher.read_plan`) and refusing a bad command (:mod:`dispatcher.command_checks`).
+The transitions left here stay in one class and one file (STYLE rule 22): each moves
+offsets between the places below, and the invariant is kept by all of them together;
+this docstring, which states it, is a fifth of the module. The records it keeps per
+partition and per consumer (leases, failure entries, the key_shared slot hash) are in
 :mod:`dispatcher.partition_book`. Its commands (``Attach`` .. ``DeadLetterFailed``), its
 actions (``Send``, ``ToDeadLetter``, ``Persist``, ``Note``) and the settings that shape it
 (:class:`DispatchPolicy`) are in :mod:`dispatcher.protocol`. The async shell
@@ -59,18 +70,7 @@ count 0. Released offsets below others still sent get a count-0 failure entry in
 released gets its entry's count lowered by one.
 
 A record whose failures reached max-deliveries while it waits goes to the poison policy
-even when no consumer has credit (all drained, or none attached): a consumer that nacks
-a record's last try and closes does not leave it waiting for the next consumer.
-
-Routing by type: ``exclusive`` has one consumer; ``failover`` sends to the consumer that
-attached first, the others stand by, and a takeover resends the unacknowledged records
-first, in order; ``shared`` sends each slice to the next consumer with credit; ``key_shared``
-maps each key to one of :data:`~dispatcher.partition_book.SLOTS` slots and each slot to a
-consumer by rendezvous hashing of consumer names. A consumer that joins a key_shared
-subscription while records are in flight gets nothing at or past the read position of its
-arrival until everything below it is acknowledged, and a record below that position (read
-before it came, and set aside or nacked) only once every record before it is, so keys that
-move to it keep their order.
+even when no consumer has credit (see :mod:`dispatcher.poison`).
 
 Example: exclusive, ack timeout 30 s. Records 0..9 are read and sent at t=0 (one lease).
 The consumer acks 0..4 and nacks 5 with a 2 s delay at t=1: 5 waits until t=3, 6..9 stay
@@ -80,35 +80,33 @@ t=30 the lease of 6..9 expires; they wait ``backoff(1)`` (1 s +- 20 %) and go ou
 
 from __future__ import annotations
 
-import heapq
 import logging
-import math
 from collections.abc import Callable, Sequence
 
-from dispatcher.errors import (
-    InvalidAckError,
-    InvalidSubscriptionError,
-    StateOwnerError,
-    SubscriptionBusyError,
+from dispatcher import read_plan
+from dispatcher.command_checks import (
+    check_commit,
+    check_nack,
+    check_range,
+    check_seek,
+    check_up_to,
+    part_of,
 )
+from dispatcher.consumer_set import ConsumerSet
+from dispatcher.errors import StateOwnerError
+from dispatcher.leases import LeaseDeadlines, is_live, take_back
 from dispatcher.partition_book import (
-    MAX_FAILURES,
-    BatchContext,
     Consumer,
     Lease,
     PartitionBook,
-    Tries,
     failure_runs,
-    failures_of,
-    pass_over,
-    slot_owners,
-    slot_weights,
+    record_failures,
     unblock,
     unsend,
 )
+from dispatcher.poison import PoisonRules
 from dispatcher.protocol import (
     MAX_REASON_CHARS,
-    PERSIST,
     Ack,
     AckUpTo,
     Action,
@@ -118,7 +116,6 @@ from dispatcher.protocol import (
     DeadLettered,
     DeadLetterFailed,
     Deleted,
-    Delivery,
     DeliveryMode,
     Detach,
     DispatchPolicy,
@@ -128,23 +125,17 @@ from dispatcher.protocol import (
     Nack,
     Note,
     PartitionSnapshot,
-    PoisonPolicy,
     Release,
     Seek,
-    Send,
     SubscriptionType,
     Tick,
-    ToDeadLetter,
-    check_number,
 )
-from wal import RecordBatch
-
-#: Builds a named tuple from a tuple of its fields without its Python ``__new__`` (3x
-#: faster): for the :class:`Delivery` and :class:`Send` of every delivery.
-_new = tuple.__new__
-
-#: How long a dead letter that could not be written waits before the next try, seconds.
-DEAD_LETTER_RETRY_S = 1.0
+from dispatcher.route_exclusive import ExclusiveRouter
+from dispatcher.route_failover import FailoverRouter
+from dispatcher.route_key_shared import KeySharedRouter
+from dispatcher.route_shared import SharedRouter
+from dispatcher.routing import Router
+from dispatcher.sending import Sender
 
 
 class SubscriptionState:
@@ -168,21 +159,23 @@ class SubscriptionState:
         self._names = names
         self._random = random
         self._parts = [PartitionBook(i, snap) for i, snap in enumerate(partitions)]
-        self._consumers: dict[str, Consumer] = {}
-        self._draining: set[str] = set()  # consumers that drained: credit is ignored
-        # Per partition: waiting offsets whose failures reached max_deliveries. They go to
-        # the poison policy at once, with or without a consumer that has credit (one that
-        # nacked its last try and closed must not leave them waiting for the next one).
-        self._exhausted: list[set[int]] = [set() for _ in self._parts]
-        self._eligible_now: list[Consumer] = []  # see _eligible
-        self._order = 0
-        self._rr = 0  # shared: the next consumer to try
+        router = router_for(policy.type, names)
+        self._members = ConsumerSet(router)
+        self._consumers = self._members.by_id
+        self._credit = self._members.any_credit
+        self._poison = PoisonRules(policy.poison, len(self._parts), self._apply_ack)
+        self._exhausted = self._poison.exhausted  # per partition (see dispatcher.poison)
+        self._deadlines = LeaseDeadlines()
+        self._sender = Sender(
+            policy,
+            router,
+            poison=self._poison,
+            deadlines=self._deadlines,
+            credit=self._credit,
+            has_room=self.has_room,
+            ack=self._apply_ack,
+        )
         self._next_partition = 0
-        self._owners: list[Consumer] = []  # key_shared: owner per slot
-        self._deadlines: list[tuple[float, Lease]] = []  # lazily pruned heap
-        self._wall = 0.0  # wall-clock seconds of the command being handled (see handle)
-        self._unsaved_counts = False
-        self._stuck = False  # whether any partition has stuck offsets
         #: The one caller :meth:`handle` accepts (the shell's dispatch task), as told by
         #: ``caller()`` (the shell passes ``asyncio.current_task``); ``None``: anyone (no
         #: task runs, or pure use). ``owner_lends``: the owner lends the state to the code
@@ -190,22 +183,13 @@ class SubscriptionState:
         self.owner: object | None = None
         self.owner_lends = False
         self.caller: Callable[[], object] = _nobody
-        #: Bumped whenever something that is persisted changed.
-        self.changes = 0
-        # counters, read by the shell for metrics
-        self.sent_total = 0
-        #: key_shared records newly set aside for a consumer that cannot take them yet (no
-        #: credit, or a fence). Setting some aside is progress: the reads after them may
-        #: find records for other consumers, so the shell reads again at once.
-        self.set_aside_total = 0
+        self._changes = 0  # see changes
+        # counters, read by the shell for metrics (more are properties)
         self.acked_total = 0
-        self.redelivered_total = 0
         self.ack_timeouts_total = 0
         self.nacked_total = 0
         #: Records consumers gave back unseen (a clean close): not delivery attempts.
         self.released_total = 0
-        self.dead_lettered_total = 0
-        self.dropped_total = 0
         self._handlers: dict[type, Callable[[Command, float], list[Action]]] = {
             Attach: self._attach,
             Detach: self._detach,
@@ -242,12 +226,13 @@ class SubscriptionState:
         owner = self.owner
         if owner is not None and not self.owner_lends and self.caller() is not owner:
             raise StateOwnerError(*self._names, owner, self.caller())
-        self._wall = now if wall is None else wall
-        if self._stuck and type(cmd) not in (Fetched, Tick):
+        sender = self._sender
+        sender.wall = now if wall is None else wall
+        if sender.stuck and type(cmd) not in (Fetched, Tick):
             # Credit, acks (fences), consumers coming and going: what was stuck may go now.
             for part in self._parts:
                 part.stuck.clear()
-            self._stuck = False
+            sender.stuck = False
         return self._handlers[type(cmd)](cmd, now)
 
     def check(self, cmd: Command) -> None:
@@ -265,64 +250,59 @@ class SubscriptionState:
             SubscriptionBusyError: a second consumer on an exclusive subscription.
         """
         kind = type(cmd)
-        if kind is Ack or kind is Release or kind is Nack:
-            assert isinstance(cmd, Ack | Release | Nack)
-            if isinstance(cmd, Nack):
-                self._check_nack(cmd)
-            else:
-                what = "ack" if kind is Ack else "release"
-                self._check_range(what, cmd.partition, cmd.begin, cmd.end)
+        parts = self._parts
+        if kind is Ack or kind is Release:
+            assert isinstance(cmd, Ack | Release)
+            what = "ack" if kind is Ack else "release"
+            check_range(parts, what, cmd.partition, cmd.begin, cmd.end)
+        elif isinstance(cmd, Nack):
+            check_nack(parts, cmd)
         elif isinstance(cmd, AckUpTo):
-            self._check_up_to(cmd.partition, cmd.offset)
+            check_up_to(parts, cmd.partition, cmd.offset)
         elif isinstance(cmd, Commit):
-            self._check_commit(cmd)
+            check_commit(parts, cmd)
         elif isinstance(cmd, Seek):
-            self._check_seek(cmd)
+            check_seek(parts, cmd)
         elif isinstance(cmd, Attach):
-            self._check_attach()
-
-    def _check_range(self, what: str, partition: int, begin: int, end: int) -> PartitionBook:
-        part = self._part(partition)
-        if not 0 <= begin < end:
-            raise InvalidSubscriptionError(what, f"[{begin}, {end}) is not an offset range")
-        if end > part.sent_mark:
-            raise InvalidAckError(partition, end - 1, part.sent_mark, what)
-        return part
-
-    def _check_nack(self, cmd: Nack) -> PartitionBook:
-        part = self._check_range("nack", cmd.partition, cmd.begin, cmd.end)
-        if cmd.delay_s is not None:
-            check_number("nack delay", cmd.delay_s, 0, 86_400, "seconds")
-        return part
-
-    def _check_up_to(self, partition: int, offset: int) -> PartitionBook:
-        part = self._part(partition)
-        if offset > part.sent_mark:
-            raise InvalidAckError(partition, offset - 1, part.sent_mark)
-        return part
-
-    def _check_commit(self, cmd: Commit) -> PartitionBook:
-        part = self._part(cmd.partition)
-        if not 0 <= cmd.offset <= cmd.head:
-            raise InvalidSubscriptionError(
-                "offset", f"{cmd.offset} is outside [0, {cmd.head}] on partition {part.index}"
-            )
-        return part
-
-    def _check_seek(self, cmd: Seek) -> None:
-        if len(cmd.offsets) != len(self._parts):
-            raise InvalidSubscriptionError("seek", f"needs {len(self._parts)} offsets")
-
-    def _check_attach(self) -> None:
-        if self.policy.type is SubscriptionType.EXCLUSIVE and self._consumers:
-            holder = next(iter(self._consumers.values())).name
-            raise SubscriptionBusyError(*self._names, holder)
+            self._members.check_attach()
 
     def has_consumer(self, consumer: str) -> bool:
         """Whether ``consumer`` is attached."""
         return consumer in self._consumers
 
     # -- queries ----------------------------------------------------------------------
+
+    @property
+    def changes(self) -> int:
+        """Bumped whenever something that is persisted changed (a counter)."""
+        return self._changes + self._sender.changes
+
+    @property
+    def sent_total(self) -> int:
+        """Records sent, redeliveries included (a counter)."""
+        return self._sender.sent_total
+
+    @property
+    def redelivered_total(self) -> int:
+        """Records sent again (a counter)."""
+        return self._sender.redelivered_total
+
+    @property
+    def set_aside_total(self) -> int:
+        """key_shared records newly set aside for a consumer that cannot take them yet
+        (no credit, or a fence). Setting some aside is progress: the reads after them may
+        find records for other consumers, so the shell reads again at once."""
+        return self._sender.set_aside_total
+
+    @property
+    def dead_lettered_total(self) -> int:
+        """Records written to the dead-letter queue (a counter)."""
+        return self._poison.dead_lettered_total
+
+    @property
+    def dropped_total(self) -> int:
+        """Poison records dropped by policy ``drop`` (a counter)."""
+        return self._poison.dropped_total
 
     @property
     def partition_count(self) -> int:
@@ -339,7 +319,7 @@ class SubscriptionState:
 
     def consumers(self) -> list[str]:
         """The attached consumers' names, in the order they attached."""
-        return [c.name for c in sorted(self._consumers.values(), key=lambda c: c.order)]
+        return self._members.names()
 
     def credit(self, consumer: str) -> int:
         """What ``consumer`` may still receive (negative after a batch larger than it)."""
@@ -383,121 +363,41 @@ class SubscriptionState:
 
     def ready(self, heads: Sequence[int], now: float) -> int:
         """Records that could be sent now if a consumer had room."""
-        total = 0
-        for part, head in zip(self._parts, heads, strict=True):
-            if part.blocked:
-                continue
-            total += max(0, head - part.read_pos)
-            if part.waiting:
-                total += sum(e - b for b, e, at in part.sendable_waiting() if at <= now)
-        return total
+        return read_plan.ready(self._parts, heads, now)
 
     def caught_up(self, heads: Sequence[int]) -> bool:
-        """Whether nothing is left to send: every partition read up to its head and no
-        record waiting (the heartbeat's cheap check for idle subscriptions)."""
-        for part, head in zip(self._parts, heads, strict=True):
-            if head > part.read_pos or part.waiting:
-                return False
-        return True
+        """Whether nothing is left to send (see :func:`~dispatcher.read_plan.caught_up`)."""
+        return read_plan.caught_up(self._parts, heads)
 
     def has_room(self) -> bool:
         """Whether some consumer may receive a record now."""
         return self._credit() and self.held < self.policy.max_unacked
 
-    def _credit(self) -> bool:
-        """Whether some eligible consumer has credit (a loop: several calls a pass)."""
-        for c in self._eligible_now:  # noqa: SIM110 - any() over a generator costs more
-            if c.credit > 0:
-                return True
-        return False
-
     def next_deadline(self) -> float | None:
-        """When the next lease expires or the next waiting record becomes ready.
-
-        Waiting records count only while a consumer that may receive them has credit:
-        else their time may have passed already, and a grant is a command anyway."""
-        times = []
-        heap = self._deadlines
-        while heap and not self._live(heap[0][1]):
-            heapq.heappop(heap)
-        if heap:
-            times.append(heap[0][0])
-        credit: bool | None = None  # looked at only for a partition with waiting records
-        for part in self._parts:
-            if not (part.waiting or part.retry_dead_letters or self._exhausted[part.index]):
-                continue  # the common case: nothing of this partition waits
-            if credit is None:
-                credit = self._credit()
-            if part.waiting and not part.blocked and credit:
-                times.extend(at for _, _, at in part.sendable_waiting())
-            elif self._exhausted[part.index] and not part.blocked:
-                for offset in self._exhausted[part.index]:
-                    times.extend(at for _, _, at in part.waiting.overlapping(offset, offset + 1))
-            if part.retry_dead_letters:
-                times.extend(at for _, _, at in part.parked if at is not None)
-        return min(times) if times else None
+        """When the next lease expires or the next waiting record becomes ready (see
+        :func:`~dispatcher.read_plan.next_wake`)."""
+        lease_deadline = self._deadlines.next()
+        return read_plan.next_wake(self._parts, self._poison, self._credit, lease_deadline)
 
     def reads(self, heads: Sequence[int], now: float) -> list[tuple[int, int]]:
-        """``(partition, offset)`` to read from, round robin: the first ready waiting
-        record, or the read position when new records are durable and there is room."""
+        """``(partition, offset)`` to read from, each partition first in turn (see
+        :func:`~dispatcher.read_plan.plan_reads`)."""
         if (
             not self._consumers
             and not any(self._exhausted)
             and not any(p.retry_dead_letters for p in self._parts)
         ):
             return []  # nothing can go: dead letters and poison need no consumer
-        count = len(self._parts)
         start = self._next_partition
-        self._next_partition = (start + 1) % count
+        self._next_partition = (start + 1) % len(self._parts)
         credit = self._credit()
         room = credit and self.held < self.policy.max_unacked
-        out = []
-        for i in range(count):
-            p = (start + i) % count
-            part = self._parts[p]
-            offset = None
-            if part.blocked:
-                if part.retry_dead_letters:
-                    offset = next(
-                        (b for b, _, at in part.parked if at is not None and at <= now), None
-                    )
-            else:
-                if credit:  # waiting records are held already: credit is all they need
-                    if part.waiting:
-                        offset = next(
-                            (b for b, _, at in part.sendable_waiting() if at <= now), None
-                        )
-                elif self._exhausted[p]:  # poison needs no credit
-                    offset = self._first_exhausted(part, now)
-                if room and offset is None and part.read_pos < heads[p]:
-                    offset = part.read_pos
-            if offset is not None:
-                out.append((p, offset))
-        return out
+        return read_plan.plan_reads(
+            self._parts, heads, now, start=start, credit=credit, room=room, poison=self._poison
+        )
 
     def _first_exhausted(self, part: PartitionBook, now: float) -> int | None:
-        """The first waiting offset of ``part`` that reached max_deliveries and is ready
-        at ``now``; forgets those that no longer wait (acked, sent, sought past)."""
-        exhausted = self._exhausted[part.index]
-        first = None
-        for offset in sorted(exhausted):
-            pieces = list(part.waiting.overlapping(offset, offset + 1))
-            if not pieces:
-                exhausted.discard(offset)
-            elif first is None and pieces[0][2] <= now:
-                first = offset
-        return first
-
-    def _poison_exhausted(self, part: PartitionBook, ctx: BatchContext) -> None:
-        """With no consumer to send to, apply the poison policy to the waiting offsets of
-        ``ctx``'s batch that reached max_deliveries and are ready."""
-        base, nxt = ctx.base, ctx.batch.next_offset
-        for offset in sorted(o for o in self._exhausted[part.index] if base <= o < nxt):
-            if part.blocked:
-                return
-            if any(at <= ctx.now for _, _, at in part.waiting.overlapping(offset, offset + 1)):
-                part.waiting.cut(offset, offset + 1)
-                self._poison(part, ctx, offset)
+        return self._poison.first_exhausted(part, now)
 
     def snapshot(self, max_ranges: int) -> list[PartitionSnapshot]:
         """What to persist: per partition the cursor, at most ``max_ranges`` ack ranges
@@ -511,71 +411,43 @@ class SubscriptionState:
             out.append(
                 PartitionSnapshot(part.acks.cursor, ranges, part.sent_mark, failure_runs(part))
             )
-        self._unsaved_counts = False
+        self._sender.unsaved_counts = False
         return out
 
     # -- consumers --------------------------------------------------------------------
 
     def _eligible(self) -> list[Consumer]:
-        """Consumers that may receive records at all (failover: only the active one).
-        Kept up to date by attach and detach: several calls a pass, do not change it."""
-        return self._eligible_now
-
-    def _consumers_changed(self) -> None:
-        if not self._consumers:
-            self._eligible_now = []
-        elif self.policy.type in (SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER):
-            self._eligible_now = [min(self._consumers.values(), key=lambda c: c.order)]
-        else:
-            self._eligible_now = list(self._consumers.values())
+        """Consumers that may receive records at all (failover: only the active one)."""
+        return self._members.eligible
 
     def _attach(self, cmd: Command, now: float) -> list[Action]:
         assert isinstance(cmd, Attach)
-        self._check_attach()
-        self._order += 1
-        consumer = Consumer(cmd.consumer, cmd.name, self._order, cmd.credit)
-        if self.policy.type is SubscriptionType.KEY_SHARED:
-            consumer.weights = slot_weights(cmd.name)
-            if self._consumers:  # keys that move here keep their order: see module doc
-                for part in self._parts:
-                    if part.leases:
-                        consumer.fences[part.index] = part.read_pos
-        self._consumers[cmd.consumer] = consumer
-        self._consumers_changed()
-        self._rebalance()
+        self._members.attach(cmd.consumer, cmd.name, cmd.credit, self._parts)
         return []
 
     def _detach(self, cmd: Command, now: float) -> list[Action]:
         assert isinstance(cmd, Detach)
-        consumer = self._consumers.pop(cmd.consumer, None)
-        self._draining.discard(cmd.consumer)
+        consumer = self._members.detach(cmd.consumer)
         if consumer is None:
             return []
-        self._consumers_changed()
         reason = f"consumer {consumer.name} left before acknowledging"
         for lease in list(consumer.leases):
             self._return_lease(lease, lease.begin, lease.end, now, reason=reason, delay=0.0)
-        self._rebalance()
         return []
 
     def _grant(self, cmd: Command, now: float) -> list[Action]:
         assert isinstance(cmd, Grant)
-        consumer = self._consumers.get(cmd.consumer)
-        if consumer is not None and cmd.consumer not in self._draining:
-            consumer.credit += cmd.credit
+        self._members.grant(cmd.consumer, cmd.credit)
         return []
 
     def _drain(self, cmd: Command, now: float) -> list[Action]:
         assert isinstance(cmd, Drain)
-        consumer = self._consumers.get(cmd.consumer)
-        if consumer is not None:
-            consumer.credit = min(consumer.credit, 0)
-            self._draining.add(consumer.id)
+        self._members.drain(cmd.consumer)
         return []
 
     def _release(self, cmd: Command, now: float) -> list[Action]:
         assert isinstance(cmd, Release)
-        part = self._check_range("release", cmd.partition, cmd.begin, cmd.end)
+        part = check_range(self._parts, "release", cmd.partition, cmd.begin, cmd.end)
         consumer = self._consumers.get(cmd.consumer)
         if consumer is None or self.policy.mode is DeliveryMode.AT_MOST_ONCE:
             return []
@@ -591,21 +463,11 @@ class SubscriptionState:
     ) -> None:
         """Take ``[begin, end)`` of ``lease`` back unattempted: restore the counts the
         send raised, and make it wait with no delay."""
-        for lo, hi, _ in reversed(part.leases.cut(begin, end, only=lease)):
-            lease.remaining -= hi - lo
-            lease.consumer.in_flight -= hi - lo
+        for lo, hi in reversed(take_back(part, lease, begin, end)):
             unsend(part, lo, hi)
             part.waiting.add(lo, hi, now)
             self.released_total += hi - lo
-            self.changes += 1
-        if lease.remaining <= 0:
-            lease.consumer.leases.discard(lease)
-
-    def _rebalance(self) -> None:
-        if self.policy.type is not SubscriptionType.KEY_SHARED or not self._consumers:
-            self._owners = []
-            return
-        self._owners = slot_owners(self._consumers.values())
+            self._changes += 1
 
     # -- acknowledgements -------------------------------------------------------------
 
@@ -614,28 +476,23 @@ class SubscriptionState:
         self._part(partition)
 
     def _part(self, partition: int) -> PartitionBook:
-        if not 0 <= partition < len(self._parts):
-            raise InvalidSubscriptionError(
-                "partition",
-                f"{partition} does not exist; the topic has partitions 0..{len(self._parts) - 1}",
-            )
-        return self._parts[partition]
+        return part_of(self._parts, partition)
 
     def _ack(self, cmd: Command, now: float) -> list[Action]:
         assert isinstance(cmd, Ack)
-        part = self._check_range("ack", cmd.partition, cmd.begin, cmd.end)
+        part = check_range(self._parts, "ack", cmd.partition, cmd.begin, cmd.end)
         self._apply_ack(part, cmd.begin, cmd.end)
         return []
 
     def _ack_up_to(self, cmd: Command, now: float) -> list[Action]:
         assert isinstance(cmd, AckUpTo)
-        part = self._check_up_to(cmd.partition, cmd.offset)
+        part = check_up_to(self._parts, cmd.partition, cmd.offset)
         self._apply_ack(part, part.acks.cursor, cmd.offset)
         return []
 
     def _commit(self, cmd: Command, now: float) -> list[Action]:
         assert isinstance(cmd, Commit)
-        part = self._check_commit(cmd)
+        part = check_commit(self._parts, cmd)
         part.sent_mark = max(part.sent_mark, cmd.offset)
         self._apply_ack(part, part.acks.cursor, cmd.offset)
         return []
@@ -653,14 +510,14 @@ class SubscriptionState:
         newly = part.acks.ack(begin, end)
         if newly:
             self.acked_total += newly
-            self.changes += 1
+            self._changes += 1
             part.read_pos = max(part.read_pos, part.acks.cursor)
             if part.blocked and part.acks.is_acked(part.blocked_offset):
                 unblock(part)
 
     def _nack(self, cmd: Command, now: float) -> list[Action]:
         assert isinstance(cmd, Nack)
-        part = self._check_nack(cmd)
+        part = check_nack(self._parts, cmd)
         if self.policy.mode is DeliveryMode.AT_MOST_ONCE:
             return []  # already consumed when it was sent
         default = "rejected by the consumer" if cmd.dead_letter else "nacked by the consumer"
@@ -692,34 +549,20 @@ class SubscriptionState:
         part = self._parts[lease.partition]
         sent_ms = int(lease.sent_at * 1000)
         limit = self.policy.max_deliveries
-        for lo, hi, _ in part.leases.cut(begin, end, only=lease):
-            lease.remaining -= hi - lo
-            lease.consumer.in_flight -= hi - lo
-            failures = 0
-            for offset in range(lo, hi):
-                tries = part.tries.get(offset)
-                if tries is None:
-                    if len(part.tries) >= MAX_FAILURES and not reject:
-                        continue  # bounded memory; the offset keeps its implicit count
-                    tries = part.tries[offset] = Tries(1, reason, [])
-                tries.reason = reason
-                tries.times.append(sent_ms)
-                tries.rejected = tries.rejected or reject
-                failures = max(failures, tries.deliveries)
-                if tries.rejected or (limit and tries.deliveries >= limit):
-                    self._exhausted[part.index].add(offset)
+        for lo, hi in take_back(part, lease, begin, end):
+            failures, poison = record_failures(
+                part, lo, hi, reason, sent_ms=sent_ms, reject=reject, max_deliveries=limit
+            )
+            self._exhausted[part.index].update(poison)
             wait = delay if delay is not None else self.policy.backoff_s(failures, self._random())
             part.waiting.add(lo, hi, now + wait)
-            self.changes += 1
-        if lease.remaining <= 0:
-            lease.consumer.leases.discard(lease)
+            self._changes += 1
 
     def tick_due(self, now: float) -> bool:
         """Whether a ``Tick`` at ``now`` may change anything: a lease expired, a key_shared
         fence may lift, or failure entries may be pruned. When not, the shell skips it
         (it comes before every pass)."""
-        heap = self._deadlines
-        if heap and heap[0][0] <= now:
+        if self._deadlines.due(now):
             return True
         for consumer in self._consumers.values():
             if consumer.fences:
@@ -730,11 +573,7 @@ class SubscriptionState:
         return False
 
     def _tick(self, cmd: Command, now: float) -> list[Action]:
-        heap = self._deadlines
-        while heap and heap[0][0] <= now:
-            _, lease = heapq.heappop(heap)
-            if not self._live(lease):
-                continue
+        for lease in self._deadlines.expired(now):
             timeout = self.policy.ack_timeout_s
             self.ack_timeouts_total += lease.remaining
             reason = f"not acknowledged within the ack timeout ({timeout:g} s)"
@@ -749,14 +588,13 @@ class SubscriptionState:
                 part.tries = {o: t for o, t in part.tries.items() if not part.acks.is_acked(o)}
         return []
 
-    def _live(self, lease: Lease) -> bool:
-        return lease.remaining > 0 and lease in lease.consumer.leases
+    _live = staticmethod(is_live)
 
     # -- moving positions -------------------------------------------------------------
 
     def _seek(self, cmd: Command, now: float) -> list[Action]:
         assert isinstance(cmd, Seek)
-        self._check_seek(cmd)
+        check_seek(self._parts, cmd)
         for part, offset in zip(self._parts, cmd.offsets, strict=True):
             for _lo, _hi, lease in part.leases.cut(0, 1 << 62):
                 lease.consumer.leases.discard(lease)
@@ -770,7 +608,7 @@ class SubscriptionState:
             part.tries.clear()
             self._exhausted[part.index].clear()
             unblock(part)
-        self.changes += 1
+        self._changes += 1
         return []
 
     def _deleted(self, cmd: Command, now: float) -> list[Action]:
@@ -793,264 +631,30 @@ class SubscriptionState:
 
     def _dead_lettered(self, cmd: Command, now: float) -> list[Action]:
         assert isinstance(cmd, DeadLettered)
-        part = self._part(cmd.partition)
-        self.dead_lettered_total += sum(
-            hi - lo for lo, hi, _ in part.parked.overlapping(cmd.begin, cmd.end)
-        )
-        self._apply_ack(part, cmd.begin, cmd.end)
+        self._poison.dead_lettered(self._part(cmd.partition), cmd.begin, cmd.end)
         return []
 
     def _dead_letter_failed(self, cmd: Command, now: float) -> list[Action]:
         assert isinstance(cmd, DeadLetterFailed)
         part = self._part(cmd.partition)
-        retry = part.parked.cut(cmd.begin, cmd.end)
-        if not retry:  # acknowledged or sought past meanwhile: nothing is owed any more
-            return []
-        for lo, hi, _ in retry:
-            part.parked.add(lo, hi, now + DEAD_LETTER_RETRY_S)
-        first = retry[0][0]
-        part.blocked = (
-            f"dead-letter queue write failed for offset {first} ({cmd.error}); retrying "
-            f"every {DEAD_LETTER_RETRY_S:g} s; nothing is acknowledged until it succeeds"
-        )
-        part.blocked_offset = first
-        part.retry_dead_letters = True
-        return [Note(logging.ERROR, f"partition {part.index}: {part.blocked}")]
+        return self._poison.dead_letter_failed(part, cmd.begin, cmd.end, cmd.error, now)
 
     # -- sending ----------------------------------------------------------------------
 
     def _fetched(self, cmd: Command, now: float) -> list[Action]:
         assert isinstance(cmd, Fetched)
-        part = self._part(cmd.partition)
-        out: list[Action] = []
-        for batch in cmd.batches:
-            if not self._send_batch(part, batch, now, out):
-                break
-        if self._unsaved_counts:
-            out.insert(0, PERSIST)
-            self._unsaved_counts = False
-        return out
+        return self._sender.fetched(self._part(cmd.partition), cmd.batches, now)
 
-    def _send_batch(
-        self, part: PartitionBook, batch: RecordBatch, now: float, out: list[Action]
-    ) -> bool:
-        """Send what may go of one batch; return False once nothing more can go."""
-        base, nxt = batch.base_offset, batch.next_offset
-        if part.blocked:
-            if part.retry_dead_letters:
-                ctx = BatchContext(batch, now, out)
-                for lo, hi, at in part.parked.overlapping(base, nxt):
-                    if at is not None and at <= now:
-                        part.parked.cut(lo, hi)
-                        self._to_dead_letter(part, ctx, lo, hi)
-            return False
-        spans: list[tuple[int, int, bool]] = []  # (lo, hi, from waiting), in offset order
-        if part.waiting:
-            spans.extend(
-                (lo, hi, True) for lo, hi, at in part.waiting.overlapping(base, nxt) if at <= now
-            )
-        # A batch past the read position is from a read that went stale (a seek moved the
-        # position back while the shell awaited): its records must not be sent from there.
-        fresh = base <= part.read_pos < nxt
-        if fresh:
-            acks = part.acks
-            if acks.has_ranges():
-                spans.extend((lo, hi, False) for lo, hi in acks.unacked(part.read_pos, nxt))
-            else:  # nothing acked above the cursor: what unacked() would give, at once
-                lo = max(part.read_pos, acks.cursor)
-                if lo < nxt:
-                    spans.append((lo, nxt, False))
-        if not spans:
-            if fresh:  # all acknowledged (ranges saved above the cursor): read on past it
-                part.read_pos = nxt
-            return True
-        ctx = BatchContext(batch, now, out)
-        if self._exhausted[part.index] and not self._credit():
-            self._poison_exhausted(part, ctx)  # nothing else can go without credit
-            return False
-        for lo, hi, waited in spans:
-            if waited:
-                if not self._credit():
-                    return False
-                part.waiting.cut(lo, hi)
-            elif not self.has_room():
-                return False
-            self._route(part, ctx, lo, hi)
-            if not waited:
-                part.read_pos = hi
-            if part.blocked:
-                return False
-        if fresh:
-            part.read_pos = max(part.read_pos, nxt)
-        return True
 
-    def _route(self, part: PartitionBook, ctx: BatchContext, lo: int, hi: int) -> None:
-        """Send ``[lo, hi)`` (unacknowledged, not leased) or make it wait."""
-        if lo < part.sent_mark and (self.policy.max_deliveries or part.tries):
-            # redeliveries: poison records first (per offset; this path is rare), those
-            # past max_deliveries and those a consumer rejected (with no limit too)
-            limit = self.policy.max_deliveries
-            run_lo = lo
-            for offset in range(lo, min(hi, part.sent_mark)):
-                if part.is_poison(offset, limit):
-                    self._assign(part, ctx, run_lo, offset)
-                    self._poison(part, ctx, offset)
-                    run_lo = offset + 1
-                    if part.blocked:
-                        part.waiting.add(offset + 1, hi, ctx.now)
-                        return
-                    if not self.has_room():
-                        part.waiting.add(offset + 1, hi, ctx.now)
-                        return
-            lo = run_lo
-        self._assign(part, ctx, lo, hi)
-
-    def _poison(self, part: PartitionBook, ctx: BatchContext, offset: int) -> None:
-        self._exhausted[part.index].discard(offset)
-        deliveries = part.deliveries(offset)
-        tries = part.tries.get(offset)
-        rejected = tries is not None and tries.rejected
-        policy = self.policy.poison
-        if policy is PoisonPolicy.DROP:
-            self.dropped_total += 1
-            self._apply_ack(part, offset, offset + 1)
-            why = "rejected by its consumer" if rejected else f"after {deliveries} deliveries"
-            ctx.out.append(
-                Note(
-                    logging.WARNING,
-                    f"partition {part.index} offset {offset}: dropped {why} (poison policy drop)",
-                )
-            )
-        elif policy is PoisonPolicy.BLOCK:
-            part.parked.add(offset, offset + 1, None)
-            why = "was rejected by its consumer" if rejected else f"failed {deliveries} deliveries"
-            part.blocked = (
-                f"offset {offset} {why} (poison policy block); seek past it or change the policy"
-            )
-            part.blocked_offset = offset
-            ctx.out.append(Note(logging.ERROR, f"partition {part.index}: {part.blocked}"))
-        else:
-            self._to_dead_letter(part, ctx, offset, offset + 1)
-
-    def _to_dead_letter(self, part: PartitionBook, ctx: BatchContext, lo: int, hi: int) -> None:
-        part.parked.add(lo, hi, None)
-        ctx.out.append(ToDeadLetter(part.index, ctx.batch, lo, hi, failures_of(part, lo, hi)))
-
-    def _assign(self, part: PartitionBook, ctx: BatchContext, lo: int, hi: int) -> None:
-        """Give ``[lo, hi)`` to consumers by the subscription's type; what none can take
-        now waits."""
-        if lo >= hi:
-            return
-        kind = self.policy.type
-        if kind is SubscriptionType.KEY_SHARED:
-            owners = self._owners
-            slots = ctx.slots()
-            run_lo = lo
-            run_owner = owners[slots[lo - ctx.base]]
-            for offset in range(lo + 1, hi):
-                owner = owners[slots[offset - ctx.base]]
-                if owner is not run_owner:
-                    self._give(part, ctx, run_lo, offset, run_owner)
-                    run_lo, run_owner = offset, owner
-            self._give(part, ctx, run_lo, hi, run_owner)
-            return
-        eligible = self._eligible()
-        target = None
-        if kind is SubscriptionType.SHARED:
-            n = len(eligible)
-            for i in range(n):
-                candidate = eligible[(self._rr + i) % n]
-                if candidate.credit > 0:
-                    target = candidate
-                    self._rr = (self._rr + i + 1) % n
-                    break
-        elif eligible and eligible[0].credit > 0:
-            target = eligible[0]
-        if target is None:
-            part.waiting.add(lo, hi, ctx.now)
-            return
-        self._give(part, ctx, lo, hi, target)
-
-    def _stick(self, part: PartitionBook, lo: int, hi: int, now: float) -> None:
-        """``[lo, hi)`` waits for the one consumer that may take it (key_shared's owner of
-        its keys, or the only eligible one) to have credit or its fence lifted."""
-        part.waiting.add(lo, hi, now)
-        if self.policy.type is SubscriptionType.KEY_SHARED:
-            already = sum(b - a for a, b, _ in part.stuck.cut(lo, hi))
-            part.stuck.add(lo, hi, True)
-            self._stuck = True
-            self.set_aside_total += hi - lo - already
-
-    def _give(
-        self, part: PartitionBook, ctx: BatchContext, lo: int, hi: int, consumer: Consumer
-    ) -> None:
-        fence = consumer.fences.get(part.index) if consumer.fences else None
-        if fence is not None:
-            if hi > fence:  # held until everything below is acked
-                if lo < fence:
-                    self._give(part, ctx, lo, fence, consumer)
-                self._stick(part, max(lo, fence), hi, ctx.now)
-                return
-            # Below the fence: records read before this consumer came (set aside for a
-            # key's owner without credit, or nacked) whose key moved here. An earlier
-            # record of the key may still be in flight at its former owner, so one goes
-            # only once nothing before it is unacknowledged (it is at the cursor).
-            cursor = part.acks.cursor
-            if lo > cursor:
-                self._stick(part, lo, hi, ctx.now)
-                return
-            if hi > cursor + 1:
-                self._give(part, ctx, lo, cursor + 1, consumer)
-                self._stick(part, cursor + 1, hi, ctx.now)
-                return
-        if consumer.credit <= 0:
-            self._stick(part, lo, hi, ctx.now)
-            return
-        redeliveries: dict[int, int] = {}
-        if lo < part.sent_mark:
-            for offset in range(lo, min(hi, part.sent_mark)):
-                count = part.deliveries(offset)
-                if count == 0:  # passed over while it waited (see pass_over): first send
-                    del part.tries[offset]
-                    continue
-                redeliveries[offset] = count
-                tries = part.tries.get(offset)
-                if tries is not None:
-                    tries.deliveries += 1
-                elif count >= 1:
-                    part.tries[offset] = Tries(count + 1, "", [])
-            if redeliveries:  # their new counts are saved before they go out
-                self._unsaved_counts = True
-                self.changes += 1
-            self.redelivered_total += len(redeliveries)
-        count = hi - lo
-        consumer.credit -= count
-        self.sent_total += count
-        if hi > part.sent_mark:
-            if part.waiting:  # else nothing waits to be passed over
-                pass_over(part, lo)
-            part.sent_mark = hi
-            self.changes += 1
-        delivery = _new(Delivery, (part.index, ctx.data(), lo, hi, redeliveries))
-        ctx.out.append(_new(Send, (consumer.id, delivery, ctx.batch.max_timestamp_ms)))
-        if self.policy.mode is DeliveryMode.AT_MOST_ONCE:
-            self._apply_ack(part, lo, hi)
-            return
-        ttl = self.policy.ack_timeout_s
-        lease = Lease(
-            part.index,
-            lo,
-            hi,
-            consumer,
-            now=ctx.now,
-            ttl=ttl if ttl is not None else math.inf,
-            sent_at=self._wall,
-        )
-        part.leases.add(lo, hi, lease)
-        consumer.leases.add(lease)
-        consumer.in_flight += count
-        if ttl is not None:
-            heapq.heappush(self._deadlines, (lease.deadline, lease))
+def router_for(kind: SubscriptionType, names: tuple[str, str]) -> Router:
+    """The router of subscription type ``kind`` (chosen once, when the state is built)."""
+    if kind is SubscriptionType.EXCLUSIVE:
+        return ExclusiveRouter(names)
+    if kind is SubscriptionType.FAILOVER:
+        return FailoverRouter()
+    if kind is SubscriptionType.SHARED:
+        return SharedRouter()
+    return KeySharedRouter()
 
 
 def _nobody() -> None:

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from dispatcher.errors import InvalidAckError, InvalidSubscriptionError, SubscriptionBusyError
 from dispatcher.partition_book import key_slot
+from dispatcher.poison import DEAD_LETTER_RETRY_S
 from dispatcher.protocol import (
     TICK,
     Ack,
@@ -54,7 +55,7 @@ from dispatcher.protocol import (
     SubscriptionType,
     ToDeadLetter,
 )
-from dispatcher.state import DEAD_LETTER_RETRY_S, SubscriptionState
+from dispatcher.state import SubscriptionState
 from wal import RecordBatch, decode_batch, encode_columns
 
 EXCLUSIVE = SubscriptionType.EXCLUSIVE
