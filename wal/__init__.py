@@ -8,7 +8,8 @@ Modules (layered frame -> index -> segment -> log -> async writer):
     policy    when to roll; which segments retention deletes             [pure]
     recovery  ``scan``: where valid bytes end, and why                   [pure]
     config    ``LogConfig``, ``FsyncPolicy``: validated settings         [pure]
-    fs        the only module touching ``os``; ``FaultyFs`` injects faults  [sync I/O]
+    fs        the only module touching ``os``; named crash points      [sync I/O]
+    faulty_fs  ``FaultyFs``: the test twin of ``fs`` that injects faults  [sync I/O]
     segment   ``Segment``: one .log + .index pair                         [sync I/O]
     log       ``Log``: segments, offsets, append/read/roll/retention/recovery  [sync I/O]
     commit_cost  ``CommitCost``: a group commit's cost to the disk and to the loop;
@@ -113,7 +114,8 @@ from wal.errors import (
     WalFailedError,
     WalIOError,
 )
-from wal.fs import Fault, FaultyFs, FileSystem, SimulatedCrash
+from wal.faulty_fs import Fault, FaultyFs, SimulatedCrash
+from wal.fs import FileSystem
 from wal.lock import DirectoryLock
 from wal.log import AppendResult, Log, RecoveryReport
 from wal.validate import BatchLimits, validate_batch

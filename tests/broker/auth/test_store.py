@@ -15,7 +15,7 @@ from broker.auth.grants import Grant, Role
 from broker.auth.store import TokensFile
 from broker.auth.tokens import TokenSet, mint
 from broker.errors import TokensFileError
-from wal.fs import Fault, FaultyFs
+from wal.faulty_fs import Fault, FaultyFs
 
 CREATED = "2026-11-24T08:00:00Z"
 
