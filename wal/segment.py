@@ -35,6 +35,17 @@ Not task-safe: owned by one :class:`wal.log.Log`. Reads of bytes below ``size`` 
 another thread while an append runs, because appended bytes never move and ``size`` is
 updated only after they are written (see :class:`wal.writer.LogWriter`). A read leases its
 descriptor, so a seal or close on the writer's thread never closes it under the read.
+
+One piece, though past 600 lines (the class about 650), as Kafka's ``LogSegment`` is: the
+parts that could stand alone already do (the index's bytes and lookups,
+:mod:`wal.index`; the scan, :mod:`wal.recovery`; file names, :mod:`wal.naming`;
+descriptors, :mod:`wal.fdcache`). What is left is one invariant and the state it rules:
+an index entry reaches the file only after a sync of its data. Appends add pending
+entries, flush and seal write them, recovery decides which entries to trust and cuts the
+rest, and reads rebuild the index when a header walk does not check out, all on the same
+``size``, ``_index``, ``_pending``, ``_index_written`` and damage fields under one lock
+discipline. Split into classes, each would hold a piece of the invariant behind the
+other's calls, and the proof that it holds would have to be made across them.
 """
 
 from __future__ import annotations
