@@ -93,6 +93,31 @@ class TopicNotReadyError(ClusterError):
         )
 
 
+class NotControllerError(ClusterError):
+    """Raised when a controller write is refused: its fencing token is no longer the
+    controller key's create_revision (another broker was elected since)."""
+
+    def __init__(self, node_id: str, token: int, current: int) -> None:
+        self.node_id = node_id
+        self.token = token
+        self.current = current
+        super().__init__(
+            f"broker {node_id} is no longer the controller (its token {token}, the "
+            f"controller key's now {current or 'absent'}): its write was refused"
+        )
+
+
+class NotOwnerError(ClusterError):
+    """Raised when a broker asks to change a topic it does not own (at its claimed epoch)."""
+
+    def __init__(self, topic: str, node_id: str, owner: str) -> None:
+        self.topic = topic
+        self.owner = owner
+        super().__init__(
+            f"broker {node_id} does not own topic {topic!r} (owner: {owner or 'none'})"
+        )
+
+
 class NoBrokersError(ClusterError):
     """Raised by placement when no live broker can take a topic."""
 

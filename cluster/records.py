@@ -1,0 +1,161 @@
+"""What the cluster keeps in etcd: the key layout under the prefix, and each value's record.
+
+Role: the one place that knows key names and value shapes. Values are JSON, encoded and
+decoded with msgspec Structs; a value that does not decode is a
+:class:`~cluster.errors.RecordError` naming its key.
+
+Key layout (``P`` is the prefix, ``/headrace/`` by default):
+
+=============================  ==========================  =========================
+key                            value                       lease
+=============================  ==========================  =========================
+``P cluster``                  :class:`ClusterRecord`      none
+``P brokers/<node_id>``        :class:`BrokerRecord`       the broker's session lease
+``P controller``               :class:`ControllerRecord`   the controller's session
+``P topics/<name>``            :class:`TopicRecord`        none
+=============================  ==========================  =========================
+
+Topic lifecycle (``TopicRecord.state``), each step a compare-and-set transaction::
+
+    placing --controller sets owner--> creating --owner made local files--> ready
+    ready --owner commits a delete--> deleting --owner deleted local files--> (key removed)
+
+Invariants:
+
+- ``owner == ""`` exactly while ``state`` is ``placing``; ``epoch`` is 0 until the owner
+  first claims the topic (the ``creating -> ready`` step) and rises by one at each claim.
+- A topic's ``id`` (16 hex digits) and ``partitions`` never change once written.
+
+Worked example: ``orders`` created with 3 partitions through broker b2, placed by the
+controller on b1, made by b1::
+
+    {"name":"orders","id":"9f0c...","partitions":3,"created_ms":...,"owner":"","epoch":0,"state":"placing"}
+    {... "owner":"b1","epoch":0,"state":"creating"}
+    {... "owner":"b1","epoch":1,"state":"ready"}      # b1 restarts: next claim -> epoch 2
+
+Pure: imports neither asyncio, os nor time.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import TypeVar
+
+import msgspec
+
+from cluster.errors import RecordError
+
+R = TypeVar("R", bound=msgspec.Struct)
+
+
+class TopicState(enum.Enum):
+    """Where a topic is in its lifecycle (module docstring)."""
+
+    PLACING = "placing"
+    CREATING = "creating"
+    READY = "ready"
+    DELETING = "deleting"
+
+    def is_placed(self) -> bool:
+        """The topic has an owner (any state but ``placing``)."""
+        return self is not TopicState.PLACING
+
+
+class ClusterRecord(msgspec.Struct, frozen=True):
+    """The cluster itself: written once, by the first broker, on absence."""
+
+    id: str
+    created_ms: int
+
+
+class BrokerRecord(msgspec.Struct, frozen=True):
+    """A live broker, under its session lease.
+
+    Attributes:
+        node_id: its unique name.
+        address: ``host:port`` clients and brokers call it at.
+        pid: its process id (for a person reading ``cluster status``).
+        started_ms: wall-clock ms when the process started.
+        version: Headrace's version.
+        session_ms: wall-clock ms when this session (lease) began; a re-session rewrites it.
+    """
+
+    node_id: str
+    address: str
+    pid: int
+    started_ms: int
+    version: str
+    session_ms: int = 0
+
+
+class ControllerRecord(msgspec.Struct, frozen=True):
+    """The controller, under its session lease. Its key's ``create_revision`` is the
+    fencing token every controller write compares."""
+
+    node_id: str
+    address: str
+
+
+class TopicRecord(msgspec.Struct, frozen=True):
+    """A topic of the cluster: its identity, owner, epoch and lifecycle state."""
+
+    name: str
+    id: str
+    partitions: int
+    created_ms: int
+    owner: str
+    epoch: int
+    state: TopicState
+
+    def replace(self, **changes: object) -> TopicRecord:
+        """A copy with ``changes`` applied."""
+        return msgspec.structs.replace(self, **changes)
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """The etcd keys of one cluster, under ``prefix`` (which starts and ends with ``/``)."""
+
+    prefix: str = "/headrace/"
+
+    @property
+    def cluster(self) -> str:
+        return self.prefix + "cluster"
+
+    @property
+    def controller(self) -> str:
+        return self.prefix + "controller"
+
+    @property
+    def brokers(self) -> str:
+        """The prefix of every broker key."""
+        return self.prefix + "brokers/"
+
+    @property
+    def topics(self) -> str:
+        """The prefix of every topic key."""
+        return self.prefix + "topics/"
+
+    def broker(self, node_id: str) -> str:
+        return self.brokers + node_id
+
+    def topic(self, name: str) -> str:
+        return self.topics + name
+
+
+def encode(record: msgspec.Struct) -> bytes:
+    """The JSON bytes of ``record``."""
+    return msgspec.json.encode(record)
+
+
+def decode(key: str, raw: bytes, kind: type[R]) -> R:
+    """``raw`` (the value at ``key``) as a ``kind``.
+
+    Raises:
+        RecordError: ``raw`` is not such a record.
+    """
+    try:
+        return msgspec.json.decode(raw, type=kind)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise RecordError(key, str(exc)) from exc
