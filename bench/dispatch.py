@@ -55,7 +55,8 @@ CDF charts.
 
 The broker phases (3 and 4) share one broker; a phase that fails is reported on stderr and
 skipped, and the run goes on. The broker and the consumer processes are
-:mod:`bench._dispatch_procs`.
+:mod:`bench._dispatch_procs`; the e2e and shared workloads that drive them,
+:mod:`bench._dispatch_workloads`.
 
 Every result's params carry ``heartbeat_ms`` and ``loop``.
 """
@@ -69,29 +70,24 @@ import gc
 import random
 import sys
 import time
-from array import array
-from collections.abc import Awaitable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Coroutine, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench import _fanout_floor, _fanout_redis
-from bench._dispatch_procs import GRACE_S, Broker, Child
-from bench._headrace_pubsub import MAX_UNACKED
-from bench._measure import new_runner, per_second, percentile
+from bench._dispatch_procs import GRACE_S, Broker
+from bench._dispatch_workloads import SHARED_PARTITIONS, e2e, shared
+from bench._measure import new_runner, percentile
 from bench._output import Goal, Params, PeerGoal, Result
 from bench._peers import REDIS
 from bench._pubsub_system import (
     E2E_PAYLOAD_BYTES,
     ServerFailedError,
-    pace,
-    paced_send_times,
-    stamp_payload,
 )
 from bench._samples import SampleLog
 from bench._scenario import RunOptions
 from bench._scratch import cell_dir
 from bench.pubsub import find_servers
-from client import AsyncAdminClient, AsyncConsumer, AsyncProducer, ClientError
 from dispatcher import ConsumerSession, HeartbeatConfig, SubscriptionRegistry
 from wal import LogWriter, encode_columns
 
@@ -112,13 +108,6 @@ FAN_OUT_METRICS = ("e2e_latency_p50_ms", "e2e_latency_p99_ms")
 #: Metrics of the latency distributions in the sample log (``--plot``).
 MISSED_SERIES = "missed_notification_delivery_quantile_ms"
 E2E_SERIES = "e2e_latency_quantile_ms"
-E2E_TOPIC = "dispatch-e2e"
-SHARED_TOPIC = "dispatch-shared"
-SHARED_SUBSCRIPTION = "dispatch-shared"
-SHARED_PARTITIONS = 4
-#: How long an e2e consumer's acks wait to be sent: 100 ms is 200 records at 2,000 msg/s,
-#: far below the unacked cap, and 5x fewer ack messages than the 20 ms default.
-E2E_ACK_INTERVAL_MS = 100.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -424,7 +413,13 @@ async def _redis_results(
 async def _e2e_results(
     broker: Broker, sizes: Sizes, params: Params, log: SampleLog | None
 ) -> list[Result]:
-    samples, sent = await _e2e(broker, sizes)
+    samples, sent = await e2e(
+        broker,
+        subscriptions=sizes.e2e_subscriptions,
+        processes=sizes.e2e_processes,
+        rate=sizes.e2e_rate,
+        seconds=sizes.e2e_seconds,
+    )
     fields = _e2e_params(params, sizes, sizes.e2e_rate, "always", sizes.e2e_processes)
     return _latencies("headrace", samples, sent, sizes, fields, log=log)
 
@@ -468,7 +463,9 @@ def _latencies(
 
 
 async def _shared_results(broker: Broker, sizes: Sizes, params: Params) -> list[Result]:
-    rate = await _shared(broker, sizes)
+    rate = await shared(
+        broker, records=sizes.shared_records, consumers=sizes.shared_consumers, warn=_warn
+    )
     if rate is None:
         return []
     fields: Params = {
@@ -490,123 +487,3 @@ def _guarded(
     except Exception as exc:  # one phase's failure must not end the run
         _warn(f"{what} not measured: {exc!r}")
         return []
-
-
-async def _e2e(broker: Broker, sizes: Sizes) -> tuple[list[float], int]:
-    """Latencies (ms, ascending) of every (record, subscription) pair that arrived, and
-    the number of records sent."""
-    await broker.create_topic(E2E_TOPIC, 1)
-    outs = [broker.directory / f"e2e-{i}.f64" for i in range(sizes.e2e_processes)]
-    async with AsyncProducer(broker.address, linger_ms=0) as producer:
-        # Connect and look the topic up before the clock runs; the consumers subscribe at
-        # ``latest`` after it, so they never see this record.
-        await producer.publish(E2E_TOPIC, b"warm-up")
-        children = await _e2e_consumers(broker, sizes, outs)
-        try:
-            for refusal in await asyncio.gather(*(child.ready() for child in children)):
-                if refusal is not None:
-                    raise ServerFailedError(f"the broker refused a subscription: {refusal}")
-
-            def send(due_ns: int) -> Awaitable[object]:
-                return producer.publish(E2E_TOPIC, stamp_payload(due_ns, E2E_PAYLOAD_BYTES))
-
-            sent = await pace(sizes.e2e_rate, sizes.e2e_seconds, send, clock_ns=time.monotonic_ns)
-            await asyncio.gather(*(child.summary(GRACE_S) for child in children))
-        finally:
-            await asyncio.gather(*(child.kill() for child in children))
-    samples = array("d")
-    for out in outs:
-        samples.frombytes(out.read_bytes())
-    with contextlib.suppress(ClientError):  # its subscriptions would idle beside the next phase
-        async with AsyncAdminClient(broker.address) as admin:
-            await admin.delete_topic(E2E_TOPIC)
-    return sorted(samples), sent
-
-
-async def _e2e_consumers(broker: Broker, sizes: Sizes, outs: Sequence[Path]) -> list[Child]:
-    """The e2e consumer processes, one per file in ``outs``, the subscriptions dealt out
-    among them; each expects every record the publisher will send."""
-    names = [f"e2e-{i}" for i in range(sizes.e2e_subscriptions)]
-    expected = len(paced_send_times(sizes.e2e_rate, sizes.e2e_seconds))
-    return [
-        await Child.spawn(
-            broker,
-            E2E_TOPIC,
-            type_="exclusive",
-            names=names[i :: len(outs)],
-            expected=expected,
-            start="latest",
-            ack_interval_ms=E2E_ACK_INTERVAL_MS,
-            out=out,
-        )
-        for i, out in enumerate(outs)
-    ]
-
-
-async def _shared(broker: Broker, sizes: Sizes) -> float | None:
-    """Messages per second through the shared subscription; None when the broker refuses
-    the ``shared`` type."""
-    await broker.create_topic(SHARED_TOPIC, SHARED_PARTITIONS)
-    count = sizes.shared_records
-    if not await _shared_offered(broker.address):
-        return None
-    async with AsyncProducer(broker.address) as producer:
-        sent = await (await producer.send_many(SHARED_TOPIC, [b"s" * E2E_PAYLOAD_BYTES] * count))
-    if len(sent) != count:
-        raise ServerFailedError(f"{len(sent)} of {count} records were acknowledged")
-    child = await Child.spawn(
-        broker,
-        SHARED_TOPIC,
-        type_="shared",
-        names=[SHARED_SUBSCRIPTION],
-        expected=count,
-        start="earliest",
-        per_name=sizes.shared_consumers,
-        receive_queue=MAX_UNACKED // sizes.shared_consumers,
-        per_record_acks=True,
-    )
-    try:
-        refusal = await child.ready()
-        if refusal is not None:
-            _refused(*refusal)
-            return None
-        summary = await child.summary(max(60.0, count / 10_000))
-    finally:
-        await child.kill()
-    if summary["received"] < count:
-        raise ServerFailedError(f"{summary['received']} of {count} shared records arrived")
-    await _wait_acked(broker.address)
-    return per_second(count, (summary["end_ns"] - summary["first_ns"]) / 1e9)
-
-
-async def _shared_offered(address: str) -> bool:
-    """Whether the broker accepts the shared subscription; says why not on stderr.
-
-    Asked on the empty topic, before the preload: this creates the subscription at offset
-    0 of every partition, exactly as the consumers would.
-    """
-    probe = AsyncConsumer(SHARED_TOPIC, SHARED_SUBSCRIPTION, broker=address, type="shared")
-    try:
-        await probe.start()
-    except ClientError as exc:
-        _refused(exc.code.name if exc.code else type(exc).__name__, str(exc))
-        return False
-    finally:
-        await probe.aclose()
-    return True
-
-
-def _refused(code: str, message: str) -> None:
-    _warn(f"skipping shared_msgs_s: the broker refused a shared subscription ({code}: {message})")
-
-
-async def _wait_acked(address: str, timeout_s: float = 10.0) -> None:
-    """Return once the shared subscription has no lag left; say so on stderr if it keeps
-    some (records received twice hid records never acked)."""
-    async with AsyncAdminClient(address) as admin:
-        deadline = time.monotonic() + timeout_s
-        while (info := await admin.describe_subscription(SHARED_TOPIC, SHARED_SUBSCRIPTION)).lag:
-            if time.monotonic() > deadline:
-                _warn(f"shared subscription still has {info.lag} records unacked at the end")
-                return
-            await asyncio.sleep(0.05)

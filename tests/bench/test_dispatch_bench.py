@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import dispatch
+from bench import _dispatch_workloads, dispatch
 from bench._dispatch_procs import GRACE_S
 from bench._fanout_child import LineProcess
 from bench._output import Goal, Params, Result, render_human
@@ -199,7 +199,7 @@ def test_shared_throughput_counts_every_record_acked_one_by_one(
     assert shared.unit == "msgs/s"
     assert shared.params["records"] == 2_000
     assert shared.params["consumers"] == 3
-    assert shared.params["partitions"] == dispatch.SHARED_PARTITIONS
+    assert shared.params["partitions"] == _dispatch_workloads.SHARED_PARTITIONS
     assert shared.params["acks"] == "per_record"
 
 
@@ -211,7 +211,7 @@ def test_a_broker_that_refuses_the_subscription_skips_the_shared_metric(
     refusal does not depend on which types the broker offers). Expected: no shared_msgs_s
     result, one line on stderr naming the metric and the broker's reason, and the e2e
     results of the same run are still there."""
-    monkeypatch.setattr(dispatch, "SHARED_SUBSCRIPTION", "-not-a-valid-name")
+    monkeypatch.setattr(_dispatch_workloads, "SHARED_SUBSCRIPTION", "-not-a-valid-name")
     sizes = dataclasses.replace(SMALL, e2e_subscriptions=1, e2e_processes=1, e2e_seconds=0.2)
     results = list(dispatch.broker_phases(tmp_path, sizes, PARAMS))
     measured, _ = by_metric(results)
