@@ -8,7 +8,9 @@ Modules:
     _async.producer AsyncProducer: batching, per-partition pipelining, retries, idempotence
     _async._accumulator  Accumulator: one partition's batches, their sender task and
                     its stream, retries and recovery (the producer's per-partition half)
-    _async.consumer AsyncConsumer: credits, batched acks, reconnects
+    _async.consumer AsyncConsumer: lifecycle, receiving and credit
+    _async._consumer_acks  AckBatcher: the consumer's acks, coalesced and sent when due
+    _async._consumer_session  Sessions: the consumer's Subscribe streams and reconnects
     _async.admin    AsyncAdminClient: topics, subscriptions and dead-letter queues
     _async.fetcher  AsyncFetcher: reads by offset (Fetch) and position commits (AckUpTo)
     _message        Message: a lazy view of one received record
