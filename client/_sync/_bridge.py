@@ -1,6 +1,7 @@
 """LoopThread: blocking calls into a private event loop that runs on a daemon thread.
 
-Role: let a sync client drive its async twin. Each sync object owns one :class:`LoopThread`.
+Role: let a sync client drive its async twin (and :class:`Blocking`, what every blocking
+client is: a context manager that closes it). Each sync object owns one :class:`LoopThread`.
 It builds the async object on the loop (``grpc.aio`` channels bind to the loop they are
 created on) and runs every call there. The calling thread blocks on a
 ``concurrent.futures.Future``.
@@ -39,7 +40,8 @@ import inspect
 import logging
 import threading
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Coroutine, Generator
-from typing import Any, Generic, Literal, ParamSpec, TypeVar
+from types import TracebackType
+from typing import Any, Generic, Literal, ParamSpec, Self, TypeVar
 
 from client.errors import ClientClosed
 
@@ -53,6 +55,22 @@ class _End(enum.Enum):
     """The marker :class:`_Pump` returns for an exhausted iterator."""
 
     END = enum.auto()
+
+
+class Blocking:
+    """What every blocking client is: a context manager whose exit calls its ``close``."""
+
+    def close(self) -> None:
+        """Release what the client holds; each client says what (idempotent)."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
 
 
 class LoopThread:

@@ -18,7 +18,8 @@ names, e.g. ``broker: str = DEFAULT_BROKER``):
 * every public method of the async class that the hand-written part of the twin does not
   define: an ``async def`` runs on the loop (``self._bridge.run(...)``), a plain ``def``
   is called there (``self._bridge.call(...)``), with the async docstring;
-* ``close`` (for ``aclose``), ``__enter__`` and ``__exit__``, unless hand-written.
+* ``close`` (for ``aclose``), unless hand-written. (``__enter__`` and ``__exit__`` come
+  from :class:`~client._sync._bridge.Blocking`, which each twin's class derives from.)
 
 What a twin defines by hand (outside the block) is its deliberate difference from the
 async class, said in its module docstring. Plumbing methods of an async class (called by
@@ -199,7 +200,7 @@ def _init(twin: Twin, hand_written: set[str]) -> list[str]:
 
 
 def _closing(twin: Twin, hand_written: set[str]) -> list[list[str]]:
-    blocks = []
+    blocks: list[list[str]] = []
     if "close" not in hand_written:
         blocks.append(
             [
@@ -207,16 +208,6 @@ def _closing(twin: Twin, hand_written: set[str]) -> list[list[str]]:
                 '        """Close the async client on the loop, then stop the loop thread.',
                 '        Idempotent; later calls raise ``ClientClosed``."""',
                 f"        self._bridge.close(self.{twin.attr}.aclose())",
-            ]
-        )
-    if "__enter__" not in hand_written:
-        blocks.append(["    def __enter__(self) -> Self:", "        return self"])
-    if "__exit__" not in hand_written:
-        blocks.append(
-            [
-                "    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,"
-                " tb: TracebackType | None) -> None:",
-                "        self.close()",
             ]
         )
     return blocks

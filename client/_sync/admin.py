@@ -12,12 +12,11 @@ difference of its own from the async class.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from types import TracebackType
-from typing import Self, Unpack
+from typing import Unpack
 
 from client._async.admin import AsyncAdminClient
 from client._connection import ConnectionOptions
-from client._sync._bridge import LoopThread
+from client._sync._bridge import Blocking, LoopThread
 from client._types import (
     DEFAULT_BROKER,
     DeadLetterEntry,
@@ -27,7 +26,7 @@ from client._types import (
 )
 
 
-class AdminClient:
+class AdminClient(Blocking):
     """Topic, subscription and dead-letter queue administration, blocking. Thread-safe; a
     context manager.
 
@@ -195,13 +194,5 @@ class AdminClient:
         """Close the async client on the loop, then stop the loop thread.
         Idempotent; later calls raise ``ClientClosed``."""
         self._bridge.close(self._admin.aclose())
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     # -- end of generated code --

@@ -35,13 +35,12 @@ import collections
 import contextlib
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from types import TracebackType
 from typing import Self, Unpack
 
 from client._async.consumer import AsyncConsumer, check_receive_batch, check_timeout
 from client._connection import ConnectionOptions
 from client._message import Message
-from client._sync._bridge import LoopThread
+from client._sync._bridge import Blocking, LoopThread
 from client._types import DEFAULT_BROKER
 from client.errors import ClientClosed
 
@@ -49,7 +48,7 @@ from client.errors import ClientClosed
 MAX_READ_AHEAD = 256
 
 
-class Consumer:
+class Consumer(Blocking):
     """Receives a subscription's messages, blocking; ``for message in consumer``.
 
     Thread-safe; a context manager (closing sends pending acks). Calling it from a thread
@@ -102,11 +101,6 @@ class Consumer:
         As :meth:`AsyncConsumer.start`, blocking.
         """
         self._bridge.run(self._consumer.start())
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     # -- end of generated code --
 

@@ -12,14 +12,18 @@ calling thread and the loop thread took about a third of the Python worker's tim
 grpc's blocking calls release the GIL while they wait, and ``Fetch.future`` gives
 read-ahead without a thread of our own. A fetcher made after a ``fork()`` (Spark's
 Python workers) opens its own channel.
+
+That is this twin's one difference, kept for the Spark executors; it is written by hand
+(``fetch_ahead`` is its own addition). Its constructor takes the connection keywords of
+every client (:class:`~client._connection.ConnectionOptions`), and
+``tests/client/test_sync.py`` holds its methods' parameters to :class:`AsyncFetcher`'s.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from types import TracebackType
-from typing import Any, Self, TypeVar, Unpack
+from typing import Any, TypeVar, Unpack
 
 import grpc
 
@@ -32,6 +36,7 @@ from client._async.fetcher import (
 )
 from client._connection import ConnectionOptions, ConnectionSettings
 from client._retry import retrying_blocking
+from client._sync._bridge import Blocking
 from client._types import DEFAULT_BROKER
 from client.errors import ClientClosed, from_rpc_error
 from proto import broker_pb2 as _pb
@@ -70,7 +75,7 @@ class FetchAhead:
         self._future.cancel()
 
 
-class Fetcher:
+class Fetcher(Blocking):
     """Offset-addressed reads and position commits, blocking. Thread-safe; a context
     manager.
 
@@ -169,11 +174,3 @@ class Fetcher:
         if not self._closed:
             self._closed = True
             self._channel.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()

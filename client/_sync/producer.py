@@ -39,13 +39,12 @@ import random
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from types import TracebackType
-from typing import Self, TypeVar, Unpack
+from typing import TypeVar, Unpack
 
 from client._async.producer import DEFAULT_MAX_IN_FLIGHT, AsyncProducer
 from client._batching import PendingBatch, ThreadRecordFuture
 from client._connection import ConnectionOptions
-from client._sync._bridge import LoopThread, to_concurrent
+from client._sync._bridge import Blocking, LoopThread, to_concurrent
 from client._types import DEFAULT_BROKER, RecordMetadata, SentRecords
 from client.errors import ClientClosed
 from proto.batch import Headers, partition_for
@@ -53,7 +52,7 @@ from proto.batch import Headers, partition_for
 T = TypeVar("T")
 
 
-class Producer:
+class Producer(Blocking):
     """Publishes records, blocking. It batches, pipelines per partition, retries, and is
     idempotent.
 
@@ -119,14 +118,6 @@ class Producer:
             **connection,
         )
         self._created()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     # -- end of generated code --
 
