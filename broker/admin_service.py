@@ -3,7 +3,10 @@
 Role: thin, like :mod:`broker.service`: pb -> registry -> pb, errors through
 :mod:`broker.error_status`. Dead-letter calls name a subscription, which must exist (else
 NOT_FOUND); a subscription whose queue was never created answers as an empty queue, and
-these calls never create one. Replay itself lives in :mod:`broker.replay`.
+these calls never create one. Replay itself lives in :mod:`broker.replay`. Every call
+that names a topic asks :class:`~broker.topic_guard.TopicGuard` first (cluster mode: a
+call this broker may not serve ends ``ABORTED`` naming the owner, nothing done);
+CreateTopic and ListTopics name none.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from broker.errors import InvalidRequestError
 from broker.ingest import Append
 from broker.replay import DeadLetterReplayer, ReplayOutcome
 from broker.rpc_handlers import add_service
+from broker.topic_guard import TopicGuard
 from broker.topics import Topic, TopicRegistry, check_topic_name
 from dispatcher import SubscriptionRegistry, check_subscription_name
 from dispatcher.dead_letter_queue import DeadLetterQueue
@@ -52,8 +56,14 @@ class AdminService(_grpc.AdminServicer):
     """Topic and subscription administration. Task-safe."""
 
     def __init__(
-        self, topics: TopicRegistry, subscriptions: SubscriptionRegistry, append: Append
+        self,
+        topics: TopicRegistry,
+        subscriptions: SubscriptionRegistry,
+        append: Append,
+        guard: TopicGuard | None = None,
     ) -> None:
+        #: Asked first by every call that names a topic (cluster mode; see topic_guard).
+        self._guard = guard or TopicGuard()
         self._topics = topics
         self._subscriptions = subscriptions
         self._replayer = DeadLetterReplayer(topics, append)
@@ -85,6 +95,7 @@ class AdminService(_grpc.AdminServicer):
         context: Context,
     ) -> _admin.TopicInfo:
         """One topic's partitions: heads, sizes, segments."""
+        self._guard.check(request.name, write=False)
         check_topic_name(request.name, field="name")
         return _topic_info(self._topics.get(request.name))
 
@@ -96,6 +107,7 @@ class AdminService(_grpc.AdminServicer):
     ) -> _admin.DeleteTopicResponse:
         """Delete a topic, its data and its subscriptions. Once begun it runs to its end,
         even past the call's deadline (see :meth:`TopicRegistry.delete`)."""
+        self._guard.check(request.name, write=True)
         name = request.name
         check_topic_name(name, field="name")
         await self._topics.delete(
@@ -111,6 +123,7 @@ class AdminService(_grpc.AdminServicer):
     ) -> _admin.ListSubscriptionsResponse:
         """Every subscription (of one topic, when given) with its cursors and lag."""
         if request.topic:
+            self._guard.check(request.topic, write=False)
             self._topics.get(request.topic)
         subs = self._subscriptions.subscriptions(request.topic or None)
         return _admin.ListSubscriptionsResponse(
@@ -124,6 +137,7 @@ class AdminService(_grpc.AdminServicer):
         context: Context,
     ) -> _admin.SubscriptionInfo:
         """One subscription's cursors, heads, lag and consumers."""
+        self._guard.check(request.topic, write=False)
         self._topics.get(request.topic)
         return subscription_info(
             await self._subscriptions.get(request.topic, request.subscription).status()
@@ -136,6 +150,7 @@ class AdminService(_grpc.AdminServicer):
         context: Context,
     ) -> _admin.SubscriptionInfo:
         """Move a subscription's cursors; saved before the answer."""
+        self._guard.check(request.topic, write=True)
         topic = self._topics.get(request.topic)
         sub = self._subscriptions.get(request.topic, request.subscription)
         writers = [p.writer for p in topic.partitions]
@@ -171,6 +186,7 @@ class AdminService(_grpc.AdminServicer):
         context: Context,
     ) -> _admin.OffsetsForTimeResponse:
         """The first offset at or after a time on every partition; moves nothing."""
+        self._guard.check(request.topic, write=False)
         _check_timestamp(request.timestamp_ms)
         topic = self._topics.get(request.topic)
         offsets = [
@@ -198,6 +214,7 @@ class AdminService(_grpc.AdminServicer):
         context: Context,
     ) -> _admin.PeekDeadLettersResponse:
         """Entries of a subscription's dead-letter queue, oldest first; removes nothing."""
+        self._guard.check(request.topic, write=False)
         start, limit, reason = peek_arguments(request)
         dlq = await self._dead_letters(request.topic, request.subscription)
         if dlq is None:
@@ -211,6 +228,7 @@ class AdminService(_grpc.AdminServicer):
         context: Context,
     ) -> _admin.CountDeadLettersResponse:
         """How many entries a subscription's dead-letter queue holds."""
+        self._guard.check(request.topic, write=False)
         dlq = await self._dead_letters(request.topic, request.subscription)
         return _admin.CountDeadLettersResponse(count=dlq.count() if dlq else 0)
 
@@ -221,6 +239,7 @@ class AdminService(_grpc.AdminServicer):
         context: Context,
     ) -> _admin.AckDeadLettersResponse:
         """Remove the entries at or below a sequence; saved before the answer."""
+        self._guard.check(request.topic, write=True)
         up_to = ack_sequence(request)
         dlq = await self._dead_letters(request.topic, request.subscription)
         return _admin.AckDeadLettersResponse(acked=await dlq.ack_up_to(up_to) if dlq else 0)
@@ -232,6 +251,7 @@ class AdminService(_grpc.AdminServicer):
         context: Context,
     ) -> _admin.PurgeDeadLettersResponse:
         """Remove every entry; saved before the answer."""
+        self._guard.check(request.topic, write=True)
         dlq = await self._dead_letters(request.topic, request.subscription)
         return _admin.PurgeDeadLettersResponse(purged=await dlq.purge() if dlq else 0)
 
@@ -242,6 +262,7 @@ class AdminService(_grpc.AdminServicer):
         context: Context,
     ) -> _admin.ReplayDeadLettersResponse:
         """Publish entries back to their original topic, rate limited; see the proto."""
+        self._guard.check(request.topic, write=True)
         order = replay_order(request)
         dlq = await self._dead_letters(request.topic, request.subscription)
         if dlq is None:
@@ -258,6 +279,7 @@ class AdminService(_grpc.AdminServicer):
         """Delete a subscription's state and dead-letter queue; FAILED_PRECONDITION while
         consumers are attached unless ``force``. Once begun it runs to its end, even past
         the call's deadline (see :meth:`SubscriptionRegistry.delete`)."""
+        self._guard.check(request.topic, write=True)
         check_topic_name(request.topic)
         check_subscription_name(request.subscription)
         self._topics.get(request.topic)

@@ -46,8 +46,11 @@ from prometheus_client import start_http_server
 from broker.admin_service import AdminService
 from broker.admin_service import add_to_server as add_admin_service
 from broker.auth import AuthInterceptor, TokensFile
+from broker.cluster_service import ClusterService, ClusterSource, SingleBrokerSource
+from broker.cluster_service import add_to_server as add_cluster_service
 from broker.config import BrokerConfig, parse_address
-from broker.errors import InsecureListenError, ListenError, TopicNotFoundError
+from broker.config_cluster import check_cluster
+from broker.errors import ConfigError, InsecureListenError, ListenError, TopicNotFoundError
 from broker.exposure import is_loopback, refusal
 from broker.ingest import append_batch
 from broker.load_monitor import LoadMonitor
@@ -59,10 +62,13 @@ from broker.rpc_handlers import transport_receive_limit
 from broker.service import BrokerService
 from broker.service import add_to_server as add_broker_service
 from broker.tls import ServerTls, load_server_tls
+from broker.topic_guard import TopicGuard
 from broker.topics import TopicRegistry
+from cluster.ownership import Ownership
 from dispatcher import SubscriptionRegistry
 from proto import admin_pb2 as _admin
 from proto import broker_pb2 as _pb
+from proto import cluster_pb2 as _cluster
 from wal import FileSystem, WalIOError
 from wal.errors import io_error
 from wal.lock import DirectoryLock
@@ -73,6 +79,7 @@ logger = logging.getLogger(__name__)
 SERVICE_NAMES = (
     _pb.DESCRIPTOR.services_by_name["Broker"].full_name,
     _admin.DESCRIPTOR.services_by_name["Admin"].full_name,
+    _cluster.DESCRIPTOR.services_by_name["Cluster"].full_name,
 )
 
 
@@ -88,6 +95,16 @@ class Broker:
             tests pass a :class:`wal.FaultyFs` (a full disk, failing syncs).
         monotonic: Monotonic seconds for the subscriptions (heartbeat, inactivity expiry).
             Default: the system's; tests pass a manual one.
+        ownership: Asked before every topic-scoped call whether this broker serves the
+            topic now (:mod:`broker.topic_guard`). Default: :class:`SingleBroker`, which
+            serves every topic (no cluster: nothing changes).
+        cluster: Answers the Cluster service (Lookup, ClusterStatus). Default: this broker
+            alone (:class:`~broker.cluster_service.SingleBrokerSource`).
+
+    Raises:
+        ConfigError: ``config.cluster`` breaks a rule that needs other settings
+            (:func:`~broker.config_cluster.check_cluster`), or turns cluster mode on but no
+            ``ownership`` is given (a cluster member must not run as a single broker).
     """
 
     def __init__(
@@ -98,8 +115,21 @@ class Broker:
         clock: Clock | None = None,
         fs: FileSystem | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        ownership: Ownership | None = None,
+        cluster: ClusterSource | None = None,
     ) -> None:
+        # CLUSTER-WIRING: until serve builds a cluster.member.ClusterMember from
+        # config.cluster (and passes it as ownership and cluster), cluster settings stop
+        # the start here instead of running silently as a single broker.
+        check_cluster(config.cluster, config.listen, insecure=config.security.insecure)
+        if config.cluster.enabled and ownership is None:
+            raise ConfigError(
+                f"[cluster] etcd = {', '.join(config.cluster.etcd or ())}: this build cannot "
+                "join a cluster yet; remove the cluster settings to run a single broker"
+            )
         self.config = config
+        self.guard = TopicGuard(ownership)
+        self._cluster = cluster
         self._clock = clock  # None: the system clock
         self.metrics = metrics or BrokerMetrics()
         self.topics = TopicRegistry(
@@ -241,14 +271,19 @@ class Broker:
                 limits=self.config.limits,
                 clock=self._clock,
                 load=self.load,
+                guard=self.guard,
             ),
             server,
             max_request_bytes=limit,
         )
         append = functools.partial(append_batch, retention=self.retention, metrics=self.metrics)
         add_admin_service(
-            AdminService(self.topics, self.subscriptions, append), server, max_request_bytes=limit
+            AdminService(self.topics, self.subscriptions, append, self.guard),
+            server,
+            max_request_bytes=limit,
         )
+        source = self._cluster or SingleBrokerSource(self.topics, self._advertised)
+        add_cluster_service(ClusterService(source), server, max_request_bytes=limit)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(
             (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
@@ -273,6 +308,11 @@ class Broker:
             _describe_tls(self._tls),
             self.config.data_dir,
         )
+
+    def _advertised(self) -> str:
+        """This broker's address as clients call it: the listen host with the bound port
+        (``[cluster] advertise`` when set)."""
+        return self.config.cluster.advertised(self.config.listen, self.port)
 
     def _start_metrics(self) -> None:
         if not self.config.metrics_listen:

@@ -29,6 +29,7 @@ import click
 import uvloop
 
 from broker.config import BrokerConfig, parse_address
+from broker.config_cluster import check_cluster
 from broker.errors import (
     ConfigError,
     FileLimitError,
@@ -134,6 +135,19 @@ def cli() -> None:
     help="Serve on a non-loopback address without TLS plus tokens (or client certificates).",
 )
 @click.option(
+    "--cluster-etcd",
+    metavar="HOST:PORT[,HOST:PORT...]",
+    help="Join a cluster through these etcd endpoints ([cluster] etcd); needs --node-id.",
+)
+@click.option(
+    "--node-id", help="This broker's unique, stable name in the cluster ([cluster] node_id)."
+)
+@click.option(
+    "--advertise",
+    metavar="HOST:PORT",
+    help="Where other brokers and clients call this one ([cluster] advertise; default: --listen).",
+)
+@click.option(
     "--log-level",
     default="INFO",
     show_default=True,
@@ -154,6 +168,9 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
     tls_client_ca: str | None,
     tokens_file: str | None,
     insecure: bool | None,
+    cluster_etcd: str | None,
+    node_id: str | None,
+    advertise: str | None,
     log_level: str,
     log_format: str | None,
 ) -> None:
@@ -161,6 +178,8 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
 
     On an address other hosts can reach it refuses to start without TLS and tokens (or
     client certificates), unless --insecure is given; see docs/operations/security.md.
+    With --cluster-etcd (or [cluster] etcd) it joins a cluster as --node-id; etcd off
+    loopback without [cluster] etcd TLS is refused the same way.
     """
     try:
         config = BrokerConfig.load(
@@ -173,7 +192,13 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
             tokens_file=tokens_file,
             insecure=insecure,
         )
-        config = config.replace(security=security, log_format=log_format and LogFormat(log_format))
+        cluster = config.cluster.replace(
+            etcd=_endpoints(cluster_etcd), node_id=node_id, advertise=advertise
+        )
+        config = config.replace(
+            security=security, cluster=cluster, log_format=log_format and LogFormat(log_format)
+        )
+        check_cluster(config.cluster, config.listen, insecure=config.security.insecure)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from exc
     configure_logging(log_level, config.log_format)
@@ -186,6 +211,7 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
                 run_broker(config, on_ready=lambda b: _print_banner(config, b.port, b.metrics_port))
             )
     except (
+        ConfigError,
         DataDirLockedError,
         ListenError,
         FileLimitError,
@@ -213,6 +239,13 @@ TOUR = (
     "{headrace} consume orders --subscription billing --count 3 --timeout 5",
     "{headrace} lag",
 )
+
+
+def _endpoints(flag: str | None) -> tuple[str, ...] | None:
+    """``--cluster-etcd``'s comma-separated endpoints (blanks around each dropped)."""
+    if flag is None:
+        return None
+    return tuple(e.strip() for e in flag.split(","))
 
 
 def _print_banner(config: BrokerConfig, port: int, metrics_port: int) -> None:

@@ -86,6 +86,15 @@ TOML layout (every key optional)::
     tls_client_ca = "clients-ca.pem" # PEM CAs of client certificates: mutual TLS
     tokens_file = "tokens.json"      # every RPC then needs a bearer token
     insecure = false                 # serve on a non-loopback address unprotected
+    [cluster]                        # cluster mode (broker.config_cluster); absent: one broker
+    etcd = ["127.0.0.1:2379"]        # etcd endpoints, host:port; turns cluster mode on
+    node_id = "b1"                   # this broker's unique, stable name
+    advertise = "10.0.0.1:50051"     # where others call it; default: listen
+    session_ttl_s = 10               # etcd lease TTL, seconds, 2..60
+    etcd_ca = "etcd-ca.pem"          # TLS toward etcd: all three or none
+    etcd_cert = "broker.pem"
+    etcd_key = "broker.key"
+    prefix = "/headrace/"            # etcd key prefix
 """
 
 from __future__ import annotations
@@ -100,6 +109,7 @@ from typing import Any
 import msgspec
 
 from broker.backlog import BacklogConfig, BacklogPolicy
+from broker.config_cluster import ClusterConfig
 from broker.config_errors import explain, shown
 from broker.config_schema import (
     TEN_YEARS_MS,
@@ -267,6 +277,8 @@ class BrokerConfig:
             of them, which is allowed on a loopback ``listen`` address only.
         subscriptions: The subscription lifecycle (:class:`SubscriptionsConfig`): inactivity
             expiry, off by default.
+        cluster: Cluster mode (:class:`broker.config_cluster.ClusterConfig`). Default: no
+            etcd, a single broker.
     """
 
     data_dir: str = "./data"
@@ -290,6 +302,7 @@ class BrokerConfig:
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     security: SecurityConfig = field(default_factory=SecurityConfig)
     subscriptions: SubscriptionsConfig = field(default_factory=SubscriptionsConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
 
     def __post_init__(self) -> None:
         _check(BrokerTable, self, "broker")
@@ -306,6 +319,8 @@ class BrokerConfig:
             raise ConfigError("security must be a broker.config.SecurityConfig")
         if not isinstance(self.subscriptions, SubscriptionsConfig):
             raise ConfigError("subscriptions must be a broker.config.SubscriptionsConfig")
+        if not isinstance(self.cluster, ClusterConfig):
+            raise ConfigError("cluster must be a broker.config_cluster.ClusterConfig")
 
     @property
     def log_config(self) -> LogConfig:
@@ -376,8 +391,8 @@ class BrokerConfig:
     @classmethod
     def from_mapping(cls, doc: Mapping[str, Any], *, source: str = "config") -> BrokerConfig:
         """Build from a parsed document with ``[broker]``, ``[wal]``, ``[heartbeat]``,
-        ``[backlog]``, ``[dispatch]``, ``[dlq]``, ``[limits]``, ``[security]`` and
-        ``[subscriptions]`` tables (:class:`broker.config_schema.ConfigFile`)."""
+        ``[backlog]``, ``[dispatch]``, ``[dlq]``, ``[limits]``, ``[security]``,
+        ``[subscriptions]`` and ``[cluster]`` tables (:class:`broker.config_schema.ConfigFile`)."""
         try:
             file = msgspec.convert(doc, ConfigFile)
         except msgspec.ValidationError as exc:
@@ -412,6 +427,7 @@ def _from_file(file: ConfigFile, source: str) -> BrokerConfig:
         limits=LimitsConfig(**set_fields(file.limits)),
         security=SecurityConfig(**set_fields(file.security)),
         subscriptions=SubscriptionsConfig(**set_fields(file.subscriptions)),
+        cluster=ClusterConfig(**set_fields(file.cluster)),
     )
 
 

@@ -150,6 +150,11 @@ def _walk(doc: object, schema: Any, path: str, names: list[str]) -> _Node:
             value, entry = value[match[1]], False  # type: ignore[index]
             names.append(match[1])
             continue
+        if typing.get_origin(base) is list:  # an array's item: named key[i]
+            index = int(match[2])
+            tp, value, entry = typing.get_args(base)[0], value[index], False  # type: ignore[index]
+            names[-1] = f"{names[-1]}[{index}]"
+            continue
         item_tp = typing.get_args(base)[1]
         assert isinstance(value, Mapping)
         name, value = next((k, v) for k, v in value.items() if not _converts(v, item_tp))

@@ -40,6 +40,7 @@ class Kind(enum.Enum):
     BOOLEAN = "boolean"
     STRING = "string"
     ADDRESS = "string host:port"
+    ADDRESSES = "array of strings host:port"
     CHOICE = "string, one of"
     TABLE = "table"
 
@@ -90,6 +91,7 @@ TABLES: dict[str, type[msgspec.Struct]] = {
     "limits": schema.LimitsTable,
     "security": schema.SecurityTable,
     "subscriptions": schema.SubscriptionsTable,
+    "cluster": schema.ClusterTable,
 }
 
 
@@ -123,6 +125,8 @@ def _row(table: str, name: str, hint: Any) -> Key:
 def _kind(base: Any, extra: dict[str, Any]) -> Kind:
     if typing.get_origin(base) is dict:
         return Kind.TABLE
+    if typing.get_origin(base) is list and extra.get("kind") == "address":
+        return Kind.ADDRESSES
     if isinstance(base, type) and issubclass(base, enum.Enum):
         return Kind.CHOICE
     if base is str:

@@ -38,6 +38,10 @@ _TABLES = {
     "security": "TLS, bearer tokens and the safe default (see [Security](security.md)). "
     "Every key is unset by default; paths are relative to the working directory.",
     "subscriptions": "The subscription lifecycle.",
+    "cluster": "Cluster mode: etcd as the control plane, each topic owned by one broker. "
+    "Without `etcd` (the default) the broker runs alone and no other key is used. With it, "
+    "`node_id` is required; etcd or an advertised address off loopback needs `etcd_ca`, "
+    "`etcd_cert` and `etcd_key` unless `[security] insecure`.",
 }
 
 _HEAD = """\
@@ -49,9 +53,10 @@ the command instead. -->
 
 `headrace serve --config FILE` reads a TOML file. Settings come from the defaults, then the
 file, then `HEADRACE_DATA_DIR`, `HEADRACE_LISTEN` and `HEADRACE_METRICS_LISTEN`, then the
-flags `--data-dir`, `--listen`, `--metrics-listen` (and the `--tls-*` flags). Every key is
-optional. An unknown key or a value of the wrong type or out of range stops the broker at
-start with one line that names the setting and what is allowed.
+flags `--data-dir`, `--listen`, `--metrics-listen` (and the `--tls-*` flags, and
+`--cluster-etcd`, `--node-id`, `--advertise`). Every key is optional. An unknown key or a
+value of the wrong type or out of range stops the broker at start with one line that names
+the setting and what is allowed.
 
 Times in the file are milliseconds (`_ms`) unless the name says otherwise, sizes are bytes.
 """
@@ -165,6 +170,8 @@ def _toml(value: object) -> str:
         return "true" if value else "false"
     if isinstance(value, str):
         return f'"{value}"'
+    if isinstance(value, tuple | list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
     return str(value)
 
 

@@ -750,6 +750,112 @@ class SubscriptionsTable(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
     ] = UNSET
 
 
+class ClusterTable(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``[cluster]``: cluster mode (etcd as the control plane); absent: a single broker."""
+
+    etcd: Opt[
+        Annotated[
+            list[str],
+            meta(
+                "etcd client endpoints, host:port each; setting it turns cluster mode on "
+                "(needs `node_id`). Flag `--cluster-etcd h:p,h:p`.",
+                min_length=1,
+                kind="address",
+                unset="a single broker, no etcd",
+                must='a list of host:port strings, e.g. ["127.0.0.1:2379"]',
+            ),
+        ]
+    ] = UNSET
+    node_id: Opt[
+        Annotated[
+            str,
+            meta(
+                "This broker's name in the cluster, unique and kept across restarts: 1-64 "
+                "characters from A-Z a-z 0-9 . _ -, the first a letter or digit. Flag "
+                "`--node-id`.",
+                min_length=1,
+                unset="required with `etcd`",
+                must="a string of 1-64 characters from A-Z a-z 0-9 . _ -",
+            ),
+        ]
+    ] = UNSET
+    advertise: Opt[
+        Annotated[
+            str,
+            meta(
+                "The address other brokers and clients call this broker at. Flag `--advertise`.",
+                kind="address",
+                unset="the listen address with its bound port; required when listening "
+                "on 0.0.0.0 or ::",
+                must="a string host:port",
+            ),
+        ]
+    ] = UNSET
+    session_ttl_s: Opt[
+        Annotated[
+            int,
+            meta(
+                "The TTL of this broker's etcd lease (its session): it stops accepting writes "
+                "before its own clock says the lease may have expired, and its topics go "
+                "offline this long after it dies.",
+                ge=2,
+                le=60,
+                unit="s",
+                must="whole seconds from {lo} to {hi}",
+                form=NAMED,
+            ),
+        ]
+    ] = UNSET
+    etcd_ca: Opt[
+        Annotated[
+            str,
+            meta(
+                "PEM CAs of the etcd servers' certificates: TLS toward etcd. Set `etcd_ca`, "
+                "`etcd_cert` and `etcd_key` together, or none.",
+                min_length=1,
+                unit="path",
+                unset="plain TCP to etcd",
+                must=_PATH,
+            ),
+        ]
+    ] = UNSET
+    etcd_cert: Opt[
+        Annotated[
+            str,
+            meta(
+                "PEM client certificate this broker presents to etcd.",
+                min_length=1,
+                unit="path",
+                unset="plain TCP to etcd",
+                must=_PATH,
+            ),
+        ]
+    ] = UNSET
+    etcd_key: Opt[
+        Annotated[
+            str,
+            meta(
+                "Unencrypted PEM private key of `etcd_cert`.",
+                min_length=1,
+                unit="path",
+                unset="plain TCP to etcd",
+                must=_PATH,
+            ),
+        ]
+    ] = UNSET
+    prefix: Opt[
+        Annotated[
+            str,
+            meta(
+                "The etcd key prefix of this cluster's keys (several clusters may share one "
+                "etcd under different prefixes); starts and ends with `/`.",
+                min_length=2,
+                must='a string that starts and ends with /, e.g. "/headrace/"',
+            ),
+        ]
+    ] = UNSET
+
+
 class ConfigFile(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """The whole file: one Struct per table, each optional (an absent table is empty)."""
 
@@ -762,6 +868,7 @@ class ConfigFile(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     limits: LimitsTable = msgspec.field(default_factory=LimitsTable)
     security: SecurityTable = msgspec.field(default_factory=SecurityTable)
     subscriptions: SubscriptionsTable = msgspec.field(default_factory=SubscriptionsTable)
+    cluster: ClusterTable = msgspec.field(default_factory=ClusterTable)
 
 
 def set_fields(table: msgspec.Struct) -> dict[str, Any]:

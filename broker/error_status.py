@@ -5,6 +5,12 @@ Role: servicers catch nothing themselves; their unary methods are decorated with
 ``context.abort(code, message)`` with the error's own actionable message. Unknown errors are
 logged with their traceback and reported as ``INTERNAL`` without internals.
 
+Cluster refusals: :class:`~broker.errors.TopicRefusedError` (this broker does not serve the
+call's topic now; nothing was done) is ``ABORTED``, which no other error uses, and its
+status carries the refusal's ``headrace-*`` trailing metadata (:func:`trailers_for`,
+:mod:`proto.refusal`), so a client can tell it from ``UNAVAILABLE`` (outcome unknown) and
+``FAILED_PRECONDITION`` (a sequence gap) and knows where the owner is.
+
 I/O errors: a full disk is ``RESOURCE_EXHAUSTED`` (the request was fine, the broker has no
 room; it accepts writes again by itself once space is freed). Any other I/O error is
 ``UNAVAILABLE``: this broker's disk failed the request, which may succeed later or on
@@ -37,7 +43,9 @@ from broker.errors import (
     ShuttingDownError,
     TopicExistsError,
     TopicNotFoundError,
+    TopicRefusedError,
 )
+from broker.topic_guard import refusal_trailers
 from dispatcher import (
     DispatcherClosedError,
     InvalidAckError,
@@ -67,6 +75,7 @@ logger = logging.getLogger(__name__)
 
 #: Most specific classes first: the first ``isinstance`` match wins.
 STATUS_TABLE: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
+    (TopicRefusedError, grpc.StatusCode.ABORTED),
     (AuthenticationError, grpc.StatusCode.UNAUTHENTICATED),
     (PermissionDeniedError, grpc.StatusCode.PERMISSION_DENIED),
     (RecordTooLargeError, grpc.StatusCode.RESOURCE_EXHAUSTED),
@@ -111,6 +120,14 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     return grpc.StatusCode.INTERNAL, "internal broker error; see the broker log"
 
 
+def trailers_for(exc: BaseException) -> tuple[tuple[str, str], ...]:
+    """The trailing metadata the status of ``exc`` carries: a cluster refusal's
+    ``headrace-*`` entries (:mod:`proto.refusal`), none for any other error."""
+    if isinstance(exc, TopicRefusedError):
+        return refusal_trailers(exc.refusal)
+    return ()
+
+
 def _typed_io_error(exc: BaseException) -> BaseException:
     """``exc``, with a foreign ``OSError`` translated to the wal's typed I/O error, and an
     I/O error that reports a full disk made a :class:`DiskFullError`."""
@@ -140,7 +157,10 @@ async def abort_for(exc: BaseException, context: grpc.aio.ServicerContext[Any, A
         asyncio.CancelledError: the call had already ended.
     """
     code, message = status_for(exc)
+    trailers = trailers_for(exc)
     try:
+        if trailers:
+            await context.abort(code, message, trailers)
         await context.abort(code, message)
     except grpc.aio.AbortError:
         raise

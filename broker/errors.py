@@ -7,6 +7,7 @@ what to do.
 
 from __future__ import annotations
 
+from cluster.ownership import Refusal
 from proto.shown import shown
 
 
@@ -284,3 +285,15 @@ class ConfigError(BrokerError, ValueError):
 
 class CertificateFormatError(BrokerError, ValueError):
     """Raised when bytes hold no PEM certificate or one whose encoding cannot be read."""
+
+
+class TopicRefusedError(BrokerError):
+    """Raised before anything is done for a topic-scoped call that this broker does not
+    serve now (cluster mode: another broker owns the topic, its owner is offline, this
+    broker's session may have expired...). ``refusal`` says why and where the owner is;
+    the call ends ``ABORTED`` with its facts as trailing metadata
+    (:mod:`broker.topic_guard`, ``docs/protocol.md``)."""
+
+    def __init__(self, refusal: Refusal) -> None:
+        self.refusal = refusal
+        super().__init__(refusal.message)

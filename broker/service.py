@@ -22,6 +22,11 @@ Invariants:
   not acknowledge goes to the next consumer: as a failed delivery, except what the client
   released (``Acks.releases``, after ``drain`` is answered ``drained``: records it never
   handed to its application).
+- Every call that names a topic asks :class:`~broker.topic_guard.TopicGuard` first (each
+  request of a PublishStream, the ``open`` of a Subscribe); a refused one did nothing
+  and ends ``ABORTED`` with the owner in its trailers (a PublishStream request: its
+  response carries ``error_code`` ABORTED and a ``Redirect``; the stream stays open).
+  The credits and acks of a Subscribe already open are not asked again.
 """
 
 from __future__ import annotations
@@ -49,13 +54,19 @@ from broker.convert import (
     subscription_type,
 )
 from broker.error_status import Context, abort_for, rpc, status_for
-from broker.errors import InvalidRequestError, LimitExceededError, ShuttingDownError
+from broker.errors import (
+    InvalidRequestError,
+    LimitExceededError,
+    ShuttingDownError,
+    TopicRefusedError,
+)
 from broker.ingest import append_batch
 from broker.limits import LimitsConfig, StreamSlots
 from broker.load_monitor import LoadMonitor
 from broker.metrics import BrokerMetrics
 from broker.retention import RetentionService
 from broker.rpc_handlers import add_service
+from broker.topic_guard import TopicGuard, redirect_message
 from broker.topics import Topic, TopicRegistry
 from broker.turns import Turnstile
 from dispatcher import ConsumerSession, Subscription, SubscriptionRegistry
@@ -90,7 +101,10 @@ class BrokerService(_grpc.BrokerServicer):
         limits: LimitsConfig | None = None,
         clock: Clock | None = None,
         load: LoadMonitor | None = None,
+        guard: TopicGuard | None = None,
     ) -> None:
+        #: Asked first by every call that names a topic (cluster mode; see topic_guard).
+        self._guard = guard or TopicGuard()
         self._clock = clock or wall_clock_ms  # stamps simple-path records sent without a time
         #: Whether the process is too busy for producers to pipeline (its own, if none).
         self._load = load or LoadMonitor()
@@ -118,6 +132,7 @@ class BrokerService(_grpc.BrokerServicer):
         if turns is not None and not turns.take(me):
             await turns.wait(me)  # an earlier request of the stream is not queued yet
         try:
+            self._guard.check(request.topic, write=True)
             data = self._batch_of(request)
             topic = await self._topic(request.topic)
             index = request.partition
@@ -317,6 +332,7 @@ class BrokerService(_grpc.BrokerServicer):
         if request.WhichOneof("kind") != "open":
             raise InvalidRequestError("open", "the first request on a stream must open it")
         o = request.open
+        self._guard.check(o.topic, write=True)  # opening creates or changes the subscription
         name = consumer_name(o.consumer_name)  # before anything is created
         topic = self._topics.get(o.topic)
         sub = await self._subscriptions.subscribe(
@@ -336,6 +352,7 @@ class BrokerService(_grpc.BrokerServicer):
         context: Context,
     ) -> _pb.AckUpToResponse:
         """Commit a reader's position: the cursor becomes max(cursor, offset), saved."""
+        self._guard.check(request.topic, write=True)
         committer = committer_name(request.committer)  # before anything is created
         topic = self._topics.get(request.topic)
         sub = await self._subscriptions.subscribe(
@@ -355,6 +372,7 @@ class BrokerService(_grpc.BrokerServicer):
         serialized ``FetchResponse`` (see :func:`add_to_server`); with ``decoded``, the
         records of those batches at or above ``offset`` (and below ``end_offset`` if set)
         as ``DecodedRecord`` messages instead, ``max_bytes`` bounding the batches read."""
+        self._guard.check(request.topic, write=False)
         topic = self._topics.get(request.topic)
         writer = topic.partition(_fetch_partition(request)).writer
         max_bytes = min(request.max_bytes or 1 << 20, _MAX_FETCH_BYTES)
@@ -443,14 +461,18 @@ async def _stream_response(
     task: asyncio.Task[_pb.PublishResponse], request_id: int
 ) -> _pb.PublishResponse:
     """The response to one stream publish; a failure's response echoes its ``request_id``
-    too, so a pipelining client can match it."""
+    too, so a pipelining client can match it; a cluster refusal's carries a ``Redirect``
+    (the stream stays open)."""
     try:
         return await task
     except Exception as exc:
         code, message = status_for(exc)
-        return _pb.PublishResponse(
+        response = _pb.PublishResponse(
             request_id=request_id, error_code=code.value[0], error_message=message
         )
+        if isinstance(exc, TopicRefusedError):
+            response.redirect.CopyFrom(redirect_message(exc.refusal))
+        return response
 
 
 def _fetch_partition(request: _pb.FetchRequest) -> int:

@@ -1,7 +1,7 @@
 """The authorization table: for every RPC, the role it needs and the resource it acts on.
 
 Role: one table (:data:`RULES`), keyed by full gRPC method name, and the check that applies
-it. Pure: no I/O. ``tests/broker/auth/test_rules.py`` walks both services' descriptors and
+it. Pure: no I/O. ``tests/broker/auth/test_rules.py`` walks every service's descriptor and
 fails if any RPC has no row, so no RPC can be added without deciding who may call it.
 The standard health and reflection services (:data:`OPEN_SERVICES`) need no token: load
 balancers probe health, and reflection tells only what the public ``.proto`` files do.
@@ -30,6 +30,10 @@ AckDeadLetters         consume    topic and subscription
 PurgeDeadLetters       admin      topic and subscription
 ReplayDeadLetters      admin      topic and subscription (it publishes to the topic)
 DeleteSubscription     admin      topic and subscription
+Lookup                 any token  none; the answer keeps only the routes of topics the
+                                  token has a grant on (and every broker)
+ClusterStatus          any token  none; the answer keeps only offline topics the token has
+                                  a grant on
 =====================  =========  ========================================================
 
 ``admin`` implies ``produce`` and ``consume`` (:mod:`broker.auth.grants`). List RPCs filter
@@ -46,6 +50,7 @@ from broker.auth.grants import Role
 from broker.auth.tokens import TokenEntry
 from broker.errors import PermissionDeniedError
 from proto import admin_pb2 as _admin
+from proto import cluster_pb2 as _cluster
 
 #: Services every caller may use without a token.
 OPEN_SERVICES = frozenset(
@@ -136,6 +141,22 @@ def _visible_topics(response: _admin.ListTopicsResponse, entry: TokenEntry) -> A
     return _admin.ListTopicsResponse(topics=[t for t in response.topics if entry.may_see(t.name)])
 
 
+def _visible_routes(response: _cluster.LookupResponse, entry: TokenEntry) -> Any:
+    visible = _cluster.LookupResponse()
+    visible.CopyFrom(response)
+    del visible.routes[:]
+    visible.routes.extend(r for r in response.routes if entry.may_see(r.topic))
+    return visible
+
+
+def _visible_offline(response: _cluster.ClusterStatusResponse, entry: TokenEntry) -> Any:
+    visible = _cluster.ClusterStatusResponse()
+    visible.CopyFrom(response)
+    del visible.offline_topics[:]
+    visible.offline_topics.extend(t for t in response.offline_topics if entry.may_see(t.topic))
+    return visible
+
+
 def _visible_subscriptions(response: _admin.ListSubscriptionsResponse, entry: TokenEntry) -> Any:
     return _admin.ListSubscriptionsResponse(
         subscriptions=[
@@ -146,8 +167,9 @@ def _visible_subscriptions(response: _admin.ListSubscriptionsResponse, entry: To
 
 _B = "/headrace.v1.Broker/"
 _A = "/headrace.v1.Admin/"
+_C = "/headrace.v1.Cluster/"
 
-#: Every RPC of the Broker and Admin services, by full method name.
+#: Every RPC of the Broker, Admin and Cluster services, by full method name.
 RULES: dict[str, Rule] = {
     _B + "Publish": Rule(Role.PRODUCE, _topic),
     _B + "PublishStream": Rule(Role.PRODUCE, _topic),
@@ -168,6 +190,8 @@ RULES: dict[str, Rule] = {
     _A + "PurgeDeadLetters": Rule(Role.ADMIN, _subscription),
     _A + "ReplayDeadLetters": Rule(Role.ADMIN, _subscription),
     _A + "DeleteSubscription": Rule(Role.ADMIN, _subscription),
+    _C + "Lookup": Rule(None, _none, _visible_routes),
+    _C + "ClusterStatus": Rule(None, _none, _visible_offline),
 }
 
 

@@ -19,13 +19,14 @@ from hypothesis import strategies as st
 
 from broker.backlog import BacklogConfig
 from broker.config import BrokerConfig
+from broker.config_cluster import ClusterConfig
 from broker.errors import ConfigError
 from tests.fuzz.conftest import SLOW, examples
 from wal import LogConfig
 
 CI = 200
 
-_TABLES = {"wal", "heartbeat", "backlog", "dispatch"}
+_TABLES = {"wal", "heartbeat", "backlog", "dispatch", "cluster"}
 KEYS: dict[str, list[str]] = {
     "broker": sorted({f.name for f in dataclasses.fields(BrokerConfig)} - _TABLES),
     "wal": sorted(f.name for f in dataclasses.fields(LogConfig)),
@@ -42,6 +43,7 @@ KEYS: dict[str, list[str]] = {
         "subscriptions",
     ],
     "dlq": ["max_entries", "max_age_ms", "overflow", "max_event_bytes", "max_replays"],
+    "cluster": sorted(f.name for f in dataclasses.fields(ClusterConfig)),
 }
 
 _SCALARS = st.one_of(
@@ -105,6 +107,9 @@ _TOML_WORDS = [
     '[dispatch.subscriptions."a/b"]',
     "[heartbeat.topics]",
     "[dlq]",
+    "[cluster]",
+    "etcd = ",
+    'node_id = "b1"',
     "[[broker]]",
     "listen = ",
     "fsync = ",

@@ -63,6 +63,8 @@ ALLOWED: dict[str, set[S]] = {
     "/headrace.v1.Admin/PurgeDeadLetters": _NAMED,
     "/headrace.v1.Admin/ReplayDeadLetters": _NAMED | {S.FAILED_PRECONDITION},  # target gone
     "/headrace.v1.Admin/DeleteSubscription": _NAMED | {S.FAILED_PRECONDITION},  # consumers
+    "/headrace.v1.Cluster/Lookup": set(),  # an unknown topic is a route, not NOT_FOUND
+    "/headrace.v1.Cluster/ClusterStatus": set(),
 }
 
 REQUEST_LIMIT = 8 << 10  # max_request_bytes of the fuzzed broker

@@ -1,4 +1,4 @@
-"""The authorization table: every RPC of both services has a row, and rows check what
+"""The authorization table: every RPC of every service has a row, and rows check what
 they say."""
 
 from __future__ import annotations
@@ -13,23 +13,24 @@ from broker.auth.tokens import TokenEntry
 from broker.errors import PermissionDeniedError
 from proto import admin_pb2 as admin
 from proto import broker_pb2 as pb
+from proto import cluster_pb2 as cluster
 
 
 def every_rpc() -> list[str]:
-    """Full method names of every RPC in the Broker and Admin service descriptors."""
+    """Full method names of every RPC in the Broker, Admin and Cluster service descriptors."""
     return [
         f"/{service.full_name}/{method.name}"
-        for module in (pb, admin)
+        for module in (pb, admin, cluster)
         for service in module.DESCRIPTOR.services_by_name.values()
         for method in service.methods
     ]
 
 
 def test_every_rpc_has_a_row_and_every_row_an_rpc() -> None:
-    """Scenario: walk both services' descriptors. Expected: each RPC has a row in RULES
+    """Scenario: walk every service's descriptor. Expected: each RPC has a row in RULES
     (an RPC added to a .proto without one fails here) and no row names a missing RPC."""
     rpcs = every_rpc()
-    assert len(rpcs) >= 18
+    assert len(rpcs) >= 20
     assert sorted(set(rpcs) - set(RULES)) == []
     assert sorted(set(RULES) - set(rpcs)) == []
 
@@ -149,3 +150,40 @@ def test_list_answers_show_only_what_the_token_may_see() -> None:
     assert visible is not None
     got = visible(subs, token).subscriptions
     assert [(s.topic, s.subscription) for s in got] == [("orders", "billing")]
+
+
+def test_cluster_answers_show_only_the_topics_the_token_may_see() -> None:
+    """Scenario: a Lookup answer with routes of orders, secret and audit, and a
+    ClusterStatus answer with secret and orders offline, filtered for a token with grants
+    on orders and audit. Expected: the routes of orders and audit, in order, and only
+    orders offline; brokers, controller and revision unchanged; anyone with a token may
+    call both (no resource)."""
+    token = entry(ORDERS, Grant(Role.PRODUCE, "audit"))
+    broker = cluster.BrokerInfo(node_id="b1", address="10.0.0.1:50051", alive=True)
+    lookup = cluster.LookupResponse(
+        routes=[
+            cluster.TopicRoute(topic=n, owner_node="b1") for n in ("orders", "secret", "audit")
+        ],
+        brokers=[broker],
+        controller="b1",
+        revision=42,
+    )
+    rule = RULES["/headrace.v1.Cluster/Lookup"]
+    authorize(rule, entry(), cluster.LookupRequest(topics=["secret"]))
+    assert rule.visible is not None
+    got = rule.visible(lookup, token)
+    assert [r.topic for r in got.routes] == ["orders", "audit"]
+    assert (list(got.brokers), got.controller, got.revision) == ([broker], "b1", 42)
+    status = cluster.ClusterStatusResponse(
+        node_id="b1",
+        brokers=[broker],
+        offline_topics=[
+            cluster.OfflineTopic(topic=n, reason="offline") for n in ("secret", "orders")
+        ],
+    )
+    rule = RULES["/headrace.v1.Cluster/ClusterStatus"]
+    authorize(rule, entry(), cluster.ClusterStatusRequest())
+    assert rule.visible is not None
+    shown = rule.visible(status, token)
+    assert [t.topic for t in shown.offline_topics] == ["orders"]
+    assert (shown.node_id, list(shown.brokers)) == ("b1", [broker])

@@ -1,0 +1,214 @@
+"""``[cluster]``: cluster mode's settings, as a frozen value checked when it is built.
+
+Role: :class:`ClusterConfig`, the ``[cluster]`` table of the TOML file (keys, ranges and
+meanings in :class:`broker.config_schema.ClusterTable`) and the ``headrace serve`` flags
+``--cluster-etcd``, ``--node-id`` and ``--advertise``. No ``etcd`` endpoint: a single
+broker, exactly as before cluster mode. The rules that need other tables (the advertised
+address defaults to ``listen``; etcd without TLS off loopback needs ``insecure``) are in
+:func:`check_cluster`, run once every setting is in (flags come last), and again at start.
+
+Rules, each refused with one line naming the key:
+
+- ``etcd``: at least one ``host:port`` (port 1-65535), no duplicates; it needs ``node_id``.
+- ``node_id``: 1-64 characters from ``A-Z a-z 0-9 . _ -``, the first a letter or digit
+  (it is an etcd key's last segment, a metrics label and a word in logs).
+- ``advertise``: ``host:port`` with a port from 1 and a host other hosts can call (not
+  ``0.0.0.0`` or ``::``); unset, the ``listen`` address, which then must not be a wildcard.
+- ``session_ttl_s``: whole seconds from 2 to 60 (default 10).
+- ``etcd_ca``, ``etcd_cert``, ``etcd_key``: all three (TLS with a client certificate) or none.
+- ``prefix``: starts and ends with ``/`` (default ``/headrace/``).
+- Off loopback (an etcd endpoint or the advertised host is not 127.0.0.0/8, ``::1`` or
+  ``localhost``) without etcd TLS: refused unless ``insecure`` (``--insecure``).
+
+Worked example: ``--cluster-etcd 127.0.0.1:2379 --node-id b1`` with ``listen =
+"127.0.0.1:50051"`` is a cluster member advertising ``127.0.0.1:50051``; the same with
+``listen = "0.0.0.0:50051"`` is refused: ``[cluster] advertise is required when listen is
+0.0.0.0:50051 ...``.
+
+Pure module: imports neither ``asyncio``, ``os`` nor ``time``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from broker.config_errors import explain
+from broker.config_schema import ClusterTable
+from broker.errors import ConfigError
+from broker.exposure import is_loopback
+
+#: The pattern a whole node id must match.
+NODE_ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
+#: The node id rule in words, for error messages.
+NODE_ID_RULE = (
+    f"use 1-64 characters from A-Z a-z 0-9 . _ -, starting with a letter or digit "
+    f"(pattern {NODE_ID_PATTERN})"
+)
+_NODE_ID = re.compile(NODE_ID_PATTERN)
+_WILDCARDS = frozenset({"0.0.0.0", "::", ""})
+_TLS_FILES = ("etcd_ca", "etcd_cert", "etcd_key")
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    """``[cluster]``: how this broker joins a cluster; the default is no cluster.
+
+    Attributes:
+        etcd: etcd client endpoints, ``host:port`` each. Default ``None``: a single
+            broker (no etcd, no other key used).
+        node_id: This broker's unique, stable name in the cluster (see the module's
+            rules). Required with ``etcd``.
+        advertise: ``host:port`` other brokers and clients call this broker at. Default
+            ``None``: the ``listen`` address with the port it bound.
+        session_ttl_s: TTL of the broker's etcd lease, whole seconds, 2 to 60. Default 10.
+        etcd_ca: PEM CAs of the etcd servers' certificates (TLS toward etcd).
+        etcd_cert: PEM client certificate presented to etcd.
+        etcd_key: Unencrypted PEM key of ``etcd_cert``. The three go together.
+        prefix: The etcd key prefix of this cluster's keys. Default ``/headrace/``.
+    """
+
+    etcd: tuple[str, ...] | None = None
+    node_id: str | None = None
+    advertise: str | None = None
+    session_ttl_s: int = 10
+    etcd_ca: str | None = None
+    etcd_cert: str | None = None
+    etcd_key: str | None = None
+    prefix: str = "/headrace/"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.etcd, list):
+            object.__setattr__(self, "etcd", tuple(self.etcd))
+        _check_table(self)
+        if self.etcd is not None:
+            _check_endpoints(self.etcd)
+            if self.node_id is None:
+                raise ConfigError(
+                    "[cluster] etcd needs node_id: name this broker (--node-id), unique in "
+                    "the cluster and the same at every restart"
+                )
+        if self.node_id is not None and _NODE_ID.fullmatch(self.node_id) is None:
+            raise ConfigError(f"[cluster] node_id = {self.node_id!r}: {NODE_ID_RULE}")
+        if self.advertise is not None:
+            _check_advertise(self.advertise)
+        tls = [name for name in _TLS_FILES if getattr(self, name) is not None]
+        if tls and len(tls) != len(_TLS_FILES):
+            raise ConfigError(
+                "[cluster] etcd_ca, etcd_cert and etcd_key go together (TLS toward etcd with "
+                f"a client certificate): set all three or none; only {', '.join(tls)} is set"
+            )
+        if not (self.prefix.startswith("/") and self.prefix.endswith("/")):
+            raise ConfigError(
+                f'[cluster] prefix = {self.prefix!r}: must start and end with /, e.g. "/headrace/"'
+            )
+
+    @property
+    def enabled(self) -> bool:
+        """Whether this broker runs in cluster mode (``etcd`` is set)."""
+        return self.etcd is not None
+
+    @property
+    def etcd_tls(self) -> bool:
+        """Whether the broker talks to etcd over TLS."""
+        return self.etcd_ca is not None
+
+    def advertised(self, listen: str, port: int | None = None) -> str:
+        """The address to publish: ``advertise``, else ``listen`` with ``port`` (the bound
+        one) when given.
+
+        Raises:
+            ConfigError: ``advertise`` is unset and ``listen`` is a wildcard address.
+        """
+        if self.advertise is not None:
+            return self.advertise
+        host, _, bound = listen.rpartition(":")
+        if host.strip("[]") in _WILDCARDS:
+            raise ConfigError(
+                f"[cluster] advertise is required when listen is {listen} (every interface): "
+                "set --advertise HOST:PORT to the address other brokers and clients can call"
+            )
+        return f"{host}:{port if port is not None else bound}"
+
+    def replace(self, **changes: Any) -> ClusterConfig:
+        """A copy with ``changes`` applied (``None`` values are ignored)."""
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+def check_cluster(cluster: ClusterConfig, listen: str, *, insecure: bool) -> None:
+    """The rules of ``[cluster]`` that need other settings; nothing for a single broker.
+
+    Raises:
+        ConfigError: no address to advertise, or etcd or the advertised address off
+            loopback with no TLS toward etcd and no ``insecure``.
+    """
+    if not cluster.enabled:
+        return
+    advertised = cluster.advertised(listen)
+    if cluster.etcd_tls or insecure:
+        return
+    exposed = [
+        address
+        for address in (*(cluster.etcd or ()), advertised)
+        if not is_loopback(address.rpartition(":")[0])
+    ]
+    if exposed:
+        raise ConfigError(
+            f"[cluster] refusing plain TCP toward etcd with {', '.join(exposed)} off loopback: "
+            "anyone on the network could read or rewrite the cluster's state (owners, "
+            "tokens); set [cluster] etcd_ca, etcd_cert and etcd_key, or pass --insecure "
+            "(or [security] insecure = true)"
+        )
+
+
+def _check_table(value: ClusterConfig) -> None:
+    """``value``'s fields against :class:`ClusterTable` (types and ranges, as the file)."""
+    fields = {n: getattr(value, n) for n in ClusterTable.__struct_fields__}
+    fields = {n: list(v) if isinstance(v, tuple) else v for n, v in fields.items() if v is not None}
+    try:
+        msgspec.convert(fields, ClusterTable)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(explain(exc, fields, ClusterTable, "", ("cluster",))) from exc
+
+
+def _check_endpoints(endpoints: tuple[str, ...]) -> None:
+    for i, endpoint in enumerate(endpoints):
+        _host_port(f"etcd[{i}]", endpoint)
+    seen: set[str] = set()
+    for endpoint in endpoints:
+        if endpoint in seen:
+            raise ConfigError(f"[cluster] etcd lists {endpoint} twice; list each endpoint once")
+        seen.add(endpoint)
+
+
+def _check_advertise(address: str) -> None:
+    host = _host_port("advertise", address)
+    if host in _WILDCARDS:
+        raise ConfigError(
+            f"[cluster] advertise = {address!r}: {host} is not an address others can call; "
+            "give this host's name or IP"
+        )
+
+
+def _host_port(key: str, value: str) -> str:
+    """The host of ``value``, which must be ASCII ``host:port`` with a port from 1."""
+    host, sep, port = value.rpartition(":")
+    ok = (
+        value.isascii()
+        and value.isprintable()
+        and " " not in value
+        and sep
+        and host
+        and port.isdigit()
+        and 1 <= int(port) <= 65535
+    )
+    if not ok:
+        raise ConfigError(
+            f"[cluster] {key} = {value!r}: must be host:port with a port from 1 to 65535 "
+            "(for example 10.0.0.1:2379)"
+        )
+    return host.strip("[]")

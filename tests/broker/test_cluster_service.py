@@ -1,0 +1,179 @@
+"""The Cluster service: a single broker answers Lookup and ClusterStatus as node
+``local``, over real gRPC on loopback; another source's views reach the wire whole."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+
+from broker.app import Broker
+from broker.cluster_service import (
+    BrokerEntry,
+    LookupResult,
+    Route,
+    lookup_response,
+    status_response,
+)
+from proto import admin_pb2 as admin
+from proto import cluster_pb2 as cluster
+from tests.broker.conftest import broker_config, serving
+
+
+class Stub:
+    """The Cluster service's two RPCs on a channel (typed; the generated stub is not)."""
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        self.Lookup = channel.unary_unary(
+            "/headrace.v1.Cluster/Lookup",
+            request_serializer=cluster.LookupRequest.SerializeToString,
+            response_deserializer=cluster.LookupResponse.FromString,
+        )
+        self.ClusterStatus = channel.unary_unary(
+            "/headrace.v1.Cluster/ClusterStatus",
+            request_serializer=cluster.ClusterStatusRequest.SerializeToString,
+            response_deserializer=cluster.ClusterStatusResponse.FromString,
+        )
+
+
+@pytest.mark.asyncio
+async def test_a_single_broker_owns_every_topic_it_holds(tmp_path: Path) -> None:
+    """Scenario: a single broker with topics orders (3 partitions) and audit (1); Lookup
+    of orders, nothing, audit and orders again, then Lookup of every topic. Expected: one
+    route per asked name in order: orders and audit owned by 'local' at this broker's
+    bound address, epoch 0, ready, online, with their partitions; 'nothing' absent with no
+    owner; every topic by name when none is asked; one broker, 'local', alive, owning 2
+    topics and 4 partitions; controller 'local'; revision 0."""
+    async with serving(broker_config(tmp_path / "data")) as (broker, client):
+        for name, partitions in (("orders", 3), ("audit", 1)):
+            await client.admin.CreateTopic(
+                admin.CreateTopicRequest(name=name, partitions=partitions)
+            )
+        stub = Stub(client.channel)
+        here = f"127.0.0.1:{broker.port}"
+        answer = await stub.Lookup(
+            cluster.LookupRequest(topics=["orders", "nothing", "audit", "orders"])
+        )
+        orders = cluster.TopicRoute(
+            topic="orders", owner_node="local", owner_address=here, epoch=0, state="ready",
+            online=True, partitions=3,
+        )  # fmt: skip
+        audit = cluster.TopicRoute(
+            topic="audit", owner_node="local", owner_address=here, state="ready", online=True,
+            partitions=1,
+        )  # fmt: skip
+        nothing = cluster.TopicRoute(topic="nothing", state="absent")
+        assert list(answer.routes) == [orders, nothing, audit, orders]
+        assert (answer.controller, answer.revision) == ("local", 0)
+        (me,) = answer.brokers
+        assert (me.node_id, me.address, me.alive, me.topics, me.partitions) == (
+            "local", here, True, 2, 4,
+        )  # fmt: skip
+        assert me.session_age_s >= 0
+        every = await stub.Lookup(cluster.LookupRequest())
+        assert [r.topic for r in every.routes] == ["audit", "orders"]
+
+
+@pytest.mark.asyncio
+async def test_a_single_broker_status_has_no_etcd_and_nothing_offline(tmp_path: Path) -> None:
+    """Scenario: ClusterStatus of a single broker with one topic. Expected: node and
+    controller 'local', no cluster id, one live broker with 1 topic, no etcd endpoint, no
+    offline topic."""
+    async with serving(broker_config(tmp_path / "data")) as (_, client):
+        await client.admin.CreateTopic(admin.CreateTopicRequest(name="orders", partitions=2))
+        status = await Stub(client.channel).ClusterStatus(cluster.ClusterStatusRequest())
+        assert (status.node_id, status.cluster_id, status.controller) == ("local", "", "local")
+        assert [(b.node_id, b.alive, b.topics, b.partitions) for b in status.brokers] == [
+            ("local", True, 1, 2)
+        ]
+        assert (list(status.etcd), list(status.offline_topics), status.revision) == ([], [], 0)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("topics", "field"),
+    [(["orders", ""], "topics[1]"), (["a/b"], "topics[0]"), (["x" * 201], "topics[0]")],
+)
+async def test_an_invalid_name_in_a_lookup_is_invalid_argument(
+    tmp_path: Path, topics: list[str], field: str
+) -> None:
+    """Scenario: a Lookup naming an empty, a slashed and a 201-character topic name.
+    Expected: INVALID_ARGUMENT naming topics[i] (no route can exist for it)."""
+    async with serving(broker_config(tmp_path / "data")) as (_, client):
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await Stub(client.channel).Lookup(cluster.LookupRequest(topics=topics))
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert (caught.value.details() or "").startswith(field + ":")
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    endpoint: str
+    healthy: bool
+    error: str
+
+
+@dataclass(frozen=True)
+class Offline:
+    topic: str
+    owner_node: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Status:
+    node_id: str
+    cluster_id: str
+    brokers: tuple[BrokerEntry, ...]
+    controller: str
+    etcd: tuple[Endpoint, ...]
+    offline_topics: tuple[Offline, ...]
+    revision: int
+
+
+class TwoBrokers:
+    """A ClusterSource of cluster's own types (dataclasses matching the Protocols)."""
+
+    b1 = BrokerEntry("b1", "10.0.0.1:50051", True, 1, 3, 12.5)
+    b2 = BrokerEntry("b2", "10.0.0.2:50051", False, 1, 1, 0.0)
+
+    async def lookup(self, topics: Sequence[str]) -> LookupResult:
+        route = Route("orders", "b2", "10.0.0.2:50051", 7, "ready", False, 1, "offline")
+        return LookupResult((route,), (self.b1, self.b2), "b1", 1234)
+
+    async def status(self) -> Status:
+        return Status(
+            "b1",
+            "c0ffee",
+            (self.b1, self.b2),
+            "b1",
+            (Endpoint("10.0.0.9:2379", False, "connection refused"),),
+            (Offline("orders", "b2", "offline", "broker b2 is down; it comes back by itself"),),
+            1234,
+        )
+
+
+@pytest.mark.asyncio
+async def test_another_source_reaches_the_wire_whole(tmp_path: Path) -> None:
+    """Scenario: a broker given a source with two brokers (b2 down), an offline topic and
+    an unhealthy etcd endpoint. Expected: Lookup and ClusterStatus carry every field as
+    the source gave it (the converters drop nothing)."""
+    source = TwoBrokers()
+    async with (
+        Broker(broker_config(tmp_path / "data"), cluster=source) as broker,
+        grpc.aio.insecure_channel(f"127.0.0.1:{broker.port}") as channel,
+    ):
+        stub = Stub(channel)
+        answer = await stub.Lookup(cluster.LookupRequest(topics=["orders"]))
+        assert answer == lookup_response(await source.lookup(["orders"]))
+        assert answer.routes[0].reason == "offline"
+        assert answer.revision == 1234
+        status = await stub.ClusterStatus(cluster.ClusterStatusRequest())
+        assert status == status_response(await source.status())
+        assert status.etcd[0].error == "connection refused"
+        assert status.offline_topics[0].message.startswith("broker b2 is down")
+        assert [b.session_age_s for b in status.brokers] == [12.5, 0.0]
