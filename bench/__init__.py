@@ -23,4 +23,6 @@ Modules:
     hint      scenario ``hint``: the in-flight hint against one batch in flight, by load
     spark     scenario ``spark``: the Spark connector beside Spark's Parquet reader
     _peers, _pubsub_system, _headrace_pubsub, _dispatch_procs, _fanout_*  their systems
+    _dispatch_workloads  the dispatch scenario's e2e and shared runs through a broker
+    _server_process  server processes: spawn, wait until serving, restart, stop, RSS
 """

@@ -24,11 +24,8 @@ from pathlib import Path
 from bench._fanout_child import READY_TIMEOUT_S, LineProcess
 from bench._headrace_pubsub import MAX_UNACKED, probe_admin, serve_process
 from bench._measure import new_runner
-from bench._pubsub_system import (
-    read_stamp,
-    stdin_closed,
-    wait_until_serving,
-)
+from bench._pubsub_system import read_stamp
+from bench._server_process import stdin_closed, wait_until_serving
 from client import AsyncAdminClient, AsyncConsumer, ClientError, Message
 
 GRACE_S = 10.0  # after the last e2e send, for every sample to arrive

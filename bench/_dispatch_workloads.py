@@ -22,13 +22,8 @@ from pathlib import Path
 from bench._dispatch_procs import GRACE_S, Broker, Child
 from bench._headrace_pubsub import MAX_UNACKED
 from bench._measure import per_second
-from bench._pubsub_system import (
-    E2E_PAYLOAD_BYTES,
-    ServerFailedError,
-    pace,
-    paced_send_times,
-    stamp_payload,
-)
+from bench._pubsub_system import E2E_PAYLOAD_BYTES, pace, paced_send_times, stamp_payload
+from bench._server_process import ServerFailedError
 from client import AsyncAdminClient, AsyncConsumer, AsyncProducer, ClientError
 
 E2E_TOPIC = "dispatch-e2e"

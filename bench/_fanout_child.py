@@ -29,13 +29,8 @@ from subprocess import PIPE
 from typing import Any
 
 from bench._measure import new_runner
-from bench._pubsub_system import (
-    E2E_PAYLOAD_BYTES,
-    ServerFailedError,
-    pace,
-    stamp_payload,
-    stdin_closed,
-)
+from bench._pubsub_system import E2E_PAYLOAD_BYTES, pace, stamp_payload
+from bench._server_process import ServerFailedError, stdin_closed
 
 #: How long a driver waits for ``ready``: 100 subscribers connect and subscribe first.
 READY_TIMEOUT_S = 60.0

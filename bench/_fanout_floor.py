@@ -29,14 +29,8 @@ import grpc
 
 from bench import _fanout_child as _child
 from bench._measure import new_runner
-from bench._pubsub_system import (
-    E2E_PAYLOAD_BYTES,
-    ServerProcess,
-    free_port,
-    read_stamp,
-    stamp_payload,
-    wait_until_serving,
-)
+from bench._pubsub_system import E2E_PAYLOAD_BYTES, read_stamp, stamp_payload
+from bench._server_process import ServerProcess, free_port, wait_until_serving
 
 SYSTEM = "grpc-aio-floor"
 _PUBLISH = "/headrace.bench.Fanout/Publish"

@@ -26,12 +26,8 @@ from typing import Any
 
 from bench import _fanout_child as _child
 from bench._peers import REDIS, redis_argv, redis_client, stream_entries
-from bench._pubsub_system import (
-    ServerProcess,
-    free_port,
-    read_stamp,
-    wait_until_serving,
-)
+from bench._pubsub_system import read_stamp
+from bench._server_process import ServerProcess, free_port, wait_until_serving
 
 SYSTEM = REDIS.system
 FSYNC = "always"

@@ -53,12 +53,11 @@ from pathlib import Path
 import grpc
 
 from bench._peers import NATS_MAX_ACK_PENDING
-from bench._pubsub_system import (
-    LatencyRecorder,
+from bench._pubsub_system import LatencyRecorder, measure_e2e
+from bench._server_process import (
     ServerFailedError,
     ServerProcess,
     free_port,
-    measure_e2e,
     restart_to_serving,
     rss_mib,
     wait_until_serving,

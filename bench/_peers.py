@@ -31,12 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench._pubsub_system import (
-    LatencyRecorder,
+from bench._pubsub_system import LatencyRecorder, measure_e2e
+from bench._server_process import (
     ServerFailedError,
     ServerProcess,
     free_port,
-    measure_e2e,
     restart_to_serving,
     rss_mib,
     wait_until_serving,

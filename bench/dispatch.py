@@ -80,13 +80,11 @@ from bench._dispatch_workloads import SHARED_PARTITIONS, e2e, shared
 from bench._measure import new_runner, percentile
 from bench._output import Goal, Params, PeerGoal, Result
 from bench._peers import REDIS
-from bench._pubsub_system import (
-    E2E_PAYLOAD_BYTES,
-    ServerFailedError,
-)
+from bench._pubsub_system import E2E_PAYLOAD_BYTES
 from bench._samples import SampleLog
 from bench._scenario import RunOptions
 from bench._scratch import cell_dir
+from bench._server_process import ServerFailedError
 from bench.pubsub import find_servers
 from dispatcher import ConsumerSession, HeartbeatConfig, SubscriptionRegistry
 from wal import LogWriter, encode_columns

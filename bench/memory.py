@@ -31,8 +31,8 @@ import grpc
 
 from bench._headrace_pubsub import fresh_channel, probe_admin, serve_process
 from bench._output import Result
-from bench._pubsub_system import rss_mib, wait_until_serving
 from bench._scenario import RunOptions
+from bench._server_process import rss_mib, wait_until_serving
 from client import AsyncAdminClient
 from proto import broker_pb2 as _pb
 from proto import broker_pb2_grpc

@@ -71,14 +71,10 @@ from bench import _fanout_floor, _peers
 from bench._measure import new_runner, per_second, percentile
 from bench._output import Goal, Params, PeerGoal, Result
 from bench._peers import Peer
-from bench._pubsub_system import (
-    E2E_PAYLOAD_BYTES,
-    PerRecordSystem,
-    PubSubSystem,
-    ServerFailedError,
-)
+from bench._pubsub_system import E2E_PAYLOAD_BYTES, PerRecordSystem, PubSubSystem
 from bench._samples import SampleLog
 from bench._scenario import RunOptions
+from bench._server_process import ServerFailedError
 from bench.wal import time_fdatasyncs
 
 BENCH = "pubsub"

@@ -40,8 +40,8 @@ from typing import Any
 from bench._headrace_pubsub import probe_admin, serve_process
 from bench._measure import median, new_runner, per_second
 from bench._output import Goal, Params, ParamValue, Result
-from bench._pubsub_system import ServerFailedError, wait_until_serving
 from bench._scenario import RunOptions
+from bench._server_process import ServerFailedError, wait_until_serving
 from client import AdminClient, Producer
 
 BENCH = "spark"

@@ -14,10 +14,10 @@ from bench import _dispatch_workloads, dispatch
 from bench._dispatch_procs import GRACE_S
 from bench._fanout_child import LineProcess
 from bench._output import Goal, Params, Result, render_human
-from bench._pubsub_system import ServerFailedError
 from bench._runner import SCENARIOS
 from bench._samples import SampleLog, nearest_rank
 from bench._scenario import RunOptions
+from bench._server_process import ServerFailedError
 
 #: Small sizes for every part: 2 rounds of lost notifications, 50 idle subscriptions, an
 #: e2e run of 4 subscriptions at 200 msg/s for 1 s, the same at 100 msg/s side by side with

@@ -16,7 +16,8 @@ import pytest
 
 from bench._headrace_pubsub import HeadraceSystem, _check_acknowledged
 from bench._measure import per_second
-from bench._pubsub_system import PerRecordSystem, ServerFailedError
+from bench._pubsub_system import PerRecordSystem
+from bench._server_process import ServerFailedError
 from client import RecordMetadata, Unavailable
 
 COUNT = 300

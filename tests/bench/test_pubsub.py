@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import _peers, _pubsub_system, pubsub
+from bench import _peers, _pubsub_system, _server_process, pubsub
 from bench._output import Result
 from bench._peers import NATS, REDIS, Peer
 from bench._pubsub_system import (
@@ -28,19 +28,21 @@ from bench._pubsub_system import (
     FakeSystem,
     LatencyRecorder,
     PubSubSystem,
-    ServerFailedError,
-    ServerProcess,
     measure_e2e,
     pace,
     paced_send_times,
-    parse_vmrss_mib,
     read_stamp,
     stamp_payload,
-    wait_until_serving,
 )
 from bench._runner import SCENARIOS
 from bench._samples import SampleLog, nearest_rank
 from bench._scenario import RunOptions
+from bench._server_process import (
+    ServerFailedError,
+    ServerProcess,
+    parse_vmrss_mib,
+    wait_until_serving,
+)
 from bench.pubsub import (
     GOALS,
     PEER_GOALS,
@@ -341,7 +343,7 @@ def test_server_process_kill_and_stop(tmp_path: Path) -> None:
     process.start()
     try:
         assert process.is_running
-        assert _pubsub_system.rss_mib(process.pid) > 0
+        assert _server_process.rss_mib(process.pid) > 0
     finally:
         process.kill()
     assert not process.is_running
