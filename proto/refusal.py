@@ -155,3 +155,25 @@ def action(r: Redirection) -> Action:
     if r.reason == "not-owner" and r.owner_address:
         return Action.REDIRECT
     return Action.BACKOFF
+
+
+class RouteAction(enum.Enum):
+    """What a client does with a ``TopicRoute`` of a Lookup answer."""
+
+    #: Send the topic's calls to ``owner_address``.
+    CALL = "call"
+    #: The topic does not exist: answer as ``NOT_FOUND`` would (or create it).
+    NOT_FOUND = "not-found"
+    #: The topic exists but nobody serves it now (offline owner, being created, no owner
+    #: yet): back off and look it up again, until the call's deadline.
+    BACKOFF = "backoff"
+
+
+def route_action(*, state: str, online: bool, owner_address: str) -> RouteAction:
+    """What a client does with a route: call the owner only when the route is online and
+    names an address; an ``absent`` topic is not found; anything else waits."""
+    if online and owner_address:
+        return RouteAction.CALL
+    if state == "absent":
+        return RouteAction.NOT_FOUND
+    return RouteAction.BACKOFF

@@ -6,7 +6,8 @@ fields and its records, decoded). An invalid vector is ``invalid/NAME.bin`` and
 ``invalid/NAME.json``: the status a broker answers ``Publish`` of it with, and a substring of
 the message. A client in any language checks its codec against the same files
 (``docs/protocol.md``, section "Conformance vectors"). The consumer name vectors
-(``names/``) come from :mod:`proto.name_vectors`, written by :func:`write` too.
+(``names/``) come from :mod:`proto.name_vectors` and the cluster routing vectors
+(``cluster/``) from :mod:`proto.cluster_vectors`, written by :func:`write` too.
 
 Usage: ``python -m proto.vectors`` (re)writes the vectors; ``python -m proto.vectors
 --check`` writes them to a temporary directory and exits 1, naming the files, if anything
@@ -38,7 +39,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from proto import name_vectors
+from proto import cluster_vectors, name_vectors
 from proto.batch import CRC_START, RecordBatch, crc32c, decode_batch, encode_columns
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -517,7 +518,7 @@ def write(out: Path) -> list[Path]:
         if bad.enforced_since is not None:
             doc["enforced_since"] = bad.enforced_since
         written += _write_pair(out / INVALID / bad.name, bad.encode(), doc)
-    return written + name_vectors.write(out)
+    return written + name_vectors.write(out) + cluster_vectors.write(out)
 
 
 def _write_pair(stem: Path, data: bytes, doc: Mapping[str, object]) -> list[Path]:
