@@ -5,13 +5,18 @@ Modules:
     config            BrokerConfig: frozen, validated, from TOML, then flags
     config_schema     the TOML file as msgspec Structs: each key's type, range, unit and
                       meaning; config_errors: msgspec's errors in the config's words;
-                      config_keys, config_reference: the reference page's rows and writer
+                      config_keys, config_reference: the reference page's rows and writer;
+                      config_cluster: ``[cluster]`` (cluster mode's settings and rules)
     limits            ``[limits]``: what one client may ask of the broker
     exposure          whether the broker may serve on its ``listen`` address as configured
     fd_budget         whether a topic's partitions fit under the open-files limit
     tls, certs        server TLS credentials; certificate validity dates (pure)
     service           the data plane: Publish, PublishStream, Subscribe, Fetch, AckUpTo
     admin_service     the admin plane: topics, subscriptions, dead-letter queues
+    cluster_service   the Cluster service: Lookup and ClusterStatus over a ClusterSource
+                      (this broker alone, or a cluster member's view of etcd)
+    topic_guard       the question every topic-scoped RPC asks first (cluster mode's
+                      ownership); a refusal's trailers and Redirect
     rpc_handlers      RPC registration from descriptors, requests parsed defensively
     error_status      the one table from domain errors to gRPC status codes
     convert           protobuf messages to and from domain values (pure)
