@@ -310,9 +310,14 @@ class Broker:
         )
 
     def _advertised(self) -> str:
-        """This broker's address as clients call it: the listen host with the bound port
-        (``[cluster] advertise`` when set)."""
-        return self.config.cluster.advertised(self.config.listen, self.port)
+        """This broker's address as clients call it: ``[cluster] advertise`` when set, else
+        the listen host with the bound port; on a wildcard listen (``0.0.0.0``, ``::``),
+        which a cluster member may not have without ``advertise``, this host's name."""
+        cluster = self.config.cluster
+        host, _ = parse_address(self.config.listen)
+        if cluster.advertise is None and host in ("0.0.0.0", "::"):
+            return f"{socket.gethostname()}:{self.port}"
+        return cluster.advertised(self.config.listen, self.port)
 
     def _start_metrics(self) -> None:
         if not self.config.metrics_listen:

@@ -84,8 +84,11 @@ class BrokerView(Protocol):
 
 
 class LookupView(Protocol):
-    """A Lookup's answer: routes, brokers, controller and the view's etcd revision."""
+    """A Lookup's answer: the answering node, routes, brokers, controller and the view's
+    etcd revision."""
 
+    @property
+    def node_id(self) -> str: ...
     @property
     def routes(self) -> Sequence[TopicRouteView]: ...
     @property
@@ -184,6 +187,7 @@ class BrokerEntry:
 class LookupResult:
     """A :class:`LookupView`."""
 
+    node_id: str
     routes: tuple[Route, ...]
     brokers: tuple[BrokerEntry, ...]
     controller: str
@@ -230,7 +234,7 @@ class SingleBrokerSource:
         address = self._address()
         names = list(topics) or self._topics.names()
         routes = tuple(self._route(name, address) for name in names)
-        return LookupResult(routes, (self._me(address),), LOCAL_NODE, 0)
+        return LookupResult(LOCAL_NODE, routes, (self._me(address),), LOCAL_NODE, 0)
 
     async def status(self) -> StatusResult:
         return StatusResult(LOCAL_NODE, "", (self._me(self._address()),), LOCAL_NODE)
@@ -321,6 +325,7 @@ def lookup_response(view: LookupView) -> _cluster.LookupResponse:
         brokers=[broker_message(b) for b in view.brokers],
         controller=view.controller,
         revision=view.revision,
+        node_id=view.node_id,
     )
 
 

@@ -13,16 +13,18 @@ class LookupRequest(_message.Message):
     def __init__(self, topics: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class LookupResponse(_message.Message):
-    __slots__ = ("routes", "brokers", "controller", "revision")
+    __slots__ = ("routes", "brokers", "controller", "revision", "node_id")
     ROUTES_FIELD_NUMBER: _ClassVar[int]
     BROKERS_FIELD_NUMBER: _ClassVar[int]
     CONTROLLER_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
     routes: _containers.RepeatedCompositeFieldContainer[TopicRoute]
     brokers: _containers.RepeatedCompositeFieldContainer[BrokerInfo]
     controller: str
     revision: int
-    def __init__(self, routes: _Optional[_Iterable[_Union[TopicRoute, _Mapping]]] = ..., brokers: _Optional[_Iterable[_Union[BrokerInfo, _Mapping]]] = ..., controller: _Optional[str] = ..., revision: _Optional[int] = ...) -> None: ...
+    node_id: str
+    def __init__(self, routes: _Optional[_Iterable[_Union[TopicRoute, _Mapping]]] = ..., brokers: _Optional[_Iterable[_Union[BrokerInfo, _Mapping]]] = ..., controller: _Optional[str] = ..., revision: _Optional[int] = ..., node_id: _Optional[str] = ...) -> None: ...
 
 class TopicRoute(_message.Message):
     __slots__ = ("topic", "owner_node", "owner_address", "epoch", "state", "online", "partitions", "reason")

@@ -161,6 +161,7 @@ def lookup_example() -> tuple[_cluster.LookupRequest, _cluster.LookupResponse]:
         ],
         controller="b2",
         revision=1234,
+        node_id="b2",
     )  # fmt: skip
     return request, response
 
@@ -178,8 +179,9 @@ def lookup_document() -> dict[str, object]:
     return {
         "description": (
             "A Lookup answer (proto3 JSON) and what a client does with each route: call "
-            "owner_address only when the route is online; an absent topic is not found; "
-            "any other route waits (backoff, then look up again)."
+            "owner_address only when the route is online (or, when owner_node is the "
+            "answering node_id, MAY use the connection it asked on); an absent topic is "
+            "not found; any other route waits (backoff, then look up again)."
         ),
         "request": _json(request),
         "response": _json(response),

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,9 +19,11 @@ from broker.cluster_service import (
     lookup_response,
     status_response,
 )
+from broker.config import SecurityConfig
+from broker.config_cluster import ClusterConfig
 from proto import admin_pb2 as admin
 from proto import cluster_pb2 as cluster
-from tests.broker.conftest import broker_config, serving
+from tests.broker.conftest import Client, broker_config, serving
 
 
 class Stub:
@@ -46,7 +49,7 @@ async def test_a_single_broker_owns_every_topic_it_holds(tmp_path: Path) -> None
     route per asked name in order: orders and audit owned by 'local' at this broker's
     bound address, epoch 0, ready, online, with their partitions; 'nothing' absent with no
     owner; every topic by name when none is asked; one broker, 'local', alive, owning 2
-    topics and 4 partitions; controller 'local'; revision 0."""
+    topics and 4 partitions; answered by node 'local', controller 'local'; revision 0."""
     async with serving(broker_config(tmp_path / "data")) as (broker, client):
         for name, partitions in (("orders", 3), ("audit", 1)):
             await client.admin.CreateTopic(
@@ -67,7 +70,7 @@ async def test_a_single_broker_owns_every_topic_it_holds(tmp_path: Path) -> None
         )  # fmt: skip
         nothing = cluster.TopicRoute(topic="nothing", state="absent")
         assert list(answer.routes) == [orders, nothing, audit, orders]
-        assert (answer.controller, answer.revision) == ("local", 0)
+        assert (answer.node_id, answer.controller, answer.revision) == ("local", "local", 0)
         (me,) = answer.brokers
         assert (me.node_id, me.address, me.alive, me.topics, me.partitions) == (
             "local", here, True, 2, 4,
@@ -143,7 +146,7 @@ class TwoBrokers:
 
     async def lookup(self, topics: Sequence[str]) -> LookupResult:
         route = Route("orders", "b2", "10.0.0.2:50051", 7, "ready", False, 1, "offline")
-        return LookupResult((route,), (self.b1, self.b2), "b1", 1234)
+        return LookupResult("b1", (route,), (self.b1, self.b2), "b1", 1234)
 
     async def status(self) -> Status:
         return Status(
@@ -177,3 +180,36 @@ async def test_another_source_reaches_the_wire_whole(tmp_path: Path) -> None:
         assert status.etcd[0].error == "connection refused"
         assert status.offline_topics[0].message.startswith("broker b2 is down")
         assert [b.session_age_s for b in status.brokers] == [12.5, 0.0]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("listen", "advertise", "expected"),
+    [
+        ("0.0.0.0:0", None, "{host}:{port}"),
+        ("0.0.0.0:0", "broker.example:50051", "broker.example:50051"),
+        ("127.0.0.1:0", None, "127.0.0.1:{port}"),
+    ],
+)
+async def test_a_single_broker_names_an_address_clients_can_call(
+    tmp_path: Path, listen: str, advertise: str | None, expected: str
+) -> None:
+    """Scenario: a single broker listening on every interface (with --insecure), with
+    and without [cluster] advertise, and one on loopback. Expected: its route and broker
+    entry name the advertised address when set, this host's name with the bound port on
+    a wildcard listen, else the listen host with the bound port; never 0.0.0.0."""
+    config = broker_config(
+        tmp_path / "data",
+        listen=listen,
+        security=SecurityConfig(insecure=True),
+        cluster=ClusterConfig(advertise=advertise),
+    )
+    async with (
+        Broker(config) as broker,
+        grpc.aio.insecure_channel(f"127.0.0.1:{broker.port}") as channel,
+    ):
+        await Client(channel).admin.CreateTopic(admin.CreateTopicRequest(name="o", partitions=1))
+        answer = await Stub(channel).Lookup(cluster.LookupRequest(topics=["o"]))
+    want = expected.format(host=socket.gethostname(), port=broker.port)
+    assert answer.routes[0].owner_address == want
+    assert answer.brokers[0].address == want

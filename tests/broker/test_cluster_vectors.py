@@ -175,6 +175,7 @@ class VectorSource:
     async def lookup(self, topics: Sequence[str]) -> LookupResult:
         r = self.response
         return LookupResult(
+            r.node_id,
             tuple(
                 Route(x.topic, x.owner_node, x.owner_address, x.epoch, x.state, x.online,
                       x.partitions, x.reason)
