@@ -23,7 +23,7 @@ extra={"unit": "ms", "zero": "never", "attr": "dispatch.defaults.ack_timeout_s",
 so its default renders as ``30000`` and ``-5`` is refused with ``[dispatch]
 ack_timeout_ms = -5: must be milliseconds from 0 to 86400000``.
 
-Size: one module of about 770 lines, against the guideline's 600, because it is one table
+Size: one module of about 880 lines, against the guideline's 600, because it is one table
 of facts, key by key (the ``config_keys.py`` rows it replaces took 621 lines); split by
 table it would scatter what the reference page shows as one.
 
