@@ -23,6 +23,7 @@ from broker.config import SecurityConfig
 from broker.config_cluster import ClusterConfig
 from proto import admin_pb2 as admin
 from proto import cluster_pb2 as cluster
+from tests.broker.auth.test_interceptor import bearer, make_tokens
 from tests.broker.conftest import Client, broker_config, serving
 
 
@@ -213,3 +214,34 @@ async def test_a_single_broker_names_an_address_clients_can_call(
     want = expected.format(host=socket.gethostname(), port=broker.port)
     assert answer.routes[0].owner_address == want
     assert answer.brokers[0].address == want
+
+
+@pytest.mark.asyncio
+async def test_with_tokens_lookup_needs_one_and_shows_only_granted_topics(
+    tmp_path: Path,
+) -> None:
+    """Scenario: a broker with a tokens file and topics orders and secret; Lookup of both
+    with no token, and with a token that may consume orders only. Expected:
+    UNAUTHENTICATED without a token; with it, only the orders route (the secret one is
+    left out, not refused); ClusterStatus answers it too."""
+    tokens = tmp_path / "tokens.json"
+    token = make_tokens(tokens, {"reader": "consume:orders"})["reader"]
+    config = broker_config(tmp_path / "data", security=SecurityConfig(tokens_file=str(tokens)))
+    admin_token = make_tokens(tokens, {"root": "admin:*"})["root"]
+    async with (
+        Broker(config) as broker,
+        grpc.aio.insecure_channel(f"127.0.0.1:{broker.port}") as channel,
+    ):
+        for name in ("orders", "secret"):
+            await Client(channel).admin.CreateTopic(
+                admin.CreateTopicRequest(name=name, partitions=1), metadata=bearer(admin_token)
+            )
+        stub = Stub(channel)
+        request = cluster.LookupRequest(topics=["orders", "secret"])
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.Lookup(request)
+        assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        answer = await stub.Lookup(request, metadata=bearer(token))
+        assert [r.topic for r in answer.routes] == ["orders"]
+        status = await stub.ClusterStatus(cluster.ClusterStatusRequest(), metadata=bearer(token))
+        assert status.node_id == "local"
