@@ -92,14 +92,22 @@ class Redirection:
 
 
 def trailers(r: Redirection) -> tuple[tuple[str, str], ...]:
-    """The trailing metadata of a refused call, in :data:`TRAILERS` order."""
+    """The trailing metadata of a refused call, in :data:`TRAILERS` order. Values are
+    printable ASCII (gRPC sends nothing else in a text entry): any other character, which
+    no valid name or address holds, becomes ``?``."""
     return (
-        (TRAILER_REASON, r.reason),
-        (TRAILER_TOPIC, r.topic),
-        (TRAILER_OWNER_NODE, r.owner_node),
-        (TRAILER_OWNER_ADDRESS, r.owner_address),
+        (TRAILER_REASON, _ascii(r.reason)),
+        (TRAILER_TOPIC, _ascii(r.topic)),
+        (TRAILER_OWNER_NODE, _ascii(r.owner_node)),
+        (TRAILER_OWNER_ADDRESS, _ascii(r.owner_address)),
         (TRAILER_OWNER_EPOCH, str(r.owner_epoch)),
     )
+
+
+def _ascii(value: str) -> str:
+    if value.isascii() and value.isprintable():
+        return value
+    return "".join(c if " " <= c <= "~" else "?" for c in value)
 
 
 def from_trailers(metadata: Iterable[tuple[str, str | bytes]] | None) -> Redirection | None:

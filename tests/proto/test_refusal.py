@@ -104,3 +104,12 @@ def test_the_status_number_is_grpc_aborted() -> None:
     import grpc
 
     assert grpc.StatusCode.ABORTED.value[0] == ABORTED
+
+
+def test_a_value_that_is_not_printable_ascii_is_masked() -> None:
+    """Scenario: a refusal whose owner address holds a non-ASCII letter and a newline
+    (bad data from a cluster's store). Expected: each such character becomes '?', so the
+    trailers can still be sent; the others are kept."""
+    odd = Redirection("offline", "orders", "b\u00e9", "h\nx:1", 2)
+    assert dict(trailers(odd))["headrace-owner-node"] == "b?"
+    assert dict(trailers(odd))["headrace-owner-address"] == "h?x:1"
