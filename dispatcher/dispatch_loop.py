@@ -61,8 +61,9 @@ This is the hot path: the loop keeps its own references to the state, the partit
 the consumers' sessions and the command queue (the very objects the subscription holds,
 never replaced), so a pass reads them as directly as a method of the subscription would;
 it reads them only under the ownership rule above.
-Imports ``wal`` and, of ``dispatcher``, the pure ``protocol`` and ``state``, and
-``session``; never ``subscription`` (what it needs of it is :class:`LoopOwner`).
+Imports ``wal`` and, of ``dispatcher``, the pure ``protocol`` and ``state``, ``session``
+and ``dead_letter_writer`` (the dead-letter writes it hands off); never ``subscription``
+(what it needs of it is :class:`LoopOwner`).
 """
 
 from __future__ import annotations
@@ -75,12 +76,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeAlias, TypeVar
 
+from dispatcher.dead_letter_writer import DeadLetterWriter
 from dispatcher.protocol import (
     TICK,
     Action,
     Command,
-    DeadLettered,
-    DeadLetterFailed,
     Deleted,
     Fetched,
     Note,
@@ -227,7 +227,6 @@ class DispatchLoop(Generic[OwnerT]):
         self._max_batch_bytes = max_batch_bytes
         self._on_change = on_change
         self._persist = persist
-        self._dead_letters = dead_letters
         #: Whether the next turn of the task must pass (read and send), not only apply
         #: commands: set by the notifier, timers, the heartbeat and commands that may
         #: let it send.
@@ -247,10 +246,9 @@ class DispatchLoop(Generic[OwnerT]):
         #: The task's loop, kept by :meth:`run`: looking it up costs a ``getpid`` call on
         #: Python 3.11, and the timer is re-armed on most passes.
         self._event_loop: asyncio.AbstractEventLoop | None = None
-        self._dead_letter_queue: list[ToDeadLetter] = []
-        self._dead_letter_task: asyncio.Task[None] | None = None
-        #: Why the last dead-letter write failed (None after one that worked).
-        self.dead_letter_error: Exception | None = None
+        self._dead_letters = DeadLetterWriter(
+            sub, dead_letters, submit, f"dead letters {self._topic}/{self._name}"
+        )
         self._heartbeat_poll = False
         #: Why the last pass failed ("" after one that worked).
         self.last_error = ""
@@ -259,6 +257,11 @@ class DispatchLoop(Generic[OwnerT]):
         self.notifier_polls = 0
         #: Dispatch passes the heartbeat triggered.
         self.heartbeat_polls = 0
+
+    @property
+    def dead_letter_error(self) -> Exception | None:
+        """Why the last dead-letter write failed (None after one that worked)."""
+        return self._dead_letters.error
 
     def on_advance(self, _hwm: int) -> None:
         """The notifier: a partition's high-water mark advanced (after fsync)."""
@@ -290,11 +293,10 @@ class DispatchLoop(Generic[OwnerT]):
         self.closed = True
         if self._timer is not None:
             self._timer.cancel()
-        for t in (task, self._dead_letter_task):
-            if t is not None:
-                t.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await t
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await self._dead_letters.stop()
         self._handed_over = None  # a pass begun in place the task never finished
         self._state.owner = None
 
@@ -559,11 +561,7 @@ class DispatchLoop(Generic[OwnerT]):
                     self._sub.on_dispatch(max(0.0, self._wall_clock() - action.timestamp_ms / 1000))
             return True
         if isinstance(action, ToDeadLetter):
-            self._dead_letter_queue.append(action)
-            if self._dead_letter_task is None or self._dead_letter_task.done():
-                self._dead_letter_task = asyncio.create_task(
-                    self._write_dead_letters(), name=f"dead letters {self._topic}/{self._name}"
-                )
+            self._dead_letters.add(action)
         elif isinstance(action, Note):
             logger.log(action.level, "%s/%s: %s", self._topic, self._name, action.message)
         return False
@@ -582,27 +580,6 @@ class DispatchLoop(Generic[OwnerT]):
             )
         else:  # saved: on_change need not report them to the flusher again
             self._changes = max(self._changes, changes)
-
-    async def _write_dead_letters(self) -> None:
-        """Write the queued dead letters one at a time; each result goes back to the
-        dispatch task as a command (:class:`DeadLettered` or :class:`DeadLetterFailed`):
-        this task never touches the state."""
-        while self._dead_letter_queue:
-            action = self._dead_letter_queue.pop(0)
-            done: DeadLettered | DeadLetterFailed
-            try:
-                if self._dead_letters is None:
-                    raise RuntimeError("this subscription has no dead-letter queue")
-                await self._dead_letters(self._sub, action)
-            except Exception as exc:
-                self.dead_letter_error = exc
-                done = DeadLetterFailed(
-                    action.partition, action.begin, action.end, str(exc) or type(exc).__name__
-                )
-            else:
-                self.dead_letter_error = None
-                done = DeadLettered(action.partition, action.begin, action.end)
-            self._submit(done)
 
     def _arm_timer(self) -> None:
         """Wake the task when the next lease expires or a waiting record is due."""
