@@ -17,7 +17,7 @@ Modules (layered frame -> index -> segment -> log -> async writer):
     writer    ``LogWriter``: the one task owning a log; group commit      [asyncio]
               ``run_to_end``: work a cancelled caller still waits out
     writer_thread  ``WriterThread``: the thread that writes a log's groups  [threads]
-    writer_commands  the writer's commands; settling an append            [pure]
+    writer_commands  the writer's commands; settling an append on the loop  [asyncio]
     cold_reads  the process's cold-read threads                          [threads]
     lock      ``DirectoryLock``: one owner per data directory (flock on the directory)
 
