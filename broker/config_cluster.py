@@ -11,7 +11,7 @@ Rules, each refused with one line naming the key:
 
 - ``etcd``: at least one ``host:port`` (port 1-65535), no duplicates; it needs ``node_id``.
 - ``node_id``: 1-64 characters from ``A-Z a-z 0-9 . _ -``, the first a letter or digit
-  (it is an etcd key's last segment, a metrics label and a word in logs).
+  (:func:`proto.names.is_valid_node_id`: an etcd key's last segment, a metrics label).
 - ``advertise``: ``host:port`` with a port from 1 and a host other hosts can call (not
   ``0.0.0.0`` or ``::``); unset, the ``listen`` address, which then must not be a wildcard.
 - ``session_ttl_s``: whole seconds from 2 to 60 (default 10).
@@ -31,7 +31,6 @@ Pure module: imports neither ``asyncio``, ``os`` nor ``time``.
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,15 +40,8 @@ from broker.config_errors import explain
 from broker.config_schema import ClusterTable
 from broker.errors import ConfigError
 from broker.exposure import is_loopback
+from proto.names import NODE_ID_RULE, is_valid_node_id
 
-#: The pattern a whole node id must match.
-NODE_ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
-#: The node id rule in words, for error messages.
-NODE_ID_RULE = (
-    f"use 1-64 characters from A-Z a-z 0-9 . _ -, starting with a letter or digit "
-    f"(pattern {NODE_ID_PATTERN})"
-)
-_NODE_ID = re.compile(NODE_ID_PATTERN)
 _WILDCARDS = frozenset({"0.0.0.0", "::", ""})
 _TLS_FILES = ("etcd_ca", "etcd_cert", "etcd_key")
 
@@ -92,7 +84,7 @@ class ClusterConfig:
                     "[cluster] etcd needs node_id: name this broker (--node-id), unique in "
                     "the cluster and the same at every restart"
                 )
-        if self.node_id is not None and _NODE_ID.fullmatch(self.node_id) is None:
+        if self.node_id is not None and not is_valid_node_id(self.node_id):
             raise ConfigError(f"[cluster] node_id = {self.node_id!r}: {NODE_ID_RULE}")
         if self.advertise is not None:
             _check_advertise(self.advertise)

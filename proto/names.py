@@ -22,6 +22,12 @@ characters, nor a line, paragraph or space separator other than the space itself
 7``, ``host-1/pid 42`` and ``über`` are valid; ``a\nb``, ``\x1b[2J``, a NUL and a
 201-character name are not.
 
+A cluster node id (``[cluster] node_id``, ``--node-id``) is 1 to 64 characters of the
+topic name rule's alphabet, the first a letter or digit: it is the last segment of an
+etcd key, a metrics label and a word in logs and refusal trailers, so never ``/``, a space
+or a control character. ``b1``, ``eu-west.b_2`` are valid; ``b 1``, ``a/b``, ``-b`` and 65
+characters are not.
+
 Pure module: imports neither ``asyncio``, ``os`` nor ``time``, and nothing of ours.
 """
 
@@ -58,3 +64,18 @@ def is_valid_name(name: str) -> bool:
 def is_valid_consumer_name(name: str) -> bool:
     """Whether ``name`` is a valid consumer name (``""`` included: the broker picks one)."""
     return isinstance(name, str) and len(name) <= MAX_CONSUMER_NAME_LENGTH and name.isprintable()
+
+
+#: The pattern a whole cluster node id must match.
+NODE_ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
+#: The node id rule in words, for error messages.
+NODE_ID_RULE = (
+    "use 1-64 characters from A-Z a-z 0-9 . _ -, starting with a letter or digit "
+    f"(pattern {NODE_ID_PATTERN})"
+)
+_NODE_ID = re.compile(NODE_ID_PATTERN)
+
+
+def is_valid_node_id(node_id: str) -> bool:
+    """Whether ``node_id`` is a valid cluster node id."""
+    return isinstance(node_id, str) and _NODE_ID.fullmatch(node_id) is not None

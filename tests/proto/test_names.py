@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from proto.name_vectors import INVALID_CONSUMER_NAMES, VALID_CONSUMER_NAMES
-from proto.names import MAX_CONSUMER_NAME_LENGTH, is_valid_consumer_name
+from proto.names import MAX_CONSUMER_NAME_LENGTH, is_valid_consumer_name, is_valid_node_id
 
 
 @pytest.mark.parametrize(
@@ -45,3 +45,27 @@ def test_the_rule_agrees_with_the_conformance_vectors() -> None:
     ones do not, so the rule and the published vectors cannot drift apart."""
     assert all(is_valid_consumer_name(n) for n in VALID_CONSUMER_NAMES)
     assert not any(is_valid_consumer_name(b.name) for b in INVALID_CONSUMER_NAMES)
+
+
+@pytest.mark.parametrize(
+    ("node_id", "valid"),
+    [
+        ("b1", True),
+        ("eu-west.b_2", True),
+        ("9", True),
+        ("x" * 64, True),
+        ("", False),
+        ("b 1", False),
+        ("a/b", False),
+        ("-b", False),
+        (".b", False),
+        ("b\n", False),
+        ("b\u00e9", False),
+        ("x" * 65, False),
+    ],
+)
+def test_node_id_rule(node_id: str, valid: bool) -> None:
+    """Scenario: node ids at and past each edge of the rule. Expected: 1-64 characters of
+    A-Z a-z 0-9 . _ -, the first a letter or digit; nothing else (no slash: it ends an etcd
+    key; no space or control character: it is a label and a trailer value)."""
+    assert is_valid_node_id(node_id) is valid
