@@ -41,7 +41,14 @@ an append's thread. Few syscalls matter as much as few syncs: each one a thread 
 gives up the GIL and takes it back from a loop that may be busy.
 
 The store also keeps the cursors last written (:meth:`CursorStore.saved_floor`: retention
-never deletes at or past them).
+never deletes at or past them). What an open finds in a topic's files, and how damage is
+kept and reported, is :mod:`dispatcher.cursor_recovery`; the store then repairs it.
+
+Why the rest is one piece (:class:`CursorStore`, about 500 lines): the flusher, the
+journal appends, the checkpoints and a delete's commit point share one lock, one
+sequence of state numbers, the open journal descriptors and the dirty sets, and each
+write must see the others' (a checkpoint empties the journal an append would extend; a
+tombstone is ordered against both). Split, they would share all of that across modules.
 """
 
 from __future__ import annotations
@@ -60,9 +67,8 @@ from dataclasses import dataclass
 import msgspec
 
 from dispatcher import cursor_journal, state_file
+from dispatcher.cursor_recovery import Loaded, load_topic
 from dispatcher.errors import DispatcherClosedError
-from dispatcher.names import is_valid_name
-from dispatcher.protocol import DeliveryMode, SubscriptionType
 from dispatcher.subscription import Subscription
 from wal import FileSystem, run_to_end
 
@@ -75,10 +81,6 @@ Key = tuple[str, str]
 CHECKPOINT_BYTES = 4 * 1024 * 1024
 #: The journal may grow to this many times the bytes of its topic's last checkpoint.
 CHECKPOINT_RATIO = 8
-#: The suffix a damaged checkpoint or journal is kept under.
-CORRUPT_SUFFIX = ".corrupt"
-#: The suffix of a checkpoint file being written (``FileSystem.atomic_write_many``).
-TMP_SUFFIX = ".tmp"
 #: Named points of a checkpoint where tests crash (``crash_point`` argument), in order.
 CRASH_POINTS = (
     "checkpoint.after_files",  # every file written and renamed; stale ones still there
@@ -109,20 +111,6 @@ class _Journal:
     size: int
     #: A failed write may have left bytes past :attr:`size`: cut them before the next.
     unclean: bool = False
-
-
-@dataclass
-class _Loaded:
-    """One topic as an open found it."""
-
-    merged: cursor_journal.Merged
-    parsed: cursor_journal.Parsed
-    #: Checkpoint every subscription and empty the journal (damage or foreign entries).
-    rewrite: bool
-    #: Subscriptions whose checkpoint was damaged: reset, to be saved so.
-    reset: list[str]
-    #: Subscriptions whose checkpoint a tombstone in the journal supersedes.
-    deleted: list[str]
 
 
 @dataclass
@@ -584,7 +572,7 @@ class CursorStore:
         open does not meet them again."""
         self._fs.makedirs(self.root)
         found: list[tuple[str, str, state_file.StateDoc]] = []
-        loaded: list[tuple[str, _Loaded]] = []
+        loaded: list[tuple[str, Loaded]] = []
         for topic in sorted(self._fs.listdir(self.root)):
             if not os.path.isdir(os.path.join(self.root, topic)):
                 logger.warning(
@@ -596,7 +584,7 @@ class CursorStore:
                 logger.warning("dropping the subscriptions of deleted topic %r", topic)
                 self.remove_topic(topic)
             else:
-                loaded.append((topic, self._load_topic(topic)))
+                loaded.append((topic, load_topic(self._fs, self.root, topic)))
         self._seq = max((got.merged.top_seq for _, got in loaded), default=0)
         for topic, got in loaded:
             states = got.merged.states
@@ -646,105 +634,6 @@ class CursorStore:
         self._seq += 1
         return self._seq
 
-    def _load_topic(self, topic: str) -> _Loaded:
-        """``topic``'s merged states, and what its files need to agree with them."""
-        directory = os.path.join(self.root, topic)
-        checkpoints: dict[str, state_file.StateDoc] = {}
-        damaged: list[str] = []
-        for entry in sorted(self._fs.listdir(directory)):
-            path = os.path.join(directory, entry)
-            if entry.endswith(TMP_SUFFIX) and os.path.isfile(path):  # cut short by a crash
-                self._fs.remove(path)
-            elif entry.endswith(state_file.SUFFIX):
-                name = entry[: -len(state_file.SUFFIX)]
-                if not os.path.isfile(path) or not is_valid_name(name):
-                    self._set_aside(path, "not a subscription's state file")
-                    continue
-                doc = self._load(path, topic, name)
-                if doc is None:
-                    damaged.append(name)
-                else:
-                    checkpoints[name] = doc
-        path = self.journal_path(topic)
-        data = b""
-        if os.path.isfile(path):
-            data = self._fs.read_file(path)
-        elif self._fs.exists(path):
-            self._set_aside(path, "not a file")
-        parsed = cursor_journal.parse(data)
-        foreign = [e for e in parsed.entries if not _belongs(e, topic)]
-        if foreign:
-            logger.error(
-                "%s: ignoring %d entries that are not states of a subscription of %r "
-                "(a bad name, or a state of another subscription or topic): %s",
-                path,
-                len(foreign),
-                topic,
-                ", ".join(sorted({repr(e.subscription) for e in foreign})),
-            )
-            parsed.entries = [e for e in parsed.entries if _belongs(e, topic)]
-        if parsed.torn_bytes:
-            logger.warning(
-                "%s: dropped the last %d bytes, a write torn by a crash (states never "
-                "reported saved)",
-                path,
-                parsed.torn_bytes,
-            )
-        merged = cursor_journal.merge(checkpoints, parsed)
-        if parsed.damaged:
-            kept = path + CORRUPT_SUFFIX + f".{len(data)}"
-            if not self._fs.exists(kept):  # else an open cut short by a crash kept it
-                self._fs.write_new(kept, data)
-            logger.error(
-                "%s is damaged at bytes %s (kept as %s); %d subscriptions whose newest "
-                "state it may have held restart at the earliest offset: %s",
-                path,
-                ", ".join(f"{b}-{e}" for b, e in parsed.damaged),
-                kept,
-                len(merged.reset),
-                ", ".join(merged.reset) or "none",
-            )
-        for name in damaged:
-            held = merged.states.get(name)
-            merged.states[name] = state_file.StateDoc(
-                version=state_file.VERSION,
-                topic=topic,
-                subscription=name,
-                type=held.type if held is not None else SubscriptionType.EXCLUSIVE.value,
-                mode=held.mode if held is not None else DeliveryMode.AT_LEAST_ONCE.value,
-                partitions=[],
-                committer=held.committer if held is not None else "",
-            )
-        return _Loaded(
-            merged,
-            parsed,
-            rewrite=bool(parsed.damaged or foreign),
-            reset=damaged,
-            deleted=sorted(set(checkpoints) - set(merged.states)),
-        )
-
-    def _set_aside(self, path: str, why: str) -> None:
-        """Rename ``path``, which the store did not write, out of its way."""
-        logger.error("%s is %s; moved aside as %s%s", path, why, path, CORRUPT_SUFFIX)
-        self._fs.rename(path, path + CORRUPT_SUFFIX)
-
-    def _load(self, path: str, topic: str, name: str) -> state_file.StateDoc | None:
-        try:
-            doc = state_file.decode(self._fs.read_file(path))
-            if (doc.topic, doc.subscription) != (topic, name):
-                raise ValueError(f"it holds the state of {doc.topic}/{doc.subscription}")
-        except ValueError as exc:
-            logger.error(
-                "%s is damaged (%s); kept as %s.corrupt, the subscription restarts at the "
-                "earliest offset",
-                path,
-                exc,
-                path,
-            )
-            self._fs.rename(path, path + CORRUPT_SUFFIX)
-            return None
-        return doc
-
     def remove_topic(self, topic: str) -> None:
         """Remove every saved state of ``topic``, durably. Blocking: run in a thread,
         under :attr:`lock` once the store is open."""
@@ -754,35 +643,6 @@ class CursorStore:
         self._checkpointed.pop(topic, None)
         self._journal_bytes = {t: n for t, n in self._journal_bytes.items() if t != topic}
         remove_dir(self._fs, os.path.join(self.root, topic))
-
-
-def _belongs(entry: cursor_journal.Entry, topic: str) -> bool:
-    """Whether a journal entry is a state (or tombstone) of a subscription of ``topic``."""
-    if not is_valid_name(entry.subscription):
-        return False
-    state = entry.state
-    return state is None or (state.topic, state.subscription) == (topic, entry.subscription)
-
-
-def read_states(
-    root: str, topic: str, fs: FileSystem | None = None
-) -> dict[str, state_file.StateDoc]:
-    """The saved state of every subscription of ``topic`` under ``root``
-    (``<data dir>/subscriptions``), checkpoints and journal merged, as the next open
-    would load them; read only (a damaged checkpoint is left out, nothing is repaired).
-    For inspection and tests."""
-    fs = fs or FileSystem()
-    directory = os.path.join(root, topic)
-    checkpoints = {}
-    for entry in fs.listdir(directory) if fs.exists(directory) else []:
-        if entry.endswith(state_file.SUFFIX):
-            with contextlib.suppress(ValueError):
-                doc = state_file.decode(fs.read_file(os.path.join(directory, entry)))
-                checkpoints[entry[: -len(state_file.SUFFIX)]] = doc
-    path = os.path.join(directory, cursor_journal.NAME)
-    parsed = cursor_journal.parse(fs.read_file(path) if os.path.isfile(path) else b"")
-    parsed.entries = [e for e in parsed.entries if _belongs(e, topic)]
-    return cursor_journal.merge(checkpoints, parsed).states
 
 
 def remove_dir(fs: FileSystem, directory: str) -> None:

@@ -34,7 +34,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from broker.app import Broker
 from broker.error_status import status_for
 from broker.metrics import BrokerMetrics
-from dispatcher.cursor_store import read_states
+from dispatcher.cursor_recovery import read_states
 from proto import admin_pb2 as admin
 from proto import admin_pb2_grpc, broker_pb2_grpc
 from proto import broker_pb2 as pb

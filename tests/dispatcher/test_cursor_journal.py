@@ -12,7 +12,7 @@ import pytest
 
 from dispatcher import SubscriptionRegistry, cursor_journal, state_file
 from dispatcher.cursor_journal import Entry
-from dispatcher.cursor_store import read_states
+from dispatcher.cursor_recovery import read_states
 from wal import LogWriter, SimulatedCrash, encode_columns
 
 

@@ -18,7 +18,8 @@ import pytest
 import pytest_asyncio
 
 from dispatcher import PartitionSnapshot, Subscription, cursor_journal
-from dispatcher.cursor_store import CHECKPOINT_BYTES, CRASH_POINTS, CursorStore, read_states
+from dispatcher.cursor_recovery import read_states
+from dispatcher.cursor_store import CHECKPOINT_BYTES, CRASH_POINTS, CursorStore
 from dispatcher.errors import DispatcherClosedError
 from wal import Fault, FaultyFs, FileSystem, LogWriter, SimulatedCrash, encode_columns
 from wal.fs import Buffer

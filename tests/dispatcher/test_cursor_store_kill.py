@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.cursor_store import read_states
+from dispatcher.cursor_recovery import read_states
 
 SUBSCRIPTIONS = 8
 KILLS = 8

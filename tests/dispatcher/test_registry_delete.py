@@ -28,7 +28,7 @@ from dispatcher import (
     SubscriptionType,
     cursor_journal,
 )
-from dispatcher.cursor_store import read_states
+from dispatcher.cursor_recovery import read_states
 from dispatcher.dead_letter_records import DeadLetter
 from dispatcher.removal import CRASH_POINTS
 from dispatcher.state_file import StateDoc

@@ -25,7 +25,7 @@ from dispatcher import (
     SubscriptionRegistry,
     cursor_journal,
 )
-from dispatcher.cursor_store import read_states
+from dispatcher.cursor_recovery import read_states
 from dispatcher.dispatch_loop import MAX_BATCHES_PER_READ
 from tests.dispatcher._deliveries import singles, take
 from wal import Fault, FaultyFs, FileSystem, LogWriter, decode_batch, encode_columns
