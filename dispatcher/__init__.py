@@ -37,6 +37,10 @@ Modules:
     dead_letter_queue    DeadLetterQueue: one subscription's dead letters in their own log
     dead_letter_queues   DeadLetterQueues: every subscription's queue, their expiry, and
                       the dead-letter sink
+    cursor_ages       CursorAges: publish times of cursor records, read without waiting
+                      for the disk (warmed on a worker thread)
+    subscription_health  Health: the heartbeat's rates, STALLED verdict and each
+                      partition's facts for ``lag``
     subscription      Subscription: the async shell that runs the state machine; its
                       dispatch task is the one owner, fed by a command queue
     dispatch_loop     DispatchLoop: the dispatch task's turns and passes (read the log,
@@ -49,6 +53,8 @@ Modules:
     names             the one topic and subscription name pattern (pure)
     cursor_journal    a topic's cursor journal: its batches, torn tails and damage, and
                       the replay over the checkpoint files (pure)
+    cursor_recovery   load_topic, read_states: what an open finds in a topic's state
+                      files, damage kept and reported
     cursor_store      CursorStore: subscriptions' saved states, a journal per topic and a
                       checkpoint file each, saved by coalesced flushes (one in flight)
     heartbeat         Heartbeat: ticks every subscription; PartitionSample and

@@ -26,9 +26,10 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from dispatcher.cursor_ages import running_loop
 from dispatcher.dead_letter_queue import DeadLetterQueue
 from dispatcher.lag import HeartbeatConfig
-from dispatcher.subscription import Subscription, running_loop
+from dispatcher.subscription import Subscription
 
 logger = logging.getLogger(__name__)
 

@@ -29,7 +29,16 @@ The dispatch task's body, what wakes it, how a pass reads the log and sends, and
 notifier's pass in place, is :class:`~dispatcher.dispatch_loop.DispatchLoop`, with the
 delivery invariants (only durable records are sent; batches are never split; a
 redelivery waits for its delivery count to be saved). This class keeps the callers' side:
-the consumers, the command queue and applying it, the lifecycle, the tick and the status.
+the consumers, the command queue and applying it, the lifecycle, the tick and the status;
+the heartbeat's judgement (rates, STALLED, each partition's facts for ``lag``) is
+:class:`~dispatcher.subscription_health.Health`, and reading a cursor record's age
+without waiting for the disk is :class:`~dispatcher.cursor_ages.CursorAges`.
+
+Why the rest is one piece (about 600 lines): every public method is one command on the
+one queue, checked against the state first, and the queue, the futures its callers
+await, the sessions and the task's lifecycle are one mechanism, the one-owner rule on
+the callers' side. Split, each part would reach into the others' queue and sessions;
+the dispatch task's side of the same queue is :mod:`dispatcher.dispatch_loop`.
 
 Clocks: every deadline (ack timeouts, nack delays, backoff, the timer) is on the
 monotonic clock (``clock``), so a step of the wall clock moves no redelivery; the wall
@@ -49,7 +58,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import logging
 import random as _random
 import time
@@ -57,11 +65,11 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, TypeAlias
 
-from dispatcher.diagnosis import DlqFull, PartitionFacts, Retry, diagnose
+from dispatcher.cursor_ages import CursorAges
+from dispatcher.diagnosis import diagnose
 from dispatcher.dispatch_loop import DispatchLoop, LogReader
 from dispatcher.errors import (
     DispatchError,
-    DlqFullError,
     InvalidSubscriptionError,
     SubscriptionBusyError,
     SubscriptionCommittedError,
@@ -70,11 +78,6 @@ from dispatcher.errors import (
 from dispatcher.lag import (
     DEFAULT_INTERVAL_S,
     DEFAULT_STALL_TIMEOUT_S,
-    IDLE,
-    LagMonitor,
-    Observation,
-    Rates,
-    RateWindow,
     Verdict,
 )
 from dispatcher.protocol import (
@@ -97,9 +100,10 @@ from dispatcher.protocol import (
 )
 from dispatcher.session import DRAINED, ConsumerSession
 from dispatcher.state import SubscriptionState
+from dispatcher.subscription_health import Health
 from dispatcher.subscription_status import PartitionStatus, SubscriptionStatus
 from proto.shown import shown_text
-from wal import LogWriter, RecordBatch
+from wal import LogWriter
 
 logger = logging.getLogger(__name__)
 
@@ -122,12 +126,6 @@ DeadLetterSink = Callable[["Subscription", ToDeadLetter], Awaitable[None]]
 #: The commands that count as activity for inactivity expiry (not credit, not the
 #: subscription's own dead-letter results, not barriers).
 _ACTIVITY: Final = frozenset({Attach, Detach, Drain, Release, Ack, AckUpTo, Nack, Commit, Seek})
-
-
-#: How long after its last AckUpTo a reader that pulls by offset (the Spark connector)
-#: still counts as the subscription's consumer in ``lag``: its behind records are LAGGING,
-#: not NO_CONSUMER. Five minutes covers slow Spark triggers; seconds.
-PULL_READER_WINDOW_S = 300.0
 
 
 class Subscription:
@@ -222,29 +220,23 @@ class Subscription:
         self._task: asyncio.Task[None] | None = None
         #: How often the heartbeat should tick this subscription, seconds.
         self.heartbeat_interval_s = heartbeat_interval_s
-        self._monitor = LagMonitor(stall_timeout_s)
-        #: Ingress and ack rates per partition, sampled on every tick.
-        self._rates = [RateWindow() for _ in self._writers]
-        #: ``state.changes`` and the heads at the windows' last observation: while both
-        #: stay, no head or acknowledged total moved, and a tick only holds the windows.
-        self._rated: tuple[int, list[int]] | None = None
-        #: ``state.changes`` and the heads at the tick that last found the subscription
-        #: idle and caught up; None once a tick found it otherwise.
-        self._idle_at: tuple[int, list[int]] | None = None
+        self._health = Health(
+            self.state,
+            self._writers,
+            clock=clock,
+            stall_timeout_s=stall_timeout_s,
+            max_unacked=self.policy.max_unacked,
+        )
         #: When a pull reader (AckUpTo) last committed, per the clock; None if never.
         self._committed_at: float | None = None
         #: Dispatch tasks the heartbeat found dead and restarted.
         self.task_restarts = 0
-        #: The last tick's verdict.
-        self.verdict = IDLE
         #: Moves on every ack, nack, commit, seek, attach and detach: what inactivity
         #: expiry (:mod:`dispatcher.expiry`) watches.
         self.activity = 0
         #: Called with (seconds from publish to dispatch) for each first delivery.
         self.on_dispatch: Callable[[float], None] = lambda _s: None
-        #: Reads on worker threads that bring a cursor's record into the page cache, by
-        #: partition (cursor_timestamp_ms): at most one each.
-        self._warming: dict[int, asyncio.Task[Any]] = {}
+        self._ages = CursorAges(self._writers)
 
     @property
     def notifier_polls(self) -> int:
@@ -270,6 +262,11 @@ class Subscription:
         """The attached consumers' names, in the order they attached, counting attaches
         and detaches still queued for the dispatch task (what a delete or expiry judges)."""
         return tuple(session.name for session in self._sessions.values())
+
+    @property
+    def verdict(self) -> Verdict:
+        """The last tick's verdict."""
+        return self._health.verdict
 
     @property
     def max_unacked(self) -> int:
@@ -303,45 +300,10 @@ class Subscription:
             )
             self.task_restarts += 1
             self._start_task()
-        heads = [w.high_water_mark for w in self._writers]
-        state = self.state
-        if self._rates and self._rates[0].wants(now):  # the windows are sampled together
-            self._sample_rates(now, heads)
-        # The common case, kept cheap: 1,000 idle subscriptions. Caught up at a tick, and
-        # neither a head nor state.changes moved since: still caught up (what could undo
-        # it, a record, a nack, a release or a seek, moves one of them).
-        idle = self._idle_at
-        if idle is not None and idle[0] == state.changes and idle[1] == heads:
-            return IDLE
-        if self._monitor.idle and state.caught_up(heads):
-            self._idle_at = (state.changes, heads)
-            self.verdict = IDLE
-            return IDLE
-        self._idle_at = None
-        ready = state.ready(heads, self._clock())
-        seen = Observation(
-            ready=ready,
-            has_room=state.has_room(),
-            progress=state.sent_total + state.acked_total,
-            last_error=self._loop.last_error,
-        )
-        self.verdict = self._monitor.tick(seen, now)
-        if self.verdict.repoll:
+        verdict = self._health.judge(now, self._loop.last_error)
+        if verdict.repoll:
             self._loop.heartbeat_poll()
-        return self.verdict
-
-    def _sample_rates(self, now: float, heads: list[int]) -> None:
-        """Sample every partition's head and acknowledged total into its rate window; if
-        neither can have moved since the last sample, only hold the windows."""
-        state = self.state
-        rated = self._rated
-        if rated is not None and rated[0] == state.changes and rated[1] == heads:
-            for window in self._rates:
-                window.hold(now)
-            return
-        self._rated = (state.changes, heads)
-        for i, (window, head) in enumerate(zip(self._rates, heads, strict=True)):
-            window.observe(now, head, head - state.lag(i, head))
+        return verdict
 
     async def aclose(self, reason: Exception | None = None) -> None:
         """Stop dispatching and let every consumer go; ``reason``, when given, is what
@@ -349,8 +311,7 @@ class Subscription:
         task, self._task = self._task, None
         if task is None:
             return
-        for warming in self._warming.values():
-            warming.cancel()  # its thread's read runs to its end (the writer waits for it)
+        self._ages.cancel()  # a thread's read runs to its end (the writer waits for it)
         self.drop_notifications()
         await self._loop.stop(task)
         # The task is gone: the closer owns the state now. Acks, commits and seeks that
@@ -679,8 +640,7 @@ class Subscription:
         )
         cmd = Seek(clamped)
         self.state.check(cmd)
-        self._rates = [RateWindow() for _ in self._writers]  # the jump is not an ack rate
-        self._rated = None
+        self._health.reset_rates()  # the jump is not an ack rate
         return self._submit(cmd, result=True)
 
     # -- state ------------------------------------------------------------------------
@@ -719,32 +679,9 @@ class Subscription:
 
     def cursor_timestamp_ms(self, partition: int) -> float | None:
         """The publish time (ms) of ``partition``'s oldest unacknowledged record (at its
-        cursor); now when it cannot be read. One read: callers cache it per cursor.
-
-        ``None`` while that record is not in the page cache: the event loop does not wait
-        for the disk (a subscription far behind is exactly the one whose cursor is cold).
-        A read on a worker thread is started instead, which brings it in, so a later call
-        finds it."""
-        writer, offset = self._writers[partition], self.state.cursor(partition)
-        try:
-            batches = writer.read_nowait(offset, 1)
-        except Exception:  # a damaged or deleted segment: report no age rather than fail
-            logger.debug("cannot read offset %d for its timestamp", offset, exc_info=True)
-            return time.time() * 1000
-        if batches is None:
-            # Not from the exporter's thread building samples after the loop stopped.
-            if partition not in self._warming and running_loop() is not None:
-                warming = asyncio.create_task(writer.read_cold(offset, 1))
-                self._warming[partition] = warming
-                warming.add_done_callback(functools.partial(self._warmed, partition))
-            return None
-        return _timestamp_in(batches, offset)
-
-    def _warmed(self, partition: int, task: asyncio.Task[Any]) -> None:
-        self._warming.pop(partition, None)
-        error = None if task.cancelled() else task.exception()  # retrieved: logged only
-        if error is not None:
-            logger.debug("reading partition %d's cursor record failed", partition, exc_info=error)
+        cursor); now when it cannot be read; ``None`` while it is not in the page cache
+        (a read that brings it in is started: see :mod:`dispatcher.cursor_ages`)."""
+        return self._ages.timestamp_ms(partition, self.state.cursor(partition))
 
     async def status(self) -> SubscriptionStatus:
         """Cursor, head, lag, in-flight records, rates, state and reason per partition.
@@ -759,8 +696,19 @@ class Subscription:
             head = writer.high_water_mark
             cursor = state.cursor(i)
             lag = state.lag(i, head)
-            rates = self._rates[i].rates()
-            verdict = diagnose(self._facts(i, head, lag, len(consumers), now, rates))
+            rates = self._health.rates[i].rates()
+            facts = self._health.facts(
+                i,
+                head,
+                lag,
+                len(consumers),
+                now,
+                rates,
+                dead_letter_error=self._loop.dead_letter_error,
+                read_error=self._loop.last_error,
+                committed_at=self._committed_at,
+            )
+            verdict = diagnose(facts)
             parts.append(
                 PartitionStatus(
                     i,
@@ -779,7 +727,7 @@ class Subscription:
             )
         for i, part in enumerate(parts):
             if part.lag:
-                stamp = await _timestamp_at(self._writers[i], part.cursor)
+                stamp = await self._ages.timestamp_at(i, part.cursor)
                 age = max(0.0, wall - stamp / 1000)
                 parts[i] = dataclasses.replace(part, oldest_unacked_age_s=age)
         return SubscriptionStatus(
@@ -791,73 +739,3 @@ class Subscription:
             self.policy.mode,
             self.committer,
         )
-
-    def _facts(  # noqa: PLR0917 - one private caller
-        self, i: int, head: int, lag: int, consumers: int, now: float, rates: Rates
-    ) -> PartitionFacts:
-        """What :func:`~dispatcher.diagnosis.diagnose` judges partition ``i`` on."""
-        state = self.state
-        if lag == 0:
-            return PartitionFacts(lag=0)
-        unread = max(0, head - state.read_position(i))
-        retry = None
-        waiting = state.waiting_at_cursor(i)
-        if waiting is not None and waiting[0] > now:
-            retry = Retry(state.cursor(i), waiting[0] - now, waiting[1], waiting[2])
-        full = self._loop.dead_letter_error
-        pull = None
-        if self._pull_reader_active(now):
-            assert self._committed_at is not None
-            pull = now - self._committed_at
-        return PartitionFacts(
-            lag=lag,
-            unread=unread,
-            in_flight=state.in_flight(i),
-            consumers=consumers,
-            has_room=state.has_room(),
-            held=state.held,
-            max_unacked=self.policy.max_unacked,
-            blocked=state.blocked(i),
-            on_dead_letters=state.blocked_on_dead_letters(i),
-            dlq_full=(
-                DlqFull(full.entries, full.max_entries) if isinstance(full, DlqFullError) else None
-            ),
-            read_error=self._loop.last_error if unread else "",
-            stalled=self.verdict.stalled,
-            stuck_s=self.verdict.stuck_s,
-            retry=retry,
-            pull_commit_age_s=pull,
-            rates=rates,
-        )
-
-    def _pull_reader_active(self, now: float) -> bool:
-        """Whether a reader that pulls by offset (Fetch + AckUpTo) committed within
-        :data:`PULL_READER_WINDOW_S`: it counts as the subscription's consumer in ``lag``."""
-        return self._committed_at is not None and now - self._committed_at <= PULL_READER_WINDOW_S
-
-
-def running_loop() -> asyncio.AbstractEventLoop | None:
-    """The event loop running in this thread, if any."""
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
-
-
-async def _timestamp_at(writer: LogWriter, offset: int) -> float:
-    """The publish time (ms) of the record at ``offset``; now when it cannot be read. It
-    waits for a cold read: for ``status`` (an operator's call), not for every heartbeat."""
-    try:
-        batches = await writer.aread(offset, 1)
-    except Exception:  # a damaged or deleted segment: report no age rather than fail
-        logger.debug("cannot read offset %d for its timestamp", offset, exc_info=True)
-        return time.time() * 1000
-    return _timestamp_in(batches, offset)
-
-
-def _timestamp_in(batches: list[RecordBatch], offset: int) -> float:
-    """The publish time (ms) of the record at ``offset`` in ``batches`` (a read from
-    it); now when they do not hold it."""
-    if not batches or not batches[0].base_offset <= offset < batches[0].next_offset:
-        return time.time() * 1000
-    return float(batches[0].timestamps()[offset - batches[0].base_offset])
