@@ -2,7 +2,9 @@
 
 The rules (:data:`ALLOWED`): ``proto`` is a leaf that imports nothing of ours (it holds the
 wire contract, the record batch codec included); ``wal`` imports ``proto``; ``dispatcher``
-imports ``wal`` and ``proto``; ``broker`` imports ``dispatcher``, ``wal`` and ``proto``;
+imports ``wal`` and ``proto``; ``cluster`` (cluster mode's etcd side) imports
+``dispatcher``, ``wal`` and ``proto``; ``broker`` imports ``cluster``, ``dispatcher``,
+``wal`` and ``proto``;
 ``client`` imports ``proto``; ``spark_connector`` imports ``client`` and ``proto`` (the
 codec, for Arrow); ``pyspark_headrace`` (Spark's discovery hook) imports
 ``spark_connector``. Nothing imports ``broker`` but ``broker`` itself: its entry point is
@@ -11,7 +13,7 @@ checked).
 
 The arrows are checked by ``lint-imports`` (``make lint``) against the contracts in
 ``pyproject.toml`` ``[tool.importlinter]``: two ``layers`` contracts (the server stack
-``broker > dispatcher > wal > proto`` and the client stack ``pyspark_headrace >
+``broker > cluster > dispatcher > wal > proto`` and the client stack ``pyspark_headrace >
 spark_connector > client > proto``) and four ``forbidden`` ones (the two sides apart, and
 the discovery hook's own imports). import-linter sees every import statement: ``import
 a.b``, ``from a import b``, imports inside functions and under ``if TYPE_CHECKING:``. This
@@ -48,13 +50,23 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 OURS = frozenset(
-    {"wal", "dispatcher", "broker", "proto", "client", "spark_connector", "pyspark_headrace"}
+    {
+        "wal",
+        "dispatcher",
+        "cluster",
+        "broker",
+        "proto",
+        "client",
+        "spark_connector",
+        "pyspark_headrace",
+    }
 )
 ALLOWED: dict[str, frozenset[str]] = {
     "proto": frozenset(),
     "wal": frozenset({"proto"}),
     "dispatcher": frozenset({"wal", "proto"}),
-    "broker": frozenset({"dispatcher", "wal", "proto"}),
+    "cluster": frozenset({"dispatcher", "wal", "proto"}),
+    "broker": frozenset({"cluster", "dispatcher", "wal", "proto"}),
     "client": frozenset({"proto"}),
     "spark_connector": frozenset({"client", "proto"}),
     "pyspark_headrace": frozenset({"spark_connector"}),
@@ -134,7 +146,7 @@ def forbidden_pairs(contracts: list[dict[str, Any]]) -> set[tuple[str, str]]:
 def test_the_contracts_forbid_what_the_table_forbids() -> None:
     """Scenario: the contracts of ``pyproject.toml`` read as direct arrows. Expected: they
     forbid exactly the arrows between our packages that :data:`ALLOWED` leaves out, and
-    their root packages are the seven packages."""
+    their root packages are the eight packages."""
     config = _config()
     assert set(config["root_packages"]) == OURS == set(ALLOWED)
     table = {(p, q) for p in ALLOWED for q in OURS if q != p and q not in ALLOWED[p]}
@@ -159,7 +171,7 @@ def test_the_contracts_ignore_only_the_cli_importing_client() -> None:
 
 def test_every_import_runs_the_way_design_allows() -> None:
     """Scenario: ``lint-imports`` on the real tree. Expected: every contract kept, and it
-    analysed every module of the seven packages, so it cannot pass by finding nothing."""
+    analysed every module of the eight packages, so it cannot pass by finding nothing."""
     result = lint_imports(ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
     assert broken_contracts(result.stdout) == []
@@ -192,7 +204,7 @@ def test_the_codec_is_one_module_not_a_copy() -> None:
 
 
 def _tree(root: Path, files: dict[str, str]) -> Path:
-    """A temporary tree of the seven packages: each ``__init__`` imports every package it
+    """A temporary tree of the eight packages: each ``__init__`` imports every package it
     may (inside a function), so allowed arrows chain as they do in the real tree; the CLI
     modules that the exception names import client (the contracts error on an exception
     that matches nothing); then ``files`` on top."""
@@ -358,7 +370,7 @@ def dynamic_violations(root: Path) -> list[str]:
 
 
 def test_every_literal_import_module_runs_the_way_design_allows() -> None:
-    """Scenario: every module of the seven packages, walked for ``import_module`` calls.
+    """Scenario: every module of the eight packages, walked for ``import_module`` calls.
     Expected: none loads a package against an arrow."""
     assert dynamic_violations(ROOT) == []
 
