@@ -6,7 +6,7 @@ hashing of consumer names (:func:`~dispatcher.partition_book.slot_owners`): a co
 that comes back under the same name owns the same slots, and one that joins or leaves
 moves only the slots it wins or held. A run of a batch is cut where the owner changes.
 
-A record whose owner has no credit is set aside for it (the state's ``set_aside``): it
+A record whose owner has no credit is set aside for it (the outlet's ``set_aside``): it
 waits, and reads and timers pass over it so that it holds up neither other keys nor the
 loop, until a command other than a read or a tick may have freed it.
 

@@ -1,6 +1,6 @@
 """Shared routing: each slice to the next consumer with credit, round robin. Pure.
 
-A slice (the unacknowledged run of one batch, as the state hands it over) goes whole to
+A slice (the unacknowledged run of one batch, as the sender hands it over) goes whole to
 one consumer; the next slice starts the search at the consumer after it. Records of one
 key may go to different consumers, and out of order across them. See
 :mod:`dispatcher.routing` for the interface.

@@ -10,8 +10,8 @@ of its own, chosen once when it is built: sending a fetched batch
 (:mod:`dispatcher.poison`), lease deadlines (:mod:`dispatcher.leases`), what to read next
 (:mod:`dispatcher.read_plan`) and refusing a bad command (:mod:`dispatcher.command_checks`).
 The transitions left here stay in one class and one file (STYLE rule 22): each moves
-offsets between the places below, and the invariant is kept by all of them together;
-this docstring, which states it, is a fifth of the module. The records it keeps per
+offsets between the places below, and the invariant is kept by all of them together
+(this docstring, which states it, is 79 of the module's lines). The records it keeps per
 partition and per consumer (leases, failure entries, the key_shared slot hash) are in
 :mod:`dispatcher.partition_book`. Its commands (``Attach`` .. ``DeadLetterFailed``), its
 actions (``Send``, ``ToDeadLetter``, ``Persist``, ``Note``) and the settings that shape it
@@ -588,7 +588,7 @@ class SubscriptionState:
                 part.tries = {o: t for o, t in part.tries.items() if not part.acks.is_acked(o)}
         return []
 
-    _live = staticmethod(is_live)
+    _live = staticmethod(is_live)  # whether a lease still holds records (tests' name)
 
     # -- moving positions -------------------------------------------------------------
 
