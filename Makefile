@@ -60,16 +60,18 @@ run: setup  ## start the broker (./data, 127.0.0.1:50051) and print how to produ
 demo: setup  ## end-to-end Spark pipeline through the connector, with a broker crash
 	$(BIN)/python -m spark_connector.demo
 
-lint: setup  ## ruff, formatting, mypy --strict, import arrows, generated-code staleness
+lint: setup  ## ruff, formatting, mypy --strict, import arrows, generated-code staleness (proto, sync twins)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy .
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m proto.generate --check
+	$(BIN)/python -m client._sync._generate --check
 
-fmt: setup
+fmt: setup  ## fix lint, format, and rewrite the generated blocking client twins
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
+	$(BIN)/python -m client._sync._generate
 
 test: lint docs-check  ## lint, build the docs strictly, then the whole test suite
 	$(BIN)/python -m pytest
