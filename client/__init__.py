@@ -23,10 +23,16 @@ Modules:
                     TLS and the bearer token (check_security checks them up front)
     _connection     ConnectionSettings: broker address, reconnect cap, token, TLS files,
                     said once; ConnectionOptions: the keywords every client takes for them
+    _seeds          parse_brokers: ``broker`` as one HOST:PORT or a list of seed brokers,
+                    each entry checked
+    _routes         RouteTable: seeds, the cache topic -> owner, what a refusal or a
+                    broken connection means (pure; docs/protocol.md section 11)
+    _async._routing Router: a client's calls to each topic's owner, a channel per address,
+                    refusals followed, Lookups on a seed
     _shared         the consumers of one loop that connect alike share a channel
     _sync           Producer, Consumer, AdminClient: blocking twins over a loop thread,
                     their forwards generated (``python -m client._sync._generate``);
-                    Fetcher on gRPC's blocking API
+                    Fetcher on gRPC's blocking API, routed by _sync._routing
 
 The record batch codec is the wire contract's own, :mod:`proto.batch` (imported, never
 copied). Imports ``proto`` only (DESIGN section 1).
@@ -44,6 +50,7 @@ from client._batching import RecordFuture
 from client._channel import check_security
 from client._connection import ConnectionOptions
 from client._message import Message
+from client._seeds import parse_brokers
 from client._sync.admin import AdminClient
 from client._sync.consumer import Consumer
 from client._sync.fetcher import Fetcher
@@ -74,6 +81,7 @@ from client.errors import (
     NotFound,
     OutOfRange,
     PermissionDenied,
+    Refused,
     ResourceExhausted,
     Unauthenticated,
     Unavailable,
@@ -112,6 +120,7 @@ __all__ = [
     "RecordBatch",
     "RecordFuture",
     "RecordMetadata",
+    "Refused",
     "ReplayResult",
     "ResourceExhausted",
     "SentRecords",
@@ -121,5 +130,6 @@ __all__ = [
     "Unauthenticated",
     "Unavailable",
     "check_security",
+    "parse_brokers",
     "partition_for",
 ]

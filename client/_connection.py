@@ -17,16 +17,20 @@ Example: ``Producer("10.0.0.5:50051", linger_ms=2, token=t, tls_ca="ca.pem")`` t
 ``linger_ms`` as its own and passes ``token`` and ``tls_ca`` here, as
 ``ConnectionSettings("10.0.0.5:50051", token=t, tls_ca="ca.pem")``.
 
-Where a cluster lands: ``broker`` is one ``host:port`` today. When it becomes a
-comma-separated list of seed brokers, it is parsed here (one field, checked in
-:meth:`ConnectionSettings.check`), and the two channel methods are where a client picks
-the broker to connect to; no client class changes.
+Seeds: ``broker`` is one ``host:port`` or a comma-separated list of seed brokers
+(a sequence of strings is joined with commas by :meth:`ConnectionSettings.of`, so the
+settings stay hashable); :attr:`ConnectionSettings.seeds` parses it
+(:func:`client._seeds.parse_brokers`, checked in :meth:`ConnectionSettings.check`). The
+channel methods connect to the first seed; a client's router
+(:mod:`client._async._routing`) opens one channel per broker address it needs, with these
+settings and ``broker`` replaced by that address.
 
 Imports ``grpc`` (through :mod:`client._channel`) only.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypedDict
 
@@ -39,6 +43,7 @@ from client._channel import (
     channel_options,
     check_security,
 )
+from client._seeds import joined, parse_brokers
 from client._types import DEFAULT_BROKER
 
 
@@ -73,7 +78,8 @@ class ConnectionSettings:
     whose settings are equal share one connection (:mod:`client._shared`).
 
     Attributes:
-        broker: ``host:port`` of the broker. Default ``127.0.0.1:50051``.
+        broker: ``host:port`` of the broker, or seed brokers separated by commas
+            (``"h1:p1,h2:p2"``). Default ``127.0.0.1:50051``.
         reconnect_backoff_max_s, token, tls_ca, tls_cert, tls_key: As
             :class:`ConnectionOptions`.
     """
@@ -86,8 +92,11 @@ class ConnectionSettings:
     tls_key: str | None = None
 
     @classmethod
-    def of(cls, owner: str, broker: str, options: ConnectionOptions) -> ConnectionSettings:
-        """The settings of a client made with ``broker`` and ``**options``.
+    def of(
+        cls, owner: str, broker: str | Sequence[str], options: ConnectionOptions
+    ) -> ConnectionSettings:
+        """The settings of a client made with ``broker`` (one address, a comma-separated
+        list, or a sequence of addresses) and ``**options``.
 
         Args:
             owner: The client class, for the error ("Producer").
@@ -99,7 +108,7 @@ class ConnectionSettings:
         unknown = options.keys() - _FIELDS
         if unknown:
             raise TypeError(f"{owner}() got an unexpected keyword argument {sorted(unknown)[0]!r}")
-        return cls(broker, **options)
+        return cls(joined(broker), **options)
 
     def check(self) -> None:
         """Check every setting without opening anything.
@@ -108,8 +117,18 @@ class ConnectionSettings:
             ValueError: Naming the setting (see :func:`~client.check_security`), or a
                 ``reconnect_backoff_max_s`` out of range.
         """
+        parse_brokers(self.broker)
         channel_options(self.reconnect_backoff_max_s)
         check_security(self.token, self.tls_ca, self.tls_cert, self.tls_key)
+
+    @property
+    def seeds(self) -> tuple[str, ...]:
+        """The seed brokers, in order (:func:`client._seeds.parse_brokers`).
+
+        Raises:
+            ValueError: A bad entry, named.
+        """
+        return parse_brokers(self.broker)
 
     def aio_channel(self) -> grpc.aio.Channel:
         """A new ``grpc.aio`` channel with these settings (:func:`client._channel.aio_channel`).
@@ -117,11 +136,11 @@ class ConnectionSettings:
         Raises:
             ValueError: A bad setting (as :meth:`check`).
         """
-        return aio_channel(self.broker, self.reconnect_backoff_max_s, **self._security())
+        return aio_channel(self.seeds[0], self.reconnect_backoff_max_s, **self._security())
 
     def blocking_channel(self) -> grpc.Channel:
         """:meth:`aio_channel` for blocking code (the :class:`~client.Fetcher`)."""
-        return blocking_channel(self.broker, self.reconnect_backoff_max_s, **self._security())
+        return blocking_channel(self.seeds[0], self.reconnect_backoff_max_s, **self._security())
 
     def _security(self) -> dict[str, str | None]:
         return {

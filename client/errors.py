@@ -10,6 +10,10 @@ proves they were not (``REFUSED``); any other failure is ``UNKNOWN``. Example: a
 answered ``RESOURCE_EXHAUSTED`` on its first attempt was refused; one answered
 ``UNAVAILABLE`` and then, on the retry, ``RESOURCE_EXHAUSTED`` (the backlog quota) is
 unknown, because the first attempt may have been appended before its answer was lost.
+
+A cluster's refusal (``ABORTED`` with ``headrace-*`` trailers: the broker called does not
+serve the topic, nothing was done) is :class:`Refused`, carrying the
+:class:`~proto.refusal.Redirection` the routed clients follow.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import grpc
 
 from client._types import PublishOutcome
+from proto.refusal import Redirection, from_trailers
 
 
 class ClientError(Exception):
@@ -92,6 +97,30 @@ class DeadlineExceeded(ClientError):
     retryable = True
 
 
+class Refused(ClientError):
+    """Raised when the broker called does not serve the topic now (ABORTED with the
+    ``headrace-*`` trailers, docs/protocol.md section 11): nothing of the call was done.
+    A routed client follows it by itself (to the owner, or after a backoff and a Lookup)
+    and raises it only when the call's deadline ran out first.
+
+    Attributes:
+        redirection: The refusal's facts (reason, topic, owner node, address, epoch).
+    """
+
+    retryable = True
+
+    def __init__(
+        self,
+        message: str,
+        code: grpc.StatusCode | None = grpc.StatusCode.ABORTED,
+        *,
+        redirection: Redirection,
+        outcome: PublishOutcome | None = None,
+    ) -> None:
+        super().__init__(message, code, outcome=outcome)
+        self.redirection = redirection
+
+
 class ClientClosed(ClientError):
     """Raised when a closed client is used."""
 
@@ -124,6 +153,8 @@ REFUSING_CODES = frozenset(
         grpc.StatusCode.UNAUTHENTICATED,
         grpc.StatusCode.PERMISSION_DENIED,
         grpc.StatusCode.UNIMPLEMENTED,
+        # The cluster's refusal: the broker did nothing (docs/protocol.md section 11).
+        grpc.StatusCode.ABORTED,
     }
 )
 
@@ -145,6 +176,8 @@ def publish_failure(error: ClientError, outcome: PublishOutcome, where: str) -> 
     class and code, with ``outcome`` set and its advice at the end of the message. Raise it
     ``from error``."""
     message = f"publish to {where} failed: {error} ({outcome.advice})"
+    if isinstance(error, Refused):
+        return Refused(message, error.code, redirection=error.redirection, outcome=outcome)
     return type(error)(message, error.code, outcome=outcome)
 
 
@@ -161,4 +194,9 @@ def from_rpc_error(exc: grpc.RpcError) -> ClientError:
     details_of = getattr(exc, "details", None)
     code = code_of() if callable(code_of) else grpc.StatusCode.UNKNOWN
     details = details_of() if callable(details_of) else str(exc)
+    if code == grpc.StatusCode.ABORTED:
+        trailers_of = getattr(exc, "trailing_metadata", None)
+        redirection = from_trailers(trailers_of() if callable(trailers_of) else None)
+        if redirection is not None:
+            return Refused(details or "refused: not served here", code, redirection=redirection)
     return from_status(code, details or "")

@@ -42,12 +42,15 @@ from typing import Protocol
 
 import grpc
 
+from client._async._routing import Router
 from client._batching import BufferBudget, PendingBatch, RecordFuture
 from client._retry import backoff_s
+from client._routes import Step
 from client._types import PublishedRange, PublishOutcome
 from client.errors import (
     ClientError,
     DeadlineExceeded,
+    Refused,
     from_rpc_error,
     from_status,
     publish_failure,
@@ -55,6 +58,7 @@ from client.errors import (
 )
 from proto import broker_pb2 as _pb
 from proto.batch import Headers, encode_columns, restamp
+from proto.refusal import from_redirect_fields
 from proto.shown import shown_text
 
 logger = logging.getLogger(__name__)
@@ -76,6 +80,7 @@ class Owner(Protocol):
     adaptive_window: bool
     streams: bool
     rng: random.Random
+    router: Router
 
     def new_producer_id(self) -> int: ...
 
@@ -88,8 +93,8 @@ class Owner(Protocol):
     ) -> _pb.PublishResponse: ...
 
     def _open_publish_stream(
-        self,
-    ) -> grpc.aio.StreamStreamCall[_pb.PublishRequest, _pb.PublishResponse]: ...
+        self, topic: str
+    ) -> tuple[str, grpc.aio.StreamStreamCall[_pb.PublishRequest, _pb.PublishResponse]]: ...
 
 
 @dataclass(slots=True)
@@ -203,6 +208,7 @@ class Accumulator:
         self._adaptive = producer.adaptive_window and not fixed
         self._stream: grpc.aio.StreamStreamCall[_pb.PublishRequest, _pb.PublishResponse] | None
         self._stream = None
+        self._stream_address = ""  # the broker the stream is open to
         self._reader: asyncio.Task[None] | None = None
         self._outstanding: deque[_Sent] = deque()  # written on the stream, unanswered
         self._redo: list[_Sent] = []  # answered or cut after trouble, unsettled, in order
@@ -412,7 +418,7 @@ class Accumulator:
             self._stream.cancel()
 
     def _open_stream(self) -> None:
-        stream = self._producer._open_publish_stream()
+        self._stream_address, stream = self._producer._open_publish_stream(self.topic)
         self._stream = stream
         self._reader = asyncio.create_task(
             self._read(stream), name=f"producer-answers:{self.topic}/{self.partition}"
@@ -444,8 +450,11 @@ class Accumulator:
                 "no answer within delivery_timeout_s", grpc.StatusCode.DEADLINE_EXCEEDED
             )
         finally:
-            if self._stream is stream:
+            current = self._stream is stream
+            if current:
                 self._stream = None
+        if not current:
+            return  # closed by _recover (it had answered everything) or aclose
         if self._outstanding:  # unanswered: their outcome is unknown
             what = error or ClientError("the publish stream ended before every answer")
             for sent in self._outstanding:
@@ -479,7 +488,7 @@ class Accumulator:
                 self._room.set()
             return
         code = _STATUS_BY_NUMBER.get(response.error_code, grpc.StatusCode.UNKNOWN)
-        exc = from_status(code, response.error_message)
+        exc = _answer_error(code, response)
         gap = code == grpc.StatusCode.FAILED_PRECONDITION
         if trouble is None:
             if exc.retryable:
@@ -563,7 +572,8 @@ class Accumulator:
             return
         if not redo:
             return
-        pause = backoff_s(self._rounds, self._producer.rng)
+        step = self._reroute(trouble)
+        pause = 0.0 if step is Step.NOW else backoff_s(self._rounds, self._producer.rng)
         if time.monotonic() + pause >= redo[0].deadline:
             failure = publish_failure(trouble.first, PublishOutcome.UNKNOWN, where)
             for sent in redo:
@@ -577,9 +587,31 @@ class Accumulator:
             len(redo),
             pause,
         )
-        self._rounds += 1
+        self._rounds += step is not Step.NOW
         await asyncio.sleep(pause)
+        if step is Step.LOOKUP:
+            await self._producer.router.refresh([self.topic], redo[0].deadline)
+        self._move_stream()
         await self._resend(redo)
+
+    def _reroute(self, trouble: _Trouble) -> Step:
+        """Tell the router what went wrong on the stream (a refusal: nothing was done;
+        or the stream broke), so that the batches go again where the topic lives now."""
+        error = trouble.first if isinstance(trouble.first, Refused) else trouble.broke
+        if error is None or not self._stream_address:
+            return Step.BACKOFF
+        router = self._producer.router
+        return router.table.after(self.topic, self._stream_address, error, retry=True)
+
+    def _move_stream(self) -> None:
+        """Close the stream when the topic's route now names another broker (every batch
+        on it was answered: the window drained), so the next write opens one there."""
+        stream = self._stream
+        if stream is None:
+            return
+        if self._producer.router.table.address(self.topic) != self._stream_address:
+            self._stream = None
+            stream.cancel()
 
     async def _resend(self, redo: list[_Sent]) -> None:
         self._resending = True  # the window may empty before the last is written
@@ -626,3 +658,22 @@ class Accumulator:
             self._producer_id,
             old,
         )
+
+
+def _answer_error(code: grpc.StatusCode, response: _pb.PublishResponse) -> ClientError:
+    """The error of a PublishStream answer: :class:`Refused` when it carries a
+    ``redirect`` (the broker does not serve the topic: nothing was written)."""
+    if code == grpc.StatusCode.ABORTED and response.HasField("redirect"):
+        r = response.redirect
+        redirection = from_redirect_fields(
+            {
+                "reason": r.reason,
+                "topic": r.topic,
+                "owner_node": r.owner_node,
+                "owner_address": r.owner_address,
+                "owner_epoch": r.owner_epoch,
+            }
+        )
+        if redirection is not None:
+            return Refused(response.error_message or "refused", code, redirection=redirection)
+    return from_status(code, response.error_message)

@@ -34,6 +34,7 @@ Not task-safe apart from the consumer: everything runs on the consumer's event l
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import random
 import time
@@ -42,9 +43,11 @@ from typing import TYPE_CHECKING
 
 import grpc
 
+from client._async._routing import Router
 from client._connection import ConnectionSettings
 from client._message import DeliveredBatch, MessageBuffer
 from client._retry import backoff_s
+from client._routes import Step
 from client._shared import ChannelLease, refused_for_streams
 from client._signal import Signal
 from client.errors import (
@@ -54,6 +57,7 @@ from client.errors import (
     InvalidArgument,
     NotFound,
     PermissionDenied,
+    Refused,
     Unauthenticated,
     Unavailable,
     from_rpc_error,
@@ -66,6 +70,8 @@ logger = logging.getLogger(__name__)
 #: Moves to another shared connection after stream-limit refusals, in a row, before such
 #: a refusal is handled as any other error (reported, or retried with backoff).
 _MAX_MOVES = 4
+#: The longest a reconnect waits for a Lookup of its topic, seconds.
+_LOOKUP_S = 5.0
 
 _PERMANENT = (InvalidArgument, NotFound, PermissionDenied, Unauthenticated, DataLoss)
 
@@ -76,6 +82,8 @@ class Sessions:
     _connect_timeout: float
     _lease: ChannelLease | None
     _stub: broker_pb2_grpc.BrokerStub | None
+    router: Router
+    _address: str
     _rng: random.Random
     _subscribed: asyncio.Event
     _ghost: bool
@@ -113,6 +121,10 @@ class Sessions:
         #: The shared channel held while running, when no ``channel`` was given.
         self._lease = None
         self._stub = None if channel is None else broker_pb2_grpc.BrokerStub(channel)
+        #: The topic's route (the seeds, its owner once known) and the Lookups.
+        self.router = Router(self.connection, channel)
+        #: The broker the stub calls (``channel`` stands for the first seed).
+        self._address = self.router.table.seeds[0] if channel is not None else ""
         self._rng = random.Random()
         self._subscribed = asyncio.Event()
         #: Whether a first Subscribe broke in transit (see :meth:`_final_error`).
@@ -126,9 +138,7 @@ class Sessions:
         self._drained = asyncio.Event()
 
     async def _run(self) -> None:
-        if self._stub is None:
-            self._lease = ChannelLease(self.connection)
-            self._stub = broker_pb2_grpc.BrokerStub(self._lease.channel)
+        await self._retarget()
         attempt = moves = 0
         started = time.monotonic()
         while not self._closed:
@@ -142,6 +152,11 @@ class Sessions:
                 error = exc
             if self._opened > opened:
                 moves = 0
+            step = self._follow(error)
+            if step is Step.NOW and moves < _MAX_MOVES:
+                moves += 1  # to the owner a refusal named, at once
+                await self._retarget()
+                continue
             if self._lease is not None and refused_for_streams(error) and moves < _MAX_MOVES:
                 # The shared connection is at the broker's stream limit: another one, at
                 # once (a new connection has room; MAX_MOVES bounds a race for it).
@@ -173,6 +188,29 @@ class Sessions:
             )
             await asyncio.sleep(pause)
             attempt = min(attempt + 1, 10)
+            if step is not Step.RAISE:
+                if step is Step.LOOKUP:
+                    await self.router.refresh([self.topic], time.monotonic() + _LOOKUP_S)
+                await self._retarget()
+
+    def _follow(self, error: ClientError) -> Step:
+        """What the route says after ``error`` on the stream to :attr:`_address` (a
+        refusal: the owner, or a Lookup; a break: a Lookup when the owner was cached)."""
+        if not isinstance(error, Refused) and not (_broke(error) or error.retryable):
+            return Step.RAISE
+        return self.router.table.after(self.topic, self._address, error, retry=True)
+
+    async def _retarget(self) -> None:
+        """Hold a channel to the broker the topic is routed to now (shared with the
+        consumers of this loop that connect there alike), if not held already."""
+        address = self.router.table.address(self.topic)
+        if self._stub is not None and address == self._address:
+            return
+        old, self._address = self._lease, address
+        self._lease = ChannelLease(dataclasses.replace(self.connection, broker=address))
+        self._stub = broker_pb2_grpc.BrokerStub(self._lease.channel)
+        if old is not None:
+            await old.release()
 
     def _final_error(self, error: ClientError, started: float) -> ClientError | None:
         """The error that ends the consumer, or ``None`` to open a new session.

@@ -2,16 +2,22 @@
 service.
 
 Role: thin calls with typed results; gRPC errors become :mod:`client.errors` once, here.
+Every call that names a topic goes to that topic's owner (:mod:`client._async._routing`:
+a refusal is followed, to the owner at once or after a backoff and a Lookup, and the
+call resent: a refused call did nothing, so this holds for every call, creating and
+deleting ones too); ``create_topic``, ``list_topics`` and ``list_subscriptions`` of no
+topic go to the seed in use. A call whose outcome is unknown (UNAVAILABLE) is not resent.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self, TypeVar, Unpack
 
 import grpc
 
+from client._async._routing import Link, Router
 from client._connection import ConnectionOptions, ConnectionSettings
 from client._types import (
     DEFAULT_BROKER,
@@ -23,9 +29,8 @@ from client._types import (
     SubscriptionInfo,
     TopicInfo,
 )
-from client.errors import AlreadyExists, from_rpc_error
+from client.errors import AlreadyExists
 from proto import admin_pb2 as _admin
-from proto import admin_pb2_grpc as _grpc
 from proto import broker_pb2 as _pb
 
 R = TypeVar("R")
@@ -112,8 +117,10 @@ class AsyncAdminClient:
     context manager.
 
     Args:
-        broker: ``host:port`` of the broker.
-        channel: An existing channel to use instead (not closed by this client).
+        broker: ``host:port`` of the broker, or seed brokers: ``"h1:p1,h2:p2"`` or a
+            sequence of addresses (each topic's calls go to its owner).
+        channel: An existing channel to use for the first seed (not closed by this
+            client).
         timeout_s: Deadline of each call, seconds. Default 10.
         **connection: The connection keywords, the same for every client class
             (:class:`~client.ConnectionOptions`): ``reconnect_backoff_max_s``,
@@ -123,26 +130,31 @@ class AsyncAdminClient:
 
     def __init__(
         self,
-        broker: str = DEFAULT_BROKER,
+        broker: str | Sequence[str] = DEFAULT_BROKER,
         *,
         channel: grpc.aio.Channel | None = None,
         timeout_s: float = 10.0,
         **connection: Unpack[ConnectionOptions],
     ) -> None:
-        #: Where the broker is and how to reach it (unused with ``channel``).
+        #: Where the brokers are and how to reach them (``channel`` is the first seed's).
         self.connection = ConnectionSettings.of("AsyncAdminClient", broker, connection)
-        self._owns_channel = channel is None
-        self._channel = channel or self.connection.aio_channel()
-        self._stub = _grpc.AdminStub(self._channel)
+        self.router = Router(self.connection, channel)
         self._timeout = timeout_s
 
     async def _call(
-        self, method: Callable[..., Awaitable[Any]], request: Any, timeout_s: float | None = None
+        self,
+        rpc: Callable[[Link], Callable[..., Awaitable[Any]]],
+        request: Any,
+        topic: str | None,
+        timeout_s: float | None = None,
     ) -> Any:
-        try:
-            return await method(request, timeout=timeout_s or self._timeout)
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from exc
+        return await self.router.call(
+            topic or None,
+            lambda link, timeout: rpc(link)(request, timeout=timeout),
+            timeout_s=timeout_s or self._timeout,
+            what=type(request).__name__,
+            retry=False,
+        )
 
     async def create_topic(
         self, name: str, partitions: int = 1, *, exist_ok: bool = False
@@ -163,7 +175,7 @@ class AsyncAdminClient:
         """
         request = _admin.CreateTopicRequest(name=name, partitions=partitions)
         try:
-            return _topic(await self._call(self._stub.CreateTopic, request))
+            return _topic(await self._call(lambda link: link.admin.CreateTopic, request, None))
         except AlreadyExists as exc:
             if not exist_ok:
                 raise
@@ -178,28 +190,30 @@ class AsyncAdminClient:
 
     async def list_topics(self) -> list[TopicInfo]:
         """Every topic, by name."""
-        got = await self._call(self._stub.ListTopics, _admin.ListTopicsRequest())
+        got = await self._call(lambda link: link.admin.ListTopics, _admin.ListTopicsRequest(), None)
         return [_topic(t) for t in got.topics]
 
     async def describe_topic(self, name: str) -> TopicInfo:
         """One topic. Raises ``NotFound``."""
         request = _admin.DescribeTopicRequest(name=name)
-        return _topic(await self._call(self._stub.DescribeTopic, request))
+        return _topic(await self._call(lambda link: link.admin.DescribeTopic, request, name))
 
     async def delete_topic(self, name: str) -> None:
         """Delete a topic, its data and its subscriptions. Raises ``NotFound``."""
-        await self._call(self._stub.DeleteTopic, _admin.DeleteTopicRequest(name=name))
+        request = _admin.DeleteTopicRequest(name=name)
+        await self._call(lambda link: link.admin.DeleteTopic, request, name)
 
     async def list_subscriptions(self, topic: str | None = None) -> list[SubscriptionInfo]:
         """Every subscription (of ``topic``, when given) with its lag."""
         request = _admin.ListSubscriptionsRequest(topic=topic or "")
-        got = await self._call(self._stub.ListSubscriptions, request)
+        got = await self._call(lambda link: link.admin.ListSubscriptions, request, topic)
         return [_subscription(s) for s in got.subscriptions]
 
     async def describe_subscription(self, topic: str, subscription: str) -> SubscriptionInfo:
         """One subscription's cursors, heads, lag and consumers. Raises ``NotFound``."""
         request = _admin.DescribeSubscriptionRequest(topic=topic, subscription=subscription)
-        return _subscription(await self._call(self._stub.DescribeSubscription, request))
+        got = await self._call(lambda link: link.admin.DescribeSubscription, request, topic)
+        return _subscription(got)
 
     async def seek(
         self,
@@ -241,14 +255,14 @@ class AsyncAdminClient:
             )
         else:
             request.timestamp_ms = timestamp_ms or 0
-        return _subscription(await self._call(self._stub.Seek, request))
+        return _subscription(await self._call(lambda link: link.admin.Seek, request, topic))
 
     async def offsets_for_time(self, topic: str, timestamp_ms: int) -> list[int]:
         """Per partition, in partition order, the first offset whose record time is at or
         after ``timestamp_ms`` (ms since the epoch), or the head where every record is
         older. Moves nothing. Raises ``NotFound`` or ``InvalidArgument``."""
         request = _admin.OffsetsForTimeRequest(topic=topic, timestamp_ms=timestamp_ms)
-        got = await self._call(self._stub.OffsetsForTime, request)
+        got = await self._call(lambda link: link.admin.OffsetsForTime, request, topic)
         return [p.offset for p in sorted(got.offsets, key=lambda p: p.partition)]
 
     async def peek_dead_letters(
@@ -279,13 +293,13 @@ class AsyncAdminClient:
         )
         if from_sequence is not None:
             request.from_sequence = from_sequence
-        got = await self._call(self._stub.PeekDeadLetters, request)
+        got = await self._call(lambda link: link.admin.PeekDeadLetters, request, topic)
         return [_dead_letter(e) for e in got.entries]
 
     async def count_dead_letters(self, topic: str, subscription: str) -> int:
         """How many entries a subscription's dead-letter queue holds. Raises ``NotFound``."""
         request = _admin.CountDeadLettersRequest(topic=topic, subscription=subscription)
-        got = await self._call(self._stub.CountDeadLetters, request)
+        got = await self._call(lambda link: link.admin.CountDeadLetters, request, topic)
         return int(got.count)
 
     async def ack_dead_letters(self, topic: str, subscription: str, up_to_sequence: int) -> int:
@@ -294,13 +308,13 @@ class AsyncAdminClient:
         request = _admin.AckDeadLettersRequest(
             topic=topic, subscription=subscription, up_to_sequence=up_to_sequence
         )
-        got = await self._call(self._stub.AckDeadLetters, request)
+        got = await self._call(lambda link: link.admin.AckDeadLetters, request, topic)
         return int(got.acked)
 
     async def purge_dead_letters(self, topic: str, subscription: str) -> int:
         """Remove every entry; return how many. Raises ``NotFound``."""
         request = _admin.PurgeDeadLettersRequest(topic=topic, subscription=subscription)
-        got = await self._call(self._stub.PurgeDeadLetters, request)
+        got = await self._call(lambda link: link.admin.PurgeDeadLetters, request, topic)
         return int(got.purged)
 
     async def replay_dead_letters(
@@ -351,7 +365,8 @@ class AsyncAdminClient:
             )
             rate = max(rate_per_s or DEFAULT_REPLAY_RATE_PER_S, 1)
             timeout_s = self._timeout + max(expected, 0) / rate
-        return _replay(await self._call(self._stub.ReplayDeadLetters, request, timeout_s))
+        got = await self._call(lambda link: link.admin.ReplayDeadLetters, request, topic, timeout_s)
+        return _replay(got)
 
     async def delete_subscription(
         self, topic: str, subscription: str, force: bool = False
@@ -369,7 +384,7 @@ class AsyncAdminClient:
         request = _admin.DeleteSubscriptionRequest(
             topic=topic, subscription=subscription, force=force
         )
-        got = await self._call(self._stub.DeleteSubscription, request)
+        got = await self._call(lambda link: link.admin.DeleteSubscription, request, topic)
         return list(got.detached_consumers)
 
     async def close(self) -> None:
@@ -377,9 +392,8 @@ class AsyncAdminClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the channel (if this client opened it)."""
-        if self._owns_channel:
-            await self._channel.close()
+        """Close the channels this client opened."""
+        await self.router.aclose()
 
     async def __aenter__(self) -> Self:
         return self

@@ -86,7 +86,12 @@ class AsyncConsumer(AckBatcher, Sessions):
     Args:
         topic: The topic to read.
         subscription: The subscription's name; created on first use.
-        broker: ``host:port`` of the broker.
+        broker: ``host:port`` of the broker, or seed brokers: ``"h1:p1,h2:p2"`` or a
+            sequence of addresses. The subscription opens at the topic's owner: a broker
+            that does not serve the topic refuses the open, and the consumer reopens
+            where the refusal (or, after a backoff, a Lookup) says; a session whose
+            stream breaks looks the topic up again before it reopens. Acks ride the
+            stream, so they go to the owner.
         type: ``exclusive`` (one consumer at a time), ``failover``, ``shared`` or
             ``key_shared``.
         initial_position: Where a new subscription starts: ``earliest`` or ``latest``.
@@ -95,7 +100,8 @@ class AsyncConsumer(AckBatcher, Sessions):
         consumer_name: How this consumer shows in ``headrace lag``.
         receive_queue: Records the broker may send ahead of the application. Default 1,000.
         ack_interval_ms: The longest an ack waits to be sent. Default 20 ms.
-        channel: An existing channel to use (not closed by the consumer). Without one,
+        channel: An existing channel to use for the first seed (not closed by the
+            consumer). Without one,
             the consumers of one event loop with the same ``broker``,
             ``reconnect_backoff_max_s`` and security share a connection
             (:mod:`client._shared`).
@@ -116,7 +122,7 @@ class AsyncConsumer(AckBatcher, Sessions):
         topic: str,
         subscription: str,
         *,
-        broker: str = DEFAULT_BROKER,
+        broker: str | Sequence[str] = DEFAULT_BROKER,
         type: str = "exclusive",  # the name DESIGN gives it
         initial_position: str = "earliest",
         mode: str = "at_least_once",
@@ -225,6 +231,7 @@ class AsyncConsumer(AckBatcher, Sessions):
         self._ready.set()
         if self._lease is not None:
             await self._lease.release()
+        await self.router.aclose()
 
     async def _release_unreceived(
         self, task: asyncio.Task[None], taken: Sequence[Message] = ()

@@ -13,24 +13,26 @@ be wrapped as Arrow arrays without touching each record.
 
 Retryable errors (the broker restarting: UNAVAILABLE) are retried with backoff until
 ``timeout_s``; other errors are raised at once, as :mod:`client.errors` classes.
+
+Routing (``broker`` a list of seeds, :mod:`client._async._routing`): each call goes to
+its topic's owner, found lazily; a refusal (nothing done) is followed, to the owner it
+names at once, or after a backoff and a Lookup, within ``timeout_s``.
 """
 
 from __future__ import annotations
 
-import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self, Unpack
 
 import grpc
 
+from client._async._routing import Link, Router
 from client._connection import ConnectionOptions, ConnectionSettings
-from client._retry import retrying
 from client._types import DEFAULT_BROKER
 from client.errors import ClientError
 from proto import broker_pb2 as _pb
-from proto import broker_pb2_grpc as _grpc
 from proto.batch import RecordBatch, decode_batch
 
 #: Largest response a fetcher accepts, bytes: the broker caps one Fetch at 16 MiB of
@@ -112,9 +114,11 @@ class AsyncFetcher:
     """Offset-addressed reads and position commits. Task-safe; an async context manager.
 
     Args:
-        broker: ``host:port`` of the broker.
+        broker: ``host:port`` of the broker, or seed brokers: ``"h1:p1,h2:p2"`` or a
+            sequence of addresses (each topic's calls go to its owner).
         timeout_s: How long one call may take, retries included, seconds. Default 30.
-        channel: An existing channel to use instead (not closed by this client).
+        channel: An existing channel to use for the first seed (not closed by this
+            client).
         **connection: The connection keywords, the same for every client class
             (:class:`~client.ConnectionOptions`): ``reconnect_backoff_max_s``,
             ``token``, ``tls_ca``, ``tls_cert`` and ``tls_key``. Unused with ``channel``
@@ -123,7 +127,7 @@ class AsyncFetcher:
 
     def __init__(
         self,
-        broker: str = DEFAULT_BROKER,
+        broker: str | Sequence[str] = DEFAULT_BROKER,
         *,
         timeout_s: float = 30.0,
         channel: grpc.aio.Channel | None = None,
@@ -133,11 +137,9 @@ class AsyncFetcher:
         self.connection = ConnectionSettings.of("AsyncFetcher", broker, connection)
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
-        self._owns_channel = channel is None
-        self._channel = channel or self.connection.aio_channel()
-        self._stub = _grpc.BrokerStub(self._channel)
+        #: Where each topic's calls go.
+        self.router = Router(self.connection, channel)
         self._timeout = timeout_s
-        self._rng = random.Random()
 
     async def fetch(
         self,
@@ -173,7 +175,7 @@ class AsyncFetcher:
             max_wait_ms=max_wait_ms,
         )
         got: _pb.FetchResponse = await self._retrying(
-            self._stub.Fetch, request, self._timeout + max_wait_ms / 1000
+            topic, lambda link: link.broker.Fetch, request, self._timeout + max_wait_ms / 1000
         )
         return fetch_result(topic, partition, got)
 
@@ -192,19 +194,22 @@ class AsyncFetcher:
             The subscription's cursor after the call: ``max(cursor, offset)``.
         """
         request = ack_request(topic, subscription, partition, offset, committer)
-        got: _pb.AckUpToResponse = await self._retrying(self._stub.AckUpTo, request)
+        got: _pb.AckUpToResponse = await self._retrying(
+            topic, lambda link: link.broker.AckUpTo, request
+        )
         return got.cursor
 
     async def _retrying(
         self,
-        method: Callable[..., Awaitable[Any]],
+        topic: str,
+        method: Callable[[Link], Any],
         request: object,
         timeout_s: float | None = None,
     ) -> Any:
-        return await retrying(
-            lambda timeout: method(request, timeout=timeout),
+        return await self.router.call(
+            topic,
+            lambda link, timeout: method(link)(request, timeout=timeout),
             timeout_s=timeout_s or self._timeout,
-            rng=self._rng,
             what=type(request).__name__,
         )
 
@@ -213,9 +218,8 @@ class AsyncFetcher:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the channel, if this client opened it."""
-        if self._owns_channel:
-            await self._channel.close()
+        """Close the channels this client opened."""
+        await self.router.aclose()
 
     async def __aenter__(self) -> Self:
         return self

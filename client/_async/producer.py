@@ -52,6 +52,15 @@ jitter until ``delivery_timeout_s``; the same bytes are resent, so the broker's 
 a retry of an appended batch into its original offsets. Other errors fail the batch's
 records at once.
 
+Routing (a cluster, ``broker`` a list of seeds; :mod:`client._async._routing`): each
+topic's batches go to that topic's owner, found lazily: a topic not yet routed goes to
+the seed in use, and a broker that does not serve it refuses the batch (``ABORTED``, or on
+a PublishStream an answer with a ``redirect``), having written nothing. The batch is then
+resent with the same producer id and sequence, at once to the owner the refusal names,
+or after a backoff and a Lookup; so a record is written once across a redirect. A
+refusal never costs a producer id. A partition's stream to a broker that stopped
+serving the topic is closed and a new one opened at the owner.
+
 A failed batch's error says whether its records were written
 (:attr:`ClientError.outcome <client.errors.ClientError.outcome>`, see
 :func:`client.errors.publish_outcome`), and that decides how the partition goes on:
@@ -86,17 +95,17 @@ import random
 import secrets
 import time
 from bisect import bisect_left
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import accumulate, repeat
 from types import TracebackType
-from typing import Self, TypeVar, Unpack
+from typing import Any, Self, TypeVar, Unpack
 
 import grpc
 
 from client._async._accumulator import Accumulator, Bulk
+from client._async._routing import Link, Router
 from client._batching import RECORD_OVERHEAD, BufferBudget, PendingBatch, RecordFuture
 from client._connection import ConnectionOptions, ConnectionSettings
-from client._retry import retrying
 from client._types import (
     DEFAULT_BROKER,
     PublishedRange,
@@ -107,11 +116,12 @@ from client.errors import (
     ClientClosed,
     ClientError,
     NotFound,
+    Refused,
+    from_rpc_error,
     publish_failure,
     publish_outcome,
 )
 from proto import admin_pb2 as _admin
-from proto import admin_pb2_grpc, broker_pb2_grpc
 from proto import broker_pb2 as _pb
 from proto.batch import Headers, partition_for
 
@@ -152,7 +162,8 @@ class AsyncProducer:
     Task-safe on one event loop; an async context manager (closing flushes).
 
     Args:
-        broker: ``host:port`` of the broker.
+        broker: ``host:port`` of the broker, or seed brokers: ``"h1:p1,h2:p2"`` or a
+            sequence of addresses (each topic's batches go to its owner).
         linger_ms: How long a partition's batch waits for more records. Default 5 ms.
         batch_max_bytes: Send a batch once its records reach this size. Default 1 MiB.
         delivery_timeout_s: Give up retrying a batch after this long. Default 30 s.
@@ -179,8 +190,8 @@ class AsyncProducer:
             could be taken for a duplicate. Default: random ids, one per partition,
             replaced by a fresh one after a failure whose outcome is unknown or a
             sequence gap (see the module docstring).
-        channel: An existing channel to use (not closed by the producer);
-            ``reconnect_backoff_max_s`` then does not apply.
+        channel: An existing channel to use for the first seed (not closed by the
+            producer); ``reconnect_backoff_max_s`` then does not apply to it.
         **connection: The connection keywords, the same for every client class
             (:class:`~client.ConnectionOptions`): ``reconnect_backoff_max_s``,
             ``token``, ``tls_ca``, ``tls_cert`` and ``tls_key``. Unused with ``channel``
@@ -189,7 +200,7 @@ class AsyncProducer:
 
     def __init__(
         self,
-        broker: str = DEFAULT_BROKER,
+        broker: str | Sequence[str] = DEFAULT_BROKER,
         *,
         linger_ms: float = 5.0,
         batch_max_bytes: int = 1 << 20,
@@ -238,10 +249,8 @@ class AsyncProducer:
         self.batch_max_bytes = batch_max_bytes
         self._timeout = self.delivery_timeout_s = delivery_timeout_s
         self._idempotent = idempotent
-        self._owns_channel = channel is None
-        self._channel = channel or self.connection.aio_channel()
-        self._stub = broker_pb2_grpc.BrokerStub(self._channel)
-        self._admin = admin_pb2_grpc.AdminStub(self._channel)
+        #: Where each topic's batches go (the seeds, the owners found, a channel each).
+        self.router = Router(self.connection, channel)
         self._partitions: dict[str, int] = {}
         self._sticky: dict[str, int] = {}
         self._accumulators: dict[tuple[str, int], Accumulator] = {}
@@ -460,8 +469,7 @@ class AsyncProducer:
         self._room.set()  # a send waiting for room raises ClientClosed instead of adding
         for acc in list(self._accumulators.values()):
             await acc.aclose()
-        if self._owns_channel:
-            await self._channel.close()
+        await self.router.aclose()
 
     async def __aenter__(self) -> Self:
         return self
@@ -486,13 +494,14 @@ class AsyncProducer:
             self._room.set()
 
     def _open_publish_stream(
-        self,
-    ) -> grpc.aio.StreamStreamCall[_pb.PublishRequest, _pb.PublishResponse]:
-        """A new PublishStream call on the producer's channel (one per pipelining
-        partition; written and read by its accumulator)."""
+        self, topic: str
+    ) -> tuple[str, grpc.aio.StreamStreamCall[_pb.PublishRequest, _pb.PublishResponse]]:
+        """A new PublishStream call to the broker ``topic`` is routed to now, and its
+        address (one per pipelining partition; written and read by its accumulator)."""
+        link = self.router.link_for(topic)
         call: grpc.aio.StreamStreamCall[_pb.PublishRequest, _pb.PublishResponse]
-        call = self._stub.PublishStream()
-        return call
+        call = link.broker.PublishStream()
+        return link.address, call
 
     def batch_sealed(self, topic: str, partition: int) -> None:
         """A batch of ``partition`` was sealed (it takes no more records): unkeyed records
@@ -512,40 +521,49 @@ class AsyncProducer:
                 records were written.
         """
         request = _pb.PublishRequest(topic=topic, partition=partition, batch=data)
+        # Attempts that may have appended: a refused one (ABORTED) did nothing.
         attempts = 0
 
-        def call(timeout: float) -> Awaitable[_pb.PublishResponse]:
+        async def call(link: Link, timeout_s: float) -> _pb.PublishResponse:
             nonlocal attempts
-            attempts += 1
-            response: Awaitable[_pb.PublishResponse] = self._stub.Publish(request, timeout=timeout)
+            try:
+                response: _pb.PublishResponse = await link.broker.Publish(
+                    request, timeout=timeout_s
+                )
+            except grpc.RpcError as exc:
+                if not isinstance(from_rpc_error(exc), Refused):
+                    attempts += 1
+                raise
             return response
 
         where = f"{topic}/{partition}"
         try:
-            return await retrying(
-                call, timeout_s=self._timeout, rng=self._rng, what=f"publish to {where}"
+            return await self.router.call(
+                topic, call, timeout_s=self._timeout, what=f"publish to {where}"
             )
         except ClientError as exc:
-            outcome = publish_outcome(exc, attempts=attempts)
+            refused = isinstance(exc, Refused)
+            outcome = publish_outcome(exc, attempts=attempts + refused)
             raise publish_failure(exc, outcome, where) from exc
 
-    async def _retrying(self, method: Callable[..., Awaitable[R]], request: object, what: str) -> R:
-        """Call ``method``, retrying retryable errors with backoff until the delivery
-        timeout (a broker that restarts answers UNAVAILABLE for a moment)."""
-        return await retrying(
-            lambda timeout: method(request, timeout=timeout),
+    async def _retrying(self, topic: str, method: Callable[[Link], Any], request: object) -> Any:
+        """Call ``method`` at ``topic``'s owner, following refusals and retrying
+        retryable errors with backoff until the delivery timeout (a broker that restarts
+        answers UNAVAILABLE for a moment)."""
+        return await self.router.call(
+            topic,
+            lambda link, timeout: method(link)(request, timeout=timeout),
             timeout_s=self._timeout,
-            rng=self._rng,
-            what=what,
+            what=f"looking up topic {topic}",
         )
 
     async def _partition_count(self, topic: str) -> int:
         count = self._partitions.get(topic)
         if count is None:
             info = await self._retrying(
-                self._admin.DescribeTopic,
+                topic,
+                lambda link: link.admin.DescribeTopic,
                 _admin.DescribeTopicRequest(name=topic),
-                f"looking up topic {topic}",
             )
             count = len(info.partitions)
             if count == 0:

@@ -11,7 +11,7 @@ difference of its own from the async class.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Unpack
 
 from client._async.admin import AsyncAdminClient
@@ -48,7 +48,7 @@ class AdminClient(Blocking):
     # -- generated from AsyncAdminClient by `python -m client._sync._generate`; do not edit --
     def __init__(
         self,
-        broker: str = DEFAULT_BROKER,
+        broker: str | Sequence[str] = DEFAULT_BROKER,
         *,
         timeout_s: float = 10.0,
         **connection: Unpack[ConnectionOptions],

@@ -34,7 +34,7 @@ import asyncio
 import collections
 import contextlib
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Self, Unpack
 
 from client._async.consumer import AsyncConsumer, check_receive_batch, check_timeout
@@ -66,7 +66,7 @@ class Consumer(Blocking):
         topic: str,
         subscription: str,
         *,
-        broker: str = DEFAULT_BROKER,
+        broker: str | Sequence[str] = DEFAULT_BROKER,
         type: str = "exclusive",
         initial_position: str = "earliest",
         mode: str = "at_least_once",

@@ -21,8 +21,7 @@ every client (:class:`~client._connection.ConnectionOptions`), and
 
 from __future__ import annotations
 
-import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, Unpack
 
 import grpc
@@ -35,12 +34,11 @@ from client._async.fetcher import (
     fetch_result,
 )
 from client._connection import ConnectionOptions, ConnectionSettings
-from client._retry import retrying_blocking
 from client._sync._bridge import Blocking
+from client._sync._routing import BlockingLink, BlockingRouter
 from client._types import DEFAULT_BROKER
 from client.errors import ClientClosed, from_rpc_error
 from proto import broker_pb2 as _pb
-from proto import broker_pb2_grpc as _grpc
 
 T = TypeVar("T")
 
@@ -49,15 +47,21 @@ class FetchAhead:
     """A fetch started by :meth:`Fetcher.fetch_ahead`; :meth:`result` waits for it."""
 
     def __init__(
-        self, fetcher: Fetcher, future: Any, args: tuple[str, int, int, int | None, int]
+        self,
+        fetcher: Fetcher,
+        future: Any,
+        address: str,
+        args: tuple[str, int, int, int | None, int],
     ) -> None:
         self._fetcher = fetcher
         self._future = future
+        self._address = address
         self._args = args
 
     def result(self) -> FetchResult:
         """The answer. A retryable failure (the broker restarting) is retried as
-        :meth:`Fetcher.fetch` retries it, from a fresh call."""
+        :meth:`Fetcher.fetch` retries it, from a fresh call; so is a refusal (the broker
+        does not serve the topic), at the owner."""
         topic, partition, offset, end_offset, max_bytes = self._args
         try:
             got: _pb.FetchResponse = self._future.result()
@@ -65,6 +69,7 @@ class FetchAhead:
             error = from_rpc_error(exc)
             if not error.retryable:
                 raise error from exc
+            self._fetcher.router.table.after(topic, self._address, error, retry=True)
             return self._fetcher.fetch(
                 topic, partition, offset, end_offset=end_offset, max_bytes=max_bytes
             )
@@ -80,7 +85,10 @@ class Fetcher(Blocking):
     manager.
 
     Args:
-        broker: ``host:port`` of the broker. Default ``127.0.0.1:50051``.
+        broker: ``host:port`` of the broker, or seed brokers: ``"h1:p1,h2:p2"`` or a
+            sequence of addresses (each topic's calls go to its owner, followed from a
+            refusal or a Lookup as :class:`~client.AsyncFetcher` does). Default
+            ``127.0.0.1:50051``.
         timeout_s: How long one call may take, retries included, seconds. Default 30.
         **connection: The connection keywords, the same for every client class
             (:class:`~client.ConnectionOptions`): ``reconnect_backoff_max_s``,
@@ -90,7 +98,7 @@ class Fetcher(Blocking):
 
     def __init__(
         self,
-        broker: str = DEFAULT_BROKER,
+        broker: str | Sequence[str] = DEFAULT_BROKER,
         *,
         timeout_s: float = 30.0,
         **connection: Unpack[ConnectionOptions],
@@ -99,10 +107,9 @@ class Fetcher(Blocking):
         self.connection = ConnectionSettings.of("Fetcher", broker, connection)
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
-        self._channel = self.connection.blocking_channel()
-        self._stub = _grpc.BrokerStub(self._channel)
+        #: Where each topic's calls go (a blocking channel per broker address).
+        self.router = BlockingRouter(self.connection)
         self._timeout = timeout_s
-        self._rng = random.Random()
         self._closed = False
 
     def fetch(
@@ -126,7 +133,7 @@ class Fetcher(Blocking):
             max_wait_ms=max_wait_ms,
         )
         got: _pb.FetchResponse = self._retrying(
-            self._stub.Fetch, request, self._timeout + max_wait_ms / 1000
+            topic, lambda link: link.broker.Fetch, request, self._timeout + max_wait_ms / 1000
         )
         return fetch_result(topic, partition, got)
 
@@ -145,23 +152,31 @@ class Fetcher(Blocking):
         request = fetch_request(
             topic, partition, offset, end_offset=end_offset, max_bytes=max_bytes, max_wait_ms=0
         )
-        future = self._stub.Fetch.future(request, timeout=self._timeout)
-        return FetchAhead(self, future, (topic, partition, offset, end_offset, max_bytes))
+        link = self.router.link_for(topic)
+        future = link.broker.Fetch.future(request, timeout=self._timeout)
+        args = (topic, partition, offset, end_offset, max_bytes)
+        return FetchAhead(self, future, link.address, args)
 
     def ack_up_to(
         self, topic: str, subscription: str, partition: int, offset: int, *, committer: str = ""
     ) -> int:
         """Acknowledge everything below ``offset``: see :meth:`AsyncFetcher.ack_up_to`."""
         request = ack_request(topic, subscription, partition, offset, committer)
-        got: _pb.AckUpToResponse = self._retrying(self._stub.AckUpTo, request)
+        got: _pb.AckUpToResponse = self._retrying(topic, lambda link: link.broker.AckUpTo, request)
         return got.cursor
 
-    def _retrying(self, method: Callable[..., T], request: object, timeout_s: float = 0) -> T:
+    def _retrying(
+        self,
+        topic: str,
+        method: Callable[[BlockingLink], Any],
+        request: object,
+        timeout_s: float = 0,
+    ) -> Any:
         self._check_open()
-        return retrying_blocking(
-            lambda timeout: method(request, timeout=timeout),
+        return self.router.call(
+            topic,
+            lambda link, timeout: method(link)(request, timeout=timeout),
             timeout_s=timeout_s or self._timeout,
-            rng=self._rng,
             what=type(request).__name__,
         )
 
@@ -170,7 +185,7 @@ class Fetcher(Blocking):
             raise ClientClosed("the Fetcher is closed")
 
     def close(self) -> None:
-        """Close the channel. Idempotent; later calls raise ``ClientClosed``."""
+        """Close the channels. Idempotent; later calls raise ``ClientClosed``."""
         if not self._closed:
             self._closed = True
-            self._channel.close()
+            self.router.close()

@@ -93,7 +93,7 @@ class Producer(Blocking):
     # -- generated from AsyncProducer by `python -m client._sync._generate`; do not edit --
     def __init__(
         self,
-        broker: str = DEFAULT_BROKER,
+        broker: str | Sequence[str] = DEFAULT_BROKER,
         *,
         linger_ms: float = 5.0,
         batch_max_bytes: int = 1 << 20,
