@@ -31,7 +31,7 @@ import functools
 import json
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -70,7 +70,8 @@ INT32_MAX = 2**31 - 1
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """Where and how a command connects: the broker, the bearer token, the TLS files."""
+    """Where and how a command connects: the broker (or seeds ``h1:p1,h2:p2``), the bearer
+    token, the TLS files."""
 
     broker: str
     token: str | None = None
@@ -96,7 +97,8 @@ _CONNECTION_OPTIONS = (
         default=DEFAULT_BROKER,
         show_default=True,
         type=BROKER_ADDRESS,
-        help="Broker HOST:PORT, an IPv6 host in brackets (env HEADRACE_BROKER).",
+        help="Broker HOST:PORT, an IPv6 host in brackets, or seed brokers of a cluster "
+        "separated by commas: each topic's calls go to its owner (env HEADRACE_BROKER).",
     ),
     click.option("--token", envvar="HEADRACE_TOKEN", help="Bearer token (env HEADRACE_TOKEN)."),
     click.option(
@@ -200,7 +202,7 @@ def http_instead(target: Target) -> str | None:
     from broker.cli_probe import probe_http  # noqa: PLC0415 - only on this error path
     from broker.config import BrokerConfig  # noqa: PLC0415 - the broker's defaults, as above
 
-    listener = probe_http(target.broker)
+    listener = probe_http(target.broker.split(",")[0])
     if listener is None:
         return None
     metrics = f"serve --metrics-listen, default {BrokerConfig().metrics_listen}"
@@ -365,15 +367,30 @@ def connect_timeout_option(before: str) -> Callable[[F], F]:
 
 
 @contextlib.asynccontextmanager
-async def reachable_channel(target: Target, timeout_s: float) -> AsyncIterator[grpc.aio.Channel]:
-    """A channel to ``target``'s broker, given once a server answers on it (see
-    :func:`check_reachable`), and closed on the way out."""
-    channel = aio_channel(**target.kwargs())
-    try:
-        await check_reachable(channel, target, timeout_s)
-        yield channel
-    finally:
-        await channel.close()
+async def reachable_channel(
+    target: Target, timeout_s: float
+) -> AsyncIterator[tuple[grpc.aio.Channel, Target]]:
+    """A channel to the first of ``target``'s seed brokers where a server answers (see
+    :func:`check_reachable`; each seed in turn), with ``target`` reordered so that seed
+    comes first (give both to a client: ``channel=`` stands for the first seed); closed
+    on the way out. When no seed answers, the error names the last one tried."""
+    seeds = target.broker.split(",")
+    for i, seed in enumerate(seeds):
+        one = replace(target, broker=seed)
+        channel = aio_channel(**one.kwargs())
+        try:
+            await check_reachable(channel, one, timeout_s)
+        except click.ClickException:
+            await channel.close()
+            if i + 1 == len(seeds):
+                raise
+            continue
+        try:
+            rest = [s for s in seeds if s != seed]
+            yield channel, replace(target, broker=",".join([seed, *rest]))
+        finally:
+            await channel.close()
+        return
 
 
 async def check_reachable(channel: grpc.aio.Channel, target: Target, timeout_s: float) -> None:

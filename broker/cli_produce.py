@@ -392,8 +392,8 @@ def produce(  # noqa: PLR0917 - click passes every option as an argument
     run = Producing(topic, "record" if count else "line", None if key is None else key.encode())
 
     async def body() -> None:
-        async with reachable_channel(target, connect_timeout) as channel:
-            producer = AsyncProducer(channel=channel)
+        async with reachable_channel(target, connect_timeout) as (channel, seeds):
+            producer = AsyncProducer(channel=channel, **seeds.kwargs())
             partitions = await producer.partition_count(topic)
             if partition is not None and partition >= partitions:
                 raise click.BadParameter(
