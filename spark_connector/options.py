@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypedDict
 
-from client import check_security
+from client import check_security, parse_brokers
 from proto.names import NAME_RULE, is_valid_name
 from proto.shown import shown, shown_text
 from spark_connector.errors import OptionError
@@ -84,7 +84,9 @@ class SourceOptions:
     """What a read asks for; every field checked.
 
     Attributes:
-        broker: ``host:port`` of the broker. Default ``127.0.0.1:50051``.
+        broker: ``host:port`` of the broker, or seed brokers of a cluster separated by
+            commas (each topic is read from and acked at its owner). Default
+            ``127.0.0.1:50051``.
         topic: The topic to read. Required.
         subscription: Whose cursor a stream starts from (``startingOffsets=acked``) and
             acks Spark's commits to. A stream without one reads from ``startingOffsets``
@@ -133,7 +135,9 @@ class SinkOptions:
     """What a write asks for.
 
     Attributes:
-        broker: ``host:port`` of the broker. Default ``127.0.0.1:50051``.
+        broker: ``host:port`` of the broker, or seed brokers of a cluster separated by
+            commas (each topic is read from and acked at its owner). Default
+            ``127.0.0.1:50051``.
         topic: The topic rows are published to. Required; it must exist.
         token: Bearer token for the broker, or ``None``.
         tls_ca: PEM CA bundle that signed the broker's certificate (TLS on), or ``None``.
@@ -269,14 +273,17 @@ def _required(given: dict[str, str], name: str) -> str:
 
 
 def _broker(given: dict[str, str]) -> str:
+    """The ``broker`` option: one ``HOST:PORT`` or seed brokers ``h1:p1,h2:p2`` (the
+    client's rule, :func:`client.parse_brokers`), joined back with commas."""
     value = given.get("broker", DEFAULT_BROKER).strip()
-    host, sep, port = value.rpartition(":")
-    bad_port = not port.isdigit() or not 1 <= int(port) <= 65535
-    if not sep or not host or bad_port or not value.isprintable() or " " in value:
+    try:
+        return ",".join(parse_brokers(value))
+    except ValueError as exc:
         raise OptionError(
-            "broker", f"expected HOST:PORT such as 127.0.0.1:50051, got {shown(value)}"
-        )
-    return value
+            "broker",
+            f"expected HOST:PORT such as 127.0.0.1:50051, or seeds HOST:PORT,HOST:PORT; "
+            f"got {shown(value)}: {str(exc).removeprefix('broker ')}",
+        ) from None
 
 
 def _int(given: dict[str, str], name: str, *, minimum: int, maximum: int = 2**63 - 1) -> int | None:

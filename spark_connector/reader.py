@@ -18,6 +18,13 @@ Spark passes to one more ``latestOffset`` to learn that nothing is left. ``commi
 too. A failed ack never fails the query: it is logged, counted, and retried at the next
 call (acks only move a cursor forward, so a repeated one is harmless).
 
+Owners (a cluster; the ``broker`` option a list of seeds). The driver looks the topic's
+owner up when it plans a batch (:meth:`_Driver.owner`, one Lookup) and puts its address in
+each :class:`HeadracePartition`; a task's fetcher goes there first (the owner, then the
+seeds), and follows a refusal by itself (:mod:`client._async._routing`: the owner it names,
+or a backoff and a Lookup) if the topic is no longer there. Acks (``AckUpTo``) go through
+the driver's routed fetcher, so they reach the owner too.
+
 Retention. Acks never run ahead of Spark's commits, and the broker never deletes records
 at or above a subscription's saved cursor, so a replay of a failed batch can always re-read
 its exact range.
@@ -77,6 +84,8 @@ FETCH_BYTES = 8 << 20
 #: Arrow batches smaller than this many rows are joined before Spark gets them: Spark
 #: pays per batch it receives, and a log of one-record batches would cost it per record.
 MIN_ARROW_ROWS = 4096
+#: The longest the driver waits for the Lookup of the topic's owner, seconds.
+LOOKUP_S = 5.0
 #: How long driver-side calls keep retrying a broker that does not answer (a restart), s.
 BROKER_WAIT_S = 60.0
 #: Deadline of one ack, seconds: acks are retried at the next trigger, never waited on long.
@@ -88,11 +97,13 @@ COMMITTER = "spark"
 
 @dataclass(frozen=True)
 class HeadracePartition(InputPartition):
-    """One Spark task: offsets ``[start, end)`` of one topic partition. Picklable."""
+    """One Spark task: offsets ``[start, end)`` of one topic partition, and where the
+    topic's owner was when the driver planned it (``""``: ask the seeds). Picklable."""
 
     partition: int
     start: int
     end: int
+    owner: str = ""
 
 
 class _Driver:
@@ -183,6 +194,14 @@ class _Driver:
                 return None
             raise
         return {p.partition: p.cursor for p in info.partitions}
+
+    def owner(self) -> str:
+        """The address of the topic's owner now (one Lookup on a seed); ``""`` when no
+        seed answers or the topic is not online (the tasks then ask the seeds)."""
+        fetcher = self.fetcher
+        fetcher.router.refresh([self.options.topic], time.monotonic() + LOOKUP_S)
+        route = fetcher.router.table.route(self.options.topic)
+        return route.address if route is not None else ""
 
     def close(self) -> None:
         for client in (self._admin, self._fetcher):
@@ -280,10 +299,11 @@ class HeadraceBatchReader(DataSourceReader):
                         f"({asked[p]}); give an end at or after the start",
                     )
             end = {p: max(e, start[p]) for p, e in end.items() if p in start}
+            owner = driver.owner()
         finally:
             driver.close()
         ranges = off.plan(start, end, self.options.min_partitions)
-        return [HeadracePartition(r.partition, r.start, r.end) for r in ranges]
+        return [HeadracePartition(r.partition, r.start, r.end, owner) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.options, partition)
@@ -401,7 +421,8 @@ class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         changed = off.topic_changed(off.topic_id_of(start), off.topic_id_of(end))
         begin = {} if changed else off.from_spark(start)
         ranges = off.plan(begin, off.from_spark(end), self.options.min_partitions)
-        return [HeadracePartition(r.partition, r.start, r.end) for r in ranges]
+        owner = self.driver.owner() if ranges else ""
+        return [HeadracePartition(r.partition, r.start, r.end, owner) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.options, partition)
@@ -462,7 +483,8 @@ def read_range(options: SourceOptions, part: HeadracePartition) -> Iterator[pa.R
     topic, p, end = options.topic, part.partition, part.end
     offset = part.start
     small: list[pa.RecordBatch] = []
-    with Fetcher(options.broker, timeout_s=BROKER_WAIT_S, **options.security()) as fetcher:
+    seeds = [part.owner, options.broker] if part.owner else [options.broker]
+    with Fetcher(seeds, timeout_s=BROKER_WAIT_S, **options.security()) as fetcher:
         ahead = fetcher.fetch_ahead(topic, p, offset, end_offset=end, max_bytes=FETCH_BYTES)
         while offset < end:
             got = ahead.result()
