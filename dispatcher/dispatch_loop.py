@@ -152,11 +152,11 @@ class _Pass:
 @dataclass(slots=True)
 class _Save:
     """A pass stopped to save delivery counts before ``rest`` (sends of ``partition``)
-    goes out; ``before`` is the partition's read position and the set-aside total before
-    the read, to tell whether it moved."""
+    goes out; ``moved``: the read moved the partition's read position or set records
+    aside (the state's ``moved`` after it; carrying out ``rest`` changes neither)."""
 
     partition: int
-    before: tuple[int, int]
+    moved: bool
     rest: list[Action]
 
 
@@ -455,13 +455,13 @@ class DispatchLoop(Generic[OwnerT]):
                     return _Pass(heads, reads, done, (sent, more, moved), _Read(p, at))
             del batches[MAX_BATCHES_PER_READ:]  # the rest is read on the next pass
             more |= bool(batches) and batches[-1].next_offset < heads[p]
-            before = state.read_position(p), state.set_aside_total
             actions = state.handle(Fetched(p, batches), now, wall=wall)
             batches = None
             if actions and type(actions[0]) is Persist:  # a save first: the task awaits it
-                return _Pass(heads, reads, done, (sent, more, moved), _Save(p, before, actions[1:]))
+                save = _Save(p, state.moved, actions[1:])
+                return _Pass(heads, reads, done, (sent, more, moved), save)
             sent |= self._carry_out_sends(actions)
-            moved |= (state.read_position(p), state.set_aside_total) != before
+            moved |= state.moved
 
     async def _complete(self, stopped: _Pass) -> bool:
         """Finish a pass that stopped, in the dispatch task: await what it stopped at,
@@ -477,14 +477,13 @@ class DispatchLoop(Generic[OwnerT]):
         in flight) wait in the queue and are applied, in order, before the next result
         the pass applies: a read's result comes after every command that arrived before
         it, as if it were queued too, so a read made stale by a seek sends nothing."""
-        state = self._state
         while True:
             pending = stopped.pending
             p = pending.partition
             if isinstance(pending, _Save):
                 await self._save_now()
                 stopped.sent |= self._carry_out_sends(pending.rest)
-                stopped.moved |= (state.read_position(p), state.set_aside_total) != pending.before
+                stopped.moved |= pending.moved
             else:
                 at, writer = pending.offset, self._writers[p]
                 if self._reader is None:

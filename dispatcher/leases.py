@@ -44,23 +44,27 @@ class LeaseDeadlines:
     """The deadlines of a subscription's leases, earliest first. Not task-safe: the
     state that owns it calls it, from its owner only."""
 
-    __slots__ = ("_heap",)
+    __slots__ = ("heap",)
 
     def __init__(self) -> None:
-        self._heap: list[tuple[float, Lease]] = []
+        #: ``(deadline, lease)``, a heap (:mod:`heapq`). The two checks of every
+        #: delivery use it in place, a Python call less each: the sender pushes each
+        #: new lease (``heappush(heap, (lease.deadline, lease))``, what :meth:`add`
+        #: does) and the state looks at the top (what :meth:`due` does).
+        self.heap: list[tuple[float, Lease]] = []
 
     def add(self, lease: Lease) -> None:
-        heapq.heappush(self._heap, (lease.deadline, lease))
+        heapq.heappush(self.heap, (lease.deadline, lease))
 
     def due(self, now: float) -> bool:
         """Whether a deadline (of a live lease or not) has passed at ``now``."""
-        heap = self._heap
+        heap = self.heap
         return bool(heap) and heap[0][0] <= now
 
     def expired(self, now: float) -> Iterator[Lease]:
         """The live leases whose deadline passed at ``now``, each once, earliest first;
         each is forgotten as it is yielded."""
-        heap = self._heap
+        heap = self.heap
         while heap and heap[0][0] <= now:
             _, lease = heapq.heappop(heap)
             if is_live(lease):
@@ -68,14 +72,14 @@ class LeaseDeadlines:
 
     def next(self) -> float | None:
         """The earliest deadline of a live lease."""
-        heap = self._heap
+        heap = self.heap
         while heap and not is_live(heap[0][1]):
             heapq.heappop(heap)
         return heap[0][0] if heap else None
 
     def __iter__(self) -> Iterator[tuple[float, Lease]]:
         """``(deadline, lease)`` of every entry, ended leases too, in heap order."""
-        return iter(self._heap)
+        return iter(self.heap)
 
     def __len__(self) -> int:
-        return len(self._heap)
+        return len(self.heap)

@@ -14,7 +14,9 @@ A send raises the delivery counts of redeliveries, takes the consumer's credit a
 the run (at most once: acknowledges it at once). A pass that redelivers anything begins
 with a ``Persist`` action, taken after the new counts are set: a redelivery's count is on
 disk before it goes out (see :mod:`dispatcher.state` for why a crash can then only
-overcount).
+overcount). What it changes it counts in the state's own plain attributes, its
+:class:`Tally` (``changes``, records set aside, whether the read moved): the shell reads
+them after every read it applies, without a call.
 
 Example: shared, consumers A and B with credit. Records 0..3 went to A (read position 4),
 and A nacked 3, which now waits, ready. A ``Fetched`` of the batch 0..9: 3 goes to B as
@@ -26,16 +28,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from heapq import heappush
+from typing import Protocol
 
+from dispatcher.command_checks import part_of
 from dispatcher.leases import LeaseDeadlines
 from dispatcher.partition_book import BatchContext, Consumer, Lease, PartitionBook, Tries, pass_over
 from dispatcher.poison import PoisonRules
 from dispatcher.protocol import (
     PERSIST,
     Action,
+    Command,
     Delivery,
     DeliveryMode,
     DispatchPolicy,
+    Fetched,
     Send,
 )
 from dispatcher.routing import Router
@@ -46,6 +53,20 @@ from wal import RecordBatch
 _new = tuple.__new__
 
 
+class Tally(Protocol):
+    """Where the sender counts what a ``Fetched`` changed: the state's own plain
+    attributes, which the shell reads after every read it applies (a property there
+    would be a Python call each time, several a pass)."""
+
+    #: Bumped whenever something that is persisted changed (``sent_mark``, counts).
+    changes: int
+    #: key_shared records newly set aside (see :attr:`Sender.set_aside`).
+    set_aside_total: int
+    #: Whether the last ``Fetched`` moved its partition's read position or set records
+    #: aside: progress, so the shell reads again at once.
+    moved: bool
+
+
 class Sender:
     """What goes out of one subscription's fetched batches, and to whom. The routers'
     :class:`~dispatcher.routing.Outlet`. Not task-safe: the state that owns it calls it,
@@ -54,6 +75,8 @@ class Sender:
     Args:
         policy: Type, mode, limits and the redelivery rules.
         router: The subscription type's router.
+        parts: The subscription's partitions (the state's list, by index).
+        tally: Where it counts changes, records set aside and progress (the state).
         poison: The poison policy and its exhausted offsets.
         deadlines: Where leases' deadlines go.
         credit: Whether some consumer that may receive has credit.
@@ -64,15 +87,15 @@ class Sender:
     __slots__ = (
         "_ack",
         "_credit",
-        "_deadlines",
+        "_deadline_heap",
         "_has_room",
+        "_parts",
         "_poison",
         "_router",
-        "changes",
+        "_tally",
         "policy",
         "redelivered_total",
         "sent_total",
-        "set_aside_total",
         "stuck",
         "unsaved_counts",
         "wall",
@@ -83,6 +106,8 @@ class Sender:
         policy: DispatchPolicy,
         router: Router,
         *,
+        parts: Sequence[PartitionBook],
+        tally: Tally,
         poison: PoisonRules,
         deadlines: LeaseDeadlines,
         credit: Callable[[], bool],
@@ -90,8 +115,12 @@ class Sender:
         ack: Callable[[PartitionBook, int, int], None],
     ) -> None:
         self.policy = policy
+        self._parts = parts
+        self._tally = tally
         self._poison = poison
-        self._deadlines = deadlines
+        #: Each leased run's deadline is pushed here at once: one Python call less per
+        #: delivery than ``deadlines.add`` (see :attr:`LeaseDeadlines.heap`).
+        self._deadline_heap = deadlines.heap
         self._credit = credit
         self._has_room = has_room
         self._ack = ack
@@ -101,26 +130,30 @@ class Sender:
         self.unsaved_counts = False
         #: Whether any partition has stuck (set-aside) offsets.
         self.stuck = False
-        #: Bumped whenever something that is persisted changed (``sent_mark``, counts).
-        self.changes = 0
         self.sent_total = 0
         self.redelivered_total = 0
-        #: key_shared records newly set aside for a consumer that cannot take them yet (no
-        #: credit, or a fence). Setting some aside is progress: the reads after them may
-        #: find records for other consumers, so the shell reads again at once.
-        self.set_aside_total = 0
 
-    def fetched(
-        self, part: PartitionBook, batches: Sequence[RecordBatch], now: float
-    ) -> list[Action]:
-        """Send what may go of ``batches`` (read from ``part``); the actions, in order."""
+    def fetched(self, cmd: Command, now: float) -> list[Action]:
+        """The ``Fetched`` transition (the state's handler of it, bound once): send what
+        may go of the batches read from a partition; the actions, in order. Sets the
+        tally's ``moved``.
+
+        Raises:
+            InvalidSubscriptionError: no such partition.
+        """
+        assert isinstance(cmd, Fetched)
+        parts, p = self._parts, cmd.partition
+        part = parts[p] if 0 <= p < len(parts) else part_of(parts, p)
+        tally = self._tally
+        read_pos, set_aside = part.read_pos, tally.set_aside_total
         out: list[Action] = []
-        for batch in batches:
+        for batch in cmd.batches:
             if not self._send_batch(part, batch, now, out):
                 break
         if self.unsaved_counts:
             out.insert(0, PERSIST)
             self.unsaved_counts = False
+        tally.moved = part.read_pos != read_pos or tally.set_aside_total != set_aside
         return out
 
     def _send_batch(
@@ -194,12 +227,14 @@ class Sender:
     def set_aside(self, part: PartitionBook, lo: int, hi: int, now: float) -> None:
         """``[lo, hi)`` waits for the one consumer that may take it (key_shared's owner
         of its keys) to have credit or its fence lifted; reads and timers pass over it
-        until a command but ``Fetched`` or ``Tick`` comes (the state clears ``stuck``)."""
+        until a command but ``Fetched`` or ``Tick`` comes (the state clears ``stuck``).
+        Counted in the tally's ``set_aside_total``: setting some aside is progress (the
+        reads after them may find records for other consumers)."""
         part.waiting.add(lo, hi, now)
         already = sum(b - a for a, b, _ in part.stuck.cut(lo, hi))
         part.stuck.add(lo, hi, True)
         self.stuck = True
-        self.set_aside_total += hi - lo - already
+        self._tally.set_aside_total += hi - lo - already
 
     def give(
         self, part: PartitionBook, ctx: BatchContext, lo: int, hi: int, consumer: Consumer
@@ -222,7 +257,7 @@ class Sender:
                     part.tries[offset] = Tries(count + 1, "", [])
             if redeliveries:  # their new counts are saved before they go out
                 self.unsaved_counts = True
-                self.changes += 1
+                self._tally.changes += 1
             self.redelivered_total += len(redeliveries)
         count = hi - lo
         consumer.credit -= count
@@ -231,7 +266,7 @@ class Sender:
             if part.waiting:  # else nothing waits to be passed over
                 pass_over(part, lo)
             part.sent_mark = hi
-            self.changes += 1
+            self._tally.changes += 1
         delivery = _new(Delivery, (part.index, ctx.data(), lo, hi, redeliveries))
         ctx.out.append(_new(Send, (consumer.id, delivery, ctx.batch.max_timestamp_ms)))
         if self.policy.mode is DeliveryMode.AT_MOST_ONCE:
@@ -251,4 +286,4 @@ class Sender:
         consumer.leases.add(lease)
         consumer.in_flight += count
         if ttl is not None:
-            self._deadlines.add(lease)
+            heappush(self._deadline_heap, (lease.deadline, lease))

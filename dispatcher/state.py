@@ -166,9 +166,12 @@ class SubscriptionState:
         self._poison = PoisonRules(policy.poison, len(self._parts), self._apply_ack)
         self._exhausted = self._poison.exhausted  # per partition (see dispatcher.poison)
         self._deadlines = LeaseDeadlines()
+        self._deadline_heap = self._deadlines.heap  # read in place by tick_due
         self._sender = Sender(
             policy,
             router,
+            parts=self._parts,
+            tally=self,
             poison=self._poison,
             deadlines=self._deadlines,
             credit=self._credit,
@@ -183,7 +186,19 @@ class SubscriptionState:
         self.owner: object | None = None
         self.owner_lends = False
         self.caller: Callable[[], object] = _nobody
-        self._changes = 0  # see changes
+        # Plain attributes, not properties: the shell reads these after every read it
+        # applies (``changes`` after every pass too), and a property is a Python call.
+        # The sender counts into the first three (it is given this state as its
+        # :class:`~dispatcher.sending.Tally`).
+        #: Bumped whenever something that is persisted changed (a counter).
+        self.changes = 0
+        #: key_shared records newly set aside for a consumer that cannot take them yet
+        #: (no credit, or a fence). Setting some aside is progress: the reads after them
+        #: may find records for other consumers, so the shell reads again at once.
+        self.set_aside_total = 0
+        #: Whether the last ``Fetched`` moved its partition's read position or set
+        #: records aside (progress: the shell reads again at once).
+        self.moved = False
         # counters, read by the shell for metrics (more are properties)
         self.acked_total = 0
         self.ack_timeouts_total = 0
@@ -202,7 +217,7 @@ class SubscriptionState:
             Commit: self._commit,
             Seek: self._seek,
             Tick: self._tick,
-            Fetched: self._fetched,
+            Fetched: self._sender.fetched,  # bound once: no call of the state's own
             Deleted: self._deleted,
             DeadLettered: self._dead_lettered,
             DeadLetterFailed: self._dead_letter_failed,
@@ -273,11 +288,6 @@ class SubscriptionState:
     # -- queries ----------------------------------------------------------------------
 
     @property
-    def changes(self) -> int:
-        """Bumped whenever something that is persisted changed (a counter)."""
-        return self._changes + self._sender.changes
-
-    @property
     def sent_total(self) -> int:
         """Records sent, redeliveries included (a counter)."""
         return self._sender.sent_total
@@ -286,13 +296,6 @@ class SubscriptionState:
     def redelivered_total(self) -> int:
         """Records sent again (a counter)."""
         return self._sender.redelivered_total
-
-    @property
-    def set_aside_total(self) -> int:
-        """key_shared records newly set aside for a consumer that cannot take them yet
-        (no credit, or a fence). Setting some aside is progress: the reads after them may
-        find records for other consumers, so the shell reads again at once."""
-        return self._sender.set_aside_total
 
     @property
     def dead_lettered_total(self) -> int:
@@ -467,7 +470,7 @@ class SubscriptionState:
             unsend(part, lo, hi)
             part.waiting.add(lo, hi, now)
             self.released_total += hi - lo
-            self._changes += 1
+            self.changes += 1
 
     # -- acknowledgements -------------------------------------------------------------
 
@@ -510,7 +513,7 @@ class SubscriptionState:
         newly = part.acks.ack(begin, end)
         if newly:
             self.acked_total += newly
-            self._changes += 1
+            self.changes += 1
             part.read_pos = max(part.read_pos, part.acks.cursor)
             if part.blocked and part.acks.is_acked(part.blocked_offset):
                 unblock(part)
@@ -556,13 +559,14 @@ class SubscriptionState:
             self._exhausted[part.index].update(poison)
             wait = delay if delay is not None else self.policy.backoff_s(failures, self._random())
             part.waiting.add(lo, hi, now + wait)
-            self._changes += 1
+            self.changes += 1
 
     def tick_due(self, now: float) -> bool:
         """Whether a ``Tick`` at ``now`` may change anything: a lease expired, a key_shared
         fence may lift, or failure entries may be pruned. When not, the shell skips it
         (it comes before every pass)."""
-        if self._deadlines.due(now):
+        heap = self._deadline_heap  # LeaseDeadlines.due, in place: every pass asks
+        if heap and heap[0][0] <= now:
             return True
         for consumer in self._consumers.values():
             if consumer.fences:
@@ -608,7 +612,7 @@ class SubscriptionState:
             part.tries.clear()
             self._exhausted[part.index].clear()
             unblock(part)
-        self._changes += 1
+        self.changes += 1
         return []
 
     def _deleted(self, cmd: Command, now: float) -> list[Action]:
@@ -638,12 +642,6 @@ class SubscriptionState:
         assert isinstance(cmd, DeadLetterFailed)
         part = self._part(cmd.partition)
         return self._poison.dead_letter_failed(part, cmd.begin, cmd.end, cmd.error, now)
-
-    # -- sending ----------------------------------------------------------------------
-
-    def _fetched(self, cmd: Command, now: float) -> list[Action]:
-        assert isinstance(cmd, Fetched)
-        return self._sender.fetched(self._part(cmd.partition), cmd.batches, now)
 
 
 def router_for(kind: SubscriptionType, names: tuple[str, str]) -> Router:
