@@ -21,8 +21,8 @@ Modules:
                       which may receive (pure)
     poison            PoisonRules, DEAD_LETTER_RETRY_S: the poison policy, exhausted
                       records, dead-letter outcomes and retries (pure)
-    sending           Sender: a fetched batch's records go out, wait or meet the poison
-                      policy; leases and redelivery counts (pure)
+    sending           Sender, Tally: a fetched batch's records go out, wait or meet the
+                      poison policy; leases and redelivery counts (pure)
     read_plan         plan_reads, next_wake, ready, caught_up: what to read next and when
                       to wake (pure)
     state             SubscriptionState: acks, nacks, releases, expiry, seeks, the
@@ -37,6 +37,8 @@ Modules:
     dead_letter_queue    DeadLetterQueue: one subscription's dead letters in their own log
     dead_letter_queues   DeadLetterQueues: every subscription's queue, their expiry, and
                       the dead-letter sink
+    dead_letter_writer   DeadLetterWriter: a subscription's dead-letter writes off the
+                      dispatch task; each outcome back as a command
     cursor_ages       CursorAges: publish times of cursor records, read without waiting
                       for the disk (warmed on a worker thread)
     subscription_health  Health: the heartbeat's rates, STALLED verdict and each
