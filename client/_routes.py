@@ -52,6 +52,8 @@ from proto.refusal import Action, RouteAction, action, route_action
 #: Redirects in a row (each to a new address) before a call backs off instead: bounds a
 #: loop between two brokers whose views disagree for a moment.
 MAX_REDIRECTS = 4
+#: The longest one Lookup may take, seconds (within the call's own deadline).
+LOOKUP_TIMEOUT_S = 5.0
 
 
 class Step(enum.Enum):

@@ -45,7 +45,7 @@ import grpc
 from client._async._routing import Router
 from client._batching import BufferBudget, PendingBatch, RecordFuture
 from client._retry import backoff_s
-from client._routes import Step
+from client._routes import MAX_REDIRECTS, Step
 from client._types import PublishedRange, PublishOutcome
 from client.errors import (
     ClientError,
@@ -573,7 +573,10 @@ class Accumulator:
         if not redo:
             return
         step = self._reroute(trouble)
-        pause = 0.0 if step is Step.NOW else backoff_s(self._rounds, self._producer.rng)
+        # To the owner a refusal named: at once, a few times in a row (two brokers whose
+        # views disagree for a moment could send the batches back and forth).
+        at_once = step is Step.NOW and self._rounds < MAX_REDIRECTS
+        pause = 0.0 if at_once else backoff_s(self._rounds, self._producer.rng)
         if time.monotonic() + pause >= redo[0].deadline:
             failure = publish_failure(trouble.first, PublishOutcome.UNKNOWN, where)
             for sent in redo:
@@ -587,9 +590,9 @@ class Accumulator:
             len(redo),
             pause,
         )
-        self._rounds += step is not Step.NOW
+        self._rounds += 1
         await asyncio.sleep(pause)
-        if step is Step.LOOKUP:
+        if step is Step.LOOKUP or (not at_once and step is Step.NOW):
             await self._producer.router.refresh([self.topic], redo[0].deadline)
         self._move_stream()
         await self._resend(redo)

@@ -24,7 +24,7 @@ import grpc
 
 from client._connection import ConnectionSettings
 from client._retry import backoff_s
-from client._routes import MAX_REDIRECTS, RouteTable, Step
+from client._routes import LOOKUP_TIMEOUT_S, MAX_REDIRECTS, RouteTable, Step
 from client.errors import ClientError, NotFound, from_rpc_error
 from proto import broker_pb2_grpc, cluster_pb2_grpc
 from proto import cluster_pb2 as _cluster
@@ -33,9 +33,6 @@ from proto.shown import shown_text
 logger = logging.getLogger(__name__)
 
 R = TypeVar("R")
-
-#: The longest one Lookup may take, seconds (within the call's own deadline).
-LOOKUP_TIMEOUT_S = 5.0
 
 
 @dataclasses.dataclass(slots=True)

@@ -190,14 +190,18 @@ async def test_every_client_reaches_each_owner_through_one_seed(tmp_path: Path) 
 
 
 @pytest.mark.asyncio
-async def test_a_stale_route_recovers_by_itself(tmp_path: Path) -> None:
-    """A producer and a fetcher cached on2 -> b2; the topic moves to b1 (the map
-    changes): their next calls are refused by b2, follow the refusal to b1 and succeed,
-    with no error surfacing."""
+@pytest.mark.parametrize("max_in_flight", [1, 4])
+async def test_a_stale_route_recovers_by_itself(tmp_path: Path, max_in_flight: int) -> None:
+    """A producer (unary, and pipelined on a PublishStream left open to b2) and a fetcher
+    cached moving -> b2; the topic moves to b1 (the map changes): their next calls are
+    refused by b2, follow the refusal to b1 and succeed, with no error surfacing."""
     async with static_cluster(tmp_path) as cluster:
         await cluster.create("moving", "b2", also=["b1"])
         seed = cluster.address("b1")
-        async with AsyncProducer(seed) as producer, AsyncFetcher(seed) as fetcher:
+        async with (
+            AsyncProducer(seed, max_in_flight=max_in_flight) as producer,
+            AsyncFetcher(seed) as fetcher,
+        ):
             await (await producer.send("moving", b"first"))
             assert producer.router.table.address("moving") == cluster.address("b2")
             cluster.map.owners["moving"] = "b1"
@@ -275,3 +279,29 @@ async def test_an_offline_owner_fails_at_the_deadline_with_the_refusal(tmp_path:
                 await admin.describe_topic("dark")
             assert admin.router.table.lookups >= 1
         assert caught.value.redirection.reason == "not-owner"
+
+
+@pytest.mark.asyncio
+async def test_a_consumer_whose_owner_dies_looks_up_and_reopens_at_the_new_owner(
+    tmp_path: Path,
+) -> None:
+    """A consumer reads ``hop`` at its owner b2 through seed b1; b2 stops and the topic
+    moves to b1 (the map). The broken stream makes the consumer look the topic up on its
+    seed and reopen there: it receives the record then published at b1."""
+    async with static_cluster(tmp_path) as cluster:
+        await cluster.create("hop", "b2", also=["b1"])
+        seed = cluster.address("b1")
+        async with AsyncProducer(seed) as producer:
+            await (await producer.send("hop", b"at-b2"))
+        async with AsyncConsumer("hop", "c", broker=seed, connect_timeout=10) as consumer:
+            first = await consumer.receive(timeout=10)
+            consumer.ack(first)
+            lookups = consumer.router.table.lookups
+            cluster.map.owners["hop"] = "b1"
+            await cluster.brokers["b2"].aclose()
+            async with AsyncProducer(seed) as producer:
+                await (await producer.send("hop", b"at-b1"))
+            second = await consumer.receive(timeout=20)
+        assert (first.value, second.value) == (b"at-b2", b"at-b1")
+        assert consumer.router.table.lookups > lookups
+        assert consumer.router.table.address("hop") == seed
