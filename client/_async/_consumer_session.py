@@ -235,8 +235,8 @@ class Sessions:
             return error
         if time.monotonic() - started < self._connect_timeout:
             return None
-        if not error.retryable:  # still broken, or still held: that, as it is
-            return error
+        if not error.retryable or isinstance(error, Refused):
+            return error  # still broken, held, or not served (a cluster's refusal): as it is
         return Unavailable(
             f"the broker at {self.connection.broker} could not be reached for "
             f"{self._connect_timeout:g} s ({error}); check that it runs there, or raise "
