@@ -33,7 +33,7 @@ import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 import grpc
@@ -42,7 +42,7 @@ from grpc_health.v1.health_pb2_grpc import HealthStub
 
 # ``table`` stays importable from here: the lag and subscription commands use it.
 from broker.cli_output import plural, table
-from broker.cli_params import BROKER_ADDRESS, SUBSCRIPTION_NAME, TOPIC_NAME
+from broker.cli_params import SUBSCRIPTION_NAME, TOPIC_NAME
 from client import (
     DEFAULT_BROKER,
     AlreadyExists,
@@ -52,6 +52,7 @@ from client import (
     TopicInfo,
     Unavailable,
     check_security,
+    parse_brokers,
 )
 from client._channel import aio_channel
 from proto.shown import shown_text
@@ -89,6 +90,33 @@ class Target:
             "tls_key": self.tls_key,
         }
 
+
+if TYPE_CHECKING:  # generic in click 8.2 and later; plain at run time, for click 8.1
+    _StrType = click.ParamType[str, Any]
+else:
+    _StrType = click.ParamType
+
+
+class BrokerAddress(_StrType):
+    """``--broker``: ``HOST:PORT`` of a broker, or seed brokers ``HOST:PORT,HOST:PORT``
+    (the command finds each topic's owner from them). Each entry is checked by the client
+    library's rule (:func:`client.parse_brokers`: ``HOST`` a host name, an IPv4 address or
+    an IPv6 address in brackets; ``PORT`` 1 to 65535), while the command line is parsed:
+    a bad one is a usage error (exit 2) naming it and its place. Converted to the seeds
+    joined by commas."""
+
+    name = "HOST:PORT[,HOST:PORT...]"
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> str:
+        try:
+            return ",".join(parse_brokers(str(value)))
+        except ValueError as exc:
+            self.fail(str(exc).removeprefix("broker "), param, ctx)
+
+
+BROKER_ADDRESS = BrokerAddress()
 
 _CONNECTION_OPTIONS = (
     click.option(

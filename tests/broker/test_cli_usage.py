@@ -12,8 +12,8 @@ from click.testing import CliRunner
 import broker.cli_output
 from broker.cli import TOUR, _print_banner, cli
 from broker.cli_output import plural, table
-from broker.cli_params import address_problem
 from broker.config import BrokerConfig
+from client._seeds import address_problem
 from proto.names import NAME_RULE
 
 ROOT = Path(__file__).resolve().parents[2]
