@@ -41,14 +41,14 @@ import asyncio
 import contextlib
 import enum
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import etcd3aio
 import grpc
-from etcd3aio import Etcd3Client, prefix_range_end
+from etcd3aio import Etcd3Client, SortOrder, SortTarget, prefix_range_end
 from etcd3aio.kv import KVService
 
 from cluster.errors import ClusterError, EtcdRequestError, EtcdUnavailableError
@@ -246,17 +246,35 @@ class EtcdStore:
 
     async def get(self, key: str) -> KeyValue | None:
         """The key as etcd holds it now (a linearizable read), or None if absent."""
-        response = await self._call("get", self._kv().get(key, timeout=self._timeout_s))
+        response = await self._call("get", lambda t: self._kv().get(key, timeout=t, max_attempts=1))
         return _key_value(response.kvs[0]) if response.kvs else None
 
     async def get_prefix(self, prefix: str) -> Listing:
         """Every key under ``prefix`` (sorted by key) and the revision of the read."""
         response = await self._call(
             "get_prefix",
-            self._kv().get(prefix, prefix_range_end(prefix), timeout=self._timeout_s),
+            lambda t: self._kv().get(prefix, prefix_range_end(prefix), timeout=t, max_attempts=1),
         )
         items = sorted((_key_value(kv) for kv in response.kvs), key=lambda kv: kv.key)
         return Listing(items, int(response.header.revision))
+
+    async def newest_revision(self, prefix: str) -> int:
+        """The highest ``mod_revision`` among the keys under ``prefix`` (0 if none): one
+        cheap read that tells whether a watcher has missed a put."""
+        response = await self._call(
+            "newest_revision",
+            lambda t: self._kv().get(
+                prefix,
+                prefix_range_end(prefix),
+                limit=1,
+                sort_order=SortOrder.DESCEND,
+                sort_target=SortTarget.MOD,
+                keys_only=True,
+                timeout=t,
+                max_attempts=1,
+            ),
+        )
+        return int(response.kvs[0].mod_revision) if response.kvs else 0
 
     # -- writes --------------------------------------------------------------------------
 
@@ -273,11 +291,12 @@ class EtcdStore:
         """
         response = await self._call(
             "txn",
-            self._kv().txn(
+            lambda t: self._kv().txn(
                 [_compare(c) for c in compares],
                 [_op(o) for o in success],
                 [_op(o) for o in failure],
-                timeout=self._timeout_s,
+                timeout=t,
+                max_attempts=1,
             ),
         )
         return TxnResult(bool(response.succeeded), int(response.header.revision))
@@ -285,7 +304,7 @@ class EtcdStore:
     async def put(self, key: str, value: bytes, *, lease: int = 0) -> int:
         """Write ``key`` unconditionally; returns the store revision of the write."""
         response = await self._call(
-            "put", self._kv().put(key, value, lease=lease, timeout=self._timeout_s)
+            "put", lambda t: self._kv().put(key, value, lease=lease, timeout=t, max_attempts=1)
         )
         return int(response.header.revision)
 
@@ -293,7 +312,9 @@ class EtcdStore:
         """Delete every key under ``prefix``; returns how many were deleted."""
         response = await self._call(
             "delete_prefix",
-            self._kv().delete(prefix, prefix_range_end(prefix), timeout=self._timeout_s),
+            lambda t: self._kv().delete(
+                prefix, prefix_range_end(prefix), timeout=t, max_attempts=1
+            ),
         )
         return int(response.deleted)
 
@@ -303,7 +324,9 @@ class EtcdStore:
         """Grant a lease; returns ``(lease id, granted TTL in seconds)``."""
         lease = self._client.lease
         assert lease is not None
-        response = await self._call("lease grant", lease.grant(ttl_s, timeout=self._timeout_s))
+        response = await self._call(
+            "lease grant", lambda t: lease.grant(ttl_s, timeout=t, max_attempts=1)
+        )
         return int(response.ID), int(response.TTL)
 
     async def revoke(self, lease_id: int) -> None:
@@ -312,7 +335,9 @@ class EtcdStore:
         lease = self._client.lease
         assert lease is not None
         try:
-            await self._call("lease revoke", lease.revoke(lease_id, timeout=self._timeout_s))
+            await self._call(
+                "lease revoke", lambda t: lease.revoke(lease_id, timeout=t, max_attempts=1)
+            )
         except EtcdRequestError as exc:
             if "not found" not in exc.detail:
                 raise
@@ -404,18 +429,31 @@ class EtcdStore:
             raise ClusterError("the etcd store is closed")
         return kv
 
-    async def _call(self, operation: str, call: Awaitable[T]) -> T:
-        """Await one library call, translating its errors (STYLE rule 17)."""
-        try:
-            return await call
-        except (TimeoutError, etcd3aio.EtcdConnectionError, etcd3aio.EtcdTransientError) as exc:
-            raise self._unavailable(operation, exc) from exc
-        except etcd3aio.EtcdError as exc:
-            raise EtcdRequestError(operation, _describe(exc)) from exc
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-                raise self._unavailable(operation, exc) from exc
-            raise EtcdRequestError(operation, _describe(exc)) from exc
+    async def _call(self, operation: str, call: Callable[[float], Awaitable[T]]) -> T:
+        """Run ``call(attempt_timeout)`` until it answers or :attr:`timeout_s` is spent,
+        each attempt on the next endpoint (round-robin), and translate its errors (STYLE
+        rule 17).
+
+        Why attempts of a third of the timeout, and not the library's own retry: its
+        retry loop shares one deadline with the first attempt, so a request sent to a
+        frozen member (SIGSTOP, a dead host: the TCP connection stays up) would spend the
+        whole timeout there. A short attempt moves on to a live member in time.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._timeout_s
+        attempt_s = max(0.5, self._timeout_s / 3)
+        while True:
+            left = deadline - loop.time()
+            try:
+                return await call(min(attempt_s, max(left, 0.05)))
+            except (TimeoutError, etcd3aio.EtcdConnectionError, etcd3aio.EtcdTransientError) as exc:
+                if deadline - loop.time() <= 0.05:
+                    raise self._unavailable(operation, exc) from exc
+                await asyncio.sleep(0.02)
+            except etcd3aio.EtcdError as exc:
+                raise EtcdRequestError(operation, _describe(exc)) from exc
+            except grpc.aio.AioRpcError as exc:
+                raise EtcdRequestError(operation, _describe(exc)) from exc
 
     def _unavailable(self, operation: str, exc: BaseException) -> EtcdUnavailableError:
         return EtcdUnavailableError(operation, self._endpoints, _describe(exc))

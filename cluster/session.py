@@ -60,6 +60,10 @@ expiry every 500 ms and commits each revoke through Raft (measured here: a 2 s l
 crashed holder went 2.0 to 2.7 s after its last keepalive)."""
 
 
+KEEPALIVE_RETRY_S = 0.02
+"""Seconds before a keepalive that got no answer is sent again (to the next endpoint)."""
+
+
 def margin_for(ttl_s: float) -> float:
     """Seconds by which this broker stops writing before its lease could expire."""
     return max(0.5, ttl_s / 5)
@@ -240,10 +244,12 @@ class Session:
             delay = self._ttl_s / 3
             sent_at = self._clock()
             try:
-                ttl = await self._store.keepalive_once(self._lease, timeout_s=self._ttl_s / 3)
+                # A sixth of the TTL: a keepalive sent to a frozen etcd member must give
+                # way to one on a live member well before the write window closes.
+                ttl = await self._store.keepalive_once(self._lease, timeout_s=self._ttl_s / 6)
             except EtcdUnavailableError as exc:
                 log.warning("broker %s: keepalive not answered: %s", self.node_id, exc)
-                delay = RETRY_S  # try the next endpoint soon: the deadline is running out
+                delay = KEEPALIVE_RETRY_S  # the next endpoint, at once: the window closes
                 continue
             if ttl > 0:
                 self._window.renewed(sent_at, ttl)

@@ -41,10 +41,13 @@ class View:
     Args:
         store: the etcd connection.
         keys: the cluster's key layout.
+        check_s: seconds between checks that the watch is not stuck (default 1): a stuck
+            watch is replaced within about two checks.
     """
 
-    def __init__(self, store: EtcdStore, keys: Keys) -> None:
+    def __init__(self, store: EtcdStore, keys: Keys, *, check_s: float = 1.0) -> None:
         self._store = store
+        self._check_s = check_s
         self.state = ClusterState(keys)
         self.relists = 0
         """How many times the view listed again after a watch asked it to."""
@@ -129,15 +132,48 @@ class View:
         self._bumped = asyncio.Event()
 
     async def _run(self) -> None:
-        """Watch, apply, relist when asked; runs until cancelled."""
+        """Watch, apply, relist when asked or when the watch is stuck; until cancelled."""
         while True:
-            start = self.state.revision + 1
-            async for item in self._store.watch_prefix(self.state.keys.prefix, start):
-                if isinstance(item, RelistNeeded):
-                    log.info("cluster view: listing again (%s)", item.reason)
-                    break
-                self._patch(item.events)
+            watch = asyncio.create_task(self._watch(), name="cluster-view-watch")
+            try:
+                await self._watchdog(watch)
+            finally:
+                watch.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watch
             await self._relist()
+
+    async def _watch(self) -> None:
+        """Apply one watch stream's events; return when it asks for a relist."""
+        start = self.state.revision + 1
+        async for item in self._store.watch_prefix(self.state.keys.prefix, start):
+            if isinstance(item, RelistNeeded):
+                log.info("cluster view: listing again (%s)", item.reason)
+                return
+            self._patch(item.events)
+
+    async def _watchdog(self, watch: asyncio.Task[None]) -> None:
+        """Return when ``watch`` ends, or when it is stuck: a put newer than the view
+        stayed unseen for two checks in a row (a stream to a frozen etcd member hangs
+        without an error until gRPC's keepalive notices, many seconds later)."""
+        behind = 0
+        while not watch.done():
+            await asyncio.wait([watch], timeout=self._check_s)
+            if watch.done():
+                break
+            try:
+                newest = await self._store.newest_revision(self.state.keys.prefix)
+            except EtcdUnavailableError:
+                continue
+            behind = behind + 1 if newest > self.state.revision else 0
+            if behind >= 2:
+                log.warning(
+                    "cluster view: the watch is stuck at revision %d; listing again",
+                    self.state.revision,
+                )
+                return
+        if not watch.cancelled() and (error := watch.exception()) is not None:
+            log.warning("cluster view: the watch failed (%r); listing again", error)
 
     async def _relist(self) -> None:
         while True:

@@ -197,7 +197,8 @@ class EtcdCluster:
             except subprocess.CalledProcessError:
                 statuses = []
             for status in statuses:
-                if status["Status"]["leader"] == status["Status"]["header"]["member_id"]:
+                leader = status["Status"].get("leader", 0)  # absent (0) while electing
+                if leader and leader == status["Status"]["header"]["member_id"]:
                     return next(m for m in self.members if m.endpoint == status["Endpoint"])
             if time.monotonic() > deadline:
                 raise RuntimeError("no etcd leader")

@@ -22,8 +22,9 @@ def _serves(member: ClusterMember, topic: str) -> bool:
     return member.refusal(topic, write=True) is None
 
 
-def _refuses(member: ClusterMember, topic: str) -> bool:
-    return member.refusal(topic, write=False) is not None
+def _refused_as(member: ClusterMember, topic: str, reason: str) -> bool:
+    refusal = member.refusal(topic, write=True)
+    return refusal is not None and refusal.reason == reason
 
 
 def _owner(member: ClusterMember, topic: str) -> str:
@@ -54,7 +55,7 @@ async def test_topics_spread_and_only_the_owner_serves(etcd: EtcdCluster, prefix
             for other in group:
                 if other is owner:
                     continue
-                await eventually(functools.partial(_refuses, other, record.name))
+                await eventually(functools.partial(_refused_as, other, record.name, "not-owner"))
                 refusal = other.refusal(record.name, write=True)
                 assert refusal is not None
                 assert refusal.reason == "not-owner"
@@ -95,8 +96,8 @@ async def test_epoch_rises_on_each_new_session(etcd: EtcdCluster, prefix: str) -
         await eventually(lambda: owner.refusal("t", write=True) is None)
         await owner.store.revoke(owner.session.lease)
         await eventually(lambda: owner.session.generation == 2, timeout_s=TTL * 2)
-        await eventually(lambda: owner.view.state.topics["t"].record.epoch == 2, timeout_s=5)
-        assert owner.claimed == {"t": 2}
+        await eventually(lambda: owner.claimed == {"t": 2}, timeout_s=5)
+        assert owner.view.state.topics["t"].record.epoch >= 2
         await eventually(lambda: owner.refusal("t", write=True) is None)
         other = b2 if owner is b1 else b1
         await eventually(lambda: (r := other.refusal("t", write=True)) is not None and r.epoch == 2)
@@ -200,7 +201,8 @@ async def test_lookup_and_status(etcd: EtcdCluster, prefix: str) -> None:
     async with members(etcd.endpoints, prefix, 2) as (b1, b2):
         t = await b1.create_topic_record("t", 3, timeout_s=10)
         u = await b1.create_topic_record("u", 1, timeout_s=10)
-        await eventually(lambda: all(n in b2.view.state.topics for n in ("t", "u")))
+        for name in ("t", "u"):
+            assert await b2.view.wait_topic(name, frozenset({TopicState.READY}), 5) is not None
         answer = await b2.lookup(["u", "nope", "t"])
         assert [(r.topic, r.state, r.owner_node) for r in answer.routes] == [
             ("u", "ready", u.owner),
