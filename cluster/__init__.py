@@ -12,6 +12,25 @@ and dead-letter queues live under it). etcd is the only consensus: every change 
 state is a compare-and-set transaction, and the controller's writes compare its fencing
 token. Only :mod:`cluster.etcd` imports the etcd client library.
 
+Modules (P: pure; A: asyncio shell):
+
+- ``ownership`` P: the question the broker asks before every topic-scoped call
+  (``Ownership.refusal``), ``Refusal``, and ``SingleBroker`` (no cluster).
+- ``errors`` P: ``ClusterError`` and its subclasses, one per cause.
+- ``etcd`` A: ``EtcdStore``, the only importer of the etcd client library (CAS guards,
+  leases, keepalive, watch with a relist signal, endpoint health).
+- ``records`` P: the key layout under the prefix and each value's msgspec record.
+- ``state`` P: ``ClusterState``, the decoded records at one etcd revision.
+- ``view`` A: ``View``, list+watch that keeps a ``ClusterState`` current; relists.
+- ``session`` A: the lease, its keepalive, registration, and the write deadline
+  (``WriteWindow`` P) by this process's own clock.
+- ``placement`` P: which live broker owns a new topic.
+- ``controller`` A: election by transaction, the fencing token, placing topics.
+- ``routes`` P: a topic's route and refusal reason, Lookup and status answers.
+- ``local`` P: ``LocalTopics``, the hook through which the member makes and deletes
+  topics on this broker's disk; ``MemoryTopics``, its fake.
+- ``member`` A: ``ClusterMember``, the composition the broker holds in cluster mode.
+
 Layering: ``broker > cluster > dispatcher > wal > proto``; nothing here imports
 :mod:`broker` or the client side. A broker with no cluster settings never imports this
 package's etcd parts: a single broker is exactly what it was.
