@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -20,6 +21,7 @@ from client import (
     AsyncFetcher,
     AsyncProducer,
     Fetcher,
+    PublishOutcome,
 )
 from client._routes import RouteTable, Step
 from client._seeds import parse_brokers
@@ -305,3 +307,65 @@ async def test_a_consumer_whose_owner_dies_looks_up_and_reopens_at_the_new_owner
         assert (first.value, second.value) == (b"at-b2", b"at-b1")
         assert consumer.router.table.lookups > lookups
         assert consumer.router.table.address("hop") == seed
+
+
+class _AbortedCall(grpc.RpcError):
+    """A failed call as gRPC raises it: a status, details and trailing metadata."""
+
+    def __init__(self, trailers: tuple[tuple[str, str], ...]) -> None:
+        self._trailers = trailers
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.ABORTED
+
+    def details(self) -> str:
+        return "not here"
+
+    def trailing_metadata(self) -> Any:
+        return self._trailers
+
+
+def test_aborted_with_trailers_is_a_refusal_and_without_them_is_not() -> None:
+    """ABORTED with the headrace-* trailers becomes Refused carrying them (retryable,
+    its publish outcome REFUSED); ABORTED without them stays a plain ClientError."""
+    from client.errors import from_rpc_error, publish_outcome
+
+    trailers = (
+        ("headrace-refusal", "not-owner"),
+        ("headrace-topic", "t"),
+        ("headrace-owner-node", "b2"),
+        ("headrace-owner-address", "h:2"),
+        ("headrace-owner-epoch", "7"),
+    )
+    refused = from_rpc_error(_AbortedCall(trailers))
+    assert isinstance(refused, Refused)
+    assert refused.redirection == Redirection("not-owner", "t", "b2", "h:2", 7)
+    assert refused.retryable
+    assert publish_outcome(refused, attempts=1) is PublishOutcome.REFUSED
+    plain = from_rpc_error(_AbortedCall(()))
+    assert not isinstance(plain, Refused)
+    assert not plain.retryable
+
+
+@pytest.mark.asyncio
+async def test_a_batch_refused_until_its_deadline_is_not_written_and_frees_its_sequence(
+    tmp_path: Path,
+) -> None:
+    """``late`` is given to a broker with no known address (refused, back off, look up)
+    until the producer's delivery timeout: the send fails with Refused, outcome REFUSED.
+    Once the map gives ``late`` to b1, the next send is written under the same producer
+    id from sequence 0: the refused batch cost neither records nor sequences."""
+    async with static_cluster(tmp_path) as cluster:
+        await cluster.create("late", "b1")
+        async with AsyncProducer(cluster.address("b1"), delivery_timeout_s=0.5) as producer:
+            assert await producer.partition_count("late") == 1
+            cluster.map.owners["late"] = "b9"
+            cluster.map.addresses["b9"] = ""
+            with pytest.raises(Refused) as caught:
+                await (await producer.send("late", b"never"))
+            assert caught.value.outcome is PublishOutcome.REFUSED
+            cluster.map.owners["late"] = "b1"
+            await (await producer.send("late", b"once"))
+        [batch] = await read_batches(cluster.brokers["b1"], "late", 0)
+        assert list(batch.values()) == [b"once"]
+        assert batch.base_sequence == 0
