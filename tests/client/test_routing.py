@@ -369,3 +369,15 @@ async def test_a_batch_refused_until_its_deadline_is_not_written_and_frees_its_s
         [batch] = await read_batches(cluster.brokers["b1"], "late", 0)
         assert list(batch.values()) == [b"once"]
         assert batch.base_sequence == 0
+
+
+def test_a_sequence_of_seeds_is_one_setting() -> None:
+    """``broker`` given as a sequence is kept as one comma-separated setting (hashable:
+    consumers share connections by it) and routed over in order."""
+    fetcher = Fetcher(["127.0.0.1:1", "127.0.0.1:2,127.0.0.1:3"])
+    try:
+        assert fetcher.connection.broker == "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3"
+        assert fetcher.router.table.seeds == ("127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3")
+        assert hash(fetcher.connection) == hash(fetcher.connection)
+    finally:
+        fetcher.close()
