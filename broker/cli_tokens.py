@@ -4,6 +4,12 @@ Role: parse arguments and change the tokens file through :class:`broker.auth.Tok
 no broker is contacted (a running broker rereads the file within a second). The file is
 ``--tokens-file PATH``, else ``[security] tokens_file`` of ``--config FILE``.
 
+Cluster mode: with ``--cluster-etcd H:P[,H:P...]`` (or a ``--config`` whose ``[cluster]
+etcd`` is set, with its ``prefix`` and etcd TLS files) the tokens live in etcd instead, one
+key per token (:mod:`cluster.tokens`), same format, only the hash stored; every broker of
+the cluster watches them, so a token works on every broker at once and a revocation
+reaches every broker within about a second. ``--tokens-file`` wins over both.
+
 ``create`` prints the token on stdout once, alone on its line (``TOKEN=$(headrace tokens
 create ...)``); the file keeps only its hash, so it cannot be shown again. ``list`` never
 shows a secret or a hash, only ids. Exit codes: 0 success, 1 error (one line on stderr),
@@ -12,19 +18,27 @@ shows a secret or a hash, only ids. Exit codes: 0 success, 1 error (one line on 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
 from broker.auth import Grant, TokenEntry, TokenSet, TokensFile, mint, parse_grant
+from broker.auth.cluster_tokens import to_entry, to_record
 from broker.auth.grants import make_grant
 from broker.cli_output import table
 from broker.config import BrokerConfig
+from broker.config_cluster import ClusterConfig
 from broker.errors import ConfigError, TokensFileError
+from cluster.errors import ClusterError
+from cluster.etcd import EtcdStore, TlsFiles
+from cluster.records import Keys
+from cluster.tokens import EtcdTokens
 
 T = TypeVar("T")
 _ROLES = click.Choice(["admin", "produce", "consume"])
@@ -32,10 +46,17 @@ _ROLES = click.Choice(["admin", "produce", "consume"])
 
 def _file_options(command: Callable[..., Any]) -> Callable[..., Any]:
     command = click.option(
+        "--cluster-etcd",
+        envvar="HEADRACE_CLUSTER_ETCD",
+        metavar="HOST:PORT[,HOST:PORT...]",
+        help="Keep the tokens in this cluster's etcd (env HEADRACE_CLUSTER_ETCD).",
+    )(command)
+    command = click.option(
         "--config",
         "config_path",
         type=click.Path(dir_okay=False),
-        help="The broker's TOML file; its [security] tokens_file is used.",
+        help="The broker's TOML file: its [cluster] etcd when set, else its [security] "
+        "tokens_file.",
     )(command)
     return click.option(
         "--tokens-file",
@@ -45,18 +66,62 @@ def _file_options(command: Callable[..., Any]) -> Callable[..., Any]:
     )(command)
 
 
-def _tokens_file(tokens_file: str | None, config_path: str | None) -> TokensFile:
+class _Etcd:
+    """The tokens of a cluster, in its etcd: where, and how to reach it."""
+
+    def __init__(self, cluster: ClusterConfig) -> None:
+        self.cluster = cluster
+        self.path = f"etcd {','.join(cluster.etcd or ())} ({cluster.prefix}tokens/)"
+
+    def run(self, action: Callable[[EtcdTokens], Awaitable[T]]) -> T:
+        """Connect, run ``action``, close; a cluster error becomes one line, exit code 1."""
+
+        async def go() -> T:
+            tls = None
+            if self.cluster.etcd_ca is not None:
+                cert, key = self.cluster.etcd_cert, self.cluster.etcd_key
+                tls = TlsFiles(
+                    Path(self.cluster.etcd_ca),
+                    Path(cert) if cert else None,
+                    Path(key) if key else None,
+                )
+            store = await EtcdStore.connect(list(self.cluster.etcd or ()), tls=tls)
+            async with store:
+                return await action(EtcdTokens(store, Keys(self.cluster.prefix)))
+
+        try:
+            return asyncio.run(go())
+        except (ClusterError, ValueError) as exc:
+            raise click.ClickException(str(exc)) from exc
+
+
+def _tokens_file(
+    tokens_file: str | None, config_path: str | None, cluster_etcd: str | None = None
+) -> TokensFile | _Etcd:
     if tokens_file:
         return TokensFile(tokens_file)
+    if cluster_etcd:
+        try:
+            endpoints = tuple(e.strip() for e in cluster_etcd.split(","))
+            return _Etcd(ClusterConfig(etcd=endpoints, node_id="tokens-cli"))
+        except ConfigError as exc:
+            raise click.UsageError(f"--cluster-etcd: {exc}") from exc
     if config_path:
         try:
-            path = BrokerConfig.from_toml(config_path).security.tokens_file
+            config = BrokerConfig.from_toml(config_path)
         except ConfigError as exc:
             raise click.UsageError(str(exc)) from exc
-        if path:
-            return TokensFile(path)
-        raise click.UsageError(f"{config_path} sets no [security] tokens_file")
-    raise click.UsageError("no tokens file: pass --tokens-file PATH or --config FILE")
+        if config.cluster.enabled:
+            return _Etcd(config.cluster)
+        if config.security.tokens_file:
+            return TokensFile(config.security.tokens_file)
+        raise click.UsageError(
+            f"{config_path} sets neither [cluster] etcd nor [security] tokens_file"
+        )
+    raise click.UsageError(
+        "no tokens file: pass --tokens-file PATH or --config FILE (or --cluster-etcd H:P "
+        "for a cluster's tokens in etcd)"
+    )
 
 
 def _run(action: Callable[[], T]) -> T:
@@ -69,7 +134,8 @@ def _run(action: Callable[[], T]) -> T:
 
 @click.group()
 def tokens() -> None:
-    """Create, list and revoke bearer tokens (in the tokens file; no broker needed)."""
+    """Create, list and revoke bearer tokens (in the tokens file, or a cluster's etcd; no
+    broker needed)."""
 
 
 def _grants(
@@ -111,10 +177,11 @@ def create(  # click passes keywords
     more: tuple[str, ...],
     tokens_file: str | None,
     config_path: str | None,
+    cluster_etcd: str | None,
 ) -> None:
-    """Create a token and print it once (the file keeps only its hash)."""
+    """Create a token and print it once (the file, or etcd, keeps only its hash)."""
     grants = _grants(role, topics, subscriptions, more)
-    store = _tokens_file(tokens_file, config_path)
+    store = _tokens_file(tokens_file, config_path, cluster_etcd)
     created = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     made: list[tuple[str, TokenEntry]] = []
 
@@ -122,7 +189,16 @@ def create(  # click passes keywords
         made.append(mint(name, grants, created, (e.id for e in current.entries)))
         return current.added(made[-1][1])
 
-    _run(lambda: store.update(add))
+    if isinstance(store, _Etcd):
+
+        async def put(tokens: EtcdTokens) -> None:
+            current = TokenSet(to_entry(r) for r in await tokens.list())
+            add(current)  # the name checked here too; etcd checks it again atomically
+            await tokens.create(to_record(made[-1][1]))
+
+        store.run(put)
+    else:
+        _run(lambda: store.update(add))
     token, entry = made[-1]
     click.echo(token)
     click.echo(
@@ -135,15 +211,25 @@ def create(  # click passes keywords
 @tokens.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON array.")
 @_file_options
-def list_(as_json: bool, tokens_file: str | None, config_path: str | None) -> None:
+def list_(
+    as_json: bool, tokens_file: str | None, config_path: str | None, cluster_etcd: str | None
+) -> None:
     """List tokens: id, name, grants, creation time, state. Never secrets or hashes."""
-    store = _tokens_file(tokens_file, config_path)
-    entries = _run(lambda: store.load(missing_ok=True)).entries
+    store = _tokens_file(tokens_file, config_path, cluster_etcd)
+    if isinstance(store, _Etcd):
+
+        async def read(tokens: EtcdTokens) -> tuple[TokenEntry, ...]:
+            return tuple(to_entry(r) for r in await tokens.list())
+
+        entries = store.run(read)
+    else:
+        file = store
+        entries = _run(lambda: file.load(missing_ok=True)).entries
     if as_json:
         click.echo(json.dumps([_entry_json(e) for e in entries]))
         return
     if not entries:
-        if not os.path.exists(store.path):
+        if isinstance(store, TokensFile) and not os.path.exists(store.path):
             click.echo(
                 f"no tokens: {store.path} does not exist (`headrace tokens create` makes it)"
             )
@@ -179,9 +265,20 @@ def _entry_json(entry: TokenEntry) -> dict[str, Any]:
 @tokens.command("revoke")
 @click.argument("token", metavar="ID|NAME")
 @_file_options
-def revoke(token: str, tokens_file: str | None, config_path: str | None) -> None:
+def revoke(
+    token: str, tokens_file: str | None, config_path: str | None, cluster_etcd: str | None
+) -> None:
     """Revoke a token by id or name; a running broker refuses it within a second."""
-    store = _tokens_file(tokens_file, config_path)
+    store = _tokens_file(tokens_file, config_path, cluster_etcd)
+    if isinstance(store, _Etcd):
+
+        async def mark_revoked(tokens: EtcdTokens) -> tuple[TokenEntry, bool]:
+            record, already = await tokens.revoke(token)
+            return to_entry(record), already
+
+        entry, was = store.run(mark_revoked)
+        click.echo(f"revoked token {entry.label}{' (it was already revoked)' if was else ''}")
+        return
     found: list[TokenEntry] = []
 
     def mark(current: TokenSet) -> TokenSet:

@@ -124,3 +124,8 @@ class NoBrokersError(ClusterError):
     def __init__(self, topic: str) -> None:
         self.topic = topic
         super().__init__(f"no live broker to place topic {topic!r} on")
+
+
+class TokenError(ClusterError):
+    """Raised when a token change in etcd is refused: a name taken, no such token, the
+    cluster full. The message says what to do."""

@@ -5,6 +5,7 @@ Modules:
     tokens       token format, SHA-256 hashes, ``TokenSet.authenticate``, the file codec  [pure]
     rules        ``RULES``: every RPC's role and resource; ``authorize``                  [pure]
     store        ``TokensFile``: atomic changes under a lock, reload on change            [sync I/O]
+    cluster_tokens  ``EtcdTokenSource``: the tokens of a cluster, watched in etcd        [asyncio]
     interceptor  ``AuthInterceptor``: the grpc.aio server interceptor                     [asyncio]
 
 Auth is on when ``[security] tokens_file`` is set; every RPC but health and reflection then

@@ -26,12 +26,11 @@ import contextlib
 import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any, TypeAlias
+from typing import Any, Protocol, TypeAlias
 
 import grpc
 
 from broker.auth.rules import OPEN_SERVICES, RULES, Rule, authorize, service_of
-from broker.auth.store import TokensFile
 from broker.auth.tokens import TokenEntry, TokenSet, bearer_token
 from broker.error_status import abort_for
 from broker.errors import AuthenticationError, PermissionDeniedError, UnlistedMethodError
@@ -44,16 +43,27 @@ Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 _AuthError = (AuthenticationError, PermissionDeniedError)
 
 
+class TokenSource(Protocol):
+    """Where the tokens in force come from: the tokens file
+    (:class:`~broker.auth.store.TokensFile`) or, in cluster mode, etcd
+    (:class:`~broker.auth.cluster_tokens.EtcdTokenSource`)."""
+
+    def current(self) -> TokenSet:
+        """The tokens in force now (a cheap call: made on every request)."""
+        ...
+
+
 class AuthInterceptor(grpc.aio.ServerInterceptor):
     """Checks every call's bearer token and grants. Task-safe on one event loop.
 
     Args:
-        tokens: The tokens file in force (reloaded by it when it changes).
+        tokens: The tokens in force: the tokens file (reloaded by it when it changes) or
+            the cluster's tokens in etcd (a watched view).
         on_failure: Called with the reason of each refusal: ``missing``, ``unknown``,
             ``revoked`` or ``denied`` (the broker counts them).
     """
 
-    def __init__(self, tokens: TokensFile, on_failure: Callable[[str], None]) -> None:
+    def __init__(self, tokens: TokenSource, on_failure: Callable[[str], None]) -> None:
         self._tokens = tokens
         self._on_failure = on_failure
 
