@@ -7,6 +7,15 @@ these calls never create one. Replay itself lives in :mod:`broker.replay`. Every
 that names a topic asks :class:`~broker.topic_guard.TopicGuard` first (cluster mode: a
 call this broker may not serve ends ``ABORTED`` naming the owner, nothing done);
 CreateTopic and ListTopics name none.
+
+Cluster mode (a :class:`~broker.cluster_node.ClusterNode` given): CreateTopic validates as
+a single broker does, then takes the name cluster-wide and waits until the owner made the
+topic (placed on any broker); DeleteTopic runs on the owner only (the guard refuses the
+others) and deletes cluster-wide; ListTopics shows every topic of the cluster. For a topic
+owned by another broker it gives what etcd holds, ``name``, ``topic_id`` and one
+``PartitionInfo`` per partition with only ``partition`` set: the heads, sizes, segment
+counts and ``fsync`` are the owner's only (DescribeTopic there, which a client reaches
+through the refusal).
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ import functools
 
 import grpc
 
+from broker.cluster_node import ClusterNode
 from broker.convert import (
     ack_sequence,
     partition_info,
@@ -27,12 +37,14 @@ from broker.convert import (
     subscription_info,
 )
 from broker.error_status import Context, rpc
-from broker.errors import InvalidRequestError
+from broker.errors import InvalidRequestError, TopicNotFoundError
 from broker.ingest import Append
 from broker.replay import DeadLetterReplayer, ReplayOutcome
 from broker.rpc_handlers import add_service
 from broker.topic_guard import TopicGuard
 from broker.topics import Topic, TopicRegistry, check_topic_name
+from cluster.member import CREATE_TIMEOUT_S
+from cluster.records import TopicRecord
 from dispatcher import SubscriptionRegistry, check_subscription_name
 from dispatcher.dead_letter_queue import DeadLetterQueue
 from proto import admin_pb2 as _admin
@@ -41,6 +53,15 @@ from proto import broker_pb2 as _pb
 from wal import LogWriter
 
 _SCAN_BYTES = 1 << 20  # read size of a seek by time, between yields to the loop
+
+
+def _record_info(record: TopicRecord) -> _admin.TopicInfo:
+    """What etcd holds of a topic another broker owns (see the module docstring)."""
+    return _admin.TopicInfo(
+        name=record.name,
+        partitions=[_admin.PartitionInfo(partition=i) for i in range(record.partitions)],
+        topic_id=record.id,
+    )
 
 
 def _topic_info(topic: Topic) -> _admin.TopicInfo:
@@ -61,7 +82,11 @@ class AdminService(_grpc.AdminServicer):
         subscriptions: SubscriptionRegistry,
         append: Append,
         guard: TopicGuard | None = None,
+        *,
+        cluster: ClusterNode | None = None,
     ) -> None:
+        #: Cluster mode: topic creation, deletion and listing are cluster-wide.
+        self._cluster = cluster
         #: Asked first by every call that names a topic (cluster mode; see topic_guard).
         self._guard = guard or TopicGuard()
         self._topics = topics
@@ -76,7 +101,20 @@ class AdminService(_grpc.AdminServicer):
     ) -> _admin.TopicInfo:
         """Create a topic; ALREADY_EXISTS if the name is taken."""
         check_topic_name(request.name, field="name")
-        return _topic_info(await self._topics.create(request.name, request.partitions))
+        if self._cluster is None:
+            return _topic_info(await self._topics.create(request.name, request.partitions))
+        remaining = context.time_remaining()
+        timeout_s = CREATE_TIMEOUT_S if remaining is None else min(remaining, CREATE_TIMEOUT_S)
+        record = await self._cluster.create_topic(request.name, request.partitions, timeout_s)
+        return self._info(record)
+
+    def _info(self, record: TopicRecord) -> _admin.TopicInfo:
+        """The full facts of a topic held here, else what etcd holds of it."""
+        try:
+            topic = self._topics.get(record.name)
+        except TopicNotFoundError:
+            return _record_info(record)
+        return _topic_info(topic) if topic.topic_id == record.id else _record_info(record)
 
     @rpc
     async def ListTopics(  # noqa: N802 - gRPC method name
@@ -84,7 +122,11 @@ class AdminService(_grpc.AdminServicer):
         request: _admin.ListTopicsRequest,
         context: Context,
     ) -> _admin.ListTopicsResponse:
-        """Every topic with its partitions."""
+        """Every topic with its partitions (of the whole cluster in cluster mode)."""
+        if self._cluster is not None:
+            return _admin.ListTopicsResponse(
+                topics=[self._info(r) for r in self._cluster.records()]
+            )
         topics = [_topic_info(self._topics.get(n)) for n in self._topics.names()]
         return _admin.ListTopicsResponse(topics=topics)
 
@@ -110,6 +152,11 @@ class AdminService(_grpc.AdminServicer):
         self._guard.check(request.name, write=True)
         name = request.name
         check_topic_name(name, field="name")
+        if self._cluster is not None and self._cluster.knows(name):
+            remaining = context.time_remaining()
+            timeout = CREATE_TIMEOUT_S if remaining is None else min(remaining, CREATE_TIMEOUT_S)
+            await self._cluster.delete_topic(name, timeout)
+            return _admin.DeleteTopicResponse()
         await self._topics.delete(
             name, before_close=functools.partial(self._subscriptions.drop_topic, name)
         )

@@ -8,8 +8,10 @@ Order of shutdown (STYLE rule 39): health goes to NOT_SERVING; the retention tas
 (publishes blocked by the backlog quota fail with ``UNAVAILABLE``); subscriptions stop
 dispatching, end their consumer streams (``UNAVAILABLE``: consumers reconnect elsewhere or
 later) and save their cursors; the server stops accepting and lets in-flight calls finish
-for ``grace_seconds``; then every log syncs and closes. A shutdown step that fails on the
-disk (a state save on a full disk) is logged and the next step still runs.
+for ``grace_seconds``; in cluster mode the member then leaves (its etcd lease is revoked,
+so liveness and the controller role move at once); then every log syncs and closes. A
+shutdown step that fails on the disk (a state save on a full disk) is logged and the next
+step still runs.
 
 Security (docs/operations/security.md): with ``[security] tls_cert``/``tls_key`` the one port serves
 TLS only (:mod:`broker.tls`); a certificate that cannot be used stops the start with one
@@ -46,11 +48,12 @@ from prometheus_client import start_http_server
 from broker.admin_service import AdminService
 from broker.admin_service import add_to_server as add_admin_service
 from broker.auth import AuthInterceptor, TokensFile
+from broker.cluster_node import ClusterNode
 from broker.cluster_service import ClusterService, ClusterSource, SingleBrokerSource
 from broker.cluster_service import add_to_server as add_cluster_service
 from broker.config import BrokerConfig, parse_address
 from broker.config_cluster import check_cluster
-from broker.errors import ConfigError, InsecureListenError, ListenError, TopicNotFoundError
+from broker.errors import InsecureListenError, ListenError, TopicNotFoundError
 from broker.exposure import is_loopback, refusal
 from broker.ingest import append_batch
 from broker.load_monitor import LoadMonitor
@@ -103,8 +106,12 @@ class Broker:
 
     Raises:
         ConfigError: ``config.cluster`` breaks a rule that needs other settings
-            (:func:`~broker.config_cluster.check_cluster`), or turns cluster mode on but no
-            ``ownership`` is given (a cluster member must not run as a single broker).
+            (:func:`~broker.config_cluster.check_cluster`).
+
+    Cluster mode (``config.cluster`` set, no ``ownership`` given): :meth:`start` joins the
+    cluster after the port is bound and before it serves (:mod:`broker.cluster_node`),
+    advertising ``[cluster] advertise`` or the listen host with the bound port; the member
+    is the guard's ownership and the Cluster service's source.
     """
 
     def __init__(
@@ -118,18 +125,14 @@ class Broker:
         ownership: Ownership | None = None,
         cluster: ClusterSource | None = None,
     ) -> None:
-        # CLUSTER-WIRING: until serve builds a cluster.member.ClusterMember from
-        # config.cluster (and passes it as ownership and cluster), cluster settings stop
-        # the start here instead of running silently as a single broker.
         check_cluster(config.cluster, config.listen, insecure=config.security.insecure)
-        if config.cluster.enabled and ownership is None:
-            raise ConfigError(
-                f"[cluster] etcd = {', '.join(config.cluster.etcd or ())}: this build cannot "
-                "join a cluster yet; remove the cluster settings to run a single broker"
-            )
         self.config = config
         self.guard = TopicGuard(ownership)
         self._cluster = cluster
+        #: Cluster mode's membership, joined at start (None: a single broker, or tests that
+        #: pass their own ``ownership``).
+        self.node: ClusterNode | None = None
+        self._join = config.cluster.enabled and ownership is None
         self._clock = clock  # None: the system clock
         self.metrics = metrics or BrokerMetrics()
         self.topics = TopicRegistry(
@@ -260,6 +263,27 @@ class Broker:
                 ("grpc.max_send_message_length", limit),
             ],
         )
+        host, port = parse_address(self.config.listen)
+        try:
+            if self._tls is None:
+                self.port = server.add_insecure_port(f"{host}:{port}")
+            else:
+                self.port = server.add_secure_port(f"{host}:{port}", self._tls.credentials())
+        except RuntimeError as exc:  # grpc's only signal that the bind failed
+            raise ListenError("listen", self.config.listen, "the port cannot be bound") from exc
+        if self._join:  # bound, not serving: registration advertises the real port
+            try:
+                self.node = await ClusterNode.join(
+                    self.config.cluster,
+                    self._advertised(),
+                    self.topics,
+                    self.subscriptions,
+                    max_partitions=self.config.limits.max_partitions_per_topic,
+                )
+            except BaseException:
+                await server.stop(None)  # release the bound port
+                raise
+            self.guard.ownership = self.node.member
         add_broker_service(
             BrokerService(
                 self.topics,
@@ -272,30 +296,27 @@ class Broker:
                 clock=self._clock,
                 load=self.load,
                 guard=self.guard,
+                cluster=self.node,
             ),
             server,
             max_request_bytes=limit,
         )
         append = functools.partial(append_batch, retention=self.retention, metrics=self.metrics)
         add_admin_service(
-            AdminService(self.topics, self.subscriptions, append, self.guard),
+            AdminService(self.topics, self.subscriptions, append, self.guard, cluster=self.node),
             server,
             max_request_bytes=limit,
         )
-        source = self._cluster or SingleBrokerSource(self.topics, self._advertised)
+        source: ClusterSource = (
+            self.node
+            if self.node is not None
+            else self._cluster or SingleBrokerSource(self.topics, self._advertised)
+        )
         add_cluster_service(ClusterService(source), server, max_request_bytes=limit)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(
             (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
         )
-        host, port = parse_address(self.config.listen)
-        try:
-            if self._tls is None:
-                self.port = server.add_insecure_port(f"{host}:{port}")
-            else:
-                self.port = server.add_secure_port(f"{host}:{port}", self._tls.credentials())
-        except RuntimeError as exc:  # grpc's only signal that the bind failed
-            raise ListenError("listen", self.config.listen, "the port cannot be bound") from exc
         await server.start()
         self._server = server
         for name in ("", *SERVICE_NAMES):
@@ -329,7 +350,7 @@ class Broker:
 
     async def aclose(self) -> None:
         """Shut down in order: NOT_SERVING, end consumer streams and save cursors, drain
-        calls, close the logs. Idempotent."""
+        calls, leave the cluster (cluster mode), close the logs. Idempotent."""
         server, self._server = self._server, None
         if server is not None:
             await self._health.enter_graceful_shutdown()
@@ -344,6 +365,9 @@ class Broker:
             )
         if server is not None:
             await server.stop(self.config.grace_seconds)
+        node, self.node = self.node, None
+        if node is not None:  # after the server: its lease revoked, the cluster sees us go
+            await node.aclose()
         try:
             await self.topics.aclose()
         except (OSError, WalIOError) as exc:

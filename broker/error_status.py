@@ -32,6 +32,7 @@ import grpc
 from broker.errors import (
     AuthenticationError,
     BacklogQuotaExceededError,
+    ClusterUnavailableError,
     DeadLetterReplayError,
     FileLimitError,
     InvalidRequestError,
@@ -106,6 +107,7 @@ STATUS_TABLE: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (WalIOError, grpc.StatusCode.UNAVAILABLE),
     (WalClosedError, grpc.StatusCode.UNAVAILABLE),
     (ShuttingDownError, grpc.StatusCode.UNAVAILABLE),
+    (ClusterUnavailableError, grpc.StatusCode.UNAVAILABLE),
     (DispatcherClosedError, grpc.StatusCode.UNAVAILABLE),
 )
 

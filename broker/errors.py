@@ -297,3 +297,18 @@ class TopicRefusedError(BrokerError):
     def __init__(self, refusal: Refusal) -> None:
         self.refusal = refusal
         super().__init__(refusal.message)
+
+
+class ClusterJoinError(ConfigError):
+    """Raised when a broker in cluster mode cannot join its cluster at start: a live broker
+    holds its node id, or etcd does not answer. A ``ConfigError``, so ``headrace serve``
+    prints it as one line: the fix is a setting (``--node-id``, ``--cluster-etcd``)."""
+
+
+class ClusterUnavailableError(BrokerError):
+    """Raised when a cluster-wide change (CreateTopic, DeleteTopic) cannot reach etcd: the
+    call ends ``UNAVAILABLE`` (its outcome may be unknown; look before retrying)."""
+
+    def __init__(self, operation: str, cause: str) -> None:
+        self.operation = operation
+        super().__init__(f"cannot {operation}: the cluster's etcd did not answer ({cause})")

@@ -38,6 +38,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import grpc
 
+from broker.cluster_node import AUTO_CREATE_TIMEOUT_S, ClusterNode
 from broker.convert import (
     batch_path_partition,
     committer_name,
@@ -58,6 +59,7 @@ from broker.errors import (
     InvalidRequestError,
     LimitExceededError,
     ShuttingDownError,
+    TopicExistsError,
     TopicRefusedError,
 )
 from broker.ingest import append_batch
@@ -67,7 +69,7 @@ from broker.metrics import BrokerMetrics
 from broker.retention import RetentionService
 from broker.rpc_handlers import add_service
 from broker.topic_guard import TopicGuard, redirect_message
-from broker.topics import Topic, TopicRegistry
+from broker.topics import Topic, TopicRegistry, check_topic_name
 from broker.turns import Turnstile
 from dispatcher import ConsumerSession, Subscription, SubscriptionRegistry
 from dispatcher.session import DRAINED
@@ -102,7 +104,10 @@ class BrokerService(_grpc.BrokerServicer):
         clock: Clock | None = None,
         load: LoadMonitor | None = None,
         guard: TopicGuard | None = None,
+        cluster: ClusterNode | None = None,
     ) -> None:
+        #: Cluster mode: an auto-created topic is created cluster-wide (None: a single broker).
+        self._cluster = cluster
         #: Asked first by every call that names a topic (cluster mode; see topic_guard).
         self._guard = guard or TopicGuard()
         self._clock = clock or wall_clock_ms  # stamps simple-path records sent without a time
@@ -118,8 +123,21 @@ class BrokerService(_grpc.BrokerServicer):
         self._default_partitions = default_partitions
 
     async def _topic(self, name: str) -> Topic:
+        if self._auto_create and self._cluster is not None:
+            return await self._cluster_topic(self._cluster, name)
         if self._auto_create:
             return await self._topics.get_or_create(name, self._default_partitions)
+        return self._topics.get(name)
+
+    async def _cluster_topic(self, cluster: ClusterNode, name: str) -> Topic:
+        """Auto-create in cluster mode: a topic the cluster does not hold is created
+        cluster-wide (placed on any broker, as CreateTopic); then it is served here, or
+        refused with its owner (nothing published)."""
+        if not cluster.knows(name):
+            check_topic_name(name)
+            with contextlib.suppress(TopicExistsError):  # another creator won: same topic
+                await cluster.create_topic(name, self._default_partitions, AUTO_CREATE_TIMEOUT_S)
+            self._guard.check(name, write=True)
         return self._topics.get(name)
 
     async def _publish(

@@ -12,6 +12,7 @@ the service descriptors, so an RPC added without a decision here fails.
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from proto import admin_pb2 as admin
 from proto import broker_pb2 as pb
 from proto.refusal import ABORTED
 from tests.broker.conftest import Client, broker_config
+from wal.lock import DirectoryLock
 
 TOPIC = "orders"
 
@@ -339,14 +341,22 @@ def test_a_broker_asks_a_single_broker_ownership_by_default(tmp_path: Path) -> N
     assert broker.guard.ownership.refusal(TOPIC, write=True) is None
 
 
-def test_cluster_settings_without_a_member_stop_the_start(tmp_path: Path) -> None:
-    """Scenario: a config with [cluster] etcd and node_id, and no ownership to run it with
-    (cluster mode is not wired into serve yet). Expected: ConfigError naming the etcd
-    endpoint (never a single broker that silently ignores the cluster); with an ownership
-    given, the broker is built and asks it."""
-    cluster = ClusterConfig(etcd=("127.0.0.1:2379",), node_id="b1")
+@pytest.mark.asyncio
+async def test_cluster_settings_with_no_etcd_stop_the_start(tmp_path: Path) -> None:
+    """Scenario: a config with [cluster] etcd and node_id whose etcd does not answer (a
+    port nothing listens on), and no ownership given. Expected: start fails with a
+    ConfigError (one line for serve) saying it cannot join the cluster as b1, never a
+    single broker that silently ignores the cluster; the data directory is released (a
+    second broker can lock it). With an ownership given, the broker is built and asks it."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{probe.getsockname()[1]}"
+    cluster = ClusterConfig(etcd=(dead,), node_id="b1")
     config = broker_config(tmp_path / "data", cluster=cluster)
-    with pytest.raises(ConfigError, match=r"\[cluster\] etcd = 127.0.0.1:2379: .*cannot join"):
-        Broker(config)
+    broker = Broker(config)
+    with pytest.raises(ConfigError, match=r"cannot join the cluster as b1: .*etcd"):
+        await broker.start()
+    assert broker.node is None
+    DirectoryLock(config.data_dir).release()  # the failed start let the directory go
     stub = StubOwnership()
     assert Broker(config, ownership=stub).guard.ownership is stub

@@ -1,0 +1,274 @@
+"""Cluster mode's broker side: join the cluster, the LocalTopics hook, topic changes.
+
+Role: what :class:`broker.app.Broker` holds when ``[cluster] etcd`` is set. It opens the
+etcd connection, builds and starts the :class:`cluster.member.ClusterMember` (registration
+before the broker serves), and gives the member :class:`BrokerTopics`, the
+:class:`cluster.local.LocalTopics` hook over this broker's own
+:class:`~broker.topics.TopicRegistry`. The servicers call :class:`ClusterNode` for the
+cluster-wide topic changes and listings:
+
+- CreateTopic (and auto-create on publish): :meth:`ClusterNode.create_topic`, the name
+  taken cluster-wide by an etcd transaction, then a wait until the owner made it;
+- DeleteTopic: :meth:`ClusterNode.delete_topic`, on the owner only (the guard refuses
+  others first);
+- ListTopics: :meth:`ClusterNode.records`, every topic of the cluster from the view;
+- the Cluster service: :meth:`ClusterNode.lookup` and :meth:`ClusterNode.status` (the
+  member's answers; Lookup names this node as the one that answered).
+
+Cluster errors become broker errors here (the status table knows those): a taken name is
+``ALREADY_EXISTS`` as on a single broker; a topic not ready in time (its owner down) is
+the refusal of ``broker.topic_guard`` (``ABORTED``, reason ``offline`` or ``creating``,
+naming the owner); etcd not answering is ``UNAVAILABLE``.
+
+Shutdown order (``Broker.aclose``): the server stops first, then :meth:`ClusterNode.aclose`
+closes the member (its lease is revoked: liveness and any controller role move at once),
+then the etcd connection.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from broker.cluster_service import BrokerView, StatusView, TopicRouteView
+from broker.config_cluster import ClusterConfig
+from broker.errors import (
+    ClusterJoinError,
+    ClusterUnavailableError,
+    InvalidRequestError,
+    TopicExistsError,
+    TopicNotFoundError,
+    TopicRefusedError,
+)
+from broker.topics import TopicRegistry
+from cluster.errors import (
+    DuplicateNodeError,
+    EtcdUnavailableError,
+    TopicNotReadyError,
+)
+from cluster.errors import TopicExistsError as ClusterTopicExistsError
+from cluster.etcd import EtcdStore, TlsFiles
+from cluster.member import ClusterMember, MemberConfig
+from cluster.ownership import Refusal
+from cluster.records import TopicRecord, TopicState
+from dispatcher import SubscriptionRegistry
+
+logger = logging.getLogger(__name__)
+
+AUTO_CREATE_TIMEOUT_S = 10.0
+"""How long a publish that auto-creates its topic waits for the topic to be ready."""
+
+
+def _version() -> str:
+    try:
+        return version("headrace")
+    except PackageNotFoundError:  # a source tree that is not installed
+        return "0+unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLookup:
+    """A :class:`~broker.cluster_service.LookupView`: the member's answer and this node."""
+
+    node_id: str
+    routes: Sequence[TopicRouteView]
+    brokers: Sequence[BrokerView]
+    controller: str
+    revision: int
+
+
+class BrokerTopics:
+    """The :class:`cluster.local.LocalTopics` hook over this broker's registries.
+
+    ``create`` is the registry's create with the cluster's topic id (idempotent for that
+    id); ``delete`` is DeleteTopic's crash-safe delete, which stops and drops the topic's
+    subscriptions; ``exists`` reads the registry's map only.
+    """
+
+    def __init__(self, topics: TopicRegistry, subscriptions: SubscriptionRegistry) -> None:
+        self._topics = topics
+        self._subscriptions = subscriptions
+
+    async def create(self, name: str, topic_id: str, partitions: int) -> None:
+        try:
+            held = self._topics.get(name)
+        except TopicNotFoundError:
+            await self._topics.create(name, partitions, topic_id=topic_id)
+            return
+        if held.topic_id != topic_id:
+            raise TopicExistsError(name)  # another topic of that name here: never overwrite
+
+    async def delete(self, name: str) -> None:
+        try:
+            await self._topics.delete(
+                name, before_close=functools.partial(self._subscriptions.drop_topic, name)
+            )
+        except TopicNotFoundError:
+            return
+
+    def exists(self, name: str) -> bool:
+        try:
+            self._topics.get(name)
+        except (TopicNotFoundError, InvalidRequestError):
+            return False
+        return True
+
+
+class ClusterNode:
+    """This broker's membership, as the servicers use it. Build with :meth:`join`.
+
+    Attributes:
+        member: the running :class:`~cluster.member.ClusterMember` (the broker's
+            ``Ownership`` and the Cluster service's source).
+    """
+
+    def __init__(
+        self, store: EtcdStore, member: ClusterMember, topics: TopicRegistry, max_partitions: int
+    ) -> None:
+        self._store = store
+        self.member = member
+        self._topics = topics
+        self._max_partitions = max_partitions
+
+    @classmethod
+    async def join(
+        cls,
+        config: ClusterConfig,
+        address: str,
+        topics: TopicRegistry,
+        subscriptions: SubscriptionRegistry,
+        *,
+        max_partitions: int,
+    ) -> ClusterNode:
+        """Connect to etcd and join as ``config.node_id`` advertising ``address``.
+
+        Raises:
+            ClusterJoinError: a live broker holds the node id, or etcd did not answer.
+        """
+        endpoints = list(config.etcd or ())
+        tls = None
+        if config.etcd_ca is not None:
+            tls = TlsFiles(
+                Path(config.etcd_ca),
+                Path(config.etcd_cert) if config.etcd_cert else None,
+                Path(config.etcd_key) if config.etcd_key else None,
+            )
+        assert config.node_id is not None  # ClusterConfig: etcd needs node_id
+        member_config = MemberConfig(
+            config.node_id, address, config.session_ttl_s, config.prefix, _version()
+        )
+        store = await EtcdStore.connect(endpoints, tls=tls)
+        member = ClusterMember(store, member_config, BrokerTopics(topics, subscriptions))
+        try:
+            await member.start()
+        except BaseException as exc:
+            await _quietly_close(member, store)
+            if isinstance(exc, DuplicateNodeError | EtcdUnavailableError):
+                raise ClusterJoinError(
+                    f"cannot join the cluster as {config.node_id}: {exc}"
+                ) from exc
+            raise
+        logger.info(
+            "joined the cluster as %s at %s (etcd %s, session TTL %d s)",
+            config.node_id,
+            address,
+            ", ".join(endpoints),
+            config.session_ttl_s,
+        )
+        return cls(store, member, topics, max_partitions)
+
+    async def lookup(self, topics: Sequence[str]) -> NodeLookup:
+        """The Lookup answer (:class:`~broker.cluster_service.ClusterSource`): the member's,
+        naming this node as the one that answered."""
+        found = await self.member.lookup(topics)
+        return NodeLookup(
+            self.member.node_id, found.routes, found.brokers, found.controller, found.revision
+        )
+
+    async def status(self) -> StatusView:
+        """The ClusterStatus answer (:class:`~broker.cluster_service.ClusterSource`)."""
+        return await self.member.status()
+
+    async def aclose(self) -> None:
+        """Leave the cluster (lease revoked), then close the etcd connection."""
+        await _quietly_close(self.member, self._store)
+
+    def records(self) -> list[TopicRecord]:
+        """Every topic of the cluster as this broker's view holds it, by name (a topic
+        being deleted is left out)."""
+        topics = self.member.view.state.topics
+        return [
+            topics[name].record
+            for name in sorted(topics)
+            if topics[name].record.state is not TopicState.DELETING
+        ]
+
+    def knows(self, name: str) -> bool:
+        """Whether the cluster holds a topic called ``name`` (any state)."""
+        return name in self.member.view.state.topics
+
+    async def create_topic(self, name: str, partitions: int, timeout_s: float) -> TopicRecord:
+        """Take ``name`` cluster-wide and wait until its owner made it (``name`` is valid).
+
+        Raises:
+            InvalidRequestError: ``partitions`` out of range (nothing written).
+            TopicExistsError: the name is taken in the cluster.
+            TopicRefusedError: not ready within ``timeout_s`` (its owner is down); the name
+                stays taken and the topic becomes ready when the owner is up.
+            ClusterUnavailableError: etcd did not answer.
+        """
+        if not 1 <= partitions <= self._max_partitions:
+            raise InvalidRequestError(
+                "partitions",
+                f"must be from 1 to {self._max_partitions} ([limits] max_partitions_per_topic), "
+                f"got {partitions}",
+            )
+        try:
+            return await self.member.create_topic_record(name, partitions, timeout_s)
+        except ClusterTopicExistsError as exc:
+            raise TopicExistsError(name) from exc
+        except TopicNotReadyError as exc:
+            raise TopicRefusedError(self._not_ready(name, exc)) from exc
+        except EtcdUnavailableError as exc:
+            raise ClusterUnavailableError(f"create topic {name!r}", str(exc)) from exc
+
+    async def delete_topic(self, name: str, timeout_s: float) -> None:
+        """Delete ``name``, which this broker owns (the guard checked), cluster-wide.
+
+        Raises:
+            TopicRefusedError: this broker may not write it now.
+            ClusterUnavailableError: etcd did not answer, or the delete did not finish in
+                ``timeout_s`` (it finishes when the owner next reconciles).
+        """
+        refusal = self.member.refusal(name, write=True)
+        if refusal is not None:
+            raise TopicRefusedError(refusal)
+        try:
+            await self.member.delete_topic_record(name, timeout_s)
+        except TopicNotReadyError as exc:
+            raise ClusterUnavailableError(f"delete topic {name!r}", str(exc)) from exc
+        except EtcdUnavailableError as exc:
+            raise ClusterUnavailableError(f"delete topic {name!r}", str(exc)) from exc
+
+    def _not_ready(self, name: str, exc: TopicNotReadyError) -> Refusal:
+        refusal = self.member.refusal(name, write=True)
+        if refusal is not None:
+            return refusal
+        return Refusal("creating", name, exc.owner_node, "", 0, str(exc))
+
+
+async def _quietly_close(member: ClusterMember, store: EtcdStore) -> None:
+    """Close the member, then the store; a failure is logged (the lease then runs out on
+    etcd's clock), never raised over the error that explains a failed start."""
+    try:
+        await member.aclose()
+    except Exception as exc:
+        logger.warning("leaving the cluster failed (%s); the session expires by its TTL", exc)
+    try:
+        await store.aclose()
+    except Exception as exc:
+        logger.warning("closing the etcd connection failed: %s", exc)
