@@ -18,6 +18,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import time
 import urllib.error
@@ -54,6 +55,18 @@ def _free_ports(count: int) -> list[int]:
             sock.close()
 
 
+@dataclass(frozen=True)
+class ServerTls:
+    """Client-side TLS of the etcd members: their certificate and key, and the CA that
+    signs the client certificates they require (``--client-cert-auth``)."""
+
+    cert: str
+    key: str
+    ca: str
+    client_cert: str
+    client_key: str
+
+
 @dataclass
 class Member:
     """One etcd process: its name, ports, data directory and, while it runs, its process."""
@@ -64,6 +77,7 @@ class Member:
     data_dir: Path
     process: subprocess.Popen[bytes] | None = None
     frozen: bool = False
+    tls: ServerTls | None = None
 
     @property
     def endpoint(self) -> str:
@@ -72,9 +86,13 @@ class Member:
 
     def is_healthy(self) -> bool:
         """``GET /health`` answers ``{"health":"true"}`` within half a second."""
-        url = f"http://{self.endpoint}/health"
+        scheme, context = "http", None
+        if self.tls is not None:
+            scheme, context = "https", ssl.create_default_context(cafile=self.tls.ca)
+            context.load_cert_chain(self.tls.client_cert, self.tls.client_key)
+        url = f"{scheme}://{self.endpoint}/health"
         try:
-            with urllib.request.urlopen(url, timeout=0.5) as response:
+            with urllib.request.urlopen(url, timeout=0.5, context=context) as response:
                 return bool(json.loads(response.read()).get("health") == "true")
         except (OSError, urllib.error.URLError, ValueError):
             return False
@@ -89,13 +107,14 @@ class EtcdCluster:
 
     root: Path
     size: int = 3
+    tls: ServerTls | None = None
     members: list[Member] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         ports = _free_ports(2 * self.size)
         for i in range(self.size):
             self.members.append(
-                Member(f"e{i}", ports[2 * i], ports[2 * i + 1], self.root / f"e{i}")
+                Member(f"e{i}", ports[2 * i], ports[2 * i + 1], self.root / f"e{i}", tls=self.tls)
             )
 
     @property
@@ -108,12 +127,13 @@ class EtcdCluster:
 
     def _launch(self, member: Member) -> None:
         log = (self.root / f"{member.name}.log").open("ab")
+        scheme = "https" if self.tls else "http"
         args = [
             etcd_binary(),
             f"--name={member.name}",
             f"--data-dir={member.data_dir}",
-            f"--listen-client-urls=http://127.0.0.1:{member.client_port}",
-            f"--advertise-client-urls=http://127.0.0.1:{member.client_port}",
+            f"--listen-client-urls={scheme}://127.0.0.1:{member.client_port}",
+            f"--advertise-client-urls={scheme}://127.0.0.1:{member.client_port}",
             f"--listen-peer-urls=http://127.0.0.1:{member.peer_port}",
             f"--initial-advertise-peer-urls=http://127.0.0.1:{member.peer_port}",
             f"--initial-cluster={self._initial_cluster()}",
@@ -122,6 +142,13 @@ class EtcdCluster:
             "--heartbeat-interval=100",
             "--election-timeout=1000",
         ]
+        if self.tls is not None:
+            args += [
+                f"--cert-file={self.tls.cert}",
+                f"--key-file={self.tls.key}",
+                f"--trusted-ca-file={self.tls.ca}",
+                "--client-cert-auth",
+            ]
         with log:
             member.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
         member.frozen = False

@@ -4,6 +4,7 @@ and its relist signal, endpoint health, and errors translated to cluster.errors.
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
@@ -14,9 +15,11 @@ from cluster.etcd import (
     EventKind,
     Op,
     RelistNeeded,
+    TlsFiles,
     WatchBatch,
 )
-from tests.cluster.etcd_harness import EtcdCluster
+from tests._certs import Pki
+from tests.cluster.etcd_harness import EtcdCluster, ServerTls, etcd_binary
 
 
 @pytest.mark.asyncio
@@ -156,3 +159,30 @@ async def test_no_quorum_is_unavailable_not_a_hang(own_etcd: EtcdCluster) -> Non
             await store.get_prefix("/p/")
         assert loop.time() - started < 2.5
         assert own_etcd.endpoints[0] in str(caught.value)
+
+
+@pytest.mark.asyncio
+async def test_tls_with_a_client_certificate(tmp_path: Path, pki: Pki) -> None:
+    """A single etcd member that serves TLS and requires a client certificate: a store
+    with the CA, certificate and key reads and writes; one with the CA only (no client
+    certificate) gets EtcdUnavailableError within its timeout, not a hang (gRPC reports
+    the refused handshake as UNAVAILABLE; its detail is in the message)."""
+    etcd_binary()
+    tls = ServerTls(pki.server.cert, pki.server.key, pki.ca, pki.client.cert, pki.client.key)
+    cluster = EtcdCluster(tmp_path / "etcd", size=1, tls=tls)
+    cluster.start()
+    try:
+        files = TlsFiles(Path(pki.ca), Path(pki.client.cert), Path(pki.client.key))
+        async with await EtcdStore.connect(cluster.endpoints, tls=files, timeout_s=2.0) as store:
+            await store.put("/tls/k", b"v")
+            kv = await store.get("/tls/k")
+            assert kv is not None
+            assert kv.value == b"v"
+        anonymous = TlsFiles(Path(pki.ca))
+        async with await EtcdStore.connect(
+            cluster.endpoints, tls=anonymous, timeout_s=1.0
+        ) as store:
+            with pytest.raises(EtcdUnavailableError, match="get"):
+                await store.get("/tls/k")
+    finally:
+        cluster.stop()

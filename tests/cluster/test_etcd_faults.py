@@ -104,7 +104,7 @@ async def test_one_etcd_member_down_changes_nothing(own_etcd: EtcdCluster) -> No
     write window never closes) and creates five topics. Slow on purpose: a call that the
     round-robin sends to the frozen member costs one attempt timeout before it moves on,
     and a watch stream on it is replaced only by the view's watchdog (about two checks):
-    five creations took 12 to 20 s here (milliseconds each with every member up)."""
+    five creations took 10 to 22 s here (milliseconds each with every member up)."""
     member = await start_member(own_etcd.endpoints, "/h/", "b1")
     lease = member.session.lease
     down = next(m for m in own_etcd.members if m is not own_etcd.leader())
@@ -119,7 +119,7 @@ async def test_one_etcd_member_down_changes_nothing(own_etcd: EtcdCluster) -> No
         await asyncio.sleep(max(0.0, TTL + 0.5 - took))
         assert await meter.stop() == 0.0
         assert (member.session.generation, member.session.lease) == (1, lease)
-        assert took < 25, took  # measured 12 to 20 s: see the docstring
+        assert took < 30, took  # measured 10 to 22 s: see the docstring
     finally:
         own_etcd.thaw(down)
         await stop_member(member)
