@@ -19,6 +19,12 @@ running this alternately (``PYTHONPATH`` set to each). Example::
 
     PYTHONPATH=$PWD python -m bench.fanout_cpu --records 2000
     cpu_us_per_delivery=20.4 deliveries=200000 passes=106000 cpu_s=4.08 wall_s=5.5
+
+``--unpaced`` takes the wall clock out of the work: each delivery is acked and its credit
+granted back at once, and the heartbeat and the cursor flusher wait an hour. Under
+valgrind (about 50 times slower) the paced acks and timers would otherwise make the work
+per delivery follow the machine's load; unpaced, the instructions a delivery costs are the
+same from run to run (docs/benchmarks.md, "Counting instructions").
 """
 
 from __future__ import annotations
@@ -34,11 +40,12 @@ from dataclasses import dataclass
 
 from bench._measure import new_runner
 from broker.convert import delivery as to_response
-from dispatcher import ConsumerSession, Subscription, SubscriptionRegistry
+from dispatcher import ConsumerSession, HeartbeatConfig, Subscription, SubscriptionRegistry
 from wal import FsyncPolicy, LogConfig, LogWriter, encode_columns
 
 _TOPIC = "fanout-cpu"
 _PAYLOAD = b"x" * 100
+_HOUR_S = 3_600.0  # --unpaced: the heartbeat's and the flusher's interval (never, in a run)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,13 +95,26 @@ async def _consume(
 
 
 async def measure(
-    *, records: int, subscriptions: int, credit: int = 1_000, ack_interval_s: float = 0.1
+    *,
+    records: int,
+    subscriptions: int,
+    credit: int = 1_000,
+    ack_interval_s: float = 0.1,
+    unpaced: bool = False,
 ) -> Result:
     """Append ``records`` one-record batches and deliver each to every subscription;
-    return the main thread's CPU time over it."""
+    return the main thread's CPU time over it. ``unpaced``: ack at once, and no
+    heartbeat or cursor flush during the run (see the module doc)."""
+    if unpaced:
+        ack_interval_s = 0.0
     with tempfile.TemporaryDirectory(prefix="fanout-cpu-") as tmp:
         writer = await LogWriter.open(os.path.join(tmp, "log"), LogConfig(fsync=FsyncPolicy.NEVER))
-        registry = SubscriptionRegistry(os.path.join(tmp, "data"), max_unacked=20_000)
+        registry = SubscriptionRegistry(
+            os.path.join(tmp, "data"),
+            max_unacked=20_000,
+            flush_interval_s=_HOUR_S if unpaced else 0.1,  # 0.1: the registry's default
+            heartbeat=HeartbeatConfig(_HOUR_S) if unpaced else None,
+        )
         try:
             await registry.open({})
             pairs = []
@@ -144,12 +164,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--subscriptions", type=int, default=100, help="subscriptions (default 100)"
     )
+    parser.add_argument(
+        "--unpaced",
+        action="store_true",
+        help="ack at once, no heartbeat or cursor flush: the same work at any speed (valgrind)",
+    )
     args = parser.parse_args(argv)
     if args.records < 1 or args.subscriptions < 1:
         parser.error("--records and --subscriptions must be at least 1")
     _, runner = new_runner()
     with runner:
-        result = runner.run(measure(records=args.records, subscriptions=args.subscriptions))
+        result = runner.run(
+            measure(records=args.records, subscriptions=args.subscriptions, unpaced=args.unpaced)
+        )
     sys.stdout.write(result.line() + "\n")
 
 

@@ -27,3 +27,12 @@ def test_the_command_line_refuses_zero_records(capsys: pytest.CaptureFixture[str
         fanout_cpu.main(["--records", "0"])
     assert info.value.code == 2
     assert "--records" in capsys.readouterr().err
+
+
+def test_an_unpaced_run_delivers_everything(capsys: pytest.CaptureFixture[str]) -> None:
+    """Scenario: ``--records 5 --subscriptions 2 --unpaced`` (acks at once, no heartbeat or
+    cursor flush during the run). Expected: one report line with all 10 deliveries."""
+    fanout_cpu.main(["--records", "5", "--subscriptions", "2", "--unpaced"])
+    line = capsys.readouterr().out
+    assert line.startswith("cpu_us_per_delivery=")
+    assert " deliveries=10 " in line
