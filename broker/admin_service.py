@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from typing import TYPE_CHECKING
 
 import grpc
 
-from broker.cluster_node import ClusterNode
 from broker.convert import (
     ack_sequence,
     partition_info,
@@ -43,14 +43,16 @@ from broker.replay import DeadLetterReplayer, ReplayOutcome
 from broker.rpc_handlers import add_service
 from broker.topic_guard import TopicGuard
 from broker.topics import Topic, TopicRegistry, check_topic_name
-from cluster.member import CREATE_TIMEOUT_S
-from cluster.records import TopicRecord
 from dispatcher import SubscriptionRegistry, check_subscription_name
 from dispatcher.dead_letter_queue import DeadLetterQueue
 from proto import admin_pb2 as _admin
 from proto import admin_pb2_grpc as _grpc
 from proto import broker_pb2 as _pb
 from wal import LogWriter
+
+if TYPE_CHECKING:  # imported by cluster mode only: a single broker never loads etcd
+    from broker.cluster_node import ClusterNode
+    from cluster.records import TopicRecord
 
 _SCAN_BYTES = 1 << 20  # read size of a seek by time, between yields to the loop
 
@@ -104,7 +106,11 @@ class AdminService(_grpc.AdminServicer):
         if self._cluster is None:
             return _topic_info(await self._topics.create(request.name, request.partitions))
         remaining = context.time_remaining()
-        timeout_s = CREATE_TIMEOUT_S if remaining is None else min(remaining, CREATE_TIMEOUT_S)
+        timeout_s = (
+            self._cluster.create_timeout_s
+            if remaining is None
+            else min(remaining, self._cluster.create_timeout_s)
+        )
         record = await self._cluster.create_topic(request.name, request.partitions, timeout_s)
         return self._info(record)
 
@@ -154,7 +160,11 @@ class AdminService(_grpc.AdminServicer):
         check_topic_name(name, field="name")
         if self._cluster is not None and self._cluster.knows(name):
             remaining = context.time_remaining()
-            timeout = CREATE_TIMEOUT_S if remaining is None else min(remaining, CREATE_TIMEOUT_S)
+            timeout = (
+                self._cluster.create_timeout_s
+                if remaining is None
+                else min(remaining, self._cluster.create_timeout_s)
+            )
             await self._cluster.delete_topic(name, timeout)
             return _admin.DeleteTopicResponse()
         await self._topics.delete(

@@ -37,7 +37,7 @@ import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from types import TracebackType
-from typing import Self
+from typing import TYPE_CHECKING, Self
 from wsgiref.simple_server import WSGIServer
 
 import grpc
@@ -48,7 +48,6 @@ from prometheus_client import start_http_server
 from broker.admin_service import AdminService
 from broker.admin_service import add_to_server as add_admin_service
 from broker.auth import AuthInterceptor, TokensFile
-from broker.cluster_node import ClusterNode
 from broker.cluster_service import ClusterService, ClusterSource, SingleBrokerSource
 from broker.cluster_service import add_to_server as add_cluster_service
 from broker.config import BrokerConfig, parse_address
@@ -76,6 +75,9 @@ from wal import FileSystem, WalIOError
 from wal.errors import io_error
 from wal.lock import DirectoryLock
 from wal.log import Clock
+
+if TYPE_CHECKING:  # cluster mode imports etcd only when it runs (see start)
+    from broker.cluster_node import ClusterNode
 
 logger = logging.getLogger(__name__)
 
@@ -272,6 +274,9 @@ class Broker:
         except RuntimeError as exc:  # grpc's only signal that the bind failed
             raise ListenError("listen", self.config.listen, "the port cannot be bound") from exc
         if self._join:  # bound, not serving: registration advertises the real port
+            # Here, not at the top: a single broker never imports the etcd client.
+            from broker.cluster_node import ClusterNode  # noqa: PLC0415
+
             try:
                 self.node = await ClusterNode.join(
                     self.config.cluster,

@@ -62,6 +62,10 @@ logger = logging.getLogger(__name__)
 AUTO_CREATE_TIMEOUT_S = 10.0
 """How long a publish that auto-creates its topic waits for the topic to be ready."""
 
+CREATE_TOPIC_TIMEOUT_S = 30.0
+"""How long CreateTopic and DeleteTopic wait at most (less when the call's deadline is
+nearer)."""
+
 
 def _version() -> str:
     try:
@@ -125,6 +129,11 @@ class ClusterNode:
         member: the running :class:`~cluster.member.ClusterMember` (the broker's
             ``Ownership`` and the Cluster service's source).
     """
+
+    #: How long CreateTopic and DeleteTopic wait at most.
+    create_timeout_s = CREATE_TOPIC_TIMEOUT_S
+    #: How long a publish that auto-creates its topic waits for it.
+    auto_create_timeout_s = AUTO_CREATE_TIMEOUT_S
 
     def __init__(
         self, store: EtcdStore, member: ClusterMember, topics: TopicRegistry, max_partitions: int

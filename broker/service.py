@@ -35,10 +35,10 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING
 
 import grpc
 
-from broker.cluster_node import AUTO_CREATE_TIMEOUT_S, ClusterNode
 from broker.convert import (
     batch_path_partition,
     committer_name,
@@ -79,6 +79,9 @@ from proto.batch import partition_for
 from wal import LogWriter
 from wal.errors import WalClosedError
 from wal.log import Clock, wall_clock_ms
+
+if TYPE_CHECKING:  # imported by cluster mode only: a single broker never loads etcd
+    from broker.cluster_node import ClusterNode
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +139,9 @@ class BrokerService(_grpc.BrokerServicer):
         if not cluster.knows(name):
             check_topic_name(name)
             with contextlib.suppress(TopicExistsError):  # another creator won: same topic
-                await cluster.create_topic(name, self._default_partitions, AUTO_CREATE_TIMEOUT_S)
+                await cluster.create_topic(
+                    name, self._default_partitions, cluster.auto_create_timeout_s
+                )
             self._guard.check(name, write=True)
         return self._topics.get(name)
 

@@ -155,6 +155,7 @@ class Brokers:
             stub = _cluster_grpc.ClusterStub(channel)
             got = await stub.Lookup(_cluster.LookupRequest(topics=[topic]), timeout=5)
         [route] = got.routes
+        assert isinstance(route, _cluster.TopicRoute)
         return route
 
     async def wait_owners(self, topics: list[str], within_s: float = 20.0) -> dict[str, str]:
