@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TTL_S = 2
 """The brokers' session TTL in these tests: a dead broker is seen dead within ~2 s."""
 
-CONFIG = f"""\
+CONFIG = """\
 [broker]
 grace_seconds = 1.0
 auto_create_topics = true
@@ -41,14 +41,15 @@ auto_create_topics = true
 fsync = "always"
 
 [cluster]
-session_ttl_s = {TTL_S}
 """
 
 
 class ClusterBroker:
     """One ``headrace serve`` of the cluster; restartable on its port and data directory."""
 
-    def __init__(self, root: Path, node_id: str, etcd: EtcdCluster, prefix: str) -> None:
+    def __init__(
+        self, root: Path, node_id: str, etcd: EtcdCluster, prefix: str, ttl_s: int = TTL_S
+    ) -> None:
         self.node_id = node_id
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
@@ -56,7 +57,7 @@ class ClusterBroker:
         self.log = root / node_id / "serve.log"
         self.log.parent.mkdir(parents=True, exist_ok=True)
         config = root / node_id / "headrace.toml"
-        config.write_text(CONFIG + f'prefix = "{prefix}"\n')
+        config.write_text(CONFIG + f'session_ttl_s = {ttl_s}\nprefix = "{prefix}"\n')
         self.command = [
             sys.executable,
             "-c",
@@ -172,11 +173,11 @@ class Brokers:
 
 @contextlib.asynccontextmanager
 async def cluster_brokers(
-    root: Path, etcd: EtcdCluster, prefix: str, count: int = 3
+    root: Path, etcd: EtcdCluster, prefix: str, count: int = 3, ttl_s: int = TTL_S
 ) -> AsyncIterator[Brokers]:
     """``count`` brokers ``b1``..``b<count>`` started (all at once) and serving; stopped
     (SIGTERM, then SIGKILL for any left) at the end."""
-    brokers = [ClusterBroker(root, f"b{i + 1}", etcd, prefix) for i in range(count)]
+    brokers = [ClusterBroker(root, f"b{i + 1}", etcd, prefix, ttl_s) for i in range(count)]
     try:
         for broker in brokers:
             broker.spawn()
