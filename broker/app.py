@@ -78,6 +78,7 @@ from wal.log import Clock
 
 if TYPE_CHECKING:  # cluster mode imports etcd only when it runs (see start)
     from broker.cluster_node import ClusterNode
+    from cluster.etcd import EtcdStore
 
 logger = logging.getLogger(__name__)
 
@@ -134,6 +135,7 @@ class Broker:
         #: Cluster mode's membership, joined at start (None: a single broker, or tests that
         #: pass their own ``ownership``).
         self.node: ClusterNode | None = None
+        self._etcd: EtcdStore | None = None  # opened at start, before the data directory
         self._join = config.cluster.enabled and ownership is None
         self._clock = clock  # None: the system clock
         self.metrics = metrics or BrokerMetrics()
@@ -218,6 +220,8 @@ class Broker:
             InsecureListenError: ``listen`` is reachable from other hosts without enough
                 protection, and ``insecure`` is not set.
             DataDirLockedError: Another broker holds the data directory.
+            ClusterJoinError: cluster mode: etcd does not answer (checked before the data
+                directory is touched), or a live broker holds this node id.
             WalIOError: A file or directory under the data directory cannot be created,
                 read or written (read-only, full, no permission); it names which and why.
         """
@@ -227,12 +231,22 @@ class Broker:
         check_listen("listen", self.config.listen)
         if self.config.metrics_listen:
             check_listen("metrics_listen", self.config.metrics_listen)
+        if self._join:  # a wrong etcd endpoint stops the start before the data directory
+            # Here, not at the top: a single broker never imports the etcd client.
+            from broker.cluster_node import connect  # noqa: PLC0415
+
+            self._etcd = await connect(self.config.cluster)
         # Synchronous (a mkdir, an open, a flock, one small file): no await between taking
         # the lock and owning it, so a cancelled start cannot leave it held by nobody.
         try:
             self._lock = DirectoryLock(self.config.data_dir)
-        except OSError as exc:
-            raise io_error("lock the data directory", self.config.data_dir, exc) from exc
+        except BaseException as exc:
+            etcd, self._etcd = self._etcd, None
+            if etcd is not None:
+                await etcd.aclose()
+            if isinstance(exc, OSError):
+                raise io_error("lock the data directory", self.config.data_dir, exc) from exc
+            raise
         raise_fd_limit()
         try:
             await self._open_and_serve()
@@ -273,12 +287,13 @@ class Broker:
                 self.port = server.add_secure_port(f"{host}:{port}", self._tls.credentials())
         except RuntimeError as exc:  # grpc's only signal that the bind failed
             raise ListenError("listen", self.config.listen, "the port cannot be bound") from exc
-        if self._join:  # bound, not serving: registration advertises the real port
-            # Here, not at the top: a single broker never imports the etcd client.
-            from broker.cluster_node import ClusterNode  # noqa: PLC0415
+        if self._etcd is not None:  # bound, not serving: registration advertises the port
+            from broker.cluster_node import ClusterNode  # noqa: PLC0415 - as connect above
 
+            store, self._etcd = self._etcd, None  # the node closes it from now on
             try:
                 self.node = await ClusterNode.join(
+                    store,
                     self.config.cluster,
                     self._advertised(),
                     self.topics,
@@ -373,6 +388,9 @@ class Broker:
         node, self.node = self.node, None
         if node is not None:  # after the server: its lease revoked, the cluster sees us go
             await node.aclose()
+        etcd, self._etcd = self._etcd, None
+        if etcd is not None:  # a start that failed before it joined
+            await etcd.aclose()
         try:
             await self.topics.aclose()
         except (OSError, WalIOError) as exc:

@@ -46,6 +46,7 @@ from broker.errors import (
 )
 from broker.topics import TopicRegistry
 from cluster.errors import (
+    ClusterError,
     DuplicateNodeError,
     EtcdUnavailableError,
     TopicNotReadyError,
@@ -54,7 +55,7 @@ from cluster.errors import TopicExistsError as ClusterTopicExistsError
 from cluster.etcd import EtcdStore, TlsFiles
 from cluster.member import ClusterMember, MemberConfig
 from cluster.ownership import Refusal
-from cluster.records import TopicRecord, TopicState
+from cluster.records import Keys, TopicRecord, TopicState
 from dispatcher import SubscriptionRegistry
 
 logger = logging.getLogger(__name__)
@@ -146,6 +147,7 @@ class ClusterNode:
     @classmethod
     async def join(
         cls,
+        store: EtcdStore,
         config: ClusterConfig,
         address: str,
         topics: TopicRegistry,
@@ -153,24 +155,16 @@ class ClusterNode:
         *,
         max_partitions: int,
     ) -> ClusterNode:
-        """Connect to etcd and join as ``config.node_id`` advertising ``address``.
+        """Join as ``config.node_id`` advertising ``address``, over ``store`` (from
+        :func:`connect`; closed here if the join fails, else by :meth:`aclose`).
 
         Raises:
             ClusterJoinError: a live broker holds the node id, or etcd did not answer.
         """
-        endpoints = list(config.etcd or ())
-        tls = None
-        if config.etcd_ca is not None:
-            tls = TlsFiles(
-                Path(config.etcd_ca),
-                Path(config.etcd_cert) if config.etcd_cert else None,
-                Path(config.etcd_key) if config.etcd_key else None,
-            )
         assert config.node_id is not None  # ClusterConfig: etcd needs node_id
         member_config = MemberConfig(
             config.node_id, address, config.session_ttl_s, config.prefix, _version()
         )
-        store = await EtcdStore.connect(endpoints, tls=tls)
         member = ClusterMember(store, member_config, BrokerTopics(topics, subscriptions))
         try:
             await member.start()
@@ -185,7 +179,7 @@ class ClusterNode:
             "joined the cluster as %s at %s (etcd %s, session TTL %d s)",
             config.node_id,
             address,
-            ", ".join(endpoints),
+            ", ".join(store.endpoints),
             config.session_ttl_s,
         )
         return cls(store, member, topics, max_partitions)
@@ -268,6 +262,35 @@ class ClusterNode:
         if refusal is not None:
             return refusal
         return Refusal("creating", name, exc.owner_node, "", 0, str(exc))
+
+
+async def connect(config: ClusterConfig) -> EtcdStore:
+    """Open the etcd connection of ``config`` and check that etcd answers (one read), so
+    that a wrong endpoint stops the start before the data directory is touched.
+
+    Raises:
+        ClusterJoinError: etcd did not answer, or a TLS file cannot be read.
+    """
+    tls = None
+    if config.etcd_ca is not None:
+        tls = TlsFiles(
+            Path(config.etcd_ca),
+            Path(config.etcd_cert) if config.etcd_cert else None,
+            Path(config.etcd_key) if config.etcd_key else None,
+        )
+    joining = f"cannot join the cluster as {config.node_id}"
+    try:
+        store = await EtcdStore.connect(list(config.etcd or ()), tls=tls)
+    except ClusterError as exc:
+        raise ClusterJoinError(f"{joining}: {exc}") from exc
+    try:
+        await store.get(Keys(config.prefix).cluster)
+    except BaseException as exc:
+        await store.aclose()
+        if isinstance(exc, ClusterError):
+            raise ClusterJoinError(f"{joining}: {exc}") from exc
+        raise
+    return store
 
 
 async def _quietly_close(member: ClusterMember, store: EtcdStore) -> None:

@@ -13,6 +13,7 @@ from broker.cli import cli
 from broker.config import BrokerConfig
 from broker.config_cluster import ClusterConfig, check_cluster
 from broker.errors import ConfigError
+from tests.broker.test_serve_process import free_port
 
 LOCAL = ("127.0.0.1:2379",)
 TLS = {"etcd_ca": "ca.pem", "etcd_cert": "b1.pem", "etcd_key": "b1.key"}
@@ -148,7 +149,8 @@ def test_the_advertised_address_defaults_to_listen_with_the_bound_port() -> None
           "--insecure"], "advertise is required"),
         (["--cluster-etcd", "127.0.0.1:2379", "--node-id", "b1", "--advertise", "h"],
          "[cluster] advertise = 'h'"),
-        (["--cluster-etcd", "127.0.0.1:2379", "--node-id", "b1"], "cannot join a cluster yet"),
+        (["--cluster-etcd", f"127.0.0.1:{free_port()}", "--node-id", "b1"],
+         "cannot join the cluster as b1"),
     ],
 )  # fmt: skip
 def test_serve_flags_are_checked_before_anything_starts(
@@ -156,7 +158,7 @@ def test_serve_flags_are_checked_before_anything_starts(
 ) -> None:
     """Scenario: headrace serve with cluster flags: no node id, an empty endpoint after a
     comma, a plain non-loopback etcd, a wildcard listen with no advertise, an advertise
-    without a port, and valid flags (cluster mode is not wired into serve yet). Expected:
+    without a port, and valid flags with no etcd listening there. Expected:
     exit 2 (usage) for each bad flag, exit 1 for the valid ones, one line naming the
     setting, no traceback and no data directory made."""
     data = tmp_path / "data"

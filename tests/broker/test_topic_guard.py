@@ -30,7 +30,6 @@ from proto import admin_pb2 as admin
 from proto import broker_pb2 as pb
 from proto.refusal import ABORTED
 from tests.broker.conftest import Client, broker_config
-from wal.lock import DirectoryLock
 
 TOPIC = "orders"
 
@@ -346,8 +345,8 @@ async def test_cluster_settings_with_no_etcd_stop_the_start(tmp_path: Path) -> N
     """Scenario: a config with [cluster] etcd and node_id whose etcd does not answer (a
     port nothing listens on), and no ownership given. Expected: start fails with a
     ConfigError (one line for serve) saying it cannot join the cluster as b1, never a
-    single broker that silently ignores the cluster; the data directory is released (a
-    second broker can lock it). With an ownership given, the broker is built and asks it."""
+    single broker that silently ignores the cluster; the data directory was never made
+    (etcd is asked first). With an ownership given, the broker is built and asks it."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         dead = f"127.0.0.1:{probe.getsockname()[1]}"
@@ -357,6 +356,6 @@ async def test_cluster_settings_with_no_etcd_stop_the_start(tmp_path: Path) -> N
     with pytest.raises(ConfigError, match=r"cannot join the cluster as b1: .*etcd"):
         await broker.start()
     assert broker.node is None
-    DirectoryLock(config.data_dir).release()  # the failed start let the directory go
+    assert not Path(config.data_dir).exists()
     stub = StubOwnership()
     assert Broker(config, ownership=stub).guard.ownership is stub
