@@ -15,6 +15,8 @@ Modules:
     admin_service     the admin plane: topics, subscriptions, dead-letter queues
     cluster_service   the Cluster service: Lookup and ClusterStatus over a ClusterSource
                       (this broker alone, or a cluster member's view of etcd)
+    cluster_node      cluster mode's broker side: joins at start, the LocalTopics hook,
+                      cluster-wide CreateTopic/DeleteTopic/ListTopics (imported only then)
     topic_guard       the question every topic-scoped RPC asks first (cluster mode's
                       ownership); a refusal's trailers and Redirect
     rpc_handlers      RPC registration from descriptors, requests parsed defensively

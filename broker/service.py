@@ -27,6 +27,10 @@ Invariants:
   and ends ``ABORTED`` with the owner in its trailers (a PublishStream request: its
   response carries ``error_code`` ABORTED and a ``Redirect``; the stream stays open).
   The credits and acks of a Subscribe already open are not asked again.
+- Auto-create in cluster mode (``auto_create_topics`` and a
+  :class:`~broker.cluster_node.ClusterNode`): a publish to a topic the cluster does not
+  hold creates it cluster-wide, as CreateTopic does (placed on any broker); then it is
+  served here or refused with its new owner, nothing written.
 """
 
 from __future__ import annotations
