@@ -12,9 +12,12 @@ import asyncio
 from collections import Counter
 from pathlib import Path
 
+import grpc
 import pytest
 
 from client import AlreadyExists, AsyncAdminClient
+from proto import cluster_pb2 as _cluster
+from proto import cluster_pb2_grpc as _cluster_grpc
 from tests.cluster.broker_processes import cluster_brokers
 from tests.cluster.etcd_harness import EtcdCluster
 
@@ -28,7 +31,9 @@ async def test_topics_created_through_different_brokers_spread_over_all(
     brokers (each admin client has that one broker as its only seed). Expected: each
     create answers with the topic's id and two partitions; every broker owns exactly two
     of them (placement: fewest partitions first); ListTopics through any broker shows all
-    six with the same ids; every broker's Lookup agrees on each owner."""
+    six with the same ids; every broker's Lookup agrees on each owner; ClusterStatus
+    through b2 names b2, every broker alive at its address with 2 topics and 4
+    partitions, a controller among them, every etcd endpoint healthy, nothing offline."""
     async with cluster_brokers(tmp_path, etcd, prefix) as brokers:
         ids: dict[str, str] = {}
         for i in range(6):
@@ -47,6 +52,16 @@ async def test_topics_created_through_different_brokers_spread_over_all(
             assert {t.name: t.topic_id for t in listed} == ids
             for topic in ids:
                 assert await brokers.owner(topic, via=broker) == owners[topic]
+        async with grpc.aio.insecure_channel(brokers.all[1].address) as channel:
+            stub = _cluster_grpc.ClusterStub(channel)
+            status = await stub.ClusterStatus(_cluster.ClusterStatusRequest(), timeout=5)
+        assert status.node_id == "b2"
+        assert {
+            (b.node_id, b.address, b.alive, b.topics, b.partitions) for b in status.brokers
+        } == {(b.node_id, b.address, True, 2, 4) for b in brokers.all}
+        assert status.controller in brokers.by_id
+        assert sorted(e.endpoint for e in status.etcd if e.healthy) == sorted(etcd.endpoints)
+        assert list(status.offline_topics) == []
 
 
 async def test_a_name_is_unique_cluster_wide_even_when_created_at_once(
