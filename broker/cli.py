@@ -4,7 +4,8 @@ Role: one entry point with subcommands: ``serve`` runs a broker; ``topics`` and 
 talk to one (:mod:`broker.cli_client`), and so do ``produce`` (:mod:`broker.cli_produce`),
 ``consume`` (:mod:`broker.cli_consume`), ``lag`` (:mod:`broker.cli_lag`) and ``dlq``
 (:mod:`broker.cli_dlq`); ``tokens`` edits the bearer tokens file
-(:mod:`broker.cli_tokens`); ``wal inspect`` reads a partition directory offline
+(:mod:`broker.cli_tokens`); ``cluster status|local`` look at a cluster and run one on
+loopback (:mod:`broker.cli_cluster`); ``wal inspect`` reads a partition directory offline
 (``DATA_DIR/topics/TOPIC/PARTITION``, or ``--data-dir DATA_DIR TOPIC PARTITION``; a path
 that is not one is answered with that layout). ``serve`` prints a banner once the broker
 listens: the bound addresses, the data directory and the quickstart's first steps
@@ -58,6 +59,7 @@ _LAZY = {
     "dlq": "broker.cli_dlq:dlq",
     "subscriptions": "broker.cli_subscriptions:subscriptions",
     "tokens": "broker.cli_tokens:tokens",
+    "cluster": "broker.cli_cluster:cluster",
 }
 
 
