@@ -171,6 +171,16 @@ class BrokerMetrics:
             labels,
             registry=self.registry,
         )
+        self.cluster_refusals = Counter(
+            "headrace_cluster_refusals",
+            "Topic-scoped calls refused before anything was done because this broker may not "
+            "serve the topic now, by reason: not-owner, offline, no-session, data-missing, "
+            "creating (cluster mode; always 0 on a single broker).",
+            ("reason",),
+            registry=self.registry,
+        )
+        self._node = _NodeInfoCollector()
+        self.registry.register(self._node)
         self.auth_failures = Counter(
             "headrace_auth_failures",
             "Calls refused by token authentication or authorization, by reason: missing "
@@ -303,6 +313,20 @@ class BrokerMetrics:
         """Export the subscriptions that ``samples()`` returns at each scrape."""
         self.registry.register(_SubscriptionCollector(samples, self._clock))
 
+    def set_node(self, node_id: str) -> None:
+        """Name this broker in ``headrace_node_info{node_id}`` (``local`` until called)."""
+        self._node.node_id = node_id
+
+    def refused(self, reason: str) -> None:
+        """Count a topic-scoped call refused by the cluster's ownership rule."""
+        self.cluster_refusals.labels(reason).inc()
+
+    def watch_cluster(self, sample: Callable[[], ClusterSample | None]) -> None:
+        """Export the cluster member's state that ``sample()`` returns at each scrape:
+        an immutable :class:`ClusterSample` taken on the event loop (the scrape runs on the
+        exporter's thread), or None before the broker joined."""
+        self.registry.register(_ClusterCollector(sample))
+
     def watch_cursors(self, stats: Callable[[], CursorStats]) -> None:
         """Export the cursor store's failures, checkpoints and journal sizes that
         ``stats()`` returns at each scrape (safe from the exporter's thread)."""
@@ -428,6 +452,117 @@ class _PartitionCollector(Collector):
             cold.add_metric(labels, p.writer.cold_reads)
         yield from families
         yield cold
+
+
+class _NodeInfoCollector(Collector):
+    """``headrace_node_info{node_id} 1``: which cluster node this broker is (``local``
+    with no cluster). An info metric, not a label on every series: existing queries,
+    dashboards and recording rules keep their label sets, and a query that wants the node
+    joins it by instance (``... * on (instance) group_left (node_id)
+    headrace_node_info``)."""
+
+    def __init__(self) -> None:
+        self.node_id = "local"
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily("headrace_node_info", "", labels=("node_id",))
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        info = GaugeMetricFamily(
+            "headrace_node_info",
+            "Always 1; node_id is this broker's cluster node id (local with no cluster).",
+            labels=("node_id",),
+        )
+        info.add_metric([self.node_id], 1.0)
+        yield info
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSample:
+    """A cluster member's state at one moment, for the scrape (immutable).
+
+    Attributes:
+        session_alive: its session (etcd lease) lets it write now.
+        session_age_s: seconds since the current session began.
+        sessions: sessions made since start (1, +1 at each new session after a loss).
+        is_controller: it is the cluster's controller.
+        owned_topics: topics it owns and serves.
+        owned_partitions: their partitions.
+        etcd_reachable: etcd answered its last keepalive in time.
+        offline: ``(topic, owner_node, reason)`` of each topic its view says is offline.
+    """
+
+    session_alive: bool
+    session_age_s: float
+    sessions: int
+    is_controller: bool
+    owned_topics: int
+    owned_partitions: int
+    etcd_reachable: bool
+    offline: tuple[tuple[str, str, str], ...] = ()
+
+
+class _ClusterCollector(Collector):
+    """The ``headrace_cluster_*`` gauges, read from a :class:`ClusterSample` at the scrape."""
+
+    def __init__(self, sample: Callable[[], ClusterSample | None]) -> None:
+        self._sample = sample
+
+    def describe(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        yield from self._families().values()
+
+    @staticmethod
+    def _families() -> dict[str, GaugeMetricFamily | CounterMetricFamily]:
+        gauge, topic = GaugeMetricFamily, ("topic", "owner_node", "reason")
+        return {
+            "alive": gauge(
+                "headrace_cluster_session_alive",
+                "1 while this broker's etcd session (lease) lets it write; 0: it refuses "
+                "writes (reason no-session) until it has a new session.",
+            ),
+            "age": gauge(
+                "headrace_cluster_session_age_seconds",
+                "Seconds since this broker's current session began.",
+            ),
+            "sessions": CounterMetricFamily(
+                "headrace_cluster_sessions",
+                "Sessions this broker made since it started (a rise after the first: its "
+                "session was lost and it re-registered).",
+            ),
+            "controller": gauge(
+                "headrace_cluster_is_controller", "1 while this broker is the controller."
+            ),
+            "topics": gauge("headrace_cluster_owned_topics", "Topics this broker owns."),
+            "partitions": gauge(
+                "headrace_cluster_owned_partitions", "Partitions of the topics it owns."
+            ),
+            "etcd": gauge(
+                "headrace_cluster_etcd_reachable",
+                "1 while etcd answers this broker's session keepalives in time.",
+            ),
+            "offline": gauge(
+                "headrace_cluster_topic_offline",
+                "1 for each topic this broker's view says is offline (its owner is down, "
+                "its data missing, or it is still being created), with the owner and why.",
+                labels=topic,
+            ),
+        }
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        sample = self._sample()
+        if sample is None:
+            return
+        families = self._families()
+        families["alive"].add_metric([], float(sample.session_alive))
+        families["age"].add_metric([], sample.session_age_s)
+        families["sessions"].add_metric([], float(sample.sessions))
+        families["controller"].add_metric([], float(sample.is_controller))
+        families["topics"].add_metric([], float(sample.owned_topics))
+        families["partitions"].add_metric([], float(sample.owned_partitions))
+        families["etcd"].add_metric([], float(sample.etcd_reachable))
+        for name, owner, reason in sample.offline:
+            families["offline"].add_metric([name, owner, reason], 1.0)
+        yield from families.values()
 
 
 class _CursorCollector(Collector):

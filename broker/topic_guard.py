@@ -39,6 +39,7 @@ refused: a single broker behaves exactly as before cluster mode.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from broker.errors import TopicRefusedError
 from cluster.ownership import Ownership, Refusal, SingleBroker
@@ -54,8 +55,16 @@ class TopicGuard:
     """Asks :class:`~cluster.ownership.Ownership` before a topic-scoped call. Task-safe:
     no state of its own (``Ownership.refusal`` is synchronous and never waits)."""
 
-    def __init__(self, ownership: Ownership | None = None) -> None:
+    def __init__(
+        self,
+        ownership: Ownership | None = None,
+        *,
+        on_refusal: Callable[[str], None] = lambda _reason: None,
+    ) -> None:
         self.ownership: Ownership = ownership or SingleBroker()
+        self.on_refusal = on_refusal
+        """Called with the reason of each refusal (the broker counts them:
+        ``headrace_cluster_refusals_total{reason}``)."""
 
     def check(self, topic: str, *, write: bool) -> None:
         """Return if this broker serves ``topic`` now; else raise.
@@ -79,6 +88,7 @@ class TopicGuard:
             shown(refusal.owner_address),
             refusal.epoch,
         )
+        self.on_refusal(refusal.reason)
         raise TopicRefusedError(refusal)
 
 

@@ -27,13 +27,17 @@ UNIT_NOUNS = frozenset(
         "failures",
         "ids",
         "offset",
+        "partitions",
         "polls",
         "reads",
         "records",
+        "refusals",
         "requests",
         "restarts",
         "seconds",
         "segments",
+        "sessions",
+        "topics",
     }
 )
 #: Names the design contract (DESIGN section 4) fixes, kept as it spells them although
@@ -56,7 +60,7 @@ DESIGN_LISTED = frozenset(
     }
 )
 #: Gauges that are 0/1 flags, not quantities.
-FLAGS = frozenset({"stalled", "blocked", "failed"})
+FLAGS = frozenset({"stalled", "blocked", "failed", "alive", "controller", "reachable", "offline"})
 NON_BASE_UNITS = re.compile(r"_(ms|us|millis|milliseconds|microseconds|kib|mib|kb|mb)(_|$)")
 
 
