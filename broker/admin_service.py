@@ -105,12 +105,7 @@ class AdminService(_grpc.AdminServicer):
         check_topic_name(request.name, field="name")
         if self._cluster is None:
             return _topic_info(await self._topics.create(request.name, request.partitions))
-        remaining = context.time_remaining()
-        timeout_s = (
-            self._cluster.create_timeout_s
-            if remaining is None
-            else min(remaining, self._cluster.create_timeout_s)
-        )
+        timeout_s = self._cluster.wait_s(context.time_remaining())
         record = await self._cluster.create_topic(request.name, request.partitions, timeout_s)
         return self._info(record)
 
@@ -159,12 +154,7 @@ class AdminService(_grpc.AdminServicer):
         name = request.name
         check_topic_name(name, field="name")
         if self._cluster is not None and self._cluster.knows(name):
-            remaining = context.time_remaining()
-            timeout = (
-                self._cluster.create_timeout_s
-                if remaining is None
-                else min(remaining, self._cluster.create_timeout_s)
-            )
+            timeout = self._cluster.wait_s(context.time_remaining())
             await self._cluster.delete_topic(name, timeout)
             return _admin.DeleteTopicResponse()
         await self._topics.delete(

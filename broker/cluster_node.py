@@ -131,8 +131,6 @@ class ClusterNode:
             ``Ownership`` and the Cluster service's source).
     """
 
-    #: How long CreateTopic and DeleteTopic wait at most.
-    create_timeout_s = CREATE_TOPIC_TIMEOUT_S
     #: How long a publish that auto-creates its topic waits for it.
     auto_create_timeout_s = AUTO_CREATE_TIMEOUT_S
 
@@ -214,6 +212,15 @@ class ClusterNode:
         """Whether the cluster holds a topic called ``name`` (any state)."""
         return name in self.member.view.state.topics
 
+    @staticmethod
+    def wait_s(remaining_s: float | None) -> float:
+        """How long a CreateTopic or DeleteTopic may wait, given the call's time left: at
+        most :data:`CREATE_TOPIC_TIMEOUT_S`, and enough before the deadline (a fifth of
+        the time left, at most 1 s) for the answer to reach the caller."""
+        if remaining_s is None:
+            return CREATE_TOPIC_TIMEOUT_S
+        return max(0.0, min(CREATE_TOPIC_TIMEOUT_S, remaining_s - min(1.0, remaining_s / 5)))
+
     async def create_topic(self, name: str, partitions: int, timeout_s: float) -> TopicRecord:
         """Take ``name`` cluster-wide and wait until its owner made it (``name`` is valid).
 
@@ -258,7 +265,14 @@ class ClusterNode:
             raise ClusterUnavailableError(f"delete topic {name!r}", str(exc)) from exc
 
     def _not_ready(self, name: str, exc: TopicNotReadyError) -> Refusal:
+        """The refusal of a create that timed out: ``offline`` when the placed owner is
+        not running (the topic exists and becomes ready when it returns), else the
+        current refusal (``creating`` while the owner works on it)."""
         refusal = self.member.refusal(name, write=True)
+        owner_up = exc.owner_node in self.member.view.state.brokers
+        if exc.owner_node and not owner_up:
+            epoch = refusal.epoch if refusal is not None else 0
+            return Refusal("offline", name, exc.owner_node, "", epoch, str(exc))
         if refusal is not None:
             return refusal
         return Refusal("creating", name, exc.owner_node, "", 0, str(exc))

@@ -4,7 +4,8 @@ Role: start N brokers (``--cluster-etcd`` the harness's endpoints, ``--node-id b
 ``--advertise 127.0.0.1:<port>``, each its own data directory and a config file with a
 short session TTL) and kill, freeze, thaw or restart one, as ``tests/broker/test_kill.py``
 does for a single broker. Also: read every record of a topic through a routed fetcher,
-and ask any broker for a topic's owner (a raw Lookup).
+and ask any broker for a topic's owner (a raw Lookup) or for its refusal of a topic (a raw
+DescribeTopic: the ``headrace-*`` trailers).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from client import AsyncAdminClient, AsyncFetcher
+from proto import admin_pb2 as _admin
+from proto import admin_pb2_grpc as _admin_grpc
 from proto import cluster_pb2 as _cluster
 from proto import cluster_pb2_grpc as _cluster_grpc
 from tests.broker.test_serve_process import free_port
@@ -214,3 +217,31 @@ async def read_topic(seeds: str, topic: str) -> dict[int, list[tuple[int, bytes]
                 offset = batch_rows[-1][0] + 1
             found[part.partition] = rows
     return found
+
+
+async def refusal_of(address: str, topic: str) -> dict[str, str]:
+    """The ``headrace-*`` trailers of a DescribeTopic of ``topic`` at ``address`` (empty
+    when it is served there)."""
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = _admin_grpc.AdminStub(channel)
+        try:
+            await stub.DescribeTopic(_admin.DescribeTopicRequest(name=topic), timeout=3)
+        except grpc.aio.AioRpcError as exc:
+            failed = exc
+        else:
+            return {}
+    assert failed.code() == grpc.StatusCode.ABORTED, failed
+    trailers = failed.trailing_metadata() or ()
+    facts = {k: v for k, v in trailers if isinstance(v, str) and k.startswith("headrace-")}
+    return {**facts, "message": failed.details() or ""}
+
+
+async def wait_refused(address: str, topic: str, reason: str, within_s: float) -> dict[str, str]:
+    """Ask until ``address`` refuses ``topic`` for ``reason``; its refusal facts."""
+    deadline = time.monotonic() + within_s
+    while True:
+        facts = await refusal_of(address, topic)
+        if facts.get("headrace-refusal") == reason:
+            return facts
+        assert time.monotonic() < deadline, f"{topic} at {address}: {facts}, not {reason}"
+        await asyncio.sleep(0.1)

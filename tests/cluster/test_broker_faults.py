@@ -17,14 +17,16 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import grpc
 import pytest
 
 from client import AsyncAdminClient, AsyncProducer, RecordFuture
-from proto import admin_pb2 as _admin
-from proto import admin_pb2_grpc as _admin_grpc
 from proto.cluster_pb2 import TopicRoute
-from tests.cluster.broker_processes import Brokers, cluster_brokers, read_topic
+from tests.cluster.broker_processes import (
+    Brokers,
+    cluster_brokers,
+    read_topic,
+    wait_refused,
+)
 from tests.cluster.etcd_harness import EtcdCluster
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function"), pytest.mark.timeout(180)]
@@ -100,33 +102,6 @@ class Load:
                 assert held.get(position) == value, f"{topic} {position}: acked {value!r} lost"
 
 
-async def _refusal_of(address: str, topic: str) -> dict[str, str]:
-    """The ``headrace-*`` trailers of a DescribeTopic of ``topic`` at ``address`` (empty
-    when it is served there)."""
-    async with grpc.aio.insecure_channel(address) as channel:
-        stub = _admin_grpc.AdminStub(channel)
-        try:
-            await stub.DescribeTopic(_admin.DescribeTopicRequest(name=topic), timeout=3)
-        except grpc.aio.AioRpcError as exc:
-            failed = exc
-        else:
-            return {}
-    assert failed.code() == grpc.StatusCode.ABORTED, failed
-    trailers = failed.trailing_metadata() or ()
-    facts = {k: v for k, v in trailers if isinstance(v, str) and k.startswith("headrace-")}
-    return {**facts, "message": failed.details() or ""}
-
-
-async def _wait_refused(address: str, topic: str, reason: str, within_s: float) -> dict[str, str]:
-    deadline = time.monotonic() + within_s
-    while True:
-        facts = await _refusal_of(address, topic)
-        if facts.get("headrace-refusal") == reason:
-            return facts
-        assert time.monotonic() < deadline, f"{topic} at {address}: {facts}, not {reason}"
-        await asyncio.sleep(0.1)
-
-
 async def _wait_route(
     brokers: Brokers, topic: str, wanted: Callable[[TopicRoute], bool], within_s: float
 ) -> TopicRoute:
@@ -167,7 +142,7 @@ async def test_a_broker_sigkilled_under_load_is_offline_then_loses_nothing(
             for topic in owners:
                 await load.wait_more(topic, 30, within_s=20)
             victim.kill()
-            facts = await _wait_refused(brokers.all[0].address, "gamma", "offline", 15)
+            facts = await wait_refused(brokers.all[0].address, "gamma", "offline", 15)
             assert facts["headrace-owner-node"] == victim.node_id
             assert victim.node_id in facts["message"]
             for topic in others:  # the others keep serving while gamma is offline
@@ -199,7 +174,7 @@ async def test_a_broker_frozen_past_its_lease_stops_writing_and_resumes_once(
                 await load.wait_more(topic, 30, within_s=20)
             victim.freeze()
             try:
-                facts = await _wait_refused(brokers.all[0].address, "beta", "offline", 15)
+                facts = await wait_refused(brokers.all[0].address, "beta", "offline", 15)
                 assert facts["headrace-owner-node"] == victim.node_id
                 await load.wait_more("alpha", load.count("alpha") + 20, within_s=10)
                 await asyncio.sleep(2.0)

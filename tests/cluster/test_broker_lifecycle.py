@@ -161,7 +161,10 @@ async def test_a_clean_shutdown_leaves_the_cluster_at_once(
     sooner than the TTL (its lease was revoked, not left to expire)."""
     async with cluster_brokers(tmp_path, etcd, prefix, count=2, ttl_s=10) as brokers:
         b1, b2 = brokers.all
-        assert (await _brokers_seen(b1.address))["b2"].alive
+        deadline = time.monotonic() + 5  # b1's view follows etcd's watch
+        while not ((seen := await _brokers_seen(b1.address)).get("b2") and seen["b2"].alive):
+            assert time.monotonic() < deadline, seen
+            await asyncio.sleep(0.05)
         stopped_at = time.monotonic()
         assert await asyncio.to_thread(b2.stop) == 0
         while (seen := await _brokers_seen(b1.address)).get("b2") and seen["b2"].alive:
