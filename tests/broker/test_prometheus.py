@@ -286,7 +286,8 @@ def test_the_dashboard_is_a_grafana_dashboard_over_a_chosen_prometheus() -> None
     variable of type prometheus that every panel and query uses; topic and subscription
     variables; unique panel ids; panels that do not overlap on the 24-column grid; and
     panels for lag (records and age), throughput, latency quantiles, redeliveries and the
-    dead-letter queue."""
+    dead-letter queue; over several brokers: records/s per node id, and a panel repeated
+    per broker."""
     board = _dashboard()
     assert board["schemaVersion"] == 39
     variables = {v["name"]: v for v in board["templating"]["list"]}
@@ -322,5 +323,8 @@ def test_the_dashboard_is_a_grafana_dashboard_over_a_chosen_prometheus() -> None
         "histogram_quantile(0.99, sum by (instance, le) (rate(headrace_wal_fsync_seconds",
         "rate(headrace_redelivered_records_total",
         "headrace_dlq_entries",
+        "sum by (node_id) (rate(headrace_published_records_total",
+        "group_left (node_id) headrace_node_info",
     ):
         assert needed in exprs
+    assert [p["title"] for p in panels if p.get("repeat") == "instance"] == ["Broker $instance"]
