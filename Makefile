@@ -16,7 +16,7 @@ LOCK   := constraints.txt
 # which `make test` checks with --strict.
 EXTRAS ?= dev,spark,docs
 
-.PHONY: setup run demo test lint docs docs-check lock fmt bench proto proto-check clean
+.PHONY: setup run cluster demo test lint docs docs-check lock fmt bench proto proto-check clean
 
 # editable_mode=compat puts the checkout on sys.path (a .pth entry) instead of an import
 # hook, so Spark's data source lookup, which lists modules with pkgutil, finds
@@ -53,6 +53,12 @@ setup: $(STAMP)  ## create .venv and install the project with its dev tools, as 
 # broker itself prints, once it listens, its real addresses and what to try next.
 run: setup  ## start the broker (./data, 127.0.0.1:50051) and print how to produce and consume
 	$(BIN)/headrace serve $(SERVE_ARGS)
+
+# A cluster on this machine: an etcd (from the PATH: Debian's etcd-server) and three
+# brokers on loopback in the foreground, data under ./cluster-data (kept: a restart finds
+# the topics). It prints the seed list and what to try; Ctrl-C stops them all.
+cluster: setup  ## start etcd and 3 brokers on loopback (./cluster-data) and print the seeds
+	$(BIN)/headrace cluster local --brokers 3 --data-dir ./cluster-data
 
 # The Spark demo: a broker in a temporary directory, a stream of orders, a streaming
 # query that aggregates them into another topic, a broker SIGKILL midway, and a check that

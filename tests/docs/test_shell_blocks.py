@@ -26,6 +26,7 @@ _README_IS_PAGE = "tests/docs/test_quickstart.py::test_the_readme_quickstart_is_
 _OPS = "tests/docs/test_operations_blocks.py::"
 _SECURITY = "tests/docs/test_security_page.py::"
 _BENCH = "tests/docs/test_bench_commands.py::"
+_CLUSTER = "tests/docs/test_cluster_page.py::"
 _GRPCURL = (
     "tests/broker/test_readme_grpcurl.py::"
     "test_the_readme_grpcurl_session_works_against_a_real_broker"
@@ -90,6 +91,16 @@ RUN_BY: dict[Block, tuple[str, ...]] = {
         "headrace tokens create --name etl --role consume --topics 'o",
         1,
     ): (_SECURITY + "test_the_tokens_commands_run_as_printed",),
+    (
+        "docs/operations/cluster.md",
+        ".venv/bin/headrace cluster local --brokers 3 --data-dir /tmp",
+        1,
+    ): (_CLUSTER + "test_the_local_cluster_session_runs_as_printed",),
+    (
+        "docs/operations/cluster.md",
+        "export HEADRACE_BROKER=127.0.0.1:52380,127.0.0.1:52381,127.0",
+        1,
+    ): (_CLUSTER + "test_the_local_cluster_session_runs_as_printed",),
     ("docs/grpcurl.md", 'grpcurl -plaintext -d \'{"name": "orders", "partitions": 1}\'', 1): (
         _GRPCURL,
     ),
