@@ -395,7 +395,6 @@ def _print_ready(children: Sequence[_Child], endpoint: str, seeds: str, root: Pa
         f"  {headrace} consume orders --subscription billing --count 5 --timeout 5 "
         f"--broker {seeds}",
         f"  {headrace} cluster status --broker {seeds}",
-        f"  {headrace} tokens create --name ops --grant admin:* --cluster-etcd {endpoint}",
     ]
     click.echo("\n".join(lines), err=True)
     click.echo(seeds)  # stdout: the seed list alone, for scripts
