@@ -23,20 +23,19 @@ import json
 import os
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
 from broker.auth import Grant, TokenEntry, TokenSet, TokensFile, mint, parse_grant
-from broker.auth.cluster_tokens import to_entry, to_record
+from broker.auth.cluster_tokens import etcd_tls, to_entry, to_record
 from broker.auth.grants import make_grant
 from broker.cli_output import table
 from broker.config import BrokerConfig
 from broker.config_cluster import ClusterConfig
 from broker.errors import ConfigError, TokensFileError
 from cluster.errors import ClusterError
-from cluster.etcd import EtcdStore, TlsFiles
+from cluster.etcd import EtcdStore
 from cluster.records import Keys
 from cluster.tokens import EtcdTokens
 
@@ -77,15 +76,8 @@ class _Etcd:
         """Connect, run ``action``, close; a cluster error becomes one line, exit code 1."""
 
         async def go() -> T:
-            tls = None
-            if self.cluster.etcd_ca is not None:
-                cert, key = self.cluster.etcd_cert, self.cluster.etcd_key
-                tls = TlsFiles(
-                    Path(self.cluster.etcd_ca),
-                    Path(cert) if cert else None,
-                    Path(key) if key else None,
-                )
-            store = await EtcdStore.connect(list(self.cluster.etcd or ()), tls=tls)
+            endpoints = list(self.cluster.etcd or ())
+            store = await EtcdStore.connect(endpoints, tls=etcd_tls(self.cluster))
             async with store:
                 return await action(EtcdTokens(store, Keys(self.cluster.prefix)))
 

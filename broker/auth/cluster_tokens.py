@@ -21,10 +21,12 @@ Invariants:
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from broker.auth.grants import make_grant
 from broker.auth.tokens import TokenEntry, TokenSet, check_name
-from cluster.etcd import EtcdStore
+from broker.config_cluster import ClusterConfig
+from cluster.etcd import EtcdStore, TlsFiles
 from cluster.records import Keys
 from cluster.tokens import GrantRecord, TokenRecord, TokenView
 
@@ -70,6 +72,38 @@ def token_set(records: tuple[TokenRecord, ...]) -> TokenSet:
     return TokenSet(entries)
 
 
+def etcd_tls(cluster: ClusterConfig) -> TlsFiles | None:
+    """The TLS files toward etcd of ``[cluster]`` (None: plaintext)."""
+    if cluster.etcd_ca is None:
+        return None
+    cert, key = cluster.etcd_cert, cluster.etcd_key
+    return TlsFiles(Path(cluster.etcd_ca), Path(cert) if cert else None, Path(key) if key else None)
+
+
+async def open_token_source(cluster: ClusterConfig) -> EtcdTokenSource:
+    """Connect to the cluster's etcd (its endpoints, TLS and prefix), list the tokens and
+    start watching them; the source owns that connection (:meth:`EtcdTokenSource.aclose`
+    closes it).
+
+    Raises:
+        cluster.errors.ClusterError: etcd did not answer, or a TLS file is unreadable.
+    """
+    store = await EtcdStore.connect(list(cluster.etcd or ()), tls=etcd_tls(cluster))
+    source = EtcdTokenSource(store, Keys(cluster.prefix), owns_store=True)
+    try:
+        count = await source.start()
+    except BaseException:
+        await source.aclose()
+        raise
+    logger.info(
+        "bearer tokens from etcd %s (%stokens/): %d tokens",
+        ",".join(cluster.etcd or ()),
+        cluster.prefix,
+        count,
+    )
+    return source
+
+
 class EtcdTokenSource:
     """The tokens in force on a cluster member: a watched view of the tokens in etcd.
 
@@ -77,12 +111,14 @@ class EtcdTokenSource:
     Task-safe on one event loop.
 
     Args:
-        store: the etcd connection (owned by the caller).
+        store: the etcd connection.
         keys: the cluster's key layout.
+        owns_store: :meth:`aclose` closes ``store`` too (default: the caller does).
     """
 
-    def __init__(self, store: EtcdStore, keys: Keys) -> None:
+    def __init__(self, store: EtcdStore, keys: Keys, *, owns_store: bool = False) -> None:
         self._tokens = TokenSet()
+        self._store = store if owns_store else None
         self._view = TokenView(store, keys, self._changed)
 
     async def start(self) -> int:
@@ -95,8 +131,12 @@ class EtcdTokenSource:
         return len(self._tokens)
 
     async def aclose(self) -> None:
-        """Stop watching; the last set stays in force."""
+        """Stop watching (and close the store if this source owns it); the last set
+        stays in force."""
         await self._view.aclose()
+        store, self._store = self._store, None
+        if store is not None:
+            await store.aclose()
 
     def current(self) -> TokenSet:
         """The tokens in force now."""

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from broker.auth.cluster_tokens import EtcdTokenSource, to_record
+from broker.auth.cluster_tokens import EtcdTokenSource, open_token_source, to_record
 from broker.auth.grants import make_grant
 from broker.auth.tokens import TokenSet, mint
+from broker.config_cluster import ClusterConfig
 from broker.errors import AuthenticationError
 from cluster.errors import TokenError
 from cluster.etcd import EtcdStore
@@ -193,3 +194,25 @@ async def test_a_bad_record_is_left_out_and_the_others_stay(store: EtcdStore, pr
         assert source.current().authenticate(token).name == "good"
     finally:
         await source.aclose()
+
+
+async def test_a_source_opened_from_the_cluster_config_owns_its_connection(
+    etcd: EtcdCluster, prefix: str
+) -> None:
+    """Scenario: open_token_source([cluster] etcd = every member, the test's prefix), as a
+    broker would at start; a token is created through another connection; the source is
+    closed.
+    Expected: the source starts with 0 tokens, accepts the new token within 2 s, and
+    after aclose (which closes its own connection) the last set stays in force."""
+    cluster = ClusterConfig(etcd=tuple(etcd.endpoints), node_id="b1", prefix=prefix)
+    source = await open_token_source(cluster)
+    assert len(source.current()) == 0
+    async with await EtcdStore.connect(etcd.endpoints) as other:
+        token, entry = mint("svc", [make_grant("produce", "*", "*")], "2026-12-06T00:00:00Z")
+        await EtcdTokens(other, Keys(prefix)).create(to_record(entry))
+        try:
+            await until(lambda: accepts(source, token), 2.0)
+        finally:
+            await source.aclose()
+        assert source.current().authenticate(token).name == "svc"
+        await other.delete_prefix(prefix)
