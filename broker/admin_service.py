@@ -15,7 +15,9 @@ others) and deletes cluster-wide; ListTopics shows every topic of the cluster. F
 owned by another broker it gives what etcd holds, ``name``, ``topic_id`` and one
 ``PartitionInfo`` per partition with only ``partition`` set: the heads, sizes, segment
 counts and ``fsync`` are the owner's only (DescribeTopic there, which a client reaches
-through the refusal).
+through the refusal). ListTopics and ListSubscriptions carry this broker's node id
+(``local`` alone): a client that sees another asks each owner for its own topics
+(docs/protocol.md 11.5).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import grpc
 
+from broker.cluster_service import LOCAL_NODE
 from broker.convert import (
     ack_sequence,
     partition_info,
@@ -86,9 +89,13 @@ class AdminService(_grpc.AdminServicer):
         guard: TopicGuard | None = None,
         *,
         cluster: ClusterNode | None = None,
+        node_id: str = LOCAL_NODE,
     ) -> None:
         #: Cluster mode: topic creation, deletion and listing are cluster-wide.
         self._cluster = cluster
+        #: Answered by ListTopics and ListSubscriptions: a client that sees another id
+        #: than ``local`` asks each topic's owner (docs/protocol.md, section 11.5).
+        self.node_id = cluster.member.node_id if cluster is not None else node_id
         #: Asked first by every call that names a topic (cluster mode; see topic_guard).
         self._guard = guard or TopicGuard()
         self._topics = topics
@@ -126,10 +133,10 @@ class AdminService(_grpc.AdminServicer):
         """Every topic with its partitions (of the whole cluster in cluster mode)."""
         if self._cluster is not None:
             return _admin.ListTopicsResponse(
-                topics=[self._info(r) for r in self._cluster.records()]
+                topics=[self._info(r) for r in self._cluster.records()], node_id=self.node_id
             )
         topics = [_topic_info(self._topics.get(n)) for n in self._topics.names()]
-        return _admin.ListTopicsResponse(topics=topics)
+        return _admin.ListTopicsResponse(topics=topics, node_id=self.node_id)
 
     @rpc
     async def DescribeTopic(  # noqa: N802 - gRPC method name
@@ -174,7 +181,7 @@ class AdminService(_grpc.AdminServicer):
             self._topics.get(request.topic)
         subs = self._subscriptions.subscriptions(request.topic or None)
         return _admin.ListSubscriptionsResponse(
-            subscriptions=[subscription_info(await s.status()) for s in subs]
+            subscriptions=[subscription_info(await s.status()) for s in subs], node_id=self.node_id
         )
 
     @rpc

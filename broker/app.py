@@ -48,7 +48,12 @@ from prometheus_client import start_http_server
 from broker.admin_service import AdminService
 from broker.admin_service import add_to_server as add_admin_service
 from broker.auth import AuthInterceptor, TokensFile
-from broker.cluster_service import ClusterService, ClusterSource, SingleBrokerSource
+from broker.cluster_service import (
+    LOCAL_NODE,
+    ClusterService,
+    ClusterSource,
+    SingleBrokerSource,
+)
 from broker.cluster_service import add_to_server as add_cluster_service
 from broker.config import BrokerConfig, parse_address
 from broker.config_cluster import check_cluster
@@ -106,6 +111,9 @@ class Broker:
             serves every topic (no cluster: nothing changes).
         cluster: Answers the Cluster service (Lookup, ClusterStatus). Default: this broker
             alone (:class:`~broker.cluster_service.SingleBrokerSource`).
+        node_id: The node id ListTopics and ListSubscriptions answer with, which tells a
+            client whether to ask other brokers (tests' static clusters give theirs).
+            Default ``local``; in cluster mode the joined node's id.
 
     Raises:
         ConfigError: ``config.cluster`` breaks a rule that needs other settings
@@ -127,11 +135,13 @@ class Broker:
         monotonic: Callable[[], float] = time.monotonic,
         ownership: Ownership | None = None,
         cluster: ClusterSource | None = None,
+        node_id: str = LOCAL_NODE,
     ) -> None:
         check_cluster(config.cluster, config.listen, insecure=config.security.insecure)
         self.config = config
         self.guard = TopicGuard(ownership)
         self._cluster = cluster
+        self._node_id = node_id
         #: Cluster mode's membership, joined at start (None: a single broker, or tests that
         #: pass their own ``ownership``).
         self.node: ClusterNode | None = None
@@ -323,7 +333,14 @@ class Broker:
         )
         append = functools.partial(append_batch, retention=self.retention, metrics=self.metrics)
         add_admin_service(
-            AdminService(self.topics, self.subscriptions, append, self.guard, cluster=self.node),
+            AdminService(
+                self.topics,
+                self.subscriptions,
+                append,
+                self.guard,
+                cluster=self.node,
+                node_id=self._node_id,
+            ),
             server,
             max_request_bytes=limit,
         )

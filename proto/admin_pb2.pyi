@@ -46,10 +46,12 @@ class ListTopicsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ListTopicsResponse(_message.Message):
-    __slots__ = ("topics",)
+    __slots__ = ("topics", "node_id")
     TOPICS_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
     topics: _containers.RepeatedCompositeFieldContainer[TopicInfo]
-    def __init__(self, topics: _Optional[_Iterable[_Union[TopicInfo, _Mapping]]] = ...) -> None: ...
+    node_id: str
+    def __init__(self, topics: _Optional[_Iterable[_Union[TopicInfo, _Mapping]]] = ..., node_id: _Optional[str] = ...) -> None: ...
 
 class DescribeTopicRequest(_message.Message):
     __slots__ = ("name",)
@@ -120,10 +122,12 @@ class SubscriptionInfo(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., type: _Optional[_Union[_broker_pb2.SubscriptionType, str]] = ..., partitions: _Optional[_Iterable[_Union[PartitionLag, _Mapping]]] = ..., consumers: _Optional[_Iterable[str]] = ..., mode: _Optional[_Union[_broker_pb2.DeliveryMode, str]] = ..., committer: _Optional[str] = ...) -> None: ...
 
 class ListSubscriptionsResponse(_message.Message):
-    __slots__ = ("subscriptions",)
+    __slots__ = ("subscriptions", "node_id")
     SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
     subscriptions: _containers.RepeatedCompositeFieldContainer[SubscriptionInfo]
-    def __init__(self, subscriptions: _Optional[_Iterable[_Union[SubscriptionInfo, _Mapping]]] = ...) -> None: ...
+    node_id: str
+    def __init__(self, subscriptions: _Optional[_Iterable[_Union[SubscriptionInfo, _Mapping]]] = ..., node_id: _Optional[str] = ...) -> None: ...
 
 class DescribeSubscriptionRequest(_message.Message):
     __slots__ = ("topic", "subscription")
