@@ -4,7 +4,8 @@ Modules:
     errors          ClientError and one class per gRPC status code; from_rpc_error;
                     publish_outcome: whether a failed send's records were written
     _types          TopicInfo, PartitionInfo, RecordMetadata, SentRecords, lag records,
-                    DeadLetterEntry, ReplayResult, PublishOutcome
+                    DeadLetterEntry, ReplayResult, PublishOutcome; OfflineTopic and
+                    SubscriptionListing (cluster-wide listings)
     _async.producer AsyncProducer: batching, per-partition pipelining, retries, idempotence
     _async._accumulator  Accumulator: one partition's batches, their sender task and
                     its stream, retries and recovery (the producer's per-partition half)
@@ -12,6 +13,7 @@ Modules:
     _async._consumer_acks  AckBatcher: the consumer's acks, coalesced and sent when due
     _async._consumer_session  Sessions: the consumer's Subscribe streams and reconnects
     _async.admin    AsyncAdminClient: topics, subscriptions and dead-letter queues
+    _survey         Survey: which owner to ask for which topics in a cluster-wide listing
     _async.fetcher  AsyncFetcher: reads by offset (Fetch) and position commits (AckUpTo)
     _message        Message: a lazy view of one received record
     _signal         Signal: asyncio.Event without its loop lookup per wait (the consumer)
@@ -58,6 +60,7 @@ from client._sync.producer import Producer
 from client._types import (
     DEFAULT_BROKER,
     DeadLetterEntry,
+    OfflineTopic,
     PartitionInfo,
     PartitionLag,
     PublishedRange,
@@ -68,6 +71,7 @@ from client._types import (
     SentRecords,
     SkippedDeadLetter,
     SubscriptionInfo,
+    SubscriptionListing,
     TopicInfo,
 )
 from client.errors import (
@@ -109,6 +113,7 @@ __all__ = [
     "InvalidArgument",
     "Message",
     "NotFound",
+    "OfflineTopic",
     "OutOfRange",
     "PartitionInfo",
     "PartitionLag",
@@ -126,6 +131,7 @@ __all__ = [
     "SentRecords",
     "SkippedDeadLetter",
     "SubscriptionInfo",
+    "SubscriptionListing",
     "TopicInfo",
     "Unauthenticated",
     "Unavailable",

@@ -54,12 +54,21 @@ class TopicInfo:
     """A topic and its partitions, and its fsync policy (``always``, ``interval`` or
     ``never``; empty from a broker that does not say). ``topic_id``: random, chosen when
     the topic was created, so a topic deleted and created again has another one; empty
-    for a topic created before issue 17 or from a broker that predates it."""
+    for a topic created before issue 17 or from a broker that predates it.
+
+    In a cluster, ``owner`` is the node id of the broker that owns the topic (``""`` from
+    a single broker), and ``offline`` says why its figures are not its owner's: a refusal
+    reason (``offline``, ``creating``, ``no-session``, ``data-missing``) or
+    ``unreachable`` (the owner did not answer). Such a topic is listed with its
+    partitions, zero figures and no ``fsync``; ``offline`` is ``""`` when the owner
+    answered."""
 
     name: str
     partitions: tuple[PartitionInfo, ...]
     fsync: str = ""
     topic_id: str = ""
+    owner: str = ""
+    offline: str = ""
 
 
 class PublishOutcome(enum.Enum):
@@ -221,11 +230,42 @@ class SubscriptionInfo:
     #: Who commits to it by offset (e.g. ``"spark"``: a Spark query reads through it),
     #: ``""`` if nobody did. While set, a consumer attaches only with ``force=True``.
     committer: str = ""
+    #: The node id of the topic's owner in a cluster; ``""`` from a single broker.
+    owner: str = ""
 
     @property
     def lag(self) -> int:
         """Records not yet acknowledged, over every partition."""
         return sum(p.lag for p in self.partitions)
+
+
+@dataclass(frozen=True, slots=True)
+class OfflineTopic:
+    """A topic of a cluster whose owner could not be asked for its subscriptions (or
+    figures), and why.
+
+    Attributes:
+        topic: Its name.
+        owner: Its owner's node id, ``""`` when it has none yet.
+        reason: ``offline`` (the owner has no live session), ``creating``,
+            ``no-session``, ``data-missing`` (refusal reasons, docs/protocol.md 11.2) or
+            ``unreachable`` (the owner is registered but did not answer).
+        message: What happened, for a person.
+    """
+
+    topic: str
+    owner: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionListing:
+    """Every subscription a listing could reach, and the topics whose owners it could
+    not ask (their subscriptions are unknown, not absent)."""
+
+    subscriptions: tuple[SubscriptionInfo, ...]
+    offline: tuple[OfflineTopic, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -166,6 +166,18 @@ class Router:
         Raises:
             ClientError: No seed answered (the last one's error).
         """
+        asked, response = await self.lookup_response(topics, timeout_s=timeout_s)
+        return self.table.learn_lookup(asked, response)
+
+    async def lookup_response(
+        self, topics: Sequence[str], *, timeout_s: float
+    ) -> tuple[str, _cluster.LookupResponse]:
+        """As :meth:`lookup`, but return the address that answered and its answer (its
+        routes are not cached: :meth:`lookup` does that).
+
+        Raises:
+            ClientError: No seed answered (the last one's error).
+        """
         request = _cluster.LookupRequest(topics=list(topics))
         deadline = time.monotonic() + timeout_s
         error: ClientError = NotFound("no seed broker to ask")
@@ -184,7 +196,7 @@ class Router:
                 ):
                     raise error from exc
                 continue
-            return self.table.learn_lookup(address, response)
+            return address, response
         raise error
 
     async def aclose(self) -> None:

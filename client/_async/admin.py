@@ -5,12 +5,20 @@ Role: thin calls with typed results; gRPC errors become :mod:`client.errors` onc
 Every call that names a topic goes to that topic's owner (:mod:`client._async._routing`:
 a refusal is followed, to the owner at once or after a backoff and a Lookup, and the
 call resent: a refused call did nothing, so this holds for every call, creating and
-deleting ones too); ``create_topic``, ``list_topics`` and ``list_subscriptions`` of no
-topic go to the seed in use. A call whose outcome is unknown (UNAVAILABLE) is not resent.
+deleting ones too); ``create_topic`` goes to the seed in use. A call whose outcome is
+unknown (UNAVAILABLE) is not resent.
+
+``list_topics`` and ``list_subscriptions`` of no topic show the whole cluster, whichever
+seed they reach (:mod:`client._survey`): the seed's answer says whether it is a cluster
+member; a single broker's answer is the whole answer (one call, no Lookup); in a cluster
+one Lookup finds every topic's owner, each other owner is asked at once for its own
+topics, and a topic whose owner cannot be asked is reported as such, not left out
+silently.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self, TypeVar, Unpack
@@ -19,6 +27,7 @@ import grpc
 
 from client._async._routing import Link, Router
 from client._connection import ConnectionOptions, ConnectionSettings
+from client._survey import UNREACHABLE, Owner, Plan, is_cluster, offline_topic, plan, unread_topic
 from client._types import (
     DEFAULT_BROKER,
     DeadLetterEntry,
@@ -27,9 +36,10 @@ from client._types import (
     ReplayResult,
     SkippedDeadLetter,
     SubscriptionInfo,
+    SubscriptionListing,
     TopicInfo,
 )
-from client.errors import AlreadyExists
+from client.errors import AlreadyExists, ClientError, from_rpc_error
 from proto import admin_pb2 as _admin
 from proto import broker_pb2 as _pb
 
@@ -40,7 +50,7 @@ R = TypeVar("R")
 DEFAULT_REPLAY_RATE_PER_S = 1_000
 
 
-def _topic(info: _admin.TopicInfo) -> TopicInfo:
+def _topic(info: _admin.TopicInfo, owner: str = "") -> TopicInfo:
     return TopicInfo(
         info.name,
         tuple(
@@ -49,10 +59,11 @@ def _topic(info: _admin.TopicInfo) -> TopicInfo:
         ),
         info.fsync,
         info.topic_id,
+        owner=owner,
     )
 
 
-def _subscription(info: _admin.SubscriptionInfo) -> SubscriptionInfo:
+def _subscription(info: _admin.SubscriptionInfo, owner: str = "") -> SubscriptionInfo:
     name = _pb.SubscriptionType.Name(info.type).lower()
     return SubscriptionInfo(
         info.topic,
@@ -78,7 +89,16 @@ def _subscription(info: _admin.SubscriptionInfo) -> SubscriptionInfo:
         ),
         mode="at_most_once" if info.mode == _pb.AT_MOST_ONCE else "at_least_once",
         committer=info.committer,
+        owner=owner,
     )
+
+
+def _list_topics(link: Link) -> Any:
+    return link.admin.ListTopics
+
+
+def _list_subscriptions(link: Link) -> Any:
+    return link.admin.ListSubscriptions
 
 
 def _dead_letter(entry: _admin.DeadLetterEntry) -> DeadLetterEntry:
@@ -188,10 +208,55 @@ class AsyncAdminClient:
                 ) from exc
             return found
 
+    async def _survey(
+        self, rpc: Callable[[Link], Callable[..., Awaitable[Any]]], request: Any
+    ) -> tuple[Any, Plan | None, list[tuple[Owner, Any]]]:
+        """A listing of the whole cluster (:mod:`client._survey`): the seed's answer; in a
+        cluster also the plan and, per other owner, its answer or its error."""
+        home = await self._call(rpc, request, None)
+        if not is_cluster(home.node_id):
+            return home, None, []  # a single broker: one call, as ever
+        _asked, found = await self.router.lookup_response([], timeout_s=self._timeout)
+        layout = plan(home.node_id, found)
+
+        async def ask(owner: Owner) -> Any:
+            try:
+                return await rpc(self.router.link(owner.address))(request, timeout=self._timeout)
+            except grpc.RpcError as exc:
+                return from_rpc_error(exc)
+
+        answers = await asyncio.gather(*(ask(o) for o in layout.owners))
+        return home, layout, list(zip(layout.owners, answers, strict=True))
+
     async def list_topics(self) -> list[TopicInfo]:
-        """Every topic, by name."""
-        got = await self._call(lambda link: link.admin.ListTopics, _admin.ListTopicsRequest(), None)
-        return [_topic(t) for t in got.topics]
+        """Every topic, by name. In a cluster, every broker's topics, each with its
+        owner's figures (``owner`` set); a topic whose owner cannot be asked now is
+        listed with its partitions, zero figures and ``offline`` saying why.
+
+        Raises:
+            ClientError: No seed broker answered.
+        """
+        home, layout, answers = await self._survey(_list_topics, _admin.ListTopicsRequest())
+        if layout is None:
+            return [_topic(t) for t in home.topics]
+        ids = {t.name: t.topic_id for t in home.topics}
+        found = {t.name: _topic(t, layout.node) for t in home.topics if t.name in layout.mine}
+        gone = list(layout.offline)
+        for owner, answer in answers:
+            if isinstance(answer, ClientError):
+                gone += [
+                    offline_topic(t, owner.node, UNREACHABLE, str(answer)) for t in owner.topics
+                ]
+                continue
+            # the owner's answer is authoritative: a topic it does not list is gone
+            found |= {
+                t.name: _topic(t, owner.node) for t in answer.topics if t.name in owner.topics
+            }
+        for g in gone:
+            found[g.topic] = unread_topic(
+                g.topic, layout.partitions.get(g.topic, 0), ids.get(g.topic, ""), g
+            )
+        return [found[name] for name in sorted(found)]
 
     async def describe_topic(self, name: str) -> TopicInfo:
         """One topic. Raises ``NotFound``."""
@@ -204,10 +269,48 @@ class AsyncAdminClient:
         await self._call(lambda link: link.admin.DeleteTopic, request, name)
 
     async def list_subscriptions(self, topic: str | None = None) -> list[SubscriptionInfo]:
-        """Every subscription (of ``topic``, when given) with its lag."""
+        """Every subscription (of ``topic``, when given) with its lag: in a cluster, of
+        every broker's topics. Topics whose owner cannot be asked now are left out:
+        :meth:`subscription_listing` names them.
+
+        Raises:
+            ClientError: No seed broker answered (or, with ``topic``, its owner).
+        """
+        return list((await self.subscription_listing(topic)).subscriptions)
+
+    async def subscription_listing(self, topic: str | None = None) -> SubscriptionListing:
+        """Every subscription (of ``topic``, when given) with its lag, by topic and name,
+        and, in a cluster, the topics whose owner could not be asked (their
+        subscriptions are unknown). With ``topic`` the call goes to its owner.
+
+        Raises:
+            ClientError: No seed broker answered (or, with ``topic``, its owner).
+        """
         request = _admin.ListSubscriptionsRequest(topic=topic or "")
-        got = await self._call(lambda link: link.admin.ListSubscriptions, request, topic)
-        return [_subscription(s) for s in got.subscriptions]
+        if topic:
+            got = await self._call(lambda link: link.admin.ListSubscriptions, request, topic)
+            owner = got.node_id if is_cluster(got.node_id) else ""
+            return SubscriptionListing(tuple(_subscription(s, owner) for s in got.subscriptions))
+        home, layout, answers = await self._survey(_list_subscriptions, request)
+        if layout is None:
+            return SubscriptionListing(tuple(_subscription(s) for s in home.subscriptions))
+        found = [
+            _subscription(s, layout.node) for s in home.subscriptions if s.topic in layout.mine
+        ]
+        gone = list(layout.offline)
+        for owner, answer in answers:
+            if isinstance(answer, ClientError):
+                gone += [
+                    offline_topic(t, owner.node, UNREACHABLE, str(answer)) for t in owner.topics
+                ]
+                continue
+            found += [
+                _subscription(s, owner.node)
+                for s in answer.subscriptions
+                if s.topic in owner.topics
+            ]
+        found.sort(key=lambda s: (s.topic, s.subscription))
+        return SubscriptionListing(tuple(found), tuple(sorted(gone, key=lambda g: g.topic)))
 
     async def describe_subscription(self, topic: str, subscription: str) -> SubscriptionInfo:
         """One subscription's cursors, heads, lag and consumers. Raises ``NotFound``."""

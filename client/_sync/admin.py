@@ -22,6 +22,7 @@ from client._types import (
     DeadLetterEntry,
     ReplayResult,
     SubscriptionInfo,
+    SubscriptionListing,
     TopicInfo,
 )
 
@@ -66,7 +67,12 @@ class AdminClient(Blocking):
         return self._bridge.run(self._admin.create_topic(name, partitions, exist_ok=exist_ok))
 
     def list_topics(self) -> list[TopicInfo]:
-        """Every topic, by name."""
+        """Every topic, by name. In a cluster, every broker's topics, each with its
+        owner's figures (``owner`` set); a topic whose owner cannot be asked now is
+        listed with its partitions, zero figures and ``offline`` saying why.
+
+        As :meth:`AsyncAdminClient.list_topics`, blocking.
+        """
         return self._bridge.run(self._admin.list_topics())
 
     def describe_topic(self, name: str) -> TopicInfo:
@@ -78,8 +84,22 @@ class AdminClient(Blocking):
         self._bridge.run(self._admin.delete_topic(name))
 
     def list_subscriptions(self, topic: str | None = None) -> list[SubscriptionInfo]:
-        """Every subscription (of ``topic``, when given) with its lag."""
+        """Every subscription (of ``topic``, when given) with its lag: in a cluster, of
+        every broker's topics. Topics whose owner cannot be asked now are left out:
+        :meth:`subscription_listing` names them.
+
+        As :meth:`AsyncAdminClient.list_subscriptions`, blocking.
+        """
         return self._bridge.run(self._admin.list_subscriptions(topic))
+
+    def subscription_listing(self, topic: str | None = None) -> SubscriptionListing:
+        """Every subscription (of ``topic``, when given) with its lag, by topic and name,
+        and, in a cluster, the topics whose owner could not be asked (their
+        subscriptions are unknown). With ``topic`` the call goes to its owner.
+
+        As :meth:`AsyncAdminClient.subscription_listing`, blocking.
+        """
+        return self._bridge.run(self._admin.subscription_listing(topic))
 
     def describe_subscription(self, topic: str, subscription: str) -> SubscriptionInfo:
         """One subscription's cursors, heads, lag and consumers. Raises ``NotFound``."""

@@ -9,7 +9,10 @@ at a point the test picks. Topics are made on each broker that may own them
 (:meth:`StaticCluster.create`), by address: ``CreateTopic`` is not topic-guarded.
 
 Every broker runs the real gRPC server, topic guard, refusal trailers and Cluster
-service: only the source of truth (etcd, in production) is a dict.
+service: only the source of truth (etcd, in production) is a dict. Each answers ListTopics
+and ListSubscriptions with its node id, as a cluster member does, so admin listings
+fan out over the owners; ``cluster.map.offline`` makes a node's topics offline in the
+Lookup answers.
 """
 
 from __future__ import annotations
@@ -34,6 +37,9 @@ class StaticMap:
     addresses: dict[str, str] = field(default_factory=dict)
     #: Lookups answered, by node.
     lookups: dict[str, int] = field(default_factory=dict)
+    #: Nodes the Lookup answers call offline (no live session): their topics' routes
+    #: are not online, reason ``offline``.
+    offline: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -76,11 +82,13 @@ class StaticSource:
         owner = self.map.owners.get(topic)
         if owner is None:
             return Route(topic)
+        if owner in self.map.offline:
+            return Route(topic, owner, self.map.addresses[owner], 1, "ready", False, 1, "offline")
         return Route(topic, owner, self.map.addresses[owner], 1, "ready", True, 1)
 
     def _brokers(self) -> tuple[BrokerEntry, ...]:
         return tuple(
-            BrokerEntry(node, address, True, 0, 0, 1.0)
+            BrokerEntry(node, address, node not in self.map.offline, 0, 0, 1.0)
             for node, address in sorted(self.map.addresses.items())
         )
 
@@ -120,6 +128,7 @@ async def static_cluster(tmp_path: Path, count: int = 2) -> AsyncIterator[Static
                 broker_config(tmp_path / node),
                 ownership=StaticOwnership(shared, node),
                 cluster=StaticSource(shared, node),
+                node_id=node,
             )
             brokers[node] = await stack.enter_async_context(broker)
             shared.addresses[node] = f"127.0.0.1:{broker.port}"
