@@ -283,13 +283,21 @@ def topics_create(name: str, partitions: int, exist_ok: bool, target: Target) ->
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON array.")
 @broker_option
 def topics_list(as_json: bool, target: Target) -> None:
-    """List topics with their partitions and heads."""
+    """List topics with their partitions and heads.
+
+    In a cluster: every broker's topics, each with its owner's figures, whichever broker
+    is asked; a topic whose owner cannot be asked now is listed with its owner and state
+    (e.g. OFFLINE) and no figures, and said on stderr (exit 0 all the same).
+    """
 
     async def go() -> list[TopicInfo]:
         async with AsyncAdminClient(**target.kwargs()) as admin:
             return await admin.list_topics()
 
     infos = run(go, target)
+    for t in infos:
+        if t.offline:
+            click.echo(f"topic {t.name}: not read from its owner {t.owner} ({t.offline})", err=True)
     if not infos and not as_json:
         click.echo("no topics")
         return
@@ -360,26 +368,41 @@ def stdin_is_terminal() -> bool:
 
 
 TOPIC_FIELDS = ("topic", "partition", "first", "head", "bytes", "segments", "fsync")
+#: The columns a cluster adds: the owner's node id, and ``online`` or why the figures are
+#: not the owner's (the reason upper-cased: ``OFFLINE``, ``UNREACHABLE``, ``CREATING``...).
+CLUSTER_TOPIC_FIELDS = (*TOPIC_FIELDS, "owner", "state")
+
+
+def topic_doc(info: TopicInfo) -> dict[str, Any]:
+    """One topic as JSON: a single broker's as ever; in a cluster with ``owner`` and
+    ``offline`` (``""`` when the owner answered, else why not)."""
+    doc = asdict(info)
+    if not info.owner:
+        del doc["owner"], doc["offline"]
+    return doc
 
 
 def _print_topics(infos: list[TopicInfo], as_json: bool) -> None:
     if as_json:
-        click.echo(json.dumps([asdict(t) for t in infos]))
+        click.echo(json.dumps([topic_doc(t) for t in infos]))
         return
     rows = [
         {
             "topic": t.name,
             "partition": p.partition,
-            "first": p.first_offset,
-            "head": p.head,
-            "bytes": p.size_bytes,
-            "segments": p.segments,
-            "fsync": t.fsync,
+            "first": "-" if t.offline else p.first_offset,
+            "head": "-" if t.offline else p.head,
+            "bytes": "-" if t.offline else p.size_bytes,
+            "segments": "-" if t.offline else p.segments,
+            "fsync": "-" if t.offline else t.fsync,
+            "owner": t.owner,
+            "state": t.offline.upper() or "online",
         }
         for t in infos
         for p in t.partitions
     ]
-    click.echo(table(rows, TOPIC_FIELDS))
+    cluster = any(t.owner for t in infos)
+    click.echo(table(rows, CLUSTER_TOPIC_FIELDS if cluster else TOPIC_FIELDS))
 
 
 def connect_timeout_option(before: str) -> Callable[[F], F]:

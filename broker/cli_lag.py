@@ -1,7 +1,9 @@
 """``headrace lag``: which subscription is behind, why, for how long, and how fast it drains.
 
 Role: ask the broker for every subscription's per-partition lag (``ListSubscriptions``),
-filter it (``--topic``, ``--subscription``, ``--state``), and print it: ``--json`` as one
+filter it (``--topic``, ``--subscription``, ``--state``), and print it (in a cluster, of
+every broker's topics, plus one ``OFFLINE`` row per topic whose owner could not be asked:
+:meth:`client.AsyncAdminClient.subscription_listing`): ``--json`` as one
 flat JSON array with a row per (topic, partition, subscription) (DESIGN section 4's fields
 plus ``ingress_rate``, ``ack_rate``, ``drain_s`` and ``trend``); otherwise as a table
 grouped by (topic, subscription), each group closed by a ``total`` row (lag and rates
@@ -27,10 +29,13 @@ import click
 from broker.cli_client import Target, broker_option, run
 from broker.cli_output import table
 from broker.cli_params import SUBSCRIPTION_NAME, TOPIC_NAME
-from client import AsyncAdminClient, SubscriptionInfo
+from client import AsyncAdminClient, OfflineTopic, SubscriptionInfo, SubscriptionListing
 
 #: The states, best first: a group's total shows its worst.
 STATES = ("CAUGHT_UP", "LAGGING", "NO_CONSUMER", "STALLED", "BLOCKED")
+#: The state of a cluster topic whose owner could not be asked: one row per such topic,
+#: every figure null (its subscriptions are unknown, not absent), the reason saying why.
+OFFLINE = "OFFLINE"
 #: States that need someone to act: ``--fail-on-stalled`` exits 3 on them.
 STUCK = frozenset({"STALLED", "BLOCKED"})
 #: The exit code of ``--fail-on-stalled`` when a row is STALLED or BLOCKED.
@@ -88,9 +93,9 @@ def parse_states(
     for value in values:
         for item in value.split(","):
             name = item.strip().upper()
-            if name not in STATES:
+            if name not in (*STATES, OFFLINE):
                 raise click.BadParameter(
-                    f"{item.strip()!r} is not a state; use {', '.join(STATES)} (repeat "
+                    f"{item.strip()!r} is not a state; use {', '.join((*STATES, OFFLINE))} (repeat "
                     "--state or separate states with commas)"
                 )
             found.add(name)
@@ -106,7 +111,7 @@ def parse_states(
     multiple=True,
     callback=parse_states,
     metavar="STATE[,STATE]",
-    help=f"Only rows in these states ({', '.join(STATES)}); repeatable.",
+    help=f"Only rows in these states ({', '.join((*STATES, OFFLINE))}); repeatable.",
 )
 @click.option(
     "--watch", is_flag=True, help="Refresh every second until interrupted; shows the trend."
@@ -130,19 +135,24 @@ def lag(  # noqa: PLR0917 - click passes every option as an argument
 ) -> None:
     """Show each subscription's cursor, head, lag, rates, state and reason per partition.
 
+    In a cluster: the subscriptions of every broker's topics, whichever broker is asked; a
+    topic whose owner cannot be asked now shows as one OFFLINE row saying why.
+
     Exit codes: 0 ok, 1 error, 2 usage, 3 with --fail-on-stalled when a shown row is
     STALLED or BLOCKED.
     """
 
-    async def fetch() -> list[SubscriptionInfo]:
+    async def fetch() -> SubscriptionListing:
         async with AsyncAdminClient(**target.kwargs()) as admin:
-            return await admin.list_subscriptions(topic)
+            return await admin.subscription_listing(topic)
 
     found: list[dict[str, Any]] = []
     try:
         while True:
-            subs = [s for s in run(fetch, target) if subscription in (None, s.subscription)]
-            found = [r for r in lag_rows(subs) if not states or r["state"] in states]
+            listing = run(fetch, target)
+            subs = [s for s in listing.subscriptions if subscription in (None, s.subscription)]
+            rows = lag_rows(subs) + offline_rows(listing.offline)
+            found = [r for r in rows if not states or r["state"] in states]
             if as_json:
                 click.echo(json.dumps(found))
             else:
@@ -187,18 +197,35 @@ def lag_rows(subs: Iterable[SubscriptionInfo]) -> list[dict[str, Any]]:
     ]
 
 
+def offline_rows(offline: Iterable[OfflineTopic]) -> list[dict[str, Any]]:
+    """One :data:`OFFLINE` row per topic whose owner could not be asked: every field of
+    :data:`LAG_FIELDS` null but ``topic``, ``state`` and ``reason`` (the message)."""
+    return [
+        {**dict.fromkeys(LAG_FIELDS), "topic": g.topic, "state": OFFLINE, "reason": g.message}
+        for g in offline
+    ]
+
+
 def render(rows: Sequence[dict[str, Any]], *, trend: bool = False) -> str:
-    """``rows`` as a table grouped by (topic, subscription), a total row after each."""
+    """``rows`` as a table grouped by (topic, subscription), a total row after each;
+    :data:`OFFLINE` rows last, with dashes for what is unknown."""
     fields = list(TABLE_FIELDS)
     if trend:
         fields.insert(fields.index("drain") + 1, "trend")
-    ordered = sorted(rows, key=lambda r: (r["topic"], r["subscription"], r["partition"]))
+    known = [r for r in rows if r["state"] != OFFLINE]
+    ordered = sorted(known, key=lambda r: (r["topic"], r["subscription"], r["partition"]))
     shown: list[dict[str, Any]] = []
     for _key, group in groupby(ordered, key=lambda r: (r["topic"], r["subscription"])):
         members = list(group)
         shown.extend(_cells(r) for r in members)
         shown.append(_cells(totals(members)))
+    unknown = sorted((r for r in rows if r["state"] == OFFLINE), key=lambda r: r["topic"])
+    shown += [{**dict.fromkeys(fields, "-"), **_known(r)} for r in unknown]
     return table(shown, fields)
+
+
+def _known(row: dict[str, Any]) -> dict[str, Any]:
+    return {"topic": row["topic"], "state": row["state"], "reason": row["reason"]}
 
 
 def totals(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:

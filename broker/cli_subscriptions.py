@@ -9,6 +9,10 @@ errors exit 2 (click). ``delete`` asks for confirmation, as ``dlq purge`` does, 
 A subscription's one-word state is the most urgent of its partitions' states (``BLOCKED``
 over ``STALLED`` over ``NO_CONSUMER`` over ``LAGGING`` over ``CAUGHT_UP``): the word that
 says whether someone has to act.
+
+In a cluster ``list`` shows the subscriptions of every broker's topics with their owner
+(:meth:`client.AsyncAdminClient.subscription_listing`), and one ``OFFLINE`` row per topic
+whose owner could not be asked.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import click
 from broker.cli_client import Target, broker_option, confirm, require_terminal, run
 from broker.cli_output import plural, table
 from broker.cli_params import SUBSCRIPTION_NAME, TOPIC_NAME
-from client import AsyncAdminClient, SubscriptionInfo
+from client import AsyncAdminClient, OfflineTopic, SubscriptionInfo, SubscriptionListing
 from proto.shown import shown_text
 
 LIST_FIELDS = ("topic", "subscription", "type", "mode", "consumers", "lag", "state")
@@ -36,6 +40,9 @@ PARTITION_FIELDS = (
     "state",
     "reason",
 )
+#: The state of a cluster topic whose owner could not be asked (its subscriptions are
+#: unknown).
+OFFLINE = "OFFLINE"
 #: Partition states, most urgent first.
 _URGENCY = ("BLOCKED", "STALLED", "NO_CONSUMER", "LAGGING", "CAUGHT_UP")
 
@@ -50,13 +57,20 @@ def subscriptions() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON array.")
 @broker_option
 def list_(topic: str | None, as_json: bool, target: Target) -> None:
-    """Show every subscription: type, mode, consumers, total lag and state."""
+    """Show every subscription: type, mode, consumers, total lag and state.
 
-    async def go() -> list[SubscriptionInfo]:
+    In a cluster: the subscriptions of every broker's topics, with their owner, whichever
+    broker is asked; a topic whose owner cannot be asked now is one OFFLINE row saying
+    why (its subscriptions are unknown), and the command still exits 0.
+    """
+
+    async def go() -> SubscriptionListing:
         async with AsyncAdminClient(**target.kwargs()) as admin:
-            return await admin.list_subscriptions(topic)
+            return await admin.subscription_listing(topic)
 
-    rows = [summary(s) for s in run(go, target)]
+    listing = run(go, target)
+    rows = [summary(s) for s in listing.subscriptions] + [offline(g) for g in listing.offline]
+    cluster = bool(listing.offline) or any(s.owner for s in listing.subscriptions)
     if as_json:
         click.echo(json.dumps(rows))
     elif not rows:
@@ -65,11 +79,11 @@ def list_(topic: str | None, as_json: bool, target: Target) -> None:
         shown = [
             {
                 **r,
-                "consumers": len(r["consumers"]),
+                "consumers": "-" if r["state"] == OFFLINE else len(r["consumers"]),
             }
             for r in rows
         ]
-        click.echo(table(shown, LIST_FIELDS))
+        click.echo(table(shown, (*LIST_FIELDS, "owner", "reason") if cluster else LIST_FIELDS))
 
 
 @subscriptions.command("describe")
@@ -157,8 +171,9 @@ def _question(info: SubscriptionInfo, dead: int, force: bool) -> str:
 def summary(info: SubscriptionInfo) -> dict[str, Any]:
     """One subscription as a row: ``topic, subscription, type, mode`` (or ``None``),
     ``consumers`` (names),
-    ``lag`` (over every partition) and ``state`` (the most urgent partition state)."""
-    return {
+    ``lag`` (over every partition) and ``state`` (the most urgent partition state); in a
+    cluster also ``owner`` (its topic's owner) and ``reason`` (``""``)."""
+    row = {
         "topic": info.topic,
         "subscription": info.subscription,
         "type": info.type,
@@ -166,6 +181,25 @@ def summary(info: SubscriptionInfo) -> dict[str, Any]:
         "consumers": list(info.consumers),
         "lag": info.lag,
         "state": state_of(info),
+    }
+    if info.owner:
+        row |= {"owner": info.owner, "reason": ""}
+    return row
+
+
+def offline(gone: OfflineTopic) -> dict[str, Any]:
+    """The row of a topic whose owner could not be asked: state :data:`OFFLINE`, its
+    owner, why in ``reason``, everything else unknown (``None``; no consumers)."""
+    return {
+        "topic": gone.topic,
+        "subscription": None,
+        "type": None,
+        "mode": None,
+        "consumers": [],
+        "lag": None,
+        "state": OFFLINE,
+        "owner": gone.owner,
+        "reason": gone.message,
     }
 
 

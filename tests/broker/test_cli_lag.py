@@ -24,7 +24,7 @@ from click.testing import CliRunner, Result
 
 from broker.app import Broker
 from broker.cli_lag import LAG_FIELDS, STATES, duration, lag, render, totals
-from client import AsyncAdminClient, AsyncConsumer, AsyncProducer
+from client import AsyncAdminClient, AsyncConsumer, AsyncProducer, SubscriptionListing
 from dispatcher import DispatchConfig, DispatchPolicy, HeartbeatConfig, PoisonPolicy
 from tests.broker.conftest import broker_config
 from tests.broker.test_cli_client import headrace
@@ -290,7 +290,7 @@ def test_watch_ends_normally_on_a_ctrl_c_wherever_it_lands(
     def interrupt(*_: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("broker.cli_lag.run", lambda make, target: [])
+    monkeypatch.setattr("broker.cli_lag.run", lambda make, target: SubscriptionListing(()))
     if where == "clear":
         monkeypatch.setattr("broker.cli_lag.click.clear", interrupt)
     else:
