@@ -22,6 +22,8 @@ Modules:
     memory    scenario ``memory``: broker RSS under a publish flood and slow consumers
     hint      scenario ``hint``: the in-flight hint against one batch in flight, by load
     spark     scenario ``spark``: the Spark connector beside Spark's Parquet reader
+    cluster   scenario ``cluster``: 1, 2, ... brokers over etcd beside one broker alone
+    _cluster_client  a producer or consumer process of the ``cluster`` scenario
     _peers, _pubsub_system, _headrace_pubsub, _dispatch_procs, _fanout_*  their systems
     _dispatch_workloads  the dispatch scenario's e2e and shared runs through a broker
     _server_process  server processes: spawn, wait until serving, restart, stop, RSS

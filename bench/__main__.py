@@ -9,8 +9,9 @@ quantile series to the output (JSON only: the tables leave them out) and draws i
 (:mod:`bench.plot`) into DIR, ``docs/bench`` by default; ``plot`` redraws them from saved
 ``--json`` output. Exit codes: 0 success, 1 error, 2 usage.
 
-The ``spark`` scenario takes flags of its own (``--records N``, ``--rounds N``), so it is
-registered here, beside the parser that reads them, on top of :data:`SCENARIOS`.
+The ``spark`` scenario takes flags of its own (``--records N``, ``--rounds N``), and so
+does ``cluster`` (``--brokers 1,2``), so they are registered here, beside the parser that
+reads them, on top of :data:`SCENARIOS`.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from bench._scratch import scratch_root
 from wal import WalError
 
 #: Scenarios with flags of their own (see :func:`_scenario`).
-FLAGGED = ("spark",)
+FLAGGED = ("spark", "cluster")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -68,6 +69,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--rounds", type=_positive, default=None, help="spark: runs of each figure (default 3)"
     )
+    parser.add_argument(
+        "--brokers",
+        default=None,
+        metavar="N,N,...",
+        help="cluster: broker counts to measure, 1 always among them (default 1..min(cores, 4))",
+    )
     return parser
 
 
@@ -81,6 +88,10 @@ def _positive(text: str) -> int:
 def _scenario(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Scenario:
     """The runner of ``args.scenario``, given its own flags; a usage error (exit 2) when
     flags are given to a scenario that does not take them."""
+    if args.scenario != "cluster" and args.brokers is not None:
+        parser.error("--brokers applies to the cluster scenario only")
+    if args.scenario == "cluster":
+        return _cluster(args, parser)
     if args.scenario != "spark":
         if args.records is not None or args.rounds is not None:
             parser.error("--records and --rounds apply to the spark scenario only")
@@ -97,6 +108,25 @@ def _scenario(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Scen
         return spark.run(options, sizes=sizes)
 
     return spark
+
+
+def _cluster(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Scenario:
+    """The ``cluster`` scenario with its ``--brokers`` counts (a usage error when bad)."""
+    from bench import cluster
+
+    if args.records is not None or args.rounds is not None:
+        parser.error("--records and --rounds apply to the spark scenario only")
+    counts: tuple[int, ...] | None = None
+    if args.brokers is not None:
+        try:
+            counts = cluster.parse_brokers(args.brokers)
+        except ValueError as exc:
+            parser.error(f"--brokers: {exc}")
+
+    def run(options: RunOptions) -> Iterator[Result]:
+        return cluster.run(options, brokers=counts)
+
+    return run
 
 
 def _plot_parser() -> argparse.ArgumentParser:
