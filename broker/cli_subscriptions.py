@@ -76,11 +76,11 @@ def list_(topic: str | None, as_json: bool, target: Target) -> None:
     elif not rows:
         click.echo("no subscriptions" + (f" on topic {topic}" if topic else ""))
     else:
+        unknown = dict.fromkeys(("subscription", "type", "mode", "consumers", "lag"), "-")
         shown = [
-            {
-                **r,
-                "consumers": "-" if r["state"] == OFFLINE else len(r["consumers"]),
-            }
+            unknown | {"topic": r["topic"], "state": OFFLINE, **_about(r)}
+            if r["state"] == OFFLINE
+            else {**r, "consumers": len(r["consumers"])}
             for r in rows
         ]
         click.echo(table(shown, (*LIST_FIELDS, "owner", "reason") if cluster else LIST_FIELDS))
@@ -144,6 +144,10 @@ def delete(topic: str, subscription: str, force: bool, yes: bool, target: Target
     detached = run(go, target)
     tail = f"; detached {_consumers(detached)}" if detached else ""
     click.echo(f"deleted subscription {subscription} of topic {topic}{tail}")
+
+
+def _about(row: dict[str, Any]) -> dict[str, Any]:
+    return {"owner": row["owner"], "reason": row["reason"]}
 
 
 def _consumers(names: Sequence[str]) -> str:
