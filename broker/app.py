@@ -57,7 +57,7 @@ from broker.cluster_service import (
 from broker.cluster_service import add_to_server as add_cluster_service
 from broker.config import BrokerConfig, parse_address
 from broker.config_cluster import check_cluster
-from broker.errors import InsecureListenError, ListenError, TopicNotFoundError
+from broker.errors import ClusterJoinError, InsecureListenError, ListenError, TopicNotFoundError
 from broker.exposure import is_loopback, refusal
 from broker.ingest import append_batch
 from broker.load_monitor import LoadMonitor
@@ -82,6 +82,7 @@ from wal.lock import DirectoryLock
 from wal.log import Clock
 
 if TYPE_CHECKING:  # cluster mode imports etcd only when it runs (see start)
+    from broker.auth.cluster_tokens import EtcdTokenSource
     from broker.cluster_node import ClusterNode
     from cluster.etcd import EtcdStore
 
@@ -137,7 +138,12 @@ class Broker:
         cluster: ClusterSource | None = None,
         node_id: str = LOCAL_NODE,
     ) -> None:
-        check_cluster(config.cluster, config.listen, insecure=config.security.insecure)
+        check_cluster(
+            config.cluster,
+            config.listen,
+            insecure=config.security.insecure,
+            tokens_file=config.security.tokens_file,
+        )
         self.config = config
         self.guard = TopicGuard(ownership)
         self._cluster = cluster
@@ -149,6 +155,7 @@ class Broker:
         self._join = config.cluster.enabled and ownership is None
         self._clock = clock  # None: the system clock
         self.metrics = metrics or BrokerMetrics()
+        self.guard.on_refusal = self.metrics.refused  # headrace_cluster_refusals_total
         self.topics = TopicRegistry(
             config.data_dir,
             config.log_config,
@@ -195,6 +202,8 @@ class Broker:
         self._metrics_http: WSGIServer | None = None
         self._lock: DirectoryLock | None = None
         self._auth: AuthInterceptor | None = None
+        #: ``[cluster] tokens``: the cluster's tokens in etcd, watched (its own connection).
+        self._token_source: EtcdTokenSource | None = None
         self._tls: ServerTls | None = None
 
     def _partition_logs(self) -> list[PartitionLog]:
@@ -246,6 +255,8 @@ class Broker:
             from broker.cluster_node import connect  # noqa: PLC0415
 
             self._etcd = await connect(self.config.cluster)
+            if self.config.cluster.tokens:
+                self._auth = await self._cluster_auth()
         # Synchronous (a mkdir, an open, a flock, one small file): no await between taking
         # the lock and owning it, so a cancelled start cannot leave it held by nobody.
         try:
@@ -254,6 +265,7 @@ class Broker:
             etcd, self._etcd = self._etcd, None
             if etcd is not None:
                 await etcd.aclose()
+            await self._close_token_source()
             if isinstance(exc, OSError):
                 raise io_error("lock the data directory", self.config.data_dir, exc) from exc
             raise
@@ -265,6 +277,33 @@ class Broker:
             if isinstance(exc, OSError) and exc.filename:  # a file, not a socket
                 raise io_error("open the data directory", self.config.data_dir, exc) from exc
             raise
+
+    async def _cluster_auth(self) -> AuthInterceptor:
+        """Token authentication against the cluster's tokens in etcd (``[cluster] tokens``),
+        listed now, like the member's etcd check, before the data directory is touched.
+
+        Raises:
+            ClusterJoinError: etcd did not answer the listing of the tokens.
+        """
+        from broker.auth.cluster_tokens import open_token_source  # noqa: PLC0415 - as connect
+        from cluster.errors import ClusterError  # noqa: PLC0415
+
+        try:
+            self._token_source = await open_token_source(self.config.cluster)
+        except BaseException as exc:
+            etcd, self._etcd = self._etcd, None
+            if etcd is not None:
+                await etcd.aclose()
+            if isinstance(exc, ClusterError):
+                raise ClusterJoinError(f"cannot read the cluster's tokens in etcd: {exc}") from exc
+            raise
+        failures = self.metrics.auth_failures
+        return AuthInterceptor(self._token_source, lambda reason: failures.labels(reason).inc())
+
+    async def _close_token_source(self) -> None:
+        source, self._token_source = self._token_source, None
+        if source is not None:
+            await source.aclose()
 
     async def _abandon_start(self) -> None:
         """Close what a failed start opened; a second failure is logged, so that the first,
@@ -314,6 +353,7 @@ class Broker:
                 await server.stop(None)  # release the bound port
                 raise
             self.guard.ownership = self.node.member
+            self._watch_member(self.node)
         add_broker_service(
             BrokerService(
                 self.topics,
@@ -367,6 +407,13 @@ class Broker:
             self.config.data_dir,
         )
 
+    def _watch_member(self, node: ClusterNode) -> None:
+        """Name this broker's node in its metrics and export its member's state."""
+        from broker.cluster_metrics import loop_sampler  # noqa: PLC0415 - cluster mode only
+
+        self.metrics.set_node(node.member.node_id)
+        self.metrics.watch_cluster(loop_sampler(node.member, asyncio.get_running_loop()))
+
     def _advertised(self) -> str:
         """This broker's address as clients call it: ``[cluster] advertise`` when set, else
         the listen host with the bound port; on a wildcard listen (``0.0.0.0``, ``::``),
@@ -408,6 +455,7 @@ class Broker:
         etcd, self._etcd = self._etcd, None
         if etcd is not None:  # a start that failed before it joined
             await etcd.aclose()
+        await self._close_token_source()  # after the server: no call checks a token now
         try:
             await self.topics.aclose()
         except (OSError, WalIOError) as exc:
@@ -485,7 +533,7 @@ def check_exposure(config: BrokerConfig) -> None:
         host,
         tls=security.tls,
         client_certs=security.tls_client_ca is not None,
-        tokens=security.tokens_file is not None,
+        tokens=security.tokens_file is not None or config.cluster.tokens,
     )
     if reason and not security.insecure:
         raise InsecureListenError(config.listen, reason)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import urllib.request
 from pathlib import Path
 
 import grpc
@@ -21,6 +22,7 @@ from proto import broker_pb2 as _pb
 from proto import broker_pb2_grpc as _broker_grpc
 from proto import cluster_pb2 as _cluster
 from proto import cluster_pb2_grpc as _cluster_grpc
+from tests.broker.test_serve_process import free_port
 from tests.cluster.broker_processes import ClusterBroker, cluster_brokers
 from tests.cluster.etcd_harness import EtcdCluster
 
@@ -170,3 +172,41 @@ async def test_a_clean_shutdown_leaves_the_cluster_at_once(
         while (seen := await _brokers_seen(b1.address)).get("b2") and seen["b2"].alive:
             assert time.monotonic() - stopped_at < 2.0, seen  # not the TTL's 10 s
             await asyncio.sleep(0.05)
+
+
+async def test_a_cluster_broker_exports_its_node_and_member_metrics(
+    tmp_path: Path, etcd: EtcdCluster, prefix: str
+) -> None:
+    """Scenario: one cluster broker b1, restarted with a metrics listener, then a topic
+    created through it. Expected: /metrics has ``headrace_node_info{node_id="b1"} 1``,
+    ``headrace_cluster_session_alive 1``, ``headrace_cluster_owned_topics 1`` and
+    ``headrace_cluster_is_controller 1`` (the only broker), and the refusal counter
+    family is declared."""
+    async with cluster_brokers(tmp_path, etcd, prefix, count=1) as brokers:
+        b1 = brokers.all[0]
+        b1.stop()
+        metrics_port = free_port()
+        b1.command[b1.command.index("--metrics-listen") + 1] = f"127.0.0.1:{metrics_port}"
+        await b1.start()
+        async with AsyncAdminClient(b1.address) as admin:
+            await admin.create_topic("orders", partitions=2)
+        wanted = (
+            'headrace_node_info{node_id="b1"} 1.0',
+            "headrace_cluster_session_alive 1.0",
+            "headrace_cluster_owned_topics 1.0",
+            "headrace_cluster_is_controller 1.0",
+            "# TYPE headrace_cluster_refusals_total counter",
+        )
+        deadline = time.monotonic() + 10
+        while True:
+            text = await asyncio.to_thread(_scrape, f"http://127.0.0.1:{metrics_port}/metrics")
+            missing = [line for line in wanted if line not in text]
+            if not missing:
+                break
+            assert time.monotonic() < deadline, missing
+            await asyncio.sleep(0.2)
+
+
+def _scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return str(response.read().decode())
