@@ -550,9 +550,15 @@ def _seek_target(target: str) -> dict[str, Any]:
 
 
 async def _topic_of(admin: AsyncAdminClient, subscription: str) -> str:
-    topics = sorted(
-        {s.topic for s in await admin.list_subscriptions() if s.subscription == subscription}
-    )
+    listing = await admin.subscription_listing()
+    topics = sorted({s.topic for s in listing.subscriptions if s.subscription == subscription})
+    if listing.offline and len(topics) < 2:  # an unread topic may hold the name too
+        unread = ", ".join(g.topic for g in listing.offline)
+        found = f"exists on topic {topics[0]}" if topics else "is on no topic read"
+        raise click.ClickException(
+            f"subscription {subscription!r} {found}, and the owners of topics {unread} "
+            "cannot be asked now; name the topic"
+        )
     if len(topics) == 1:
         return topics[0]
     if not topics:

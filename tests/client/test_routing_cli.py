@@ -130,9 +130,10 @@ async def test_cli_listings_show_every_owner_through_one_seed(tmp_path: Path) ->
 @pytest.mark.asyncio
 async def test_cli_listings_mark_an_offline_owner_and_exit_0(tmp_path: Path) -> None:
     """b2 is offline in the Lookup answers: through b1, ``topics list`` still lists t2
-    with owner b2, state OFFLINE and no figures (and says so on stderr), ``lag`` and
-    ``subscriptions list`` show t1's subscription plus one OFFLINE row for t2 naming b2;
-    every command exits 0. With ``--state OFFLINE`` lag shows that row only."""
+        with owner b2, state OFFLINE and no figures (and says so on stderr), ``lag`` and
+        ``subscriptions list`` show t1's subscription plus one OFFLINE row for t2 naming b2;
+        every command exits 0. With ``--state OFFLINE`` lag shows that row only. ``seek -s s``
+    without a topic refuses to guess t1 (t2, unread, may hold ``s`` too) and says so."""
     async with static_cluster(tmp_path) as cluster:
         await _owned_by_each(cluster)
         cluster.map.offline.add("b2")
@@ -143,6 +144,9 @@ async def test_cli_listings_mark_an_offline_owner_and_exit_0(tmp_path: Path) -> 
         lag_table = await headrace(seed, "lag")
         only = await headrace(seed, "lag", "--state", "offline", "--json")
         subs = await headrace(seed, "subscriptions", "list", "--json")
+        sought = await headrace(seed, "seek", "-s", "s", "--to", "earliest")
+    assert sought.exit_code == 1
+    assert "subscription 's' exists on topic t1, and the owners of topics t2" in sought.stderr
     for done in (listed, table, lag, lag_table, only, subs):
         assert done.exit_code == 0, done.output
     topics = json.loads(listed.stdout)
