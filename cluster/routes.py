@@ -92,6 +92,11 @@ def topic_route(state: ClusterState, name: str, me: Me) -> Route:
 def _why_not(topic: Topic, me: Me, *, alive: bool) -> tuple[str, str]:
     record = topic.record
     name = record.name
+    if record.state is TopicState.CREATING and record.owner and not alive:
+        return "offline", (
+            f"topic {name!r} is placed on broker {record.owner}, which is not running: it "
+            "is made when that broker returns"
+        )
     if record.state in (TopicState.PLACING, TopicState.CREATING):
         where = f"on broker {record.owner}" if record.owner else "(no broker chosen yet)"
         return "creating", f"topic {name!r} is being created {where}; retry shortly"

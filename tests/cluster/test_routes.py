@@ -28,6 +28,7 @@ def _me(claimed: int | None = 3, may_write: bool = True, local: bool = True) -> 
     [
         ("", TopicState.PLACING, ("b1",), _me(), False, "creating"),
         ("b2", TopicState.CREATING, ("b1", "b2"), _me(), False, "creating"),
+        ("b2", TopicState.CREATING, ("b1",), _me(), False, "offline"),
         ("b2", TopicState.READY, ("b1",), _me(), False, "offline"),
         ("b2", TopicState.DELETING, ("b1", "b2"), _me(), False, "offline"),
         ("b2", TopicState.READY, ("b1", "b2"), _me(), True, ""),
