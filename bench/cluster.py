@@ -16,7 +16,8 @@ Cells, in this order, each on a fresh data directory:
 
 In every cell the same :data:`TOPICS` topics of :data:`PARTITIONS` partitions are created
 through the seed list; in a cluster the run checks that placement gave every broker at
-least one (it stops otherwise). Then, with 100 B payloads:
+least one (it stops otherwise) and reports ``topics_owned`` per node id. Then, with 100 B
+payloads:
 
 - ``publish_records_s``: one producer process per topic (:mod:`bench._cluster_client`:
   ``bench pubsub``'s headline publish shape, an idempotent ``AsyncProducer`` and
@@ -25,15 +26,21 @@ least one (it stops otherwise). Then, with 100 B payloads:
   the first start to the last end.
 - ``consume_records_s``: then one consumer process per topic, from ``earliest``, the same
   way.
-- Per phase, the CPU each side used over that window (``/proc`` for the brokers, each
-  client's own process time): ``broker_cpu_us_per_record``,
-  ``client_cpu_us_per_record`` and ``broker_cores_used`` (broker CPU seconds over the
-  window: how much of the machine the brokers had).
-- ``first_request_latency_p50_ms`` / ``_p99_ms`` in the 2-broker cell (the first cell
-  with 2 or more brokers): a fresh producer per sample, timed from its construction to
-  the acknowledgement of its first ``publish``; ``seed=owner`` with the topic's owner as
-  its only seed, ``seed=non-owner`` with another broker (refused with the owner's
-  address, resent there), alternated, :data:`LATENCY_CLIENTS` of each.
+- Per phase, the CPU each side used over that window (each broker thread's
+  ``schedstat``, each client's own process time, ``/proc/stat`` for the whole machine):
+  ``broker_cpu_us_per_record``, ``client_cpu_us_per_record``, and ``broker_cores_used``,
+  ``client_cores_used`` and ``machine_cores_busy`` (CPU seconds over the window: how
+  much of the machine each side had, and how much was busy in all, others' load
+  included).
+- ``first_request_latency_p50_ms`` / ``_p99_ms`` in the first round's cell of the
+  smallest broker count of 2 or more: a fresh producer per sample, timed from its
+  construction to the acknowledgement of its first ``publish``; ``seed=owner`` with the
+  topic's owner as its only seed, ``seed=non-owner`` with another broker (refused with
+  the owner's address, resent there), alternated, :data:`LATENCY_CLIENTS` of each.
+
+Every cell runs :attr:`Sizes.rounds` times, the cells alternated within each round, so
+that load from elsewhere on the machine falls on all of them; each row carries its
+``round``. The derived rows use, per cell, the round with the median publish rate.
 
 Derived rows (system ``headrace-cluster``): ``publish_scaling_x`` and
 ``consume_scaling_x`` (N brokers over 1, same run), judged for N = 2 against the goal
@@ -53,6 +60,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
 import random
 import shutil
 import socket
@@ -259,14 +267,25 @@ def _cpu_s(pid: int) -> float:
     return total / 1e9
 
 
+def _machine_busy_s() -> float:
+    """CPU seconds every core of the machine has spent not idle so far (``/proc/stat``:
+    all but idle and iowait), whoever spent them."""
+    with open("/proc/stat", encoding="ascii") as stat:
+        ticks = [int(n) for n in stat.readline().split()[1:]]
+    idle = ticks[3] + ticks[4]
+    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
 @dataclass(frozen=True, slots=True)
 class Phase:
-    """One client phase's outcome: records, wall window, and CPU by side."""
+    """One client phase's outcome: records, wall window, and CPU by side (``machine_cpu_s``:
+    every process's, the bench's and anything else running on the machine)."""
 
     records: int
     seconds: float
     broker_cpu_s: float
     client_cpu_s: float
+    machine_cpu_s: float = 0.0
 
     @property
     def records_s(self) -> float:
@@ -293,12 +312,14 @@ def run_phase(specs: Sequence[Spec], broker_pids: Sequence[int]) -> Phase:
             if proc.stdout.readline().strip() != "ready":
                 raise ServerFailedError(f"a {specs[0].role} client did not get ready")
         before = sum(_cpu_s(pid) for pid in broker_pids)
+        busy = _machine_busy_s()
         for proc in procs:
             assert proc.stdin is not None
             proc.stdin.write("go\n")
             proc.stdin.flush()
         outs = [_result(proc) for proc in procs]
         after = sum(_cpu_s(pid) for pid in broker_pids)
+        busy = _machine_busy_s() - busy
     finally:
         for proc in procs:
             if proc.poll() is None:
@@ -311,6 +332,7 @@ def run_phase(specs: Sequence[Spec], broker_pids: Sequence[int]) -> Phase:
         seconds=end - start,
         broker_cpu_s=after - before,
         client_cpu_s=sum(o["cpu_s"] for o in outs),
+        machine_cpu_s=busy,
     )
 
 
@@ -457,14 +479,13 @@ def cell_results(cell: Cell, base: Params) -> Iterator[Result]:
         yield Result(
             BENCH, cell.system, "client_cpu_us_per_record", phase.client_cpu_s * per_record, "us", p
         )
-        yield Result(
-            BENCH,
-            cell.system,
-            "broker_cores_used",
-            phase.broker_cpu_s / max(phase.seconds, 1e-9),
-            "cores",
-            p,
-        )
+        window = max(phase.seconds, 1e-9)
+        for metric, cpu_s in (
+            ("broker_cores_used", phase.broker_cpu_s),
+            ("client_cores_used", phase.client_cpu_s),
+            ("machine_cores_busy", phase.machine_cpu_s),
+        ):
+            yield Result(BENCH, cell.system, metric, cpu_s / window, "cores", p)
     for seed, samples in cell.latency.items():
         ordered = sorted(samples)
         p = {"brokers": cell.brokers, "seed": seed, "clients": len(ordered)}
