@@ -138,7 +138,11 @@ def _subscribe(request: Any) -> Resource | None:
 
 
 def _visible_topics(response: _admin.ListTopicsResponse, entry: TokenEntry) -> Any:
-    return _admin.ListTopicsResponse(topics=[t for t in response.topics if entry.may_see(t.name)])
+    visible = _admin.ListTopicsResponse()
+    visible.CopyFrom(response)  # every other field (node_id: a client's cluster listing)
+    del visible.topics[:]
+    visible.topics.extend(t for t in response.topics if entry.may_see(t.name))
+    return visible
 
 
 def _visible_routes(response: _cluster.LookupResponse, entry: TokenEntry) -> Any:
@@ -158,11 +162,13 @@ def _visible_offline(response: _cluster.ClusterStatusResponse, entry: TokenEntry
 
 
 def _visible_subscriptions(response: _admin.ListSubscriptionsResponse, entry: TokenEntry) -> Any:
-    return _admin.ListSubscriptionsResponse(
-        subscriptions=[
-            s for s in response.subscriptions if entry.allows(Role.CONSUME, s.topic, s.subscription)
-        ]
+    visible = _admin.ListSubscriptionsResponse()
+    visible.CopyFrom(response)  # as _visible_topics
+    del visible.subscriptions[:]
+    visible.subscriptions.extend(
+        s for s in response.subscriptions if entry.allows(Role.CONSUME, s.topic, s.subscription)
     )
+    return visible
 
 
 _B = "/headrace.v1.Broker/"
