@@ -150,6 +150,13 @@ def cli() -> None:
     help="Where other brokers and clients call this one ([cluster] advertise; default: --listen).",
 )
 @click.option(
+    "--cluster-tokens",
+    is_flag=True,
+    default=None,
+    help="Require bearer tokens kept in the cluster's etcd ([cluster] tokens; `headrace tokens "
+    "create --cluster-etcd`); not with --tokens-file.",
+)
+@click.option(
     "--log-level",
     default="INFO",
     show_default=True,
@@ -173,6 +180,7 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
     cluster_etcd: str | None,
     node_id: str | None,
     advertise: str | None,
+    cluster_tokens: bool | None,
     log_level: str,
     log_format: str | None,
 ) -> None:
@@ -181,7 +189,8 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
     On an address other hosts can reach it refuses to start without TLS and tokens (or
     client certificates), unless --insecure is given; see docs/operations/security.md.
     With --cluster-etcd (or [cluster] etcd) it joins a cluster as --node-id; etcd off
-    loopback without [cluster] etcd TLS is refused the same way.
+    loopback without [cluster] etcd TLS is refused the same way. With --cluster-tokens (or
+    [cluster] tokens) every RPC needs a bearer token kept in that etcd.
     """
     try:
         config = BrokerConfig.load(
@@ -195,12 +204,20 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
             insecure=insecure,
         )
         cluster = config.cluster.replace(
-            etcd=_endpoints(cluster_etcd), node_id=node_id, advertise=advertise
+            etcd=_endpoints(cluster_etcd),
+            node_id=node_id,
+            advertise=advertise,
+            tokens=cluster_tokens,
         )
         config = config.replace(
             security=security, cluster=cluster, log_format=log_format and LogFormat(log_format)
         )
-        check_cluster(config.cluster, config.listen, insecure=config.security.insecure)
+        check_cluster(
+            config.cluster,
+            config.listen,
+            insecure=config.security.insecure,
+            tokens_file=config.security.tokens_file,
+        )
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from exc
     configure_logging(log_level, config.log_format)

@@ -17,6 +17,8 @@ Rules, each refused with one line naming the key:
 - ``session_ttl_s``: whole seconds from 2 to 60 (default 10).
 - ``etcd_ca``, ``etcd_cert``, ``etcd_key``: all three (TLS with a client certificate) or none.
 - ``prefix``: starts and ends with ``/`` (default ``/headrace/``).
+- ``tokens`` (``--cluster-tokens``): bearer tokens from etcd; needs ``etcd``, and is
+  refused together with ``[security] tokens_file`` (one source of tokens).
 - Off loopback (an etcd endpoint or the advertised host is not 127.0.0.0/8, ``::1`` or
   ``localhost``) without etcd TLS: refused unless ``insecure`` (``--insecure``).
 
@@ -62,6 +64,8 @@ class ClusterConfig:
         etcd_cert: PEM client certificate presented to etcd.
         etcd_key: Unencrypted PEM key of ``etcd_cert``. The three go together.
         prefix: The etcd key prefix of this cluster's keys. Default ``/headrace/``.
+        tokens: Every RPC needs a bearer token kept in etcd (``headrace tokens create
+            --cluster-etcd``; :mod:`broker.auth.cluster_tokens`). Default ``False``.
     """
 
     etcd: tuple[str, ...] | None = None
@@ -72,6 +76,7 @@ class ClusterConfig:
     etcd_cert: str | None = None
     etcd_key: str | None = None
     prefix: str = "/headrace/"
+    tokens: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.etcd, list):
@@ -93,6 +98,11 @@ class ClusterConfig:
             raise ConfigError(
                 "[cluster] etcd_ca, etcd_cert and etcd_key go together (TLS toward etcd with "
                 f"a client certificate): set all three or none; only {', '.join(tls)} is set"
+            )
+        if self.tokens and self.etcd is None:
+            raise ConfigError(
+                "[cluster] tokens needs etcd: tokens are read from the cluster's etcd; set "
+                "--cluster-etcd (or use [security] tokens_file on a single broker)"
             )
         if not (self.prefix.startswith("/") and self.prefix.endswith("/")):
             raise ConfigError(
@@ -131,15 +141,24 @@ class ClusterConfig:
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
 
 
-def check_cluster(cluster: ClusterConfig, listen: str, *, insecure: bool) -> None:
+def check_cluster(
+    cluster: ClusterConfig, listen: str, *, insecure: bool, tokens_file: str | None = None
+) -> None:
     """The rules of ``[cluster]`` that need other settings; nothing for a single broker.
 
     Raises:
         ConfigError: no address to advertise, or etcd or the advertised address off
-            loopback with no TLS toward etcd and no ``insecure``.
+            loopback with no TLS toward etcd and no ``insecure``, or ``tokens`` together
+            with ``[security] tokens_file``.
     """
     if not cluster.enabled:
         return
+    if cluster.tokens and tokens_file is not None:
+        raise ConfigError(
+            f"[cluster] tokens and [security] tokens_file = {tokens_file!r} are two sources "
+            "of tokens; a broker reads one: drop tokens_file (--tokens-file) to use the "
+            "cluster's tokens in etcd, or drop tokens (--cluster-tokens)"
+        )
     advertised = cluster.advertised(listen)
     if cluster.etcd_tls or insecure:
         return

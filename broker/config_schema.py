@@ -854,6 +854,16 @@ class ClusterTable(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             ),
         ]
     ] = UNSET
+    tokens: Opt[
+        Annotated[
+            bool,
+            meta(
+                "Check bearer tokens kept in etcd (`headrace tokens create --cluster-etcd`): "
+                "every RPC then needs one, and a token works on every broker at once. Needs "
+                "`etcd`; not with `[security] tokens_file`. Flag `--cluster-tokens`.",
+            ),
+        ]
+    ] = UNSET
 
 
 class ConfigFile(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

@@ -17,6 +17,9 @@ then logs the reason as a warning):
                                                               of one may do everything)
     any other                   yes   any            yes      serves
 
+"tokens" is either source of bearer tokens: ``[security] tokens_file`` or, in cluster mode,
+``[cluster] tokens`` (the cluster's tokens in etcd); each protects alike.
+
 A host name other than ``localhost`` counts as not loopback (it is not resolved: what it
 points at may change). ``0.0.0.0`` and ``::`` listen on every interface.
 
@@ -52,7 +55,8 @@ def refusal(host: str, *, tls: bool, client_certs: bool, tokens: bool) -> str | 
         return (
             f"{host} is not a loopback address and neither TLS nor tokens are configured, so "
             "anyone who reaches the port could read, write and delete every topic; set "
-            f"[security] tls_cert, tls_key and tokens_file, or {_WHAT_TO_DO}"
+            "[security] tls_cert, tls_key and tokens_file (or [cluster] tokens), or "
+            f"{_WHAT_TO_DO}"
         )
     if not tls:
         return (
@@ -62,6 +66,7 @@ def refusal(host: str, *, tls: bool, client_certs: bool, tokens: bool) -> str | 
     if not tokens and not client_certs:
         return (
             f"{host} is not a loopback address and TLS alone lets anyone connect; set "
-            f"[security] tokens_file or tls_client_ca (client certificates), or {_WHAT_TO_DO}"
+            "[security] tokens_file (or [cluster] tokens) or tls_client_ca (client "
+            f"certificates), or {_WHAT_TO_DO}"
         )
     return None
