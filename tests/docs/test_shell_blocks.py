@@ -134,6 +134,10 @@ RUN_BY: dict[Block, tuple[str, ...]] = {
     ("docs/benchmarks.md", ".venv/bin/python -m bench spark --json > bench/results/spark", 1): (
         _BENCH + "test_every_bench_command_on_the_page_parses",
     ),
+    ("docs/benchmarks.md", ".venv/bin/python -m bench cluster", 1): (
+        _BENCH + "test_every_bench_command_on_the_page_parses",
+        "tests/bench/test_cluster_bench.py::test_quick_run_measures_every_cell_on_placed_topics",
+    ),
 }
 
 _MAKE = (
