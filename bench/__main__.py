@@ -28,6 +28,7 @@ from bench._runner import SCENARIOS
 from bench._samples import SampleLog
 from bench._scenario import RunOptions, Scenario
 from bench._scratch import scratch_root
+from bench._server_process import ServerFailedError
 from wal import WalError
 
 #: Scenarios with flags of their own (see :func:`_scenario`).
@@ -229,7 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         samples = SampleLog()
     try:
         results = _run(args, scenario, samples)
-    except (OSError, WalError) as exc:
+    except (OSError, WalError, ServerFailedError) as exc:
         return _error(str(exc))
     if not args.json:
         print(render_human(args.scenario, results))

@@ -78,7 +78,7 @@ from bench._measure import new_runner, per_second, percentile
 from bench._output import Goal, Params, Result
 from bench._scenario import RunOptions
 from bench._server_process import ServerFailedError, ServerProcess, wait_until_serving
-from broker.cli_cluster import _Child, _etcd_healthy, _plan, _serving, _stop_all
+from broker.cli_cluster import INSTALL_ETCD, _Child, _etcd_healthy, _plan, _serving, _stop_all
 from client import AsyncAdminClient, AsyncProducer
 
 BENCH = "cluster"
@@ -198,7 +198,7 @@ def _start_cluster(directory: Path, brokers: int) -> _System:
     """etcd, then ``brokers`` brokers in cluster mode; returns once each one serves."""
     etcd = shutil.which("etcd")
     if etcd is None:
-        raise ServerFailedError("etcd is not on the PATH (Debian: apt-get install etcd-server)")
+        raise ServerFailedError(INSTALL_ETCD)
     base = _free_base(brokers)
     config = _config(directory)
     children = _plan(etcd, directory, brokers, base)
@@ -421,6 +421,8 @@ def measure_cell(
 def run(options: RunOptions, brokers: Sequence[int] | None = None) -> Iterator[Result]:
     """Every round runs every cell in order (the single-broker peer, then each broker
     count); then the derived rows (over each cell's median round) and the goal."""
+    if shutil.which("etcd") is None:  # before any cell: not after a minute of the others
+        raise ServerFailedError(INSTALL_ETCD)
     sizes = QUICK if options.quick else FULL
     counts = tuple(sorted({1, *brokers})) if brokers else default_brokers()  # 1: the base
     cores = usable_cores()

@@ -5,6 +5,7 @@ median round), and a quick run through its command line against a real etcd and 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -170,3 +171,22 @@ def test_bad_brokers_flags_are_usage_errors(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as stopped:
         main(argv)
     assert stopped.value.code == 2
+
+
+def test_without_etcd_the_run_stops_at_once_saying_how_to_install_it(tmp_path: Path) -> None:
+    """Scenario: ``python -m bench cluster --quick`` with a PATH that holds no ``etcd``.
+    Expected: exit 1 with one ``bench: error:`` line saying how to install it, and no cell
+    measured (nothing but the machine record printed)."""
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    done = subprocess.run(
+        [*COMMAND, "--dir", str(tmp_path / "data")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "PATH": str(empty)},
+    )
+    assert done.returncode == 1
+    assert done.stderr.startswith("bench: error: etcd is not on the PATH: install it")
+    assert [json.loads(line)["system"] for line in done.stdout.splitlines()] == ["machine"]
