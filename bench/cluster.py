@@ -108,7 +108,7 @@ class Sizes:
     rounds: int
 
 
-#: About 5 s per phase here (1.4-1.7 M records/s), three rounds.
+#: 8 M records a phase: 5-9 s here (0.85-1.7 M records/s as the load varied), three rounds.
 FULL = Sizes(records_per_topic=2_000_000, latency_clients=LATENCY_CLIENTS, rounds=3)
 #: About 0.3 s per phase, one round: a smoke run of the whole path.
 QUICK = Sizes(records_per_topic=100_000, latency_clients=10, rounds=1)
