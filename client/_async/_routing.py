@@ -122,34 +122,41 @@ class Router:
         deadline = time.monotonic() + timeout_s
         attempt = redirects = 0
         unreached_at: set[str] = set()
-        while True:
-            link = self.link_for(topic)
-            try:
-                return await fn(link, max(deadline - time.monotonic(), 0.001))
-            except grpc.RpcError as exc:
-                error = from_rpc_error(exc)
-                step = self.table.after(topic, link.address, error, retry=retry)
-                if unreached(error):
-                    unreached_at.add(link.address)
-                    if not retry and len(unreached_at) >= len(self.table.seeds):
-                        raise error from exc  # every seed tried: none can be reached
-                if step is Step.RAISE:
-                    raise error from exc
-                if step is Step.NOW and redirects < MAX_REDIRECTS:
-                    redirects += 1
-                    logger.debug("%s: %s; going to %s", what, error, self.table.address(topic))
-                    continue
-                pause = backoff_s(attempt, self._rng)
-                if time.monotonic() + pause >= deadline:
-                    raise error from exc
-                logger.info(
-                    "%s failed (%s); retrying in %.3f s", what, shown_text(str(error)), pause
-                )
-            await asyncio.sleep(pause)
-            attempt += 1
-            redirects = 0
-            if step in (Step.LOOKUP, Step.NOW) and topic:
-                await self.refresh([topic], deadline)
+        error: ClientError | None = None
+        try:
+            while True:
+                link = self.link_for(topic)
+                try:
+                    return await fn(link, max(deadline - time.monotonic(), 0.001))
+                except grpc.RpcError as exc:
+                    error = from_rpc_error(exc)
+                    step = self.table.after(topic, link.address, error, retry=retry)
+                    if unreached(error):
+                        unreached_at.add(link.address)
+                        if not retry and len(unreached_at) >= len(self.table.seeds):
+                            raise error from exc  # every seed tried: none can be reached
+                    if step is Step.RAISE:
+                        raise error from exc
+                    if step is Step.NOW and redirects < MAX_REDIRECTS:
+                        redirects += 1
+                        logger.debug("%s: %s; going to %s", what, error, self.table.address(topic))
+                        continue
+                    pause = backoff_s(attempt, self._rng)
+                    if time.monotonic() + pause >= deadline:
+                        raise error from exc
+                    logger.info(
+                        "%s failed (%s); retrying in %.3f s", what, shown_text(str(error)), pause
+                    )
+                await asyncio.sleep(pause)
+                attempt += 1
+                redirects = 0
+                if step in (Step.LOOKUP, Step.NOW) and topic:
+                    await self.refresh([topic], deadline)
+        finally:
+            # A raised error's traceback holds this frame: unbinding it here leaves no
+            # cycle (error -> traceback -> frame -> error) that only the cyclic GC frees,
+            # with this client's channel in it, after every failed call.
+            error = None
 
     async def refresh(self, topics: Sequence[str], deadline: float) -> None:
         """Look ``topics`` up on the first seed that answers and cache the routes; a
@@ -181,23 +188,26 @@ class Router:
         request = _cluster.LookupRequest(topics=list(topics))
         deadline = time.monotonic() + timeout_s
         error: ClientError = NotFound("no seed broker to ask")
-        for address in self.table.lookup_order():
-            remaining = min(deadline - time.monotonic(), LOOKUP_TIMEOUT_S)
-            if remaining <= 0:
-                break
-            self.table.lookups += 1
-            try:
-                response = await self.link(address).cluster.Lookup(request, timeout=remaining)
-            except grpc.RpcError as exc:
-                error = from_rpc_error(exc)
-                if error.code not in (
-                    grpc.StatusCode.UNAVAILABLE,
-                    grpc.StatusCode.DEADLINE_EXCEEDED,
-                ):
-                    raise error from exc
-                continue
-            return address, response
-        raise error
+        try:
+            for address in self.table.lookup_order():
+                remaining = min(deadline - time.monotonic(), LOOKUP_TIMEOUT_S)
+                if remaining <= 0:
+                    break
+                self.table.lookups += 1
+                try:
+                    response = await self.link(address).cluster.Lookup(request, timeout=remaining)
+                except grpc.RpcError as exc:
+                    error = from_rpc_error(exc)
+                    if error.code not in (
+                        grpc.StatusCode.UNAVAILABLE,
+                        grpc.StatusCode.DEADLINE_EXCEEDED,
+                    ):
+                        raise error from exc
+                    continue
+                return address, response
+            raise error
+        finally:
+            del error  # no cycle through this frame (as in :meth:`call`)
 
     async def aclose(self) -> None:
         """Close every channel the router opened."""

@@ -92,29 +92,33 @@ class BlockingRouter:
         """
         deadline = time.monotonic() + timeout_s
         attempt = redirects = 0
-        while True:
-            link = self.link_for(topic)
-            try:
-                return fn(link, max(deadline - time.monotonic(), 0.001))
-            except grpc.RpcError as exc:
-                error = from_rpc_error(exc)
-                step = self.table.after(topic, link.address, error, retry=True)
-                if step is Step.RAISE:
-                    raise error from exc
-                if step is Step.NOW and redirects < MAX_REDIRECTS:
-                    redirects += 1
-                    continue
-                pause = backoff_s(attempt, self._rng)
-                if time.monotonic() + pause >= deadline:
-                    raise error from exc
-                logger.info(
-                    "%s failed (%s); retrying in %.3f s", what, shown_text(str(error)), pause
-                )
-            time.sleep(pause)
-            attempt += 1
-            redirects = 0
-            if step in (Step.LOOKUP, Step.NOW):
-                self.refresh([topic], deadline)
+        error: ClientError | None = None
+        try:
+            while True:
+                link = self.link_for(topic)
+                try:
+                    return fn(link, max(deadline - time.monotonic(), 0.001))
+                except grpc.RpcError as exc:
+                    error = from_rpc_error(exc)
+                    step = self.table.after(topic, link.address, error, retry=True)
+                    if step is Step.RAISE:
+                        raise error from exc
+                    if step is Step.NOW and redirects < MAX_REDIRECTS:
+                        redirects += 1
+                        continue
+                    pause = backoff_s(attempt, self._rng)
+                    if time.monotonic() + pause >= deadline:
+                        raise error from exc
+                    logger.info(
+                        "%s failed (%s); retrying in %.3f s", what, shown_text(str(error)), pause
+                    )
+                time.sleep(pause)
+                attempt += 1
+                redirects = 0
+                if step in (Step.LOOKUP, Step.NOW):
+                    self.refresh([topic], deadline)
+        finally:
+            error = None  # no cycle through this frame (as in the async Router.call)
 
     def refresh(self, topics: Sequence[str], deadline: float) -> None:
         """Look ``topics`` up on the first seed that answers; a failure is logged."""
