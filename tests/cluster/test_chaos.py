@@ -11,11 +11,13 @@ every topic (one task per producer and topic) and note each acknowledged one; on
 acks every record it notes. The clients ride over everything by themselves: refusals
 from a non-owner, an owner offline, a broken connection.
 
-A seeded chaos loop (the seed is printed) makes :data:`FAULTS` faults, each after every
-topic made progress since the previous one: SIGKILL one broker (restarted with the same
-node id, port and data directory), SIGKILL one etcd member (restarted on its data
-directory), or both at once. Never more than one etcd member is down, never more than
-one broker: the etcd majority stands and some broker always serves.
+A seeded chaos loop (the seed is printed; ``HEADRACE_CHAOS_SEED`` replays another) makes
+:data:`FAULTS` SIGKILLs in a random walk: kill a running broker, kill a running etcd
+member, or restart one that is down (a broker with the same node id, port and data
+directory; an etcd member on its data directory), with 0-5 s between steps, so faults
+overlap and a broker may die again while it starts. Never more than one etcd member is
+down (the majority stands), never more than two brokers (one always serves). Each time
+everything is up, every topic must make progress before the next step.
 
 Checked once everything is back and production stopped: read through the routed
 :class:`AsyncFetcher` from offset 0, every partition of every topic holds every
@@ -180,11 +182,15 @@ async def chaos(
 
     A random walk: each step SIGKILLs a running broker (at most two down: one always
     serves), SIGKILLs a running etcd member (while none is down), or restarts one that
-    is down (same node id, port and data directory), then sleeps 0-5 s. Faults overlap: a broker may die while
-    another broker or an etcd member is down, or right after its own restart. Each time
-    everything is up again, every topic must make progress before the next step.
+    is down (same node id, port and data directory; not waiting until it serves, so the
+    next step may kill it while it starts and reclaims its topics), then sleeps 0-5 s.
+    Faults overlap: a broker may die while another broker or an etcd member is down, or
+    right after its own restart. Each time everything is up again, every topic must make
+    progress before the next step. Returns the timeline: ``-b2@775`` b2 SIGKILLed when
+    775 records were acknowledged in all, ``+b2`` b2 restarted.
     """
     faults: list[str] = []
+    timeline: list[str] = []
     down: list[ClusterBroker] = []
     member_down: Member | None = None
     while len(faults) < FAULTS or down or member_down is not None:
@@ -200,23 +206,29 @@ async def chaos(
             broker = rng.choice([b for b in brokers.all if b not in down])
             broker.kill()
             down.append(broker)
-            faults.append(f"{broker.node_id}@{acked}")
+            faults.append(broker.node_id)
+            timeline.append(f"-{broker.node_id}@{acked}")
         elif step == "kill etcd":
             member_down = rng.choice(etcd.members)
             etcd.kill(member_down)
-            faults.append(f"{member_down.name}@{acked}")
+            faults.append(member_down.name)
+            timeline.append(f"-{member_down.name}@{acked}")
         elif step == "restart broker":
             broker = down.pop(rng.randrange(len(down)))
-            await broker.start()
+            broker.spawn()  # not awaited: it may die starting
+            timeline.append(f"+{broker.node_id}")
         else:
             assert member_down is not None
             await asyncio.to_thread(etcd.restart, member_down)
+            timeline.append(f"+{member_down.name}")
             member_down = None
         if not down and member_down is None:
+            for broker in brokers.all:
+                await broker.wait_serving(30.0)
             await wait_online(brokers, brokers.all, within_s=30.0)
             await wait_progress(ledger, rng.randint(20, 60), "progress with everything up")
         await asyncio.sleep(rng.uniform(0, 2.5 * TTL_S))
-    return faults
+    return timeline
 
 
 async def test_brokers_and_etcd_members_sigkilled_at_random_lose_and_double_nothing(
@@ -228,9 +240,9 @@ async def test_brokers_and_etcd_members_sigkilled_at_random_lose_and_double_noth
     """Scenario: a real 3-member etcd, 3 brokers (TTL 2 s), 5 topics of 2 partitions
     created through different brokers; 2 idempotent producers send unique values to every
     topic and one consumer per topic reads and acks, all through the seed list. A seeded
-    chaos loop makes 10 faults, each after progress on every topic: a broker SIGKILLed,
-    an etcd member SIGKILLed, or one of each; each restarted (same node id and data
-    directory) after 0.2-5 s. Never two etcd members or two brokers down at once.
+    random walk makes 10 SIGKILLs of brokers and etcd members, overlapping, restarting
+    each (same node id and data directory) 0-5 s or more later; at most one etcd member
+    and two brokers down at once; progress on every topic whenever all are up.
     Expected: every topic spans the brokers (all three own one); with everything back
     and production stopped, each partition read from offset 0 through the routed fetcher
     holds every acknowledged value exactly once and no value twice; each topic's consumer
@@ -269,7 +281,7 @@ async def test_brokers_and_etcd_members_sigkilled_at_random_lose_and_double_noth
             ]
             tasks = [*readers, *writers]
             try:
-                faults = await until(chaos(brokers, own_etcd, ledger, rng), *tasks)
+                timeline = await until(chaos(brokers, own_etcd, ledger, rng), *tasks)
                 await until(wait_progress(ledger, 50, "progress after the last fault"), *tasks)
                 stop.set()
                 await until(asyncio.gather(*writers), *readers)
@@ -303,7 +315,7 @@ async def test_brokers_and_etcd_members_sigkilled_at_random_lose_and_double_noth
     assert acked + ledger.failed == ledger.sent
     with capsys.disabled():
         print(
-            f"\n[cluster chaos] seed {SEED}; {len(faults)} faults {faults}; "
+            f"\n[cluster chaos] seed {SEED}; {FAULTS} SIGKILLs {' '.join(timeline)}; "
             f"{ledger.sent} sent, {acked} acknowledged, {ledger.failed} failed "
             f"{dict(ledger.failures)}; duplicates delivered {ledger.duplicates()}; "
             f"{time.monotonic() - started:.1f} s"
