@@ -15,6 +15,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import time
 import tomllib
 from pathlib import Path
@@ -22,7 +23,7 @@ from pathlib import Path
 from tests.broker.test_cli_client import CLI
 from tests.broker.test_cli_cluster import free_base_port, headrace, local_cluster
 from tests.cluster.etcd_harness import etcd_binary
-from tests.docs._shell import ROOT, block_after, commands, session, substitute
+from tests.docs._shell import ROOT, block_after, commands, environment, session, substitute
 
 PAGE = ROOT / "docs" / "operations" / "cluster.md"
 #: The base port the page's commands assume (`cluster local`'s default).
@@ -36,7 +37,9 @@ def test_the_local_cluster_session_runs_as_printed(tmp_path: Path) -> None:
     command of the session exits 0; the two topics are created; the five records come
     back; `cluster status` names 3 of 3 brokers alive, a controller, etcd healthy and no
     offline topic, as the page's sample does; orders and payments are owned by two
-    different brokers (fewest partitions first)."""
+    different brokers (fewest partitions first). The client guide's cluster listing
+    example (docs/examples/cluster_listing.py, seeds from HEADRACE_BROKER) then lists
+    both topics online with their owners, and billing's lag 0 on b1."""
     etcd_binary()
     (start,) = commands(block_after(PAGE, "## Try it on one machine"))
     assert start == ".venv/bin/headrace cluster local --brokers 3 --data-dir /tmp/headrace-cluster"
@@ -59,6 +62,20 @@ def test_the_local_cluster_session_runs_as_printed(tmp_path: Path) -> None:
         assert re.search(r"3 of 3 brokers alive, controller b[123]", status), status
         assert "etcd: 1 of 1 endpoint healthy" in status
         assert "offline topics: none" in status
+        listed = subprocess.run(
+            [sys.executable, str(ROOT / "docs" / "examples" / "cluster_listing.py")],
+            env=environment({"HEADRACE_BROKER": seeds}),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert listed.returncode == 0, listed.stderr
+        lines = listed.stdout.splitlines()
+        assert [line.split()[:3] for line in lines if line.startswith(("orders ", "payments "))][
+            :2
+        ] == [["orders", "b1", "online"], ["payments", "b2", "online"]], listed.stdout
+        assert "orders billing b1 0" in lines, listed.stdout
         document = json.loads(headrace("cluster", "status", "--json", "--broker", seeds).stdout)
         owned = {b["node_id"]: (b["topics"], b["partitions"]) for b in document["brokers"]}
         assert sorted(owned.values()) == [(0, 0), (1, 2), (1, 3)], owned
