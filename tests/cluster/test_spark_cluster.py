@@ -7,7 +7,8 @@ module: it costs ~10 s to start). The query unions one ``format("headrace")`` st
 topic (a stream reads one topic) and writes through the connector's exactly-once sink; each
 source's ``broker`` option is the seed list with a broker that does NOT own its topic
 first, so the driver finds the owner through the seed's Lookup and its acks reach the
-owner.
+owner. The second test SIGKILLs an input topic's owner under a running query and starts
+it again.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -201,3 +203,82 @@ def test_a_stream_over_topics_of_three_brokers_is_exactly_once_with_lag_0(
                 info = owner_admin.describe_subscription(topic, SUBSCRIPTION)
             assert sum(p.head for p in info.partitions) == done * PER_TOPIC
             assert [p.lag for p in info.partitions] == [0, 0], (topic, info.partitions)
+
+
+def out_count(seeds: str) -> int:
+    """How many records ``out`` holds, over its partitions."""
+    return sum(len(rows) for rows in asyncio.run(read_topic(seeds, "out")).values())
+
+
+def wait_out(seeds: str, more_than: int, within_s: float) -> int:
+    """Poll ``out`` until it holds more than ``more_than`` records; how many it holds."""
+    deadline = time.monotonic() + within_s
+    while (count := out_count(seeds)) <= more_than:
+        assert time.monotonic() < deadline, f"out: {count} records, not over {more_than}"
+        time.sleep(0.3)
+    return count
+
+
+@pytest.mark.timeout(400)
+def test_a_running_stream_rides_over_an_input_owner_sigkilled_and_restarted(
+    spark: Any, brokers: Brokers, tmp_path: Path
+) -> None:
+    """Scenario: as above, 1,000 records per input topic, and a query with a 200 ms
+    processingTime trigger and at most 150 records per trigger (many micro-batches)
+    running. Once ``out`` holds some of them, the owner of an input topic that does not
+    own ``out`` is SIGKILLed and started again on its data directory and node id; 500
+    more per topic are published through the seeds; the query runs until ``out`` holds
+    4,500 records, then is stopped.
+    Expected: the query never fails; ``out`` holds every record exactly once; after the
+    stop ``headrace lag`` through one seed shows ``spark-all`` with lag 0 on every
+    partition of every input topic (the last batch is acked at the next trigger)."""
+    seed = brokers.all[0].address
+    with AdminClient(seed) as admin:
+        for topic in [*TOPICS, "out"]:
+            admin.create_topic(topic, partitions=2)
+    owners = asyncio.run(brokers.wait_owners([*TOPICS, "out"]))
+    victim = next(owners[t] for t in TOPICS if owners[t] != owners["out"])
+    publish(brokers.seeds, 0, 1000)
+    streams = [
+        spark.readStream.format("headrace")
+        .option("broker", seeds_not_owned_first(brokers, owners[topic]))
+        .option("topic", topic)
+        .option("subscription", SUBSCRIPTION)
+        .option("maxRecordsPerTrigger", "150")
+        .load()
+        .selectExpr("value")
+        for topic in TOPICS
+    ]
+    query = (
+        streams[0]
+        .unionByName(streams[1])
+        .unionByName(streams[2])
+        .writeStream.format("headrace")
+        .option("broker", seeds_not_owned_first(brokers, owners["out"]))
+        .option("topic", "out")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    try:
+        wait_out(brokers.seeds, 300, 120)
+        broker = brokers.by_id[victim]
+        broker.kill()
+        broker.spawn()
+        asyncio.run(broker.wait_serving(30.0))
+        asyncio.run(brokers.wait_owners(TOPICS))
+        publish(brokers.seeds, 1000, 500)
+        wait_out(brokers.seeds, len(TOPICS) * 1500 - 1, 180)
+        assert query.exception() is None, query.exception()
+        deadline = time.monotonic() + 30
+        while any(r["lag"] for r in lag_rows(seed) if r["subscription"] == SUBSCRIPTION):
+            assert time.monotonic() < deadline, lag_rows(seed)
+            time.sleep(0.3)
+    finally:
+        query.stop()
+    assert query.exception() is None, query.exception()
+    out = asyncio.run(read_topic(brokers.seeds, "out"))
+    assert sorted(v for rows in out.values() for _, v in rows) == expected_values(1500)
+    rows = [r for r in lag_rows(seed) if r["subscription"] == SUBSCRIPTION]
+    assert len(rows) == 2 * len(TOPICS)
+    assert all((r["cursor"], r["lag"]) == (r["head"], 0) for r in rows), rows
