@@ -83,6 +83,7 @@ from wal.log import Clock
 
 if TYPE_CHECKING:  # cluster mode imports etcd only when it runs (see start)
     from broker.auth.cluster_tokens import EtcdTokenSource
+    from broker.cluster_defaults import TopicDefaults
     from broker.cluster_node import ClusterNode
     from cluster.etcd import EtcdStore
 
@@ -152,6 +153,7 @@ class Broker:
         #: pass their own ``ownership``).
         self.node: ClusterNode | None = None
         self._etcd: EtcdStore | None = None  # opened at start, before the data directory
+        self._topic_defaults: TopicDefaults | None = None  # cluster mode: read at start
         self._join = config.cluster.enabled and ownership is None
         self._clock = clock  # None: the system clock
         self.metrics = metrics or BrokerMetrics()
@@ -257,6 +259,7 @@ class Broker:
             self._etcd = await connect(self.config.cluster)
             if self.config.cluster.tokens:
                 self._auth = await self._cluster_auth()
+            await self._read_cluster_defaults(self._etcd)
         # Synchronous (a mkdir, an open, a flock, one small file): no await between taking
         # the lock and owning it, so a cancelled start cannot leave it held by nobody.
         try:
@@ -300,6 +303,30 @@ class Broker:
         failures = self.metrics.auth_failures
         return AuthInterceptor(self._token_source, lambda reason: failures.labels(reason).inc())
 
+    async def _read_cluster_defaults(self, store: EtcdStore) -> None:
+        """Read the cluster's defaults (``headrace cluster config``) and apply them before
+        the topics open, so that they open with the cluster's ``[wal]`` defaults.
+
+        Raises:
+            ClusterJoinError: etcd did not answer, or the document is not one.
+        """
+        from broker.cluster_defaults import TopicDefaults  # noqa: PLC0415 - as connect
+        from broker.cluster_node import apply_defaults, read_defaults  # noqa: PLC0415
+
+        config = self.config
+        try:
+            record = await read_defaults(store, config.cluster)
+        except BaseException:
+            self._etcd = None
+            await store.aclose()
+            await self._close_token_source()
+            raise
+        defaults = TopicDefaults(
+            config.default_partitions, config.auto_create_topics, config.log_config
+        )
+        apply_defaults(defaults, self.topics, record)
+        self._topic_defaults = defaults
+
     async def _close_token_source(self) -> None:
         source, self._token_source = self._token_source, None
         if source is not None:
@@ -339,6 +366,8 @@ class Broker:
         if self._etcd is not None:  # bound, not serving: registration advertises the port
             from broker.cluster_node import ClusterNode  # noqa: PLC0415 - as connect above
 
+            assert self._topic_defaults is not None  # read with the etcd connection
+
             store, self._etcd = self._etcd, None  # the node closes it from now on
             try:
                 self.node = await ClusterNode.join(
@@ -348,6 +377,7 @@ class Broker:
                     self.topics,
                     self.subscriptions,
                     max_partitions=self.config.limits.max_partitions_per_topic,
+                    defaults=self._topic_defaults,
                 )
             except BaseException:
                 await server.stop(None)  # release the bound port

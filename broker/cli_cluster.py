@@ -1,6 +1,6 @@
-"""``headrace cluster status|local``: look at a cluster, and run one on this machine.
+"""``headrace cluster status|local|config``: look at a cluster, and run one on this machine.
 
-Role:
+Role (``config``, the cluster's defaults in etcd, is :mod:`broker.cli_cluster_config`):
 
 - ``status`` asks any broker (the first of ``--broker``'s seeds that answers) for
   ``ClusterStatus`` and prints each broker (node id, address, alive, topics and partitions
@@ -46,6 +46,7 @@ from grpc_health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
 from grpc_health.v1.health_pb2_grpc import HealthStub
 
 from broker.cli_client import Target, broker_option, reachable_channel, run
+from broker.cli_cluster_config import config
 from broker.cli_output import plural, table
 from proto import cluster_pb2 as _cluster
 from proto.cluster_pb2_grpc import ClusterStub
@@ -66,7 +67,11 @@ INSTALL_ETCD = (
 
 @click.group()
 def cluster() -> None:
-    """Look at a cluster (status) and run one on this machine (local)."""
+    """Look at a cluster (status), run one on this machine (local), set its defaults
+    (config)."""
+
+
+cluster.add_command(config)
 
 
 # --- status --------------------------------------------------------------------------------

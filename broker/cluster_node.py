@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from broker.cluster_defaults import TopicDefaults
 from broker.cluster_service import BrokerView, StatusView, TopicRouteView
 from broker.config_cluster import ClusterConfig
 from broker.errors import (
@@ -45,6 +46,7 @@ from broker.errors import (
     TopicRefusedError,
 )
 from broker.topics import TopicRegistry
+from cluster.config_defaults import DefaultsRecord, DefaultsView, EtcdDefaults
 from cluster.errors import (
     ClusterError,
     DuplicateNodeError,
@@ -135,12 +137,22 @@ class ClusterNode:
     auto_create_timeout_s = AUTO_CREATE_TIMEOUT_S
 
     def __init__(
-        self, store: EtcdStore, member: ClusterMember, topics: TopicRegistry, max_partitions: int
+        self,
+        store: EtcdStore,
+        member: ClusterMember,
+        topics: TopicRegistry,
+        max_partitions: int,
+        *,
+        defaults: TopicDefaults,
+        defaults_view: DefaultsView | None = None,
     ) -> None:
         self._store = store
         self.member = member
         self._topics = topics
         self._max_partitions = max_partitions
+        #: What a new topic gets: the cluster's defaults over this broker's file's.
+        self.defaults = defaults
+        self._defaults_view = defaults_view
 
     @classmethod
     async def join(
@@ -152,9 +164,12 @@ class ClusterNode:
         subscriptions: SubscriptionRegistry,
         *,
         max_partitions: int,
+        defaults: TopicDefaults,
     ) -> ClusterNode:
         """Join as ``config.node_id`` advertising ``address``, over ``store`` (from
-        :func:`connect`; closed here if the join fails, else by :meth:`aclose`).
+        :func:`connect`; closed here if the join fails, else by :meth:`aclose`). The
+        cluster's defaults are watched from before the member starts (it may make topics
+        placed here at once) and applied to ``defaults`` and ``topics``.
 
         Raises:
             ClusterJoinError: a live broker holds the node id, or etcd did not answer.
@@ -164,9 +179,14 @@ class ClusterNode:
             config.node_id, address, config.session_ttl_s, config.prefix, _version()
         )
         member = ClusterMember(store, member_config, BrokerTopics(topics, subscriptions))
+        view = DefaultsView(
+            store, Keys(config.prefix), functools.partial(apply_defaults, defaults, topics)
+        )
         try:
+            await view.start()
             await member.start()
         except BaseException as exc:
+            await view.aclose()
             await _quietly_close(member, store)
             if isinstance(exc, DuplicateNodeError | EtcdUnavailableError):
                 raise ClusterJoinError(
@@ -180,7 +200,7 @@ class ClusterNode:
             ", ".join(store.endpoints),
             config.session_ttl_s,
         )
-        return cls(store, member, topics, max_partitions)
+        return cls(store, member, topics, max_partitions, defaults=defaults, defaults_view=view)
 
     async def lookup(self, topics: Sequence[str]) -> NodeLookup:
         """The Lookup answer (:class:`~broker.cluster_service.ClusterSource`): the member's,
@@ -196,6 +216,8 @@ class ClusterNode:
 
     async def aclose(self) -> None:
         """Leave the cluster (lease revoked), then close the etcd connection."""
+        if self._defaults_view is not None:
+            await self._defaults_view.aclose()
         await _quietly_close(self.member, self._store)
 
     def records(self) -> list[TopicRecord]:
@@ -222,7 +244,8 @@ class ClusterNode:
         return max(0.0, min(CREATE_TOPIC_TIMEOUT_S, remaining_s - min(1.0, remaining_s / 5)))
 
     async def create_topic(self, name: str, partitions: int, timeout_s: float) -> TopicRecord:
-        """Take ``name`` cluster-wide and wait until its owner made it (``name`` is valid).
+        """Take ``name`` cluster-wide and wait until its owner made it (``name`` is valid);
+        ``partitions`` 0: :attr:`defaults`' ``default_partitions``.
 
         Raises:
             InvalidRequestError: ``partitions`` out of range (nothing written).
@@ -231,6 +254,8 @@ class ClusterNode:
                 stays taken and the topic becomes ready when the owner is up.
             ClusterUnavailableError: etcd did not answer.
         """
+        if partitions == 0:
+            partitions = self.defaults.default_partitions
         if not 1 <= partitions <= self._max_partitions:
             raise InvalidRequestError(
                 "partitions",
@@ -305,6 +330,27 @@ async def connect(config: ClusterConfig) -> EtcdStore:
             raise ClusterJoinError(f"{joining}: {exc}") from exc
         raise
     return store
+
+
+def apply_defaults(defaults: TopicDefaults, topics: TopicRegistry, record: DefaultsRecord) -> None:
+    """Use the cluster's defaults ``record`` for new topics (the view's ``on_change``); a
+    key the file's rules refuse is left out, logged."""
+    for message in defaults.apply(record):
+        logger.error("%s: ignored (the file's value, or the built-in one, applies)", message)
+    topics.set_default_wal_config(defaults.wal)
+
+
+async def read_defaults(store: EtcdStore, config: ClusterConfig) -> DefaultsRecord:
+    """The cluster's defaults now (one read; a start applies them before it opens its
+    topics, which then open with the cluster's [wal] defaults).
+
+    Raises:
+        ClusterJoinError: etcd did not answer, or the document is not one.
+    """
+    try:
+        return await EtcdDefaults(store, Keys(config.prefix)).read()
+    except ClusterError as exc:
+        raise ClusterJoinError(f"cannot read the cluster's defaults in etcd: {exc}") from exc
 
 
 async def _quietly_close(member: ClusterMember, store: EtcdStore) -> None:

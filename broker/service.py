@@ -27,10 +27,11 @@ Invariants:
   and ends ``ABORTED`` with the owner in its trailers (a PublishStream request: its
   response carries ``error_code`` ABORTED and a ``Redirect``; the stream stays open).
   The credits and acks of a Subscribe already open are not asked again.
-- Auto-create in cluster mode (``auto_create_topics`` and a
-  :class:`~broker.cluster_node.ClusterNode`): a publish to a topic the cluster does not
-  hold creates it cluster-wide, as CreateTopic does (placed on any broker); then it is
-  served here or refused with its new owner, nothing written.
+- Auto-create in cluster mode (``auto_create_topics`` of the cluster's defaults, else of
+  this broker's file; :class:`~broker.cluster_node.ClusterNode`): a publish to a topic
+  the cluster does not hold creates it cluster-wide, as CreateTopic does (placed on any
+  broker); then it is served here or refused with its new owner, nothing written. Its
+  partitions are the cluster's ``default_partitions``, else this broker's.
 """
 
 from __future__ import annotations
@@ -130,8 +131,10 @@ class BrokerService(_grpc.BrokerServicer):
         self._default_partitions = default_partitions
 
     async def _topic(self, name: str) -> Topic:
-        if self._auto_create and self._cluster is not None:
-            return await self._cluster_topic(self._cluster, name)
+        if self._cluster is not None:  # the cluster's defaults over this broker's file
+            if self._cluster.defaults.auto_create_topics:
+                return await self._cluster_topic(self._cluster, name)
+            return self._topics.get(name)
         if self._auto_create:
             return await self._topics.get_or_create(name, self._default_partitions)
         return self._topics.get(name)
@@ -143,9 +146,7 @@ class BrokerService(_grpc.BrokerServicer):
         if not cluster.knows(name):
             check_topic_name(name)
             with contextlib.suppress(TopicExistsError):  # another creator won: same topic
-                await cluster.create_topic(
-                    name, self._default_partitions, cluster.auto_create_timeout_s
-                )
+                await cluster.create_topic(name, 0, cluster.auto_create_timeout_s)
             self._guard.check(name, write=True)
         return self._topics.get(name)
 

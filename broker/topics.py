@@ -308,6 +308,12 @@ class TopicRegistry:
         every topic's."""
         return self._topic_wal_configs.get(name, self._wal_config)
 
+    def set_default_wal_config(self, config: LogConfig) -> None:
+        """Use ``config`` for every topic opened or created from now on that has no
+        settings of its own (cluster mode: the cluster's defaults over ``[wal]``); the
+        partitions already open keep theirs."""
+        self._wal_config = config
+
     def get(self, name: str) -> Topic:
         """The topic called ``name``.
 

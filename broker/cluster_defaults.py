@@ -1,0 +1,173 @@
+"""The cluster's configuration defaults on the broker side: their rules, and what applies.
+
+Role: :mod:`cluster.config_defaults` stores and watches the document; this module says what
+each key may hold and how a broker combines it with its own file. A value is checked by the
+TOML file's own Structs (:class:`~broker.config_schema.BrokerTable` for ``[broker]`` keys,
+:class:`~broker.config_schema.WalTopicTable` for ``[wal]`` keys), so a cluster default has
+exactly the range the file has, and a bad one is refused with the file's one-line message
+(``fsync = 'sometimes': must be one of always, interval, never``).
+
+Keys, and the file key each stands for:
+
+=======================  ==========================  =========================================
+cluster default          the file's key              used by
+=======================  ==========================  =========================================
+``default_partitions``   ``[broker]``                CreateTopic without partitions, auto-create
+``auto_create_topics``   ``[broker]``                a publish to a topic the cluster lacks
+``retention_ms``         ``[wal]``                   a new topic's partitions
+``retention_bytes``      ``[wal]``                   a new topic's partitions
+``fsync``                ``[wal]``                   a new topic's partitions
+``fsync_interval_ms``    ``[wal]``                   a new topic's partitions
+=======================  ==========================  =========================================
+
+Precedence, for one setting of one topic: the broker's ``[wal.topics.<name>]`` key (the
+file names that topic) > the cluster default > the broker's ``[broker]`` / ``[wal]`` key >
+the built-in default. So every broker agrees on a topic its file does not name.
+
+Pure module: imports neither ``asyncio``, ``os`` nor ``time``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from broker.config_errors import explain
+from broker.config_schema import BrokerTable, WalTopicTable
+from broker.errors import ConfigError
+from cluster.config_defaults import KEYS, DefaultsRecord
+from wal import LogConfig, WalConfigError
+from wal.config import FsyncPolicy
+
+#: The file's table of each key: ``[broker]`` or ``[wal]``.
+TABLES: dict[str, str] = {
+    "default_partitions": "broker",
+    "auto_create_topics": "broker",
+    "retention_ms": "wal",
+    "retention_bytes": "wal",
+    "fsync": "wal",
+    "fsync_interval_ms": "wal",
+}
+_SCHEMAS: dict[str, type[msgspec.Struct]] = {"broker": BrokerTable, "wal": WalTopicTable}
+_WAL_KEYS = tuple(k for k, t in TABLES.items() if t == "wal")
+_WHERE = "cluster default"
+
+
+def check_key(key: str) -> None:
+    """Raise ``ConfigError`` unless ``key`` is a cluster default's key."""
+    if key not in TABLES:
+        raise ConfigError(f"{_WHERE}: unknown setting {key}; known: {', '.join(KEYS)}")
+
+
+def parse_value(key: str, text: str) -> Any:
+    """``text`` (as typed after ``KEY=``) as ``key``'s value, checked by the file's rules.
+
+    TOML's spelling: ``true``/``false`` for a switch, digits for a number (``_`` allowed),
+    a word for a policy.
+
+    Raises:
+        ConfigError: unknown key, or a value the file would refuse; one line naming both.
+    """
+    check_key(key)
+    value: Any = text
+    if text in ("true", "false"):
+        value = text == "true"
+    else:
+        with contextlib.suppress(ValueError):
+            value = int(text)
+    return check_value(key, value)
+
+
+def check_value(key: str, value: Any) -> Any:
+    """``value`` if the file's Struct takes it for ``key`` (a policy as its text).
+
+    Raises:
+        ConfigError: it does not; the file's message, ``cluster default`` as its source.
+    """
+    check_key(key)
+    schema = _SCHEMAS[TABLES[key]]
+    try:
+        msgspec.convert({key: value}, schema)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(explain(exc, {key: value}, schema, _WHERE)) from exc
+    return value
+
+
+def usable(record: DefaultsRecord) -> tuple[DefaultsRecord, list[str]]:
+    """``record`` without the keys the file's rules refuse (a document written by hand, or
+    by a broker with other ranges), and the message of each key left out."""
+    kept: dict[str, Any] = {}
+    messages: list[str] = []
+    for key, value in record.set_values().items():
+        try:
+            kept[key] = check_value(key, value)
+        except ConfigError as exc:
+            messages.append(str(exc))
+    return DefaultsRecord(**kept), messages
+
+
+def log_config(record: DefaultsRecord, base: LogConfig) -> LogConfig:
+    """``base`` (the broker's ``[wal]`` defaults) with the cluster's ``[wal]`` defaults.
+
+    Raises:
+        ConfigError: :class:`wal.LogConfig` refuses the combination.
+    """
+    changes: dict[str, Any] = {k: v for k, v in record.set_values().items() if k in _WAL_KEYS}
+    if "fsync" in changes:
+        changes["fsync"] = FsyncPolicy(changes["fsync"])
+    try:
+        return dataclasses.replace(base, **changes)
+    except WalConfigError as exc:  # wal.LogConfig has the last word on its own values
+        raise ConfigError(f"{_WHERE}: {exc}") from exc
+
+
+@dataclass
+class TopicDefaults:
+    """What this broker uses for a new topic: the cluster's defaults over its file's.
+
+    Task-safety: changed by the defaults view's task (:meth:`apply`), read by any task on
+    the same loop.
+
+    Attributes:
+        file_partitions: ``[broker] default_partitions`` of this broker's file.
+        file_auto_create: ``[broker] auto_create_topics`` of this broker's file.
+        file_wal: ``[wal]`` of this broker's file.
+        record: the cluster's defaults in use (keys the file's rules refuse left out).
+    """
+
+    file_partitions: int
+    file_auto_create: bool
+    file_wal: LogConfig
+    record: DefaultsRecord = field(default_factory=DefaultsRecord)
+
+    def apply(self, record: DefaultsRecord) -> list[str]:
+        """Use ``record`` from now on; returns the message of each key left out."""
+        kept, messages = usable(record)
+        try:
+            log_config(kept, self.file_wal)
+        except ConfigError as exc:  # a combination LogConfig refuses: keep the file's [wal]
+            messages.append(str(exc))
+            kept = msgspec.structs.replace(kept, **dict.fromkeys(_WAL_KEYS))
+        self.record = kept
+        return messages
+
+    @property
+    def default_partitions(self) -> int:
+        """Partitions of a topic created without a count."""
+        cluster = self.record.default_partitions
+        return self.file_partitions if cluster is None else cluster
+
+    @property
+    def auto_create_topics(self) -> bool:
+        """Whether a publish to a topic the cluster lacks creates it."""
+        cluster = self.record.auto_create_topics
+        return self.file_auto_create if cluster is None else cluster
+
+    @property
+    def wal(self) -> LogConfig:
+        """The log settings of a new topic that ``[wal.topics]`` does not name."""
+        return log_config(self.record, self.file_wal)

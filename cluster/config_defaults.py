@@ -1,0 +1,221 @@
+"""The cluster's configuration defaults: one JSON document in etcd, changed by CAS, watched.
+
+Role: the etcd side of ``headrace cluster config``. The settings every broker must agree on
+for a topic to behave the same whichever broker owns it are kept once, for the whole
+cluster, under ``P config/defaults`` (``P`` is the prefix, ``/headrace/`` by default), as a
+:class:`DefaultsRecord`. A key the document leaves out (``None``) is not a cluster default:
+each broker uses its own file's value for it. What each key may hold (ranges) is the
+broker's TOML schema's rule (``broker.config_schema``); this package may not import
+``broker``, so the broker checks a value before it is stored and again when it reads one.
+
+Worked example: ``headrace cluster config set default_partitions=3 fsync=never`` on an
+empty cluster is one transaction comparing the key absent and putting
+``{"default_partitions":3,"fsync":"never"}``; a later ``unset fsync`` reads the document
+and its ``mod_revision`` (say 41), and puts ``{"default_partitions":3}`` comparing
+``mod_revision == 41``. As every caller of :meth:`cluster.etcd.EtcdStore.txn` must, a
+failed compare is re-read: a document already equal to the wanted one means an attempt
+whose reply was lost applied it.
+
+:class:`DefaultsView` is what each broker reads: the document, listed then watched, listed
+again when the watch asks (compaction, a restarted stream) or fails; each change replaces
+:attr:`DefaultsView.record` and calls ``on_change``.
+
+Task-safety: :class:`EtcdDefaults` holds no state; :class:`DefaultsView` is written by its
+own task and read by any task on the same loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Literal
+
+import msgspec
+
+from cluster.errors import ClusterError, EtcdUnavailableError
+from cluster.etcd import Compare, EtcdStore, EventKind, KeyValue, Op, RelistNeeded
+from cluster.records import Keys, decode, encode
+
+log = logging.getLogger(__name__)
+
+RELIST_RETRY_S = 0.2
+"""Seconds between attempts to read the defaults while etcd does not answer."""
+
+_CAS_ATTEMPTS = 5
+
+
+class DefaultsRecord(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+    """The cluster's defaults; ``None``: not set cluster-wide (each broker's file decides).
+
+    Attributes:
+        default_partitions: partitions of a topic created without a count (CreateTopic
+            with 0 partitions, auto-create).
+        auto_create_topics: whether a publish to an unknown topic creates it.
+        retention_ms: ``[wal] retention_ms`` of a new topic's partitions.
+        retention_bytes: ``[wal] retention_bytes`` of a new topic's partitions.
+        fsync: ``[wal] fsync`` of a new topic's partitions.
+        fsync_interval_ms: ``[wal] fsync_interval_ms`` of a new topic's partitions.
+    """
+
+    default_partitions: int | None = None
+    auto_create_topics: bool | None = None
+    retention_ms: int | None = None
+    retention_bytes: int | None = None
+    fsync: Literal["always", "interval", "never"] | None = None
+    fsync_interval_ms: int | None = None
+
+    def set_values(self) -> dict[str, Any]:
+        """The keys set cluster-wide, with their values, in the fields' order."""
+        return {k: v for k, v in msgspec.structs.asdict(self).items() if v is not None}
+
+
+KEYS: tuple[str, ...] = DefaultsRecord.__struct_fields__
+"""Every key a cluster default may have."""
+
+
+def defaults_key(keys: Keys) -> str:
+    """The key of the cluster's defaults document."""
+    return keys.prefix + "config/defaults"
+
+
+def _read(kv: KeyValue | None, key: str) -> DefaultsRecord:
+    return DefaultsRecord() if kv is None else decode(key, kv.value, DefaultsRecord)
+
+
+class EtcdDefaults:
+    """Read and change the cluster's defaults in etcd.
+
+    Args:
+        store: the etcd connection.
+        keys: the cluster's key layout (its prefix).
+    """
+
+    def __init__(self, store: EtcdStore, keys: Keys) -> None:
+        self._store = store
+        self._key = defaults_key(keys)
+
+    async def read(self) -> DefaultsRecord:
+        """The document (every key ``None`` when none was ever stored).
+
+        Raises:
+            RecordError: the stored value is not a defaults document.
+            EtcdUnavailableError: no answer.
+        """
+        return _read(await self._store.get(self._key), self._key)
+
+    async def change(
+        self, values: Mapping[str, Any], removals: Iterable[str] = ()
+    ) -> DefaultsRecord:
+        """Set ``values`` and remove ``removals`` (keys of :data:`KEYS`, values already
+        checked), by compare-and-set on the document; returns the document stored.
+
+        Raises:
+            ClusterError: the document kept changing under this call.
+            EtcdUnavailableError: no answer; whether it was changed is unknown.
+        """
+        changes = {**dict.fromkeys(removals), **values}
+        for _ in range(_CAS_ATTEMPTS):
+            kv = await self._store.get(self._key)
+            wanted = msgspec.structs.replace(_read(kv, self._key), **changes)
+            compare = (
+                Compare.absent(self._key)
+                if kv is None
+                else Compare.modified_at(self._key, kv.mod_revision)
+            )
+            result = await self._store.txn([compare], [Op.put(self._key, encode(wanted))])
+            if result.succeeded or await self.read() == wanted:  # re-read: a lost reply
+                log.info("cluster defaults changed: %s", wanted.set_values())
+                return wanted
+        raise ClusterError("the cluster's defaults kept changing; try again")
+
+
+class DefaultsView:
+    """The cluster's defaults as this broker sees them: read, then watched.
+
+    Args:
+        store: the etcd connection.
+        keys: the cluster's key layout.
+        on_change: called with the new document after each change (on the view's task).
+    """
+
+    def __init__(
+        self,
+        store: EtcdStore,
+        keys: Keys,
+        on_change: Callable[[DefaultsRecord], None] = lambda _: None,
+    ) -> None:
+        self._store = store
+        self._key = defaults_key(keys)
+        self._on_change = on_change
+        self._revision = 0
+        self.record = DefaultsRecord()
+        """The document as last read (replaced, never changed in place)."""
+        self.relists = 0
+        """How many times the view read again after its watch ended or asked."""
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Read the document and start watching it.
+
+        Raises:
+            EtcdUnavailableError: the first read got no answer.
+        """
+        await self._list()
+        self._task = asyncio.create_task(self._run(), name="defaults-view")
+
+    async def aclose(self) -> None:
+        """Stop watching; :attr:`record` stays as it was."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _list(self) -> None:
+        listing = await self._store.get_prefix(self._key)
+        found = [kv for kv in listing.items if kv.key == self._key]
+        self._revision = listing.revision
+        self._keep(found[0] if found else None)
+
+    def _keep(self, kv: KeyValue | None) -> None:
+        try:
+            record = _read(kv, self._key)
+        except ClusterError as exc:  # a bad document is ignored, loudly; the last one stays
+            log.error(
+                "the cluster's defaults at %s cannot be read and are ignored: %s", self._key, exc
+            )
+            return
+        if record != self.record:
+            log.info("cluster defaults now: %s", record.set_values())
+        self.record = record
+        self._on_change(record)
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                async for item in self._store.watch_prefix(self._key, self._revision + 1):
+                    if isinstance(item, RelistNeeded):
+                        log.info("defaults view: reading again (%s)", item.reason)
+                        break
+                    for event in item.events:
+                        if event.kv.key == self._key:
+                            self._keep(event.kv if event.kind is EventKind.PUT else None)
+                    self._revision = item.revision
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the watch failed: read again, then watch again
+                log.warning("defaults view: the watch failed (%r); reading again", exc)
+            await self._relist()
+
+    async def _relist(self) -> None:
+        while True:
+            try:
+                await self._list()
+            except EtcdUnavailableError as exc:
+                log.warning("defaults view: cannot read: %s", exc)
+                await asyncio.sleep(RELIST_RETRY_S)
+                continue
+            self.relists += 1
+            return
