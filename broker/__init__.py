@@ -17,6 +17,8 @@ Modules:
                       (this broker alone, or a cluster member's view of etcd)
     cluster_node      cluster mode's broker side: joins at start, the LocalTopics hook,
                       cluster-wide CreateTopic/DeleteTopic/ListTopics (imported only then)
+    cluster_defaults  the cluster's defaults for new topics: their rules (the file's) and
+                      their precedence over this broker's file (pure)
     topic_guard       the question every topic-scoped RPC asks first (cluster mode's
                       ownership); a refusal's trailers and Redirect
     rpc_handlers      RPC registration from descriptors, requests parsed defensively
@@ -39,7 +41,8 @@ Modules:
     errors            BrokerError and its subclasses
     cli               the ``headrace`` command line (``serve`` and the admin commands);
                       cli_client, cli_produce, cli_consume, cli_dlq, cli_lag,
-                      cli_subscriptions, cli_tokens: its client commands; cli_output,
+                      cli_subscriptions, cli_tokens, cli_cluster, cli_cluster_config: its
+                      client and cluster commands; cli_output,
                       cli_params: printing and parameters; cli_probe: what answers at an
                       address that does not speak gRPC
     _grpc_env         gRPC's C-core settings, set before ``grpc`` loads

@@ -308,7 +308,7 @@ class Broker:
         the topics open, so that they open with the cluster's ``[wal]`` defaults.
 
         Raises:
-            ClusterJoinError: etcd did not answer, or the document is not one.
+            ClusterJoinError: etcd did not answer.
         """
         from broker.cluster_defaults import TopicDefaults  # noqa: PLC0415 - as connect
         from broker.cluster_node import apply_defaults, read_defaults  # noqa: PLC0415

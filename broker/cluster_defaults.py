@@ -20,9 +20,10 @@ cluster default          the file's key              used by
 ``fsync_interval_ms``    ``[wal]``                   a new topic's partitions
 =======================  ==========================  =========================================
 
-Precedence, for one setting of one topic: the broker's ``[wal.topics.<name>]`` key (the
-file names that topic) > the cluster default > the broker's ``[broker]`` / ``[wal]`` key >
-the built-in default. So every broker agrees on a topic its file does not name.
+Precedence, for one setting of one topic: the owner's ``[wal.topics.<name>]`` table (a
+file that names the topic gives it all its log settings, over its ``[wal]``, as on a single
+broker) > the cluster default > the broker's ``[broker]`` / ``[wal]`` key > the built-in
+default. So every broker agrees on a topic its file does not name.
 
 Pure module: imports neither ``asyncio``, ``os`` nor ``time``.
 """

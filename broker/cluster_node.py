@@ -51,6 +51,7 @@ from cluster.errors import (
     ClusterError,
     DuplicateNodeError,
     EtcdUnavailableError,
+    RecordError,
     TopicNotReadyError,
 )
 from cluster.errors import TopicExistsError as ClusterTopicExistsError
@@ -342,13 +343,17 @@ def apply_defaults(defaults: TopicDefaults, topics: TopicRegistry, record: Defau
 
 async def read_defaults(store: EtcdStore, config: ClusterConfig) -> DefaultsRecord:
     """The cluster's defaults now (one read; a start applies them before it opens its
-    topics, which then open with the cluster's [wal] defaults).
+    topics, which then open with the cluster's [wal] defaults). A document that is not
+    one is logged and ignored (none applies), as the watch does: it does not stop a start.
 
     Raises:
-        ClusterJoinError: etcd did not answer, or the document is not one.
+        ClusterJoinError: etcd did not answer.
     """
     try:
         return await EtcdDefaults(store, Keys(config.prefix)).read()
+    except RecordError as exc:
+        logger.error("the cluster's defaults cannot be read and are ignored: %s", exc)
+        return DefaultsRecord()
     except ClusterError as exc:
         raise ClusterJoinError(f"cannot read the cluster's defaults in etcd: {exc}") from exc
 

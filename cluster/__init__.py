@@ -30,6 +30,9 @@ Modules (P: pure; A: asyncio shell):
 - ``local`` P: ``LocalTopics``, the hook through which the member makes and deletes
   topics on this broker's disk; ``MemoryTopics``, its fake.
 - ``member`` A: ``ClusterMember``, the composition the broker holds in cluster mode.
+- ``tokens`` A: bearer tokens in etcd (CAS) and ``TokenView``, each broker's watch of them.
+- ``config_defaults`` A: the cluster's defaults for new topics, one document changed by
+  CAS, and ``DefaultsView``, each broker's watch of it.
 
 Layering: ``broker > cluster > dispatcher > wal > proto``; nothing here imports
 :mod:`broker` or the client side. A broker with no cluster settings never imports this

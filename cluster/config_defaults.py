@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from cluster.errors import ClusterError, EtcdUnavailableError
+from cluster.errors import ClusterError, EtcdUnavailableError, RecordError
 from cluster.etcd import Compare, EtcdStore, EventKind, KeyValue, Op, RelistNeeded
 from cluster.records import Keys, decode, encode
 
@@ -111,6 +111,8 @@ class EtcdDefaults:
         """Set ``values`` and remove ``removals`` (keys of :data:`KEYS`, values already
         checked), by compare-and-set on the document; returns the document stored.
 
+        A stored value that is not a defaults document is replaced (counted as empty).
+
         Raises:
             ClusterError: the document kept changing under this call.
             EtcdUnavailableError: no answer; whether it was changed is unknown.
@@ -118,17 +120,27 @@ class EtcdDefaults:
         changes = {**dict.fromkeys(removals), **values}
         for _ in range(_CAS_ATTEMPTS):
             kv = await self._store.get(self._key)
-            wanted = msgspec.structs.replace(_read(kv, self._key), **changes)
+            wanted = msgspec.structs.replace(self._current(kv), **changes)
             compare = (
                 Compare.absent(self._key)
                 if kv is None
                 else Compare.modified_at(self._key, kv.mod_revision)
             )
             result = await self._store.txn([compare], [Op.put(self._key, encode(wanted))])
-            if result.succeeded or await self.read() == wanted:  # re-read: a lost reply
+            again = await self._store.get(self._key)
+            if result.succeeded or self._current(again) == wanted:  # re-read: a lost reply
                 log.info("cluster defaults changed: %s", wanted.set_values())
                 return wanted
         raise ClusterError("the cluster's defaults kept changing; try again")
+
+    def _current(self, kv: KeyValue | None) -> DefaultsRecord:
+        """The stored document; one that is not a document counts as empty, so that a
+        change replaces it (the way to repair it), logged."""
+        try:
+            return _read(kv, self._key)
+        except RecordError as exc:
+            log.warning("replacing the cluster's defaults that cannot be read: %s", exc)
+            return DefaultsRecord()
 
 
 class DefaultsView:

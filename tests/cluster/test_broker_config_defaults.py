@@ -18,6 +18,9 @@ import grpc
 import pytest
 
 from client import AsyncAdminClient
+from cluster.config_defaults import defaults_key
+from cluster.etcd import EtcdStore
+from cluster.records import Keys
 from proto import admin_pb2 as _admin
 from proto import admin_pb2_grpc as _admin_grpc
 from proto import broker_pb2 as _pb
@@ -131,3 +134,38 @@ async def test_a_default_set_once_is_what_every_owner_gives_new_topics(
                 broker.stop()
             finally:
                 broker.kill()
+
+
+async def test_a_restarted_owner_reopens_its_topics_with_the_cluster_defaults(
+    tmp_path: Path, etcd: EtcdCluster, prefix: str
+) -> None:
+    """Scenario: a document that is not a defaults document is in etcd when a broker (its
+    file: fsync always) starts; then `set fsync=never` and topic `a` is created; then
+    `set fsync=interval` and the broker is restarted (SIGTERM, start again).
+    Expected: the broker starts despite the bad document (logged, ignored); the set
+    replaces the bad document; `a` is made with fsync never; while it stays open it
+    keeps never; after the restart it is reopened with interval (the defaults are read
+    before the topics open)."""
+    config = cli_config(tmp_path, etcd, prefix)
+    store = await EtcdStore.connect(etcd.endpoints)
+    async with store:
+        await store.put(defaults_key(Keys(prefix)), b"not json")
+    broker = ClusterBroker(tmp_path, "b1", etcd, prefix)
+    try:
+        await broker.start()
+        assert "cannot be read and are ignored" in broker.log.read_text()
+        assert (await config_cli(config, "set", "fsync=never")).returncode == 0
+        await asyncio.sleep(APPLIED_WITHIN_S)
+        await create(broker.address, "a")
+        assert await described(broker.address, "a") == (1, "never")
+        assert (await config_cli(config, "set", "fsync=interval")).returncode == 0
+        await asyncio.sleep(APPLIED_WITHIN_S)
+        assert await described(broker.address, "a") == (1, "never")
+        assert broker.stop() == 0
+        await broker.start()
+        assert await described(broker.address, "a") == (1, "interval")
+    finally:
+        try:
+            broker.stop()
+        finally:
+            broker.kill()

@@ -148,7 +148,8 @@ async def test_a_document_that_does_not_decode_keeps_the_last_good_one(
 ) -> None:
     """Scenario: a view holds {default_partitions: 3}; someone writes a value that is not
     a defaults document (an unknown key). Expected: the view keeps {default_partitions: 3}
-    and goes on watching: a good document written after it is seen."""
+    and goes on watching: a good document written after it is seen. A change over a
+    document that does not decode replaces it (the way to repair it)."""
     keys = Keys(prefix)
     await EtcdDefaults(store, keys).change({"default_partitions": 3})
     view = DefaultsView(store, keys)
@@ -160,6 +161,10 @@ async def test_a_document_that_does_not_decode_keeps_the_last_good_one(
         assert view.record == DefaultsRecord(default_partitions=3)
         await store.put(defaults_key(keys), b'{"fsync": "interval"}')
         await until(lambda: view.record == DefaultsRecord(fsync="interval"), 2.0)
+        await store.put(defaults_key(keys), b"not json")
+        stored = await EtcdDefaults(store, keys).change({"retention_bytes": 5})
+        assert stored == DefaultsRecord(retention_bytes=5)
+        await until(lambda: view.record == stored, 2.0)
     finally:
         await view.aclose()
 
