@@ -58,7 +58,10 @@ PARTITIONS = 2
 PRODUCERS = 2
 SUBSCRIPTION = "audit"
 IN_FLIGHT = 20  # records sent and not yet settled, per producer and topic
-PAUSE_S = 0.03  # between sends of one producer to one topic: ~30 records/s each
+#: Between sends of one producer to one topic: ~100 records/s each, ~1000 in all. Enough
+#: for a kill to cut writes short: with ``idempotent=False`` this test fails (values twice
+#: in the log); at a third of this rate it did not.
+PAUSE_S = 0.01
 DELIVERY_TIMEOUT_S = 60.0  # a send's retries ride over any outage this test makes
 PROGRESS_TIMEOUT_S = 45.0  # for progress between faults, and for the final drain
 TTL_S = 2
