@@ -7,8 +7,8 @@ module: it costs ~10 s to start). The query unions one ``format("headrace")`` st
 topic (a stream reads one topic) and writes through the connector's exactly-once sink; each
 source's ``broker`` option is the seed list with a broker that does NOT own its topic
 first, so the driver finds the owner through the seed's Lookup and its acks reach the
-owner. The second test SIGKILLs an input topic's owner under a running query and starts
-it again.
+owner. The second test SIGKILLs an owner (of an input topic, or of the sink's topic) under a
+running query and starts it again.
 """
 
 from __future__ import annotations
@@ -220,13 +220,16 @@ def wait_out(seeds: str, more_than: int, within_s: float) -> int:
 
 
 @pytest.mark.timeout(400)
-def test_a_running_stream_rides_over_an_input_owner_sigkilled_and_restarted(
-    spark: Any, brokers: Brokers, tmp_path: Path
+@pytest.mark.parametrize("victim_owns", ["input", "out"])
+def test_a_running_stream_rides_over_an_owner_sigkilled_and_restarted(
+    spark: Any, brokers: Brokers, tmp_path: Path, victim_owns: str
 ) -> None:
     """Scenario: as above, 1,000 records per input topic, and a query with a 200 ms
     processingTime trigger and at most 150 records per trigger (many micro-batches)
-    running. Once ``out`` holds some of them, the owner of an input topic that does not
-    own ``out`` is SIGKILLed and started again on its data directory and node id; 500
+    running. Once ``out`` holds some of them, a broker is SIGKILLed and started again on
+    its data directory and node id: the owner of an input topic that does not own
+    ``out`` (``input``: the reads and acks), or the owner of ``out`` (``out``: the
+    sink's idempotent writes); 500
     more per topic are published through the seeds; the query runs until ``out`` holds
     4,500 records, then is stopped.
     Expected: the query never fails; ``out`` holds every record exactly once; after the
@@ -237,7 +240,10 @@ def test_a_running_stream_rides_over_an_input_owner_sigkilled_and_restarted(
         for topic in [*TOPICS, "out"]:
             admin.create_topic(topic, partitions=2)
     owners = asyncio.run(brokers.wait_owners([*TOPICS, "out"]))
-    victim = next(owners[t] for t in TOPICS if owners[t] != owners["out"])
+    if victim_owns == "out":
+        victim = owners["out"]
+    else:
+        victim = next(owners[t] for t in TOPICS if owners[t] != owners["out"])
     publish(brokers.seeds, 0, 1000)
     streams = [
         spark.readStream.format("headrace")
