@@ -34,10 +34,10 @@ from broker.cluster_defaults import TABLES, check_key, parse_value
 from broker.config import BrokerConfig
 from broker.config_cluster import ClusterConfig
 from broker.errors import ConfigError
-from cluster.config_defaults import DefaultsRecord, EtcdDefaults
+from cluster.config_defaults import EtcdDefaults
 from cluster.errors import ClusterError
 from cluster.etcd import EtcdStore
-from cluster.records import Keys
+from cluster.records import DefaultsRecord, Keys
 
 T = TypeVar("T")
 

@@ -40,9 +40,12 @@ import msgspec
 from broker.config_errors import explain
 from broker.config_schema import BrokerTable, WalTopicTable
 from broker.errors import ConfigError
-from cluster.config_defaults import KEYS, DefaultsRecord
+from cluster.records import DefaultsRecord
 from wal import LogConfig, WalConfigError
 from wal.config import FsyncPolicy
+
+KEYS: tuple[str, ...] = DefaultsRecord.__struct_fields__
+"""Every key a cluster default may have."""
 
 #: The file's table of each key: ``[broker]`` or ``[wal]``.
 TABLES: dict[str, str] = {

@@ -46,7 +46,7 @@ from broker.errors import (
     TopicRefusedError,
 )
 from broker.topics import TopicRegistry
-from cluster.config_defaults import DefaultsRecord, DefaultsView, EtcdDefaults
+from cluster.config_defaults import DefaultsView, EtcdDefaults
 from cluster.errors import (
     ClusterError,
     DuplicateNodeError,
@@ -58,7 +58,7 @@ from cluster.errors import TopicExistsError as ClusterTopicExistsError
 from cluster.etcd import EtcdStore, TlsFiles
 from cluster.member import ClusterMember, MemberConfig
 from cluster.ownership import Refusal
-from cluster.records import Keys, TopicRecord, TopicState
+from cluster.records import DefaultsRecord, Keys, TopicRecord, TopicState
 from dispatcher import SubscriptionRegistry
 
 logger = logging.getLogger(__name__)

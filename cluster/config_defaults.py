@@ -3,10 +3,11 @@
 Role: the etcd side of ``headrace cluster config``. The settings every broker must agree on
 for a topic to behave the same whichever broker owns it are kept once, for the whole
 cluster, under ``P config/defaults`` (``P`` is the prefix, ``/headrace/`` by default), as a
-:class:`DefaultsRecord`. A key the document leaves out (``None``) is not a cluster default:
-each broker uses its own file's value for it. What each key may hold (ranges) is the
-broker's TOML schema's rule (``broker.config_schema``); this package may not import
-``broker``, so the broker checks a value before it is stored and again when it reads one.
+:class:`cluster.records.DefaultsRecord`. A key the document leaves out (``None``) is not a
+cluster default: each broker uses its own file's value for it. What each key may hold
+(ranges) is the broker's TOML schema's rule (``broker.config_schema``); this package may
+not import ``broker``, so the broker checks a value before it is stored and again when
+it reads one.
 
 Worked example: ``headrace cluster config set default_partitions=3 fsync=never`` on an
 empty cluster is one transaction comparing the key absent and putting
@@ -30,13 +31,13 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 
 from cluster.errors import ClusterError, EtcdUnavailableError, RecordError
 from cluster.etcd import Compare, EtcdStore, EventKind, KeyValue, Op, RelistNeeded
-from cluster.records import Keys, decode, encode
+from cluster.records import DefaultsRecord, Keys, decode, encode
 
 log = logging.getLogger(__name__)
 
@@ -46,38 +47,9 @@ RELIST_RETRY_S = 0.2
 _CAS_ATTEMPTS = 5
 
 
-class DefaultsRecord(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
-    """The cluster's defaults; ``None``: not set cluster-wide (each broker's file decides).
-
-    Attributes:
-        default_partitions: partitions of a topic created without a count (CreateTopic
-            with 0 partitions, auto-create).
-        auto_create_topics: whether a publish to an unknown topic creates it.
-        retention_ms: ``[wal] retention_ms`` of a new topic's partitions.
-        retention_bytes: ``[wal] retention_bytes`` of a new topic's partitions.
-        fsync: ``[wal] fsync`` of a new topic's partitions.
-        fsync_interval_ms: ``[wal] fsync_interval_ms`` of a new topic's partitions.
-    """
-
-    default_partitions: int | None = None
-    auto_create_topics: bool | None = None
-    retention_ms: int | None = None
-    retention_bytes: int | None = None
-    fsync: Literal["always", "interval", "never"] | None = None
-    fsync_interval_ms: int | None = None
-
-    def set_values(self) -> dict[str, Any]:
-        """The keys set cluster-wide, with their values, in the fields' order."""
-        return {k: v for k, v in msgspec.structs.asdict(self).items() if v is not None}
-
-
-KEYS: tuple[str, ...] = DefaultsRecord.__struct_fields__
-"""Every key a cluster default may have."""
-
-
 def defaults_key(keys: Keys) -> str:
     """The key of the cluster's defaults document."""
-    return keys.prefix + "config/defaults"
+    return keys.config_defaults
 
 
 def _read(kv: KeyValue | None, key: str) -> DefaultsRecord:

@@ -13,6 +13,7 @@ key                            value                       lease
 ``P brokers/<node_id>``        :class:`BrokerRecord`       the broker's session lease
 ``P controller``               :class:`ControllerRecord`   the controller's session
 ``P topics/<name>``            :class:`TopicRecord`        none
+``P config/defaults``          :class:`DefaultsRecord`     none
 =============================  ==========================  =========================
 
 Topic lifecycle (``TopicRecord.state``), each step a compare-and-set transaction::
@@ -40,7 +41,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, Literal, TypeVar
 
 import msgspec
 
@@ -113,6 +114,33 @@ class TopicRecord(msgspec.Struct, frozen=True):
         return msgspec.structs.replace(self, **changes)
 
 
+class DefaultsRecord(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+    """The cluster's defaults for new topics (:mod:`cluster.config_defaults`); ``None``:
+    not set cluster-wide (each broker's file decides). What each key may hold is the
+    broker's TOML rule for the key of the same name.
+
+    Attributes:
+        default_partitions: partitions of a topic created without a count (CreateTopic
+            with 0 partitions, auto-create).
+        auto_create_topics: whether a publish to an unknown topic creates it.
+        retention_ms: ``[wal] retention_ms`` of a new topic's partitions.
+        retention_bytes: ``[wal] retention_bytes`` of a new topic's partitions.
+        fsync: ``[wal] fsync`` of a new topic's partitions.
+        fsync_interval_ms: ``[wal] fsync_interval_ms`` of a new topic's partitions.
+    """
+
+    default_partitions: int | None = None
+    auto_create_topics: bool | None = None
+    retention_ms: int | None = None
+    retention_bytes: int | None = None
+    fsync: Literal["always", "interval", "never"] | None = None
+    fsync_interval_ms: int | None = None
+
+    def set_values(self) -> dict[str, Any]:
+        """The keys set cluster-wide, with their values, in the fields' order."""
+        return {k: v for k, v in msgspec.structs.asdict(self).items() if v is not None}
+
+
 @dataclass(frozen=True, slots=True)
 class Keys:
     """The etcd keys of one cluster, under ``prefix`` (which starts and ends with ``/``)."""
@@ -136,6 +164,11 @@ class Keys:
     def topics(self) -> str:
         """The prefix of every topic key."""
         return self.prefix + "topics/"
+
+    @property
+    def config_defaults(self) -> str:
+        """The key of the cluster's defaults document."""
+        return self.prefix + "config/defaults"
 
     def broker(self, node_id: str) -> str:
         return self.brokers + node_id

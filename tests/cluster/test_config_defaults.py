@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from broker.cluster_defaults import TABLES, TopicDefaults, parse_value
+from broker.cluster_defaults import KEYS, TABLES, TopicDefaults, parse_value
 from broker.errors import ConfigError
-from cluster.config_defaults import KEYS, DefaultsRecord, DefaultsView, EtcdDefaults, defaults_key
+from cluster.config_defaults import DefaultsView, EtcdDefaults, defaults_key
 from cluster.etcd import EtcdStore
-from cluster.records import Keys
+from cluster.records import DefaultsRecord, Keys
 from tests.broker.test_cli_client import CLI
 from tests.cluster.etcd_harness import EtcdCluster
 from wal import LogConfig
@@ -28,8 +28,10 @@ from wal.config import FsyncPolicy
 
 def test_every_key_names_its_file_table() -> None:
     """Scenario: the document's keys and the broker's table of their file tables.
-    Expected: the same keys in the same order (one list, no key without its rule)."""
+    Expected: the same keys in the same order (one list, no key without its rule), and
+    the document's key is under the prefix."""
     assert tuple(TABLES) == KEYS
+    assert Keys("/p/").config_defaults == defaults_key(Keys("/p/")) == "/p/config/defaults"
 
 
 @pytest.mark.parametrize(
