@@ -250,6 +250,7 @@ async def test_brokers_and_etcd_members_sigkilled_at_random_lose_and_double_noth
     and production stopped, each partition read from offset 0 through the routed fetcher
     holds every acknowledged value exactly once and no value twice; each topic's consumer
     received every acknowledged value at least once."""
+    print(f"[cluster chaos] seed {SEED} (HEADRACE_CHAOS_SEED={SEED} replays it)")  # on failure
     rng = random.Random(SEED)
     ledger = Ledger()
     stop = asyncio.Event()
