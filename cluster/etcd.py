@@ -38,7 +38,6 @@ each call is independent).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
@@ -49,6 +48,7 @@ from typing import Any, TypeVar
 import etcd3aio
 import grpc
 from etcd3aio import Etcd3Client, SortOrder, SortTarget, prefix_range_end
+from etcd3aio._protobuf import WatchCreateRequest, WatchRequest, WatchStub
 from etcd3aio.kv import KVService
 
 from cluster.errors import ClusterError, EtcdRequestError, EtcdUnavailableError
@@ -372,32 +372,46 @@ class EtcdStore:
         """Events under ``prefix`` from ``start_revision`` on, as :class:`WatchBatch` items.
 
         Ends with one :class:`RelistNeeded` when etcd reports a compaction (events were
-        lost) or the stream restarted after a failure (the library would resume silently):
-        the caller lists again and watches from that listing's revision + 1.
+        lost), cancels the watch, or the stream breaks: the caller lists again and watches
+        from that listing's revision + 1.
+
+        The stream is our own, on the client's channel, written to with ``call.write``:
+        etcd3aio 0.3.0's ``watch()`` feeds its stream from a generator that awaits a future
+        nothing resolves, so each broken stream left gRPC's feeding task pending, and its
+        destruction logged ``Task was destroyed but it is pending`` at ERROR (found by the
+        cluster chaos test, an etcd member SIGKILLed). With no request iterator there is no
+        such task, and a broken stream ends here with a relist instead of the library's
+        silent resume.
         """
-        watch = self._client.watch
-        assert watch is not None
-        responses = watch.watch(prefix, prefix_range_end(prefix), start_revision=start_revision)
-        created = 0
+        channel = self._client._channel  # private, but ours: the one channel this store opened
+        if channel is None:
+            raise ClusterError("the etcd store is closed")
+        call = WatchStub(channel).Watch()
+        create = WatchCreateRequest(
+            key=prefix.encode(),
+            range_end=prefix_range_end(prefix),
+            start_revision=start_revision,
+        )
         try:
-            async for response in responses:
+            await call.write(WatchRequest(create_request=create))
+            while True:
+                response = await call.read()
+                if response is grpc.aio.EOF:
+                    yield RelistNeeded("watch stream ended")
+                    return
                 if response.compact_revision > 0:
                     yield RelistNeeded(f"compacted at revision {response.compact_revision}")
                     return
-                if response.created:
-                    created += 1
-                    if created > 1:
-                        yield RelistNeeded("watch stream restarted")
-                        return
                 if response.canceled:
                     yield RelistNeeded(f"watch canceled: {response.cancel_reason}")
                     return
                 if response.events:
                     events = [_event(e) for e in response.events]
                     yield WatchBatch(events, int(response.header.revision))
+        except grpc.aio.AioRpcError as exc:
+            yield RelistNeeded(f"watch stream broke: {_describe(exc)}")
         finally:
-            with contextlib.suppress(Exception):
-                await responses.aclose()  # type: ignore[attr-defined]
+            call.cancel()
 
     # -- status --------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ and its relist signal, endpoint health, and errors translated to cluster.errors.
 from __future__ import annotations
 
 import asyncio
+import gc
 from pathlib import Path
 
 import pytest
@@ -186,3 +187,37 @@ async def test_tls_with_a_client_certificate(tmp_path: Path, pki: Pki) -> None:
                 await store.get("/tls/k")
     finally:
         cluster.stop()
+
+
+@pytest.mark.asyncio
+async def test_a_broken_watch_asks_for_a_relist_and_leaves_no_task(
+    own_etcd: EtcdCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Scenario: a store connected to one etcd member watches a prefix; that member is
+    SIGKILLed (the stream breaks), restarted, and a garbage collection runs.
+    Expected: the watch ends with one RelistNeeded (the caller lists again); no task that
+    fed the broken stream is left pending, and asyncio logs no "Task was destroyed but it
+    is pending" (etcd3aio 0.3.0's own watch left one per broken stream)."""
+    member = own_etcd.members[0]
+    store = await EtcdStore.connect([member.endpoint], timeout_s=2.0)
+    items: list[object] = []
+
+    async def watch() -> None:
+        async for item in store.watch_prefix("/leak/", 1):
+            items.append(item)
+
+    task = asyncio.create_task(watch())
+    try:
+        await asyncio.sleep(0.5)
+        own_etcd.kill(member)
+        await asyncio.wait_for(task, 10)
+        assert [type(i) for i in items] == [RelistNeeded]
+        own_etcd.restart(member)
+        feeders = [t for t in asyncio.all_tasks() if "_consume_request_iterator" in repr(t)]
+        assert feeders == []
+        gc.collect()
+        await asyncio.sleep(0.1)
+        assert "Task was destroyed but it is pending" not in caplog.text
+    finally:
+        task.cancel()
+        await store.aclose()
