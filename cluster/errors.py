@@ -129,3 +129,41 @@ class NoBrokersError(ClusterError):
 class TokenError(ClusterError):
     """Raised when a token change in etcd is refused: a name taken, no such token, the
     cluster full. The message says what to do."""
+
+
+class NotEnoughReplicasError(ClusterError):
+    """Raised when a publish is refused before anything is appended: the topic has fewer
+    in-sync replicas than its ``min_insync`` (Kafka's NOT_ENOUGH_REPLICAS)."""
+
+    def __init__(self, topic: str, in_sync: int, replicas: int, needed: int) -> None:
+        self.topic = topic
+        self.in_sync = in_sync
+        self.replicas = replicas
+        self.needed = needed
+        super().__init__(
+            f"topic {topic} has {in_sync} in-sync replica{'' if in_sync == 1 else 's'} "
+            f"of {replicas}; at least {needed} are needed (min_insync_replicas): nothing "
+            "was written; retry when a replica has caught up, or bring its broker back"
+        )
+
+
+class NotEnoughBrokersError(ClusterError):
+    """Raised when a topic asks for more replicas than there are live brokers."""
+
+    def __init__(self, factor: int, live: int) -> None:
+        self.factor = factor
+        self.live = live
+        super().__init__(
+            f"replication factor {factor} needs {factor} live brokers and {live} "
+            f"{'is' if live == 1 else 'are'} up: ask for a factor of at most {live}, "
+            "or start more brokers"
+        )
+
+
+class ReplicationSettingsError(ClusterError):
+    """Raised when a topic's replication settings cannot hold (``min_insync`` above the
+    factor, an empty or repeating replica list)."""
+
+    def __init__(self, detail: str) -> None:
+        self.detail = detail
+        super().__init__(f"invalid replication settings: {detail}")

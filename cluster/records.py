@@ -26,6 +26,10 @@ Invariants:
 - ``owner == ""`` exactly while ``state`` is ``placing``; ``epoch`` is 0 until the owner
   first claims the topic (the ``creating -> ready`` step) and rises by one at each claim.
 - A topic's ``id`` (16 hex digits) and ``partitions`` never change once written.
+- Replicated (issue 37; ``cluster.replicas`` has the rules, ``cluster.replica_txn`` the
+  transactions): the leader is ``owner``, in ``effective_isr()``, which is a subset of
+  ``effective_replicas()``. An empty ``replicas``/``isr`` (an issue-36 record) means
+  ``(owner,)``: factor 1.
 
 Worked example: ``orders`` created with 3 partitions through broker b2, placed by the
 controller on b1, made by b1::
@@ -41,7 +45,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 
@@ -98,8 +102,24 @@ class ControllerRecord(msgspec.Struct, frozen=True):
     address: str
 
 
-class TopicRecord(msgspec.Struct, frozen=True):
-    """A topic of the cluster: its identity, owner, epoch and lifecycle state."""
+class TopicRecord(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A topic of the cluster: its identity, owner (its leader), epoch, lifecycle state
+    and, when replicated (issue 37), its replica set and in-sync set.
+
+    Attributes:
+        owner: the leader; "" while placing.
+        epoch: the leader epoch, the fencing token of a leader: +1 at every claim,
+            election or leadership transfer.
+        replicas: the ordered replica set, first = preferred leader; empty in a record
+            written before replication (it then means ``(owner,)``).
+        isr: the in-sync set, always holding the leader; empty means ``(owner,)``.
+        min_insync: in-sync replicas a publish needs (``min_insync_replicas``), >= 1.
+        reassign_to: the replica set a reassignment is moving to; empty when none
+            runs (``cluster.replicas.reassignment_step`` resumes from it).
+
+    The replication fields are encoded only when not at their defaults, so a factor-1
+    record is byte for byte what issue 36 wrote, and issue-36 records decode unchanged.
+    """
 
     name: str
     id: str
@@ -108,10 +128,28 @@ class TopicRecord(msgspec.Struct, frozen=True):
     owner: str
     epoch: int
     state: TopicState
+    replicas: tuple[str, ...] = ()
+    isr: tuple[str, ...] = ()
+    min_insync: Annotated[int, msgspec.Meta(ge=1)] = 1
+    reassign_to: tuple[str, ...] = ()
 
     def replace(self, **changes: object) -> TopicRecord:
         """A copy with ``changes`` applied."""
         return msgspec.structs.replace(self, **changes)
+
+    def effective_replicas(self) -> tuple[str, ...]:
+        """The replica set: ``replicas``, or ``(owner,)`` for a legacy record (``()``
+        while no owner is chosen)."""
+        if self.replicas:
+            return self.replicas
+        return (self.owner,) if self.owner else ()
+
+    def effective_isr(self) -> tuple[str, ...]:
+        """The in-sync set: ``isr``, or ``(owner,)`` for a legacy record (``()`` while no
+        owner is chosen)."""
+        if self.isr:
+            return self.isr
+        return (self.owner,) if self.owner else ()
 
 
 class DefaultsRecord(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
