@@ -21,6 +21,8 @@ Modules (P: pure; A: asyncio shell):
   leases, keepalive, watch with a relist signal, endpoint health).
 - ``records`` P: the key layout under the prefix and each value's msgspec record.
 - ``state`` P: ``ClusterState``, the decoded records at one etcd revision.
+- ``watched`` A: ``WatchedPrefix``, the list+watch lifecycle every watched view shares
+  (relist on a compaction, a broken or stuck stream; retry; ``changed``; ``aclose``).
 - ``view`` A: ``View``, list+watch that keeps a ``ClusterState`` current; relists.
 - ``session`` A: the lease, its keepalive, registration, and the write deadline
   (``WriteWindow`` P) by this process's own clock.

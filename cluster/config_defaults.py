@@ -17,9 +17,10 @@ and its ``mod_revision`` (say 41), and puts ``{"default_partitions":3}`` compari
 failed compare is re-read: a document already equal to the wanted one means an attempt
 whose reply was lost applied it.
 
-:class:`DefaultsView` is what each broker reads: the document, listed then watched, listed
-again when the watch asks (compaction, a restarted stream) or fails; each change replaces
-:attr:`DefaultsView.record` and calls ``on_change``.
+:class:`DefaultsView` is what each broker reads: the document, listed then watched
+(:class:`cluster.watched.WatchedPrefix`), listed again when the watch asks (compaction, a
+restarted stream) or fails; each change replaces :attr:`DefaultsView.record` and calls
+``on_change``.
 
 Task-safety: :class:`EtcdDefaults` holds no state; :class:`DefaultsView` is written by its
 own task and read by any task on the same loop.
@@ -27,22 +28,18 @@ own task and read by any task on the same loop.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import msgspec
 
-from cluster.errors import ClusterError, EtcdUnavailableError, RecordError
-from cluster.etcd import Compare, EtcdStore, EventKind, KeyValue, Op, RelistNeeded
+from cluster.errors import ClusterError, RecordError
+from cluster.etcd import Compare, EtcdStore, EventKind, KeyValue, Listing, Op, WatchEvent
 from cluster.records import DefaultsRecord, Keys, decode, encode
+from cluster.watched import WatchedPrefix
 
 log = logging.getLogger(__name__)
-
-RELIST_RETRY_S = 0.2
-"""Seconds between attempts to read the defaults while etcd does not answer."""
 
 _CAS_ATTEMPTS = 5
 
@@ -116,7 +113,8 @@ class EtcdDefaults:
 
 
 class DefaultsView:
-    """The cluster's defaults as this broker sees them: read, then watched.
+    """The cluster's defaults as this broker sees them: a
+    :class:`~cluster.watched.WatchedPrefix` of the document's key.
 
     Args:
         store: the etcd connection.
@@ -130,15 +128,18 @@ class DefaultsView:
         keys: Keys,
         on_change: Callable[[DefaultsRecord], None] = lambda _: None,
     ) -> None:
-        self._store = store
         self._key = defaults_key(keys)
         self._on_change = on_change
-        self._revision = 0
         self.record = DefaultsRecord()
         """The document as last read (replaced, never changed in place)."""
-        self.relists = 0
+        self._watched = WatchedPrefix(
+            store, self._key, name="defaults-view", replace=self._list, apply=self._patch
+        )
+
+    @property
+    def relists(self) -> int:
         """How many times the view read again after its watch ended or asked."""
-        self._task: asyncio.Task[None] | None = None
+        return self._watched.relists
 
     async def start(self) -> None:
         """Read the document and start watching it.
@@ -146,22 +147,20 @@ class DefaultsView:
         Raises:
             EtcdUnavailableError: the first read got no answer.
         """
-        await self._list()
-        self._task = asyncio.create_task(self._run(), name="defaults-view")
+        await self._watched.start()
 
     async def aclose(self) -> None:
         """Stop watching; :attr:`record` stays as it was."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._watched.aclose()
 
-    async def _list(self) -> None:
-        listing = await self._store.get_prefix(self._key)
+    def _list(self, listing: Listing) -> None:
         found = [kv for kv in listing.items if kv.key == self._key]
-        self._revision = listing.revision
         self._keep(found[0] if found else None)
+
+    def _patch(self, events: list[WatchEvent]) -> None:
+        for event in events:
+            if event.kv.key == self._key:
+                self._keep(event.kv if event.kind is EventKind.PUT else None)
 
     def _keep(self, kv: KeyValue | None) -> None:
         try:
@@ -175,31 +174,3 @@ class DefaultsView:
             log.info("cluster defaults now: %s", record.set_values())
         self.record = record
         self._on_change(record)
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                async for item in self._store.watch_prefix(self._key, self._revision + 1):
-                    if isinstance(item, RelistNeeded):
-                        log.info("defaults view: reading again (%s)", item.reason)
-                        break
-                    for event in item.events:
-                        if event.kv.key == self._key:
-                            self._keep(event.kv if event.kind is EventKind.PUT else None)
-                    self._revision = item.revision
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # the watch failed: read again, then watch again
-                log.warning("defaults view: the watch failed (%r); reading again", exc)
-            await self._relist()
-
-    async def _relist(self) -> None:
-        while True:
-            try:
-                await self._list()
-            except EtcdUnavailableError as exc:
-                log.warning("defaults view: cannot read: %s", exc)
-                await asyncio.sleep(RELIST_RETRY_S)
-                continue
-            self.relists += 1
-            return

@@ -20,10 +20,11 @@ compares both keys absent and puts both. A revoke is a compare-and-set on the to
 compare is re-read before it is reported (a retried transaction may have been applied by
 an attempt whose reply was lost).
 
-:class:`TokenView` is what each broker reads: a list+watch of ``P tokens/``, listed again
-when the watch asks (compaction, a restarted stream) or fails. Each change replaces
-:attr:`TokenView.records` with a new tuple and calls ``on_change``; a revocation reaches
-every broker within the watch's delay (milliseconds; the test measures it).
+:class:`TokenView` is what each broker reads: a list+watch of ``P tokens/``
+(:class:`cluster.watched.WatchedPrefix`), listed again when the watch asks (compaction, a
+restarted stream) or fails. Each change replaces :attr:`TokenView.records` with a new
+tuple and calls ``on_change``; a revocation reaches every broker within the watch's delay
+(milliseconds; the test measures it).
 
 Task-safety: :class:`EtcdTokens` holds no state; :class:`TokenView` is written by its own
 task and read by any task on the same loop.
@@ -31,24 +32,20 @@ task and read by any task on the same loop.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 
 import msgspec
 
-from cluster.errors import EtcdUnavailableError, TokenError
-from cluster.etcd import Compare, EtcdStore, EventKind, KeyValue, Op, RelistNeeded
+from cluster.errors import TokenError
+from cluster.etcd import Compare, EtcdStore, EventKind, KeyValue, Listing, Op, WatchEvent
 from cluster.records import Keys, decode, encode
+from cluster.watched import WatchedPrefix
 
 log = logging.getLogger(__name__)
 
 MAX_TOKENS = 10_000
 """Most tokens a cluster may hold (the tokens file's limit too)."""
-
-RELIST_RETRY_S = 0.2
-"""Seconds between attempts to list the tokens while etcd does not answer."""
 
 _CAS_ATTEMPTS = 5
 
@@ -178,7 +175,8 @@ class EtcdTokens:
 
 
 class TokenView:
-    """The cluster's tokens as this broker sees them: list, then watch, relist when asked.
+    """The cluster's tokens as this broker sees them: a
+    :class:`~cluster.watched.WatchedPrefix` of ``P tokens/``.
 
     Args:
         store: the etcd connection.
@@ -192,16 +190,18 @@ class TokenView:
         keys: Keys,
         on_change: Callable[[tuple[TokenRecord, ...]], None] = lambda _: None,
     ) -> None:
-        self._store = store
-        self._prefix = tokens_prefix(keys)
         self._on_change = on_change
         self._by_key: dict[str, TokenRecord] = {}
-        self._revision = 0
         self.records: tuple[TokenRecord, ...] = ()
         """Every token, oldest first; replaced (never changed in place) at each change."""
-        self.relists = 0
+        self._watched = WatchedPrefix(
+            store, tokens_prefix(keys), name="token-view", replace=self._list, apply=self._patch
+        )
+
+    @property
+    def relists(self) -> int:
         """How many times the view listed again after its watch ended or asked."""
-        self._task: asyncio.Task[None] | None = None
+        return self._watched.relists
 
     async def start(self) -> None:
         """List the tokens and start watching.
@@ -209,23 +209,25 @@ class TokenView:
         Raises:
             EtcdUnavailableError: the first listing got no answer.
         """
-        await self._list()
-        self._task = asyncio.create_task(self._run(), name="token-view")
+        await self._watched.start()
 
     async def aclose(self) -> None:
         """Stop watching; :attr:`records` stays as it was."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._watched.aclose()
 
-    async def _list(self) -> None:
-        listing = await self._store.get_prefix(self._prefix)
+    def _list(self, listing: Listing) -> None:
         by_key: dict[str, TokenRecord] = {}
         for kv in listing.items:
             self._keep(by_key, kv)
-        self._by_key, self._revision = by_key, listing.revision
+        self._by_key = by_key
+        self._publish()
+
+    def _patch(self, events: list[WatchEvent]) -> None:
+        for event in events:
+            if event.kind is EventKind.PUT:
+                self._keep(self._by_key, event.kv)
+            else:
+                self._by_key.pop(event.kv.key, None)
         self._publish()
 
     def _keep(self, by_key: dict[str, TokenRecord], kv: KeyValue) -> None:
@@ -238,34 +240,3 @@ class TokenView:
     def _publish(self) -> None:
         self.records = tuple(sorted(self._by_key.values(), key=lambda r: (r.created, r.id)))
         self._on_change(self.records)
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                async for item in self._store.watch_prefix(self._prefix, self._revision + 1):
-                    if isinstance(item, RelistNeeded):
-                        log.info("token view: listing again (%s)", item.reason)
-                        break
-                    for event in item.events:
-                        if event.kind is EventKind.PUT:
-                            self._keep(self._by_key, event.kv)
-                        else:
-                            self._by_key.pop(event.kv.key, None)
-                    self._revision = item.revision
-                    self._publish()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # the watch failed: relist, then watch again
-                log.warning("token view: the watch failed (%r); listing again", exc)
-            await self._relist()
-
-    async def _relist(self) -> None:
-        while True:
-            try:
-                await self._list()
-            except EtcdUnavailableError as exc:
-                log.warning("token view: cannot list: %s", exc)
-                await asyncio.sleep(RELIST_RETRY_S)
-                continue
-            self.relists += 1
-            return
