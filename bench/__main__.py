@@ -24,7 +24,7 @@ from pathlib import Path
 from bench import plot
 from bench._machine import machine_result
 from bench._output import Result, render_human
-from bench._runner import SCENARIOS
+from bench._runner import NOTES, SCENARIOS
 from bench._samples import SampleLog
 from bench._scenario import RunOptions, Scenario
 from bench._scratch import scratch_root
@@ -233,7 +233,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, WalError, ServerFailedError) as exc:
         return _error(str(exc))
     if not args.json:
-        print(render_human(args.scenario, results))
+        notes = NOTES[args.scenario]() if args.scenario in NOTES else []
+        print(render_human(args.scenario, results, notes))
     if args.plot is not None:
         return _write_charts(results, samples, args.plot)
     return 0

@@ -4,7 +4,7 @@ Owns the :class:`Result` record (one measured or derived number), the :class:`Go
 derived number is judged against, the JSON-lines form (DESIGN.md section 4, "Bench
 output") and the human form: one aligned table per group of results that share a system,
 parameter names and metrics, then a goals section for every result whose params carry a
-``goal``.
+``goal``, then the scenario's footnotes when it has any.
 
 Pure module: no I/O; callers print what it returns.
 """
@@ -72,13 +72,15 @@ class Result:
 class Goal:
     """A target for one metric: ``value <op> target``."""
 
-    op: str  # ">=", "<" or "<="
+    op: str  # ">=", ">", "<" or "<="
     target: float
 
     def met(self, value: float) -> bool:
         """Whether ``value`` reaches the goal."""
         if self.op == ">=":
             return value >= self.target
+        if self.op == ">":
+            return value > self.target
         if self.op == "<":
             return value < self.target
         if self.op == "<=":
@@ -231,6 +233,12 @@ def render_goals(results: Iterable[Result]) -> str:
     return "\n".join(["goals:", *("  " + line for line in lines)])
 
 
-def render_human(bench: str, results: Sequence[Result]) -> str:
-    """The whole human report of one scenario run."""
-    return "\n\n".join([f"bench {bench}", render_table(results), render_goals(results)])
+def render_notes(notes: Sequence[str]) -> str:
+    """The footnotes under the tables, numbered, one per line."""
+    return "\n".join(["notes:", *(f"  {i}. {note}" for i, note in enumerate(notes, 1))])
+
+
+def render_human(bench: str, results: Sequence[Result], notes: Sequence[str] = ()) -> str:
+    """The whole human report of one scenario run, ending with its ``notes`` (if any)."""
+    parts = [f"bench {bench}", render_table(results), render_goals(results)]
+    return "\n\n".join([*parts, render_notes(notes)] if notes else parts)

@@ -6,12 +6,13 @@ runs, so one scenario's dependencies never burden another. What a scenario is gi
 this module but ``__main__`` (and tests), so the scenarios never import it back.
 
 To add a scenario: write ``bench/<name>.py`` with ``run(options) -> Iterator[Result]`` and
-add a loader below.
+add a loader below (and, when its human tables need footnotes, a loader of them to
+:data:`NOTES`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from bench._output import Result
 from bench._scenario import RunOptions, Scenario
@@ -47,6 +48,18 @@ def _hint(options: RunOptions) -> Iterator[Result]:
     return hint.run(options)
 
 
+def _replication(options: RunOptions) -> Iterator[Result]:
+    from bench import replication
+
+    return replication.run(options)
+
+
+def _replication_notes() -> list[str]:
+    from bench import replication
+
+    return replication.notes()
+
+
 #: Every scenario by name.
 SCENARIOS: dict[str, Scenario] = {
     "wal": _wal,
@@ -54,4 +67,8 @@ SCENARIOS: dict[str, Scenario] = {
     "dispatch": _dispatch,
     "memory": _memory,
     "hint": _hint,
+    "replication": _replication,
 }
+
+#: The footnotes under a scenario's human tables, for the scenarios that have them.
+NOTES: dict[str, Callable[[], list[str]]] = {"replication": _replication_notes}

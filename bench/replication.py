@@ -1,0 +1,447 @@
+"""Scenario ``replication``: Headrace beside replicated peers, in one run (issue 37).
+
+Owns which systems run (and finding their servers), the phases each goes through, the
+results, the goals, the human table's footnotes, and the extension points that the
+replication work fills (:func:`headrace_r3_entry`, :func:`failover_results`).
+
+Systems, in this order, each on a fresh data directory and its own event loop (uvloop
+when importable), on loopback, every write synced before it is acknowledged:
+
+- ``headrace-r1``: one ``headrace serve`` (replication factor 1, fsync ``always``), through
+  the public client (:class:`bench._headrace_pubsub.HeadraceSystem`, as ``bench pubsub``
+  drives it).
+- ``headrace-r3``: factor 3 with ``min_insync_replicas`` 2 over a real three-broker
+  cluster. Not measured yet: see :func:`headrace_r3_entry`.
+- ``nats-jetstream-r3``: three nats-servers, ``sync_interval: always``, a three-replica
+  file stream (:mod:`bench._replication_nats`).
+- ``redis-wait1``: a Redis primary and one replica, ``appendfsync always`` on both, each
+  ``XADD`` followed by ``WAIT 1`` (:mod:`bench._replication_redis`).
+
+Each goes through, with 100 B payloads (:class:`Sizes`: 100,000 messages and 10 s of e2e;
+5,000 and 2 s with ``--quick``):
+
+1. ``publish_msgs_s``: publish the messages with the most in flight its client and the
+   acknowledgement rule allow (Headrace: one ``send_many``; JetStream: windows of 4,000
+   ``publish_async``; Redis: 64 connections, each write its ``XADD`` + ``WAIT 1``), every
+   one acknowledged.
+2. ``e2e_latency_p50_ms``, ``e2e_latency_p99_ms``: an open-loop publisher at
+   :data:`E2E_RATE` msg/s (the same for every system, below each one's publish rate here)
+   and a concurrent consumer; latency from each message's scheduled send time to its
+   receipt (:func:`bench._pubsub_system.measure_e2e`: no coordinated omission). With
+   ``--plot`` every latency goes to the sample log (``e2e_latency_quantile_ms``).
+
+Every row's params carry ``fsync``, ``replicas`` (copies of each write), ``acked`` (what
+the acknowledgement waits for), ``version``, ``payload_bytes``, ``messages``,
+``e2e_rate_msg_s``, ``e2e_seconds``, ``loop`` and ``load_1m`` (the machine's load average
+when the system's run began). Then :func:`failover_results`, then the goals of issue 37
+(:func:`derive_goals`), judged only once ``headrace-r3`` is measured. A peer that cannot
+run here is skipped with the reason on stderr; a system that fails midway is reported on
+stderr, stopped, and the run goes on.
+
+Environment:
+    HEADRACE_BENCH_SYSTEMS: Comma-separated system names to run (default: all).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import importlib.metadata
+import importlib.util
+import os
+import shutil
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from bench._headrace_pubsub import HeadraceSystem
+from bench._measure import new_runner, per_second, percentile
+from bench._output import Goal, Params, PeerGoal, Result
+from bench._peers import Peer
+from bench._pubsub_system import E2E_PAYLOAD_BYTES
+from bench._samples import SampleLog
+from bench._scenario import RunOptions
+from bench._server_process import ServerFailedError
+
+BENCH = "replication"
+R1, R3 = "headrace-r1", "headrace-r3"
+NATS_R3, REDIS_WAIT1 = "nats-jetstream-r3", "redis-wait1"
+SYSTEMS = (R1, R3, NATS_R3, REDIS_WAIT1)
+SYSTEMS_ENV = "HEADRACE_BENCH_SYSTEMS"
+#: The e2e phase's offered rate, msg/s, for every system: ``bench pubsub``'s, and a
+#: quarter or less of the slowest publish rate measured here (Redis with WAIT 1).
+E2E_RATE = 2000.0
+#: The metric of the e2e latency distributions in the sample log.
+E2E_SERIES = "e2e_latency_quantile_ms"
+#: The Redis peer as ``bench.pubsub.find_servers`` looks it up (Debian's redis-server).
+REDIS_PEER = Peer(REDIS_WAIT1, "redis-server", "redis-server", "redis", "redis")
+
+Warn = Callable[[str], None]
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Sizes:
+    """How much work each system does.
+
+    Attributes:
+        messages: Messages published in the throughput phase.
+        e2e_rate: Messages per second of the paced e2e publisher.
+        e2e_seconds: How long it publishes.
+        payload_bytes: Size of every payload.
+    """
+
+    messages: int
+    e2e_rate: float = E2E_RATE
+    e2e_seconds: float = 10.0
+    payload_bytes: int = E2E_PAYLOAD_BYTES
+
+    @property
+    def e2e_messages(self) -> int:
+        """Messages the e2e publisher sends."""
+        return round(self.e2e_rate * self.e2e_seconds)
+
+
+#: 100,000 messages: 3-5 s for JetStream R3 and 10-20 s for Redis with WAIT 1 here.
+FULL = Sizes(100_000)
+#: A few seconds per system: smoke runs and the tests.
+QUICK = Sizes(5_000, e2e_seconds=2.0)
+
+
+class ReplicatedSystem(Protocol):
+    """A system of this scenario: a server (or several) and its Python client.
+
+    Built with a fresh data directory it owns; servers on free 127.0.0.1 ports. Driven
+    by one task; not task-safe.
+    """
+
+    system: str
+    fsync: str
+    #: Copies of each acknowledged write, and what the acknowledgement waits for.
+    replicas: int
+    acked: str
+    #: The server's version (known once started).
+    version: str
+
+    async def start(self) -> None:
+        """Start the servers; return once a publish can be acknowledged as timed."""
+        ...
+
+    async def publish(self, count: int, payload: bytes) -> float:
+        """Seconds to publish ``count`` messages, every one acknowledged."""
+        ...
+
+    async def e2e(self, rate: float, seconds: float) -> list[float]:
+        """Latencies in ms: an open-loop paced publisher and a concurrent consumer."""
+        ...
+
+    async def stop(self) -> None:
+        """Stop the clients and the servers; always safe to call."""
+        ...
+
+
+class HeadraceR1(HeadraceSystem):
+    """Headrace at replication factor 1: one ``headrace serve``, fsync ``always``."""
+
+    system = R1
+    replicas = 1
+    acked = "synced"
+
+    def __init__(self, data_dir: Path) -> None:
+        super().__init__(data_dir)
+        self.version = importlib.metadata.version("headrace")
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One system to measure: the name it is selected by, and how to build it in a
+    directory."""
+
+    name: str
+    build: Callable[[Path], ReplicatedSystem]
+
+
+# ---------------------------------------------------------------------------------------
+# Extension points: what the replication work (issue 37) fills in
+
+
+def headrace_r3_entry() -> Entry | None:
+    """``headrace-r3``: Headrace at replication factor 3, ``min_insync_replicas`` 2, over a
+    real three-broker cluster (etcd and three ``headrace serve --cluster-etcd``, as
+    ``bench cluster`` starts them), measured by the same phases as every system.
+
+    Returns ``None`` until a topic can be created with factor 3; until then nothing is
+    measured or printed for it, and the human table's footnote says so (:func:`notes`).
+    Fill this in with an :class:`Entry` whose system is :data:`R3`; its rows are then
+    judged by :func:`derive_goals`.
+    """
+    return None
+
+
+def failover_results(options: RunOptions, sizes: Sizes) -> Iterator[Result]:
+    """The failover rows of issue 37, run after the systems: ``failover_sigkill_s`` (a
+    leader SIGKILLed under a publisher: time to the first publish acknowledged by the new
+    leader) judged by :func:`failover_sigkill_goal`, and ``failover_graceful_s`` (a
+    graceful leadership transfer) judged by :data:`FAILOVER_GRACEFUL_GOAL`.
+
+    Yields nothing until Headrace replicates: no made-up figure is printed, and the human
+    table's footnote says so (:func:`notes`).
+    """
+    del options, sizes  # used once the rows exist
+    return iter(())
+
+
+#: A graceful leadership transfer: the first acknowledged publish within 200 ms.
+FAILOVER_GRACEFUL_GOAL = Goal("<=", 0.2)
+
+
+def failover_sigkill_goal(session_ttl_s: float) -> Goal:
+    """After a leader's SIGKILL: the first acknowledged publish within the session TTL
+    plus one second."""
+    return Goal("<=", session_ttl_s + 1.0)
+
+
+def notes() -> list[str]:
+    """The footnotes under the human tables: what the rows mean, and what is not there."""
+    lines = [
+        f"e2e: an open-loop publisher at {E2E_RATE:,.0f} msg/s for every system; latency from "
+        "each message's scheduled send time to its receipt by a consumer.",
+        "redis-wait1: WAIT 1 after every write (one write in flight per connection, 64 "
+        "connections); WAIT counts a replica that applied the write, not one that fsynced "
+        "it; a reader of the primary sees a write before its WAIT returns.",
+        "nats-jetstream-r3: acknowledged once 2 of the 3 servers stored it (sync_interval: "
+        "always); the clients connect to the stream leader's server.",
+    ]
+    if headrace_r3_entry() is None:
+        lines.append(
+            "not measured yet: headrace-r3 (replication factor 3, min_insync_replicas 2, "
+            "three brokers) and failover (SIGKILL -> first acknowledged publish; graceful "
+            "transfer) arrive with replication (issue 37); no figure is printed for them."
+        )
+    return lines
+
+
+# ---------------------------------------------------------------------------------------
+# Which systems run
+
+
+def select_systems(value: str | None) -> tuple[list[str], list[str]]:
+    """Parse ``HEADRACE_BENCH_SYSTEMS``: (known names in run order, unknown names).
+    Empty or unset selects every system."""
+    names = [n.strip() for n in (value or "").split(",") if n.strip()]
+    if not names:
+        return list(SYSTEMS), []
+    return [s for s in SYSTEMS if s in names], [n for n in names if n not in SYSTEMS]
+
+
+def default_entries(
+    selected: Sequence[str],
+    *,
+    has_module: Callable[[str], bool] | None = None,
+    warn: Warn = _stderr,
+) -> list[Entry]:
+    """The entries of the ``selected`` systems that can run here, in run order; the others
+    are skipped with the reason on stderr."""
+    has_module = has_module or (lambda name: importlib.util.find_spec(name) is not None)
+    entries: list[Entry] = []
+    if R1 in selected:
+        entries.append(Entry(R1, HeadraceR1))
+    if R3 in selected and (r3 := headrace_r3_entry()) is not None:
+        entries.append(r3)
+    if NATS_R3 in selected:
+        entries += _nats_entry(has_module, warn)
+    if REDIS_WAIT1 in selected:
+        entries += _redis_entry(has_module, warn)
+    return entries
+
+
+def _nats_entry(has_module: Callable[[str], bool], warn: Warn) -> list[Entry]:
+    if not has_module("nats"):
+        warn(
+            f"bench: {BENCH}: skipping {NATS_R3}: its Python client nats-py is not installed "
+            "(pip install -e '.[bench]')"
+        )
+        return []
+    from bench._replication_nats import NatsJetStreamR3, find_nats_server
+
+    found = find_nats_server(warn=warn)
+    if found is None:
+        return []
+    binary, version = found
+    return [Entry(NATS_R3, lambda d: NatsJetStreamR3(d, binary=binary, version=version))]
+
+
+def _redis_entry(has_module: Callable[[str], bool], warn: Warn) -> list[Entry]:
+    from bench._replication_redis import RedisWait1
+    from bench.pubsub import find_servers
+
+    servers = find_servers([REDIS_PEER], has_module=has_module, warn=warn, scenario=BENCH)
+    if (binary := servers.get(REDIS_WAIT1)) is None:
+        return []
+    return [Entry(REDIS_WAIT1, lambda d: RedisWait1(d, binary=binary))]
+
+
+# ---------------------------------------------------------------------------------------
+# Running
+
+
+def run(
+    options: RunOptions,
+    *,
+    entries: Sequence[Entry] | None = None,
+    sizes: Sizes | None = None,
+    warn: Warn = _stderr,
+) -> Iterator[Result]:
+    """Measure every system in turn, yielding results as they come; then the failover
+    rows and the goals. ``entries`` default to the environment's choice."""
+    sizes = sizes or (QUICK if options.quick else FULL)
+    if entries is None:
+        selected, unknown = select_systems(os.environ.get(SYSTEMS_ENV))
+        for name in unknown:
+            warn(f"bench: {BENCH}: unknown system {name!r} in {SYSTEMS_ENV} (known: {SYSTEMS})")
+        entries = default_entries(selected, warn=warn)
+    if not entries:
+        warn(f"bench: {BENCH}: no system to measure")
+    measured: list[Result] = []
+    for index, entry in enumerate(entries):
+        data_dir = options.data_dir / f"{index}-{entry.name}"
+        for result in measure_system(entry, data_dir, sizes, options.samples, warn=warn):
+            measured.append(result)
+            yield result
+    for result in failover_results(options, sizes):
+        measured.append(result)
+        yield result
+    yield from derive_goals(measured)
+
+
+def measure_system(
+    entry: Entry,
+    data_dir: Path,
+    sizes: Sizes,
+    samples: SampleLog | None = None,
+    *,
+    warn: Warn = _stderr,
+) -> Iterator[Result]:
+    """Build the system in ``data_dir``, start it, run its phases on a fresh event loop.
+    A failure is reported with ``warn`` and ends this system's run, never the scenario's;
+    the system is always stopped and ``data_dir`` removed."""
+    data_dir.mkdir(parents=True)
+    loop, runner = new_runner()
+    load = os.getloadavg()[0]
+    system: ReplicatedSystem | None = None
+    try:
+        with runner:
+            try:
+                system = entry.build(data_dir)
+                runner.run(system.start())
+                params = system_params(system, sizes, loop, load)
+                yield from _phases(runner, system, sizes, params, samples=samples, warn=warn)
+            except Exception as exc:  # one system's failure must not end the others' run
+                warn(f"bench: {BENCH}: {entry.name} failed, skipping the rest of it: {exc!r}")
+            finally:
+                if system is not None:
+                    _stop(runner, system, warn)
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def _phases(
+    runner: asyncio.Runner,
+    system: ReplicatedSystem,
+    sizes: Sizes,
+    params: Params,
+    *,
+    samples: SampleLog | None,
+    warn: Warn,
+) -> Iterator[Result]:
+    """The publish phase, then the e2e phase, each after a full garbage collection (no
+    phase pays for the garbage start-up or the phase before it left)."""
+    name = system.system
+    gc.collect()
+    seconds = runner.run(system.publish(sizes.messages, os.urandom(sizes.payload_bytes)))
+    rate = per_second(sizes.messages, seconds)
+    yield Result(BENCH, name, "publish_msgs_s", rate, "msgs/s", params)
+    gc.collect()
+    latencies = runner.run(system.e2e(sizes.e2e_rate, sizes.e2e_seconds))
+    ordered = _e2e_samples(latencies, sizes.e2e_messages, name, warn)
+    if samples is not None:
+        samples.add(BENCH, name, E2E_SERIES, params, ordered)
+    for q in (50, 99):
+        yield Result(BENCH, name, f"e2e_latency_p{q}_ms", percentile(ordered, q), "ms", params)
+
+
+def system_params(system: ReplicatedSystem, sizes: Sizes, loop: str, load: float) -> Params:
+    """The params of every row of ``system`` (see the module docstring)."""
+    return {
+        "fsync": system.fsync,
+        "replicas": system.replicas,
+        "acked": system.acked,
+        "version": system.version,
+        "payload_bytes": sizes.payload_bytes,
+        "messages": sizes.messages,
+        "e2e_rate_msg_s": sizes.e2e_rate,
+        "e2e_seconds": sizes.e2e_seconds,
+        "loop": loop,
+        "load_1m": round(load, 2),
+    }
+
+
+def _stop(runner: asyncio.Runner, system: ReplicatedSystem, warn: Warn) -> None:
+    try:
+        runner.run(system.stop())
+    except Exception as exc:  # report, and go on with the next system
+        warn(f"bench: {BENCH}: stopping {system.system} failed: {exc!r}")
+
+
+def _e2e_samples(samples: Sequence[float], sent: int, label: str, warn: Warn) -> list[float]:
+    """The e2e latencies in ascending order; says on stderr when some never arrived.
+
+    Raises:
+        ServerFailedError: No message arrived at all.
+    """
+    if not samples:
+        raise ServerFailedError(f"none of the {sent} e2e messages arrived")
+    if len(samples) < sent:
+        warn(
+            f"bench: {BENCH}: {label}: {sent - len(samples)} of {sent} e2e messages did not "
+            "arrive in time; its percentiles cover the others only"
+        )
+    return sorted(samples)
+
+
+# ---------------------------------------------------------------------------------------
+# Goals (issue 37), judged once headrace-r3 is measured
+
+#: Factor 3 publishes at least half of factor 1's rate, in the same run.
+R3_OVER_R1_GOAL = Goal(">=", 0.5)
+#: ... and more than JetStream's three-replica stream.
+R3_OVER_NATS_GOAL = Goal(">", 1.0)
+#: e2e p50 at factor 3 no worse than JetStream R3's, in the same run.
+R3_P50_GOAL = PeerGoal(NATS_R3)
+
+
+def derive_goals(results: Sequence[Result]) -> Iterator[Result]:
+    """The goals of issue 37 on ``headrace-r3``'s rows: ``publish_r3_over_r1_x`` (``>=
+    0.5``), ``publish_r3_over_nats_r3_x`` (``> 1``) and its e2e p50 held against
+    JetStream R3's. Nothing for a figure whose other side was not measured (nothing at
+    all without ``headrace-r3``)."""
+    publish = {r.system: r for r in results if r.metric == "publish_msgs_s" and not r.is_goal}
+    r3 = publish.get(R3)
+    if r3 is not None:
+        for other, metric, goal in (
+            (R1, "publish_r3_over_r1_x", R3_OVER_R1_GOAL),
+            (NATS_R3, "publish_r3_over_nats_r3_x", R3_OVER_NATS_GOAL),
+        ):
+            if (base := publish.get(other)) is not None:
+                ratio = per_second(r3.value, base.value)
+                params = {**r3.params, "vs": other, **goal.params(ratio)}
+                yield Result(BENCH, R3, metric, ratio, "x", params)
+    p50 = [r for r in results if r.system == R3 and r.metric == "e2e_latency_p50_ms"]
+    for r in p50:
+        if not r.is_goal and (judged := R3_P50_GOAL.judge(r, results)) is not None:
+            yield judged
