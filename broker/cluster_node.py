@@ -30,12 +30,10 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from broker.cluster_defaults import TopicDefaults
-from broker.cluster_service import BrokerView, StatusView, TopicRouteView
 from broker.config_cluster import ClusterConfig
 from broker.errors import (
     ClusterJoinError,
@@ -46,6 +44,7 @@ from broker.errors import (
     TopicRefusedError,
 )
 from broker.topics import TopicRegistry
+from cluster.answers import LookupResult, StatusResult
 from cluster.config_defaults import DefaultsView, EtcdDefaults
 from cluster.errors import (
     ClusterError,
@@ -76,17 +75,6 @@ def _version() -> str:
         return version("headrace")
     except PackageNotFoundError:  # a source tree that is not installed
         return "0+unknown"
-
-
-@dataclass(frozen=True, slots=True)
-class NodeLookup:
-    """A :class:`~broker.cluster_service.LookupView`: the member's answer and this node."""
-
-    node_id: str
-    routes: Sequence[TopicRouteView]
-    brokers: Sequence[BrokerView]
-    controller: str
-    revision: int
 
 
 class BrokerTopics:
@@ -203,15 +191,12 @@ class ClusterNode:
         )
         return cls(store, member, topics, max_partitions, defaults=defaults, defaults_view=view)
 
-    async def lookup(self, topics: Sequence[str]) -> NodeLookup:
+    async def lookup(self, topics: Sequence[str]) -> LookupResult:
         """The Lookup answer (:class:`~broker.cluster_service.ClusterSource`): the member's,
         naming this node as the one that answered."""
-        found = await self.member.lookup(topics)
-        return NodeLookup(
-            self.member.node_id, found.routes, found.brokers, found.controller, found.revision
-        )
+        return await self.member.lookup(topics)
 
-    async def status(self) -> StatusView:
+    async def status(self) -> StatusResult:
         """The ClusterStatus answer (:class:`~broker.cluster_service.ClusterSource`)."""
         return await self.member.status()
 

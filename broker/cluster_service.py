@@ -8,24 +8,24 @@ Where the answers come from is a :class:`ClusterSource`:
   the controller, and the owner of every topic it holds (epoch 0, state ``ready``,
   online); an unknown topic is a route with state ``absent``.
 - ``cluster.member.ClusterMember``: the running cluster node, answering from its watch
-  of etcd. It cannot import :mod:`broker` (the layers go ``broker > cluster``), so the
-  answer types are Protocols (:class:`TopicRouteView`, :class:`BrokerView`,
-  :class:`LookupView`, :class:`StatusView`...): any object with those attributes will do,
-  a frozen msgspec Struct or dataclass of cluster's own.
+  of etcd.
+
+Both answer with the one set of answer types, :mod:`cluster.answers` (pure, below both
+layers: ``cluster`` may not import :mod:`broker`, and the module imports no etcd, so a
+single broker still never loads the etcd client).
 
 Lookup rules (docs/protocol.md, section "Cluster: finding a topic's owner"): one route per
 asked topic, in the order asked; every topic, by name, when none is asked; an unknown
 topic is a route with state ``absent``, not an error (a client asks about many at once);
 an invalid name is ``INVALID_ARGUMENT`` naming ``topics[i]``.
 
-Imports :mod:`broker` and :mod:`proto` only; no etcd.
+Imports :mod:`broker`, :mod:`proto` and :mod:`cluster.answers` only; no etcd.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 import grpc
@@ -34,6 +34,7 @@ from broker.error_status import Context, rpc
 from broker.errors import InvalidRequestError, TopicNotFoundError
 from broker.rpc_handlers import add_service
 from broker.topics import TopicRegistry
+from cluster.answers import BrokerEntry, LookupResult, Route, StatusResult
 from proto import cluster_pb2 as _cluster
 from proto.names import NAME_RULE, is_valid_name
 from proto.shown import shown
@@ -41,170 +42,20 @@ from proto.shown import shown
 #: The node id of a broker that runs without a cluster.
 LOCAL_NODE = "local"
 
-#: A topic that exists nowhere: the state of its route.
-ABSENT = "absent"
-
-
-class TopicRouteView(Protocol):
-    """Where one topic is served (a ``TopicRoute`` on the wire)."""
-
-    @property
-    def topic(self) -> str: ...
-    @property
-    def owner_node(self) -> str: ...
-    @property
-    def owner_address(self) -> str: ...
-    @property
-    def epoch(self) -> int: ...
-    @property
-    def state(self) -> str: ...
-    @property
-    def online(self) -> bool: ...
-    @property
-    def partitions(self) -> int: ...
-    @property
-    def reason(self) -> str: ...
-
-
-class BrokerView(Protocol):
-    """One broker of the cluster (a ``BrokerInfo`` on the wire)."""
-
-    @property
-    def node_id(self) -> str: ...
-    @property
-    def address(self) -> str: ...
-    @property
-    def alive(self) -> bool: ...
-    @property
-    def topics(self) -> int: ...
-    @property
-    def partitions(self) -> int: ...
-    @property
-    def session_age_s(self) -> float: ...
-
-
-class LookupView(Protocol):
-    """A Lookup's answer: the answering node, routes, brokers, controller and the view's
-    etcd revision."""
-
-    @property
-    def node_id(self) -> str: ...
-    @property
-    def routes(self) -> Sequence[TopicRouteView]: ...
-    @property
-    def brokers(self) -> Sequence[BrokerView]: ...
-    @property
-    def controller(self) -> str: ...
-    @property
-    def revision(self) -> int: ...
-
-
-class EndpointView(Protocol):
-    """One configured etcd endpoint's health."""
-
-    @property
-    def endpoint(self) -> str: ...
-    @property
-    def healthy(self) -> bool: ...
-    @property
-    def error(self) -> str: ...
-
-
-class OfflineTopicView(Protocol):
-    """A topic that is not online, and why (a refusal reason and words for a person)."""
-
-    @property
-    def topic(self) -> str: ...
-    @property
-    def owner_node(self) -> str: ...
-    @property
-    def reason(self) -> str: ...
-    @property
-    def message(self) -> str: ...
-
-
-class StatusView(Protocol):
-    """A ClusterStatus answer."""
-
-    @property
-    def node_id(self) -> str: ...
-    @property
-    def cluster_id(self) -> str: ...
-    @property
-    def brokers(self) -> Sequence[BrokerView]: ...
-    @property
-    def controller(self) -> str: ...
-    @property
-    def etcd(self) -> Sequence[EndpointView]: ...
-    @property
-    def offline_topics(self) -> Sequence[OfflineTopicView]: ...
-    @property
-    def revision(self) -> int: ...
-
 
 class ClusterSource(Protocol):
     """Where the Cluster service's answers come from."""
 
-    async def lookup(self, topics: Sequence[str]) -> LookupView:
+    async def lookup(self, topics: Sequence[str]) -> LookupResult:
         """The routes of ``topics`` (valid names, maybe repeated), one each in order, or of
         every topic by name when ``topics`` is empty; unknown ones with state
         ``absent``. Never raises for an unknown topic."""
         ...
 
-    async def status(self) -> StatusView:
+    async def status(self) -> StatusResult:
         """The cluster's health (may ask each etcd endpoint; bounded by the caller's
         deadline)."""
         ...
-
-
-@dataclass(frozen=True, slots=True)
-class Route:
-    """A :class:`TopicRouteView`."""
-
-    topic: str
-    owner_node: str = ""
-    owner_address: str = ""
-    epoch: int = 0
-    state: str = ABSENT
-    online: bool = False
-    partitions: int = 0
-    reason: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerEntry:
-    """A :class:`BrokerView`."""
-
-    node_id: str
-    address: str
-    alive: bool
-    topics: int
-    partitions: int
-    session_age_s: float
-
-
-@dataclass(frozen=True, slots=True)
-class LookupResult:
-    """A :class:`LookupView`."""
-
-    node_id: str
-    routes: tuple[Route, ...]
-    brokers: tuple[BrokerEntry, ...]
-    controller: str
-    revision: int
-
-
-@dataclass(frozen=True, slots=True)
-class StatusResult:
-    """A :class:`StatusView` of a broker with no cluster: no etcd, nothing offline."""
-
-    node_id: str
-    cluster_id: str
-    brokers: tuple[BrokerEntry, ...]
-    controller: str
-    etcd: tuple[EndpointView, ...] = ()
-    offline_topics: tuple[OfflineTopicView, ...] = ()
-    revision: int = 0
 
 
 class SingleBrokerSource:
@@ -292,7 +143,7 @@ class ClusterService:
         return status_response(await self._source.status())
 
 
-def route_message(r: TopicRouteView) -> _cluster.TopicRoute:
+def route_message(r: Route) -> _cluster.TopicRoute:
     """A route as its protobuf message."""
     return _cluster.TopicRoute(
         topic=r.topic,
@@ -306,7 +157,7 @@ def route_message(r: TopicRouteView) -> _cluster.TopicRoute:
     )
 
 
-def broker_message(b: BrokerView) -> _cluster.BrokerInfo:
+def broker_message(b: BrokerEntry) -> _cluster.BrokerInfo:
     """A broker as its protobuf message."""
     return _cluster.BrokerInfo(
         node_id=b.node_id,
@@ -318,7 +169,7 @@ def broker_message(b: BrokerView) -> _cluster.BrokerInfo:
     )
 
 
-def lookup_response(view: LookupView) -> _cluster.LookupResponse:
+def lookup_response(view: LookupResult) -> _cluster.LookupResponse:
     """A Lookup answer as its protobuf message."""
     return _cluster.LookupResponse(
         routes=[route_message(r) for r in view.routes],
@@ -329,7 +180,7 @@ def lookup_response(view: LookupView) -> _cluster.LookupResponse:
     )
 
 
-def status_response(view: StatusView) -> _cluster.ClusterStatusResponse:
+def status_response(view: StatusResult) -> _cluster.ClusterStatusResponse:
     """A ClusterStatus answer as its protobuf message."""
     return _cluster.ClusterStatusResponse(
         node_id=view.node_id,

@@ -28,6 +28,8 @@ Modules (P: pure; A: asyncio shell):
   (``WriteWindow`` P) by this process's own clock.
 - ``placement`` P: which live broker owns a new topic.
 - ``controller`` A: election by transaction, the fencing token, placing topics.
+- ``answers`` P: the Lookup and ClusterStatus answers as plain values, one set for every
+  source (a member's view, a broker alone); imports no etcd.
 - ``routes`` P: a topic's route and refusal reason, Lookup and status answers.
 - ``local`` P: ``LocalTopics``, the hook through which the member makes and deletes
   topics on this broker's disk; ``MemoryTopics``, its fake.

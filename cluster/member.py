@@ -43,6 +43,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import get_args
 
+from cluster.answers import ABSENT, EndpointEntry, LookupResult, StatusResult
 from cluster.controller import Controller
 from cluster.errors import (
     ClusterError,
@@ -62,17 +63,7 @@ from cluster.records import (
     decode,
     encode,
 )
-from cluster.routes import (
-    ABSENT,
-    EndpointEntry,
-    LookupResult,
-    Me,
-    StatusResult,
-    broker_entries,
-    lookup,
-    offline_topics,
-    topic_route,
-)
+from cluster.routes import Me, broker_entries, lookup, offline_topics, topic_route
 from cluster.session import Clock, Session
 from cluster.state import Topic
 from cluster.view import View

@@ -2,8 +2,9 @@
 
 Role: the rules shared by the ownership check, the ``Lookup`` answer and the cluster
 status, so that the three never disagree. :func:`topic_route` turns a topic record (and
-what this broker knows of itself) into a :class:`Route`: owner, address, epoch, state,
-whether it is online and, if not, the refusal reason.
+what this broker knows of itself) into a :class:`~cluster.answers.Route`: owner, address,
+epoch, state, whether it is online and, if not, the refusal reason. The answers' types
+are :mod:`cluster.answers`' (the broker's single-broker source builds the same ones).
 
 Rules, in order, for a topic whose record exists:
 
@@ -31,28 +32,13 @@ Imports neither asyncio, os nor time.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from cluster.answers import BrokerEntry, LookupResult, OfflineTopic, Route
 from cluster.records import TopicState
 from cluster.state import ClusterState, Topic
-
-ABSENT = "absent"
-
-
-@dataclass(frozen=True, slots=True)
-class Route:
-    """One topic's route (a ``TopicRoute`` on the wire)."""
-
-    topic: str
-    owner_node: str = ""
-    owner_address: str = ""
-    epoch: int = 0
-    state: str = ABSENT
-    online: bool = False
-    partitions: int = 0
-    reason: str = ""
-    message: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,30 +109,7 @@ def _why_not(topic: Topic, me: Me, *, alive: bool) -> tuple[str, str]:
 
 
 def _with(route: Route, reason: str, message: str, *, online: bool = False) -> Route:
-    return Route(
-        route.topic,
-        route.owner_node,
-        route.owner_address,
-        route.epoch,
-        route.state,
-        online,
-        route.partitions,
-        reason,
-        message,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerEntry:
-    """One broker (a ``BrokerInfo`` on the wire). A dead owner is listed with
-    ``alive=False`` and no address, so its offline topics have a name to point at."""
-
-    node_id: str
-    address: str
-    alive: bool
-    topics: int
-    partitions: int
-    session_age_s: float
+    return dataclasses.replace(route, online=online, reason=reason, message=message)
 
 
 def broker_entries(state: ClusterState, now_ms: int) -> list[BrokerEntry]:
@@ -173,54 +136,14 @@ def broker_entries(state: ClusterState, now_ms: int) -> list[BrokerEntry]:
     return entries
 
 
-@dataclass(frozen=True, slots=True)
-class LookupResult:
-    """A ``LookupResponse``: routes, brokers, the controller's node id, the view's revision."""
-
-    routes: tuple[Route, ...]
-    brokers: tuple[BrokerEntry, ...]
-    controller: str
-    revision: int
-
-
-@dataclass(frozen=True, slots=True)
-class EndpointEntry:
-    """One etcd endpoint's health (an ``EtcdEndpoint`` on the wire)."""
-
-    endpoint: str
-    healthy: bool
-    error: str
-
-
-@dataclass(frozen=True, slots=True)
-class OfflineTopic:
-    """A topic that is not online, and why (an ``OfflineTopic`` on the wire)."""
-
-    topic: str
-    owner_node: str
-    reason: str
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class StatusResult:
-    """A ``ClusterStatusResponse``."""
-
-    node_id: str
-    cluster_id: str
-    brokers: tuple[BrokerEntry, ...]
-    controller: str
-    etcd: tuple[EndpointEntry, ...]
-    offline_topics: tuple[OfflineTopic, ...]
-    revision: int
-
-
 def lookup(state: ClusterState, names: list[str], me: Me, now_ms: int) -> LookupResult:
-    """The Lookup answer: a route per name in order (every topic by name when none)."""
+    """The Lookup answer, from ``me``: a route per name in order (every topic by name
+    when none)."""
     asked = names or sorted(state.topics)
     routes = tuple(topic_route(state, name, me) for name in asked)
     controller = state.controller.record.node_id if state.controller else ""
-    return LookupResult(routes, tuple(broker_entries(state, now_ms)), controller, state.revision)
+    brokers = tuple(broker_entries(state, now_ms))
+    return LookupResult(me.node_id, routes, brokers, controller, state.revision)
 
 
 def offline_topics(state: ClusterState, me: Me) -> list[OfflineTopic]:

@@ -5,22 +5,19 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 import pytest
 
 from broker.app import Broker
-from broker.cluster_service import (
-    BrokerEntry,
-    LookupResult,
-    Route,
-    lookup_response,
-    status_response,
-)
+from broker.cluster_service import lookup_response, status_response
 from broker.config import SecurityConfig
 from broker.config_cluster import ClusterConfig
+from cluster.answers import BrokerEntry, LookupResult, Route
+from cluster.answers import EndpointEntry as Endpoint
+from cluster.answers import OfflineTopic as Offline
+from cluster.answers import StatusResult as Status
 from proto import admin_pb2 as admin
 from proto import cluster_pb2 as cluster
 from tests.broker.auth.test_interceptor import bearer, make_tokens
@@ -113,34 +110,8 @@ async def test_an_invalid_name_in_a_lookup_is_invalid_argument(
         assert (caught.value.details() or "").startswith(field + ":")
 
 
-@dataclass(frozen=True)
-class Endpoint:
-    endpoint: str
-    healthy: bool
-    error: str
-
-
-@dataclass(frozen=True)
-class Offline:
-    topic: str
-    owner_node: str
-    reason: str
-    message: str
-
-
-@dataclass(frozen=True)
-class Status:
-    node_id: str
-    cluster_id: str
-    brokers: tuple[BrokerEntry, ...]
-    controller: str
-    etcd: tuple[Endpoint, ...]
-    offline_topics: tuple[Offline, ...]
-    revision: int
-
-
 class TwoBrokers:
-    """A ClusterSource of cluster's own types (dataclasses matching the Protocols)."""
+    """A ClusterSource of cluster's own types (:mod:`cluster.answers`)."""
 
     b1 = BrokerEntry("b1", "10.0.0.1:50051", True, 1, 3, 12.5)
     b2 = BrokerEntry("b2", "10.0.0.2:50051", False, 1, 1, 0.0)

@@ -20,9 +20,9 @@ import pytest
 from google.protobuf import json_format
 
 from broker.app import Broker
-from broker.cluster_service import BrokerEntry, LookupResult, Route
 from broker.error_status import status_for, trailers_for
 from broker.errors import TopicRefusedError
+from cluster.answers import BrokerEntry, LookupResult, Route
 from cluster.ownership import Refusal
 from proto import admin_pb2 as admin
 from proto import broker_pb2 as pb

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from broker.app import Broker
-from broker.cluster_service import BrokerEntry, LookupResult, Route, StatusResult
 from client import AsyncAdminClient
+from cluster.answers import BrokerEntry, LookupResult, Route, StatusResult
 from cluster.ownership import Refusal
 from tests.broker.conftest import broker_config
 
