@@ -12,7 +12,10 @@ and a few comparisons; anything it cannot prove goes the general way, which also
 what is wrong. It only ever accepts: a batch it returns is the one ``check_batch`` returns.
 
 Every append is validated, whoever makes the batch (a client's Publish, a dead-letter
-copy, a replay): all of them are freshly encoded, so the strict rules hold for all.
+copy, a replay): all of them are freshly encoded, so the strict rules hold for all. The
+one exception is a follower's append of its leader's batches: :func:`check_replicated`
+decodes them as a read from disk does (CRC and layout, the leader's base offsets kept),
+applies the same limits, and checks that they follow on one from another.
 
 Pure module: imports neither ``asyncio``, ``os`` nor ``time``.
 """
@@ -27,14 +30,23 @@ from operator import sub
 
 import crc32c as _crc32c
 
-from proto.batch import CRC_START, HEADER_SIZE, MAGIC, VERSION, Layout, RecordBatch
+from proto.batch import (
+    CRC_START,
+    HEADER_SIZE,
+    MAGIC,
+    VERSION,
+    Layout,
+    RecordBatch,
+    decode_batch,
+)
 from proto.check import check_batch
-from proto.errors import InvalidBatchError
+from proto.errors import CorruptBatchError, InvalidBatchError
 from wal.errors import (
     BatchRejectedError,
     BatchTooLargeError,
     HeaderLimitError,
     RecordTooLargeError,
+    ReplicaOffsetMismatchError,
 )
 
 
@@ -88,6 +100,50 @@ def validate_batch(data: bytes | bytearray | memoryview, limits: BatchLimits) ->
     if batch.size - HEADER_SIZE > limits.max_record_bytes:
         _check_record_sizes(batch, limits.max_record_bytes)
     return batch
+
+
+def check_replicated(
+    data: bytes | bytearray | memoryview, limits: BatchLimits
+) -> list[RecordBatch]:
+    """Decode a leader's batches laid end to end, as a follower is given them to append.
+
+    Each batch is checked as a read from disk is (magic, version, length, layout and CRC:
+    the leader wrote them, so the producer's strict rules held once, and data an older
+    version wrote stays replicable), then against this log's limits as any batch is; and
+    each must start where the one before it ends. Their base offsets are the leader's; that
+    the first is the follower's head is checked when they are written
+    (:meth:`wal.log.Log.append_replicated`). Empty ``data`` gives ``[]``.
+
+    Example: batches at offsets 100 (3 records) and 103 pass; 100 (3 records) then 104
+    raises ``ReplicaOffsetMismatchError(index=1, expected=103, found=104)``.
+
+    Raises:
+        CorruptBatchError: a batch fails a check, or ``data`` ends inside a batch;
+            ``position`` is its byte position in ``data``.
+        ReplicaOffsetMismatchError: a batch does not start where the one before it ends.
+        BatchTooLargeError, RecordTooLargeError, HeaderLimitError: a batch is over a limit.
+    """
+    batches: list[RecordBatch] = []
+    pos, end = 0, len(data)
+    while pos < end:
+        batch = decode_batch(data, pos)
+        if batch is None:
+            raise CorruptBatchError(
+                pos, f"the data ends inside a batch ({end - pos} bytes left)", field="batch_length"
+            )
+        if batches and batch.base_offset != batches[-1].next_offset:
+            raise ReplicaOffsetMismatchError(
+                len(batches), batches[-1].next_offset, batch.base_offset
+            )
+        if batch.size > limits.max_batch_bytes:
+            raise BatchTooLargeError(batch.size, limits.max_batch_bytes)
+        if batch.has_headers:
+            _check_headers(batch, limits)
+        if batch.size - HEADER_SIZE > limits.max_record_bytes:
+            _check_record_sizes(batch, limits.max_record_bytes)
+        batches.append(batch)
+        pos += batch.size
+    return batches
 
 
 #: The header, then a single record's timestamp, key validity byte (with the 7 padding

@@ -91,8 +91,10 @@ from wal.fdcache import FileCache
 from wal.fs import FileSystem, WouldBlockError, nonblocking_reads
 from wal.log import AppendResult, Clock, Log
 from wal.tail import TailCache
+from wal.validate import check_replicated
 from wal.writer_commands import (
     Append,
+    AppendReplicated,
     ApplyRetention,
     Close,
     Command,
@@ -143,6 +145,7 @@ class LogWriter:
     def __init__(self, log: Log, *, queue_size: int = 10_000) -> None:
         self._log = log
         self._policy = log.config.fsync
+        self._limits = log.config.limits  # a follower's batches are checked against them
         self._queue_size = queue_size
         self._jobs: queue.SimpleQueue[Command] = queue.SimpleQueue()
         #: Commands made during this loop turn, in order; :meth:`_hand_over` queues them.
@@ -166,6 +169,7 @@ class LogWriter:
             self._jobs,
             Completions(
                 commit_done=self._commit_done,
+                replicated_done=self._replicated_done,
                 control_done=self._control_done,
                 retention=self._retention_on_loop,
                 close_done=self._close_done,
@@ -293,6 +297,55 @@ class LogWriter:
             on_queued()
         return await future
 
+    async def append_replicated(self, data: bytes | bytearray | memoryview) -> int:
+        """Append a leader's batches byte for byte (a follower's append); return the head
+        after them, the offset to fetch from next.
+
+        ``data`` is whole batches laid end to end as they are in the leader's log (its
+        :meth:`read_raw`), base offsets set; it must not change until this returns. All
+        are checked before anything is written: each decodes with a valid CRC and is within
+        this log's limits, each starts where the one before it ends
+        (:func:`wal.validate.check_replicated`), and the first starts at the head (on the
+        writer thread, just before the write). The segments then hold the leader's bytes.
+
+        Durable under the fsync policy before this returns, as :meth:`append` is: under
+        ``always`` synced, so the head returned is the follower's durable end. Under
+        ``interval`` and ``never`` it returns once written: the head returned is then the
+        written end, durable at the next periodic sync (``interval``; the
+        :attr:`high_water_mark` says how far) or whenever the OS writes it back
+        (``never``). A follower that reports it as its fetch offset promises only that.
+
+        Producer ids and sequences are not looked at: the leader deduplicated, and a
+        producer table is rebuilt from the log. The batches are written after every
+        command queued before them, in a write of their own, and wait for room in the
+        queue as an append does.
+
+        Cancellation: once called, the append runs to its end (:func:`run_to_end`): a
+        cancelled caller waits until the batches are written and synced (or refused), then
+        sees the cancellation, so the next fetch never starts while a write is in flight.
+
+        Raises:
+            CorruptBatchError: a batch fails its CRC or layout check, or ``data`` ends
+                inside a batch; nothing was written.
+            ReplicaOffsetMismatchError: a gap or an overlap, or the first batch is not at
+                the head; nothing was written.
+            BatchTooLargeError, RecordTooLargeError, HeaderLimitError: over this log's
+                limits; nothing was written.
+            DiskFullError: the disk filled: the first ``written`` batches are in the log
+                (synced as usual, :attr:`head` moved past them), the rest are not.
+            WalFailedError, WalClosedError: as :meth:`append`.
+        """
+        self._check_open()
+        batches = check_replicated(data, self._limits)
+        if not batches:
+            return self._written
+        return await run_to_end(self._replicate(batches))
+
+    async def _replicate(self, batches: list[RecordBatch]) -> int:
+        cmd = AppendReplicated(batches, self._new_future())
+        await self._command(cmd)
+        return cmd.future.result()
+
     async def flush(self) -> None:
         """Make everything appended so far durable and advance the high-water mark."""
         await self._command(Flush(self._new_future()))
@@ -400,6 +453,26 @@ class LogWriter:
                 return []
             raise
 
+    async def read_raw(self, offset: int, max_bytes: int = 1 << 20) -> bytes:
+        """The bytes of whole durable batches from the one holding ``offset``, as they are
+        in the log (base offsets and CRCs included), up to ``max_bytes``: what a leader
+        sends a follower for :meth:`append_replicated`.
+
+        Read as :meth:`aread` reads (the tail cache, the page cache on the loop, else a
+        cold-read thread; each batch's CRC checked, its records not decoded) and bounded
+        the same way: at least one whole batch even past ``max_bytes``, none at or past
+        the :attr:`high_water_mark` (``b""`` when ``offset`` is the mark). The first batch
+        starts before ``offset`` when ``offset`` falls inside it; a follower fetches from
+        its head, always a batch boundary.
+
+        Raises:
+            As :meth:`aread`.
+        """
+        batches = await self.aread(offset, max_bytes)
+        if len(batches) == 1:
+            return bytes(batches[0].buffer)
+        return b"".join([b.buffer for b in batches])
+
     def _cold_read_done(self, read: asyncio.Future[list[RecordBatch]]) -> None:
         self._cold_in_flight.discard(read)
         if not read.cancelled():
@@ -467,7 +540,7 @@ class LogWriter:
         self._check_open()
         return asyncio.get_running_loop().create_future()
 
-    async def _command(self, cmd: Flush | Roll | ApplyRetention) -> None:
+    async def _command(self, cmd: Flush | Roll | ApplyRetention | AppendReplicated) -> None:
         """Queue a control command behind every append queued (or waiting for room)
         before it; wait for it."""
         if self._room or self._queued >= self._queue_size:
@@ -549,14 +622,7 @@ class LogWriter:
         # to its consumers' streams) then runs before the publishers' answers are sent:
         # measured the other way round, publishes were answered 0.3 ms sooner but records
         # reached their consumers 0.2-0.3 ms later, end to end a loss.
-        if written.sync_s is not None:  # ALWAYS: what this commit cost each side
-            started = time.perf_counter()
-            self._advance(written.head)
-            self.commit_cost.observe(
-                written.write_s + written.sync_s, time.perf_counter() - started
-            )
-        elif self._policy is not FsyncPolicy.INTERVAL:
-            self._advance(written.head)
+        self._advance_written(written)
         for a, result in zip(done, results, strict=True):
             if a.on_done is None:  # inline settle's common case: once per append
                 if not a.future.done():
@@ -565,6 +631,35 @@ class LogWriter:
                 settle(a, result)
         for a in rest:
             settle(a, written.full or WalFailedError(self._log.path, "commit ended early"))
+        self.on_commit(written.write_s, written.sync_s, len(done))
+
+    def _advance_written(self, written: Written) -> None:
+        """Advance the mark over what a group commit wrote, as far as the policy says it
+        is durable (``interval``: not yet; the periodic sync will)."""
+        if written.sync_s is not None:  # ALWAYS: what this commit cost each side
+            started = time.perf_counter()
+            self._advance(written.head)
+            self.commit_cost.observe(
+                written.write_s + written.sync_s, time.perf_counter() - started
+            )
+        elif self._policy is not FsyncPolicy.INTERVAL:
+            self._advance(written.head)
+
+    def _replicated_done(self, cmd: AppendReplicated, written: Written | BaseException) -> None:
+        """A replicated append was written (and synced), or refused or failed: as
+        :meth:`_commit_done`, for its one caller."""
+        self._completed(1)
+        if not isinstance(written, Written):
+            fail(cmd.future, written)
+            return
+        done = cmd.batches[: len(written.results)]
+        self._written = written.head
+        self._tail.add(done, [b.base_offset for b in done])
+        self._advance_written(written)
+        if written.full is not None:
+            fail(cmd.future, written.full)
+        else:
+            resolve(cmd.future, written.head)
         self.on_commit(written.write_s, written.sync_s, len(done))
 
     def _control_done(self, cmd: Flush | Roll, outcome: int | BaseException) -> None:

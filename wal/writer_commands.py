@@ -1,9 +1,9 @@
 """The commands a :class:`~wal.writer.LogWriter` queues for its thread, and how each ends.
 
-Owns the command types (:class:`Append`, :class:`Flush`, :class:`Roll`,
-:class:`ApplyRetention`, :class:`Close`), what one group commit did (:class:`Written`),
-and the helpers that settle an append or resolve a command's future on the loop
-(:func:`settle`, :func:`resolve`, :func:`fail`). Plain data and plain functions: the
+Owns the command types (:class:`Append`, :class:`AppendReplicated`, :class:`Flush`,
+:class:`Roll`, :class:`ApplyRetention`, :class:`Close`), what one group commit did
+(:class:`Written`), and the helpers that settle an append or resolve a command's future on
+the loop (:func:`settle`, :func:`resolve`, :func:`fail`). Plain data and plain functions: the
 writer's protocol (who queues, who answers, in what order) is in :mod:`wal.writer`.
 Imports ``proto.batch``, ``wal.errors`` and ``wal.log``'s ``AppendResult``, nothing that
 runs.
@@ -40,6 +40,16 @@ class Append(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class AppendReplicated:
+    """Command: write a leader's batches as they are (``Log.append_replicated``), synced
+    under the policy as a group commit is, in a write of their own; ``future`` gets the
+    log's head after them."""
+
+    batches: list[RecordBatch]
+    future: asyncio.Future[int]
+
+
+@dataclass(frozen=True, slots=True)
 class Flush:
     """Command: make everything written durable; ``future`` is ``None`` for timer ticks."""
 
@@ -71,7 +81,7 @@ class Close:
     future: asyncio.Future[None]
 
 
-Command = Append | Flush | Roll | ApplyRetention | Close
+Command = Append | AppendReplicated | Flush | Roll | ApplyRetention | Close
 
 
 class Written(NamedTuple):

@@ -2,8 +2,9 @@
 
 Owns :class:`WriterThread`. It takes the commands the writer queued, in order: appends in
 groups (up to ``max_group_bytes``; one ``pwritev``, then one ``fdatasync`` under
-``always``), and the control commands (flush, roll, retention, close) one at a time,
-each between two groups. It changes nothing the event loop reads: each outcome goes back
+``always``), a follower's replicated append as a group of its own (written and synced the
+same way), and the control commands (flush, roll, retention, close) one at a time, each
+between two groups. It changes nothing the event loop reads: each outcome goes back
 to the loop as one callback (:class:`Completions`, through ``call_soon_threadsafe``),
 where the writer advances its high-water mark and answers the appenders. The group
 commit protocol, its invariants and why commands reach this thread once per loop turn
@@ -22,15 +23,16 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from proto.batch import RecordBatch
 from wal.config import FsyncPolicy
 from wal.errors import DiskFullError, WalClosedError, WalError, WalFailedError
-from wal.log import Log
+from wal.log import AppendResult, Log
 from wal.writer_commands import (
     Append,
+    AppendReplicated,
     ApplyRetention,
     Close,
     Command,
@@ -54,6 +56,8 @@ class Completions:
 
     #: A group's appends and what writing them did (or the error that stopped it).
     commit_done: Callable[[list[Append], Written | BaseException], None]
+    #: A replicated append and what writing it did (or the error that refused or stopped it).
+    replicated_done: Callable[[AppendReplicated, Written | BaseException], None]
     #: A flush's or roll's head after it (or its error).
     control_done: Callable[[Flush | Roll, int | BaseException], None]
     #: Apply retention on the loop; set the future when done (the thread waits on it).
@@ -112,7 +116,9 @@ class WriterThread:
                 carried = None
                 taken = [cmd]
                 if not isinstance(cmd, Append):
-                    if self._control_on_thread(cmd):
+                    if isinstance(cmd, AppendReplicated):
+                        self._replicate_on_thread(cmd)
+                    elif self._control_on_thread(cmd):
                         return
                     continue
                 group = [cmd]
@@ -159,12 +165,26 @@ class WriterThread:
             written = exc
         self._post(self._done.commit_done, group, written)
 
-    def _write(self, batches: list[RecordBatch]) -> Written:
+    def _replicate_on_thread(self, cmd: AppendReplicated) -> None:
+        try:
+            written: Written | BaseException = self._write(cmd.batches, self._log.append_replicated)
+        except WalError as exc:  # refused (nothing written), or the write failed
+            written = exc
+        except Exception as exc:
+            logger.exception("log %s: unexpected error in a replicated append", self._log.path)
+            written = exc
+        self._post(self._done.replicated_done, cmd, written)
+
+    def _write(
+        self,
+        batches: list[RecordBatch],
+        append: Callable[[Sequence[RecordBatch]], list[AppendResult]] | None = None,
+    ) -> Written:
         started = time.perf_counter()
         head = self._log.head
         full = None
         try:
-            results = self._log.append_many(batches)
+            results = (append or self._log.append_many)(batches)
         except DiskFullError as exc:
             if not exc.written:
                 raise
