@@ -39,9 +39,10 @@ __all__ = [
     "HeaderLimitError",
     "IndexCorruptError",
     "InvalidBatchError",
+    "LeaderEpochsCorruptError",
+    "NotBatchBoundaryError",
     "OffsetOutOfRangeError",
     "RecordTooLargeError",
-    "ReplicaOffsetMismatchError",
     "WalClosedError",
     "WalConfigError",
     "WalError",
@@ -125,32 +126,6 @@ class HeaderLimitError(BatchRejectedError):
         )
 
 
-class ReplicaOffsetMismatchError(WalError):
-    """Raised when a follower is given a leader's batch that does not start where its log
-    goes on: the first one not at the log's head, or a later one not right after the batch
-    before it (a gap or an overlap); nothing was appended.
-
-    ``index`` is the batch's position among those given (0: the first), ``expected`` the
-    offset it had to start at, ``found`` its base offset.
-    """
-
-    def __init__(self, index: int, expected: int, found: int) -> None:
-        self.index = index
-        self.expected = expected
-        self.found = found
-        what = "a gap" if found > expected else "an overlap"
-        where = (
-            f"the follower's log ends at {expected}"
-            if index == 0
-            else f"the batch before it ends at {expected}"
-        )
-        super().__init__(
-            f"replicated batch {index} starts at offset {found}, but {where} ({what} of "
-            f"{abs(found - expected)} records); fetch again from the log's head; nothing "
-            "was appended"
-        )
-
-
 class CorruptSegmentError(WalError):
     """Raised when a read meets damaged data inside a segment; reads stop there.
 
@@ -184,6 +159,36 @@ class OffsetOutOfRangeError(WalError):
         super().__init__(
             f"offset {offset} is out of range: the log holds offsets [{first_offset}, {head}); "
             "seek to a retained offset"
+        )
+
+
+class NotBatchBoundaryError(WalError, ValueError):
+    """Raised when :meth:`wal.log.Log.truncate_to` is given an offset inside a batch; the
+    log is left unchanged."""
+
+    def __init__(self, path: str, offset: int, batch_base: int, batch_next: int) -> None:
+        self.path = path
+        self.offset = offset
+        self.batch_base = batch_base
+        self.batch_next = batch_next
+        super().__init__(
+            f"log {path}: cannot truncate to offset {offset}: it falls inside the batch "
+            f"[{batch_base}, {batch_next}); truncate to a batch boundary ({batch_base} or "
+            f"{batch_next}); nothing was changed"
+        )
+
+
+class LeaderEpochsCorruptError(WalError):
+    """Raised when a partition's ``leader-epochs`` file is torn, fails its checksum or
+    holds entries that do not increase; it is never read as empty."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(
+            f"leader-epochs file {path} is damaged: {reason}; restore it from a backup, or "
+            "empty this partition's directory so that it re-replicates from the leader; "
+            "the log was not opened"
         )
 
 

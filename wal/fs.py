@@ -97,7 +97,8 @@ def _pread_nowait(fd: int, size: int, offset: int) -> bytes:
     return bytes(view[:got])
 
 
-#: Every named crash point production code declares, in the order a roll or delete meets them.
+#: Every named crash point production code declares, in the order a roll, a delete or a
+#: truncation meets them.
 CRASH_POINTS = (
     "append.after_write",  # batch bytes written, before fdatasync
     "append.after_sync",  # fdatasync done, before acknowledgement
@@ -106,6 +107,11 @@ CRASH_POINTS = (
     "retention.after_rename",  # segment renamed to .deleted, not yet unlinked
     "recovery.after_broken",  # torn tail copied to .broken, log not yet truncated
     "index.after_tmp",  # rebuilt index written to .tmp, not yet renamed
+    "truncate.after_segment_delete",  # a segment wholly above the offset removed, dir synced
+    "truncate.after_index",  # the kept segment's .index cut and synced, its .log not yet
+    "truncate.after_data",  # the kept segment's .log cut and synced, leader-epochs not yet
+    "leader_epochs.after_tmp",  # leader-epochs.tmp written and synced, not yet renamed
+    "leader_epochs.after_rename",  # leader-epochs replaced, directory not yet synced
 )
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
@@ -38,7 +38,6 @@ from wal.errors import (
     DISK_FULL_ERRNOS,
     CorruptSegmentError,
     OffsetOutOfRangeError,
-    ReplicaOffsetMismatchError,
     WalClosedError,
     WalError,
     WalFailedError,
@@ -46,6 +45,7 @@ from wal.errors import (
 )
 from wal.fdcache import PRIVATE_CAPACITY, FileCache
 from wal.fs import FileSystem
+from wal.leader_epochs import EpochEntry, LeaderEpochs, load_entries
 from wal.naming import INDEX_SUFFIX, LOG_SUFFIX, is_leftover, parse_segment_name, segment_name
 from wal.policy import SegmentInfo, segments_to_delete, should_roll
 from wal.segment import Segment, TailRecovery
@@ -104,6 +104,7 @@ class Log:
         segments: list[Segment],
         recovery: RecoveryReport,
         files: FileCache,
+        epochs: list[EpochEntry] | None = None,
     ) -> None:
         self.path = path
         self.config = config
@@ -115,6 +116,10 @@ class Log:
         self._files = files
         self._failure: str | None = None
         self._closed = False
+        #: The partition's leader-epoch history (its ``leader-epochs`` file).
+        self.leader_epochs = LeaderEpochs(
+            path, fs=fs, log_end=lambda: self.head, entries=epochs or []
+        )
 
     # -- opening ----------------------------------------------------------------------
 
@@ -157,6 +162,7 @@ class Log:
         leftovers = [n for n in names if is_leftover(n)]
         for name in leftovers:
             fs.remove(os.path.join(path, name))
+        epochs = load_entries(fs, path)  # a damaged file stops the open before any segment
         bases = sorted({p[0] for n in names if (p := parse_segment_name(n)) and p[1] == LOG_SUFFIX})
         for name in names:
             parsed = parse_segment_name(name)
@@ -194,9 +200,24 @@ class Log:
             tail.scanned_bytes,
             tail.truncated_bytes,
         )
-        return cls(
-            path, config, fs=fs, clock=clock, segments=segments, recovery=report, files=files
+        log = cls(
+            path,
+            config,
+            fs=fs,
+            clock=clock,
+            segments=segments,
+            recovery=report,
+            files=files,
+            epochs=epochs,
         )
+        try:
+            # A crash in a truncation, or a power cut that took back appends, may leave
+            # epochs that begin past the log's end: they never happened here.
+            log.leader_epochs.truncate_from(log.head + 1)
+        except BaseException:
+            log.close()
+            raise
+        return log
 
     @staticmethod
     def _is_empty(fs: FileSystem, path: str, base: int) -> bool:
@@ -310,27 +331,6 @@ class Log:
             raise self._write_failed("append", exc, written) from exc
         return results
 
-    def append_replicated(self, batches: Sequence[RecordBatch]) -> list[AppendResult]:
-        """Write a leader's batches as they are (not synced: call :meth:`flush`).
-
-        A follower's append: the batches carry the leader's base offsets, the first must be
-        the head and each next one must follow on. :meth:`append_many` then writes them: the
-        base offset it patches into each is the one the batch carries, so the segments hold
-        the leader's bytes unchanged. Its crash points are the append's and the roll's, and
-        a crash leaves a prefix of whole batches, as for any append.
-
-        Raises:
-            ReplicaOffsetMismatchError: a batch does not start where the log (or the batch
-                before it) ends; nothing was written.
-            DiskFullError, WalFailedError, WalClosedError: as :meth:`append_many`.
-        """
-        self._check_writable()
-        expected = self.head
-        for i, batch in enumerate(batches):
-            if batch.base_offset != expected:
-                raise ReplicaOffsetMismatchError(i, expected, batch.base_offset)
-            expected += batch.record_count
-        return self.append_many(batches)
 
     def _needs_roll(self, active: Segment, unwritten: int, incoming: int, now: int) -> bool:
         """Whether ``incoming`` bytes must go to a new segment; ``unwritten`` bytes of this
@@ -437,6 +437,8 @@ class Log:
         )
         for base in doomed:
             self._delete_oldest(base)
+        if doomed:
+            self.leader_epochs.truncate_before(self.first_offset)
         return doomed
 
     def delete_before(self, offset: int) -> list[int]:
@@ -454,6 +456,8 @@ class Log:
             base = self._segments[0].base_offset
             self._delete_oldest(base)
             doomed.append(base)
+        if doomed:
+            self.leader_epochs.truncate_before(self.first_offset)
         return doomed
 
     def _delete_oldest(self, base: int) -> None:
@@ -476,6 +480,95 @@ class Log:
             base,
             self.first_offset,
         )
+
+    # -- truncation -------------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> list[int]:
+        """Drop every record at or past ``offset``; the next append is given ``offset``.
+
+        A replica's cut back to where its log and the leader's diverge. In order, each
+        step durable before the next (the crash points in brackets):
+
+        1. every segment wholly at or past ``offset`` is removed, newest first, the
+           directory synced after each [``truncate.after_segment_delete``];
+        2. the segment holding ``offset`` has its ``.index`` cut and synced
+           [``truncate.after_index``], then its ``.log`` [``truncate.after_data``];
+           it becomes the active segment again, even if it was sealed (it is closed and
+           opened again as :meth:`open` opens the newest segment);
+        3. the leader-epoch history drops the epochs starting at or past ``offset``.
+
+        A crash at any step leaves, after :meth:`open`, a prefix of the old log no
+        shorter than ``offset``: a removed segment was the newest, a cut index holds only
+        entries below the cut, and the rest is cut again by a second call. Epochs starting
+        past the log's end are dropped by :meth:`open`.
+
+        Truncating to the head changes nothing. ``offset`` must be a batch boundary in
+        ``[first_offset, head]``: below the first offset is refused (retention deleted
+        those records; a replica whose divergence lies there must be emptied and fetch
+        again), as is an offset inside a batch; either error changes nothing.
+
+        Args:
+            offset: The new head.
+
+        Returns:
+            The base offsets of the segments removed whole, newest first.
+
+        Raises:
+            OffsetOutOfRangeError: ``offset`` is below the first offset or past the head.
+            NotBatchBoundaryError: ``offset`` falls inside a batch.
+            CorruptSegmentError: damaged data before ``offset`` (nothing was changed).
+            WalFailedError: the log is failed, or a step failed and latched it.
+            WalClosedError: the log is closed.
+        """
+        self._check_writable()
+        if offset == self.head:
+            return []
+        if not self.first_offset <= offset < self.head:
+            raise OffsetOutOfRangeError(offset, self.first_offset, self.head)
+        keep = max(1, bisect_left([s.base_offset for s in self._segments], offset))
+        target = self._segments[keep - 1]
+        try:
+            position = target.truncation_point(offset)
+        except OSError as exc:
+            raise io_error("truncate", target.path, exc) from exc
+        removed = []
+        try:
+            while len(self._segments) > keep:
+                removed.append(self._remove_newest())
+            target.truncate_files(position)
+            self._fs.crash_point("truncate.after_data")
+            target.close()
+            active, _tail = Segment.open_active(
+                self._fs,
+                self.path,
+                target.base_offset,
+                self.config.index_interval_bytes,
+                files=self._files,
+            )
+            self._segments = [*self._segments[:-1], active]
+            self.leader_epochs.truncate_from(offset)
+        except OSError as exc:
+            raise self._latch("truncate", exc) from exc
+        except WalError as exc:  # the epochs file: the log is cut, its history is not
+            self._failure = f"truncate failed: {exc}"
+            logger.error("log %s latched as failed: %s", self.path, self._failure)
+            raise WalFailedError(self.path, self._failure) from exc
+        logger.info(
+            "log %s truncated to offset %d (segments removed: %s)", self.path, offset, removed
+        )
+        return removed
+
+    def _remove_newest(self) -> int:
+        """Remove the newest segment's files (the ``.log`` first: a stray ``.index`` is
+        discarded by :meth:`open`), then sync the directory; return its base offset."""
+        seg = self._segments[-1]
+        self._segments = self._segments[:-1]  # from view first: no read reaches it
+        seg.close()
+        self._fs.remove(seg.path)
+        self._fs.remove(seg.index_path)
+        self._fs.fsync_dir(self.path)
+        self._fs.crash_point("truncate.after_segment_delete")
+        return seg.base_offset
 
     # -- reading ----------------------------------------------------------------------
 

@@ -65,6 +65,7 @@ from wal.errors import (
     CorruptBatchError,
     CorruptSegmentError,
     IndexCorruptError,
+    NotBatchBoundaryError,
 )
 from wal.fdcache import PRIVATE_CAPACITY, FileCache, Pin
 from wal.fs import FileSystem, WouldBlockError, reading_nonblocking
@@ -424,6 +425,57 @@ class Segment:
                 self.fs.rename(path, path + ".deleted")
                 renamed.append(path + ".deleted")
         return renamed
+
+    # -- truncation -------------------------------------------------------------------
+
+    def truncation_point(self, offset: int) -> int:
+        """The byte position of the batch that starts at ``offset`` (``size`` when
+        ``offset`` is the segment's end): where :meth:`truncate_files` cuts. Reads only.
+
+        Raises:
+            NotBatchBoundaryError: ``offset`` falls inside a batch.
+            CorruptSegmentError: the segment is damaged before ``offset``.
+            OSError: a read failed.
+        """
+        if offset == self.next_offset:
+            return self.size
+        pos, _length = self._locate(offset)
+        base, _len, _crc, _magic, _v, _f, count = _PEEK.unpack(self._pread(_PEEK.size, pos))
+        if base != offset:
+            directory = os.path.dirname(self.path)
+            raise NotBatchBoundaryError(directory, offset, base, base + count)
+        return pos
+
+    def truncate_files(self, position: int) -> None:
+        """Cut the files at byte ``position``: sync the ``.log`` (so the prefix kept is
+        durable whatever crash follows, even under ``interval`` or ``never``), cut the
+        ``.index`` to its entries below ``position`` (synced), then cut the ``.log``
+        (synced). Index first, so that no entry on disk ever points at or past the cut,
+        where later appends write other batches (the invariant of the module docstring).
+        Afterwards this object is stale: the caller closes it and opens the segment again
+        with :meth:`open_active`.
+
+        Raises:
+            OSError: a truncate or sync failed (the caller latches the log).
+        """
+        index = self._loaded_index()
+        with self._log_file() as fd:
+            self.fs.fdatasync(fd)
+        with self._index_lock, self._index_file() as index_fd:
+            kept = sum(1 for _offset, pos in index.entries() if pos < position)
+            on_disk = self.fs.size(index_fd) // ENTRY_SIZE
+            self.fs.truncate(index_fd, min(kept, on_disk) * ENTRY_SIZE)
+            self.fs.fdatasync(index_fd)
+        self.fs.crash_point("truncate.after_index")
+        with self._log_file() as fd:
+            self.fs.truncate(fd, position)
+            self.fs.fdatasync(fd)
+        logger.info(
+            "segment %s truncated to byte %d (%d bytes cut)",
+            self.path,
+            position,
+            self.size - position,
+        )
 
     # -- reading ----------------------------------------------------------------------
 

@@ -630,7 +630,11 @@ class Workload:
 
     ``values[o]`` is the payload attempted at offset ``o`` (appended or being appended);
     offsets below ``acked`` were acknowledged: a flush, roll or clean close returned after
-    they were written. ``floor`` is the highest retention floor passed so far.
+    they were written. ``floor`` is the highest retention floor passed so far. A
+    truncation lowers ``acked`` to its offset before it starts (a replica gives up records
+    on purpose) and raises it to the offset once done (it syncs what it keeps); ``values``
+    is cut only once it returned, so a crash inside one leaves a prefix of ``values``.
+    ``epoch`` is the newest leader epoch assigned.
     """
 
     def __init__(self, path: Path, fs: CrashableFs, rng: random.Random) -> None:
@@ -641,18 +645,24 @@ class Workload:
         self.acked = 0
         self.floor = 0
         self.next_id = 0
+        self.epoch = 0
         self.log = Log.open(str(path), CRASH_CONFIG, fs=fs)
 
     def step(self) -> None:
         """One random operation."""
         r = self.rng.random()
-        if r < 0.55:
+        if r < 0.5:
             self.append()
-        elif r < 0.65:
+        elif r < 0.6:
             self.log.roll()
             self.acked = self.log.head
-        elif r < 0.78:
+        elif r < 0.7:
             self.retention()
+        elif r < 0.76:
+            self.truncate()
+        elif r < 0.8:
+            self.epoch += 1
+            self.log.leader_epochs.assign(self.epoch, self.log.head)
         elif r < 0.9:
             self.reopen_torn()
         else:
@@ -674,6 +684,18 @@ class Workload:
         self.floor = max(self.floor, floor)
         self.log.apply_retention(floor)
         assert self.log.first_offset <= self.floor
+
+    def truncate(self) -> None:
+        """Cut the log back to one of its last few batch boundaries."""
+        bounds = [b.base_offset for b in read_all(self.log)] + [self.log.head]
+        offset = self.rng.choice(bounds[-6:])
+        cuts = offset < self.log.head
+        self.acked = min(self.acked, offset)
+        self.log.truncate_to(offset)
+        del self.values[offset:]
+        if cuts:
+            self.acked = offset
+        assert self.log.head == offset
 
     def reopen_torn(self) -> None:
         """The process dies idle, power fails, a half-written batch is at the end."""
@@ -705,6 +727,7 @@ def check_survivors(path: Path, w: Workload) -> int:
         assert w.acked <= log.head <= len(w.values), (w.acked, log.head, len(w.values))
         assert log.first_offset <= w.floor
         assert read_values(log) == w.values[log.first_offset : log.head]
+        assert all(e.start_offset <= log.head for e in log.leader_epochs.entries())
         return log.head
     finally:
         log.close()
@@ -715,12 +738,14 @@ def check_survivors(path: Path, w: Workload) -> int:
 def test_crash_at_named_point_loses_no_acknowledged_record(
     tmp_path: Path, point: str, seed: int
 ) -> None:
-    """Scenario: a seeded mix of appends, flushes, rolls, retention, torn restarts and
-    restarts with a lost sealed index runs; after a random number of steps a crash is armed
-    at ``point`` and the run goes on until it fires; the descriptors are dropped unsynced and
-    the power is cut (unsynced bytes keep a random prefix). Expected: the crash fires at that
-    point; reopening with the real fs finds every acknowledged record intact and in order and
-    nothing but a prefix of the attempted ones; a second reopen cuts nothing more."""
+    """Scenario: a seeded mix of appends, flushes, rolls, retention, truncations, leader
+    epoch assignments, torn restarts and restarts with a lost sealed index runs; after a
+    random number of steps a crash is armed at ``point`` and the run goes on until it
+    fires; the descriptors are dropped unsynced and the power is cut (unsynced bytes keep
+    a random prefix). Expected: the crash fires at that point; reopening with the real fs
+    finds every acknowledged record intact and in order and nothing but a prefix of the
+    attempted ones, and no leader epoch starting past the end; a second reopen cuts
+    nothing more."""
     rng = random.Random(f"{point}/{seed}")
     fs = CrashableFs()
     path = tmp_path / "log"
@@ -746,7 +771,7 @@ def test_crash_at_named_point_loses_no_acknowledged_record(
 
 
 def test_every_crash_point_is_covered() -> None:
-    """Scenario: the crash-point table. Expected: it names exactly the seven points the
+    """Scenario: the crash-point table. Expected: it names exactly the twelve points the
     parametrized crash test exercises (a new point must get a scenario here)."""
     assert set(CRASH_POINTS) == {
         "append.after_write",
@@ -756,6 +781,11 @@ def test_every_crash_point_is_covered() -> None:
         "retention.after_rename",
         "recovery.after_broken",
         "index.after_tmp",
+        "truncate.after_segment_delete",
+        "truncate.after_index",
+        "truncate.after_data",
+        "leader_epochs.after_tmp",
+        "leader_epochs.after_rename",
     }
 
 
