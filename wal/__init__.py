@@ -50,6 +50,15 @@ under ``always``; the periodic one under ``interval``; the one of a roll or a cl
 ``never``); until then it lives only in memory. The ``.index`` is synced only when a segment
 is sealed, and when opening cuts entries from it (so a dropped entry never comes back).
 
+Replicated append: a follower writes its leader's batches unchanged, base offsets included
+(``LogWriter.append_replicated``; the leader's side is ``LogWriter.read_raw``, the bytes
+of whole durable batches), so its segments hold the leader's bytes. Every batch is
+checked before any is written (CRC and layout as a read checks them, the log's limits,
+each one following on, the first at the head), so a refused call writes nothing; then
+they are written and synced as a group commit is, in a group of their own. No crash point
+of its own: its crash points are the append's and the roll's, and a crash leaves a prefix
+of whole batches after recovery, as for any append.
+
 Read protocol: readers on the event loop call ``LogWriter.read_nowait``, which serves the
 tail cache, then reads the files with ``preadv2(RWF_NOWAIT)`` (``fs.nonblocking_reads``);
 what the page cache does not hold, and any index rebuild or scan, raises inside and
@@ -110,6 +119,7 @@ from wal.errors import (
     NotBatchBoundaryError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
+    ReplicaOffsetMismatchError,
     WalClosedError,
     WalConfigError,
     WalError,
@@ -155,6 +165,7 @@ __all__ = [
     "RecordBatch",
     "RecordTooLargeError",
     "RecoveryReport",
+    "ReplicaOffsetMismatchError",
     "SimulatedCrash",
     "WalClosedError",
     "WalConfigError",

@@ -43,6 +43,7 @@ __all__ = [
     "NotBatchBoundaryError",
     "OffsetOutOfRangeError",
     "RecordTooLargeError",
+    "ReplicaOffsetMismatchError",
     "WalClosedError",
     "WalConfigError",
     "WalError",
@@ -123,6 +124,32 @@ class HeaderLimitError(BatchRejectedError):
             "headers over a limit",
             message=f"record {index} has {found}; the limit is {limit} ([limits] {setting}); "
             "send fewer or smaller headers; nothing was appended",
+        )
+
+
+class ReplicaOffsetMismatchError(WalError):
+    """Raised when a follower is given a leader's batch that does not start where its log
+    goes on: the first one not at the log's head, or a later one not right after the batch
+    before it (a gap or an overlap); nothing was appended.
+
+    ``index`` is the batch's position among those given (0: the first), ``expected`` the
+    offset it had to start at, ``found`` its base offset.
+    """
+
+    def __init__(self, index: int, expected: int, found: int) -> None:
+        self.index = index
+        self.expected = expected
+        self.found = found
+        what = "a gap" if found > expected else "an overlap"
+        where = (
+            f"the follower's log ends at {expected}"
+            if index == 0
+            else f"the batch before it ends at {expected}"
+        )
+        super().__init__(
+            f"replicated batch {index} starts at offset {found}, but {where} ({what} of "
+            f"{abs(found - expected)} records); fetch again from the log's head; nothing "
+            "was appended"
         )
 
 

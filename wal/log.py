@@ -38,6 +38,7 @@ from wal.errors import (
     DISK_FULL_ERRNOS,
     CorruptSegmentError,
     OffsetOutOfRangeError,
+    ReplicaOffsetMismatchError,
     WalClosedError,
     WalError,
     WalFailedError,
@@ -331,6 +332,27 @@ class Log:
             raise self._write_failed("append", exc, written) from exc
         return results
 
+    def append_replicated(self, batches: Sequence[RecordBatch]) -> list[AppendResult]:
+        """Write a leader's batches as they are (not synced: call :meth:`flush`).
+
+        A follower's append: the batches carry the leader's base offsets, the first must be
+        the head and each next one must follow on. :meth:`append_many` then writes them: the
+        base offset it patches into each is the one the batch carries, so the segments hold
+        the leader's bytes unchanged. Its crash points are the append's and the roll's, and
+        a crash leaves a prefix of whole batches, as for any append.
+
+        Raises:
+            ReplicaOffsetMismatchError: a batch does not start where the log (or the batch
+                before it) ends; nothing was written.
+            DiskFullError, WalFailedError, WalClosedError: as :meth:`append_many`.
+        """
+        self._check_writable()
+        expected = self.head
+        for i, batch in enumerate(batches):
+            if batch.base_offset != expected:
+                raise ReplicaOffsetMismatchError(i, expected, batch.base_offset)
+            expected += batch.record_count
+        return self.append_many(batches)
 
     def _needs_roll(self, active: Segment, unwritten: int, incoming: int, now: int) -> bool:
         """Whether ``incoming`` bytes must go to a new segment; ``unwritten`` bytes of this
