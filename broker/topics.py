@@ -348,6 +348,10 @@ class TopicRegistry:
         """Every topic name, sorted."""
         return sorted(self._topics)
 
+    def directory(self, name: str) -> str:
+        """The directory of topic ``name`` (whether or not it exists)."""
+        return os.path.join(self._root, name)
+
     # -- admin changes ----------------------------------------------------------------
 
     @contextlib.asynccontextmanager
@@ -374,6 +378,28 @@ class TopicRegistry:
             logger.error("refused: %s: %s", what, short)
             raise FileLimitError(what, short.needed, short.available, short.limit)
 
+    def check_create(self, name: str, partitions: int) -> None:
+        """Whether :meth:`create` of ``name`` with ``partitions`` would be refused now for
+        a reason that a retry does not cure: the name, the partition count, or the
+        open-files budget (measured as :meth:`create` measures it; no other I/O). Whether
+        the name is taken is not checked (a create checks it under its lock).
+
+        Raises:
+            InvalidRequestError: bad name or partition count.
+            FileLimitError: the partitions would not fit under the open-files limit now.
+        """
+        self._check_request(name, partitions)
+        self._check_budget(f"topic {name!r} with {partitions} partitions", partitions)
+
+    def _check_request(self, name: str, partitions: int) -> None:
+        check_topic_name(name)
+        if not 1 <= partitions <= self._max_partitions:
+            raise InvalidRequestError(
+                "partitions",
+                f"must be from 1 to {self._max_partitions} ([limits] max_partitions_per_topic), "
+                f"got {partitions}",
+            )
+
     async def create(self, name: str, partitions: int, *, topic_id: str | None = None) -> Topic:
         """Create a topic with ``partitions`` empty partitions.
 
@@ -395,12 +421,7 @@ class TopicRegistry:
             raise InvalidRequestError(
                 "topic_id", f"must be 16 lowercase hex digits, got {topic_id!r}"
             )
-        if not 1 <= partitions <= self._max_partitions:
-            raise InvalidRequestError(
-                "partitions",
-                f"must be from 1 to {self._max_partitions} ([limits] max_partitions_per_topic), "
-                f"got {partitions}",
-            )
+        self._check_request(name, partitions)
         async with self._name_lock(name):
             if name in self._topics:
                 raise TopicExistsError(name)
