@@ -35,10 +35,13 @@ from pathlib import Path
 
 from broker.cluster_defaults import TopicDefaults
 from broker.config_cluster import ClusterConfig
+from broker.error_status import status_for
 from broker.errors import (
+    BrokerError,
     ClusterJoinError,
     ClusterUnavailableError,
     InvalidRequestError,
+    PlacedCreateError,
     TopicExistsError,
     TopicNotFoundError,
     TopicRefusedError,
@@ -51,10 +54,12 @@ from cluster.errors import (
     DuplicateNodeError,
     EtcdUnavailableError,
     RecordError,
+    TopicCreateFailedError,
     TopicNotReadyError,
 )
 from cluster.errors import TopicExistsError as ClusterTopicExistsError
 from cluster.etcd import EtcdStore, TlsFiles
+from cluster.local import CreateRefusal, LocalTopic
 from cluster.member import ClusterMember, MemberConfig
 from cluster.ownership import Refusal
 from cluster.records import DefaultsRecord, Keys, TopicRecord, TopicState
@@ -82,7 +87,10 @@ class BrokerTopics:
 
     ``create`` is the registry's create with the cluster's topic id (idempotent for that
     id); ``delete`` is DeleteTopic's crash-safe delete, which stops and drops the topic's
-    subscriptions; ``exists`` reads the registry's map only.
+    subscriptions; ``exists``, ``topic_id`` and ``held`` read the registry's map only;
+    ``check_create`` is the registry's :meth:`~broker.topics.TopicRegistry.check_create`
+    (name, partition count, open-files budget) plus a local topic of that name with
+    another id, answered with the status the one table gives a single broker's refusal.
     """
 
     def __init__(self, topics: TopicRegistry, subscriptions: SubscriptionRegistry) -> None:
@@ -107,11 +115,39 @@ class BrokerTopics:
             return
 
     def exists(self, name: str) -> bool:
+        return self.topic_id(name) is not None
+
+    def topic_id(self, name: str) -> str | None:
         try:
-            self._topics.get(name)
+            return self._topics.get(name).topic_id
         except (TopicNotFoundError, InvalidRequestError):
-            return False
-        return True
+            return None
+
+    def held(self) -> list[LocalTopic]:
+        found = []
+        for name in self._topics.names():
+            topic = self._topics.get(name)
+            path = self._topics.directory(name)
+            found.append(LocalTopic(name, topic.topic_id, len(topic.partitions), path))
+        return found
+
+    def check_create(self, name: str, topic_id: str, partitions: int) -> CreateRefusal | None:
+        held = self.topic_id(name)
+        if held == topic_id:
+            return None  # made already: create returns at once
+        if held is not None:
+            return CreateRefusal(
+                "ALREADY_EXISTS",
+                f"a local topic of that name with another id ({held or 'none'}) is at "
+                f"{self._topics.directory(name)}: move it out of the data directory, then "
+                "create the topic again",
+            )
+        try:
+            self._topics.check_create(name, partitions)
+        except BrokerError as exc:
+            code, message = status_for(exc)
+            return CreateRefusal(code.name, message)
+        return None
 
 
 class ClusterNode:
@@ -238,6 +274,9 @@ class ClusterNode:
             TopicExistsError: the name is taken in the cluster.
             TopicRefusedError: not ready within ``timeout_s`` (its owner is down); the name
                 stays taken and the topic becomes ready when the owner is up.
+            PlacedCreateError: the broker it was placed on can never make it (its
+                open-files budget, its partition limit, a local topic of that name): the
+                status that broker gave; the name is free again.
             ClusterUnavailableError: etcd did not answer.
         """
         if partitions == 0:
@@ -254,6 +293,8 @@ class ClusterNode:
             raise TopicExistsError(name) from exc
         except TopicNotReadyError as exc:
             raise TopicRefusedError(self._not_ready(name, exc)) from exc
+        except TopicCreateFailedError as exc:
+            raise PlacedCreateError(name, exc.owner_node, exc.code, str(exc)) from exc
         except EtcdUnavailableError as exc:
             raise ClusterUnavailableError(f"create topic {name!r}", str(exc)) from exc
 
@@ -266,6 +307,8 @@ class ClusterNode:
                 ``timeout_s`` (it finishes when the owner next reconciles).
         """
         refusal = self.member.refusal(name, write=True)
+        if refusal is not None and refusal.reason == "absent":
+            raise TopicNotFoundError(name)
         if refusal is not None:
             raise TopicRefusedError(refusal)
         try:
@@ -280,6 +323,8 @@ class ClusterNode:
         not running (the topic exists and becomes ready when it returns), else the
         current refusal (``creating`` while the owner works on it)."""
         refusal = self.member.refusal(name, write=True)
+        if refusal is not None and refusal.reason == "absent":
+            refusal = None  # gone meanwhile: say what the create saw
         owner_up = exc.owner_node in self.member.view.state.brokers
         if exc.owner_node and not owner_up:
             epoch = refusal.epoch if refusal is not None else 0

@@ -39,6 +39,7 @@ from broker.errors import (
     LimitExceededError,
     MalformedRequestError,
     PermissionDeniedError,
+    PlacedCreateError,
     ProducerSequenceError,
     RequestTooLargeError,
     ShuttingDownError,
@@ -115,11 +116,18 @@ STATUS_TABLE: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
 def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     """The status code and message for ``exc`` (``INTERNAL`` for anything unknown)."""
     exc = _typed_io_error(exc)
+    if isinstance(exc, PlacedCreateError):  # another broker's answer from this same table
+        return _placed_status(exc.code), str(exc)
     for cls, code in STATUS_TABLE:
         if isinstance(exc, cls):
             return code, str(exc)
     logger.error("unexpected error serving a request", exc_info=exc)
     return grpc.StatusCode.INTERNAL, "internal broker error; see the broker log"
+
+
+def _placed_status(name: str) -> grpc.StatusCode:
+    """The status called ``name`` (``UNAVAILABLE`` for a name this grpc does not know)."""
+    return getattr(grpc.StatusCode, name, grpc.StatusCode.UNAVAILABLE)
 
 
 def trailers_for(exc: BaseException) -> tuple[tuple[str, str], ...]:

@@ -299,6 +299,20 @@ class TopicRefusedError(BrokerError):
         super().__init__(refusal.message)
 
 
+class PlacedCreateError(BrokerError):
+    """Raised (cluster mode) by CreateTopic when the broker the topic was placed on can
+    never make it as asked (its open-files budget, its partition limit, a local topic of
+    that name): the create ended and the name is free again. The call ends with the
+    status that broker's table gave (``code``, a ``grpc.StatusCode`` name), the one a
+    single broker answers; the message names that broker."""
+
+    def __init__(self, topic: str, owner_node: str, code: str, message: str) -> None:
+        self.topic = topic
+        self.owner_node = owner_node
+        self.code = code
+        super().__init__(message)
+
+
 class ClusterJoinError(ConfigError):
     """Raised when a broker in cluster mode cannot join its cluster at start: a live broker
     holds its node id, or etcd does not answer. A ``ConfigError``, so ``headrace serve``

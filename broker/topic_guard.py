@@ -30,7 +30,9 @@ ListSubscriptions (of every topic)       --     not topic-scoped: no guard
 =======================================  =====  ==========================================
 
 A name that is not a valid topic name is not refused here: no broker serves it, and the
-servicer answers ``INVALID_ARGUMENT`` naming the field, as it always did.
+servicer answers ``INVALID_ARGUMENT`` naming the field, as it always did. A refusal of
+reason ``absent`` (the cluster holds no such topic, this broker has a stray local copy
+it must not serve) is answered as the unknown topic it is: ``NOT_FOUND``.
 
 With :class:`cluster.ownership.SingleBroker` (no cluster settings) nothing is ever
 refused: a single broker behaves exactly as before cluster mode.
@@ -41,7 +43,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from broker.errors import TopicRefusedError
+from broker.errors import TopicNotFoundError, TopicRefusedError
 from cluster.ownership import Ownership, Refusal, SingleBroker
 from proto import broker_pb2 as _pb
 from proto.names import is_valid_name
@@ -75,10 +77,14 @@ class TopicGuard:
 
         Raises:
             TopicRefusedError: the ownership refused it; nothing was done.
+            TopicNotFoundError: the cluster holds no such topic (a stray local copy of
+                that name is never served); nothing was done.
         """
         refusal = self.ownership.refusal(topic, write=write)
         if refusal is None or not is_valid_name(topic):
             return
+        if refusal.reason == "absent":
+            raise TopicNotFoundError(topic)
         logger.debug(
             "refused a %s of topic %s: %s (owner %s at %s, epoch %d)",
             "write" if write else "read",

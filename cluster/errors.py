@@ -167,3 +167,16 @@ class ReplicationSettingsError(ClusterError):
     def __init__(self, detail: str) -> None:
         self.detail = detail
         super().__init__(f"invalid replication settings: {detail}")
+
+
+class TopicCreateFailedError(ClusterError):
+    """Raised when the broker a new topic was placed on cannot make it as asked, whatever
+    the retries (its open-files budget, its partition limit, a local topic of that name):
+    the create ended and the name is free again. ``code`` is the gRPC status name that
+    broker gave, the one a single broker would answer."""
+
+    def __init__(self, topic: str, owner_node: str, code: str, message: str) -> None:
+        self.topic = topic
+        self.owner_node = owner_node
+        self.code = code
+        super().__init__(message)

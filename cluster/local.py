@@ -14,13 +14,57 @@ Contract (what the broker's implementation must do):
 - :meth:`LocalTopics.delete`: today's crash-safe delete; a topic that is absent is done.
 - :meth:`LocalTopics.exists`: whether the topic's local data is present now (it is asked
   on the event loop: no I/O beyond the registry's map).
+- :meth:`LocalTopics.topic_id`: the id of the local topic of that name (``""`` for one
+  made before topics had ids), ``None`` when there is none; asked on every topic-scoped
+  call, so a map read.
+- :meth:`LocalTopics.held`: every local topic, with its id, partitions and directory (at
+  join, to adopt or set aside what the cluster does not hold; and for ``cluster status``).
+- :meth:`LocalTopics.check_create`: why a create of this name and partition count would
+  be refused here whatever the retries (the name, the count, the open-files budget, a
+  local topic of that name with another id), as a :class:`CreateRefusal` carrying the
+  gRPC status name and message a single broker would answer; ``None`` when it may go
+  ahead. The member asks it before :meth:`~LocalTopics.create` and ends the create
+  (state ``failed``) on a refusal; anything :meth:`~LocalTopics.create` raises is taken
+  as transient and retried.
 
 :class:`MemoryTopics` is the fake (STYLE rule 34): a dict, with switches to fail.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class LocalTopic:
+    """A topic in this broker's data directory.
+
+    Attributes:
+        name: its name.
+        topic_id: its id (``""`` for a topic made before topics had ids).
+        partitions: its partition count.
+        path: its directory, for a person reading a log line.
+    """
+
+    name: str
+    topic_id: str
+    partitions: int
+    path: str
+
+
+@dataclass(frozen=True, slots=True)
+class CreateRefusal:
+    """Why a topic cannot be made here as asked, whatever the retries.
+
+    Attributes:
+        code: the gRPC status name a single broker would answer (``RESOURCE_EXHAUSTED``,
+            ``INVALID_ARGUMENT``, ``ALREADY_EXISTS``).
+        message: that answer's message.
+    """
+
+    code: str
+    message: str
 
 
 class LocalTopics(Protocol):
@@ -38,13 +82,28 @@ class LocalTopics(Protocol):
         """Whether ``name``'s local data is present."""
         ...
 
+    def topic_id(self, name: str) -> str | None:
+        """The id of the local topic ``name``; ``None`` when there is none."""
+        ...
+
+    def held(self) -> list[LocalTopic]:
+        """Every local topic, by name."""
+        ...
+
+    def check_create(self, name: str, topic_id: str, partitions: int) -> CreateRefusal | None:
+        """Why creating ``name`` (``topic_id``, ``partitions``) here can never succeed;
+        ``None`` when it may."""
+        ...
+
 
 class MemoryTopics:
-    """A :class:`LocalTopics` in a dict, for tests. ``fail_create`` makes create raise."""
+    """A :class:`LocalTopics` in a dict, for tests. ``fail_create`` makes create raise (a
+    transient failure); ``max_partitions`` makes a bigger create refused for good."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_partitions: int = 10_000) -> None:
         self.topics: dict[str, tuple[str, int]] = {}
         self.fail_create = False
+        self.max_partitions = max_partitions
         self.created: list[str] = []
 
     async def create(self, name: str, topic_id: str, partitions: int) -> None:
@@ -59,3 +118,23 @@ class MemoryTopics:
 
     def exists(self, name: str) -> bool:
         return name in self.topics
+
+    def topic_id(self, name: str) -> str | None:
+        held = self.topics.get(name)
+        return held[0] if held is not None else None
+
+    def held(self) -> list[LocalTopic]:
+        return [
+            LocalTopic(name, topic_id, partitions, f"memory:{name}")
+            for name, (topic_id, partitions) in sorted(self.topics.items())
+        ]
+
+    def check_create(self, name: str, topic_id: str, partitions: int) -> CreateRefusal | None:
+        if partitions > self.max_partitions:
+            return CreateRefusal(
+                "RESOURCE_EXHAUSTED", f"{partitions} partitions do not fit here (test)"
+            )
+        held = self.topics.get(name)
+        if held is not None and held[0] != topic_id:
+            return CreateRefusal("ALREADY_EXISTS", f"topic {name!r} already exists")
+        return None

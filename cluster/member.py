@@ -6,7 +6,12 @@ Role: the composition the broker holds in cluster mode. It owns this broker's
 owner's part of the topic lifecycle (``cluster.records``):
 
 - ``creating`` on me: make the topic locally through the broker's
-  :class:`~cluster.local.LocalTopics` hook, then claim it (``ready``, epoch + 1);
+  :class:`~cluster.local.LocalTopics` hook, then claim it (``ready``, epoch + 1). A create
+  that can never succeed here (the hook's ``check_create``: the open-files budget, the
+  partition limit, a local topic of that name with another id) ends instead: the record
+  becomes ``failed`` with the status and message a single broker would answer; its
+  creator sees it, removes the key and answers with it (the owner removes a ``failed``
+  record its creator left, after ``FAILED_KEEP_S``);
 - ``ready`` on me, not yet claimed in this session: claim it (epoch + 1). A topic whose
   local data is missing is NOT recreated: it stays unclaimed and is refused as
   ``data-missing``, logged loudly;
@@ -14,6 +19,18 @@ owner's part of the topic lifecycle (``cluster.records``):
 
 Every claim is a transaction guarded by the topic's ``mod_revision`` as read AND
 ``lease(brokers/<me>) == my lease``: a broker whose session ended cannot claim.
+
+Local topics the cluster does not hold (a broker that ran alone, then joined; a data
+directory carried over): at :meth:`ClusterMember.start`, after the view's first listing
+and before the broker serves, each local topic with no record is **adopted**: a
+transaction on the key's absence AND my lease writes ``{id: the local id, partitions,
+owner: me, epoch: 1, state: ready}`` and the member counts it claimed (as a reclaim
+does). A local topic whose name the cluster holds with another id, or owned by another
+broker, is a **stray**: never served, never deleted or overwritten, logged at WARNING
+(both ids, its directory, what to do) and listed by :meth:`ClusterMember.strays`; calls
+for the name follow the record. A local topic the cluster does not hold after the join
+(its key deleted behind the broker's back) is answered as not found (the ``absent``
+refusal), never served.
 
 It answers the broker's questions: :meth:`ClusterMember.refusal` (the
 :class:`~cluster.ownership.Ownership` protocol), :meth:`ClusterMember.lookup` and
@@ -48,15 +65,18 @@ from cluster.controller import Controller
 from cluster.errors import (
     ClusterError,
     NotOwnerError,
+    TopicCreateFailedError,
     TopicExistsError,
     TopicNotReadyError,
 )
 from cluster.etcd import Compare, EtcdStore, Op
-from cluster.local import LocalTopics
+from cluster.local import LocalTopic, LocalTopics
 from cluster.ownership import Refusal, RefusalReason
 from cluster.records import (
+    FAILED_KEEP_S,
     BrokerRecord,
     ClusterRecord,
+    CreateFailure,
     Keys,
     TopicRecord,
     TopicState,
@@ -76,6 +96,9 @@ CREATE_TIMEOUT_S = 30.0
 RETRY_S = 0.5
 """Seconds before a reconcile pass that failed on etcd is tried again."""
 
+
+ADOPT_VISIBLE_S = 5.0
+"""How long a join waits for its view to show the topics it adopted."""
 
 _REASONS: dict[str, RefusalReason] = {reason: reason for reason in get_args(RefusalReason)}
 
@@ -101,6 +124,39 @@ class MemberConfig:
     ttl_s: int = 10
     prefix: str = "/headrace/"
     version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Stray:
+    """A local topic this broker does not serve: the cluster holds the name with another
+    id (``cluster_id``), or with this id on another broker, or not at all (``cluster_id``
+    and ``owner_node`` empty: its record was deleted behind this broker's back)."""
+
+    topic: str
+    local_id: str
+    cluster_id: str
+    owner_node: str
+    path: str
+
+    def advice(self, node_id: str) -> str:
+        """What it is and what an operator can do, for a log line or ``cluster status``."""
+        local_id = self.local_id or "none"
+        here = f"broker {node_id} has topic {self.topic!r} (id {local_id}) at {self.path}"
+        if not self.cluster_id:
+            return (
+                f"{here}, which the cluster does not hold: it is not served; move the "
+                "directory away (or restart this broker to adopt it)"
+            )
+        if self.cluster_id != self.local_id:
+            owner = self.owner_node or "(none yet)"
+            what = f"another topic of that name, id {self.cluster_id}, on broker {owner}"
+        else:
+            what = f"that topic on broker {self.owner_node}"
+        return (
+            f"{here}, but the cluster holds {what}: this copy is not served, calls go to "
+            "the cluster's owner; move the directory away, or delete the cluster's topic "
+            "and restart this broker to adopt it"
+        )
 
 
 class ClusterMember:
@@ -139,6 +195,7 @@ class ClusterMember:
         self._claimed: dict[str, int] = {}
         self._claimed_generation = 0
         self._missing_logged: set[str] = set()
+        self._strays_logged: set[Stray] = set()
         self._tasks: list[asyncio.Task[None]] = []
 
     @property
@@ -161,7 +218,8 @@ class ClusterMember:
         return dict(self._claimed)
 
     async def start(self) -> None:
-        """Join: the cluster record, the session (registration), the view, then the
+        """Join: the cluster record, the session (registration), the view, the adoption
+        of the local topics the cluster does not hold (module docstring), then the
         controller candidacy and the reconcile task.
 
         Raises:
@@ -174,6 +232,7 @@ class ClusterMember:
         )
         await self.session.start()
         await self.view.start()
+        await self._adopt()
         self._tasks = [
             asyncio.create_task(self.controller.run(), name=f"controller-{self.node_id}"),
             asyncio.create_task(self._reconcile_loop(), name=f"reconcile-{self.node_id}"),
@@ -202,9 +261,16 @@ class ClusterMember:
     def refusal(self, topic: str, *, write: bool) -> Refusal | None:
         """The :class:`~cluster.ownership.Ownership` answer (module invariant). A topic
         the cluster does not hold is not refused: the broker answers "not found" as a
-        single broker would."""
+        single broker would; if this broker has local data of that name (a stray), the
+        refusal is ``absent``, which the broker answers as not found too, so the stray is
+        never served."""
         route = topic_route(self.view.state, topic, self._me(write=write))
-        if route.state == ABSENT or (route.online and route.owner_node == self.node_id):
+        if route.state == ABSENT:
+            if self._local.topic_id(topic) is None:
+                return None
+            message = f"topic {topic!r} does not exist in the cluster"
+            return Refusal("absent", topic, "", "", 0, message)
+        if route.online and route.owner_node == self.node_id:
             return None
         if route.online:
             message = (
@@ -215,9 +281,31 @@ class ClusterMember:
                 "not-owner", topic, route.owner_node, route.owner_address, route.epoch, message
             )
         reason = _REASONS[route.reason]
-        return Refusal(
-            reason, topic, route.owner_node, route.owner_address, route.epoch, route.message
-        )
+        message = route.message
+        if reason == "data-missing" and (held := self._local.topic_id(topic)) is not None:
+            message = (
+                f"topic {topic!r} is owned by broker {self.node_id}, but the local topic of "
+                f"that name there is another one (id {held or 'none'}, not "
+                f"{route_id(self.view.state.topics.get(topic))}): it is not served; move it "
+                "away and restore the topic's data directory"
+            )
+        return Refusal(reason, topic, route.owner_node, route.owner_address, route.epoch, message)
+
+    def strays(self) -> list[Stray]:
+        """The local topics this broker does not serve because the cluster's record names
+        another topic or another owner, or none (module docstring), by name."""
+        found = []
+        state = self.view.state
+        for local in self._local.held():
+            topic = state.topics.get(local.name)
+            if topic is None:
+                if local.name not in state.failed:
+                    found.append(Stray(local.name, local.topic_id, "", "", local.path))
+                continue
+            record = topic.record
+            if record.id != local.topic_id or record.owner != self.node_id:
+                found.append(Stray(local.name, local.topic_id, record.id, record.owner, local.path))
+        return found
 
     async def lookup(self, topics: Sequence[str]) -> LookupResult:
         """The Lookup answer from this broker's view (``broker.cluster_service``)."""
@@ -253,6 +341,8 @@ class ClusterMember:
             TopicExistsError: the name is taken.
             TopicNotReadyError: not ready within ``timeout_s`` (the name stays taken; the
                 topic becomes ready when its owner is up).
+            TopicCreateFailedError: its owner can never make it (the record was
+                ``failed``; it is removed here, so the name is free again).
             EtcdUnavailableError: etcd did not answer.
         """
         key = self._keys.topic(name)
@@ -263,11 +353,20 @@ class ClusterMember:
         held = await self._store.get(key)  # re-read: a retried txn may hide our success
         if held is None or decode(key, held.value, TopicRecord).id != record.id:
             raise TopicExistsError(name)
-        ready = await self.view.wait_for(
-            lambda state: _ready(state.topics.get(name), record.id), timeout_s
+        ended = await self.view.wait_for(
+            lambda state: (
+                _ready(state.topics.get(name), record.id)
+                or _ready(state.failed.get(name), record.id)
+            ),
+            timeout_s,
         )
-        if ready is not None:
-            return ready.record
+        if ended is not None and ended.record.state is TopicState.FAILED:
+            await self._remove_failed(ended)
+            failure = ended.record.failure
+            code, message = (failure.code, failure.message) if failure else ("UNKNOWN", "")
+            raise TopicCreateFailedError(name, ended.record.owner, code, message)
+        if ended is not None:
+            return ended.record
         now = self.view.state.topics.get(name)
         state = now.record.state.value if now else "placing"
         raise TopicNotReadyError(name, state, now.record.owner if now else "", timeout_s)
@@ -295,7 +394,70 @@ class ClusterMember:
 
     def _me(self, *, write: bool) -> Me:
         may_write = self.session.may_write() if write else self.session.lease != 0
-        return Me(self.node_id, self._claimed, may_write, self._local.exists)
+        return Me(self.node_id, self._claimed, may_write, self._holds)
+
+    def _holds(self, name: str) -> bool:
+        """Whether the local data of the cluster's topic ``name`` is here: a local topic
+        of that name with the record's id."""
+        held = self._local.topic_id(name)
+        topic = self.view.state.topics.get(name)
+        return held is not None and (topic is None or held == topic.record.id)
+
+    async def _adopt(self) -> None:
+        """Adopt every local topic the cluster does not hold; log the strays (module
+        docstring). Runs at start, before the reconcile task and before the broker
+        serves."""
+        self._claimed_generation = self.session.generation
+        revision = 0
+        for local in self._local.held():
+            if local.name not in self.view.state.topics:
+                revision = max(revision, await self._adopt_one(local))
+        if revision:
+            await self.view.wait_for(
+                lambda state: True if state.revision >= revision else None, ADOPT_VISIBLE_S
+            )
+        self._log_strays()
+
+    async def _adopt_one(self, local: LocalTopic) -> int:
+        """Write ``local``'s record (owner me, epoch 1, ready) if the name is free and my
+        session holds; the store's revision after it (0 if it lost: a stray)."""
+        key = self._keys.topic(local.name)
+        record = TopicRecord(
+            local.name,
+            local.topic_id,
+            local.partitions,
+            self._wall_ms(),
+            self.node_id,
+            1,
+            TopicState.READY,
+        )
+        guards = [
+            Compare.absent(key),
+            Compare.leased_by(self._keys.broker(self.node_id), self.session.lease),
+        ]
+        done = await self._store.txn(guards, [Op.put(key, encode(record))])
+        if not done.succeeded:  # a retried txn may hide our success: re-read
+            held = await self._store.get(key)
+            if held is None or held.value != encode(record):
+                return 0
+        self._claimed[local.name] = 1
+        log.info(
+            "broker %s: adopted local topic %s (id %s, %d partitions, at %s) into the "
+            "cluster at epoch 1",
+            self.node_id,
+            local.name,
+            local.topic_id or "none",
+            local.partitions,
+            local.path,
+        )
+        return done.revision
+
+    def _log_strays(self) -> None:
+        """Log each stray once, at WARNING, with what to do."""
+        for stray in self.strays():
+            if stray not in self._strays_logged:
+                self._strays_logged.add(stray)
+                log.warning("%s", stray.advice(self.node_id))
 
     async def _reconcile_loop(self) -> None:
         seen = -1
@@ -319,11 +481,22 @@ class ClusterMember:
             if not self.session.may_write():
                 return
             await self._own(topic)
+        self._log_strays()
+        now_ms = self._wall_ms()
+        for topic in list(self.view.state.failed.values()):
+            failure = topic.record.failure
+            left = failure is None or now_ms - failure.at_ms > FAILED_KEEP_S * 1000
+            if topic.record.owner == self.node_id and left and self.session.may_write():
+                await self._remove_failed(topic)
 
     async def _own(self, topic: Topic) -> None:
         record = topic.record
         name = record.name
         if record.state is TopicState.CREATING:
+            refused = self._local.check_create(name, record.id, record.partitions)
+            if refused is not None:
+                await self._fail(topic, refused.code, refused.message)
+                return
             try:
                 await self._local.create(name, record.id, record.partitions)
             except Exception:  # the broker's hook: whatever it raises, retry next pass
@@ -331,7 +504,7 @@ class ClusterMember:
                 return
             await self._claim(topic)
         elif record.state is TopicState.READY and name not in self._claimed:
-            if not self._local.exists(name):
+            if not self._holds(name):
                 if name not in self._missing_logged:
                     self._missing_logged.add(name)
                     log.error(
@@ -347,6 +520,21 @@ class ClusterMember:
             await self._local.delete(name)
             await self._cas(topic, [Op.delete(self._keys.topic(name))])
             self._claimed.pop(name, None)
+
+    async def _fail(self, topic: Topic, code: str, message: str) -> None:
+        """End a create this broker can never carry out: ``failed``, with why."""
+        name = topic.record.name
+        why = f"broker {self.node_id} cannot create topic {name!r}: {message}"
+        failed = topic.record.replace(
+            state=TopicState.FAILED, failure=CreateFailure(code, why, self._wall_ms())
+        )
+        if await self._cas(topic, [Op.put(self._keys.topic(name), encode(failed))]):
+            log.warning("create of topic %s failed: %s (%s)", name, why, code)
+
+    async def _remove_failed(self, topic: Topic) -> None:
+        """Remove a ``failed`` record, unless it changed since ``topic`` was read."""
+        key = self._keys.topic(topic.record.name)
+        await self._store.txn([Compare.modified_at(key, topic.mod_revision)], [Op.delete(key)])
 
     async def _claim(self, topic: Topic) -> None:
         """Set ``ready`` at epoch + 1, guarded by the topic as read and by my lease."""
@@ -374,6 +562,14 @@ class ClusterMember:
 
 
 def _ready(topic: Topic | None, topic_id: str) -> Topic | None:
+    """``topic`` if it is the one of ``topic_id`` and it ended its create (``ready``, or
+    ``failed``)."""
     if topic is None or topic.record.id != topic_id:
         return None
-    return topic if topic.record.state is TopicState.READY else None
+    ended = topic.record.state in (TopicState.READY, TopicState.FAILED)
+    return topic if ended else None
+
+
+def route_id(topic: Topic | None) -> str:
+    """The id of the cluster's topic, for a message."""
+    return topic.record.id if topic is not None else "(none)"

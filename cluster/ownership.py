@@ -31,12 +31,15 @@ from typing import Literal, Protocol
 
 import msgspec
 
-RefusalReason = Literal["not-owner", "offline", "no-session", "data-missing", "creating"]
+RefusalReason = Literal["not-owner", "offline", "no-session", "data-missing", "creating", "absent"]
 """Why a broker refused a topic-scoped call. ``not-owner``: another broker owns it (go
 there). ``offline``: its owner is not alive (the topic waits for it). ``no-session``: this
 broker owns it but may no longer write (its etcd session may have expired). ``data-missing``:
 this broker owns it but its local files are gone. ``creating``: the topic is being made on
-its owner and is not ready yet."""
+its owner and is not ready yet. ``absent``: the cluster holds no such topic, though this
+broker has local files of that name (a stray copy it never serves): the broker answers
+``NOT_FOUND``, as for any unknown topic, not ``ABORTED`` (it never reaches the wire as a
+refusal)."""
 
 
 class Refusal(msgspec.Struct, frozen=True):

@@ -20,6 +20,7 @@ Topic lifecycle (``TopicRecord.state``), each step a compare-and-set transaction
 
     placing --controller sets owner--> creating --owner made local files--> ready
     ready --owner commits a delete--> deleting --owner deleted local files--> (key removed)
+    creating --owner cannot make it, ever--> failed --creator saw it--> (key removed)
 
 Invariants:
 
@@ -61,6 +62,9 @@ class TopicState(enum.Enum):
     CREATING = "creating"
     READY = "ready"
     DELETING = "deleting"
+    FAILED = "failed"
+    """The owner refused to make it (``TopicRecord.failure`` says why); the creator
+    removes the key (or the owner does, after :data:`FAILED_KEEP_S`)."""
 
     def is_placed(self) -> bool:
         """The topic has an owner (any state but ``placing``)."""
@@ -102,6 +106,24 @@ class ControllerRecord(msgspec.Struct, frozen=True):
     address: str
 
 
+FAILED_KEEP_S = 10.0
+"""Seconds a ``failed`` record stays for its creator to see; then its owner removes it."""
+
+
+class CreateFailure(msgspec.Struct, frozen=True):
+    """Why the owner of a ``failed`` topic could not make it.
+
+    Attributes:
+        code: the gRPC status name a single broker would have answered the create with.
+        message: that answer's message, naming the owner.
+        at_ms: wall-clock ms when the owner gave up.
+    """
+
+    code: str
+    message: str
+    at_ms: int
+
+
 class TopicRecord(msgspec.Struct, frozen=True, omit_defaults=True):
     """A topic of the cluster: its identity, owner (its leader), epoch, lifecycle state
     and, when replicated (issue 37), its replica set and in-sync set.
@@ -116,6 +138,7 @@ class TopicRecord(msgspec.Struct, frozen=True, omit_defaults=True):
         min_insync: in-sync replicas a publish needs (``min_insync_replicas``), >= 1.
         reassign_to: the replica set a reassignment is moving to; empty when none
             runs (``cluster.replicas.reassignment_step`` resumes from it).
+        failure: why the owner could not make the topic (state ``failed`` only).
 
     The replication fields are encoded only when not at their defaults, so a factor-1
     record is byte for byte what issue 36 wrote, and issue-36 records decode unchanged.
@@ -132,6 +155,7 @@ class TopicRecord(msgspec.Struct, frozen=True, omit_defaults=True):
     isr: tuple[str, ...] = ()
     min_insync: Annotated[int, msgspec.Meta(ge=1)] = 1
     reassign_to: tuple[str, ...] = ()
+    failure: CreateFailure | None = None
 
     def replace(self, **changes: object) -> TopicRecord:
         """A copy with ``changes`` applied."""

@@ -13,6 +13,10 @@ Invariants:
   its session lease is alive: "alive" means "in this map".
 - A value that does not decode is left out and remembered in :attr:`ClusterState.bad`
   (logged once); it never stops the view.
+- A topic record in state ``failed`` (its owner could not make it) is in
+  :attr:`ClusterState.failed`, never in :attr:`ClusterState.topics`: to routing, listings,
+  placement and the owner's claims the name is free; only its creator (who removes the
+  key) and its owner (who removes it if the creator does not) look at it.
 
 Imports neither asyncio, os nor time.
 """
@@ -72,12 +76,13 @@ class ClusterState:
     controller: Controller | None = None
     brokers: dict[str, Broker] = field(default_factory=dict)
     topics: dict[str, Topic] = field(default_factory=dict)
+    failed: dict[str, Topic] = field(default_factory=dict)
     bad: dict[str, str] = field(default_factory=dict)
 
     def replace(self, listing: Listing) -> None:
         """Become exactly ``listing`` (a relist)."""
         self.cluster, self.controller = None, None
-        self.brokers, self.topics, self.bad = {}, {}, {}
+        self.brokers, self.topics, self.failed, self.bad = {}, {}, {}, {}
         for kv in listing.items:
             self.put(kv)
         self.revision = listing.revision
@@ -105,7 +110,10 @@ class ClusterState:
             self.brokers[kv.key[len(keys.brokers) :]] = Broker(broker, kv.lease)
         elif kv.key.startswith(keys.topics):
             topic = decode(kv.key, kv.value, TopicRecord)
-            self.topics[kv.key[len(keys.topics) :]] = Topic(topic, kv.mod_revision)
+            name = kv.key[len(keys.topics) :]
+            held = self.failed if topic.state is TopicState.FAILED else self.topics
+            (self.topics if held is self.failed else self.failed).pop(name, None)
+            held[name] = Topic(topic, kv.mod_revision)
 
     def delete(self, key: str, revision: int = 0) -> None:
         """Apply a delete of ``key``."""
@@ -118,6 +126,7 @@ class ClusterState:
             self.brokers.pop(key[len(keys.brokers) :], None)
         elif key.startswith(keys.topics):
             self.topics.pop(key[len(keys.topics) :], None)
+            self.failed.pop(key[len(keys.topics) :], None)
         self.revision = max(self.revision, revision)
 
     def load(self) -> dict[str, tuple[int, int]]:
