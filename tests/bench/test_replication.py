@@ -242,6 +242,24 @@ def test_headrace_r3_is_judged_against_factor_1_and_jetstream() -> None:
     assert all(r.system == R3 for r in goals.values())
 
 
+def test_goals_take_each_systems_median_round() -> None:
+    """Scenario: three rounds; factor 3 publishes 10k, 60k, 50k msgs/s and factor 1 100k,
+    200k, 90k (one round of each disturbed). Expected: the ratio of the medians, 50k over
+    100k = 0.5 (met), with ``rounds`` 3 and no ``round`` in its params."""
+    rows = [
+        Result("replication", system, "publish_msgs_s", value, "msgs/s", {"round": i % 3 + 1})
+        for i, (system, value) in enumerate(
+            [(R3, 10e3), (R3, 60e3), (R3, 50e3), (R1, 100e3), (R1, 200e3), (R1, 90e3)]
+        )
+    ]
+    (goal,) = derive_goals(rows)
+    assert goal.metric == "publish_r3_over_r1_x"
+    assert goal.value == pytest.approx(0.5)
+    assert goal.params["met"] is True
+    assert goal.params["rounds"] == 3
+    assert "round" not in goal.params
+
+
 @pytest.mark.parametrize(("value", "met"), [(1.0, False), (1.0001, True), (0.5, False)])
 def test_a_strictly_greater_goal_is_not_met_by_equality(value: float, met: bool) -> None:
     """Scenario: the goal "more than JetStream's" (``> 1``) at, above and below 1.
@@ -283,6 +301,7 @@ PARAMS = {
     "e2e_seconds",
     "loop",
     "load_1m",
+    "round",
 }
 
 
