@@ -101,6 +101,7 @@ from wal.writer_commands import (
     Flush,
     Roll,
     Settled,
+    Truncate,
     Written,
     fail,
     resolve,
@@ -161,6 +162,10 @@ class LogWriter:
         self._thread: threading.Thread | None = None
         self._closed: asyncio.Future[None] | None = None
         self._ticker: asyncio.Task[None] | None = None
+        #: The periodic sync's thread hop while it runs (a truncation waits it out), and
+        #: the truncation running on the loop.
+        self._tick_flush: asyncio.Future[None] | None = None
+        self._truncation: asyncio.Future[None] | None = None
         self._stop = asyncio.Event()
         self._tail = TailCache(log.config.tail_cache_bytes)
         #: The one thread that writes the log's files; it answers through these.
@@ -360,6 +365,37 @@ class LogWriter:
         await self._command(ApplyRetention(floor_offset, future))
         return await future
 
+    async def truncate_to(self, offset: int) -> list[int]:
+        """Drop every record at or past ``offset`` (a replica cutting back to where its
+        log and the leader's diverge); return the base offsets of the segments removed.
+
+        Runs after every command queued before it, on the loop while the writer thread
+        waits (as retention does), and to its end even if the caller is cancelled
+        (:func:`run_to_end`): the caller then waits for it and sees the cancellation after.
+        Before the files change, the high-water mark is lowered to ``offset`` (if above it)
+        and the tail cache emptied, and cold reads in flight (and an ``interval`` periodic
+        sync) are waited out, so no read returns a dropped record once this returns and
+        none meets a file being cut. Afterwards :attr:`head` is ``offset``, reads at
+        ``offset`` return nothing and past it raise ``OffsetOutOfRangeError``, and the next
+        append is given ``offset``.
+
+        Listeners are not called: they are told when the mark advances, and a truncation
+        lowers it. A listener that keeps the largest mark it was told must be reset by the
+        caller (the mark is :attr:`high_water_mark` once this returns); the next append
+        calls it with marks from ``offset`` on.
+
+        Raises:
+            As :meth:`wal.log.Log.truncate_to`: ``OffsetOutOfRangeError``,
+            ``NotBatchBoundaryError`` (both change nothing), ``WalFailedError``,
+            ``WalClosedError``.
+        """
+        future: asyncio.Future[list[int]] = self._new_future()
+        return await run_to_end(self._truncate(Truncate(offset, future)))
+
+    async def _truncate(self, cmd: Truncate) -> list[int]:
+        await self._command(cmd)
+        return cmd.future.result()
+
     async def delete_before(self, offset: int) -> list[int]:
         """Delete every sealed segment wholly below ``offset``; return their base offsets."""
         future: asyncio.Future[list[int]] = self._new_future()
@@ -540,7 +576,9 @@ class LogWriter:
         self._check_open()
         return asyncio.get_running_loop().create_future()
 
-    async def _command(self, cmd: Flush | Roll | ApplyRetention | AppendReplicated) -> None:
+    async def _command(
+        self, cmd: Flush | Roll | ApplyRetention | AppendReplicated | Truncate
+    ) -> None:
         """Queue a control command behind every append queued (or waiting for room)
         before it; wait for it."""
         if self._room or self._queued >= self._queue_size:
@@ -675,8 +713,11 @@ class LogWriter:
             resolve(cmd.future, None)
 
     def _retention_on_loop(
-        self, cmd: ApplyRetention, done: concurrent.futures.Future[None]
+        self, cmd: ApplyRetention | Truncate, done: concurrent.futures.Future[None]
     ) -> None:
+        if isinstance(cmd, Truncate):
+            self._truncation = asyncio.ensure_future(self._truncate_on_loop(cmd, done))
+            return
         try:
             self._completed(1)
             if cmd.before is not None:
@@ -687,6 +728,35 @@ class LogWriter:
             fail(cmd.future, exc)
         finally:
             done.set_result(None)
+
+    async def _truncate_on_loop(self, cmd: Truncate, done: concurrent.futures.Future[None]) -> None:
+        """Truncate the log while the writer thread waits (see :meth:`truncate_to`)."""
+        hwm = self._hwm
+        try:
+            self._completed(1)
+            self._hwm = min(hwm, cmd.offset)  # new reads stop below the cut
+            self._tail.clear()
+            while busy := self._busy_threads():  # one reading or syncing the files ends
+                await asyncio.wait(busy)  # first; none starts from here to the cut
+                hwm = max(hwm, self._hwm)  # a periodic sync may have advanced it
+                self._hwm = min(hwm, cmd.offset)
+            removed = self._log.truncate_to(cmd.offset)
+        except Exception as exc:
+            if self._log.head == self._written and self._log.failure is None:
+                self._hwm = hwm  # refused: nothing changed
+            fail(cmd.future, exc)
+        else:
+            resolve(cmd.future, removed)
+        finally:
+            self._written = self._log.head
+            done.set_result(None)
+
+    def _busy_threads(self) -> set[asyncio.Future[Any]]:
+        """The cold reads in flight and the periodic sync, if one runs."""
+        busy: set[asyncio.Future[Any]] = set(self._cold_in_flight)
+        if self._tick_flush is not None:
+            busy.add(self._tick_flush)
+        return busy
 
     def _close_done(self, cmd: Close, head: int) -> None:
         self._completed(1)
@@ -735,12 +805,15 @@ class LogWriter:
             target = self._written
             if self._stop.is_set() or target <= self._hwm or self._log.failure is not None:
                 continue
+            self._tick_flush = asyncio.ensure_future(asyncio.to_thread(self._log.flush))
             try:
-                await asyncio.to_thread(self._log.flush)
+                await self._tick_flush
             except WalError as exc:
                 logger.error("log %s: periodic fsync failed: %s", self._log.path, exc)
                 continue
-            self._advance(target)
+            finally:
+                self._tick_flush = None
+            self._advance(min(target, self._written))  # a truncation may have cut below
 
 
 def _ignore_commit(_write_s: float, _sync_s: float | None, _batches: int) -> None:

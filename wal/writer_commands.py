@@ -75,13 +75,22 @@ class ApplyRetention:
 
 
 @dataclass(frozen=True, slots=True)
+class Truncate:
+    """Command: drop every record at or past ``offset`` (``Log.truncate_to``), on the loop
+    while the thread waits, as retention is; ``future`` gets the removed segments' bases."""
+
+    offset: int
+    future: asyncio.Future[list[int]]
+
+
+@dataclass(frozen=True, slots=True)
 class Close:
     """Command: finish everything queued before it, then stop."""
 
     future: asyncio.Future[None]
 
 
-Command = Append | AppendReplicated | Flush | Roll | ApplyRetention | Close
+Command = Append | AppendReplicated | Flush | Roll | ApplyRetention | Truncate | Close
 
 
 class Written(NamedTuple):

@@ -38,6 +38,7 @@ from wal.writer_commands import (
     Command,
     Flush,
     Roll,
+    Truncate,
     Written,
     results_from,
 )
@@ -60,8 +61,9 @@ class Completions:
     replicated_done: Callable[[AppendReplicated, Written | BaseException], None]
     #: A flush's or roll's head after it (or its error).
     control_done: Callable[[Flush | Roll, int | BaseException], None]
-    #: Apply retention on the loop; set the future when done (the thread waits on it).
-    retention: Callable[[ApplyRetention, concurrent.futures.Future[None]], None]
+    #: Apply retention, or a truncation, on the loop; set the future when done (the
+    #: thread waits on it).
+    retention: Callable[[ApplyRetention | Truncate, concurrent.futures.Future[None]], None]
     #: The close is done: the head it leaves.
     close_done: Callable[[Close, int], None]
     #: Fail commands nobody will run (queued behind a close).
@@ -196,9 +198,9 @@ class WriterThread:
         self._log.flush()
         return Written(results, head, written - started, time.perf_counter() - written, full)
 
-    def _control_on_thread(self, cmd: Flush | Roll | ApplyRetention | Close) -> bool:
+    def _control_on_thread(self, cmd: Flush | Roll | ApplyRetention | Truncate | Close) -> bool:
         """Run one control command in the queue's order; return True after ``Close``."""
-        if isinstance(cmd, ApplyRetention):
+        if isinstance(cmd, ApplyRetention | Truncate):
             # On the loop, while this thread waits: no read meets a closing segment.
             done: concurrent.futures.Future[None] = concurrent.futures.Future()
             self._post(self._done.retention, cmd, done)
