@@ -90,6 +90,7 @@ class AdminService(_grpc.AdminServicer):
         *,
         cluster: ClusterNode | None = None,
         node_id: str = LOCAL_NODE,
+        default_partitions: int = 1,
     ) -> None:
         #: Cluster mode: topic creation, deletion and listing are cluster-wide.
         self._cluster = cluster
@@ -101,6 +102,9 @@ class AdminService(_grpc.AdminServicer):
         self._topics = topics
         self._subscriptions = subscriptions
         self._replayer = DeadLetterReplayer(topics, append)
+        #: CreateTopic with 0 partitions: this many (a single broker's ``default_partitions``;
+        #: in cluster mode the cluster's, see ``ClusterNode.create_topic``).
+        self._default_partitions = default_partitions
 
     @rpc
     async def CreateTopic(  # noqa: N802 - gRPC method name
@@ -108,10 +112,13 @@ class AdminService(_grpc.AdminServicer):
         request: _admin.CreateTopicRequest,
         context: Context,
     ) -> _admin.TopicInfo:
-        """Create a topic; ALREADY_EXISTS if the name is taken."""
+        """Create a topic; ALREADY_EXISTS if the name is taken. ``partitions`` 0: the
+        default (the cluster's ``default_partitions`` in cluster mode, else this broker's);
+        below 0: INVALID_ARGUMENT."""
         check_topic_name(request.name, field="name")
         if self._cluster is None:
-            return _topic_info(await self._topics.create(request.name, request.partitions))
+            partitions = request.partitions or self._default_partitions
+            return _topic_info(await self._topics.create(request.name, partitions))
         timeout_s = self._cluster.wait_s(context.time_remaining())
         record = await self._cluster.create_topic(request.name, request.partitions, timeout_s)
         return self._info(record)

@@ -410,6 +410,7 @@ class Broker:
                 self.guard,
                 cluster=self.node,
                 node_id=self._node_id,
+                default_partitions=self.config.default_partitions,
             ),
             server,
             max_request_bytes=limit,

@@ -253,12 +253,18 @@ def topics() -> None:
 
 @topics.command("create")
 @click.argument("name", type=TOPIC_NAME)
-@click.option("--partitions", type=click.IntRange(1, 10_000), default=1, show_default=True)
+@click.option(
+    "--partitions",
+    type=click.IntRange(1, 10_000),
+    default=None,
+    help="How many partitions. Default: the broker's default_partitions (the cluster's "
+    "in cluster mode).",
+)
 @click.option(
     "--exist-ok", is_flag=True, help="Succeed if the topic exists with this many partitions."
 )
 @broker_option
-def topics_create(name: str, partitions: int, exist_ok: bool, target: Target) -> None:
+def topics_create(name: str, partitions: int | None, exist_ok: bool, target: Target) -> None:
     """Create topic NAME."""
 
     async def go() -> tuple[TopicInfo, bool]:

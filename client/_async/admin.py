@@ -177,30 +177,31 @@ class AsyncAdminClient:
         )
 
     async def create_topic(
-        self, name: str, partitions: int = 1, *, exist_ok: bool = False
+        self, name: str, partitions: int | None = None, *, exist_ok: bool = False
     ) -> TopicInfo:
         """Create a topic.
 
         Args:
             name: The topic's name.
-            partitions: How many partitions it has.
-            exist_ok: When the topic exists already with ``partitions`` partitions, return
-                it instead of raising, so that a program that creates what it needs can
-                run twice.
+            partitions: How many partitions it has. Default (``None``, sent as 0): the
+                broker's ``default_partitions``, the cluster's in cluster mode.
+            exist_ok: When the topic exists already with ``partitions`` partitions (any
+                count when ``partitions`` is ``None``), return it instead of raising, so
+                that a program that creates what it needs can run twice.
 
         Raises:
             AlreadyExists: The topic exists (with ``exist_ok``: with another partition
                 count; the message names both counts).
             InvalidArgument: A bad name or partition count.
         """
-        request = _admin.CreateTopicRequest(name=name, partitions=partitions)
+        request = _admin.CreateTopicRequest(name=name, partitions=partitions or 0)
         try:
             return _topic(await self._call(lambda link: link.admin.CreateTopic, request, None))
         except AlreadyExists as exc:
             if not exist_ok:
                 raise
             found = await self.describe_topic(name)
-            if len(found.partitions) != partitions:
+            if partitions is not None and len(found.partitions) != partitions:
                 raise AlreadyExists(
                     f"topic {name!r} exists with {len(found.partitions)} partitions, not the "
                     f"{partitions} asked for; use it as it is, or delete it first",

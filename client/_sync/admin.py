@@ -59,7 +59,9 @@ class AdminClient(Blocking):
             AsyncAdminClient, broker, timeout_s=timeout_s, **connection
         )
 
-    def create_topic(self, name: str, partitions: int = 1, *, exist_ok: bool = False) -> TopicInfo:
+    def create_topic(
+        self, name: str, partitions: int | None = None, *, exist_ok: bool = False
+    ) -> TopicInfo:
         """Create a topic.
 
         As :meth:`AsyncAdminClient.create_topic`, blocking.

@@ -55,10 +55,10 @@ async def test_create_list_describe_delete(client: Client, tmp_path: Path) -> No
         ("../escape", 1, grpc.StatusCode.INVALID_ARGUMENT, "not a valid topic name"),
         (".hidden", 1, grpc.StatusCode.INVALID_ARGUMENT, "not a valid topic name"),
         ("x" * 201, 1, grpc.StatusCode.INVALID_ARGUMENT, "1-200 characters"),
-        ("zero", 0, grpc.StatusCode.INVALID_ARGUMENT, "partitions"),
+        ("negative", -1, grpc.StatusCode.INVALID_ARGUMENT, "partitions"),  # 0: the default
         ("huge", 10_001, grpc.StatusCode.INVALID_ARGUMENT, "partitions"),
     ],
-    ids=["duplicate", "empty", "path", "dot", "long", "zero-partitions", "many-partitions"],
+    ids=["duplicate", "empty", "path", "dot", "long", "negative-partitions", "many-partitions"],
 )
 async def test_bad_create_gets_a_clear_status(
     client: Client, name: str, partitions: int, code: grpc.StatusCode, words: str
