@@ -17,6 +17,7 @@ Modules:
     _chartdata  what each chart shows, from results (pure)
     plot      the PNG charts (matplotlib, Agg) and reading saved ``--json`` output
     wal       scenario ``wal``: the write-ahead log against the disk's physical limits
+    wal_replica  scenario ``wal_replica``: a leader's raw read, a follower's byte-for-byte append
     pubsub    scenario ``pubsub``: Headrace beside NATS JetStream and Redis Streams
     dispatch  scenario ``dispatch``: the heartbeat, fan-out latency, shared throughput
     memory    scenario ``memory``: broker RSS under a publish flood and slow consumers

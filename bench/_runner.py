@@ -24,6 +24,12 @@ def _wal(options: RunOptions) -> Iterator[Result]:
     return wal.run(options)
 
 
+def _wal_replica(options: RunOptions) -> Iterator[Result]:
+    from bench import wal_replica
+
+    return wal_replica.run(options)
+
+
 def _pubsub(options: RunOptions) -> Iterator[Result]:
     from bench import pubsub
 
@@ -63,6 +69,7 @@ def _replication_notes() -> list[str]:
 #: Every scenario by name.
 SCENARIOS: dict[str, Scenario] = {
     "wal": _wal,
+    "wal_replica": _wal_replica,
     "pubsub": _pubsub,
     "dispatch": _dispatch,
     "memory": _memory,

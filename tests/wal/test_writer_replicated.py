@@ -27,6 +27,7 @@ from wal import (
     LogConfig,
     LogWriter,
     OffsetOutOfRangeError,
+    RecordBatch,
     ReplicaOffsetMismatchError,
     iter_batches,
 )
@@ -329,3 +330,38 @@ async def test_read_raw_of_a_cold_segment_goes_to_a_thread(tmp_path: Path) -> No
     assert leader.cold_reads == 1
     assert got == log_files(tmp_path / "leader")[first][: len(got)]
     await leader.aclose()
+
+
+@pytest.mark.asyncio
+async def test_reads_stay_true_across_local_and_replicated_appends(tmp_path: Path) -> None:
+    """Scenario: a log takes 10 local appends (they go to the tail cache), then 10
+    replicated batches (which do not), then 10 local appends again (a follower promoted).
+    Expected: a read from every batch's offset gives the files' bytes from there (the cache
+    never answers with a stale or missing batch); the offsets are dense."""
+    rng = random.Random(12)
+    leader = await leader_with(tmp_path / "leader", random_batches(rng, 20))
+    batches = list(iter_batches(await leader.read_raw(0, 1 << 30)))
+    writer = await LogWriter.open(str(tmp_path / "log"), CONFIG)
+    for batch in batches[:10]:  # local appends of the same records (base offset 0 sent)
+        await writer.append(bytes(8) + bytes(batch.buffer[8:]))
+    await writer.append_replicated(b"".join(bytes(b.buffer) for b in batches[10:]))
+    for produced in random_batches(rng, 10):
+        await writer.append(produced)
+    files = log_bytes(tmp_path / "log")
+    positions = _positions(files)
+    assert [b.base_offset for b, _ in positions[1:]] == [b.next_offset for b, _ in positions[:-1]]
+    starts = {b.base_offset: pos for b, pos in positions}
+    for offset, pos in starts.items():
+        got = await writer.read_raw(offset, 1 << 30)
+        assert got == files[pos:], offset
+    assert await writer.read_raw(0, 1 << 30) == files
+    await writer.aclose()
+    await leader.aclose()
+
+
+def _positions(data: bytes) -> list[tuple[RecordBatch, int]]:
+    out, pos = [], 0
+    for batch in iter_batches(data):
+        out.append((batch, pos))
+        pos += batch.size
+    return out
