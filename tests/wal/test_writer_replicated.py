@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import random
 import threading
 from pathlib import Path
@@ -22,6 +23,8 @@ from tests.wal._replica import log_bytes, log_files, random_batches
 from wal import (
     BatchTooLargeError,
     CorruptBatchError,
+    DiskFullError,
+    Fault,
     FaultyFs,
     FsyncPolicy,
     LogConfig,
@@ -365,3 +368,29 @@ def _positions(data: bytes) -> list[tuple[RecordBatch, int]]:
         out.append((batch, pos))
         pos += batch.size
     return out
+
+
+@pytest.mark.asyncio
+async def test_a_full_disk_mid_chunk_keeps_the_whole_batches_before_it(tmp_path: Path) -> None:
+    """Scenario: a chunk spanning a segment roll is appended while the disk fills after the
+    first segment's write (ENOSPC on the second pwritev). Expected: DiskFullError naming
+    the batches written; those are in the log, synced, and the head and mark are past
+    them; with space back, fetching from the head ends identical to the leader."""
+    rng = random.Random(13)
+    leader = await leader_with(tmp_path / "leader", random_batches(rng, 60))
+    chunk = await leader.read_raw(0, 1 << 30)
+    batches = list(iter_batches(chunk))
+    fs = DurableFs()
+    follower = await LogWriter.open(str(tmp_path / "follower"), CONFIG, fs=fs)
+    fs.faults.append(Fault("pwritev", errno.ENOSPC, after=1, path_contains=".log"))
+    with pytest.raises(DiskFullError) as info:
+        await follower.append_replicated(chunk)
+    written = info.value.written
+    assert 0 < written < len(batches)
+    assert follower.head == follower.high_water_mark == batches[written - 1].next_offset
+    assert fs.durable == follower.head
+    fs.faults.clear()
+    await feed(leader, follower, rng)
+    await follower.aclose()
+    await leader.aclose()
+    assert log_files(tmp_path / "follower") == log_files(tmp_path / "leader")
