@@ -1,0 +1,454 @@
+"""The replica group's writes to etcd (issue 37): election, in-sync set changes, replica set
+changes and leadership transfer, each ONE compare-and-set transaction.
+
+Role: the only code that changes a topic record's ``owner``/``epoch``/``isr``/``replicas``
+for replication. Each function takes the record as its caller read it (``read_record``
+at ``read_mod_rev``), checks the rules of :mod:`cluster.replicas` on it, and writes the
+new record guarded by ``mod_revision(topic) == read_mod_rev`` and:
+
+- :func:`elect` (by a follower): the old leader's broker key absent; the candidate's
+  broker key under ``candidate_lease``; unclean: every in-sync member's broker key absent.
+- :func:`shrink_isr`, :func:`expand_isr` (by the leader): the leader's broker key under
+  its lease; and, checked on the record as read, ``owner == leader and epoch == epoch``.
+- :func:`transfer_leadership` (by the leader): as above, and the target's broker key
+  under the lease it had when read (it is alive).
+- :func:`set_replicas` (by the controller): ``create_revision(controller) == token``.
+
+The ``mod_revision`` guard is what turns the owner/epoch check on the record as read into
+a fence: if anyone wrote the record since, nothing is written. A leader's fencing token is
+its epoch; a deposed leader (older epoch) or one whose session lapsed writes nothing.
+
+Outcomes (:class:`Outcome`): ``WON`` the record now says what the call wanted; ``LOST_RACE``
+someone changed the record first (read again, decide again); ``STALE`` the caller's own
+fence failed (its session, its epoch, its controller token); ``REFUSED`` the rules forbid it
+as read (nothing was sent, or a guard on another broker's key failed: e.g. the old leader
+is alive). Nothing is written unless the outcome is ``WON``.
+
+Idempotent across etcd3aio's retry (``cluster.etcd``, fact 1): a transaction that applied
+and whose reply was lost comes back failed; every failed transaction re-reads the key, and
+a record at a newer revision equal to the one wanted is ``WON`` (whoever wrote it: the
+record says what the call wanted, which is what its caller acts on). So a caller whose call
+raised :class:`~cluster.errors.EtcdUnavailableError` (outcome unknown) calls again with the
+same arguments: it gets ``WON`` if the first attempt applied, and nothing is applied twice
+(the first write moved the ``mod_revision`` the second one compares).
+
+Worked example: ``t`` is ``owner b1, epoch 4, replicas (b1, b2, b3), isr (b1, b2, b3)`` at
+revision 90. b1's session lapses (its broker key goes). b2 and b3 both call :func:`elect`
+with that record at revision 90: b2's transaction runs first and writes ``owner b2, epoch
+5, isr (b2, b3)`` (revision 95); b3's compares revision 90, fails, re-reads, finds b2's
+record: ``LOST_RACE``. b1 returns with a new session and tries to shrink the isr with its
+old read (epoch 4, revision 90): the compare fails, the re-read says owner b2: ``STALE``.
+
+Task-safety: stateless functions; an :class:`~cluster.etcd.EtcdStore` may be shared.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from dataclasses import dataclass
+
+from cluster.errors import ReplicationSettingsError
+from cluster.etcd import Compare, EtcdStore, Op
+from cluster.records import Keys, TopicRecord, TopicState, decode, encode
+from cluster.replicas import check_target
+
+log = logging.getLogger(__name__)
+
+
+class Outcome(enum.Enum):
+    """How a replica transaction ended (module docstring)."""
+
+    WON = "won"
+    LOST_RACE = "lost-race"
+    STALE = "stale"
+    REFUSED = "refused"
+
+    def is_won(self) -> bool:
+        """The record now says what the call wanted."""
+        return self is Outcome.WON
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeResult:
+    """A replica transaction's outcome and the record as it stands after it.
+
+    Attributes:
+        outcome: see :class:`Outcome`.
+        record: the record written (``WON``), re-read after a failed transaction, or as
+            read when nothing was sent; None when the key is gone.
+        mod_revision: ``record``'s mod_revision (0 when gone); the next CAS compares it.
+        reason: for a person or a log line; "" when won.
+    """
+
+    outcome: Outcome
+    record: TopicRecord | None
+    mod_revision: int
+    reason: str = ""
+
+
+Classify = Callable[[TopicRecord, int], Awaitable[tuple[Outcome, str]]]
+"""Why a failed transaction failed, from the record as re-read and its mod_revision."""
+
+
+async def elect(
+    store: EtcdStore,
+    keys: Keys,
+    name: str,
+    read_record: TopicRecord,
+    read_mod_rev: int,
+    *,
+    candidate: str,
+    candidate_lease: int,
+    unclean: bool = False,
+) -> ChangeResult:
+    """Make ``candidate`` leader of ``name`` after its leader's session lapsed: ``owner =
+    candidate``, ``epoch + 1``, the old leader out of the isr.
+
+    Only an in-sync replica may win; with ``unclean``, an out-of-sync replica may win when
+    no in-sync member's broker key exists (the isr becomes the candidate alone; records it
+    lacks are lost, the caller counts them). Refused while the old leader's broker key
+    exists: its session may still write.
+
+    Raises:
+        EtcdUnavailableError: etcd did not answer; call again with the same arguments.
+    """
+    refusal = _election_refusal(read_record, candidate, candidate_lease, unclean)
+    if refusal is not None:
+        return ChangeResult(refusal[0], read_record, read_mod_rev, refusal[1])
+    old, isr = read_record.owner, read_record.effective_isr()
+    clean = candidate in isr
+    new_isr = tuple(n for n in isr if n != old) if clean else (candidate,)
+    wanted = read_record.replace(owner=candidate, epoch=read_record.epoch + 1, isr=new_isr)
+    must_be_gone = [old] if clean else sorted({old, *isr})
+    guards = [Compare.leased_by(keys.broker(candidate), candidate_lease)]
+    guards += [Compare.absent(keys.broker(n)) for n in must_be_gone if n]
+    why = _why_not_elected(
+        store,
+        keys,
+        read_mod_rev=read_mod_rev,
+        candidate=candidate,
+        lease=candidate_lease,
+        must_be_gone=must_be_gone,
+    )
+    result = await _write(
+        store, keys, name, read_mod_rev, guards=guards, wanted=wanted, classify=why
+    )
+    if result.outcome.is_won():
+        _log_elected(read_record, wanted, clean=clean)
+    return result
+
+
+def _log_elected(before: TopicRecord, after: TopicRecord, *, clean: bool) -> None:
+    log.log(
+        logging.INFO if clean else logging.WARNING,
+        "topic %s: %s elected leader at epoch %d (%s election; isr %s, was %s led by %s)",
+        after.name,
+        after.owner,
+        after.epoch,
+        "clean" if clean else "UNCLEAN: records only the old in-sync set had are lost",
+        list(after.effective_isr()),
+        list(before.effective_isr()),
+        before.owner,
+    )
+
+
+def _election_refusal(
+    record: TopicRecord, candidate: str, lease: int, unclean: bool
+) -> tuple[Outcome, str] | None:
+    if lease == 0:
+        return Outcome.STALE, f"{candidate} has no session"
+    if record.state is not TopicState.READY:
+        return Outcome.REFUSED, f"topic {record.name} is {record.state.value}, not ready"
+    if candidate == record.owner:
+        return Outcome.REFUSED, f"{candidate} already leads topic {record.name}"
+    if candidate not in record.effective_replicas():
+        return Outcome.REFUSED, f"{candidate} is not a replica of topic {record.name}"
+    if not unclean and candidate not in record.effective_isr():
+        return Outcome.REFUSED, (
+            f"{candidate} is not in the in-sync set {list(record.effective_isr())} of topic "
+            f"{record.name} (unclean election is off)"
+        )
+    return None
+
+
+def _why_not_elected(
+    store: EtcdStore,
+    keys: Keys,
+    *,
+    read_mod_rev: int,
+    candidate: str,
+    lease: int,
+    must_be_gone: Sequence[str],
+) -> Classify:
+    async def classify(now: TopicRecord, mod_revision: int) -> tuple[Outcome, str]:
+        if mod_revision != read_mod_rev:
+            return Outcome.LOST_RACE, _changed(now)
+        for node in must_be_gone:
+            if node and await store.get(keys.broker(node)) is not None:
+                return Outcome.REFUSED, f"broker {node} is alive (its session holds)"
+        if not await _holds(store, keys, candidate, lease):
+            return Outcome.STALE, f"{candidate}'s session lapsed"
+        return Outcome.LOST_RACE, "a guard changed while the transaction ran; read again"
+
+    return classify
+
+
+async def shrink_isr(
+    store: EtcdStore,
+    keys: Keys,
+    name: str,
+    read_record: TopicRecord,
+    read_mod_rev: int,
+    *,
+    leader: str,
+    epoch: int,
+    leader_lease: int,
+    remove: Collection[str],
+) -> ChangeResult:
+    """The leader (at ``epoch``, in the session of ``leader_lease``) takes ``remove`` out
+    of the in-sync set. Removing the leader itself is refused; removing a non-member is a
+    no-op (``WON``, nothing written).
+
+    Raises:
+        EtcdUnavailableError: etcd did not answer; call again with the same arguments.
+    """
+    if leader in remove:
+        return ChangeResult(Outcome.REFUSED, read_record, read_mod_rev, "the leader stays in sync")
+    isr = tuple(n for n in read_record.effective_isr() if n not in remove)
+    fence = _Fence(leader, epoch, leader_lease)
+    return await _change_isr(store, keys, name, read_record, read_mod_rev, fence=fence, isr=isr)
+
+
+async def expand_isr(
+    store: EtcdStore,
+    keys: Keys,
+    name: str,
+    read_record: TopicRecord,
+    read_mod_rev: int,
+    *,
+    leader: str,
+    epoch: int,
+    leader_lease: int,
+    add: Collection[str],
+) -> ChangeResult:
+    """The leader (at ``epoch``, in the session of ``leader_lease``) adds ``add`` (replicas
+    that caught up, ``cluster.replicas.may_join_isr``) to the in-sync set, which stays in
+    preferred order. A non-replica is refused.
+
+    Raises:
+        EtcdUnavailableError: etcd did not answer; call again with the same arguments.
+    """
+    replicas = read_record.effective_replicas()
+    strangers = sorted(set(add) - set(replicas))
+    if strangers:
+        reason = f"{strangers} not replicas of topic {name} {list(replicas)}"
+        return ChangeResult(Outcome.REFUSED, read_record, read_mod_rev, reason)
+    members = set(read_record.effective_isr()) | set(add)
+    isr = tuple(n for n in replicas if n in members)
+    fence = _Fence(leader, epoch, leader_lease)
+    return await _change_isr(store, keys, name, read_record, read_mod_rev, fence=fence, isr=isr)
+
+
+async def _change_isr(
+    store: EtcdStore,
+    keys: Keys,
+    name: str,
+    read_record: TopicRecord,
+    read_mod_rev: int,
+    *,
+    fence: _Fence,
+    isr: tuple[str, ...],
+) -> ChangeResult:
+    stale = _not_leader(read_record, fence)
+    if stale:
+        return ChangeResult(Outcome.STALE, read_record, read_mod_rev, stale)
+    if isr == read_record.effective_isr():
+        return ChangeResult(Outcome.WON, read_record, read_mod_rev)
+    wanted = read_record.replace(isr=isr)
+    guards = [Compare.leased_by(keys.broker(fence.leader), fence.lease)]
+    why = _why_not_leader(store, keys, read_mod_rev, fence)
+    result = await _write(
+        store, keys, name, read_mod_rev, guards=guards, wanted=wanted, classify=why
+    )
+    if result.outcome.is_won():
+        log.info(
+            "topic %s: isr %s -> %s (leader %s, epoch %d)",
+            name,
+            read_record.effective_isr(),
+            isr,
+            fence.leader,
+            fence.epoch,
+        )
+    return result
+
+
+async def transfer_leadership(
+    store: EtcdStore,
+    keys: Keys,
+    name: str,
+    read_record: TopicRecord,
+    read_mod_rev: int,
+    *,
+    leader: str,
+    epoch: int,
+    leader_lease: int,
+    to: str,
+    leave_isr: bool = False,
+) -> ChangeResult:
+    """The leader hands ``name`` to the in-sync follower ``to`` (a graceful transfer or a
+    controlled shutdown): ``owner = to``, ``epoch + 1``; with ``leave_isr`` the old leader
+    also leaves the in-sync set (it is stopping, so the new leader's high watermark does
+    not wait for it). ``to`` must be alive when the transaction runs.
+
+    The caller stops accepting publishes and lets ``to`` catch up to its end first.
+
+    Raises:
+        EtcdUnavailableError: etcd did not answer; call again with the same arguments.
+    """
+    fence = _Fence(leader, epoch, leader_lease)
+    stale = _not_leader(read_record, fence)
+    if stale:
+        return ChangeResult(Outcome.STALE, read_record, read_mod_rev, stale)
+    if to == leader or to not in read_record.effective_isr():
+        reason = f"{to} is not an in-sync follower of topic {name}"
+        return ChangeResult(Outcome.REFUSED, read_record, read_mod_rev, reason)
+    target = await store.get(keys.broker(to))
+    if target is None:
+        return ChangeResult(Outcome.REFUSED, read_record, read_mod_rev, f"broker {to} is not alive")
+    isr = read_record.effective_isr()
+    new_isr = tuple(n for n in isr if n != leader) if leave_isr else isr
+    wanted = read_record.replace(owner=to, epoch=epoch + 1, isr=new_isr)
+    guards = [
+        Compare.leased_by(keys.broker(leader), leader_lease),
+        Compare.leased_by(keys.broker(to), target.lease),
+    ]
+    why = _why_not_leader(store, keys, read_mod_rev, fence, to)
+    result = await _write(
+        store, keys, name, read_mod_rev, guards=guards, wanted=wanted, classify=why
+    )
+    if result.outcome.is_won():
+        log.info("topic %s: leadership %s -> %s at epoch %d", name, leader, to, wanted.epoch)
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class _Fence:
+    """A leader's fence: who, at which epoch (its fencing token), in which session."""
+
+    leader: str
+    epoch: int
+    lease: int
+
+
+def _not_leader(record: TopicRecord, fence: _Fence) -> str:
+    leader, epoch = fence.leader, fence.epoch
+    if fence.lease == 0:
+        return f"{leader} has no session"
+    if record.owner != leader or record.epoch != epoch:
+        return (
+            f"{leader} at epoch {epoch} no longer leads topic {record.name} "
+            f"(leader {record.owner or 'none'} at epoch {record.epoch})"
+        )
+    return ""
+
+
+def _why_not_leader(
+    store: EtcdStore, keys: Keys, read_mod_rev: int, fence: _Fence, to: str = ""
+) -> Classify:
+    async def classify(now: TopicRecord, mod_revision: int) -> tuple[Outcome, str]:
+        stale = _not_leader(now, fence)
+        if stale:
+            return Outcome.STALE, stale
+        if not await _holds(store, keys, fence.leader, fence.lease):
+            return Outcome.STALE, f"{fence.leader}'s session lapsed: it may not write"
+        if mod_revision != read_mod_rev:
+            return Outcome.LOST_RACE, _changed(now)
+        if to:
+            return Outcome.REFUSED, f"broker {to}'s session changed or ended"
+        return Outcome.LOST_RACE, "a guard changed while the transaction ran; read again"
+
+    return classify
+
+
+async def set_replicas(
+    store: EtcdStore,
+    keys: Keys,
+    name: str,
+    read_record: TopicRecord,
+    read_mod_rev: int,
+    *,
+    controller_token: int,
+    replicas: Sequence[str],
+    reassign_to: Sequence[str] = (),
+) -> ChangeResult:
+    """The controller (fenced by its token) sets ``name``'s replica set (a reassignment
+    step or a rebalance reorder, ``cluster.replicas``) and ``reassign_to``. The in-sync
+    set keeps its members that stay; a new replica joins it when the leader sees it
+    caught up. The leader must stay a replica: move leadership first.
+
+    Raises:
+        EtcdUnavailableError: etcd did not answer; call again with the same arguments.
+    """
+    try:
+        wanted_replicas = check_target(replicas)
+    except ReplicationSettingsError as exc:
+        return ChangeResult(Outcome.REFUSED, read_record, read_mod_rev, str(exc))
+    if read_record.owner not in wanted_replicas:
+        reason = f"leader {read_record.owner or 'none'} would leave: move leadership first"
+        return ChangeResult(Outcome.REFUSED, read_record, read_mod_rev, reason)
+    isr = tuple(n for n in read_record.effective_isr() if n in wanted_replicas)
+    wanted = read_record.replace(replicas=wanted_replicas, isr=isr, reassign_to=tuple(reassign_to))
+    guards = [Compare.created_at(keys.controller, controller_token)]
+
+    async def classify(now: TopicRecord, mod_revision: int) -> tuple[Outcome, str]:
+        held = await store.get(keys.controller)
+        current = held.create_revision if held is not None else 0
+        if current != controller_token:
+            return Outcome.STALE, f"controller token {controller_token} is stale (now {current})"
+        return Outcome.LOST_RACE, _changed(now)
+
+    return await _write(
+        store, keys, name, read_mod_rev, guards=guards, wanted=wanted, classify=classify
+    )
+
+
+async def _write(
+    store: EtcdStore,
+    keys: Keys,
+    name: str,
+    read_mod_rev: int,
+    *,
+    guards: list[Compare],
+    wanted: TopicRecord,
+    classify: Classify,
+) -> ChangeResult:
+    """Put ``wanted`` if the topic is at ``read_mod_rev`` and ``guards`` hold; on a failed
+    answer re-read: ``WON`` if the key already holds ``wanted`` at a newer revision (an
+    attempt that applied and lost its reply), else ``classify`` says why."""
+    key = keys.topic(name)
+    compares = [Compare.modified_at(key, read_mod_rev), *guards]
+    result = await store.txn(compares, [Op.put(key, encode(wanted))])
+    if result.succeeded:
+        return ChangeResult(Outcome.WON, wanted, result.revision)
+    held = await store.get(key)
+    if held is None:
+        return ChangeResult(Outcome.LOST_RACE, None, 0, f"topic {name} is gone")
+    now = decode(key, held.value, TopicRecord)
+    if now == wanted and held.mod_revision != read_mod_rev:
+        return ChangeResult(Outcome.WON, now, held.mod_revision)
+    outcome, reason = await classify(now, held.mod_revision)
+    return ChangeResult(outcome, now, held.mod_revision, reason)
+
+
+async def _holds(store: EtcdStore, keys: Keys, node: str, lease: int) -> bool:
+    held = await store.get(keys.broker(node))
+    return held is not None and held.lease == lease
+
+
+def _changed(now: TopicRecord) -> str:
+    return (
+        f"topic {now.name} changed since it was read: leader {now.owner or 'none'} at epoch "
+        f"{now.epoch}, isr {list(now.effective_isr())}"
+    )
