@@ -28,6 +28,10 @@ Modules (P: pure; A: asyncio shell):
   (``WriteWindow`` P) by this process's own clock.
 - ``placement`` P: which live broker owns a new topic.
 - ``controller`` A: election by transaction, the fencing token, placing topics.
+- ``replicas`` P: replication's rules: replica placement, high watermark, the in-sync
+  rule, leader choice, min_insync, balance and reassignment steps.
+- ``replica_txn`` A: the replica group's CAS writes: election, isr changes, leadership
+  transfer, replica set changes; outcomes won / lost-race / stale / refused.
 - ``answers`` P: the Lookup and ClusterStatus answers as plain values, one set for every
   source (a member's view, a broker alone); imports no etcd.
 - ``routes`` P: a topic's route and refusal reason, Lookup and status answers.
