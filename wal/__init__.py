@@ -11,7 +11,10 @@ Modules (layered frame -> index -> segment -> log -> async writer):
     fs        the only module touching ``os``; named crash points      [sync I/O]
     faulty_fs  ``FaultyFs``: the test twin of ``fs`` that injects faults  [sync I/O]
     segment   ``Segment``: one .log + .index pair                         [sync I/O]
-    log       ``Log``: segments, offsets, append/read/roll/retention/recovery  [sync I/O]
+    log       ``Log``: segments, offsets, append/read/roll/retention/truncation/recovery
+              [sync I/O]
+    leader_epochs  ``LeaderEpochs``: the partition's (epoch, start offset) history, the
+              ``leader-epochs`` file; its rules are pure                 [sync I/O]
     commit_cost  ``CommitCost``: a group commit's cost to the disk and to the loop;
               the batches a producer should keep in flight             [pure]
     writer    ``LogWriter``: the one task owning a log; group commit      [asyncio]
@@ -33,6 +36,7 @@ On-disk layout of one partition directory::
     00000000000000000000.index   sparse index of that segment
     00000000000000001200.log     the active segment: the only one written
     00000000000000001200.index
+    leader-epochs                (epoch, start offset) entries; only once an epoch is assigned
 
 A segment is named by its base offset, zero-padded to 20 digits. A ``.log`` is record
 batches laid end to end (layout in :mod:`proto.batch`: a 56-byte header with base offset,
@@ -75,6 +79,28 @@ Multi-file changes: a roll syncs the old segment and its index, creates the new 
 fsyncs the directory. Retention renames a segment's files to ``.deleted``, fsyncs the
 directory, then unlinks. A rebuilt index is written to ``.tmp``, synced and renamed. Opening
 the log discards every ``.tmp`` and ``.deleted`` leftover, and a stray ``.index``.
+
+Truncation (``Log.truncate_to(offset)``, a replica cutting back to where its log and the
+leader's diverge; ``offset`` a batch boundary): remove each segment wholly at or past
+``offset``, newest first, the ``.log`` then the ``.index``, fsyncing the directory after
+each (crash point ``truncate.after_segment_delete``); fdatasync the kept segment's
+``.log`` (so the prefix kept is durable under any policy); cut its ``.index`` to the
+entries below the cut and fdatasync it (``truncate.after_index``); cut its ``.log`` and
+fdatasync it (``truncate.after_data``); open it again as the active segment (a sealed
+one takes appends again; its tail is checked as at open); then drop the leader epochs
+starting at or past ``offset``. The index is cut before the data so that no entry on
+disk ever points at or past the cut, where later appends put other batches. A crash at
+any step leaves, after opening, a prefix of the old log no shorter than ``offset``;
+calling ``truncate_to`` again finishes the cut.
+
+Leader epochs: ``leader-epochs`` holds ``(epoch, start offset)`` entries strictly
+increasing in both, as text ending in a CRC-32 line (:mod:`wal.leader_epochs`). It is
+replaced whole: ``leader-epochs.tmp`` written and fdatasynced
+(``leader_epochs.after_tmp``), renamed over it (``leader_epochs.after_rename``), the
+directory fsynced. A damaged file stops the open with ``LeaderEpochsCorruptError``; it is
+never read as an empty history. Opening drops entries that start past the log's end (a
+crash between a truncation's data and its epochs, or a power cut that took back
+appends); retention raises the oldest kept entry's start to the new first offset.
 
 One owner: a broker holds ``flock(LOCK_EX)`` on its data directory itself (the inode, so
 every path to it) from before it opens anything until it has closed everything, and writes

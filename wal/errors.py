@@ -214,7 +214,8 @@ class LeaderEpochsCorruptError(WalError):
         self.reason = reason
         super().__init__(
             f"leader-epochs file {path} is damaged: {reason}; restore it from a backup, or "
-            "empty this partition's directory so that it re-replicates from the leader; "
+            "(a replicated topic only) empty this partition's directory so that it "
+            "re-replicates from the leader; "
             "the log was not opened"
         )
 

@@ -1,8 +1,16 @@
 """The log of one topic partition: an ordered run of segments.
 
 Role: assign offsets, append batches to the active segment (rolling by size and age), read
-from any retained offset, apply retention, and recover on open. Synchronous: the async
-:class:`wal.writer.LogWriter` drives it; tools and tests may use it directly.
+from any retained offset, apply retention, truncate (a replica's cut back to where it
+diverged from its leader), and recover on open. It owns the partition's leader-epoch
+history (:mod:`wal.leader_epochs`), kept in step with truncation, retention and recovery.
+Synchronous: the async :class:`wal.writer.LogWriter` drives it; tools and tests may use
+it directly.
+
+One piece, though past 600 lines: every operation here changes the one list of segments
+and its invariants (dense offsets, one active segment, the failure latch), and the
+per-segment work already lives in :mod:`wal.segment`; what is left reads as Kafka's
+``LocalLog`` does.
 
 Invariants:
 - Offsets are dense: segment ``i+1`` starts where segment ``i`` ends.
