@@ -1,8 +1,9 @@
 """One segment: a ``.log`` file of record batches plus its sparse ``.index``.
 
 Role: append batches at the end, read from an offset through the index, seal, recover a
-torn tail, and delete. All I/O goes through :class:`wal.fs.FileSystem`; ``OSError`` passes
-up to :class:`wal.log.Log`, which latches and translates it.
+torn tail, cut at a batch boundary (a truncation: index first, then data), and delete.
+All I/O goes through :class:`wal.fs.FileSystem`; ``OSError`` passes up to
+:class:`wal.log.Log`, which latches and translates it.
 
 Invariants:
 - ``size`` counts only bytes whose write completed; ``next_offset`` follows the last batch.

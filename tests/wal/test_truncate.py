@@ -9,6 +9,7 @@ unsynced, cut the power, and reopen with the real filesystem.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import random
@@ -19,6 +20,7 @@ import pytest
 
 from tests.wal._helpers import CrashableFs, read_all
 from wal import (
+    Fault,
     FaultyFs,
     LeaderEpochsCorruptError,
     Log,
@@ -26,6 +28,7 @@ from wal import (
     NotBatchBoundaryError,
     OffsetOutOfRangeError,
     SimulatedCrash,
+    WalFailedError,
     encode_columns,
 )
 from wal.fs import CRASH_POINTS
@@ -356,4 +359,29 @@ def test_retention_keeps_the_epoch_covering_the_new_first_offset(wal_dir: str) -
     log.delete_before(third)
     assert log.first_offset == third
     assert log.leader_epochs.entries() == [EpochEntry(1, third), EpochEntry(2, start2)]
+    log.close()
+
+
+@pytest.mark.parametrize("op", ["truncate", "fdatasync", "fsync_dir"])
+def test_an_io_error_in_a_truncation_latches_and_a_reopen_recovers(wal_dir: str, op: str) -> None:
+    """Scenario: a truncation into a sealed segment meets an I/O error (EIO) cutting a
+    file, syncing one, or syncing the directory. Expected: WalFailedError, the log
+    latched (the next append refuses); reopening gives a prefix of the old log no shorter
+    than the cut, and the truncation then completes."""
+    fs = FaultyFs(faults=[Fault(op, error=errno.EIO, times=None)])
+    log = Log.open(wal_dir, CONFIG)
+    values = fill(log, 40)
+    log.close()
+    log = Log.open(wal_dir, CONFIG, fs=fs)
+    offset = TARGETS["inside-sealed"](log)
+    with pytest.raises(WalFailedError):
+        log.truncate_to(offset)
+    with pytest.raises(WalFailedError):
+        log.append(encode_columns([b"refused"]))
+    log.close()
+    log = Log.open(wal_dir, CONFIG)
+    assert offset <= log.head <= len(values)
+    assert values_of(log) == values[: log.head]
+    log.truncate_to(offset)
+    assert values_of(log) == values[:offset]
     log.close()

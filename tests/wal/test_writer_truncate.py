@@ -164,3 +164,44 @@ async def test_interval_sync_never_claims_past_a_truncation(tmp_path: Path) -> N
         assert writer.high_water_mark == writer.head
         expected = [v for i in range(10) for v in (b"%d" % i, b"%d+" % i)]
         assert await values_from(writer, 0) == expected
+
+
+class HeldReadFs(FaultyFs):
+    """A FaultyFs whose reads on a cold-read thread (named ``headrace-cold-read``...) wait
+    for ``release`` once ``hold`` is set, so that a cold read is in flight on demand."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hold = False
+        self.began = threading.Event()
+        self.release = threading.Event()
+
+    def pread(self, fd: int, size: int, offset: int) -> bytes:
+        if self.hold and threading.current_thread() is not threading.main_thread():
+            self.hold = False
+            self.began.set()
+            assert self.release.wait(10)
+        return super().pread(fd, size, offset)
+
+
+@pytest.mark.asyncio
+async def test_a_truncation_waits_for_a_cold_read_in_flight(tmp_path: Path) -> None:
+    """Scenario: a cold read of the first segment is held inside its pread on its thread;
+    a truncation into that segment is asked for, then the read released. Expected: the
+    truncation does not touch the files while the read runs (the head is unchanged until
+    the read ends), the read returns whole batches, and the truncation then completes."""
+    fs = HeldReadFs()
+    async with await LogWriter.open(str(tmp_path), CONFIG, fs=fs) as writer:
+        bases = await fill(writer, 0, 30)
+        fs.hold = True
+        read = asyncio.ensure_future(writer.read_cold(0))
+        await asyncio.to_thread(fs.began.wait, 10)
+        truncation = asyncio.ensure_future(writer.truncate_to(bases[2]))
+        await asyncio.sleep(0.05)
+        assert not truncation.done()
+        assert writer.log.head > bases[2]  # the files are untouched while the read runs
+        fs.release.set()
+        batches = await read
+        assert batches[0].base_offset == 0
+        await truncation
+        assert (writer.head, writer.high_water_mark) == (bases[2], bases[2])
