@@ -4,8 +4,9 @@ Role (``config``, the cluster's defaults in etcd, is :mod:`broker.cli_cluster_co
 
 - ``status`` asks any broker (the first of ``--broker``'s seeds that answers) for
   ``ClusterStatus`` and prints each broker (node id, address, alive, topics and partitions
-  owned, session age), the controller, each etcd endpoint's health and every offline topic
-  with its reason; ``--json`` prints the same as one JSON object. A single broker answers
+  owned, session age), the controller, each etcd endpoint's health, every offline topic
+  with its reason and, if any, the answering broker's stray local topics (not served);
+  ``--json`` prints the same as one JSON object. A single broker answers
   too: one broker, node ``local``, no etcd.
 - ``local`` runs a whole cluster on loopback in the foreground: one ``etcd`` (from the
   PATH; when it is missing the error says how to install it) and ``--brokers N`` brokers
@@ -142,6 +143,17 @@ def status_document(answer: _cluster.ClusterStatusResponse) -> dict[str, Any]:
             }
             for t in answer.offline_topics
         ],
+        "strays": [
+            {
+                "topic": s.topic,
+                "local_id": s.local_id,
+                "cluster_id": s.cluster_id,
+                "owner_node": s.owner_node,
+                "path": s.path,
+                "message": s.message,
+            }
+            for s in answer.strays
+        ],
     }
 
 
@@ -183,6 +195,11 @@ def status_text(document: dict[str, Any]) -> str:
     lines += ["", f"offline topics: {len(offline) or 'none'}"]
     if offline:
         lines.append(table(offline, ("topic", "owner_node", "reason", "message")))
+    if document["strays"]:  # rare: said only when there are some
+        lines += ["", f"stray local topics on {document['node_id']} (not served):"]
+        lines.append(
+            table(document["strays"], ("topic", "local_id", "cluster_id", "owner_node", "path"))
+        )
     return "\n".join(lines)
 
 

@@ -27,6 +27,7 @@ then the etcd connection.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from collections.abc import Sequence
@@ -47,7 +48,7 @@ from broker.errors import (
     TopicRefusedError,
 )
 from broker.topics import TopicRegistry
-from cluster.answers import LookupResult, StatusResult
+from cluster.answers import LookupResult, StatusResult, StrayTopic
 from cluster.config_defaults import DefaultsView, EtcdDefaults
 from cluster.errors import (
     ClusterError,
@@ -233,8 +234,15 @@ class ClusterNode:
         return await self.member.lookup(topics)
 
     async def status(self) -> StatusResult:
-        """The ClusterStatus answer (:class:`~broker.cluster_service.ClusterSource`)."""
-        return await self.member.status()
+        """The ClusterStatus answer (:class:`~broker.cluster_service.ClusterSource`), with
+        this broker's stray local topics (``ClusterMember.strays``)."""
+        status = await self.member.status()
+        node = self.member.node_id
+        strays = tuple(
+            StrayTopic(s.topic, s.local_id, s.cluster_id, s.owner_node, s.path, s.advice(node))
+            for s in self.member.strays()
+        )
+        return dataclasses.replace(status, strays=strays)
 
     async def aclose(self) -> None:
         """Leave the cluster (lease revoked), then close the etcd connection."""

@@ -198,6 +198,17 @@ def status_response(view: StatusResult) -> _cluster.ClusterStatusResponse:
             for t in view.offline_topics
         ],
         revision=view.revision,
+        strays=[
+            _cluster.StrayTopic(
+                topic=s.topic,
+                local_id=s.local_id,
+                cluster_id=s.cluster_id,
+                owner_node=s.owner_node,
+                path=s.path,
+                message=s.message,
+            )
+            for s in view.strays
+        ],
     )
 
 

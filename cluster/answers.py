@@ -88,6 +88,19 @@ class OfflineTopic:
 
 
 @dataclass(frozen=True, slots=True)
+class StrayTopic:
+    """A local topic the answering broker does not serve (a ``StrayTopic`` on the wire):
+    the cluster holds the name with another id or owner, or not at all."""
+
+    topic: str
+    local_id: str
+    cluster_id: str
+    owner_node: str
+    path: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
 class StatusResult:
     """A ``ClusterStatusResponse``. A broker with no cluster has no etcd endpoint, no
     offline topic and revision 0: the defaults."""
@@ -99,3 +112,4 @@ class StatusResult:
     etcd: tuple[EndpointEntry, ...] = ()
     offline_topics: tuple[OfflineTopic, ...] = ()
     revision: int = 0
+    strays: tuple[StrayTopic, ...] = ()

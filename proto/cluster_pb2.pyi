@@ -88,8 +88,24 @@ class OfflineTopic(_message.Message):
     message: str
     def __init__(self, topic: _Optional[str] = ..., owner_node: _Optional[str] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
+class StrayTopic(_message.Message):
+    __slots__ = ("topic", "local_id", "cluster_id", "owner_node", "path", "message")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_ID_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    OWNER_NODE_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    local_id: str
+    cluster_id: str
+    owner_node: str
+    path: str
+    message: str
+    def __init__(self, topic: _Optional[str] = ..., local_id: _Optional[str] = ..., cluster_id: _Optional[str] = ..., owner_node: _Optional[str] = ..., path: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
 class ClusterStatusResponse(_message.Message):
-    __slots__ = ("node_id", "cluster_id", "brokers", "controller", "etcd", "offline_topics", "revision")
+    __slots__ = ("node_id", "cluster_id", "brokers", "controller", "etcd", "offline_topics", "revision", "strays")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     BROKERS_FIELD_NUMBER: _ClassVar[int]
@@ -97,6 +113,7 @@ class ClusterStatusResponse(_message.Message):
     ETCD_FIELD_NUMBER: _ClassVar[int]
     OFFLINE_TOPICS_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
+    STRAYS_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     cluster_id: str
     brokers: _containers.RepeatedCompositeFieldContainer[BrokerInfo]
@@ -104,4 +121,5 @@ class ClusterStatusResponse(_message.Message):
     etcd: _containers.RepeatedCompositeFieldContainer[EtcdEndpoint]
     offline_topics: _containers.RepeatedCompositeFieldContainer[OfflineTopic]
     revision: int
-    def __init__(self, node_id: _Optional[str] = ..., cluster_id: _Optional[str] = ..., brokers: _Optional[_Iterable[_Union[BrokerInfo, _Mapping]]] = ..., controller: _Optional[str] = ..., etcd: _Optional[_Iterable[_Union[EtcdEndpoint, _Mapping]]] = ..., offline_topics: _Optional[_Iterable[_Union[OfflineTopic, _Mapping]]] = ..., revision: _Optional[int] = ...) -> None: ...
+    strays: _containers.RepeatedCompositeFieldContainer[StrayTopic]
+    def __init__(self, node_id: _Optional[str] = ..., cluster_id: _Optional[str] = ..., brokers: _Optional[_Iterable[_Union[BrokerInfo, _Mapping]]] = ..., controller: _Optional[str] = ..., etcd: _Optional[_Iterable[_Union[EtcdEndpoint, _Mapping]]] = ..., offline_topics: _Optional[_Iterable[_Union[OfflineTopic, _Mapping]]] = ..., revision: _Optional[int] = ..., strays: _Optional[_Iterable[_Union[StrayTopic, _Mapping]]] = ...) -> None: ...

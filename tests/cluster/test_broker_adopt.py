@@ -14,7 +14,9 @@ from pathlib import Path
 
 import grpc
 import pytest
+from click.testing import CliRunner
 
+from broker.cli import cli
 from client import AsyncAdminClient, AsyncProducer
 from cluster.etcd import EtcdStore
 from cluster.records import Keys
@@ -78,7 +80,8 @@ async def test_a_broker_joining_adopts_its_topics_and_never_serves_a_stray(
     ``--cluster-etcd``. Expected: ``orders`` is adopted before b1 serves: Lookup through
     b2 names b1 at epoch 1, the cluster's id is b1's local id, its 3 records read through
     the seeds, and b1's log says so at INFO. b1's ``shared`` is a stray: a WARNING names
-    the topic, both ids and its directory; b1 refuses it (not-owner, b2) for reads and
+    the topic, both ids and its directory, and ``cluster status --json`` through b1 lists
+    it under ``strays`` (the human form too); b1 refuses it (not-owner, b2) for reads and
     publishes; the local copy keeps its id and its file. Then ``orders``' key is deleted
     in etcd behind b1's back: a publish to it at b1 is NOT_FOUND (auto-create on: still
     nothing lands), and its local directory stays."""
@@ -110,6 +113,21 @@ async def test_a_broker_joining_adopts_its_topics_and_never_serves_a_stray(
         assert (facts["headrace-refusal"], facts["headrace-owner-node"]) == ("not-owner", "b2")
         assert await _publish_code(b1.address, "shared") == grpc.StatusCode.ABORTED
         assert _local_id(b1, "shared") == local_shared
+        shown = await asyncio.to_thread(
+            CliRunner().invoke, cli, ["cluster", "status", "--json", "--broker", b1.address]
+        )
+        assert shown.exit_code == 0, shown.output
+        [stray] = json.loads(shown.stdout)["strays"]
+        human = await asyncio.to_thread(
+            CliRunner().invoke, cli, ["cluster", "status", "--broker", b1.address]
+        )
+        assert "stray local topics on b1 (not served):" in human.stdout, human.output
+        assert stray["topic"] == "shared"
+        assert (stray["local_id"], stray["cluster_id"]) == (local_shared, cluster_shared.topic_id)
+        assert (stray["owner_node"], stray["path"]) == (
+            "b2",
+            str(b1.data_dir / "topics" / "shared"),
+        )
 
         async with await EtcdStore.connect(etcd.endpoints) as store:
             await store.delete_prefix(Keys(prefix).topic("orders"))
