@@ -394,7 +394,12 @@ class ClusterMember:
 
     def _me(self, *, write: bool) -> Me:
         may_write = self.session.may_write() if write else self.session.lease != 0
-        return Me(self.node_id, self._claimed, may_write, self._holds)
+        # Claims count only in the session that made them: a new session (after a lost
+        # lease) opens its write window before the reconcile task has cleared the old
+        # claims and claimed again, and the view may still be stale then (found by
+        # tests/netsplit: writes acknowledged at the old epoch after a split healed).
+        fresh = self._claimed_generation == self.session.generation
+        return Me(self.node_id, self._claimed if fresh else {}, may_write, self._holds)
 
     def _holds(self, name: str) -> bool:
         """Whether the local data of the cluster's topic ``name`` is here: a local topic
