@@ -5,6 +5,7 @@ delete, missing data, lookup and status."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 
 import pytest
@@ -101,6 +102,32 @@ async def test_epoch_rises_on_each_new_session(etcd: EtcdCluster, prefix: str) -
         await eventually(lambda: owner.refusal("t", write=True) is None)
         other = b2 if owner is b1 else b1
         await eventually(lambda: (r := other.refusal("t", write=True)) is not None and r.epoch == 2)
+
+
+@pytest.mark.asyncio
+async def test_a_new_session_serves_no_write_before_it_claims(
+    etcd: EtcdCluster, prefix: str
+) -> None:
+    """The owner's reconcile task is stopped (so it never claims again), then its lease is
+    revoked behind its back and it makes a new session, whose write window is open.
+    Expected: it refuses writes as ``no-session``: the claim of its first session does not
+    count in the second (before the fix it served them at the old epoch until a reconcile
+    pass came round; tests/netsplit saw such writes acknowledged after a split healed)."""
+    async with members(etcd.endpoints, prefix, 2) as (b1, b2):
+        record = await b1.create_topic_record("t", 1, timeout_s=10)
+        owner = b1 if record.owner == "b1" else b2
+        await eventually(lambda: owner.refusal("t", write=True) is None)
+        [reconcile] = [t for t in owner._tasks if t.get_name() == f"reconcile-{owner.node_id}"]
+        reconcile.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reconcile
+        await owner.store.revoke(owner.session.lease)
+        await eventually(lambda: owner.session.generation == 2, timeout_s=TTL * 2)
+        assert owner.session.may_write()
+        assert owner.view.state.topics["t"].record.epoch == 1
+        refusal = owner.refusal("t", write=True)
+        assert refusal is not None
+        assert refusal.reason == "no-session"
 
 
 @pytest.mark.asyncio
