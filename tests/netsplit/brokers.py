@@ -29,8 +29,7 @@ from proto import broker_pb2_grpc as _pb_grpc
 from proto import cluster_pb2 as _cluster
 from proto import cluster_pb2_grpc as _cluster_grpc
 from proto.batch import decode_batch
-from tests.netsplit.conftest import Net
-from tests.netsplit.hosts import NetBroker
+from tests.netsplit.hosts import BROKER_NODES, Net, NetBroker
 
 TTL_S = 2
 PAUSE_S = 0.02  # between a prober's sends: ~40 records/s per partition, gentle on 2 cores
@@ -215,7 +214,7 @@ async def cluster(net: Net, root: Path, prefix: str) -> AsyncIterator[Cluster]:
     """Brokers ``b1``, ``b2`` in their namespaces, serving, with four topics; stopped after."""
     brokers = {
         name: NetBroker(net.lab, name, net.etcd, root, prefix=prefix, ttl_s=TTL_S)
-        for name in ("b1", "b2")
+        for name in BROKER_NODES
     }
     try:
         for broker in brokers.values():

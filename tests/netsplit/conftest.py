@@ -10,24 +10,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pytest
 
 from tests.cluster.etcd_harness import etcd_binary
-from tests.netsplit.hosts import NetEtcd
+from tests.netsplit.hosts import BROKER_NODES, ETCD_NODES, Net, NetEtcd
 from tests.netsplit.netns import Lab, require_netns
-
-ETCD_NODES = ["e1", "e2", "e3"]
-BROKER_NODES = ["b1", "b2"]
-
-
-@dataclass
-class Net:
-    """The module's lab and its running etcd."""
-
-    lab: Lab
-    etcd: NetEtcd
 
 
 @pytest.fixture(scope="module")

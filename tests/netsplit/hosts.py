@@ -39,6 +39,10 @@ from tests.netsplit.netns import Lab
 ETCD_CLIENT_PORT = 2379
 ETCD_PEER_PORT = 2380
 BROKER_PORT = 50051
+ETCD_NODES = ["e1", "e2", "e3"]
+"""The etcd members' nodes in the ``net`` fixture's lab."""
+BROKER_NODES = ["b1", "b2"]
+"""The brokers' nodes in the ``net`` fixture's lab."""
 
 
 @dataclass
@@ -138,6 +142,14 @@ class NetEtcd:
                 process.kill()
             process.wait()
         self.processes.clear()
+
+
+@dataclass
+class Net:
+    """A lab and the etcd running in it (the ``net`` fixture)."""
+
+    lab: Lab
+    etcd: NetEtcd
 
 
 class NetBroker:

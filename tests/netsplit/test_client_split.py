@@ -25,7 +25,7 @@ import pytest
 
 from client import AsyncProducer, RecordFuture
 from tests.netsplit.brokers import cluster, lookup, read_log
-from tests.netsplit.conftest import Net
+from tests.netsplit.hosts import Net
 from tests.netsplit.netns import HOST
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function"), pytest.mark.timeout(180)]

@@ -58,7 +58,7 @@ from tests.netsplit.brokers import (
     probing,
     read_log,
 )
-from tests.netsplit.conftest import ETCD_NODES, Net
+from tests.netsplit.hosts import ETCD_NODES, Net
 from tests.netsplit.netns import Lab
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function"), pytest.mark.timeout(180)]
