@@ -154,9 +154,13 @@ class LogWriter:
         self._queued = 0  # commands queued and not yet completed on the loop
         #: Appenders and commands waiting for room in the queue, oldest first.
         self._room: collections.deque[asyncio.Future[None]] = collections.deque()
-        self._hwm = log.head
+        self._hwm = log.head  # committed: what readers see (the commit gate, below)
+        self._durable = log.head  # locally durable end
         self._written = log.head
         self._listeners: list[Listener] = []
+        #: Told the durable end as it advances, held commits or not (a leader's HW).
+        self._durable_listeners: list[Listener] = []
+        self._held = False  # commits held: the mark moves only by commit_to
         self._closing = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -180,7 +184,7 @@ class LogWriter:
                 close_done=self._close_done,
                 fail_commands=self._fail_commands,
                 fail_broken=self._fail_broken,
-                high_water_mark=lambda: self._hwm,
+                high_water_mark=lambda: self._durable,
             ),
         )
         #: Told how long each group commit's write and fsync took (metrics).
@@ -233,7 +237,56 @@ class LogWriter:
 
     @property
     def high_water_mark(self) -> int:
-        """Offset just past the last durable record; consumers may read below it."""
+        """Offset just past the last committed record; consumers may read below it.
+
+        Unreplicated (the default), committed means locally durable: the mark is
+        :attr:`durable_end`. With commits held (:meth:`hold_commits`, a replicated log)
+        it moves only by :meth:`commit_to`, never past :attr:`durable_end`.
+        """
+        return self._hwm
+
+    @property
+    def durable_end(self) -> int:
+        """Offset just past the last locally durable record (under the fsync policy);
+        :attr:`high_water_mark` unless commits are held."""
+        return self._durable
+
+    @property
+    def commits_held(self) -> bool:
+        """Whether the mark moves only by :meth:`commit_to` (see :meth:`hold_commits`)."""
+        return self._held
+
+    def hold_commits(self) -> None:
+        """The commit gate: from now on :attr:`high_water_mark` moves only by
+        :meth:`commit_to` (a replicated log: a leader commits what its in-sync followers
+        have, a follower what its leader committed). The mark stays where it is; the
+        durable end goes on advancing and telling the durable listeners. Idempotent.
+
+        Example: mark 10, durable end 10; held; appends make the durable end 15 while
+        readers still see 10; ``commit_to(12)`` moves the mark to 12 and calls the
+        listeners with 12; ``commit_to(40)`` moves it to 15 (clamped).
+        """
+        self._held = True
+
+    def release_commits(self) -> None:
+        """Back to unreplicated: the mark moves to the durable end at once (listeners
+        told) and follows it from then on. Idempotent."""
+        self._held = False
+        self.commit_to(self._durable)
+
+    def commit_to(self, offset: int) -> int:
+        """Move :attr:`high_water_mark` to ``offset``, clamped to :attr:`durable_end`;
+        never back. Calls the listeners when it moved. Returns the mark.
+
+        Meant for held commits; without them the mark already is the durable end."""
+        offset = min(offset, self._durable)
+        if offset > self._hwm:
+            self._hwm = offset
+            for listener in list(self._listeners):
+                try:
+                    listener(offset)
+                except Exception:
+                    logger.exception("log %s: high-water mark listener failed", self._log.path)
         return self._hwm
 
     @property
@@ -253,6 +306,16 @@ class LogWriter:
     def remove_listener(self, listener: Listener) -> None:
         """Stop calling ``listener``."""
         self._listeners.remove(listener)
+
+    def add_durable_listener(self, listener: Listener) -> None:
+        """Call ``listener(durable_end)`` on the loop each time the durable end advances,
+        before the mark's listeners (a leader recomputes its high watermark, a follower's
+        long poll wakes). Held commits or not."""
+        self._durable_listeners.append(listener)
+
+    def remove_durable_listener(self, listener: Listener) -> None:
+        """Stop calling ``listener``."""
+        self._durable_listeners.remove(listener)
 
     async def append(
         self,
@@ -473,9 +536,15 @@ class LogWriter:
                 ``deleted_ok``.
             WalClosedError: the writer is closing.
         """
+        return await self._read_cold(offset, max_bytes, self._hwm, deleted_ok=deleted_ok)
+
+    async def _read_cold(
+        self, offset: int, max_bytes: int, upper: int, *, deleted_ok: bool = False
+    ) -> list[RecordBatch]:
+        """:meth:`read_cold` of the batches below ``upper``."""
         if self._closing or self._thread is None:  # aclose no longer waits for reads
             raise WalClosedError(self._log.path)
-        job = cold_read_pool().submit(self._log.read, offset, max_bytes, upper=self._hwm)
+        job = cold_read_pool().submit(self._log.read, offset, max_bytes, upper=upper)
         read = asyncio.wrap_future(job)
         self._cold_in_flight.add(read)
         read.add_done_callback(self._cold_read_done)
@@ -489,7 +558,9 @@ class LogWriter:
                 return []
             raise
 
-    async def read_raw(self, offset: int, max_bytes: int = 1 << 20) -> bytes:
+    async def read_raw(
+        self, offset: int, max_bytes: int = 1 << 20, *, durable: bool = False
+    ) -> bytes:
         """The bytes of whole durable batches from the one holding ``offset``, as they are
         in the log (base offsets and CRCs included), up to ``max_bytes``: what a leader
         sends a follower for :meth:`append_replicated`.
@@ -497,17 +568,35 @@ class LogWriter:
         Read as :meth:`aread` reads (the tail cache, the page cache on the loop, else a
         cold-read thread; each batch's CRC checked, its records not decoded) and bounded
         the same way: at least one whole batch even past ``max_bytes``, none at or past
-        the :attr:`high_water_mark` (``b""`` when ``offset`` is the mark). The first batch
-        starts before ``offset`` when ``offset`` falls inside it; a follower fetches from
-        its head, always a batch boundary.
+        the :attr:`high_water_mark` (``b""`` when ``offset`` is the mark); with
+        ``durable``, none at or past the :attr:`durable_end` instead: a leader serves its
+        followers what it has durably, the mark waits for them. The first batch starts
+        before ``offset`` when ``offset`` falls inside it; a follower fetches from its
+        head, always a batch boundary.
 
         Raises:
             As :meth:`aread`.
         """
-        batches = await self.aread(offset, max_bytes)
+        if durable:
+            batches = await self._read_upto(offset, max_bytes, self._durable)
+        else:
+            batches = await self.aread(offset, max_bytes)
         if len(batches) == 1:
             return bytes(batches[0].buffer)
         return b"".join([b.buffer for b in batches])
+
+    async def _read_upto(self, offset: int, max_bytes: int, upper: int) -> list[RecordBatch]:
+        """:meth:`aread` of the batches below ``upper`` (at most the durable end)."""
+        if offset >= self._log.first_offset:
+            cached = self._tail.read(offset, max_bytes, upper)
+            if cached is not None:
+                return cached
+        with nonblocking_reads():
+            try:
+                return self._log.read(offset, max_bytes, upper=upper)
+            except WouldBlockError:
+                self.cold_reads += 1
+        return await self._read_cold(offset, max_bytes, upper)
 
     def _cold_read_done(self, read: asyncio.Future[list[RecordBatch]]) -> None:
         self._cold_in_flight.discard(read)
@@ -735,19 +824,22 @@ class LogWriter:
 
     async def _truncate_on_loop(self, cmd: Truncate, done: concurrent.futures.Future[None]) -> None:
         """Truncate the log while the writer thread waits (see :meth:`truncate_to`)."""
-        hwm = self._hwm
+        hwm, durable = self._hwm, self._durable
         try:
             self._completed(1)
             self._hwm = min(hwm, cmd.offset)  # new reads stop below the cut
+            self._durable = min(durable, cmd.offset)
             self._tail.clear()
             while busy := self._busy_threads():  # one reading or syncing the files ends
                 await asyncio.wait(busy)  # first; none starts from here to the cut
                 hwm = max(hwm, self._hwm)  # a periodic sync may have advanced it
+                durable = max(durable, self._durable)
                 self._hwm = min(hwm, cmd.offset)
+                self._durable = min(durable, cmd.offset)
             removed = self._log.truncate_to(cmd.offset)
         except Exception as exc:
             if self._log.head == self._written and self._log.failure is None:
-                self._hwm = hwm  # refused: nothing changed
+                self._hwm, self._durable = hwm, durable  # refused: nothing changed
             fail(cmd.future, exc)
         else:
             resolve(cmd.future, removed)
@@ -785,7 +877,18 @@ class LogWriter:
         self._room.clear()
 
     def _advance(self, offset: int) -> None:
-        if offset <= self._hwm:
+        """The durable end reached ``offset``: tell the durable listeners, and (commits
+        not held) move the mark and tell its listeners: persist first, then notify."""
+        if offset <= self._durable:
+            return
+        self._durable = offset
+        if self._durable_listeners:
+            for listener in list(self._durable_listeners):
+                try:
+                    listener(offset)
+                except Exception:
+                    logger.exception("log %s: durable-end listener failed", self._log.path)
+        if self._held or offset <= self._hwm:
             return
         self._hwm = offset
         for listener in list(self._listeners):
@@ -807,7 +910,7 @@ class LogWriter:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), interval)
             target = self._written
-            if self._stop.is_set() or target <= self._hwm or self._log.failure is not None:
+            if self._stop.is_set() or target <= self._durable or self._log.failure is not None:
                 continue
             self._tick_flush = asyncio.ensure_future(asyncio.to_thread(self._log.flush))
             try:
