@@ -118,6 +118,7 @@ async def run_split(net: Net, root: Path, prefix: str, cut: Callable[[Lab, str],
             split.healed_at = time.monotonic()
             await after_the_heal(c, split, victims)
         check_timing(split, victims)
+        assert [a for p in others for a in p.refusals()] == [], "the other broker refused"
         await check_logs(c, split)
     if split.reads_refused:
         raise ReadsRefusedError(f"reads refused during the split: {split.reads_refused}")
