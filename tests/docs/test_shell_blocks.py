@@ -138,6 +138,10 @@ RUN_BY: dict[Block, tuple[str, ...]] = {
         _BENCH + "test_every_bench_command_on_the_page_parses",
         "tests/bench/test_cluster_bench.py::test_quick_run_measures_every_cell_on_placed_topics",
     ),
+    ("docs/benchmarks.md", ".venv/bin/python -m bench replication", 1): (
+        _BENCH + "test_every_bench_command_on_the_page_parses",
+        "tests/bench/test_replication.py::test_quick_json_run_reports_every_system_that_can_run_here",
+    ),
 }
 
 _MAKE = (
