@@ -93,6 +93,14 @@ disk ever points at or past the cut, where later appends put other batches. A cr
 any step leaves, after opening, a prefix of the old log no shorter than ``offset``;
 calling ``truncate_to`` again finishes the cut.
 
+Restart (``Log.restart_at(offset)``, a replica emptying its log when the leader's log start
+passed its head or the divergence lies below its first offset): truncate to the first
+offset (the steps above), empty the leader epochs, then, if ``offset`` differs, create an
+empty segment based at ``offset`` and fsync the directory (``restart.after_create``), and
+remove the old empty segment's ``.log`` and ``.index`` and fsync the directory. A crash
+leaves a prefix of the old log or an empty log (opening drops the newer of two empty
+segments); calling ``restart_at`` again finishes it.
+
 Leader epochs: ``leader-epochs`` holds ``(epoch, start offset)`` entries strictly
 increasing in both, as text ending in a CRC-32 line (:mod:`wal.leader_epochs`). It is
 replaced whole: ``leader-epochs.tmp`` written and fdatasynced

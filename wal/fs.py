@@ -112,6 +112,7 @@ CRASH_POINTS = (
     "truncate.after_data",  # the kept segment's .log cut and synced, leader-epochs not yet
     "leader_epochs.after_tmp",  # leader-epochs.tmp written and synced, not yet renamed
     "leader_epochs.after_rename",  # leader-epochs replaced, directory not yet synced
+    "restart.after_create",  # a restart's new empty segment made and synced, old one kept
 )
 
 

@@ -588,6 +588,82 @@ class Log:
         )
         return removed
 
+    def restart_at(self, offset: int) -> list[int]:
+        """Empty the log; the next append is given ``offset``, whatever the log held.
+
+        A replica's reset when the leader no longer has what it would fetch next (its
+        log start passed this log's head: retention there, a wiped disk here) or when
+        the divergence lies below this log's first offset, where :meth:`truncate_to`
+        refuses (Kafka's ``truncateFullyAndStartAt``). In order, each step durable before
+        the next:
+
+        1. :meth:`truncate_to` the first offset, if the log holds records (its steps and
+           crash points);
+        2. the leader-epoch history is emptied;
+        3. unless ``offset`` is the first offset: an empty segment based at ``offset`` is
+           made, the directory synced [``restart.after_create``], then the old (empty)
+           segment's files are removed and the directory synced.
+
+        A crash leaves, after :meth:`open`, a prefix of the old log (step 1), or an empty
+        log at the old first offset or at ``offset``: after step 3's create the directory
+        holds two empty segments, and :meth:`open` drops the newer one. Calling this
+        again finishes the job. An epoch entry whose start is the old first offset may
+        survive a crash in step 1 (open keeps an entry starting at the head); it dates
+        no record, and step 2 of the next call drops it.
+
+        Example: segments 0 and 500, head 800, epochs ``[(3, 0), (5, 600)]``;
+        ``restart_at(1000)``: segment 500 removed, segment 0 cut empty, epochs ``[]``,
+        segment 1000 made, segment 0 removed; ``head == first_offset == 1000``.
+
+        Args:
+            offset: The new first offset and head, >= 0.
+
+        Returns:
+            The base offsets of the segments removed, newest first.
+
+        Raises:
+            ValueError: ``offset`` is negative (nothing changed).
+            WalFailedError: the log is failed, or a step failed and latched it.
+            WalClosedError: the log is closed.
+        """
+        self._check_writable()
+        if offset < 0:
+            raise ValueError(f"log {self.path}: cannot restart at negative offset {offset}")
+        first = self.first_offset
+        removed = self.truncate_to(first) if self.head > first else []
+        try:
+            self.leader_epochs.truncate_from(0)
+            if offset != first:
+                removed.append(self._replace_active(offset))
+        except OSError as exc:
+            raise self._latch("restart", exc) from exc
+        except WalError as exc:  # the epochs file
+            self._failure = f"restart failed: {exc}"
+            logger.error("log %s latched as failed: %s", self.path, self._failure)
+            raise WalFailedError(self.path, self._failure) from exc
+        logger.info(
+            "log %s emptied, restarts at offset %d (was [%d, ...))", self.path, offset, first
+        )
+        return removed
+
+    def _replace_active(self, offset: int) -> int:
+        """Swap the one (empty) segment for an empty one based at ``offset``: the new one
+        made and synced first (see :meth:`restart_at`); return the old one's base."""
+        old = self._segments[-1]
+        assert len(self._segments) == 1, "restart_at empties the log first"
+        assert old.size == 0, "restart_at empties the log first"
+        new = Segment.create(
+            self._fs, self.path, offset, self.config.index_interval_bytes, files=self._files
+        )
+        self._segments = [new]
+        old.close()
+        self._fs.fsync_dir(self.path)
+        self._fs.crash_point("restart.after_create")
+        self._fs.remove(old.path)
+        self._fs.remove(old.index_path)
+        self._fs.fsync_dir(self.path)
+        return old.base_offset
+
     def _remove_newest(self) -> int:
         """Remove the newest segment's files (the ``.log`` first: a stray ``.index`` is
         discarded by :meth:`open`), then sync the directory; return its base offset."""
