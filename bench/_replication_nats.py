@@ -44,7 +44,12 @@ from bench._peers import (
     NATS_SUBJECT,
     NatsJetStream,
 )
-from bench._server_process import ServerFailedError, ServerProcess, free_port, wait_until_serving
+from bench._server_process import (
+    ServerFailedError,
+    ServerProcess,
+    distinct_ports,
+    wait_until_serving,
+)
 
 #: The first nats-server release that takes ``sync_interval`` (``always`` syncs each write).
 MIN_VERSION = (2, 10)
@@ -174,8 +179,8 @@ class NatsJetStreamR3(NatsJetStream):
         self.version = version
         self._nc: Any = None
         self._js: Any = None
-        client_ports = [free_port() for _ in range(SERVERS)]
-        route_ports = [free_port() for _ in range(SERVERS)]
+        ports = distinct_ports(2 * SERVERS)
+        client_ports, route_ports = ports[:SERVERS], ports[SERVERS:]
         self._urls = {f"n{i}": f"nats://127.0.0.1:{port}" for i, port in enumerate(client_ports)}
         self._url = self._urls["n0"]
         self._servers: list[ServerProcess] = []

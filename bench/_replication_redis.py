@@ -45,7 +45,12 @@ from bench._peers import (
     stream_entries,
 )
 from bench._pubsub_system import LatencyRecorder, measure_e2e
-from bench._server_process import ServerFailedError, ServerProcess, free_port, wait_until_serving
+from bench._server_process import (
+    ServerFailedError,
+    ServerProcess,
+    distinct_ports,
+    wait_until_serving,
+)
 
 #: The e2e phase's stream: the publish phase's entries are not its consumer's to read.
 E2E_STREAM = b"bench-e2e"
@@ -111,8 +116,7 @@ class RedisWait1:
     acked = "primary synced + WAIT 1"
 
     def __init__(self, data_dir: Path, *, binary: str = "redis-server") -> None:
-        self._port = free_port()
-        replica_port = free_port()
+        self._port, replica_port = distinct_ports(2)
         primary_dir, replica_dir = data_dir / "primary", data_dir / "replica"
         primary_dir.mkdir()
         replica_dir.mkdir()

@@ -1,8 +1,8 @@
 """Server processes as the benches run them: spawn, wait until serving, restart, stop.
 
-Owns :func:`free_port`, :class:`ServerProcess` (start with its output in a log file,
-SIGKILL, SIGTERM-then-SIGKILL), :func:`wait_until_serving` (poll a client operation until
-it succeeds or a deadline passes), :func:`restart_to_serving` (the
+Owns :func:`free_port` and :func:`distinct_ports`, :class:`ServerProcess` (start with its
+output in a log file, SIGKILL, SIGTERM-then-SIGKILL), :func:`wait_until_serving` (poll a
+client operation until it succeeds or a deadline passes), :func:`restart_to_serving` (the
 ``restart_to_serving_s`` convention), :func:`rss_mib` (VmRSS from /proc), and, for child
 processes, :func:`stdin_closed` (how the parent tells them to stop). Every system of the
 ``pubsub`` scenario (:mod:`bench._pubsub_system`) and the other scenarios' brokers and
@@ -40,6 +40,16 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def distinct_ports(count: int) -> list[int]:
+    """``count`` different TCP ports on 127.0.0.1 that nothing listens on right now (for
+    servers started together: :func:`free_port` may hand out the same port twice)."""
+    ports: list[int] = []
+    while len(ports) < count:
+        if (port := free_port()) not in ports:
+            ports.append(port)
+    return ports
 
 
 class ServerProcess:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ from bench._replication_nats import MIN_VERSION, cluster_config, find_nats_serve
 from bench._replication_redis import primary_argv, replica_argv, replica_online
 from bench._runner import NOTES, SCENARIOS
 from bench._scenario import RunOptions
+from bench._server_process import distinct_ports
 from bench.replication import (
     NATS_R3,
     QUICK,
@@ -144,6 +146,16 @@ def test_a_failed_install_skips_the_peer_with_the_reason(tmp_path: Path) -> None
     assert f"skipping {NATS_R3}" in said.lines[-1]
     assert "pip could not install" in said.lines[-1]
     assert "nats-server >= 2.10" in said.lines[-1]
+
+
+def test_a_clusters_ports_are_distinct_and_free() -> None:
+    """Scenario: the six ports of a three-server NATS cluster (clients and routes).
+    Expected: six different ports, each of which can be bound on 127.0.0.1 right now."""
+    ports = distinct_ports(6)
+    assert len(set(ports)) == 6
+    for port in ports:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", port))
 
 
 # ---------------------------------------------------------------------------------------
