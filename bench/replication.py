@@ -73,8 +73,8 @@ NATS_R3, REDIS_WAIT1 = "nats-jetstream-r3", "redis-wait1"
 SYSTEMS = (R1, R3, NATS_R3, REDIS_WAIT1)
 SYSTEMS_ENV = "HEADRACE_BENCH_SYSTEMS"
 #: The e2e phase's offered rate, msg/s, for every system: below half of the slowest
-#: publish rate measured here (Redis with WAIT 1: 6,400-8,400 msg/s on an idle machine,
-#: down to 2,161 with a load average of 9 on the 2 cores, where an offered 2,000 msg/s,
+#: publish rate measured here (Redis with WAIT 1: 4,700-12,600 msg/s in full runs at load
+#: averages of 2.8-7.7 on the 2 cores, and 2,161 at 9, where an offered 2,000 msg/s,
 #: ``bench pubsub``'s rate, saturated it and its e2e p50 grew to seconds).
 E2E_RATE = 1000.0
 #: The metric of the e2e latency distributions in the sample log.
@@ -113,8 +113,8 @@ class Sizes:
         return round(self.e2e_rate * self.e2e_seconds)
 
 
-#: 100,000 messages: 2-7 s for JetStream R3 and 12-45 s for Redis with WAIT 1 here (by
-#: load); a round of the three systems took about a minute on an idle machine.
+#: 100,000 messages: 2-7 s for JetStream R3 and 8-45 s for Redis with WAIT 1 here (by
+#: load); a round of the three systems took about a minute, a full run 2.5-3 minutes.
 FULL = Sizes(100_000)
 #: A few seconds per system, one round: smoke runs and the tests.
 QUICK = Sizes(5_000, rounds=1, e2e_seconds=2.0)
