@@ -186,7 +186,7 @@ def parse_goal(text: ParamValue) -> Goal | None:
         return None
     op, _, target = text.partition(" ")
     try:
-        return Goal(op, float(target)) if op in (">=", "<", "<=") else None
+        return Goal(op, float(target)) if op in (">=", ">", "<", "<=") else None
     except ValueError:
         return None
 
