@@ -23,6 +23,10 @@ owner is me, claimed, may write       yes             --
 
 A topic with no record is ``absent`` (not an error: a client asks about many at once).
 
+A placed topic's route also carries its replica set, in-sync set and ``min_insync``
+(``(owner,)`` for a topic of one replica); :func:`under_replicated_topics` lists the ready
+ones whose in-sync set is smaller than their replica set, for the status.
+
 Worked example: b1 restarted and its lease is new; ``orders`` says ``owner=b1, epoch=3,
 ready``. Until b1's claim (epoch 3 -> 4) shows in its view, b1 answers ``no-session``
 for ``orders``; b2 (whose view shows b1 alive) routes clients to b1 (online).
@@ -33,11 +37,11 @@ Imports neither asyncio, os nor time.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
-from cluster.answers import BrokerEntry, LookupResult, OfflineTopic, Route
-from cluster.records import TopicState
+from cluster.answers import BrokerEntry, LookupResult, OfflineTopic, Route, UnderReplicatedTopic
+from cluster.records import TopicRecord, TopicState
 from cluster.state import ClusterState, Topic
 
 
@@ -69,6 +73,9 @@ def topic_route(state: ClusterState, name: str, me: Me) -> Route:
     base = Route(
         name, record.owner, address, record.epoch, record.state.value, False, record.partitions
     )
+    if record.owner:
+        replicas, isr = record.effective_replicas(), record.effective_isr()
+        base = dataclasses.replace(base, replicas=replicas, isr=isr, min_insync=record.min_insync)
     reason, message = _why_not(topic, me, alive=owner is not None)
     if reason:
         return _with(base, reason, message)
@@ -86,7 +93,7 @@ def _why_not(topic: Topic, me: Me, *, alive: bool) -> tuple[str, str]:
     if record.state in (TopicState.PLACING, TopicState.CREATING):
         where = f"on broker {record.owner}" if record.owner else "(no broker chosen yet)"
         return "creating", f"topic {name!r} is being created {where}; retry shortly"
-    if not alive:
+    if not alive and record.owner != me.node_id:  # the owner itself still serves reads
         return "offline", (
             f"topic {name!r} is owned by broker {record.owner}, which is not running: "
             "it is offline until that broker returns"
@@ -154,3 +161,47 @@ def offline_topics(state: ClusterState, me: Me) -> list[OfflineTopic]:
         if not route.online:
             offline.append(OfflineTopic(name, route.owner_node, route.reason, route.message))
     return offline
+
+
+def under_replicated_topics(state: ClusterState) -> list[UnderReplicatedTopic]:
+    """Every ready topic whose in-sync set is smaller than its replica set, by name, with
+    what it means: still served while the set holds ``min_insync``, else every publish
+    is refused (``not-enough-replicas``)."""
+    found = []
+    for name in sorted(state.topics):
+        record = state.topics[name].record
+        replicas, isr = record.effective_replicas(), record.effective_isr()
+        if record.state is TopicState.READY and len(isr) < len(replicas):
+            found.append(
+                UnderReplicatedTopic(
+                    name,
+                    record.owner,
+                    record.epoch,
+                    replicas,
+                    isr,
+                    record.min_insync,
+                    _under_replicated_message(record, state.brokers.keys()),
+                )
+            )
+    return found
+
+
+def _under_replicated_message(record: TopicRecord, alive: Collection[str]) -> str:
+    replicas, isr = record.effective_replicas(), record.effective_isr()
+    out = [node for node in replicas if node not in isr]
+    down = [node for node in out if node not in alive]
+    behind = [node for node in out if node in alive]
+    parts = []
+    if down:
+        parts.append(f"{', '.join(down)} not running")
+    if behind:
+        parts.append(f"{', '.join(behind)} catching up")
+    served = (
+        "publishes are accepted"
+        if len(isr) >= record.min_insync
+        else "publishes are refused (not-enough-replicas)"
+    )
+    return (
+        f"topic {record.name!r} has {len(isr)} of {len(replicas)} replicas in sync "
+        f"({'; '.join(parts)}); min_insync is {record.min_insync}: {served}"
+    )

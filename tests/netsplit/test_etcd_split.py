@@ -242,21 +242,9 @@ async def test_a_broker_cut_off_from_etcd_stops_writing_in_time_and_resumes_afte
     await run_split(net, net_root(tmp_path), prefix, cut_both_ways)
 
 
-READS_REFUSED = pytest.mark.xfail(
-    strict=True,
-    raises=ReadsRefusedError,
-    reason=(
-        "issue 36 says a broker that cannot reach etcd keeps serving reads; one that still "
-        "hears etcd sees its own lease expire in its watch and refuses reads of its own "
-        "topics as 'offline' ('owned by broker b1, which is not running', said by b1): "
-        "cluster.routes._why_not checks the owner's liveness before 'owner is me'"
-    ),
-)
-
-
 @pytest.mark.parametrize(
     "cut",
-    [pytest.param(cut_to_etcd, marks=READS_REFUSED), cut_from_etcd],
+    [cut_to_etcd, cut_from_etcd],
     ids=["broker-to-etcd-dropped", "etcd-to-broker-dropped"],
 )
 async def test_an_asymmetric_split_from_etcd_is_as_safe(
