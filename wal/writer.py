@@ -455,6 +455,26 @@ class LogWriter:
         future: asyncio.Future[list[int]] = self._new_future()
         return await run_to_end(self._truncate(Truncate(offset, future)))
 
+    async def restart_at(self, offset: int) -> list[int]:
+        """Empty the log; the next append is given ``offset``, whatever the log held
+        (:meth:`wal.log.Log.restart_at`: a replica whose leader's log start passed its
+        head, or whose divergence lies below its first offset). Returns the base offsets
+        of the segments removed.
+
+        Runs as :meth:`truncate_to` runs: queued, on the loop while the writer thread
+        waits, to its end even if the caller is cancelled, with the mark lowered and the
+        reads and periodic sync in flight waited out before the files change. Afterwards
+        :attr:`first_offset`, :attr:`head`, :attr:`durable_end` and
+        :attr:`high_water_mark` are all ``offset`` (the mark moves there even with
+        commits held, and even up: nothing lies below it); listeners are not called.
+
+        Raises:
+            ValueError: ``offset`` is negative (nothing changed).
+            WalFailedError, WalClosedError: as :meth:`truncate_to`.
+        """
+        future: asyncio.Future[list[int]] = self._new_future()
+        return await run_to_end(self._truncate(Truncate(offset, future, restart=True)))
+
     async def _truncate(self, cmd: Truncate) -> list[int]:
         await self._command(cmd)
         return cmd.future.result()
@@ -825,18 +845,23 @@ class LogWriter:
     async def _truncate_on_loop(self, cmd: Truncate, done: concurrent.futures.Future[None]) -> None:
         """Truncate the log while the writer thread waits (see :meth:`truncate_to`)."""
         hwm, durable = self._hwm, self._durable
+        cut = min(cmd.offset, self._log.first_offset) if cmd.restart else cmd.offset
         try:
             self._completed(1)
-            self._hwm = min(hwm, cmd.offset)  # new reads stop below the cut
-            self._durable = min(durable, cmd.offset)
+            self._hwm = min(hwm, cut)  # new reads stop below the cut
+            self._durable = min(durable, cut)
             self._tail.clear()
             while busy := self._busy_threads():  # one reading or syncing the files ends
                 await asyncio.wait(busy)  # first; none starts from here to the cut
                 hwm = max(hwm, self._hwm)  # a periodic sync may have advanced it
                 durable = max(durable, self._durable)
-                self._hwm = min(hwm, cmd.offset)
-                self._durable = min(durable, cmd.offset)
-            removed = self._log.truncate_to(cmd.offset)
+                self._hwm = min(hwm, cut)
+                self._durable = min(durable, cut)
+            if cmd.restart:
+                removed = self._log.restart_at(cmd.offset)
+                self._hwm = self._durable = self._log.head
+            else:
+                removed = self._log.truncate_to(cmd.offset)
         except Exception as exc:
             if self._log.head == self._written and self._log.failure is None:
                 self._hwm, self._durable = hwm, durable  # refused: nothing changed

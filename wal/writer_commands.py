@@ -76,11 +76,14 @@ class ApplyRetention:
 
 @dataclass(frozen=True, slots=True)
 class Truncate:
-    """Command: drop every record at or past ``offset`` (``Log.truncate_to``), on the loop
-    while the thread waits, as retention is; ``future`` gets the removed segments' bases."""
+    """Command: drop every record at or past ``offset`` (``Log.truncate_to``), or with
+    ``restart`` every record, the log starting again at ``offset`` (``Log.restart_at``);
+    on the loop while the thread waits, as retention is; ``future`` gets the removed
+    segments' bases."""
 
     offset: int
     future: asyncio.Future[list[int]]
+    restart: bool = False
 
 
 @dataclass(frozen=True, slots=True)
