@@ -41,8 +41,10 @@ from broker.errors import (
     PermissionDeniedError,
     PlacedCreateError,
     ProducerSequenceError,
+    ReplicationOutcomeUnknownError,
     RequestTooLargeError,
     ShuttingDownError,
+    TooFewBrokersError,
     TopicExistsError,
     TopicNotFoundError,
     TopicRefusedError,
@@ -101,6 +103,7 @@ STATUS_TABLE: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (SubscriptionInUseError, grpc.StatusCode.FAILED_PRECONDITION),
     (ProducerSequenceError, grpc.StatusCode.FAILED_PRECONDITION),
     (DeadLetterReplayError, grpc.StatusCode.FAILED_PRECONDITION),
+    (TooFewBrokersError, grpc.StatusCode.FAILED_PRECONDITION),
     (OffsetOutOfRangeError, grpc.StatusCode.OUT_OF_RANGE),
     (CorruptSegmentError, grpc.StatusCode.DATA_LOSS),
     (DlqCorruptError, grpc.StatusCode.DATA_LOSS),
@@ -109,6 +112,7 @@ STATUS_TABLE: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (WalClosedError, grpc.StatusCode.UNAVAILABLE),
     (ShuttingDownError, grpc.StatusCode.UNAVAILABLE),
     (ClusterUnavailableError, grpc.StatusCode.UNAVAILABLE),
+    (ReplicationOutcomeUnknownError, grpc.StatusCode.UNAVAILABLE),
     (DispatcherClosedError, grpc.StatusCode.UNAVAILABLE),
 )
 

@@ -313,6 +313,17 @@ class PlacedCreateError(BrokerError):
         super().__init__(message)
 
 
+class TooFewBrokersError(BrokerError):
+    """Raised (cluster mode) by CreateTopic when the replication factor asked for exceeds
+    the live brokers: nothing was written. ``FAILED_PRECONDITION``: the request is sound
+    and succeeds once enough brokers run."""
+
+    def __init__(self, factor: int, live: int, message: str) -> None:
+        self.factor = factor
+        self.live = live
+        super().__init__(message)
+
+
 class ClusterJoinError(ConfigError):
     """Raised when a broker in cluster mode cannot join its cluster at start: a live broker
     holds its node id, or etcd does not answer. A ``ConfigError``, so ``headrace serve``
@@ -326,3 +337,55 @@ class ClusterUnavailableError(BrokerError):
     def __init__(self, operation: str, cause: str) -> None:
         self.operation = operation
         super().__init__(f"cannot {operation}: the cluster's etcd did not answer ({cause})")
+
+
+class ReplicationOutcomeUnknownError(BrokerError):
+    """Raised when a publish was appended by a topic's leader but its acknowledgement,
+    waiting for the in-sync replicas, cannot be given: leadership was lost, the in-sync
+    set fell below ``min_insync``, or the broker stops. The call ends ``UNAVAILABLE``,
+    as a lost connection: the record may or may not be committed, and an idempotent
+    producer's resend is deduplicated wherever it lands."""
+
+    def __init__(self, topic: str, partition: int, offset: int, why: str) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.why = why
+        super().__init__(
+            f"topic {topic} partition {partition}: offset {offset} was written on this "
+            f"broker but {why} before the in-sync replicas had it, so whether it is "
+            "committed is unknown; resend it (an idempotent producer's resend is not "
+            "written twice)"
+        )
+
+
+class InternalCredentialError(PermissionDeniedError):
+    """Raised when the brokers' internal credential is presented on a call it does not
+    pass (any RPC but the Replication service's), or a user token on a Replication RPC,
+    which only brokers may call with that credential."""
+
+    def __init__(
+        self, method: str, *, internal: bool, token_name: str = "", token_id: str = ""
+    ) -> None:
+        BrokerError.__init__(
+            self,
+            f"the brokers' internal credential may call only the Replication service, not {method}"
+            if internal
+            else f"{method} is broker-to-broker: only the cluster's internal credential may "
+            "call it, never a user token",
+        )
+        self.token_name = token_name
+        self.token_id = token_id
+        self.role = "internal"
+        self.resource_kind = "method"
+        self.resource = method
+
+
+class ReplicaLogUnknownError(BrokerError):
+    """Raised when a replication request names a log id its topic does not have here
+    (answered ``UNKNOWN_LOG`` in the response, not as a gRPC status)."""
+
+    def __init__(self, topic: str, log: str) -> None:
+        self.topic = topic
+        self.log = log
+        super().__init__(f"topic {topic} has no log {log!r} on this broker")

@@ -61,8 +61,9 @@ import json
 import logging
 import os
 from collections.abc import Callable
+from typing import Protocol
 
-from broker.errors import ProducerSequenceError, ShuttingDownError
+from broker.errors import ProducerSequenceError, ShuttingDownError, TopicRefusedError
 from broker.producers import (
     DEFAULT_MAX_PRODUCERS,
     Admit,
@@ -72,6 +73,7 @@ from broker.producers import (
     OutOfSequence,
     ProducerTable,
 )
+from cluster.ownership import Refusal
 from wal import AppendResult, FileSystem, Log, LogConfig, LogWriter, run_to_end
 from wal.fdcache import FileCache
 from wal.log import Clock, wall_clock_ms
@@ -88,6 +90,25 @@ UNKNOWN_OFFSETS = AppendResult(-1, -1)
 
 def _ignore(_result: AppendResult) -> None:
     """The default ``on_appended`` of :meth:`Partition.append`."""
+
+
+class CommitGate(Protocol):
+    """A replicated topic's leader as its partitions see it
+    (:class:`broker.replica.leader.LeaderTopic`): whether a publish may be appended at
+    all, and when an appended one may be acknowledged."""
+
+    def refusal(self) -> Refusal | None:
+        """``None``, or why no publish may be appended now (``not-enough-replicas``)."""
+        ...
+
+    async def committed(self, partition: int, last_offset: int) -> None:
+        """Return once ``last_offset`` is below the partition's high-water mark.
+
+        Raises:
+            ReplicationOutcomeUnknownError: leadership was lost, the in-sync set fell
+                below ``min_insync``, or the leader stopped first.
+        """
+        ...
 
 
 class Partition:
@@ -133,6 +154,10 @@ class Partition:
         self._snapshot_lock = asyncio.Lock()
         #: Snapshots written since the partition opened (the one by ``aclose`` included).
         self.snapshots_written = 0
+        #: A replicated topic's leader (set while it leads): it may refuse a publish
+        #: before anything is appended, and an appended one is acknowledged only once
+        #: committed. ``None`` (factor 1, a single broker): acknowledged once durable.
+        self.gate: CommitGate | None = None
         writer.add_listener(self._on_durable)
 
     @classmethod
@@ -197,35 +222,56 @@ class Partition:
                 batches in order may go on with the next one. Not called for a batch
                 refused, or answered at once as a duplicate.
 
+        Replicated (:attr:`gate` set): refused first, before anything is appended, when
+        the gate says so; the answer (an append's, or a retry's) waits until its records
+        are committed. A caller cancelled while it waits changes nothing: the batch is
+        appended and committed all the same.
+
         Raises:
             InvalidBatchError: the batch is malformed or too large.
             ProducerSequenceError: a sequence gap, a batch straddling the next expected
                 sequence, or one below the producer's first appended sequence.
             ShuttingDownError: the partition is closing.
+            TopicRefusedError: (replicated) too few in-sync replicas; nothing appended.
+            ReplicationOutcomeUnknownError: (replicated) appended, but leadership was
+                lost before it was committed.
         """
         if self._closing:
             raise ShuttingDownError()
+        gate = self.gate
+        if gate is not None:
+            refusal = gate.refusal()
+            if refusal is not None:
+                raise TopicRefusedError(refusal)
         batch = self.writer.log.validate(data)
         pid, seq = batch.producer_id, batch.base_sequence
         decision = self._table.admit(pid, seq, batch.record_count)
         if isinstance(decision, Duplicate):
+            if gate is not None:  # the first copy may still wait for the replicas
+                await gate.committed(self.index, decision.last_offset)
             return AppendResult(decision.first_offset, decision.last_offset), True
         if isinstance(decision, AppendedLongAgo):
             return UNKNOWN_OFFSETS, True
         if isinstance(decision, InFlight):
             if on_queued is not None:
                 on_queued()
-            return await asyncio.shield(self._in_flight[(pid, seq)]), True
+            twin = await asyncio.shield(self._in_flight[(pid, seq)])
+            if gate is not None:
+                await gate.committed(self.index, twin.last_offset)
+            return twin, True
         if isinstance(decision, OutOfSequence):
             raise ProducerSequenceError(pid, decision.expected, decision.got)
         assert isinstance(decision, Admit)
         future = self._track(pid, seq)
         settle = functools.partial(self._settle, pid, seq, future, on_appended)
         try:
-            return await self.writer.append(batch, on_done=settle, on_queued=on_queued), False
+            result = await self.writer.append(batch, on_done=settle, on_queued=on_queued)
         except asyncio.CancelledError:
             await asyncio.wait([future])  # settled by the writer: wait for it, then go
             raise
+        if gate is not None:
+            await gate.committed(self.index, result.last_offset)
+        return result, False
 
     def _track(self, pid: int, seq: int) -> asyncio.Future[AppendResult]:
         """Register an admitted batch as in flight, at once: a twin admitted ``InFlight``

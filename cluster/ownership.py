@@ -31,7 +31,15 @@ from typing import Literal, Protocol
 
 import msgspec
 
-RefusalReason = Literal["not-owner", "offline", "no-session", "data-missing", "creating", "absent"]
+RefusalReason = Literal[
+    "not-owner",
+    "offline",
+    "no-session",
+    "data-missing",
+    "creating",
+    "absent",
+    "not-enough-replicas",
+]
 """Why a broker refused a topic-scoped call. ``not-owner``: another broker owns it (go
 there). ``offline``: its owner is not alive (the topic waits for it). ``no-session``: this
 broker owns it but may no longer write (its etcd session may have expired). ``data-missing``:
@@ -39,7 +47,9 @@ this broker owns it but its local files are gone. ``creating``: the topic is bei
 its owner and is not ready yet. ``absent``: the cluster holds no such topic, though this
 broker has local files of that name (a stray copy it never serves): the broker answers
 ``NOT_FOUND``, as for any unknown topic, not ``ABORTED`` (it never reaches the wire as a
-refusal)."""
+refusal). ``not-enough-replicas``: this broker leads the (replicated) topic but it has
+fewer in-sync replicas than its ``min_insync``, so no publish is appended (issue 37; the
+message names both numbers); reads go on."""
 
 
 class Refusal(msgspec.Struct, frozen=True):

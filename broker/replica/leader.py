@@ -1,0 +1,582 @@
+"""The leader of a replicated topic: its followers' progress, its high watermark (what is
+committed), its in-sync set, and its answers to the followers' fetches.
+
+Role: one :class:`LeaderTopic` per topic this broker leads, made by the replica manager
+when the broker becomes leader at ``record.epoch`` and closed when it stops leading. It
+owns, per log of the topic (``p/<partition>``):
+
+- each follower's :class:`~cluster.replicas.FollowerProgress` (its fetch offset is its
+  durable end; when it was last caught up with the leader's durable end);
+- the high watermark, ``cluster.replicas.high_watermark`` over the in-sync set, pushed
+  into the log's commit gate (``LogWriter.commit_to``): readers of the topic (Fetch,
+  Subscribe, lag, metrics) see only committed records, with no change of their own;
+- the acknowledgements waiting for it (:meth:`committed`, the partitions'
+  :class:`~broker.partition.CommitGate`).
+
+Invariants:
+
+- An acknowledgement is given only once the record is below the high watermark, that
+  is durable on the leader and on every member of the in-sync set as committed in etcd
+  (a shrink counts once its transaction succeeded; a joining follower counts at once,
+  Kafka's "maximal isr", which can only hold the watermark back).
+- The watermark never moves back while this broker leads (``commit_to`` never lowers it).
+- Nothing of this epoch is appended before :meth:`start` returns: every partition's
+  ``leader-epochs`` file holds ``(epoch, head)`` durably first.
+- A waiting acknowledgement that can no longer be given (leadership lost, the in-sync
+  set below ``min_insync``, the leader stopped) fails with
+  :class:`~broker.errors.ReplicationOutcomeUnknownError`: ``UNAVAILABLE``, as a lost
+  connection; the idempotent producer's resend is deduplicated wherever it lands.
+
+Worked example: replicas (b1, b2, b3), isr (b1, b2, b3), min_insync 2, b1 leads. A
+publish is appended at offset 10 on b1 (durable end 11). b2 fetches from 11 (it has
+0-10), b3 still fetches from 9: the watermark is min(11, 11, 9) = 9; the ack waits. b3
+stops fetching; after ``lag_time_max_ms`` with b3 not caught up, :meth:`check_isr` asks
+``change_isr(("b1", "b2"))``; once it is committed the watermark is min(11, 11) = 11 and
+the ack goes. Had b2 gone too, the isr (b1) would be below min_insync 2: the waiting
+ack fails "outcome unknown" and new publishes are refused ``not-enough-replicas``
+before anything is appended.
+
+Task-safety: one event loop; the fetches, the acknowledgements and the isr checks share
+its state on the loop, and :meth:`check_isr` runs one change at a time (a lock).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from broker.errors import ReplicaLogUnknownError, ReplicationOutcomeUnknownError
+from broker.partition import Partition
+from broker.topics import Topic
+from cluster.errors import NotEnoughReplicasError
+from cluster.ownership import Refusal
+from cluster.records import TopicRecord
+from cluster.replicas import (
+    FollowerProgress,
+    follower_fetched,
+    has_min_insync,
+    high_watermark,
+    isr_to_expand,
+    isr_to_shrink,
+)
+from proto import replication_pb2 as _pb
+from wal import OffsetOutOfRangeError, run_to_end
+
+logger = logging.getLogger(__name__)
+
+#: Bytes a fetch gets when it asks for 0 or less.
+DEFAULT_MAX_BYTES = 1 << 20
+#: The longest a fetch is held, whatever it asks (ms).
+MAX_WAIT_MS = 30_000
+
+
+def log_id(partition: int) -> str:
+    """The log id of a partition: ``p/<partition>``."""
+    return f"p/{partition}"
+
+
+class _LedLog:
+    """One log of a led topic: its partition, its followers' progress, the
+    acknowledgements waiting for its watermark. State only; :class:`LeaderTopic` acts."""
+
+    def __init__(self, name: str, partition: Partition) -> None:
+        self.name = name
+        self.partition = partition
+        self.writer = partition.writer
+        self.progress: dict[str, FollowerProgress] = {}
+        #: (last offset, order, future) of each waiting acknowledgement: a heap.
+        self.waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self.epoch_start = 0
+
+
+class LeaderTopic:
+    """This broker leads ``topic`` at ``record.epoch``.
+
+    Args:
+        topic: The topic's partitions (already open).
+        record: The topic's record as committed in etcd (``owner`` is this broker).
+        node_id: This broker's node id.
+        lag_time_max_ms: ``replica_lag_time_max_ms``: a follower not caught up with the
+            leader's end for longer leaves the in-sync set. Default of the setting: 10000.
+        change_isr: Commits a new in-sync set in etcd (fenced by this leader's epoch and
+            lease); True once committed. Given by the replica manager.
+        clock: Monotonic seconds (progress times). Default ``time.monotonic``.
+        address: This broker's advertised ``host:port``, named in its refusals.
+        isr_check_s: How often the in-sync set is checked for laggards (seconds).
+            Default: a quarter of ``lag_time_max_ms``, at least 0.05.
+    """
+
+    def __init__(
+        self,
+        topic: Topic,
+        record: TopicRecord,
+        node_id: str,
+        *,
+        lag_time_max_ms: int,
+        change_isr: Callable[[tuple[str, ...]], Awaitable[bool]],
+        clock: Callable[[], float] = time.monotonic,
+        address: str = "",
+        isr_check_s: float | None = None,
+    ) -> None:
+        self._topic = topic
+        self._record = record
+        self._node = node_id
+        self._lag_ms = lag_time_max_ms
+        self._change_isr = change_isr
+        self._clock = clock
+        self._address = address
+        self._isr_check_s = isr_check_s or max(lag_time_max_ms / 4000, 0.05)
+        self._logs = {log_id(p.index): _LedLog(log_id(p.index), p) for p in topic.partitions}
+        self._by_partition = {led.partition.index: led for led in self._logs.values()}
+        self._joining: set[str] = set()  # counted in the watermark before etcd has them
+        self._order = itertools.count()
+        self._data = asyncio.Event()  # set (and replaced) when a durable end advances
+        self._isr_lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._ticker: asyncio.Task[None] | None = None
+        self._stopped: str | None = None  # why this broker no longer leads, once so
+
+    # -- state ------------------------------------------------------------------------
+
+    @property
+    def record(self) -> TopicRecord:
+        """The topic's record as this leader last knew it."""
+        return self._record
+
+    @property
+    def epoch(self) -> int:
+        """The leader epoch this broker leads at."""
+        return self._record.epoch
+
+    @property
+    def counted_isr(self) -> tuple[str, ...]:
+        """The members the watermark waits for: the committed isr plus those joining."""
+        isr = self._record.effective_isr()
+        return isr + tuple(n for n in self._record.effective_replicas() if n in self._joining)
+
+    def progress(self, log: str) -> dict[str, FollowerProgress]:
+        """Each follower's progress in ``log`` (a copy; for tests and metrics)."""
+        return dict(self._logs[log].progress)
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Begin the epoch in every partition (``leader-epochs`` gets ``(epoch, head)``
+        durably), hold its commits, start tracking the followers; then serve.
+
+        Raises:
+            WalError: a partition's log or its ``leader-epochs`` file failed.
+        """
+        epoch = self._record.epoch
+        for led in self._logs.values():
+            await led.writer.flush()
+            epochs = led.writer.log.leader_epochs
+            await run_to_end(asyncio.to_thread(epochs.assign, epoch, led.writer.head))
+            latest = epochs.latest()
+            led.epoch_start = latest.start_offset if latest is not None else 0
+            led.writer.hold_commits()
+        now = self._now_ms()
+        isr = self._record.effective_isr()
+        for led in self._logs.values():
+            for node in self._followers():
+                led.progress[node] = FollowerProgress.tracked(now, node in isr)
+            led.writer.add_durable_listener(self._on_durable)
+            led.writer.add_listener(self._listener(led))
+            led.partition.gate = self
+        self._recompute()
+        self._ticker = asyncio.create_task(
+            self._tick(), name=f"isr-check:{self._topic.name}@{epoch}"
+        )
+        logger.info("topic %s: leading at epoch %d, isr %s", self._topic.name, epoch, ",".join(isr))
+
+    async def aclose(self) -> None:
+        """Stop leading: waiting acknowledgements fail 'outcome unknown', long polls end,
+        the partitions accept no publish through this leader. The logs' commits stay
+        held (a follower holds them too; :meth:`LogWriter.release_commits` is the
+        manager's, for a topic that goes back to factor 1). Idempotent."""
+        self._lose("the leader stopped")
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
+            self._ticker = None
+        for task in list(self._tasks):
+            task.cancel()
+        for led in self._logs.values():
+            with contextlib.suppress(ValueError):
+                led.writer.remove_durable_listener(self._on_durable)
+            if led.partition.gate is self:
+                led.partition.gate = None
+
+    def update(self, record: TopicRecord) -> None:
+        """The topic's record changed in etcd (a committed isr, ``min_insync``; or
+        another leader or epoch: then this broker no longer leads)."""
+        if self._stopped is not None:
+            return
+        if (
+            record.id != self._record.id
+            or record.owner != self._node
+            or record.epoch != self._record.epoch
+        ):
+            self._record = record
+            self._lose(f"leadership moved to {record.owner or 'nobody'} at epoch {record.epoch}")
+            return
+        self._record = record
+        self._joining -= set(record.effective_isr())
+        self._after_isr_change()
+
+    def _lose(self, why: str) -> None:
+        if self._stopped is None:
+            self._stopped = why
+            logger.info("topic %s: not leading at epoch %d: %s", self._topic.name, self.epoch, why)
+        self._fail_waiters(why)
+        self._wake()
+
+    def _after_isr_change(self) -> None:
+        """Fail the waiting acks first when the isr is below min_insync: the watermark
+        the smaller isr allows would acknowledge records fewer replicas hold."""
+        if not has_min_insync(self._record):
+            self._fail_waiters(self._too_few())
+        self._recompute()
+
+    def _too_few(self) -> str:
+        record = self._record
+        return (
+            f"the in-sync replicas fell to {len(record.effective_isr())}, below "
+            f"min_insync {record.min_insync}"
+        )
+
+    # -- the commit gate (broker.partition.CommitGate) ----------------------------------
+
+    def refusal(self) -> Refusal | None:
+        """``None`` while a publish may be appended; else why not: ``not-enough-replicas``
+        (fewer in-sync replicas than ``min_insync``, naming both numbers), or
+        ``not-owner`` once this broker no longer leads."""
+        record = self._record
+        if self._stopped is not None:
+            return Refusal(
+                "not-owner",
+                record.name,
+                record.owner if record.owner != self._node else "",
+                "",
+                record.epoch,
+                f"topic {record.name!r}: {self._stopped}; look it up again",
+            )
+        if has_min_insync(record):
+            return None
+        isr, replicas = len(record.effective_isr()), len(record.effective_replicas())
+        error = NotEnoughReplicasError(record.name, isr, replicas, record.min_insync)
+        return Refusal(
+            "not-enough-replicas", record.name, self._node, self._address, record.epoch, str(error)
+        )
+
+    async def committed(self, partition: int, last_offset: int) -> None:
+        """Return once ``last_offset`` of ``partition`` is committed (below its mark).
+
+        Raises:
+            ReplicationOutcomeUnknownError: this broker stopped leading, or the in-sync
+                set is below ``min_insync``, before that.
+        """
+        led = self._by_partition[partition]
+        why = self._stopped
+        if why is None and not has_min_insync(self._record):
+            why = self._too_few()  # committed by fewer replicas than promised
+        if why is not None:
+            raise ReplicationOutcomeUnknownError(self._topic.name, partition, last_offset, why)
+        if led.writer.high_water_mark > last_offset:
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(led.waiters, (last_offset, next(self._order), future))
+        await future
+
+    def _listener(self, led: _LedLog) -> Callable[[int], None]:
+        def committed_to(mark: int) -> None:
+            waiters = led.waiters
+            while waiters and waiters[0][0] < mark:
+                future = heapq.heappop(waiters)[2]
+                if not future.done():
+                    future.set_result(None)
+
+        return committed_to
+
+    def _fail_waiters(self, why: str) -> None:
+        for led in self._logs.values():
+            waiters, led.waiters = led.waiters, []
+            for offset, _, future in waiters:
+                if not future.done():
+                    future.set_exception(
+                        ReplicationOutcomeUnknownError(
+                            self._topic.name, led.partition.index, offset, why
+                        )
+                    )
+
+    # -- the high watermark -------------------------------------------------------------
+
+    def _followers(self) -> tuple[str, ...]:
+        return tuple(n for n in self._record.effective_replicas() if n != self._node)
+
+    def _hw(self, led: _LedLog) -> int:
+        offsets = {
+            node: led.progress[node].fetch_offset if node in led.progress else 0
+            for node in self.counted_isr
+            if node != self._node
+        }
+        return high_watermark(offsets, led.writer.durable_end)
+
+    def _recompute(self) -> None:
+        if self._stopped is not None:
+            return
+        for led in self._logs.values():
+            led.writer.commit_to(self._hw(led))
+
+    def _on_durable(self, _end: int) -> None:
+        """A log's durable end advanced: its watermark may move (the leader counts
+        itself), and long polls wake."""
+        self._recompute()
+        self._wake()
+
+    def _wake(self) -> None:
+        self._data.set()
+        self._data = asyncio.Event()
+
+    # -- the in-sync set ----------------------------------------------------------------
+
+    async def check_isr(self) -> tuple[str, ...] | None:
+        """Shrink the in-sync set by the followers out of sync for ``lag_time_max_ms``,
+        or else grow it by those caught up (Kafka's rules, :mod:`cluster.replicas`),
+        through ``change_isr``; one change at a time. Returns the isr asked for and
+        committed, or ``None`` when there was nothing to change or it was not committed.
+        """
+        async with self._isr_lock:
+            if self._stopped is not None:
+                return None
+            record, now = self._record, self._now_ms()
+            out: set[str] = set()
+            for led in self._logs.values():
+                out.update(
+                    isr_to_shrink(record, led.progress, led.writer.durable_end, now, self._lag_ms)
+                )
+            isr = record.effective_isr()
+            if out:
+                return await self._ask(tuple(n for n in isr if n not in out), added=())
+            joining = self._caught_up()
+            if not joining:
+                return None
+            self._joining.update(joining)  # counted at once: maximal isr
+            self._recompute()
+            order = record.effective_replicas()
+            wanted = tuple(n for n in order if n in isr or n in joining)
+            return await self._ask(wanted, added=joining)
+
+    def _caught_up(self) -> tuple[str, ...]:
+        """The followers outside the isr caught up in every log."""
+        record = self._record
+        common: set[str] | None = None
+        for led in self._logs.values():
+            offsets = {n: p.fetch_offset for n, p in led.progress.items()}
+            found = set(isr_to_expand(record, offsets, led.writer.high_water_mark, led.epoch_start))
+            common = found if common is None else common & found
+        return tuple(n for n in record.effective_replicas() if n in (common or set()))
+
+    async def _ask(self, isr: tuple[str, ...], *, added: tuple[str, ...]) -> tuple[str, ...] | None:
+        epoch = self._record.epoch
+        try:
+            ok = await self._change_isr(isr)
+        except Exception:
+            logger.exception("topic %s: changing the isr to %s failed", self._topic.name, isr)
+            ok = False
+        if not ok or self._stopped is not None or self._record.epoch != epoch:
+            self._joining.difference_update(added)
+            self._recompute()
+            return None
+        logger.info(
+            "topic %s: isr %s -> %s at epoch %d",
+            self._topic.name,
+            ",".join(self._record.effective_isr()),
+            ",".join(isr),
+            epoch,
+        )
+        self._record = self._record.replace(isr=isr)
+        self._joining.difference_update(isr)
+        self._after_isr_change()
+        return isr
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(self._isr_check_s)
+            try:
+                await self.check_isr()
+            except Exception:
+                logger.exception("topic %s: isr check failed", self._topic.name)
+
+    def _expand_soon(self) -> None:
+        """After a fetch: check for a follower that may join, unless a check runs."""
+        if self._isr_lock.locked() or len(self.counted_isr) == len(
+            self._record.effective_replicas()
+        ):
+            return
+        task = asyncio.create_task(self._expand_task())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _expand_task(self) -> None:
+        if self._caught_up():
+            await self.check_isr()
+
+    # -- the followers' requests ----------------------------------------------------------
+
+    def check_request(
+        self, topic: str, topic_id: str, replica: str, epoch: int | None
+    ) -> tuple[_pb.ReplicaError, str] | None:
+        """``None`` when a replication request from ``replica`` may be served; else its
+        ``ReplicaError`` and message. ``epoch`` None: not checked (OffsetForLeaderEpoch)."""
+        record = self._record
+        if self._stopped is not None:
+            return _pb.NOT_LEADER, f"this broker no longer leads {record.name}: {self._stopped}"
+        if topic != record.name or topic_id != record.id:
+            return _pb.UNKNOWN_TOPIC, f"no topic {topic!r} with id {topic_id!r} here"
+        if replica == self._node or replica not in record.effective_replicas():
+            return _pb.NOT_REPLICA, f"{replica!r} is not a follower of {record.name}"
+        if epoch is not None and epoch < record.epoch:
+            return (
+                _pb.FENCED_LEADER_EPOCH,
+                f"epoch {epoch} is fenced: the leader is at {record.epoch}",
+            )
+        if epoch is not None and epoch > record.epoch:
+            return (
+                _pb.UNKNOWN_LEADER_EPOCH,
+                f"epoch {epoch} is unknown: this leader is at {record.epoch}",
+            )
+        return None
+
+    async def fetch(self, request: _pb.ReplicaFetchRequest) -> _pb.ReplicaFetchResponse:
+        """Answer a follower's fetch: per log, a divergence, an out-of-range error, or the
+        durable batches from its fetch offset; held up to ``max_wait_ms`` (at most
+        :data:`MAX_WAIT_MS`) while no log has any, until a durable append."""
+        problem = self.check_request(
+            request.topic, request.topic_id, request.replica_node, request.leader_epoch
+        )
+        if problem is not None:
+            return _pb.ReplicaFetchResponse(
+                error=problem[0], leader_epoch=self.epoch, message=problem[1]
+            )
+        self._record_progress(request)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + min(max(request.max_wait_ms, 0), MAX_WAIT_MS) / 1000
+        while True:
+            woken = self._data
+            logs = await self._answer(request)
+            remaining = deadline - loop.time()
+            if self._stopped is not None:
+                problem = self.check_request(request.topic, request.topic_id, "", None)
+                assert problem is not None
+                return _pb.ReplicaFetchResponse(
+                    error=problem[0], leader_epoch=self.epoch, message=problem[1]
+                )
+            if remaining <= 0 or any(_worth_answering(d) for d in logs):
+                return _pb.ReplicaFetchResponse(leader_epoch=self.epoch, logs=logs)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(woken.wait(), remaining)
+
+    def _record_progress(self, request: _pb.ReplicaFetchRequest) -> None:
+        """Note where the follower is in each log it asked (where the ask is valid), move
+        the watermarks, and look for a follower that may join the isr."""
+        now = self._now_ms()
+        node = request.replica_node
+        for ask in request.logs:
+            led = self._logs.get(ask.log)
+            if led is None or _diverging(led, ask) is not None:
+                continue
+            end = led.writer.durable_end
+            if not led.writer.first_offset <= ask.fetch_offset <= end:
+                continue
+            seen = led.progress.get(node) or FollowerProgress.tracked(now, False)
+            led.progress[node] = follower_fetched(seen, ask.fetch_offset, end, now)
+        self._recompute()
+        self._expand_soon()
+
+    async def _answer(self, request: _pb.ReplicaFetchRequest) -> list[_pb.LogData]:
+        budget = request.max_bytes if request.max_bytes > 0 else DEFAULT_MAX_BYTES
+        answers: list[_pb.LogData] = []
+        for ask in request.logs:
+            data = await self._answer_log(ask, budget)
+            budget -= len(data.batches)
+            answers.append(data)
+        return answers
+
+    async def _answer_log(self, ask: _pb.LogFetch, budget: int) -> _pb.LogData:
+        led = self._logs.get(ask.log)
+        if led is None:
+            return _pb.LogData(log=ask.log, error=_pb.UNKNOWN_LOG)
+        writer = led.writer
+        end, start = writer.durable_end, writer.first_offset
+        data = _pb.LogData(
+            log=ask.log, high_watermark=writer.high_water_mark, log_start=start, log_end=end
+        )
+        entries = writer.log.leader_epochs.entries()
+        data.epochs.extend(
+            _pb.EpochStart(epoch=e.epoch, start_offset=e.start_offset)
+            for e in entries
+            if e.epoch >= ask.last_fetched_epoch
+        )
+        diverging = _diverging(led, ask)
+        if diverging is not None:
+            data.diverging.CopyFrom(_pb.Divergence(epoch=diverging[0], end_offset=diverging[1]))
+            return data
+        if not start <= ask.fetch_offset <= end:
+            data.error = _pb.OFFSET_OUT_OF_RANGE
+            return data
+        if ask.fetch_offset < end and budget > 0:
+            try:
+                data.batches = await writer.read_raw(ask.fetch_offset, budget, durable=True)
+            except OffsetOutOfRangeError:  # retention went past it meanwhile
+                data.error = _pb.OFFSET_OUT_OF_RANGE
+        return data
+
+    def offset_for_epoch(self, log: str, epoch: int) -> tuple[int, int]:
+        """Where ``epoch`` ends in ``log`` here (Kafka's OffsetsForLeaderEpoch): the
+        largest epoch at or below it and its end offset; ``(-1, -1)`` when none.
+
+        Raises:
+            ReplicaLogUnknownError: no such log.
+        """
+        led = self._logs.get(log)
+        if led is None:
+            raise ReplicaLogUnknownError(self._topic.name, log)
+        return led.writer.log.leader_epochs.end_offset_for(epoch)
+
+
+def _diverging(led: _LedLog, ask: _pb.LogFetch) -> tuple[int, int] | None:
+    """The divergence of a follower's log from the leader's, or ``None``.
+
+    The rule (KIP-320): the follower's last batch is of epoch ``E`` and it fetches from
+    ``F``. The leader's largest epoch ``<= E`` is ``E'``, ending at ``X`` (the start of
+    the next epoch here, or the log's end). When ``E' < E`` or ``X < F`` the logs
+    diverge: answer ``(E', min(X, F))``; the follower truncates to the smaller of that
+    offset and where its own epoch ``E'`` ends, then fetches again (and is checked
+    again). With no epoch ``<= E`` here at all, ``E'`` is -1 and ``X`` the start of the
+    leader's oldest epoch. A follower with no batch yet (``E`` = -1) never diverges.
+    """
+    if ask.last_fetched_epoch < 0:
+        return None
+    epochs = led.writer.log.leader_epochs
+    found, end = epochs.end_offset_for(ask.last_fetched_epoch)
+    if found < 0:
+        oldest = epochs.entries()
+        end = oldest[0].start_offset if oldest else 0
+    if found < ask.last_fetched_epoch or end < ask.fetch_offset:
+        return found, min(end, ask.fetch_offset)
+    return None
+
+
+def _worth_answering(data: _pb.LogData) -> bool:
+    """Whether a log's answer must go now (data, an error or a divergence)."""
+    return bool(data.batches) or data.error != _pb.REPLICA_ERROR_NONE or data.HasField("diverging")
