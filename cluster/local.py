@@ -27,13 +27,36 @@ Contract (what the broker's implementation must do):
   (state ``failed``) on a refusal; anything :meth:`~LocalTopics.create` raises is taken
   as transient and retried.
 
+Replicated topics (issue 37; records whose ``effective_replicas()`` has more than one
+node) also get a role on each replica, which the member sets from its reconcile task:
+
+- :meth:`LocalTopics.lead`: this broker leads the topic at ``record.epoch``. Before it
+  returns, the leader's epoch is assigned in every partition and commits wait for the
+  in-sync set; only then may the member count the epoch claimed (and publishes be
+  served). Called again with a newer record of the same epoch (an isr change), it only
+  passes the record on. ``change_isr(new_isr)`` is how the leader asks the member to
+  write a new in-sync set (True once etcd holds it).
+- :meth:`LocalTopics.follow`: this broker follows the topic's leader at
+  ``leader_address`` (a leader of this topic stops serving it first). Called again with
+  a new epoch or leader, it passes them on.
+- :meth:`LocalTopics.stop`: neither (deleted, dropped from the replica set, session
+  lost); idempotent.
+
+Factor-1 topics never get a role: their path is issue 36's.
+
 :class:`MemoryTopics` is the fake (STYLE rule 34): a dict, with switches to fail.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
+
+from cluster.records import TopicRecord
+
+ChangeIsr = Callable[[tuple[str, ...]], Awaitable[bool]]
+"""A leader's request for a new in-sync set; True once etcd holds it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,13 +118,30 @@ class LocalTopics(Protocol):
         ``None`` when it may."""
         ...
 
+    async def lead(self, name: str, record: TopicRecord, change_isr: ChangeIsr) -> None:
+        """Lead replicated ``name`` at ``record.epoch`` (module docstring)."""
+        ...
+
+    async def follow(self, name: str, record: TopicRecord, leader_address: str) -> None:
+        """Follow replicated ``name``'s leader at ``leader_address``."""
+        ...
+
+    async def stop(self, name: str) -> None:
+        """Neither lead nor follow ``name``; idempotent."""
+        ...
+
 
 class MemoryTopics:
     """A :class:`LocalTopics` in a dict, for tests. ``fail_create`` makes create raise (a
-    transient failure); ``max_partitions`` makes a bigger create refused for good."""
+    transient failure); ``max_partitions`` makes a bigger create refused for good.
+    ``roles`` holds each replicated topic's role as ``("leader", epoch, "")`` or
+    ``("follower", epoch, leader_address)``; ``change_isr`` the leader's callback."""
 
     def __init__(self, max_partitions: int = 10_000) -> None:
         self.topics: dict[str, tuple[str, int]] = {}
+        self.roles: dict[str, tuple[str, int, str]] = {}
+        self.records: dict[str, TopicRecord] = {}
+        self.change_isr: dict[str, ChangeIsr] = {}
         self.fail_create = False
         self.max_partitions = max_partitions
         self.created: list[str] = []
@@ -138,3 +178,18 @@ class MemoryTopics:
         if held is not None and held[0] != topic_id:
             return CreateRefusal("ALREADY_EXISTS", f"topic {name!r} already exists")
         return None
+
+    async def lead(self, name: str, record: TopicRecord, change_isr: ChangeIsr) -> None:
+        self.roles[name] = ("leader", record.epoch, "")
+        self.records[name] = record
+        self.change_isr[name] = change_isr
+
+    async def follow(self, name: str, record: TopicRecord, leader_address: str) -> None:
+        self.roles[name] = ("follower", record.epoch, leader_address)
+        self.records[name] = record
+        self.change_isr.pop(name, None)
+
+    async def stop(self, name: str) -> None:
+        self.roles.pop(name, None)
+        self.records.pop(name, None)
+        self.change_isr.pop(name, None)

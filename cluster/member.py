@@ -17,6 +17,13 @@ owner's part of the topic lifecycle (``cluster.records``):
   ``data-missing``, logged loudly;
 - ``deleting`` on me: delete it locally, then delete its key.
 
+Replicated topics (issue 37: ``effective_replicas()`` longer than one) take the path of
+:mod:`cluster.replica_member` instead, on every replica: each makes its local files while
+``creating``; the leader claims ``ready`` at epoch + 1 (after a restart, while it is in
+the isr) and leads; the followers follow it; when the leader's broker key goes, an
+in-sync follower wins an election (staggered by its rank) and leads at the new epoch.
+Factor-1 records keep the path above exactly.
+
 Every claim is a transaction guarded by the topic's ``mod_revision`` as read AND
 ``lease(brokers/<me>) == my lease``: a broker whose session ended cannot claim.
 
@@ -83,6 +90,8 @@ from cluster.records import (
     decode,
     encode,
 )
+from cluster.replica_member import ReplicaRoles
+from cluster.replica_roles import is_replicated
 from cluster.routes import Me, broker_entries, lookup, offline_topics, topic_route
 from cluster.session import Clock, Session
 from cluster.state import Topic
@@ -197,6 +206,17 @@ class ClusterMember:
         self._missing_logged: set[str] = set()
         self._strays_logged: set[Stray] = set()
         self._tasks: list[asyncio.Task[None]] = []
+        self.replicas = ReplicaRoles(
+            store,
+            self._keys,
+            self.view,
+            self.session,
+            local,
+            node_id=config.node_id,
+            cas=self._cas,
+            fail=self._fail,
+            clock=clock,
+        )
 
     @property
     def node_id(self) -> str:
@@ -303,6 +323,8 @@ class ClusterMember:
                     found.append(Stray(local.name, local.topic_id, "", "", local.path))
                 continue
             record = topic.record
+            if self.replicas.owns_copy(local.name, local.topic_id):
+                continue  # a replica of a replicated topic: its data is the cluster's
             if record.id != local.topic_id or record.owner != self.node_id:
                 found.append(Stray(local.name, local.topic_id, record.id, record.owner, local.path))
         return found
@@ -467,7 +489,11 @@ class ClusterMember:
     async def _reconcile_loop(self) -> None:
         seen = -1
         while True:
-            seen = await self.view.changed(seen, timeout_s=self._config.ttl_s / 3)
+            wait_s = self._config.ttl_s / 3
+            due = self.replicas.wake_in()
+            seen = await self.view.changed(
+                seen, timeout_s=wait_s if due is None else min(wait_s, due)
+            )
             try:
                 await self._reconcile()
             except ClusterError as exc:
@@ -481,11 +507,16 @@ class ClusterMember:
             self._claimed_generation = self.session.generation
         for name in [n for n in self._claimed if n not in self.view.state.topics]:
             del self._claimed[name]
-        mine = [t for t in self.view.state.topics.values() if t.record.owner == self.node_id]
+        mine = [
+            t
+            for t in self.view.state.topics.values()
+            if t.record.owner == self.node_id and not is_replicated(t.record)
+        ]
         for topic in mine:
             if not self.session.may_write():
                 return
             await self._own(topic)
+        await self.replicas.reconcile(self._claimed)
         self._log_strays()
         now_ms = self._wall_ms()
         for topic in list(self.view.state.failed.values()):

@@ -1,0 +1,384 @@
+"""The member's part in replicated topics (issue 37): create, claim, lead, follow, elect.
+
+Role: the shell of :mod:`cluster.replica_roles`. The member's reconcile task calls
+:meth:`ReplicaRoles.reconcile` on every pass; for each replicated topic this broker is a
+replica of, it takes the :func:`~cluster.replica_roles.decide` step and carries it out:
+local files through the broker's :class:`~cluster.local.LocalTopics` hook, a claim
+through the member's compare-and-set, an election through
+:func:`cluster.replica_txn.elect`, and the role through the hook's ``lead`` / ``follow``
+/ ``stop``. The leader's in-sync set changes come back through :meth:`ReplicaRoles.changer`
+(``cluster.replica_txn.shrink_isr`` / ``expand_isr``).
+
+Invariants:
+
+- A claim or an election counts (``claimed[name] = epoch``, so the member lets writes
+  through) only after the hook's ``lead`` returned: the leader's epoch is in every
+  partition's leader-epochs file before its first append.
+- Elections are staggered: the candidate of rank ``r`` (its place among the in-sync
+  followers in preferred order) tries ``r x ELECTION_STEP_S`` after it first saw the
+  leader gone, so the preferred one usually wins and the others see its record first;
+  any number may try, exactly one transaction wins (``replica_txn``).
+- The hook is told a role only when it changes (role, epoch, leader address, or the
+  record of a leader), so a pass with nothing new makes no call.
+
+Task-safety: the member's reconcile task is the only caller of :meth:`reconcile`; a
+changer runs in the leader's task and only writes etcd (compare-and-set) and
+:attr:`ReplicaRoles._written`, which the reconcile task only reads.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from cluster.errors import ClusterError
+from cluster.etcd import EtcdStore, Op
+from cluster.local import ChangeIsr, LocalTopics
+from cluster.records import Keys, TopicRecord, TopicState, encode
+from cluster.replica_roles import Decision, Step, decide, is_replicated
+from cluster.replica_txn import elect, expand_isr, shrink_isr
+from cluster.session import Clock, Session
+from cluster.state import Topic
+from cluster.view import View
+
+log = logging.getLogger(__name__)
+
+ELECTION_STEP_S = 0.5
+"""Seconds between the election attempts of successive candidates (by rank)."""
+
+Cas = Callable[[Topic, list[Op]], Awaitable[bool]]
+"""The member's compare-and-set on a topic as read, under its lease."""
+
+Fail = Callable[[Topic, str, str], Awaitable[None]]
+"""The member's end of a create that can never succeed (``failed``, code, message)."""
+
+
+class ReplicaRoles:
+    """This broker's roles in the replicated topics it is a replica of.
+
+    Args:
+        store: the etcd connection.
+        keys: the cluster's key layout.
+        view: the member's view.
+        session: the member's session (its lease fences claims and elections).
+        local: the broker's hook.
+        node_id: this broker.
+        cas: the member's guarded compare-and-set.
+        fail: the member's end of an impossible create.
+        clock: monotonic seconds (the election stagger).
+    """
+
+    def __init__(
+        self,
+        store: EtcdStore,
+        keys: Keys,
+        view: View,
+        session: Session,
+        local: LocalTopics,
+        *,
+        node_id: str,
+        cas: Cas,
+        fail: Fail,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self._store = store
+        self._keys = keys
+        self._view = view
+        self._session = session
+        self._local = local
+        self._me = node_id
+        self._cas = cas
+        self._fail = fail
+        self._clock = clock
+        #: name -> (step, record, address) the hook was last given (LEAD or FOLLOW).
+        self._given: dict[str, tuple[Step, TopicRecord, str]] = {}
+        #: name -> monotonic time this broker may try an election.
+        self._due: dict[str, float] = {}
+        #: topics whose files were made empty while the record counted this broker in sync.
+        self._fresh: set[str] = set()
+        #: name -> the record (and revision) the changer last wrote.
+        self._written: dict[str, Topic] = {}
+        self._logged: set[tuple[str, str]] = set()
+
+    def roles(self) -> dict[str, tuple[str, int]]:
+        """``name -> ("leader" | "follower", epoch)`` as given to the hook (for tests,
+        status and logs)."""
+        return {
+            name: ("leader" if step is Step.LEAD else "follower", record.epoch)
+            for name, (step, record, _) in self._given.items()
+        }
+
+    def wake_in(self) -> float | None:
+        """Seconds until the next staggered election attempt is due; None when none is."""
+        if not self._due:
+            return None
+        return max(0.0, min(self._due.values()) - self._clock())
+
+    def owns_copy(self, name: str, topic_id: str) -> bool:
+        """Whether a local topic ``name`` with ``topic_id`` is this broker's replica of the
+        cluster's topic (so not a stray)."""
+        topic = self._view.state.topics.get(name)
+        if topic is None:
+            return False
+        record = topic.record
+        return record.id == topic_id and self._me in record.effective_replicas()
+
+    async def reconcile(self, claimed: dict[str, int]) -> None:
+        """One pass over the replicated topics (module docstring). ``claimed`` is the
+        member's map of this session's claims; it is updated here.
+
+        Raises:
+            ClusterError: etcd did not answer (the member retries the pass).
+        """
+        topics = self._view.state.topics
+        for name in [n for n in self._given if n not in topics]:
+            await self._stop(name)  # deleted behind our back (or a relist): no role
+        for name, topic in list(topics.items()):
+            record = topic.record
+            if not is_replicated(record):
+                if name in self._given:
+                    await self._stop(name)
+                continue
+            if self._me not in record.effective_replicas() and name not in self._given:
+                continue
+            try:
+                await self._one(topic, claimed)
+            except ClusterError:
+                raise
+            except Exception:  # the broker's hook: whatever it raises, retry next pass
+                log.exception("broker %s: replica step for topic %s failed", self._me, name)
+
+    async def _one(self, topic: Topic, claimed: dict[str, int]) -> None:
+        record = topic.record
+        name = record.name
+        if self._me not in record.effective_isr():
+            self._fresh.discard(name)
+        alive = {node: b.record.address for node, b in self._view.state.brokers.items()}
+        decision = decide(
+            record,
+            self._me,
+            alive=alive,
+            claimed=claimed.get(name),
+            holds=self._local.topic_id(name) == record.id,
+            fresh=name in self._fresh,
+        )
+        if decision.step is not Step.ELECT:
+            self._due.pop(name, None)
+        if record.owner != self._me and name in claimed:
+            del claimed[name]  # deposed: another broker leads at a newer epoch
+        if decision.step.is_write() and not self._session.may_write():
+            return
+        await self._act(topic, decision, claimed)
+
+    async def _act(self, topic: Topic, decision: Decision, claimed: dict[str, int]) -> None:
+        name = topic.record.name
+        step = decision.step
+        if step is Step.STOP:
+            await self._stop(name)
+        elif step is Step.DELETE:
+            await self._delete(topic, claimed)
+        elif step is Step.CREATE:
+            await self._create(topic, decision, claimed)
+        elif step is Step.CLAIM:
+            await self._claim(topic, claimed)
+        elif step is Step.LEAD:
+            await self._lead(topic.record)
+        elif step is Step.FOLLOW:
+            await self._follow(topic.record, decision.address)
+        elif step is Step.ELECT:
+            await self._elect(topic, decision.rank, claimed)
+        elif step is Step.MISSING:
+            self._log_once(
+                name,
+                "missing",
+                logging.ERROR,
+                "it leads the topic but its data is missing here: it is served as offline, "
+                "not recreated empty",
+            )
+
+    # -- the steps ------------------------------------------------------------------------
+
+    async def _stop(self, name: str) -> None:
+        self._due.pop(name, None)
+        self._written.pop(name, None)
+        if self._given.pop(name, None) is not None:
+            await self._local.stop(name)
+            log.info("broker %s: no longer a replica of topic %s here", self._me, name)
+
+    async def _delete(self, topic: Topic, claimed: dict[str, int]) -> None:
+        name = topic.record.name
+        await self._stop(name)
+        await self._local.delete(name)
+        if topic.record.owner == self._me:
+            await self._cas(topic, [Op.delete(self._keys.topic(name))])
+            claimed.pop(name, None)
+
+    async def _create(self, topic: Topic, decision: Decision, claimed: dict[str, int]) -> None:
+        record = topic.record
+        name = record.name
+        refused = self._local.check_create(name, record.id, record.partitions)
+        if refused is not None:
+            if decision.then_claim:
+                await self._fail(topic, refused.code, refused.message)
+            else:
+                self._log_once(
+                    name, "refused", logging.ERROR, f"cannot make a replica: {refused.message}"
+                )
+            return
+        try:
+            await self._local.create(name, record.id, record.partitions)
+        except Exception:  # the broker's hook: whatever it raises, retry next pass
+            log.exception("broker %s: cannot create replica of topic %s", self._me, name)
+            return
+        if record.state is TopicState.READY and self._me in record.effective_isr():
+            self._fresh.add(name)
+            log.warning(
+                "broker %s: made replicated topic %s empty while the record counts it in "
+                "sync: it takes part in no election until the leader lets it back in",
+                self._me,
+                name,
+            )
+        if decision.then_claim and self._session.may_write():
+            await self._claim(topic, claimed)
+        elif record.state is TopicState.READY:
+            await self._one(topic, claimed)  # now held: follow (or wait) at once
+
+    async def _claim(self, topic: Topic, claimed: dict[str, int]) -> None:
+        """``ready`` at epoch + 1 under my lease, then lead; the claim counts after."""
+        record = topic.record.replace(epoch=topic.record.epoch + 1, state=TopicState.READY)
+        name = record.name
+        if not await self._cas(topic, [Op.put(self._keys.topic(name), encode(record))]):
+            return
+        log.info("broker %s: claimed replicated topic %s at epoch %d", self._me, name, record.epoch)
+        await self._lead(record)
+        claimed[name] = record.epoch
+
+    async def _lead(self, record: TopicRecord) -> None:
+        name = record.name
+        given = self._given.get(name)
+        if given is not None and given[0] is Step.LEAD and given[1] == record:
+            return
+        await self._local.lead(name, record, self.changer(name, record.epoch))
+        if given is None or given[0] is not Step.LEAD or given[1].epoch != record.epoch:
+            log.info("broker %s: leads topic %s at epoch %d", self._me, name, record.epoch)
+        self._given[name] = (Step.LEAD, record, "")
+
+    async def _follow(self, record: TopicRecord, address: str) -> None:
+        name = record.name
+        given = self._given.get(name)
+        if (
+            given is not None
+            and given[0] is Step.FOLLOW
+            and (given[1].epoch, given[2]) == (record.epoch, address)
+        ):
+            return
+        await self._local.follow(name, record, address)
+        self._given[name] = (Step.FOLLOW, record, address)
+        log.info(
+            "broker %s: follows topic %s, leader %s at %s, epoch %d",
+            self._me,
+            name,
+            record.owner,
+            address,
+            record.epoch,
+        )
+
+    async def _elect(self, topic: Topic, rank: int, claimed: dict[str, int]) -> None:
+        name = topic.record.name
+        now = self._clock()
+        due = self._due.setdefault(name, now + rank * ELECTION_STEP_S)
+        if now < due:
+            return
+        del self._due[name]
+        result = await elect(
+            self._store,
+            self._keys,
+            name,
+            topic.record,
+            topic.mod_revision,
+            candidate=self._me,
+            candidate_lease=self._session.lease,
+        )
+        if not result.outcome.is_won() or result.record is None:
+            log.info(
+                "broker %s: election for topic %s: %s (%s)",
+                self._me,
+                name,
+                result.outcome.value,
+                result.reason,
+            )
+            return
+        self._written[name] = Topic(result.record, result.mod_revision)
+        await self._lead(result.record)
+        claimed[name] = result.record.epoch
+
+    # -- the leader's in-sync set -----------------------------------------------------------
+
+    def changer(self, name: str, epoch: int) -> ChangeIsr:
+        """The ``change_isr`` callback of this broker's leadership of ``name`` at ``epoch``:
+        it writes the asked in-sync set (``shrink_isr`` for members that leave, then
+        ``expand_isr`` for those that join), fenced by that epoch and this session's
+        lease; True once etcd holds it. The leader hears of the new record through the
+        hook's ``lead`` at the next reconcile pass (the view sees the write)."""
+
+        async def change(new_isr: tuple[str, ...]) -> bool:
+            topic = self._latest(name)
+            if topic is None or (topic.record.owner, topic.record.epoch) != (self._me, epoch):
+                return False
+            try:
+                written = await self._change(topic, new_isr, epoch)
+            except ClusterError as exc:
+                log.warning("topic %s: isr change to %s failed: %s", name, list(new_isr), exc)
+                return False
+            if written is None:
+                return False
+            self._written[name] = written
+            return set(written.record.effective_isr()) == set(new_isr)
+
+        return change
+
+    async def _change(self, topic: Topic, new_isr: tuple[str, ...], epoch: int) -> Topic | None:
+        record, revision = topic.record, topic.mod_revision
+        current = record.effective_isr()
+        remove = [n for n in current if n not in new_isr]
+        add = [n for n in new_isr if n not in current]
+        lease = self._session.lease
+        if remove:
+            result = await shrink_isr(
+                self._store, self._keys, record.name, record, revision,
+                leader=self._me, epoch=epoch, leader_lease=lease, remove=remove,
+            )  # fmt: skip
+            if not result.outcome.is_won() or result.record is None:
+                self._refused(record.name, f"remove {remove}", result.reason)
+                return None
+            record, revision = result.record, result.mod_revision
+        if add:
+            result = await expand_isr(
+                self._store, self._keys, record.name, record, revision,
+                leader=self._me, epoch=epoch, leader_lease=lease, add=add,
+            )  # fmt: skip
+            if not result.outcome.is_won() or result.record is None:
+                self._refused(record.name, f"add {add}", result.reason)
+                return None
+            record, revision = result.record, result.mod_revision
+        return Topic(record, revision)
+
+    def _refused(self, name: str, what: str, reason: str) -> None:
+        log.info("topic %s: isr change (%s) not made: %s", name, what, reason)
+
+    def _latest(self, name: str) -> Topic | None:
+        """The newest of the view's record of ``name`` and the one the changer wrote."""
+        seen = self._view.state.topics.get(name)
+        written = self._written.get(name)
+        if seen is None or (written is not None and written.mod_revision > seen.mod_revision):
+            return written if seen is not None else None
+        return seen
+
+    def _log_once(self, name: str, what: str, level: int, message: str) -> None:
+        if (name, what) in self._logged:
+            return
+        self._logged.add((name, what))
+        topic = self._view.state.topics.get(name)
+        topic_id = topic.record.id if topic else "?"
+        log.log(level, "broker %s, topic %s (id %s): %s", self._me, name, topic_id, message)

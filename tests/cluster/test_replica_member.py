@@ -1,0 +1,172 @@
+"""Cluster members (in-process, in-memory local topics) on a real three-member etcd, for a
+replicated topic (issue 37): every replica creates, the leader claims and leads, the
+followers follow, an election after the leader's session lapses, the returning leader
+follows, the leader's in-sync set changes, and a delete on every replica."""
+
+from __future__ import annotations
+
+import functools
+import time
+
+import pytest
+
+from cluster.etcd import EtcdStore
+from cluster.local import MemoryTopics
+from cluster.member import ClusterMember
+from cluster.records import Keys, TopicRecord, TopicState, decode, encode
+from cluster.session import EXPIRY_SLACK_S
+from tests._helpers import eventually
+from tests.cluster.etcd_harness import EtcdCluster
+from tests.cluster.members import TTL, members, start_member, stop_member
+
+TOPIC_ID = "00112233aabbccdd"
+
+
+async def _put_replicated(store: EtcdStore, prefix: str, name: str = "t") -> TopicRecord:
+    """Write ``name`` as the controller would place it: ``creating`` on b1, replicas
+    (b1, b2, b3) all in sync, min_insync 2."""
+    record = TopicRecord(
+        name,
+        TOPIC_ID,
+        2,
+        0,
+        "b1",
+        0,
+        TopicState.CREATING,
+        replicas=("b1", "b2", "b3"),
+        isr=("b1", "b2", "b3"),
+        min_insync=2,
+    )
+    await store.put(Keys(prefix).topic(name), encode(record))
+    return record
+
+
+def _role(member: ClusterMember, name: str = "t") -> tuple[str, int, str] | None:
+    assert isinstance(member.local, MemoryTopics)
+    return member.local.roles.get(name)
+
+
+def _record(member: ClusterMember, name: str = "t") -> TopicRecord:
+    return member.view.state.topics[name].record
+
+
+async def _stored(store: EtcdStore, prefix: str, name: str = "t") -> TopicRecord:
+    key = Keys(prefix).topic(name)
+    held = await store.get(key)
+    assert held is not None
+    return decode(key, held.value, TopicRecord)
+
+
+@pytest.mark.asyncio
+async def test_every_replica_creates_the_leader_claims_the_followers_follow(
+    etcd: EtcdCluster, prefix: str, store: EtcdStore
+) -> None:
+    """Three members; a replicated topic written ``creating`` on b1 with replicas b1, b2,
+    b3. Expected: each makes the topic locally with the record's id; b1 claims it at
+    epoch 1 and leads (the hook told ``leader`` at 1) and serves writes; b2 and b3 follow
+    b1 at its address at epoch 1 and refuse writes as not-owner naming b1; no broker lists
+    its copy as a stray."""
+    async with members(etcd.endpoints, prefix, 3) as (b1, b2, b3):
+        await _put_replicated(store, prefix)
+        await eventually(lambda: _role(b1) == ("leader", 1, ""))
+        for follower in (b2, b3):
+            await eventually(
+                functools.partial(lambda m: _role(m) == ("follower", 1, "127.0.0.1:7001"), follower)
+            )
+        for member in (b1, b2, b3):
+            assert isinstance(member.local, MemoryTopics)
+            assert member.local.topics["t"] == (TOPIC_ID, 2)
+            assert member.strays() == []
+        stored = await _stored(store, prefix)
+        assert (stored.owner, stored.epoch, stored.state) == ("b1", 1, TopicState.READY)
+        await eventually(lambda: b1.refusal("t", write=True) is None)
+        refusal = b2.refusal("t", write=True)
+        assert refusal is not None
+        assert (refusal.reason, refusal.owner_node) == ("not-owner", "b1")
+
+
+@pytest.mark.asyncio
+async def test_a_follower_wins_the_election_and_the_old_leader_follows_it(
+    etcd: EtcdCluster, prefix: str, store: EtcdStore
+) -> None:
+    """b1 leads the replicated topic at epoch 1; its member is abandoned (as a SIGKILL:
+    its lease runs out on etcd's clock). Expected: within the TTL plus etcd's expiry
+    slack and a second, b2 (first in preferred order among the in-sync followers) leads
+    at epoch 2 with the isr (b2, b3) and serves writes; b3 follows b2; b1 restarted with
+    its local data follows b2 at epoch 2 and does not lead."""
+    b1_local = MemoryTopics()
+    b1 = await start_member(etcd.endpoints, prefix, "b1", b1_local)
+    b2 = await start_member(etcd.endpoints, prefix, "b2")
+    b3 = await start_member(etcd.endpoints, prefix, "b3")
+    try:
+        await _put_replicated(store, prefix)
+        await eventually(lambda: _role(b1) == ("leader", 1, ""))
+        await eventually(lambda: _role(b3) == ("follower", 1, "127.0.0.1:7001"))
+        await b1.abandon()
+        killed = time.monotonic()
+        within_s = TTL + EXPIRY_SLACK_S + 1.0
+        await eventually(lambda: _role(b2) == ("leader", 2, ""), timeout_s=within_s + 2)
+        took = time.monotonic() - killed
+        assert took < within_s, took
+        stored = await _stored(store, prefix)
+        assert (stored.owner, stored.epoch, stored.isr) == ("b2", 2, ("b2", "b3"))
+        await eventually(lambda: b2.refusal("t", write=True) is None)
+        await eventually(lambda: _role(b3) == ("follower", 2, "127.0.0.1:7002"))
+        await b1.store.aclose()
+        b1 = await start_member(etcd.endpoints, prefix, "b1", b1_local)
+        await eventually(lambda: _role(b1) == ("follower", 2, "127.0.0.1:7002"), timeout_s=10)
+        assert _record(b1).owner == "b2"
+        refusal = b1.refusal("t", write=True)
+        assert refusal is not None
+        assert refusal.reason == "not-owner"
+    finally:
+        for member in (b1, b2, b3):
+            await stop_member(member)
+
+
+@pytest.mark.asyncio
+async def test_the_leaders_isr_changes_are_fenced_by_its_epoch(
+    etcd: EtcdCluster, prefix: str, store: EtcdStore
+) -> None:
+    """b1 leads at epoch 1. Its change_isr callback asks (b1, b2), then (b1, b2, b3).
+    Expected: each returns True, etcd holds that isr, and the leader is told the new
+    record (the hook's lead at the same epoch). Then b1's lease is revoked (b2 wins an
+    election, or b1 claims again in a new session: epoch 2): the epoch-1 callback returns
+    False and writes nothing."""
+    async with members(etcd.endpoints, prefix, 3) as (b1, _b2, _b3):
+        await _put_replicated(store, prefix)
+        await eventually(lambda: _role(b1) == ("leader", 1, ""))
+        assert isinstance(b1.local, MemoryTopics)
+        change = b1.local.change_isr["t"]
+        local = b1.local
+        assert await change(("b1", "b2"))
+        assert (await _stored(store, prefix)).isr == ("b1", "b2")
+        await eventually(lambda: local.records["t"].isr == ("b1", "b2"))
+        assert await change(("b1", "b2", "b3"))
+        assert (await _stored(store, prefix)).isr == ("b1", "b2", "b3")
+        await eventually(lambda: local.records["t"].isr == ("b1", "b2", "b3"))
+        await store.revoke(b1.session.lease)  # b2 elected, or b1 claims again: epoch 2
+        await eventually(lambda: _record(b1).epoch == 2, timeout_s=TTL * 3)
+        before = await _stored(store, prefix)
+        assert not await change(("b1", "b3"))
+        assert await _stored(store, prefix) == before
+
+
+@pytest.mark.asyncio
+async def test_a_delete_removes_every_replica(
+    etcd: EtcdCluster, prefix: str, store: EtcdStore
+) -> None:
+    """The leader deletes the replicated topic. Expected: the key is gone and no replica
+    holds the topic or a role for it any more."""
+    async with members(etcd.endpoints, prefix, 3) as group:
+        await _put_replicated(store, prefix)
+        b1 = group[0]
+        await eventually(lambda: _role(b1) == ("leader", 1, ""))
+        await eventually(lambda: all(_role(m) is not None for m in group))
+        await eventually(lambda: b1.refusal("t", write=True) is None)
+        await b1.delete_topic_record("t", timeout_s=10)
+        assert await store.get(Keys(prefix).topic("t")) is None
+        for member in group:
+            assert isinstance(member.local, MemoryTopics)
+            await eventually(functools.partial(lambda m: "t" not in m.topics, member.local))
+            assert _role(member) is None
