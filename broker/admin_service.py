@@ -11,7 +11,9 @@ CreateTopic and ListTopics name none.
 Cluster mode (a :class:`~broker.cluster_node.ClusterNode` given): CreateTopic validates as
 a single broker does, then takes the name cluster-wide and waits until the owner made the
 topic (placed on any broker); DeleteTopic runs on the owner only (the guard refuses the
-others) and deletes cluster-wide; ListTopics shows every topic of the cluster. For a topic
+others) and deletes cluster-wide; ListTopics shows every topic of the cluster. Every
+``TopicInfo`` carries the topic's replication (leader, epoch, replicas, isr, min_insync)
+from the cluster's record; a single broker's are ``local`` at epoch 0. For a topic
 owned by another broker it gives what etcd holds, ``name``, ``topic_id`` and one
 ``PartitionInfo`` per partition with only ``partition`` set: the heads, sizes, segment
 counts and ``fsync`` are the owner's only (DescribeTopic there, which a client reaches
@@ -62,20 +64,61 @@ _SCAN_BYTES = 1 << 20  # read size of a seek by time, between yields to the loop
 
 def _record_info(record: TopicRecord) -> _admin.TopicInfo:
     """What etcd holds of a topic another broker owns (see the module docstring)."""
-    return _admin.TopicInfo(
+    info = _admin.TopicInfo(
         name=record.name,
         partitions=[_admin.PartitionInfo(partition=i) for i in range(record.partitions)],
         topic_id=record.id,
     )
+    return _with_replication(info, record)
 
 
-def _topic_info(topic: Topic) -> _admin.TopicInfo:
-    return _admin.TopicInfo(
+def _topic_info(topic: Topic, record: TopicRecord | None = None) -> _admin.TopicInfo:
+    """A topic held here; its replication from ``record`` (cluster mode), else this
+    single broker's: leader and only replica ``local`` at epoch 0."""
+    info = _admin.TopicInfo(
         name=topic.name,
         partitions=[partition_info(p.index, p.log) for p in topic.partitions],
         fsync=topic.partitions[0].log.config.fsync.value if topic.partitions else "",
         topic_id=topic.topic_id,
     )
+    if record is not None:
+        return _with_replication(info, record)
+    info.leader, info.min_insync_replicas = LOCAL_NODE, 1
+    info.replicas.append(LOCAL_NODE)
+    info.isr.append(LOCAL_NODE)
+    return info
+
+
+def _with_replication(info: _admin.TopicInfo, record: TopicRecord) -> _admin.TopicInfo:
+    """``info`` with the record's leader, epoch, replica set, in-sync set and min_insync."""
+    info.leader, info.epoch, info.min_insync_replicas = (
+        record.owner,
+        record.epoch,
+        record.min_insync,
+    )
+    info.replicas.extend(record.effective_replicas())
+    info.isr.extend(record.effective_isr())
+    return info
+
+
+def _check_single_broker_replication(request: _admin.CreateTopicRequest) -> None:
+    """A single broker keeps one copy: factor 0 or 1, min_insync 0 or 1.
+
+    Raises:
+        InvalidRequestError: anything else, naming the field.
+    """
+    factor, min_insync = request.replication_factor, request.min_insync_replicas
+    if factor < 0 or factor > 1:
+        raise InvalidRequestError(
+            "replication_factor",
+            f"{factor} needs a cluster: a single broker keeps one copy of each topic (0 or "
+            "1); start brokers with --cluster-etcd for replicated topics",
+        )
+    if min_insync < 0 or min_insync > 1:
+        raise InvalidRequestError(
+            "min_insync_replicas",
+            f"{min_insync} exceeds the replication factor 1 of a single broker (0 or 1)",
+        )
 
 
 class AdminService(_grpc.AdminServicer):
@@ -114,13 +157,22 @@ class AdminService(_grpc.AdminServicer):
     ) -> _admin.TopicInfo:
         """Create a topic; ALREADY_EXISTS if the name is taken. ``partitions`` 0: the
         default (the cluster's ``default_partitions`` in cluster mode, else this broker's);
-        below 0: INVALID_ARGUMENT."""
+        below 0: INVALID_ARGUMENT. ``replication_factor`` and ``min_insync_replicas`` 0:
+        the defaults; a single broker takes 1 only (above: INVALID_ARGUMENT, a cluster is
+        needed); a cluster's errors are :meth:`ClusterNode.create_topic`'s."""
         check_topic_name(request.name, field="name")
         if self._cluster is None:
+            _check_single_broker_replication(request)
             partitions = request.partitions or self._default_partitions
             return _topic_info(await self._topics.create(request.name, partitions))
         timeout_s = self._cluster.wait_s(context.time_remaining())
-        record = await self._cluster.create_topic(request.name, request.partitions, timeout_s)
+        record = await self._cluster.create_topic(
+            request.name,
+            request.partitions,
+            timeout_s,
+            replication_factor=request.replication_factor,
+            min_insync_replicas=request.min_insync_replicas,
+        )
         return self._info(record)
 
     def _info(self, record: TopicRecord) -> _admin.TopicInfo:
@@ -129,7 +181,9 @@ class AdminService(_grpc.AdminServicer):
             topic = self._topics.get(record.name)
         except TopicNotFoundError:
             return _record_info(record)
-        return _topic_info(topic) if topic.topic_id == record.id else _record_info(record)
+        if topic.topic_id != record.id:
+            return _record_info(record)
+        return _topic_info(topic, record)
 
     @rpc
     async def ListTopics(  # noqa: N802 - gRPC method name
@@ -151,10 +205,15 @@ class AdminService(_grpc.AdminServicer):
         request: _admin.DescribeTopicRequest,
         context: Context,
     ) -> _admin.TopicInfo:
-        """One topic's partitions: heads, sizes, segments."""
+        """One topic's partitions (heads, sizes, segments) and its replication (in
+        cluster mode as this broker's view of etcd holds it)."""
         self._guard.check(request.name, write=False)
         check_topic_name(request.name, field="name")
-        return _topic_info(self._topics.get(request.name))
+        topic = self._topics.get(request.name)
+        if self._cluster is None:
+            return _topic_info(topic)
+        held = self._cluster.member.view.state.topics.get(request.name)
+        return _topic_info(topic, held.record if held is not None else None)
 
     @rpc
     async def DeleteTopic(  # noqa: N802 - gRPC method name

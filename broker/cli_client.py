@@ -263,14 +263,42 @@ def topics() -> None:
 @click.option(
     "--exist-ok", is_flag=True, help="Succeed if the topic exists with this many partitions."
 )
+@click.option(
+    "--replication-factor",
+    type=click.IntRange(1, None),
+    default=None,
+    help="Copies of the topic, each on another broker (cluster mode). Default: the "
+    "cluster's replication_factor, at most the live brokers; 1 on a single broker.",
+)
+@click.option(
+    "--min-insync-replicas",
+    type=click.IntRange(1, None),
+    default=None,
+    help="In-sync replicas a publish needs. Default: the cluster's min_insync_replicas, "
+    "at most the factor.",
+)
 @broker_option
-def topics_create(name: str, partitions: int | None, exist_ok: bool, target: Target) -> None:
+def topics_create(
+    name: str,
+    partitions: int | None,
+    *,
+    exist_ok: bool,
+    replication_factor: int | None,
+    min_insync_replicas: int | None,
+    target: Target,
+) -> None:
     """Create topic NAME."""
 
     async def go() -> tuple[TopicInfo, bool]:
         async with AsyncAdminClient(**target.kwargs()) as admin:
             try:
-                return await admin.create_topic(name, partitions), True
+                made = await admin.create_topic(
+                    name,
+                    partitions,
+                    replication_factor=replication_factor,
+                    min_insync_replicas=min_insync_replicas,
+                )
+                return made, True
             except AlreadyExists:
                 if not exist_ok:
                     raise
@@ -279,6 +307,8 @@ def topics_create(name: str, partitions: int | None, exist_ok: bool, target: Tar
 
     info, created = run(go, target)
     counted = plural(len(info.partitions), "partition")
+    if len(info.replicas) > 1:
+        counted += f", replicas {','.join(info.replicas)} (leader {info.leader})"
     if created:
         click.echo(f"created topic {info.name} with {counted}")
     else:
@@ -315,13 +345,33 @@ def topics_list(as_json: bool, target: Target) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON array.")
 @broker_option
 def topics_describe(name: str, as_json: bool, target: Target) -> None:
-    """Show topic NAME's partitions: offsets, bytes, segments, fsync policy."""
+    """Show topic NAME's partitions: offsets, bytes, segments, fsync policy; in a cluster
+    also its leader, epoch, replicas, in-sync replicas and min_insync."""
 
     async def go() -> TopicInfo:
         async with AsyncAdminClient(**target.kwargs()) as admin:
             return await admin.describe_topic(name)
 
-    _print_topics([run(go, target)], as_json)
+    info = run(go, target)
+    _print_topics([info], as_json)
+    if not as_json and info.owner and info.leader:
+        click.echo(replication_text(info))
+
+
+def replication_text(info: TopicInfo) -> str:
+    """``topics describe``'s lines under the table for a cluster's topic: leader and
+    epoch, replicas, the in-sync set (naming the replicas out of it), min_insync."""
+    out = [r for r in info.replicas if r not in info.isr]
+    isr = ", ".join(info.isr)
+    if out:
+        isr += f"  (under-replicated: {', '.join(out)} not in sync)"
+    rows = [
+        ("leader", f"{info.leader} (epoch {info.epoch})"),
+        ("replicas", ", ".join(info.replicas)),
+        ("isr", isr),
+        ("min_insync", str(info.min_insync_replicas)),
+    ]
+    return "\n".join(f"{key:<11}{value}" for key, value in rows)
 
 
 @topics.command("delete")
@@ -379,12 +429,18 @@ TOPIC_FIELDS = ("topic", "partition", "first", "head", "bytes", "segments", "fsy
 CLUSTER_TOPIC_FIELDS = (*TOPIC_FIELDS, "owner", "state")
 
 
+REPLICATION_FIELDS = ("leader", "epoch", "replicas", "isr", "min_insync_replicas")
+"""The keys a cluster's topic adds to its JSON (a single broker's is as it was)."""
+
+
 def topic_doc(info: TopicInfo) -> dict[str, Any]:
     """One topic as JSON: a single broker's as ever; in a cluster with ``owner`` and
-    ``offline`` (``""`` when the owner answered, else why not)."""
+    ``offline`` (``""`` when the owner answered, else why not) and the replication keys
+    (:data:`REPLICATION_FIELDS`: leader, epoch, replicas, isr, min_insync_replicas)."""
     doc = asdict(info)
     if not info.owner:
-        del doc["owner"], doc["offline"]
+        for key in ("owner", "offline", *REPLICATION_FIELDS):
+            del doc[key]
     return doc
 
 

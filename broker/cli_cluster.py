@@ -5,7 +5,10 @@ Role (``config``, the cluster's defaults in etcd, is :mod:`broker.cli_cluster_co
 - ``status`` asks any broker (the first of ``--broker``'s seeds that answers) for
   ``ClusterStatus`` and prints each broker (node id, address, alive, topics and partitions
   owned, session age), the controller, each etcd endpoint's health, every offline topic
-  with its reason and, if any, the answering broker's stray local topics (not served);
+  with its reason, every under-replicated topic (its in-sync set smaller than its
+  replica set: leader, epoch, replicas, isr, min_insync, and whether the isr is below
+  min_insync so that publishes are refused) and, if any, the answering broker's stray
+  local topics (not served);
   ``--json`` prints the same as one JSON object. A single broker answers
   too: one broker, node ``local``, no etcd.
 - ``local`` runs a whole cluster on loopback in the foreground: one ``etcd`` (from the
@@ -90,7 +93,8 @@ cluster.add_command(config)
 )
 @broker_option
 def status(as_json: bool, timeout_s: float, target: Target) -> None:
-    """Brokers, controller, etcd endpoints' health and offline topics, from any broker."""
+    """Brokers, controller, etcd endpoints' health, offline and under-replicated topics,
+    from any broker."""
 
     async def ask() -> _cluster.ClusterStatusResponse:
         async with reachable_channel(target, min(timeout_s, 5.0)) as (channel, _):
@@ -154,11 +158,24 @@ def status_document(answer: _cluster.ClusterStatusResponse) -> dict[str, Any]:
             }
             for s in answer.strays
         ],
+        "under_replicated": [
+            {
+                "topic": u.topic,
+                "owner_node": u.owner_node,
+                "epoch": u.epoch,
+                "replicas": list(u.replicas),
+                "isr": list(u.isr),
+                "min_insync": u.min_insync,
+                "message": u.message,
+            }
+            for u in answer.under_replicated
+        ],
     }
 
 
 def status_text(document: dict[str, Any]) -> str:
-    """The human form: a summary line, then the brokers, etcd and offline topics tables."""
+    """The human form: a summary line, then the brokers, etcd, offline and (in a cluster)
+    under-replicated topics tables."""
     brokers = document["brokers"]
     alive = sum(1 for b in brokers if b["alive"])
     if document["cluster_id"]:
@@ -195,6 +212,23 @@ def status_text(document: dict[str, Any]) -> str:
     lines += ["", f"offline topics: {len(offline) or 'none'}"]
     if offline:
         lines.append(table(offline, ("topic", "owner_node", "reason", "message")))
+    under = document["under_replicated"]
+    if document["cluster_id"]:  # a single broker keeps one copy: never under-replicated
+        lines += ["", f"under-replicated topics: {len(under) or 'none'}"]
+    if under:
+        rows = [
+            {
+                **u,
+                "leader": u["owner_node"],
+                "replicas": ",".join(u["replicas"]),
+                "isr": ",".join(u["isr"]),
+                "below_min": "YES" if len(u["isr"]) < u["min_insync"] else "no",
+            }
+            for u in under
+        ]
+        lines.append(
+            table(rows, ("topic", "leader", "epoch", "replicas", "isr", "min_insync", "below_min"))
+        )
     if document["strays"]:  # rare: said only when there are some
         lines += ["", f"stray local topics on {document['node_id']} (not served):"]
         lines.append(

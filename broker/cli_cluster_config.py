@@ -9,8 +9,10 @@ second). etcd is ``--cluster-etcd H:P[,H:P...]`` (env ``HEADRACE_CLUSTER_ETCD``)
 ``headrace tokens`` finds it.
 
 - ``show [--json]``: every key, its cluster value (``-``: not set, each broker's file
-  decides) and the file table (``broker`` or ``wal``) whose key it overrides; ``--json``
-  prints one JSON object ``{key: value or null}``.
+  decides) and the file table (``broker`` or ``wal``) whose key it overrides, or, for the
+  cluster-only keys (``replication_factor``, ``min_insync_replicas``), the built-in value
+  that applies when it is not set; ``--json`` prints one JSON object
+  ``{key: value or null}``.
 - ``set KEY=VALUE...``: all checked first; one bad value changes nothing and is one line
   on stderr naming the key and what is allowed (exit 1).
 - ``unset KEY...``: each broker's file decides that key again.
@@ -30,7 +32,7 @@ import msgspec
 
 from broker.auth.cluster_tokens import etcd_tls
 from broker.cli_output import table
-from broker.cluster_defaults import TABLES, check_key, parse_value
+from broker.cluster_defaults import BUILTIN, TABLES, check_key, parse_value
 from broker.config import BrokerConfig
 from broker.config_cluster import ClusterConfig
 from broker.errors import ConfigError
@@ -111,12 +113,17 @@ def show_document(record: DefaultsRecord) -> dict[str, Any]:
 
 
 def show_text(record: DefaultsRecord) -> str:
-    """``show``'s table: key, cluster value, the file table it stands for."""
+    """``show``'s table: key, cluster value, the file table it stands for (a cluster-only
+    key: its built-in value)."""
     rows = [
-        {"key": key, "value": "-" if value is None else json.dumps(value), "over": TABLES[key]}
+        {"key": key, "value": "-" if value is None else json.dumps(value), "over": _over(key)}
         for key, value in show_document(record).items()
     ]
     return table(rows, ["key", "value", "over"])
+
+
+def _over(key: str) -> str:
+    return f"built-in {BUILTIN[key]}" if key in BUILTIN else TABLES[key]
 
 
 @config.command("set")

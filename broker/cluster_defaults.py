@@ -18,7 +18,15 @@ cluster default          the file's key              used by
 ``retention_bytes``      ``[wal]``                   a new topic's partitions
 ``fsync``                ``[wal]``                   a new topic's partitions
 ``fsync_interval_ms``    ``[wal]``                   a new topic's partitions
+``replication_factor``   none: built-in 1            CreateTopic without a factor, auto-create
+``min_insync_replicas``  none: built-in 1            CreateTopic without one, auto-create
 =======================  ==========================  =========================================
+
+The two replication keys have no file key: a single broker is always factor 1, and
+every broker of a cluster must agree, so only the cluster default or the built-in value
+(:data:`BUILTIN`) applies. ``replication_factor`` is clamped to the live brokers when a
+topic is created, and ``min_insync_replicas`` to the topic's factor
+(``cluster.replicas.replication_settings``); an explicit CreateTopic value is not clamped.
 
 Precedence, for one setting of one topic: the owner's ``[wal.topics.<name>]`` table (a
 file that names the topic gives it all its log settings, over its ``[wal]``, as on a single
@@ -33,7 +41,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
@@ -44,8 +52,25 @@ from cluster.records import DefaultsRecord
 from wal import LogConfig, WalConfigError
 from wal.config import FsyncPolicy
 
+_MAX_FACTOR = 64  # far above any sensible replica count; keeps a typo from meaning "all"
+
 KEYS: tuple[str, ...] = DefaultsRecord.__struct_fields__
 """Every key a cluster default may have."""
+
+# The built-in values of the cluster-only keys, the one place they are decided. Both stay
+# 1 while replication's data path (issue 37) is being proven: the issue's defaults,
+# replication_factor 3 and min_insync_replicas 2, are switched on here by the lead once
+# it is. Until then a replicated topic is asked for (CreateTopic's replication_factor) or
+# made the default with `headrace cluster config set replication_factor=3`.
+BUILTIN: dict[str, int] = {"replication_factor": 1, "min_insync_replicas": 1}
+"""The value of each cluster-only key when the cluster's defaults leave it out."""
+
+
+class ReplicationTable(msgspec.Struct, forbid_unknown_fields=True):
+    """The rules of the cluster-only keys (they have no file table to borrow)."""
+
+    replication_factor: Annotated[int, msgspec.Meta(ge=1, le=_MAX_FACTOR)] | None = None
+    min_insync_replicas: Annotated[int, msgspec.Meta(ge=1, le=_MAX_FACTOR)] | None = None
 
 #: The file's table of each key: ``[broker]`` or ``[wal]``.
 TABLES: dict[str, str] = {
@@ -55,8 +80,14 @@ TABLES: dict[str, str] = {
     "retention_bytes": "wal",
     "fsync": "wal",
     "fsync_interval_ms": "wal",
+    "replication_factor": "cluster",
+    "min_insync_replicas": "cluster",
 }
-_SCHEMAS: dict[str, type[msgspec.Struct]] = {"broker": BrokerTable, "wal": WalTopicTable}
+_SCHEMAS: dict[str, type[msgspec.Struct]] = {
+    "broker": BrokerTable,
+    "wal": WalTopicTable,
+    "cluster": ReplicationTable,
+}
 _WAL_KEYS = tuple(k for k, t in TABLES.items() if t == "wal")
 _WHERE = "cluster default"
 
@@ -170,6 +201,20 @@ class TopicDefaults:
         """Whether a publish to a topic the cluster lacks creates it."""
         cluster = self.record.auto_create_topics
         return self.file_auto_create if cluster is None else cluster
+
+    @property
+    def replication_factor(self) -> int:
+        """Replicas of a topic created without a factor (before clamping to the live
+        brokers): the cluster's default, else :data:`BUILTIN`."""
+        cluster = self.record.replication_factor
+        return BUILTIN["replication_factor"] if cluster is None else cluster
+
+    @property
+    def min_insync_replicas(self) -> int:
+        """``min_insync`` of a topic created without one (before clamping to its factor):
+        the cluster's default, else :data:`BUILTIN`."""
+        cluster = self.record.min_insync_replicas
+        return BUILTIN["min_insync_replicas"] if cluster is None else cluster
 
     @property
     def wal(self) -> LogConfig:

@@ -16,7 +16,10 @@ cluster-wide topic changes and listings:
   member's answers; Lookup names this node as the one that answered).
 
 Cluster errors become broker errors here (the status table knows those): a taken name is
-``ALREADY_EXISTS`` as on a single broker; a topic not ready in time (its owner down) is
+``ALREADY_EXISTS`` as on a single broker; a replication factor above the live brokers is
+``FAILED_PRECONDITION`` naming both numbers (the cluster's state, not the request, is
+what falls short: it succeeds once enough brokers run); min_insync above the factor is
+``INVALID_ARGUMENT``; a topic not ready in time (its owner down) is
 the refusal of ``broker.topic_guard`` (``ABORTED``, reason ``offline`` or ``creating``,
 naming the owner); etcd not answering is ``UNAVAILABLE``.
 
@@ -43,10 +46,12 @@ from broker.errors import (
     ClusterUnavailableError,
     InvalidRequestError,
     PlacedCreateError,
+    TooFewBrokersError,
     TopicExistsError,
     TopicNotFoundError,
     TopicRefusedError,
 )
+from broker.replica.manager import Channels, ReplicaManager, real_roles
 from broker.topics import TopicRegistry
 from cluster.answers import LookupResult, StatusResult, StrayTopic
 from cluster.config_defaults import DefaultsView, EtcdDefaults
@@ -54,16 +59,19 @@ from cluster.errors import (
     ClusterError,
     DuplicateNodeError,
     EtcdUnavailableError,
+    NotEnoughBrokersError,
     RecordError,
+    ReplicationSettingsError,
     TopicCreateFailedError,
     TopicNotReadyError,
 )
 from cluster.errors import TopicExistsError as ClusterTopicExistsError
 from cluster.etcd import EtcdStore, TlsFiles
-from cluster.local import CreateRefusal, LocalTopic
+from cluster.local import ChangeIsr, CreateRefusal, LocalTopic
 from cluster.member import ClusterMember, MemberConfig
 from cluster.ownership import Refusal
 from cluster.records import DefaultsRecord, Keys, TopicRecord, TopicState
+from cluster.replicas import replication_settings
 from dispatcher import SubscriptionRegistry
 
 logger = logging.getLogger(__name__)
@@ -94,9 +102,16 @@ class BrokerTopics:
     another id, answered with the status the one table gives a single broker's refusal.
     """
 
-    def __init__(self, topics: TopicRegistry, subscriptions: SubscriptionRegistry) -> None:
+    def __init__(
+        self,
+        topics: TopicRegistry,
+        subscriptions: SubscriptionRegistry,
+        replicas: ReplicaManager | None = None,
+    ) -> None:
         self._topics = topics
         self._subscriptions = subscriptions
+        #: The roles of replicated topics (``lead``/``follow``/``stop`` go there).
+        self.replicas = replicas
 
     async def create(self, name: str, topic_id: str, partitions: int) -> None:
         try:
@@ -150,6 +165,21 @@ class BrokerTopics:
             return CreateRefusal(code.name, message)
         return None
 
+    async def lead(self, name: str, record: TopicRecord, change_isr: ChangeIsr) -> None:
+        await self._roles().lead(name, record, change_isr)
+
+    async def follow(self, name: str, record: TopicRecord, leader_address: str) -> None:
+        await self._roles().follow(name, record, leader_address)
+
+    async def stop(self, name: str) -> None:
+        if self.replicas is not None:
+            await self.replicas.stop(name)
+
+    def _roles(self) -> ReplicaManager:
+        if self.replicas is None:
+            raise RuntimeError("this broker was built without replication")
+        return self.replicas
+
 
 class ClusterNode:
     """This broker's membership, as the servicers use it. Build with :meth:`join`.
@@ -179,6 +209,9 @@ class ClusterNode:
         #: What a new topic gets: the cluster's defaults over this broker's file's.
         self.defaults = defaults
         self._defaults_view = defaults_view
+        #: The roles of the replicated topics here (the Replication servicer's lookup).
+        self.replicas: ReplicaManager | None = None
+        self._channels: Channels | None = None
 
     @classmethod
     async def join(
@@ -204,7 +237,11 @@ class ClusterNode:
         member_config = MemberConfig(
             config.node_id, address, config.session_ttl_s, config.prefix, _version()
         )
-        member = ClusterMember(store, member_config, BrokerTopics(topics, subscriptions))
+        channels = Channels()
+        make_leader, make_follower = real_roles(config.node_id, channels)
+        replicas = ReplicaManager(topics, make_leader=make_leader, make_follower=make_follower)
+        local = BrokerTopics(topics, subscriptions, replicas)
+        member = ClusterMember(store, member_config, local)
         view = DefaultsView(
             store, Keys(config.prefix), functools.partial(apply_defaults, defaults, topics)
         )
@@ -214,6 +251,8 @@ class ClusterNode:
         except BaseException as exc:
             await view.aclose()
             await _quietly_close(member, store)
+            await replicas.aclose()
+            await channels.aclose()
             if isinstance(exc, DuplicateNodeError | EtcdUnavailableError):
                 raise ClusterJoinError(
                     f"cannot join the cluster as {config.node_id}: {exc}"
@@ -226,7 +265,9 @@ class ClusterNode:
             ", ".join(store.endpoints),
             config.session_ttl_s,
         )
-        return cls(store, member, topics, max_partitions, defaults=defaults, defaults_view=view)
+        node = cls(store, member, topics, max_partitions, defaults=defaults, defaults_view=view)
+        node.replicas, node._channels = replicas, channels
+        return node
 
     async def lookup(self, topics: Sequence[str]) -> LookupResult:
         """The Lookup answer (:class:`~broker.cluster_service.ClusterSource`): the member's,
@@ -249,6 +290,10 @@ class ClusterNode:
         if self._defaults_view is not None:
             await self._defaults_view.aclose()
         await _quietly_close(self.member, self._store)
+        if self.replicas is not None:  # after the member: no role call comes any more
+            await self.replicas.aclose()
+        if self._channels is not None:
+            await self._channels.aclose()
 
     def records(self) -> list[TopicRecord]:
         """Every topic of the cluster as this broker's view holds it, by name (a topic
@@ -273,12 +318,27 @@ class ClusterNode:
             return CREATE_TOPIC_TIMEOUT_S
         return max(0.0, min(CREATE_TOPIC_TIMEOUT_S, remaining_s - min(1.0, remaining_s / 5)))
 
-    async def create_topic(self, name: str, partitions: int, timeout_s: float) -> TopicRecord:
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        timeout_s: float,
+        *,
+        replication_factor: int = 0,
+        min_insync_replicas: int = 0,
+    ) -> TopicRecord:
         """Take ``name`` cluster-wide and wait until its owner made it (``name`` is valid);
-        ``partitions`` 0: :attr:`defaults`' ``default_partitions``.
+        ``partitions`` 0: :attr:`defaults`' ``default_partitions``; ``replication_factor``
+        and ``min_insync_replicas`` 0: :attr:`defaults`' (clamped to the live brokers and
+        to the factor, :func:`cluster.replicas.replication_settings`).
 
         Raises:
-            InvalidRequestError: ``partitions`` out of range (nothing written).
+            InvalidRequestError: ``partitions`` out of range, a replication setting below
+                0, or ``min_insync_replicas`` above the factor (nothing written).
+            TooFewBrokersError: ``replication_factor`` above the live brokers as this
+                broker's view counts them (nothing written). When the controller counts
+                fewer as it places the topic, it is the PlacedCreateError below, with
+                ``FAILED_PRECONDITION`` and the same message.
             TopicExistsError: the name is taken in the cluster.
             TopicRefusedError: not ready within ``timeout_s`` (its owner is down); the name
                 stays taken and the topic becomes ready when the owner is up.
@@ -295,8 +355,11 @@ class ClusterNode:
                 f"must be from 1 to {self._max_partitions} ([limits] max_partitions_per_topic), "
                 f"got {partitions}",
             )
+        factor, min_insync = self._replication(replication_factor, min_insync_replicas)
         try:
-            return await self.member.create_topic_record(name, partitions, timeout_s)
+            return await self.member.create_topic_record(
+                name, partitions, timeout_s, factor=factor, min_insync=min_insync
+            )
         except ClusterTopicExistsError as exc:
             raise TopicExistsError(name) from exc
         except TopicNotReadyError as exc:
@@ -305,6 +368,32 @@ class ClusterNode:
             raise PlacedCreateError(name, exc.owner_node, exc.code, str(exc)) from exc
         except EtcdUnavailableError as exc:
             raise ClusterUnavailableError(f"create topic {name!r}", str(exc)) from exc
+
+    def _replication(self, asked_factor: int, asked_min_insync: int) -> tuple[int, int]:
+        """``(factor, min_insync)`` of a new topic: the asked values (0: the defaults),
+        checked against the live brokers of this broker's view.
+
+        Raises:
+            InvalidRequestError: a value below 0, or min_insync above the factor.
+            TooFewBrokersError: an asked factor above the live brokers.
+        """
+        asked = (("replication_factor", asked_factor), ("min_insync_replicas", asked_min_insync))
+        for field, value in asked:
+            if value < 0:
+                raise InvalidRequestError(field, f"must be 0 (the default) or more, got {value}")
+        live = len(self.member.view.state.brokers)
+        try:
+            return replication_settings(
+                asked_factor or None,
+                asked_min_insync or None,
+                self.defaults.replication_factor,
+                self.defaults.min_insync_replicas,
+                live,
+            )
+        except NotEnoughBrokersError as exc:
+            raise TooFewBrokersError(exc.factor, exc.live, str(exc)) from exc
+        except ReplicationSettingsError as exc:
+            raise InvalidRequestError("min_insync_replicas", exc.detail) from exc
 
     async def delete_topic(self, name: str, timeout_s: float) -> None:
         """Delete ``name``, which this broker owns (the guard checked), cluster-wide.

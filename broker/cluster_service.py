@@ -96,7 +96,18 @@ class SingleBrokerSource:
         except TopicNotFoundError:
             return Route(name)
         partitions = len(topic.partitions)
-        return Route(name, LOCAL_NODE, address, 0, "ready", True, partitions)
+        return Route(
+            name,
+            LOCAL_NODE,
+            address,
+            0,
+            "ready",
+            True,
+            partitions,
+            replicas=(LOCAL_NODE,),
+            isr=(LOCAL_NODE,),
+            min_insync=1,
+        )
 
     def _me(self, address: str) -> BrokerEntry:
         names = self._topics.names()
@@ -139,7 +150,8 @@ class ClusterService:
         request: _cluster.ClusterStatusRequest,
         context: Context,
     ) -> _cluster.ClusterStatusResponse:
-        """Brokers, controller, etcd endpoints' health, offline topics."""
+        """Brokers, controller, etcd endpoints' health, offline and under-replicated
+        topics."""
         return status_response(await self._source.status())
 
 
@@ -154,6 +166,9 @@ def route_message(r: Route) -> _cluster.TopicRoute:
         online=r.online,
         partitions=r.partitions,
         reason=r.reason,
+        replicas=r.replicas,
+        isr=r.isr,
+        min_insync=r.min_insync,
     )
 
 
@@ -208,6 +223,18 @@ def status_response(view: StatusResult) -> _cluster.ClusterStatusResponse:
                 message=s.message,
             )
             for s in view.strays
+        ],
+        under_replicated=[
+            _cluster.UnderReplicatedTopic(
+                topic=u.topic,
+                owner_node=u.owner_node,
+                epoch=u.epoch,
+                replicas=u.replicas,
+                isr=u.isr,
+                min_insync=u.min_insync,
+                message=u.message,
+            )
+            for u in view.under_replicated
         ],
     )
 

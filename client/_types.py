@@ -61,7 +61,13 @@ class TopicInfo:
     reason (``offline``, ``creating``, ``no-session``, ``data-missing``) or
     ``unreachable`` (the owner did not answer). Such a topic is listed with its
     partitions, zero figures and no ``fsync``; ``offline`` is ``""`` when the owner
-    answered."""
+    answered.
+
+    Replication (issue 37): ``leader`` (the owner; ``local`` on a single broker) at
+    ``epoch``, the ordered ``replicas`` (first: the preferred leader), the in-sync set
+    ``isr`` and ``min_insync_replicas``, the in-sync replicas a publish needs. A topic of
+    one replica lists its owner alone. Empty and 0 from a broker before issue 37 and for a
+    topic listed ``offline``."""
 
     name: str
     partitions: tuple[PartitionInfo, ...]
@@ -69,6 +75,11 @@ class TopicInfo:
     topic_id: str = ""
     owner: str = ""
     offline: str = ""
+    leader: str = ""
+    epoch: int = 0
+    replicas: tuple[str, ...] = ()
+    isr: tuple[str, ...] = ()
+    min_insync_replicas: int = 0
 
 
 class PublishOutcome(enum.Enum):

@@ -30,7 +30,9 @@ ABSENT = "absent"
 @dataclass(frozen=True, slots=True)
 class Route:
     """Where one topic is served (a ``TopicRoute`` on the wire), and why not when it is
-    not online: ``reason`` is a refusal reason, ``message`` words for a person."""
+    not online: ``reason`` is a refusal reason, ``message`` words for a person. A placed
+    topic's ``replicas`` and ``isr`` are never empty (a topic of one replica: its owner);
+    ``min_insync`` is 0 only while none is placed."""
 
     topic: str
     owner_node: str = ""
@@ -41,6 +43,9 @@ class Route:
     partitions: int = 0
     reason: str = ""
     message: str = ""
+    replicas: tuple[str, ...] = ()
+    isr: tuple[str, ...] = ()
+    min_insync: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +93,20 @@ class OfflineTopic:
 
 
 @dataclass(frozen=True, slots=True)
+class UnderReplicatedTopic:
+    """A ready topic whose in-sync set is smaller than its replica set (an
+    ``UnderReplicatedTopic`` on the wire)."""
+
+    topic: str
+    owner_node: str
+    epoch: int
+    replicas: tuple[str, ...]
+    isr: tuple[str, ...]
+    min_insync: int
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
 class StrayTopic:
     """A local topic the answering broker does not serve (a ``StrayTopic`` on the wire):
     the cluster holds the name with another id or owner, or not at all."""
@@ -103,7 +122,7 @@ class StrayTopic:
 @dataclass(frozen=True, slots=True)
 class StatusResult:
     """A ``ClusterStatusResponse``. A broker with no cluster has no etcd endpoint, no
-    offline topic and revision 0: the defaults."""
+    offline or under-replicated topic and revision 0: the defaults."""
 
     node_id: str
     cluster_id: str
@@ -113,3 +132,4 @@ class StatusResult:
     offline_topics: tuple[OfflineTopic, ...] = ()
     revision: int = 0
     strays: tuple[StrayTopic, ...] = ()
+    under_replicated: tuple[UnderReplicatedTopic, ...] = ()

@@ -13,7 +13,13 @@ was deposed but does not know it yet (frozen, partitioned) has every write refus
 
 What it does while it holds the token: for each ``placing`` topic (oldest first), choose
 an owner among live brokers (:mod:`cluster.placement`) and set ``owner`` and ``state =
-creating`` (guards: the token, and the topic's ``mod_revision`` as read).
+creating`` (guards: the token, and the topic's ``mod_revision`` as read). A replicated
+topic (its record's ``factor`` above 1) gets its ordered ``replicas`` too, its owner the
+first of them and ``isr = (owner,)``: its leader adds each follower as it catches up
+(``cluster.replicas.may_join_isr``); ``factor`` is cleared. A topic asking for more
+replicas than there are live brokers ends ``failed`` (``FAILED_PRECONDITION``, the message
+naming both numbers), owned by the controller's node so that it is removed even if its
+creator is gone; its creator answers with that status.
 
 A failed transaction may be one that applied and whose reply was lost
 (:mod:`cluster.etcd`, fact 1): the controller re-reads and decides from what it finds.
@@ -26,11 +32,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
-from cluster.errors import ClusterError, NotControllerError
+from cluster.errors import ClusterError, NotControllerError, NotEnoughBrokersError
 from cluster.etcd import Compare, EtcdStore, Op
-from cluster.placement import place
-from cluster.records import ControllerRecord, Keys, TopicRecord, TopicState, decode, encode
+from cluster.placement import Ask, Placement, Unplaceable, plan
+from cluster.records import (
+    ControllerRecord,
+    CreateFailure,
+    Keys,
+    TopicRecord,
+    TopicState,
+    decode,
+    encode,
+)
+from cluster.replicas import replica_load
 from cluster.session import Session
 from cluster.state import Topic
 from cluster.view import View
@@ -89,8 +105,9 @@ class Controller:
             self.token = 0
         return self.is_controller
 
-    async def place(self, topic: Topic, owner: str) -> bool:
-        """Set ``owner`` and ``creating`` on ``topic`` (as read at its mod_revision).
+    async def place(self, topic: Topic, owner: str, replicas: tuple[str, ...] = ()) -> bool:
+        """Set ``owner`` and ``creating`` on ``topic`` (as read at its mod_revision); a
+        replicated topic's ``replicas`` (``replicas[0] == owner``) with ``isr = (owner,)``.
 
         Returns:
             True when the topic is now placed on ``owner``; False when someone changed the
@@ -99,16 +116,41 @@ class Controller:
         Raises:
             NotControllerError: the token is stale: nothing was written.
         """
+        changes: dict[str, object] = {"owner": owner, "state": TopicState.CREATING}
+        if replicas:
+            changes.update(replicas=replicas, isr=(owner,), factor=0)
+        return await self._write(topic, topic.record.replace(**changes))
+
+    async def refuse(self, topic: Topic, live: int) -> bool:
+        """End the create of ``topic``, which asks for more replicas than the ``live``
+        brokers: ``failed`` with ``FAILED_PRECONDITION`` naming both numbers, owned by
+        this node (module docstring).
+
+        Returns:
+            True when the record is now failed; False when someone changed it first.
+
+        Raises:
+            NotControllerError: the token is stale: nothing was written.
+        """
+        why = NotEnoughBrokersError(topic.record.factor, live)
+        failure = CreateFailure("FAILED_PRECONDITION", str(why), time.time_ns() // 1_000_000)
+        failed = topic.record.replace(
+            owner=self._session.node_id, state=TopicState.FAILED, failure=failure
+        )
+        return await self._write(topic, failed)
+
+    async def _write(self, topic: Topic, wanted: TopicRecord) -> bool:
+        """Put ``wanted`` over ``topic`` as read, fenced by the token; on a failed answer
+        re-read: True too when the key already holds what was written (a lost reply)."""
         key = self._keys.topic(topic.record.name)
-        placed = topic.record.replace(owner=owner, state=TopicState.CREATING)
         guards = [Compare.created_at(self._keys.controller, self.token)]
         guards.append(Compare.modified_at(key, topic.mod_revision))
-        result = await self._store.txn(guards, [Op.put(key, encode(placed))])
+        result = await self._store.txn(guards, [Op.put(key, encode(wanted))])
         if result.succeeded:
             return True
         await self._check_token()
         now = await self._store.get(key)
-        return now is not None and _placed_on(key, now.value, owner)
+        return now is not None and _written(key, now.value, wanted)
 
     async def _check_token(self) -> None:
         held = await self._store.get(self._keys.controller)
@@ -143,12 +185,37 @@ class Controller:
         if not self.is_controller:
             return
         waiting = {t.record.name: t for t in state.placing()}
-        plan = place([(name, t.record.partitions) for name, t in waiting.items()], state.load())
-        for name, owner in plan:
-            if await self.place(waiting[name], owner):
-                log.info("controller %s: topic %s placed on %s", self._session.node_id, name, owner)
+        asks = [Ask(name, t.record.partitions, t.record.factor) for name, t in waiting.items()]
+        records = [t.record for t in state.topics.values()]
+        decisions = plan(asks, state.load(), replica_load(records, state.brokers))
+        for decision in decisions:
+            await self._carry_out(waiting[decision.name], decision)
+
+    async def _carry_out(self, topic: Topic, decision: Placement | Unplaceable) -> None:
+        node, name = self._session.node_id, decision.name
+        if isinstance(decision, Unplaceable):
+            if await self.refuse(topic, decision.live):
+                log.warning(
+                    "controller %s: topic %s asks for %d replicas and %d brokers are live: "
+                    "its create failed",
+                    node,
+                    name,
+                    decision.factor,
+                    decision.live,
+                )
+        elif await self.place(topic, decision.owner, decision.replicas):
+            where = ", ".join(decision.replicas) if decision.replicas else decision.owner
+            log.info("controller %s: topic %s placed on %s", node, name, where)
 
 
-def _placed_on(key: str, raw: bytes, owner: str) -> bool:
+def _written(key: str, raw: bytes, wanted: TopicRecord) -> bool:
+    """Whether the record at ``key`` is ``wanted``, the failure's time aside (a re-read
+    after a lost reply)."""
     record = decode(key, raw, TopicRecord)
-    return record.owner == owner and record.state is not TopicState.PLACING
+    if record.state is TopicState.FAILED and wanted.state is TopicState.FAILED:
+        return record.owner == wanted.owner and record.id == wanted.id
+    return (
+        record.owner == wanted.owner
+        and record.state is not TopicState.PLACING
+        and record.replicas == wanted.replicas
+    )

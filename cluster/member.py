@@ -92,7 +92,14 @@ from cluster.records import (
 )
 from cluster.replica_member import ReplicaRoles
 from cluster.replica_roles import is_replicated
-from cluster.routes import Me, broker_entries, lookup, offline_topics, topic_route
+from cluster.routes import (
+    Me,
+    broker_entries,
+    lookup,
+    offline_topics,
+    topic_route,
+    under_replicated_topics,
+)
 from cluster.session import Clock, Session
 from cluster.state import Topic
 from cluster.view import View
@@ -346,15 +353,25 @@ class ClusterMember:
             tuple(EndpointEntry(h.endpoint, h.healthy, h.error) for h in health),
             tuple(offline_topics(state, me)),
             state.revision,
+            under_replicated=tuple(under_replicated_topics(state)),
         )
 
     async def create_topic_record(
-        self, name: str, partitions: int, timeout_s: float = CREATE_TIMEOUT_S
+        self,
+        name: str,
+        partitions: int,
+        timeout_s: float = CREATE_TIMEOUT_S,
+        *,
+        factor: int = 1,
+        min_insync: int = 1,
     ) -> TopicRecord:
         """Create ``name`` in the cluster and wait until its owner made it.
 
         The name is taken by a transaction on the key's absence, so exactly one of any
-        number of concurrent creators wins, on whichever brokers.
+        number of concurrent creators wins, on whichever brokers. ``factor`` and
+        ``min_insync`` are already resolved (``cluster.replicas.replication_settings``);
+        a factor of 1 writes issue 36's record byte for byte, a higher one asks the
+        controller for that many replicas (``TopicRecord.factor``).
 
         Returns:
             the topic's record once ``ready``.
@@ -363,13 +380,22 @@ class ClusterMember:
             TopicExistsError: the name is taken.
             TopicNotReadyError: not ready within ``timeout_s`` (the name stays taken; the
                 topic becomes ready when its owner is up).
-            TopicCreateFailedError: its owner can never make it (the record was
-                ``failed``; it is removed here, so the name is free again).
+            TopicCreateFailedError: its owner can never make it, or the controller found
+                fewer live brokers than ``factor`` (the record was ``failed``; it is
+                removed here, so the name is free again).
             EtcdUnavailableError: etcd did not answer.
         """
         key = self._keys.topic(name)
         record = TopicRecord(
-            name, secrets.token_hex(8), partitions, self._wall_ms(), "", 0, TopicState.PLACING
+            name,
+            secrets.token_hex(8),
+            partitions,
+            self._wall_ms(),
+            "",
+            0,
+            TopicState.PLACING,
+            min_insync=min_insync,
+            factor=factor if factor > 1 else 0,
         )
         await self._store.txn([Compare.absent(key)], [Op.put(key, encode(record))])
         held = await self._store.get(key)  # re-read: a retried txn may hide our success

@@ -21,10 +21,14 @@ Topic lifecycle (``TopicRecord.state``), each step a compare-and-set transaction
     placing --controller sets owner--> creating --owner made local files--> ready
     ready --owner commits a delete--> deleting --owner deleted local files--> (key removed)
     creating --owner cannot make it, ever--> failed --creator saw it--> (key removed)
+    placing --controller finds fewer live brokers than ``factor``--> failed (owner: the
+        controller's node, which removes it if the creator does not)
 
 Invariants:
 
-- ``owner == ""`` exactly while ``state`` is ``placing``; ``epoch`` is 0 until the owner
+- ``owner == ""`` exactly while ``state`` is ``placing``; a replicated topic's
+  ``replicas`` is written with its owner (``owner == replicas[0]``, ``isr == (owner,)``:
+  the leader adds the followers as they catch up); ``epoch`` is 0 until the owner
   first claims the topic (the ``creating -> ready`` step) and rises by one at each claim.
 - A topic's ``id`` (16 hex digits) and ``partitions`` never change once written.
 - Replicated (issue 37; ``cluster.replicas`` has the rules, ``cluster.replica_txn`` the
@@ -138,6 +142,11 @@ class TopicRecord(msgspec.Struct, frozen=True, omit_defaults=True):
         min_insync: in-sync replicas a publish needs (``min_insync_replicas``), >= 1.
         reassign_to: the replica set a reassignment is moving to; empty when none
             runs (``cluster.replicas.reassignment_step`` resumes from it).
+        factor: while ``placing``, how many replicas the controller is to place (the
+            creator resolved it against the cluster's defaults and live brokers); 0 or 1:
+            one replica, placed as issue 36 places a topic (``replicas`` stays empty). The
+            controller clears it when it writes ``replicas``; ``len(replicas)`` is the
+            factor from then on.
         failure: why the owner could not make the topic (state ``failed`` only).
 
     The replication fields are encoded only when not at their defaults, so a factor-1
@@ -155,6 +164,7 @@ class TopicRecord(msgspec.Struct, frozen=True, omit_defaults=True):
     isr: tuple[str, ...] = ()
     min_insync: Annotated[int, msgspec.Meta(ge=1)] = 1
     reassign_to: tuple[str, ...] = ()
+    factor: Annotated[int, msgspec.Meta(ge=0)] = 0
     failure: CreateFailure | None = None
 
     def replace(self, **changes: object) -> TopicRecord:
@@ -189,6 +199,10 @@ class DefaultsRecord(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unk
         retention_bytes: ``[wal] retention_bytes`` of a new topic's partitions.
         fsync: ``[wal] fsync`` of a new topic's partitions.
         fsync_interval_ms: ``[wal] fsync_interval_ms`` of a new topic's partitions.
+        replication_factor: replicas of a topic created without a factor (CreateTopic
+            with 0, auto-create); clamped to the live brokers at creation.
+        min_insync_replicas: ``min_insync`` of a topic created without one; clamped to
+            its factor.
     """
 
     default_partitions: int | None = None
@@ -197,6 +211,8 @@ class DefaultsRecord(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unk
     retention_bytes: int | None = None
     fsync: Literal["always", "interval", "never"] | None = None
     fsync_interval_ms: int | None = None
+    replication_factor: int | None = None
+    min_insync_replicas: int | None = None
 
     def set_values(self) -> dict[str, Any]:
         """The keys set cluster-wide, with their values, in the fields' order."""

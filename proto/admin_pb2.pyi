@@ -8,12 +8,16 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class CreateTopicRequest(_message.Message):
-    __slots__ = ("name", "partitions")
+    __slots__ = ("name", "partitions", "replication_factor", "min_insync_replicas")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    REPLICATION_FACTOR_FIELD_NUMBER: _ClassVar[int]
+    MIN_INSYNC_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     name: str
     partitions: int
-    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[int] = ...) -> None: ...
+    replication_factor: int
+    min_insync_replicas: int
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[int] = ..., replication_factor: _Optional[int] = ..., min_insync_replicas: _Optional[int] = ...) -> None: ...
 
 class PartitionInfo(_message.Message):
     __slots__ = ("partition", "first_offset", "head", "size_bytes", "segments")
@@ -30,16 +34,26 @@ class PartitionInfo(_message.Message):
     def __init__(self, partition: _Optional[int] = ..., first_offset: _Optional[int] = ..., head: _Optional[int] = ..., size_bytes: _Optional[int] = ..., segments: _Optional[int] = ...) -> None: ...
 
 class TopicInfo(_message.Message):
-    __slots__ = ("name", "partitions", "fsync", "topic_id")
+    __slots__ = ("name", "partitions", "fsync", "topic_id", "leader", "epoch", "replicas", "isr", "min_insync_replicas")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     FSYNC_FIELD_NUMBER: _ClassVar[int]
     TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    ISR_FIELD_NUMBER: _ClassVar[int]
+    MIN_INSYNC_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     name: str
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionInfo]
     fsync: str
     topic_id: str
-    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionInfo, _Mapping]]] = ..., fsync: _Optional[str] = ..., topic_id: _Optional[str] = ...) -> None: ...
+    leader: str
+    epoch: int
+    replicas: _containers.RepeatedScalarFieldContainer[str]
+    isr: _containers.RepeatedScalarFieldContainer[str]
+    min_insync_replicas: int
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionInfo, _Mapping]]] = ..., fsync: _Optional[str] = ..., topic_id: _Optional[str] = ..., leader: _Optional[str] = ..., epoch: _Optional[int] = ..., replicas: _Optional[_Iterable[str]] = ..., isr: _Optional[_Iterable[str]] = ..., min_insync_replicas: _Optional[int] = ...) -> None: ...
 
 class ListTopicsRequest(_message.Message):
     __slots__ = ()

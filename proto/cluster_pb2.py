@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\rcluster.proto\x12\x0bheadrace.v1\"\x1f\n\rLookupRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\"\x9a\x01\n\x0eLookupResponse\x12\'\n\x06routes\x18\x01 \x03(\x0b\x32\x17.headrace.v1.TopicRoute\x12(\n\x07\x62rokers\x18\x02 \x03(\x0b\x32\x17.headrace.v1.BrokerInfo\x12\x12\n\ncontroller\x18\x03 \x01(\t\x12\x10\n\x08revision\x18\x04 \x01(\x03\x12\x0f\n\x07node_id\x18\x05 \x01(\t\"\x98\x01\n\nTopicRoute\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\nowner_node\x18\x02 \x01(\t\x12\x15\n\rowner_address\x18\x03 \x01(\t\x12\r\n\x05\x65poch\x18\x04 \x01(\x03\x12\r\n\x05state\x18\x05 \x01(\t\x12\x0e\n\x06online\x18\x06 \x01(\x08\x12\x12\n\npartitions\x18\x07 \x01(\x05\x12\x0e\n\x06reason\x18\x08 \x01(\t\"x\n\nBrokerInfo\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\r\n\x05\x61live\x18\x03 \x01(\x08\x12\x0e\n\x06topics\x18\x04 \x01(\x05\x12\x12\n\npartitions\x18\x05 \x01(\x05\x12\x15\n\rsession_age_s\x18\x06 \x01(\x01\"\x16\n\x14\x43lusterStatusRequest\"@\n\x0c\x45tcdEndpoint\x12\x10\n\x08\x65ndpoint\x18\x01 \x01(\t\x12\x0f\n\x07healthy\x18\x02 \x01(\x08\x12\r\n\x05\x65rror\x18\x03 \x01(\t\"R\n\x0cOfflineTopic\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\nowner_node\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\"t\n\nStrayTopic\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08local_id\x18\x02 \x01(\t\x12\x12\n\ncluster_id\x18\x03 \x01(\t\x12\x12\n\nowner_node\x18\x04 \x01(\t\x12\x0c\n\x04path\x18\x05 \x01(\t\x12\x0f\n\x07message\x18\x06 \x01(\t\"\x91\x02\n\x15\x43lusterStatusResponse\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x12\n\ncluster_id\x18\x02 \x01(\t\x12(\n\x07\x62rokers\x18\x03 \x03(\x0b\x32\x17.headrace.v1.BrokerInfo\x12\x12\n\ncontroller\x18\x04 \x01(\t\x12\'\n\x04\x65tcd\x18\x05 \x03(\x0b\x32\x19.headrace.v1.EtcdEndpoint\x12\x31\n\x0eoffline_topics\x18\x06 \x03(\x0b\x32\x19.headrace.v1.OfflineTopic\x12\x10\n\x08revision\x18\x07 \x01(\x03\x12\'\n\x06strays\x18\x08 \x03(\x0b\x32\x17.headrace.v1.StrayTopic2\xa4\x01\n\x07\x43luster\x12\x41\n\x06Lookup\x12\x1a.headrace.v1.LookupRequest\x1a\x1b.headrace.v1.LookupResponse\x12V\n\rClusterStatus\x12!.headrace.v1.ClusterStatusRequest\x1a\".headrace.v1.ClusterStatusResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\rcluster.proto\x12\x0bheadrace.v1\"\x1f\n\rLookupRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\"\x9a\x01\n\x0eLookupResponse\x12\'\n\x06routes\x18\x01 \x03(\x0b\x32\x17.headrace.v1.TopicRoute\x12(\n\x07\x62rokers\x18\x02 \x03(\x0b\x32\x17.headrace.v1.BrokerInfo\x12\x12\n\ncontroller\x18\x03 \x01(\t\x12\x10\n\x08revision\x18\x04 \x01(\x03\x12\x0f\n\x07node_id\x18\x05 \x01(\t\"\xcb\x01\n\nTopicRoute\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\nowner_node\x18\x02 \x01(\t\x12\x15\n\rowner_address\x18\x03 \x01(\t\x12\r\n\x05\x65poch\x18\x04 \x01(\x03\x12\r\n\x05state\x18\x05 \x01(\t\x12\x0e\n\x06online\x18\x06 \x01(\x08\x12\x12\n\npartitions\x18\x07 \x01(\x05\x12\x0e\n\x06reason\x18\x08 \x01(\t\x12\x10\n\x08replicas\x18\t \x03(\t\x12\x0b\n\x03isr\x18\n \x03(\t\x12\x12\n\nmin_insync\x18\x0b \x01(\x05\"x\n\nBrokerInfo\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\r\n\x05\x61live\x18\x03 \x01(\x08\x12\x0e\n\x06topics\x18\x04 \x01(\x05\x12\x12\n\npartitions\x18\x05 \x01(\x05\x12\x15\n\rsession_age_s\x18\x06 \x01(\x01\"\x16\n\x14\x43lusterStatusRequest\"@\n\x0c\x45tcdEndpoint\x12\x10\n\x08\x65ndpoint\x18\x01 \x01(\t\x12\x0f\n\x07healthy\x18\x02 \x01(\x08\x12\r\n\x05\x65rror\x18\x03 \x01(\t\"R\n\x0cOfflineTopic\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\nowner_node\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\"t\n\nStrayTopic\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08local_id\x18\x02 \x01(\t\x12\x12\n\ncluster_id\x18\x03 \x01(\t\x12\x12\n\nowner_node\x18\x04 \x01(\t\x12\x0c\n\x04path\x18\x05 \x01(\t\x12\x0f\n\x07message\x18\x06 \x01(\t\"\x8c\x01\n\x14UnderReplicatedTopic\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\nowner_node\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12\x10\n\x08replicas\x18\x04 \x03(\t\x12\x0b\n\x03isr\x18\x05 \x03(\t\x12\x12\n\nmin_insync\x18\x06 \x01(\x05\x12\x0f\n\x07message\x18\x07 \x01(\t\"\xce\x02\n\x15\x43lusterStatusResponse\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x12\n\ncluster_id\x18\x02 \x01(\t\x12(\n\x07\x62rokers\x18\x03 \x03(\x0b\x32\x17.headrace.v1.BrokerInfo\x12\x12\n\ncontroller\x18\x04 \x01(\t\x12\'\n\x04\x65tcd\x18\x05 \x03(\x0b\x32\x19.headrace.v1.EtcdEndpoint\x12\x31\n\x0eoffline_topics\x18\x06 \x03(\x0b\x32\x19.headrace.v1.OfflineTopic\x12\x10\n\x08revision\x18\x07 \x01(\x03\x12\'\n\x06strays\x18\x08 \x03(\x0b\x32\x17.headrace.v1.StrayTopic\x12;\n\x10under_replicated\x18\t \x03(\x0b\x32!.headrace.v1.UnderReplicatedTopic2\xa4\x01\n\x07\x43luster\x12\x41\n\x06Lookup\x12\x1a.headrace.v1.LookupRequest\x1a\x1b.headrace.v1.LookupResponse\x12V\n\rClusterStatus\x12!.headrace.v1.ClusterStatusRequest\x1a\".headrace.v1.ClusterStatusResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,19 +36,21 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LOOKUPRESPONSE']._serialized_start=64
   _globals['_LOOKUPRESPONSE']._serialized_end=218
   _globals['_TOPICROUTE']._serialized_start=221
-  _globals['_TOPICROUTE']._serialized_end=373
-  _globals['_BROKERINFO']._serialized_start=375
-  _globals['_BROKERINFO']._serialized_end=495
-  _globals['_CLUSTERSTATUSREQUEST']._serialized_start=497
-  _globals['_CLUSTERSTATUSREQUEST']._serialized_end=519
-  _globals['_ETCDENDPOINT']._serialized_start=521
-  _globals['_ETCDENDPOINT']._serialized_end=585
-  _globals['_OFFLINETOPIC']._serialized_start=587
-  _globals['_OFFLINETOPIC']._serialized_end=669
-  _globals['_STRAYTOPIC']._serialized_start=671
-  _globals['_STRAYTOPIC']._serialized_end=787
-  _globals['_CLUSTERSTATUSRESPONSE']._serialized_start=790
-  _globals['_CLUSTERSTATUSRESPONSE']._serialized_end=1063
-  _globals['_CLUSTER']._serialized_start=1066
-  _globals['_CLUSTER']._serialized_end=1230
+  _globals['_TOPICROUTE']._serialized_end=424
+  _globals['_BROKERINFO']._serialized_start=426
+  _globals['_BROKERINFO']._serialized_end=546
+  _globals['_CLUSTERSTATUSREQUEST']._serialized_start=548
+  _globals['_CLUSTERSTATUSREQUEST']._serialized_end=570
+  _globals['_ETCDENDPOINT']._serialized_start=572
+  _globals['_ETCDENDPOINT']._serialized_end=636
+  _globals['_OFFLINETOPIC']._serialized_start=638
+  _globals['_OFFLINETOPIC']._serialized_end=720
+  _globals['_STRAYTOPIC']._serialized_start=722
+  _globals['_STRAYTOPIC']._serialized_end=838
+  _globals['_UNDERREPLICATEDTOPIC']._serialized_start=841
+  _globals['_UNDERREPLICATEDTOPIC']._serialized_end=981
+  _globals['_CLUSTERSTATUSRESPONSE']._serialized_start=984
+  _globals['_CLUSTERSTATUSRESPONSE']._serialized_end=1318
+  _globals['_CLUSTER']._serialized_start=1321
+  _globals['_CLUSTER']._serialized_end=1485
 # @@protoc_insertion_point(module_scope)

@@ -27,7 +27,7 @@ class LookupResponse(_message.Message):
     def __init__(self, routes: _Optional[_Iterable[_Union[TopicRoute, _Mapping]]] = ..., brokers: _Optional[_Iterable[_Union[BrokerInfo, _Mapping]]] = ..., controller: _Optional[str] = ..., revision: _Optional[int] = ..., node_id: _Optional[str] = ...) -> None: ...
 
 class TopicRoute(_message.Message):
-    __slots__ = ("topic", "owner_node", "owner_address", "epoch", "state", "online", "partitions", "reason")
+    __slots__ = ("topic", "owner_node", "owner_address", "epoch", "state", "online", "partitions", "reason", "replicas", "isr", "min_insync")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     OWNER_NODE_FIELD_NUMBER: _ClassVar[int]
     OWNER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -36,6 +36,9 @@ class TopicRoute(_message.Message):
     ONLINE_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    ISR_FIELD_NUMBER: _ClassVar[int]
+    MIN_INSYNC_FIELD_NUMBER: _ClassVar[int]
     topic: str
     owner_node: str
     owner_address: str
@@ -44,7 +47,10 @@ class TopicRoute(_message.Message):
     online: bool
     partitions: int
     reason: str
-    def __init__(self, topic: _Optional[str] = ..., owner_node: _Optional[str] = ..., owner_address: _Optional[str] = ..., epoch: _Optional[int] = ..., state: _Optional[str] = ..., online: _Optional[bool] = ..., partitions: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+    replicas: _containers.RepeatedScalarFieldContainer[str]
+    isr: _containers.RepeatedScalarFieldContainer[str]
+    min_insync: int
+    def __init__(self, topic: _Optional[str] = ..., owner_node: _Optional[str] = ..., owner_address: _Optional[str] = ..., epoch: _Optional[int] = ..., state: _Optional[str] = ..., online: _Optional[bool] = ..., partitions: _Optional[int] = ..., reason: _Optional[str] = ..., replicas: _Optional[_Iterable[str]] = ..., isr: _Optional[_Iterable[str]] = ..., min_insync: _Optional[int] = ...) -> None: ...
 
 class BrokerInfo(_message.Message):
     __slots__ = ("node_id", "address", "alive", "topics", "partitions", "session_age_s")
@@ -104,8 +110,26 @@ class StrayTopic(_message.Message):
     message: str
     def __init__(self, topic: _Optional[str] = ..., local_id: _Optional[str] = ..., cluster_id: _Optional[str] = ..., owner_node: _Optional[str] = ..., path: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
+class UnderReplicatedTopic(_message.Message):
+    __slots__ = ("topic", "owner_node", "epoch", "replicas", "isr", "min_insync", "message")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    OWNER_NODE_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    ISR_FIELD_NUMBER: _ClassVar[int]
+    MIN_INSYNC_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    owner_node: str
+    epoch: int
+    replicas: _containers.RepeatedScalarFieldContainer[str]
+    isr: _containers.RepeatedScalarFieldContainer[str]
+    min_insync: int
+    message: str
+    def __init__(self, topic: _Optional[str] = ..., owner_node: _Optional[str] = ..., epoch: _Optional[int] = ..., replicas: _Optional[_Iterable[str]] = ..., isr: _Optional[_Iterable[str]] = ..., min_insync: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
 class ClusterStatusResponse(_message.Message):
-    __slots__ = ("node_id", "cluster_id", "brokers", "controller", "etcd", "offline_topics", "revision", "strays")
+    __slots__ = ("node_id", "cluster_id", "brokers", "controller", "etcd", "offline_topics", "revision", "strays", "under_replicated")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     BROKERS_FIELD_NUMBER: _ClassVar[int]
@@ -114,6 +138,7 @@ class ClusterStatusResponse(_message.Message):
     OFFLINE_TOPICS_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
     STRAYS_FIELD_NUMBER: _ClassVar[int]
+    UNDER_REPLICATED_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     cluster_id: str
     brokers: _containers.RepeatedCompositeFieldContainer[BrokerInfo]
@@ -122,4 +147,5 @@ class ClusterStatusResponse(_message.Message):
     offline_topics: _containers.RepeatedCompositeFieldContainer[OfflineTopic]
     revision: int
     strays: _containers.RepeatedCompositeFieldContainer[StrayTopic]
-    def __init__(self, node_id: _Optional[str] = ..., cluster_id: _Optional[str] = ..., brokers: _Optional[_Iterable[_Union[BrokerInfo, _Mapping]]] = ..., controller: _Optional[str] = ..., etcd: _Optional[_Iterable[_Union[EtcdEndpoint, _Mapping]]] = ..., offline_topics: _Optional[_Iterable[_Union[OfflineTopic, _Mapping]]] = ..., revision: _Optional[int] = ..., strays: _Optional[_Iterable[_Union[StrayTopic, _Mapping]]] = ...) -> None: ...
+    under_replicated: _containers.RepeatedCompositeFieldContainer[UnderReplicatedTopic]
+    def __init__(self, node_id: _Optional[str] = ..., cluster_id: _Optional[str] = ..., brokers: _Optional[_Iterable[_Union[BrokerInfo, _Mapping]]] = ..., controller: _Optional[str] = ..., etcd: _Optional[_Iterable[_Union[EtcdEndpoint, _Mapping]]] = ..., offline_topics: _Optional[_Iterable[_Union[OfflineTopic, _Mapping]]] = ..., revision: _Optional[int] = ..., strays: _Optional[_Iterable[_Union[StrayTopic, _Mapping]]] = ..., under_replicated: _Optional[_Iterable[_Union[UnderReplicatedTopic, _Mapping]]] = ...) -> None: ...

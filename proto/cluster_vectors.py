@@ -132,21 +132,25 @@ def refusal_document(case: RefusalCase) -> dict[str, object]:
 
 
 def lookup_example() -> tuple[_cluster.LookupRequest, _cluster.LookupResponse]:
-    """A Lookup of four topics on a two-broker cluster whose b3 is down."""
+    """A Lookup of four topics on a two-broker cluster whose b3 is down; ``orders`` has
+    two replicas, the one on b3 out of the in-sync set."""
     request = _cluster.LookupRequest(topics=["orders", "audit", "fresh", "nothing"])
     response = _cluster.LookupResponse(
         routes=[
             _cluster.TopicRoute(
                 topic="orders", owner_node="b2", owner_address="10.0.0.2:50051", epoch=3,
-                state="ready", online=True, partitions=3,
+                state="ready", online=True, partitions=3, replicas=["b2", "b3"],
+                isr=["b2"], min_insync=1,
             ),
             _cluster.TopicRoute(
                 topic="audit", owner_node="b3", owner_address="10.0.0.3:50051", epoch=1,
                 state="ready", online=False, partitions=1, reason="offline",
+                replicas=["b3"], isr=["b3"], min_insync=1,
             ),
             _cluster.TopicRoute(
                 topic="fresh", owner_node="b2", owner_address="10.0.0.2:50051", epoch=0,
                 state="creating", online=False, partitions=2, reason="creating",
+                replicas=["b2"], isr=["b2"], min_insync=1,
             ),
             _cluster.TopicRoute(topic="nothing", state="absent"),
         ],

@@ -60,6 +60,11 @@ def _topic(info: _admin.TopicInfo, owner: str = "") -> TopicInfo:
         info.fsync,
         info.topic_id,
         owner=owner,
+        leader=info.leader,
+        epoch=info.epoch,
+        replicas=tuple(info.replicas),
+        isr=tuple(info.isr),
+        min_insync_replicas=info.min_insync_replicas,
     )
 
 
@@ -177,7 +182,13 @@ class AsyncAdminClient:
         )
 
     async def create_topic(
-        self, name: str, partitions: int | None = None, *, exist_ok: bool = False
+        self,
+        name: str,
+        partitions: int | None = None,
+        *,
+        exist_ok: bool = False,
+        replication_factor: int | None = None,
+        min_insync_replicas: int | None = None,
     ) -> TopicInfo:
         """Create a topic.
 
@@ -187,14 +198,28 @@ class AsyncAdminClient:
                 broker's ``default_partitions``, the cluster's in cluster mode.
             exist_ok: When the topic exists already with ``partitions`` partitions (any
                 count when ``partitions`` is ``None``), return it instead of raising, so
-                that a program that creates what it needs can run twice.
+                that a program that creates what it needs can run twice. Its replication
+                is not compared.
+            replication_factor: Copies of the topic, each on another broker of a cluster.
+                Default (``None``, sent as 0): the cluster's ``replication_factor``
+                default, clamped to the live brokers; a single broker takes 1 only.
+            min_insync_replicas: In-sync replicas a publish needs. Default (``None``,
+                sent as 0): the cluster's default, clamped to the factor.
 
         Raises:
             AlreadyExists: The topic exists (with ``exist_ok``: with another partition
                 count; the message names both counts).
-            InvalidArgument: A bad name or partition count.
+            InvalidArgument: A bad name or partition count; a factor above 1 on a single
+                broker; ``min_insync_replicas`` above the factor.
+            FailedPrecondition: A factor above the cluster's live brokers (the message
+                names both numbers).
         """
-        request = _admin.CreateTopicRequest(name=name, partitions=partitions or 0)
+        request = _admin.CreateTopicRequest(
+            name=name,
+            partitions=partitions or 0,
+            replication_factor=replication_factor or 0,
+            min_insync_replicas=min_insync_replicas or 0,
+        )
         try:
             return _topic(await self._call(lambda link: link.admin.CreateTopic, request, None))
         except AlreadyExists as exc:

@@ -60,13 +60,27 @@ class AdminClient(Blocking):
         )
 
     def create_topic(
-        self, name: str, partitions: int | None = None, *, exist_ok: bool = False
+        self,
+        name: str,
+        partitions: int | None = None,
+        *,
+        exist_ok: bool = False,
+        replication_factor: int | None = None,
+        min_insync_replicas: int | None = None,
     ) -> TopicInfo:
         """Create a topic.
 
         As :meth:`AsyncAdminClient.create_topic`, blocking.
         """
-        return self._bridge.run(self._admin.create_topic(name, partitions, exist_ok=exist_ok))
+        return self._bridge.run(
+            self._admin.create_topic(
+                name,
+                partitions,
+                exist_ok=exist_ok,
+                replication_factor=replication_factor,
+                min_insync_replicas=min_insync_replicas,
+            )
+        )
 
     def list_topics(self) -> list[TopicInfo]:
         """Every topic, by name. In a cluster, every broker's topics, each with its

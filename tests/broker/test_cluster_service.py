@@ -45,8 +45,8 @@ async def test_a_single_broker_owns_every_topic_it_holds(tmp_path: Path) -> None
     """Scenario: a single broker with topics orders (3 partitions) and audit (1); Lookup
     of orders, nothing, audit and orders again, then Lookup of every topic. Expected: one
     route per asked name in order: orders and audit owned by 'local' at this broker's
-    bound address, epoch 0, ready, online, with their partitions; 'nothing' absent with no
-    owner; every topic by name when none is asked; one broker, 'local', alive, owning 2
+    bound address, epoch 0, ready, online, with their partitions, 'local' their one
+    replica and in-sync set, min_insync 1; 'nothing' absent with no owner; every topic by name when none is asked; one broker, 'local', alive, owning 2
     topics and 4 partitions; answered by node 'local', controller 'local'; revision 0."""
     async with serving(broker_config(tmp_path / "data")) as (broker, client):
         for name, partitions in (("orders", 3), ("audit", 1)):
@@ -60,11 +60,11 @@ async def test_a_single_broker_owns_every_topic_it_holds(tmp_path: Path) -> None
         )
         orders = cluster.TopicRoute(
             topic="orders", owner_node="local", owner_address=here, epoch=0, state="ready",
-            online=True, partitions=3,
+            online=True, partitions=3, replicas=["local"], isr=["local"], min_insync=1,
         )  # fmt: skip
         audit = cluster.TopicRoute(
             topic="audit", owner_node="local", owner_address=here, state="ready", online=True,
-            partitions=1,
+            partitions=1, replicas=["local"], isr=["local"], min_insync=1,
         )  # fmt: skip
         nothing = cluster.TopicRoute(topic="nothing", state="absent")
         assert list(answer.routes) == [orders, nothing, audit, orders]

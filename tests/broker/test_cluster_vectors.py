@@ -178,7 +178,8 @@ class VectorSource:
             r.node_id,
             tuple(
                 Route(x.topic, x.owner_node, x.owner_address, x.epoch, x.state, x.online,
-                      x.partitions, x.reason)
+                      x.partitions, x.reason, replicas=tuple(x.replicas), isr=tuple(x.isr),
+                      min_insync=x.min_insync)
                 for x in r.routes
             ),
             tuple(

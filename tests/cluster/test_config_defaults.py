@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from broker.cluster_defaults import KEYS, TABLES, TopicDefaults, parse_value
+from broker.cluster_defaults import BUILTIN, KEYS, TABLES, TopicDefaults, parse_value
 from broker.errors import ConfigError
 from cluster.config_defaults import DefaultsView, EtcdDefaults, defaults_key
 from cluster.etcd import EtcdStore
@@ -44,6 +44,8 @@ def test_every_key_names_its_file_table() -> None:
         ("retention_bytes", "1", 1),
         ("fsync", "interval", "interval"),
         ("fsync_interval_ms", "3600000", 3_600_000),
+        ("replication_factor", "3", 3),
+        ("min_insync_replicas", "64", 64),
     ],
 )
 def test_a_good_value_is_taken_in_toml_spelling(key: str, text: str, value: object) -> None:
@@ -62,6 +64,8 @@ def test_a_good_value_is_taken_in_toml_spelling(key: str, text: str, value: obje
         ("retention_ms", "0", "retention_ms = 0: must be an integer >= 1"),
         ("fsync", "sometimes", "fsync = 'sometimes': must be one of always, interval, never"),
         ("fsync_interval_ms", "3600001", "from 1 to 3600000"),
+        ("replication_factor", "0", "replication_factor = 0: must be an integer from 1 to 64"),
+        ("min_insync_replicas", "65", "min_insync_replicas = 65: must be an integer from 1 to 64"),
         ("segment_bytes", "1024", "unknown setting segment_bytes; known: default_partitions"),
     ],
 )
@@ -92,6 +96,21 @@ def test_the_cluster_default_wins_over_the_file_and_unset_gives_the_file_back() 
     assert defaults.apply(DefaultsRecord()) == []
     assert (defaults.default_partitions, defaults.auto_create_topics) == (2, True)
     assert defaults.wal == file_wal
+
+
+def test_replication_defaults_are_the_clusters_else_the_built_in_one() -> None:
+    """Scenario: a broker's defaults with no cluster document, then a document setting
+    replication_factor 3 and min_insync_replicas 2, then one written by hand with factor 0.
+    Expected: the built-in 1 and 1 (issue 37's 3/2 are not switched on yet), then 3 and 2,
+    then the bad key left out, named, and the built-in factor again."""
+    defaults = TopicDefaults(2, False, LogConfig())
+    assert (defaults.replication_factor, defaults.min_insync_replicas) == (1, 1)
+    assert BUILTIN == {"replication_factor": 1, "min_insync_replicas": 1}
+    assert defaults.apply(DefaultsRecord(replication_factor=3, min_insync_replicas=2)) == []
+    assert (defaults.replication_factor, defaults.min_insync_replicas) == (3, 2)
+    messages = defaults.apply(DefaultsRecord(replication_factor=0, min_insync_replicas=2))
+    assert len(messages) == 1 and "replication_factor = 0" in messages[0]
+    assert (defaults.replication_factor, defaults.min_insync_replicas) == (1, 2)
 
 
 def test_a_stored_value_out_of_range_is_left_out_and_named() -> None:
@@ -223,3 +242,4 @@ def test_the_cli_sets_shows_and_unsets_and_refuses_a_bad_value_whole(
     assert table[0].split() == ["key", "value", "over"]
     assert ["default_partitions", "3", "broker"] in [line.split() for line in table]
     assert ["fsync", "-", "wal"] in [line.split() for line in table]
+    assert ["replication_factor", "-", "built-in", "1"] in [line.split() for line in table]
