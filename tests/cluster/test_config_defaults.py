@@ -109,7 +109,8 @@ def test_replication_defaults_are_the_clusters_else_the_built_in_one() -> None:
     assert defaults.apply(DefaultsRecord(replication_factor=3, min_insync_replicas=2)) == []
     assert (defaults.replication_factor, defaults.min_insync_replicas) == (3, 2)
     messages = defaults.apply(DefaultsRecord(replication_factor=0, min_insync_replicas=2))
-    assert len(messages) == 1 and "replication_factor = 0" in messages[0]
+    assert len(messages) == 1
+    assert "replication_factor = 0" in messages[0]
     assert (defaults.replication_factor, defaults.min_insync_replicas) == (1, 2)
 
 
