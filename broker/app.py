@@ -64,6 +64,9 @@ from broker.load_monitor import LoadMonitor
 from broker.memory import relieve_forever, tune_allocator
 from broker.metrics import BrokerMetrics, PartitionLog
 from broker.partition import Partition
+from broker.replica.leader import LeaderTopic
+from broker.replica.service import ReplicationService
+from broker.replica.service import add_to_server as add_replication_service
 from broker.retention import RetentionService
 from broker.rpc_handlers import transport_receive_limit
 from broker.service import BrokerService
@@ -152,6 +155,12 @@ class Broker:
         #: Cluster mode's membership, joined at start (None: a single broker, or tests that
         #: pass their own ``ownership``).
         self.node: ClusterNode | None = None
+        #: The leaders of the replicated topics this broker leads, by name (cluster mode's
+        #: replica manager sets it; the Replication service asks it on every call).
+        self.replica_leader: Callable[[str], LeaderTopic | None] = _leads_nothing
+        #: The cluster's internal credential (``cluster.internal_credential``), which alone
+        #: may call the Replication service when tokens are on; cluster mode sets it.
+        self.internal_credential: str | None = None
         self._etcd: EtcdStore | None = None  # opened at start, before the data directory
         self._topic_defaults: TopicDefaults | None = None  # cluster mode: read at start
         self._join = config.cluster.enabled and ownership is None
@@ -347,6 +356,8 @@ class Broker:
         )
         self.retention.start()
         limit = self.config.max_request_bytes
+        if self._auth is not None:
+            self._auth.internal = lambda: self.internal_credential
         server = grpc.aio.server(
             interceptors=[self._auth] if self._auth else [],
             options=[
@@ -421,6 +432,9 @@ class Broker:
             else self._cluster or SingleBrokerSource(self.topics, self._advertised)
         )
         add_cluster_service(ClusterService(source), server, max_request_bytes=limit)
+        # Late bound: cluster mode's replica manager sets replica_leader after this.
+        replication = ReplicationService(lambda name: self.replica_leader(name))  # noqa: PLW0108
+        add_replication_service(replication, server, max_request_bytes=limit)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(
             (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
@@ -508,6 +522,11 @@ class Broker:
         self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
+
+
+def _leads_nothing(_name: str) -> LeaderTopic | None:
+    """The replica leaders of a broker that leads no replicated topic."""
+    return None
 
 
 def auth_interceptor(config: BrokerConfig, metrics: BrokerMetrics) -> AuthInterceptor | None:

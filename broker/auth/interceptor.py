@@ -10,6 +10,10 @@ servicer sees it. Refusals go through :mod:`broker.error_status` (``UNAUTHENTICA
 Invariants:
 - Fail closed: a method with no row in the table is refused (``PERMISSION_DENIED``) even
   with a valid token; only :data:`~broker.auth.rules.OPEN_SERVICES` pass without one.
+- The brokers' internal credential (:mod:`cluster.internal_credential`, set by cluster
+  mode through :attr:`AuthInterceptor.internal`) passes the ``internal`` rows (the
+  Replication service) and nothing else; a user token passes no ``internal`` row. Both
+  refusals are ``PERMISSION_DENIED``.
 - Streams are checked per request: every PublishStream request's topic, and the
   Subscribe ``open``. A stream is checked again against the tokens in force at each request,
   so revoking a token ends its open streams at their next request (a consumer's next
@@ -33,8 +37,14 @@ import grpc
 from broker.auth.rules import OPEN_SERVICES, RULES, Rule, authorize, service_of
 from broker.auth.tokens import TokenEntry, TokenSet, bearer_token
 from broker.error_status import abort_for
-from broker.errors import AuthenticationError, PermissionDeniedError, UnlistedMethodError
+from broker.errors import (
+    AuthenticationError,
+    InternalCredentialError,
+    PermissionDeniedError,
+    UnlistedMethodError,
+)
 from broker.rpc_handlers import Malformed
+from cluster.internal_credential import matches
 from proto.shown import shown_text
 
 logger = logging.getLogger(__name__)
@@ -66,6 +76,9 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, tokens: TokenSource, on_failure: Callable[[str], None]) -> None:
         self._tokens = tokens
         self._on_failure = on_failure
+        #: The cluster's internal credential now (cluster mode sets it once it read it
+        #: from etcd); ``None``: no internal credential, every ``internal`` row refused.
+        self.internal: Callable[[], str | None] = _no_internal
 
     async def intercept_service(
         self,
@@ -75,16 +88,40 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         handler = await continuation(details)
         if handler is None or service_of(details.method) in OPEN_SERVICES:
             return handler  # an unknown method is UNIMPLEMENTED, token or not
-        call = _Call(self, _authorization(details.invocation_metadata))
+        values = _authorization(details.invocation_metadata)
+        call = _Call(self, values)
+        rule = RULES.get(details.method)
         try:
+            if self._is_internal(values):
+                if rule is None or not rule.internal:
+                    raise InternalCredentialError(details.method, internal=True)
+                return handler  # its rows name no resource: nothing to check per request
             call.authenticate()
-            rule = RULES.get(details.method)
             if rule is None:
                 raise UnlistedMethodError(call.entry.name, call.entry.id, details.method)
+            if rule.internal:
+                raise InternalCredentialError(
+                    details.method,
+                    internal=False,
+                    token_name=call.entry.name,
+                    token_id=call.entry.id,
+                )
         except _AuthError as exc:
             self.refused(exc)
             return _refusal(handler, exc)
         return _guarded(handler, rule, call)
+
+    def _is_internal(self, values: Sequence[str | bytes]) -> bool:
+        """Whether the call presents the internal credential (a malformed header is not;
+        authenticating it then says what is wrong)."""
+        secret = self.internal()
+        if secret is None:
+            return False
+        try:
+            token = bearer_token(values)
+        except AuthenticationError:
+            return False
+        return matches(token, secret)
 
     def refused(self, exc: AuthenticationError | PermissionDeniedError) -> None:
         """Count and log one refusal."""
@@ -134,6 +171,10 @@ class _Call:
         except _AuthError as exc:
             self._interceptor.refused(exc)
             raise
+
+
+def _no_internal() -> str | None:
+    return None
 
 
 def _authorization(metadata: Sequence[tuple[str, str | bytes]] | None) -> list[str | bytes]:

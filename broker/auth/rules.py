@@ -34,7 +34,12 @@ Lookup                 any token  none; the answer keeps only the routes of topi
                                   token has a grant on (and every broker)
 ClusterStatus          any token  none; the answer keeps only offline topics the token has
                                   a grant on
+ReplicaFetch,          internal   none: only the cluster's internal credential
+OffsetForLeaderEpoch              (:mod:`cluster.internal_credential`), never a user token
 =====================  =========  ========================================================
+
+The internal credential, in turn, passes only the ``internal`` rows: brokers use it to
+fetch from each other, and it opens nothing a client calls.
 
 ``admin`` implies ``produce`` and ``consume`` (:mod:`broker.auth.grants`). List RPCs filter
 rather than refuse, so one CLI works for every role; they show nothing a token may not see.
@@ -51,6 +56,7 @@ from broker.auth.tokens import TokenEntry
 from broker.errors import PermissionDeniedError
 from proto import admin_pb2 as _admin
 from proto import cluster_pb2 as _cluster
+from proto import replication_pb2 as _replication
 
 #: Services every caller may use without a token.
 OPEN_SERVICES = frozenset(
@@ -86,11 +92,14 @@ class Rule:
         resource: The resource of one request; ``None`` when the request names none (a
             Subscribe credit, a ListTopics), which needs only a valid token.
         visible: For list RPCs, the answer with what the token may not see removed.
+        internal: Broker to broker: only the internal credential passes (and it passes
+            no other row).
     """
 
     role: Role | None
     resource: Callable[[Any], Resource | None]
     visible: Callable[[Any, TokenEntry], Any] | None = None
+    internal: bool = False
 
 
 def authorize(rule: Rule, entry: TokenEntry, request: Any) -> None:
@@ -174,8 +183,9 @@ def _visible_subscriptions(response: _admin.ListSubscriptionsResponse, entry: To
 _B = "/headrace.v1.Broker/"
 _A = "/headrace.v1.Admin/"
 _C = "/headrace.v1.Cluster/"
+_R = f"/{_replication.DESCRIPTOR.services_by_name['Replication'].full_name}/"
 
-#: Every RPC of the Broker, Admin and Cluster services, by full method name.
+#: Every RPC of the Broker, Admin, Cluster and Replication services, by full method name.
 RULES: dict[str, Rule] = {
     _B + "Publish": Rule(Role.PRODUCE, _topic),
     _B + "PublishStream": Rule(Role.PRODUCE, _topic),
@@ -198,6 +208,8 @@ RULES: dict[str, Rule] = {
     _A + "DeleteSubscription": Rule(Role.ADMIN, _subscription),
     _C + "Lookup": Rule(None, _none, _visible_routes),
     _C + "ClusterStatus": Rule(None, _none, _visible_offline),
+    _R + "ReplicaFetch": Rule(None, _none, internal=True),
+    _R + "OffsetForLeaderEpoch": Rule(None, _none, internal=True),
 }
 
 

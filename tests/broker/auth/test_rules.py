@@ -14,13 +14,15 @@ from broker.errors import PermissionDeniedError
 from proto import admin_pb2 as admin
 from proto import broker_pb2 as pb
 from proto import cluster_pb2 as cluster
+from proto import replication_pb2 as replication
 
 
 def every_rpc() -> list[str]:
-    """Full method names of every RPC in the Broker, Admin and Cluster service descriptors."""
+    """Full method names of every RPC in the Broker, Admin, Cluster and Replication service
+    descriptors."""
     return [
         f"/{service.full_name}/{method.name}"
-        for module in (pb, admin, cluster)
+        for module in (pb, admin, cluster, replication)
         for service in module.DESCRIPTOR.services_by_name.values()
         for method in service.methods
     ]
@@ -187,3 +189,11 @@ def test_cluster_answers_show_only_the_topics_the_token_may_see() -> None:
     shown = rule.visible(status, token)
     assert [t.topic for t in shown.offline_topics] == ["orders"]
     assert (shown.node_id, list(shown.brokers)) == ("b1", [broker])
+
+
+def test_internal_rows_are_exactly_the_replication_service() -> None:
+    """Scenario: the rows marked internal (only the brokers' internal credential passes
+    them). Expected: exactly the Replication service's RPCs, and no other row is."""
+    internal = {m for m, rule in RULES.items() if rule.internal}
+    assert internal == {m for m in every_rpc() if service_of(m) == "headrace.v1.Replication"}
+    assert len(internal) == 2
