@@ -354,7 +354,7 @@ def topics_describe(name: str, as_json: bool, target: Target) -> None:
 
     info = run(go, target)
     _print_topics([info], as_json)
-    if not as_json and info.owner and info.leader:
+    if not as_json and _clustered(info):
         click.echo(replication_text(info))
 
 
@@ -435,13 +435,22 @@ REPLICATION_FIELDS = ("leader", "epoch", "replicas", "isr", "min_insync_replicas
 
 def topic_doc(info: TopicInfo) -> dict[str, Any]:
     """One topic as JSON: a single broker's as ever; in a cluster with ``owner`` and
-    ``offline`` (``""`` when the owner answered, else why not) and the replication keys
-    (:data:`REPLICATION_FIELDS`: leader, epoch, replicas, isr, min_insync_replicas)."""
+    ``offline`` (listings: ``""`` when the owner answered, else why not) and the
+    replication keys (:data:`REPLICATION_FIELDS`: leader, epoch, replicas, isr,
+    min_insync_replicas)."""
     doc = asdict(info)
     if not info.owner:
-        for key in ("owner", "offline", *REPLICATION_FIELDS):
+        del doc["owner"], doc["offline"]
+    if not _clustered(info):
+        for key in REPLICATION_FIELDS:
             del doc[key]
     return doc
+
+
+def _clustered(info: TopicInfo) -> bool:
+    """Whether ``info`` comes from a cluster that says its replication (a single broker
+    names itself ``local``; a broker before issue 37 names no leader)."""
+    return info.leader not in ("", "local")
 
 
 def _print_topics(infos: list[TopicInfo], as_json: bool) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cluster.records import BrokerRecord, Keys, TopicRecord, TopicState
-from cluster.routes import Me, lookup, offline_topics, topic_route
+from cluster.routes import Me, lookup, offline_topics, topic_route, under_replicated_topics
 from cluster.state import Broker, ClusterState, Topic
 
 
@@ -69,3 +69,40 @@ def test_absent_topic_and_lookup_answer() -> None:
     assert [(o.topic, o.owner_node, o.reason) for o in offline_topics(cluster, _me())] == [
         ("t", "b3", "offline")
     ]
+
+
+def _replicated(cluster: ClusterState, name: str, **fields: object) -> None:
+    record = TopicRecord(name, "1" * 16, 1, 0, "b1", 2, TopicState.READY).replace(**fields)
+    cluster.topics[name] = Topic(record, 11)
+
+
+def test_routes_carry_the_replica_sets_and_the_status_lists_under_replicated() -> None:
+    """Scenario: b1 and b2 live, b3 dead; ``t`` of one replica (issue 36's record) on b2;
+    ``low`` on b1,b2,b3 with isr b1 and min_insync 2; ``ok`` on b1,b2,b3 with isr b1,b2
+    and min_insync 2; ``full`` with every replica in sync; ``new`` still creating with
+    isr b1. Expected: routes carry the sets (``t``: its owner alone, min_insync 1); the
+    under-replicated list is ``low`` then ``ok`` by name, each naming b3 as not running
+    and (for ``low``) b2 as catching up, ``low`` refused and ``ok`` accepted; ``full``,
+    ``t`` and the creating ``new`` are not listed; a placing topic's route has no sets."""
+    cluster = _state("b2", TopicState.READY)
+    three = ("b1", "b2", "b3")
+    _replicated(cluster, "low", replicas=three, isr=("b1",), min_insync=2)
+    _replicated(cluster, "ok", replicas=three, isr=("b1", "b2"), min_insync=2)
+    _replicated(cluster, "full", replicas=("b1", "b2"), isr=("b2", "b1"))
+    _replicated(cluster, "new", replicas=three, isr=("b1",), state=TopicState.CREATING)
+    _replicated(cluster, "wait", owner="", epoch=0, state=TopicState.PLACING, factor=3)
+    t = topic_route(cluster, "t", _me())
+    assert (t.replicas, t.isr, t.min_insync) == (("b2",), ("b2",), 1)
+    low = topic_route(cluster, "low", _me())
+    assert (low.replicas, low.isr, low.min_insync) == (three, ("b1",), 2)
+    wait = topic_route(cluster, "wait", _me())
+    assert (wait.replicas, wait.isr, wait.min_insync) == ((), (), 0)
+    listed = under_replicated_topics(cluster)
+    assert [(u.topic, u.owner_node, u.epoch, u.isr) for u in listed] == [
+        ("low", "b1", 2, ("b1",)),
+        ("ok", "b1", 2, ("b1", "b2")),
+    ]
+    assert "1 of 3 replicas in sync (b3 not running; b2 catching up)" in listed[0].message
+    assert "min_insync is 2: publishes are refused (not-enough-replicas)" in listed[0].message
+    assert "2 of 3 replicas in sync (b3 not running)" in listed[1].message
+    assert listed[1].message.endswith("publishes are accepted")
