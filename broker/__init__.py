@@ -31,6 +31,9 @@ Modules:
                       memory_rule: when (pure)
     logs              the log formats of ``serve``: text (escaped) and json
     topics            TopicRegistry: names, partitions and their log writers
+    replica           replication between brokers (issue 37): replica.leader, the led
+                      topic's commit gate and fetch answers; replica.service, the
+                      Replication servicer (broker to broker, internal credential)
     partition         one partition: its log writer and idempotent-producer state
     producers         which batches of a partition are retries (pure)
     ingest            a batch appended as every publisher does: quota, append, metric

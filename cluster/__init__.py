@@ -32,6 +32,8 @@ Modules (P: pure; A: asyncio shell):
   rule, leader choice, min_insync, balance and reassignment steps.
 - ``replica_txn`` A: the replica group's CAS writes: election, isr changes, leadership
   transfer, replica set changes; outcomes won / lost-race / stale / refused.
+- ``internal_credential`` A: the brokers' shared secret for the Replication service,
+  made once in etcd (``ensure``) and compared in constant time (``matches``, P).
 - ``answers`` P: the Lookup and ClusterStatus answers as plain values, one set for every
   source (a member's view, a broker alone); imports no etcd.
 - ``routes`` P: a topic's route and refusal reason, Lookup and status answers.
