@@ -22,6 +22,9 @@ from click.testing import CliRunner, Result
 
 from broker.cli import cli
 from client import AsyncAdminClient, FailedPrecondition, InvalidArgument, TopicInfo
+from cluster.config_defaults import EtcdDefaults
+from cluster.etcd import EtcdStore
+from cluster.records import Keys
 from proto import admin_pb2 as _admin
 from proto import admin_pb2_grpc as _admin_grpc
 from proto import cluster_pb2 as _cluster
@@ -30,6 +33,9 @@ from tests.cluster.broker_processes import Brokers, cluster_brokers
 from tests.cluster.etcd_harness import EtcdCluster
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function"), pytest.mark.timeout(120)]
+
+APPLIED_WITHIN_S = 2.0
+"""How long the tests give every broker to see a change of the cluster's defaults."""
 
 
 def _check_sets(info: TopicInfo, factor: int, min_insync: int) -> None:
@@ -183,3 +189,26 @@ async def _check_cli(seed: str, described: TopicInfo) -> None:
     status_json = await _cli(seed, "cluster", "status", "--json")
     assert status_json.exit_code == 0, status_json.output
     assert "under_replicated" in json.loads(status_json.output)
+
+
+async def test_the_cluster_defaults_apply_clamped_to_the_live_brokers(
+    tmp_path: Path, etcd: EtcdCluster, prefix: str
+) -> None:
+    """Scenario: three brokers; the cluster defaults set to replication_factor 5 and
+    min_insync_replicas 4 (as ``headrace cluster config set`` stores them); after the
+    brokers saw it, CreateTopic with no factor, then with factor 2 and no min_insync.
+    Expected: the first topic gets the default clamped to the 3 live brokers and its
+    min_insync clamped to 3; the second keeps its explicit factor 2 and gets min_insync 2
+    (the default clamped to the factor): defaults are clamped, explicit values are not."""
+    async with cluster_brokers(tmp_path, etcd, prefix) as brokers:
+        store = await EtcdStore.connect(etcd.endpoints)
+        async with store:
+            await EtcdDefaults(store, Keys(prefix)).change(
+                {"replication_factor": 5, "min_insync_replicas": 4}
+            )
+        await asyncio.sleep(APPLIED_WITHIN_S)
+        async with AsyncAdminClient(brokers.all[0].address) as admin:
+            default = await admin.create_topic("d", 1)
+            two = await admin.create_topic("two", 1, replication_factor=2)
+        _check_sets(default, 3, 3)
+        _check_sets(two, 2, 2)
