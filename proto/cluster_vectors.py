@@ -105,6 +105,16 @@ REFUSALS: tuple[RefusalCase, ...] = (
         Redirection("creating", "orders", "b2", "10.0.0.2:50051", 0),
         "topic 'orders' is being created on broker b2; retry in a moment",
     ),
+    RefusalCase(
+        "not_enough_replicas",
+        "This broker leads the replicated topic but fewer of its replicas are in sync than "
+        "its min_insync: no publish is appended (reads go on). Back off and look it up "
+        "again; resend the same batch.",
+        Redirection("not-enough-replicas", "orders", "b1", "10.0.0.1:50051", 3),
+        "topic orders has 1 in-sync replica of 3; at least 2 are needed "
+        "(min_insync_replicas): nothing was written; retry when a replica has caught up, "
+        "or bring its broker back",
+    ),
 )
 
 

@@ -9,7 +9,7 @@ uses it) and these trailing metadata entries (ASCII values):
 key                        value
 =========================  ==============================================================
 ``headrace-refusal``       the reason: ``not-owner``, ``offline``, ``no-session``,
-                           ``data-missing`` or ``creating``
+                           ``data-missing``, ``creating`` or ``not-enough-replicas``
 ``headrace-topic``         the topic the call named
 ``headrace-owner-node``    the owner's node id; empty when unknown
 ``headrace-owner-address`` the owner's ``host:port``; empty when unknown
@@ -42,7 +42,7 @@ from dataclasses import dataclass
 ABORTED = 10
 
 #: Every refusal reason, in the order the spec lists them.
-REASONS = ("not-owner", "offline", "no-session", "data-missing", "creating")
+REASONS = ("not-owner", "offline", "no-session", "data-missing", "creating", "not-enough-replicas")
 
 TRAILER_REASON = "headrace-refusal"
 TRAILER_TOPIC = "headrace-topic"
@@ -159,7 +159,8 @@ def from_redirect_fields(fields: Mapping[str, str | int]) -> Redirection | None:
 def action(r: Redirection) -> Action:
     """What a client does: :data:`Action.REDIRECT` for ``not-owner`` with a known owner
     address, :data:`Action.BACKOFF` for everything else (the owner is unknown, offline,
-    without a session, missing its data, or still creating the topic)."""
+    without a session, missing its data, still creating the topic, or leading it with
+    too few in-sync replicas)."""
     if r.reason == "not-owner" and r.owner_address:
         return Action.REDIRECT
     return Action.BACKOFF

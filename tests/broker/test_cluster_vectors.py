@@ -77,7 +77,9 @@ def test_there_is_a_vector_per_reason() -> None:
     every reason of the spec appears in one."""
     assert [p.name for p in REFUSAL_FILES] == sorted(f"refusal_{c.name}.json" for c in REFUSALS)
     reasons = {load(p)["refusal"]["reason"] for p in REFUSAL_FILES}
-    assert reasons == {"not-owner", "offline", "no-session", "data-missing", "creating"}
+    assert reasons == {
+        "not-owner", "offline", "no-session", "data-missing", "creating", "not-enough-replicas"
+    }  # fmt: skip
 
 
 @pytest.mark.parametrize("path", REFUSAL_FILES, ids=lambda p: p.stem)
