@@ -81,6 +81,37 @@ def test_the_local_cluster_session_runs_as_printed(tmp_path: Path) -> None:
         assert sorted(owned.values()) == [(0, 0), (1, 2), (1, 3)], owned
 
 
+def test_the_replicated_topic_example_runs_as_printed(tmp_path: Path) -> None:
+    """Scenario: `cluster local --brokers 3`, then the page's replicated-topic block with
+    HEADRACE_BROKER set to the seeds, then `topics describe orders` and `cluster status`.
+    Expected: the create exits 0 naming three replicas; describe prints the page's four
+    replication lines (leader with its epoch, the three brokers as replicas, the in-sync
+    set, min_insync 2); status has the under-replicated section the page describes."""
+    etcd_binary()
+    (create,) = commands(block_after(PAGE, "## Replicated topics"))
+    assert create == (
+        ".venv/bin/headrace topics create orders --partitions 3 --replication-factor 3 "
+        "--min-insync-replicas 2"
+    )
+    base = free_base_port(3)
+    with local_cluster(tmp_path / "cluster", 3, base) as (seeds, _process):
+        ran = session(
+            [create, "headrace topics describe orders", "headrace cluster status"],
+            tmp_path,
+            {"HEADRACE_BROKER": seeds},
+            timeout=120,
+        )
+    for step in ran:
+        assert step.returncode == 0, (step.command, step.stdout, step.stderr)
+    assert "created topic orders with 3 partitions, replicas b" in ran[0].stdout
+    lines = ran[1].stdout.splitlines()
+    assert re.fullmatch(r"leader     b[123] \(epoch \d+\)", lines[-4]), lines
+    assert sorted(lines[-3].removeprefix("replicas   ").split(", ")) == ["b1", "b2", "b3"]
+    assert lines[-2].startswith("isr        b")
+    assert lines[-1] == "min_insync 2"
+    assert "under-replicated topics: " in ran[2].stdout
+
+
 def test_the_toml_example_joins_a_cluster(tmp_path: Path) -> None:
     """Scenario: the page's broker.toml with its etcd endpoints and addresses pointed at
     this test's `cluster local` etcd on loopback and free ports (TLS keys left out), then

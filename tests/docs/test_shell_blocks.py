@@ -101,6 +101,11 @@ RUN_BY: dict[Block, tuple[str, ...]] = {
         "export HEADRACE_BROKER=127.0.0.1:52380,127.0.0.1:52381,127.0",
         1,
     ): (_CLUSTER + "test_the_local_cluster_session_runs_as_printed",),
+    (
+        "docs/operations/cluster.md",
+        ".venv/bin/headrace topics create orders --partitions 3 --rep",
+        1,
+    ): (_CLUSTER + "test_the_replicated_topic_example_runs_as_printed",),
     ("docs/grpcurl.md", 'grpcurl -plaintext -d \'{"name": "orders", "partitions": 1}\'', 1): (
         _GRPCURL,
     ),
