@@ -455,3 +455,26 @@ async def test_a_follower_log_ends_byte_identical(tmp_path: Path) -> None:
                 ).read_bytes()
         await asyncio.wait_for(asyncio.gather(*tasks), 2)
         assert topic.partitions[0].writer.high_water_mark == 20
+
+
+@pytest.mark.asyncio
+async def test_a_retry_of_an_uncommitted_batch_waits_for_the_commit(tmp_path: Path) -> None:
+    """Scenario: an idempotent producer's batch (pid 7, seq 0) is durable on b1 but not
+    committed; the producer resends the same batch (its first answer was lost).
+    Expected: the retry is not written again and is not answered before the commit; once
+    b2 and b3 fetched past it both answers come, the retry's flagged as one, at offset 0."""
+    async with leading(tmp_path, record()) as (leader, topic, _, _):
+        p = topic.partitions[0]
+        data = encode_columns([b"once"], producer_id=7, base_sequence=0)
+        first = asyncio.create_task(p.append(data))
+        await fetch(leader, "b2", 0, max_wait_ms=2000)  # returns once the batch is durable
+        retry = asyncio.create_task(p.append(data))
+        await asyncio.sleep(0.05)
+        assert not first.done()
+        assert not retry.done()
+        assert p.writer.head == 1
+        await fetch(leader, "b2", 1)
+        await fetch(leader, "b3", 1)
+        (r1, dup1), (r2, dup2) = await asyncio.wait_for(asyncio.gather(first, retry), 1)
+        assert (r1.first_offset, dup1, r2.first_offset, dup2) == (0, False, 0, True)
+        assert p.writer.head == 1
