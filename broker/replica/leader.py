@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import heapq
 import itertools
 import logging
@@ -92,6 +93,16 @@ class _LedLog:
         #: (last offset, order, future) of each waiting acknowledgement: a heap.
         self.waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self.epoch_start = 0
+        #: The writer's durable listener while the topic is led (removed by aclose).
+        self.on_durable: Callable[[int], None] | None = None
+
+    def committed_to(self, mark: int) -> None:
+        """The writer's mark listener: answer the acknowledgements below ``mark``."""
+        waiters = self.waiters
+        while waiters and waiters[0][0] < mark:
+            future = heapq.heappop(waiters)[2]
+            if not future.done():
+                future.set_result(None)
 
 
 class LeaderTopic:
@@ -188,8 +199,9 @@ class LeaderTopic:
         for led in self._logs.values():
             for node in self._followers():
                 led.progress[node] = FollowerProgress.tracked(now, node in isr)
-            led.writer.add_durable_listener(self._on_durable)
-            led.writer.add_listener(self._listener(led))
+            led.on_durable = functools.partial(self._on_durable, led)
+            led.writer.add_durable_listener(led.on_durable)
+            led.writer.add_listener(led.committed_to)
             led.partition.gate = self
         self._recompute()
         self._ticker = asyncio.create_task(
@@ -211,8 +223,10 @@ class LeaderTopic:
         for task in list(self._tasks):
             task.cancel()
         for led in self._logs.values():
-            with contextlib.suppress(ValueError):
-                led.writer.remove_durable_listener(self._on_durable)
+            if led.on_durable is not None:
+                led.writer.remove_durable_listener(led.on_durable)
+                led.writer.remove_listener(led.committed_to)
+                led.on_durable = None
             if led.partition.gate is self:
                 led.partition.gate = None
 
@@ -297,16 +311,6 @@ class LeaderTopic:
         heapq.heappush(led.waiters, (last_offset, next(self._order), future))
         await future
 
-    def _listener(self, led: _LedLog) -> Callable[[int], None]:
-        def committed_to(mark: int) -> None:
-            waiters = led.waiters
-            while waiters and waiters[0][0] < mark:
-                future = heapq.heappop(waiters)[2]
-                if not future.done():
-                    future.set_result(None)
-
-        return committed_to
-
     def _fail_waiters(self, why: str) -> None:
         for led in self._logs.values():
             waiters, led.waiters = led.waiters, []
@@ -337,10 +341,11 @@ class LeaderTopic:
         for led in self._logs.values():
             led.writer.commit_to(self._hw(led))
 
-    def _on_durable(self, _end: int) -> None:
-        """A log's durable end advanced: its watermark may move (the leader counts
+    def _on_durable(self, led: _LedLog, _end: int) -> None:
+        """``led``'s durable end advanced: its watermark may move (the leader counts
         itself), and long polls wake."""
-        self._recompute()
+        if self._stopped is None:
+            led.writer.commit_to(self._hw(led))
         self._wake()
 
     def _wake(self) -> None:
