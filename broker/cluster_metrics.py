@@ -60,6 +60,11 @@ def member_sample(member: ClusterMember, now: float | None = None) -> ClusterSam
         owned_partitions=sum(r.partitions for r in owned),
         etcd_reachable=reachable,
         offline=tuple((t.topic, t.owner_node, t.reason) for t in offline_topics(state, me)),
+        replication=tuple(
+            (r.name, len(r.effective_replicas()), len(r.effective_isr()), r.min_insync)
+            for r in owned
+            if len(r.effective_replicas()) > 1
+        ),
     )
 
 

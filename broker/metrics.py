@@ -490,6 +490,8 @@ class ClusterSample:
         owned_partitions: their partitions.
         etcd_reachable: etcd answered its last keepalive in time.
         offline: ``(topic, owner_node, reason)`` of each topic its view says is offline.
+        replication: ``(topic, replicas, in_sync, min_insync)`` of each replicated topic
+            (more than one replica) it leads, as its view of etcd holds them.
     """
 
     session_alive: bool
@@ -500,6 +502,7 @@ class ClusterSample:
     owned_partitions: int
     etcd_reachable: bool
     offline: tuple[tuple[str, str, str], ...] = ()
+    replication: tuple[tuple[str, int, int, int], ...] = ()
 
 
 class _ClusterCollector(Collector):
@@ -546,6 +549,24 @@ class _ClusterCollector(Collector):
                 "its data missing, or it is still being created), with the owner and why.",
                 labels=topic,
             ),
+            "replicas": gauge(
+                "headrace_cluster_topic_replicas",
+                "Replicas of each replicated topic this broker leads.",
+                labels=("topic",),
+            ),
+            "in_sync": gauge(
+                "headrace_cluster_topic_in_sync_replicas",
+                "In-sync replicas (the leader included) of each replicated topic this broker "
+                "leads; below headrace_cluster_topic_replicas: under-replicated.",
+                labels=("topic",),
+            ),
+            "min_insync": gauge(
+                "headrace_cluster_topic_min_insync_replicas",
+                "min_insync_replicas of each replicated topic this broker leads; "
+                "headrace_cluster_topic_in_sync_replicas below it: every publish is "
+                "refused (not-enough-replicas).",
+                labels=("topic",),
+            ),
         }
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
@@ -562,6 +583,10 @@ class _ClusterCollector(Collector):
         families["etcd"].add_metric([], float(sample.etcd_reachable))
         for name, owner, reason in sample.offline:
             families["offline"].add_metric([name, owner, reason], 1.0)
+        for name, replicas, in_sync, min_insync in sample.replication:
+            families["replicas"].add_metric([name], float(replicas))
+            families["in_sync"].add_metric([name], float(in_sync))
+            families["min_insync"].add_metric([name], float(min_insync))
         yield from families.values()
 
 

@@ -32,6 +32,7 @@ UNIT_NOUNS = frozenset(
         "reads",
         "records",
         "refusals",
+        "replicas",
         "requests",
         "restarts",
         "seconds",

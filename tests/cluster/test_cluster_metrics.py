@@ -162,3 +162,32 @@ async def test_a_single_broker_is_node_local_and_refusals_are_counted() -> None:
     assert value(samples, "headrace_node_info", node_id="local") == 1
     assert value(samples, "headrace_cluster_refusals_total", reason="not-owner") == 2
     assert not [k for k in samples if k[0].startswith("headrace_cluster_session")]
+
+
+async def test_a_leader_exports_its_replicated_topics_sets(etcd: EtcdCluster, prefix: str) -> None:
+    """Scenario: three members (in-memory topics, so no follower ever fetches and each
+    replicated topic's in-sync set stays its leader alone); ``r3`` of factor 3 with
+    min_insync 2, ``r2`` of factor 2 with min_insync 1, ``one`` of factor 1; every member
+    scraped. Expected: only r3's leader exports r3, with replicas 3, in-sync 1 and
+    min_insync 2 (an alert on in-sync < min_insync fires); only r2's leader exports r2
+    (2, 1, 1); nobody exports ``one``; the families keep the naming rule."""
+    async with members(etcd.endpoints, prefix, 3) as group:
+        r3 = await group[0].create_topic_record("r3", 1, timeout_s=10, factor=3, min_insync=2)
+        r2 = await group[1].create_topic_record("r2", 1, timeout_s=10, factor=2, min_insync=1)
+        await group[2].create_topic_record("one", 1, timeout_s=10)
+        names = ("replicas", "in_sync_replicas", "min_insync_replicas")
+        for member in group:
+            samples, kinds = await scrape(watched(member))
+            ours = {k: v for k, v in kinds.items() if k.startswith("headrace_cluster_topic_")}
+            assert naming_errors(ours) == []
+            exported = {
+                (dict(labels)["topic"], name.removeprefix("headrace_cluster_topic_")): v
+                for (name, labels), v in samples.items()
+                if name.removeprefix("headrace_cluster_topic_") in names
+            }
+            wanted: dict[tuple[str, str], float] = {}
+            if member.node_id == r3.owner:
+                wanted |= {("r3", n): v for n, v in zip(names, (3, 1, 2), strict=True)}
+            if member.node_id == r2.owner:
+                wanted |= {("r2", n): v for n, v in zip(names, (2, 1, 1), strict=True)}
+            assert exported == wanted, member.node_id
