@@ -26,8 +26,9 @@ Modules (P: pure; A: asyncio shell):
 - ``view`` A: ``View``, list+watch that keeps a ``ClusterState`` current; relists.
 - ``session`` A: the lease, its keepalive, registration, and the write deadline
   (``WriteWindow`` P) by this process's own clock.
-- ``placement`` P: which live broker owns a new topic.
-- ``controller`` A: election by transaction, the fencing token, placing topics.
+- ``placement`` P: which live brokers hold a new topic (its replicas) and which leads it.
+- ``controller`` A: election by transaction, the fencing token, placing topics (a factor
+  the live brokers cannot hold ends the create as ``failed``).
 - ``replicas`` P: replication's rules: replica placement, high watermark, the in-sync
   rule, leader choice, min_insync, balance and reassignment steps.
 - ``replica_txn`` A: the replica group's CAS writes: election, isr changes, leadership
