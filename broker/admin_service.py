@@ -176,12 +176,13 @@ class AdminService(_grpc.AdminServicer):
         return self._info(record)
 
     def _info(self, record: TopicRecord) -> _admin.TopicInfo:
-        """The full facts of a topic held here, else what etcd holds of it."""
+        """The full facts of a topic this broker owns (leads), else what etcd holds of it:
+        a follower's copy has figures of its own, which are not the topic's."""
         try:
             topic = self._topics.get(record.name)
         except TopicNotFoundError:
             return _record_info(record)
-        if topic.topic_id != record.id:
+        if topic.topic_id != record.id or record.owner != self.node_id:
             return _record_info(record)
         return _topic_info(topic, record)
 

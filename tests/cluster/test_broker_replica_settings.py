@@ -66,6 +66,27 @@ async def _status(brokers: Brokers) -> _cluster.ClusterStatusResponse:
     return answer
 
 
+async def _listed(address: str, name: str) -> _admin.TopicInfo:
+    """``name`` in a raw ListTopics answered by the broker at ``address`` alone."""
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = _admin_grpc.AdminStub(channel)
+        answer = await stub.ListTopics(_admin.ListTopicsRequest(), timeout=5)
+    [info] = [t for t in answer.topics if t.name == name]
+    assert isinstance(info, _admin.TopicInfo)
+    return info
+
+
+async def _check_listings(brokers: Brokers, made: TopicInfo) -> None:
+    """A raw ListTopics through the leader gives ``orders``' figures (its fsync); through a
+    follower, which holds a copy, only what etcd holds (no fsync), both with the sets."""
+    for broker in brokers.all:
+        assert (broker.data_dir / "topics" / "orders").is_dir()  # every replica has a copy
+        info = await _listed(broker.address, "orders")
+        assert list(info.replicas) == list(made.replicas)
+        assert info.leader == made.leader
+        assert info.fsync == ("always" if broker.node_id == made.leader else ""), broker.node_id
+
+
 async def _cli(seed: str, *args: str) -> Result:
     return await asyncio.to_thread(CliRunner().invoke, cli, [*args, "--broker", seed])
 
@@ -127,7 +148,8 @@ async def test_describe_lookup_status_and_the_cli_show_the_replica_sets(
     route's isr is shorter than its replicas, and nothing once it is not; never the
     factor-1 topic; the CLI prints the leader,
     epoch, replicas, isr and min_insync lines, the JSON has the same values, and the
-    status JSON has the under_replicated key."""
+    status JSON has the under_replicated key; a raw ListTopics gives the topic's figures
+    only through its leader (a follower's copy is not the topic's)."""
     async with cluster_brokers(tmp_path, etcd, prefix) as brokers:
         seed = brokers.all[0].address
         async with AsyncAdminClient(seed) as admin:
@@ -166,6 +188,7 @@ async def test_describe_lookup_status_and_the_cli_show_the_replica_sets(
             assert "of 3 replicas in sync" in under.message
         else:
             assert [u.topic for u in after.under_replicated] == []
+        await _check_listings(brokers, made)
         await _check_cli(seed, described)
 
 
