@@ -46,8 +46,9 @@ async def test_a_single_broker_owns_every_topic_it_holds(tmp_path: Path) -> None
     of orders, nothing, audit and orders again, then Lookup of every topic. Expected: one
     route per asked name in order: orders and audit owned by 'local' at this broker's
     bound address, epoch 0, ready, online, with their partitions, 'local' their one
-    replica and in-sync set, min_insync 1; 'nothing' absent with no owner; every topic by name when none is asked; one broker, 'local', alive, owning 2
-    topics and 4 partitions; answered by node 'local', controller 'local'; revision 0."""
+    replica and in-sync set, min_insync 1; 'nothing' absent with no owner; every topic
+    by name when none is asked; one broker, 'local', alive, owning 2 topics and 4
+    partitions; answered by node 'local', controller 'local'; revision 0."""
     async with serving(broker_config(tmp_path / "data")) as (broker, client):
         for name, partitions in (("orders", 3), ("audit", 1)):
             await client.admin.CreateTopic(
