@@ -72,6 +72,7 @@ class ReplicationTable(msgspec.Struct, forbid_unknown_fields=True):
     replication_factor: Annotated[int, msgspec.Meta(ge=1, le=_MAX_FACTOR)] | None = None
     min_insync_replicas: Annotated[int, msgspec.Meta(ge=1, le=_MAX_FACTOR)] | None = None
 
+
 #: The file's table of each key: ``[broker]`` or ``[wal]``.
 TABLES: dict[str, str] = {
     "default_partitions": "broker",
