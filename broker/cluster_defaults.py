@@ -73,7 +73,7 @@ class ReplicationTable(msgspec.Struct, forbid_unknown_fields=True):
     min_insync_replicas: Annotated[int, msgspec.Meta(ge=1, le=_MAX_FACTOR)] | None = None
 
 
-#: The file's table of each key: ``[broker]`` or ``[wal]``.
+#: The file's table of each key: ``[broker]`` or ``[wal]``; ``cluster``: none (cluster-only).
 TABLES: dict[str, str] = {
     "default_partitions": "broker",
     "auto_create_topics": "broker",
