@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 
 from broker.app import Broker
+from broker.cli_cluster import status_document, status_text
+from proto import cluster_pb2
 from tests.broker.conftest import broker_config
 from tests.broker.test_cli_client import CLI
 from tests.cluster.etcd_harness import etcd_binary
@@ -223,3 +225,40 @@ def test_local_cluster_serves_topics_through_one_seed_and_stops_on_sigint(
         assert got.returncode == 0, got.stderr
         assert sorted(got.stdout.split()) == ["1", "2", "3", "4", "5"]
     assert processes_naming(str(data)) == []
+
+
+def test_status_lists_under_replicated_topics_with_whether_publishes_go_on() -> None:
+    """Scenario: a cluster's ClusterStatus answer with two under-replicated topics, one
+    whose in-sync set is below its min_insync; then a single broker's answer. Expected:
+    the JSON carries both with their sets; the text says "under-replicated topics: 2" and
+    a row for each with its leader, epoch, replicas, isr, min_insync and below_min (YES for
+    the one below min_insync); the single broker's text has no such line and its JSON an
+    empty list."""
+    under = [
+        cluster_pb2.UnderReplicatedTopic(
+            topic="orders", owner_node="b1", epoch=4, replicas=["b1", "b2", "b3"],
+            isr=["b1"], min_insync=2, message="m1",
+        ),
+        cluster_pb2.UnderReplicatedTopic(
+            topic="audit", owner_node="b2", epoch=1, replicas=["b2", "b3"], isr=["b2"],
+            min_insync=1, message="m2",
+        ),
+    ]  # fmt: skip
+    answer = cluster_pb2.ClusterStatusResponse(
+        node_id="b1", cluster_id="c0ffee", controller="b1", under_replicated=under
+    )
+    document = status_document(answer)
+    assert document["under_replicated"][0] == {
+        "topic": "orders", "owner_node": "b1", "epoch": 4, "replicas": ["b1", "b2", "b3"],
+        "isr": ["b1"], "min_insync": 2, "message": "m1",
+    }  # fmt: skip
+    lines = status_text(document).splitlines()
+    at = lines.index("under-replicated topics: 2")
+    assert lines[at + 1].split() == [
+        "topic", "leader", "epoch", "replicas", "isr", "min_insync", "below_min"
+    ]  # fmt: skip
+    assert lines[at + 2].split() == ["orders", "b1", "4", "b1,b2,b3", "b1", "2", "YES"]
+    assert lines[at + 3].split() == ["audit", "b2", "1", "b2,b3", "b2", "1", "no"]
+    single = status_document(cluster_pb2.ClusterStatusResponse(node_id="local"))
+    assert single["under_replicated"] == []
+    assert "under-replicated" not in status_text(single)
