@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import zlib
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
@@ -183,9 +184,14 @@ def load_entries(fs: FileSystem, directory: str) -> list[EpochEntry]:
 class LeaderEpochs:
     """The ``leader-epochs`` file of one partition directory, and its entries in memory.
 
-    Not task-safe: one owner, the :class:`wal.log.Log` of the directory (so the log's
-    writer, on its thread); reads of :meth:`entries` from elsewhere see a list that is
-    replaced, never changed in place.
+    Thread-safe for its changes: :meth:`assign`, :meth:`truncate_from` and
+    :meth:`truncate_before` each read the entries and replace the file under one lock, so
+    a follower copying its leader's epochs on a worker thread and retention trimming them
+    on the event loop (:meth:`wal.log.Log.apply_retention`) never write the temp file at
+    once nor lose each other's change (a change waits for the other: a few milliseconds,
+    a file of a few lines fsynced). Reads of :meth:`entries`, :meth:`latest` and
+    :meth:`end_offset_for` take no lock: they see a list that is replaced, never changed
+    in place. The :class:`wal.log.Log` of the directory owns it.
 
     Args:
         directory: The partition directory.
@@ -207,6 +213,7 @@ class LeaderEpochs:
         self._fs = fs
         self._log_end = log_end
         self._entries = entries
+        self._lock = threading.Lock()  # one change at a time (see the class docstring)
 
     @classmethod
     def open(cls, directory: str, *, fs: FileSystem, log_end: Callable[[], int]) -> LeaderEpochs:
@@ -242,18 +249,19 @@ class LeaderEpochs:
                 latest entry's start (truncate first).
             WalIOError: the file could not be replaced; the entries are unchanged.
         """
-        latest = self.latest()
-        if latest is not None and latest.epoch == epoch:
-            return
-        if latest is not None and (epoch < latest.epoch or start_offset < latest.start_offset):
-            raise ValueError(
-                f"{self.path}: cannot assign epoch {epoch} at {start_offset} after "
-                f"{tuple(latest)}: epochs and start offsets only increase"
-            )
-        kept = self._entries
-        if latest is not None and latest.start_offset == start_offset:
-            kept = kept[:-1]
-        self._replace([*kept, EpochEntry(epoch, start_offset)])
+        with self._lock:
+            latest = self.latest()
+            if latest is not None and latest.epoch == epoch:
+                return
+            if latest is not None and (epoch < latest.epoch or start_offset < latest.start_offset):
+                raise ValueError(
+                    f"{self.path}: cannot assign epoch {epoch} at {start_offset} after "
+                    f"{tuple(latest)}: epochs and start offsets only increase"
+                )
+            kept = self._entries
+            if latest is not None and latest.start_offset == start_offset:
+                kept = kept[:-1]
+            self._replace([*kept, EpochEntry(epoch, start_offset)])
         logger.info("%s: epoch %d starts at offset %d", self.path, epoch, start_offset)
 
     def truncate_from(self, offset: int) -> None:
@@ -263,11 +271,13 @@ class LeaderEpochs:
         Raises:
             WalIOError: the file could not be replaced; the entries are unchanged.
         """
-        kept = entries_from(self._entries, offset)
-        if len(kept) != len(self._entries):
+        with self._lock:
+            kept = entries_from(self._entries, offset)
+            if len(kept) == len(self._entries):
+                return
             dropped = self._entries[len(kept) :]
             self._replace(kept)
-            logger.info("%s: dropped epochs from offset %d: %s", self.path, offset, dropped)
+        logger.info("%s: dropped epochs from offset %d: %s", self.path, offset, dropped)
 
     def truncate_before(self, offset: int) -> None:
         """Drop the entries wholly below ``offset`` (retention raised the log start to
@@ -276,9 +286,10 @@ class LeaderEpochs:
         Raises:
             WalIOError: the file could not be replaced; the entries are unchanged.
         """
-        kept = entries_before(self._entries, offset)
-        if kept != self._entries:
-            self._replace(kept)
+        with self._lock:
+            kept = entries_before(self._entries, offset)
+            if kept != self._entries:
+                self._replace(kept)
 
     def _replace(self, entries: list[EpochEntry]) -> None:
         """Write ``entries`` atomically (tmp, fdatasync, rename, directory fsync), then
