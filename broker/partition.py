@@ -60,7 +60,7 @@ import functools
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from broker.errors import ProducerSequenceError, ShuttingDownError, TopicRefusedError
@@ -327,6 +327,36 @@ class Partition:
     def take_evicted_producers(self) -> int:
         """How many producers the table's cap forgot since the last call."""
         return self._table.take_evicted()
+
+    # -- a follower's (broker.replica.fetcher) ----------------------------------------
+
+    def note_replicated(self, batches: Iterable[tuple[int, int, int, int]]) -> None:
+        """Learn the producers of a leader's batches a follower is about to append,
+        ``(producer_id, base_sequence, first_offset, last_offset)`` each, so that the
+        table is current when this broker is promoted (no scan then).
+
+        Noted before the append: a snapshot keeps only rows below the high-water mark,
+        which the append has not reached yet; if the append fails, the caller calls
+        :meth:`reload_producers`.
+        """
+        at_ms = self._clock()
+        for pid, seq, first, last in batches:
+            self._table.observe(pid, seq, first, last, at_ms=at_ms)
+
+    async def reload_producers(self) -> None:
+        """Rebuild the producer table from the log (and the snapshot if it is not ahead
+        of it), after a follower cut its log back or emptied it: the table may hold
+        batches that are gone. Then snapshot it at the head, so that no older snapshot
+        that covers offsets the log holds again with other batches is ever restored."""
+        if self._snapshot_task is not None:
+            await asyncio.shield(self._snapshot_task)  # it never raises
+        log, limit = self.writer.log, self._table.max_producers
+        async with self._snapshot_lock:
+            rebuild = asyncio.to_thread(
+                _rebuild, log, self._snapshot, self._fs, self._clock(), limit
+            )
+            self._table = await run_to_end(rebuild)
+        await self._write_snapshot(self.writer.head)
 
     async def aclose(self) -> None:
         """Refuse new appends, let the others settle (and a periodic snapshot finish),
