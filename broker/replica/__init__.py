@@ -7,7 +7,8 @@ Modules:
     leader    LeaderTopic: a led topic's followers, its high watermark (the commit gate),
               in-sync set changes, the answers to ReplicaFetch and OffsetForLeaderEpoch
     service   the Replication gRPC servicer (broker to broker; the internal credential)
-    fetcher   FollowerTopic: a followed topic's fetch loop
+    fetcher   FollowerTopic: a followed topic's fetch loop; fetch_rules: what it does
+              with the leader's answer for each log (pure)
     manager   ReplicaManager: which topics this broker leads and follows
 
 Factor-1 topics never meet this package: a single broker and issue 36's cluster are

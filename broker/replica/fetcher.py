@@ -1,0 +1,374 @@
+"""The follower of a replicated topic: one task fetching every log of the topic from its
+leader and appending the leader's bytes.
+
+Role: one :class:`FollowerTopic` per topic this broker follows, made by the replica
+manager when the broker becomes a follower at ``record.epoch`` and closed when it stops
+following. Its task loops: one ``ReplicaFetch`` (a long poll) to the leader with every
+log's head and the epoch of its last record, then for each log the action of
+:func:`broker.replica.fetch_rules.plan`, carried out in order:
+
+- append: the leader's epoch entries that date the batches are copied into the log's
+  ``leader-epochs`` (on a worker thread, durable), the batches' producers noted in the
+  partition's producer table (so a promotion needs no scan), then
+  ``LogWriter.append_replicated`` (durable under the fsync policy before it returns);
+  then the follower's mark is committed to ``min(leader's high watermark, its end)``;
+- cut back (``truncate_to``, to the divergence point: never to the high watermark alone)
+  or empty the log to a new start (``restart_at``), then the producer table is rebuilt
+  from the log;
+- an error of the whole fetch or of a log (``NOT_LEADER``, ``FENCED_LEADER_EPOCH``,
+  ``UNKNOWN_LEADER_EPOCH``, an unreachable leader...) pauses the loop
+  (:func:`~broker.replica.fetch_rules.backoff_s`: exponential, jittered) before the next
+  fetch; :meth:`FollowerTopic.update` (a new epoch or leader) ends a pause at once.
+
+Invariants:
+
+- The offset a log is fetched from is its head, always a batch boundary: every write is
+  whole batches (``append_replicated`` runs to its end even when its caller is cancelled,
+  and a crash leaves a prefix of whole batches, which opening keeps).
+- Under the ``always`` fsync policy the head is the log's durable end, what the leader
+  counts toward its high watermark; under ``interval`` and ``never`` it is the written
+  end, as ``append_replicated`` says.
+- An epoch entry is durable before the first record it dates is written.
+- The follower's writer holds its commits (``LogWriter.hold_commits``): its mark is what
+  its leader committed and it has, never more.
+
+Stopping (:meth:`FollowerTopic.aclose`): the long poll is cancelled at once; an append,
+a cut or an epoch write in flight runs to its end first; nothing else is started.
+
+Task-safety: one event loop; the task alone writes the topic's logs; :meth:`update`
+and :meth:`aclose` only set state and wake it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
+
+import grpc
+
+from broker.partition import Partition
+from broker.replica.fetch_rules import (
+    BACKOFF_BASE_S,
+    BACKOFF_MAX_S,
+    Action,
+    Append,
+    BackOff,
+    Commit,
+    LogPosition,
+    RestartAt,
+    TruncateTo,
+    backoff_s,
+    last_fetched_epoch,
+    plan,
+    reply_from_pb,
+)
+from broker.replica.leader import log_id
+from broker.topics import Topic
+from cluster.records import TopicRecord
+from proto import replication_pb2 as _pb
+from proto import replication_pb2_grpc as _grpc
+from wal import NotBatchBoundaryError, WalError, run_to_end
+from wal.leader_epochs import EpochEntry, LeaderEpochs
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: How much longer than ``max_wait_ms`` a fetch may take before it counts as failed (s):
+#: the leader holds it that long at most, the rest is the network and its disk.
+RPC_MARGIN_S = 5.0
+
+
+class FollowerTopic:
+    """This broker follows ``topic``, whose leader is at ``leader_address``, at
+    ``record.epoch``.
+
+    Args:
+        topic: the topic's local partitions (made by the member before it follows).
+        record: the topic's record (its id, epoch and leader).
+        node_id: this broker's node id (the leader checks it is a replica).
+        leader_address: ``host:port`` of the leader.
+        channel: opens a channel to an address; the follower owns each channel it gets
+            and closes it when the leader moves or the follower closes.
+        credential: the cluster's internal secret, sent as ``authorization: Bearer``;
+            ``None`` when tokens are off.
+        max_bytes: bytes one fetch asks for at most, over all logs. Default 1 MiB.
+        max_wait_ms: how long the leader may hold a fetch with no data (ms). Default 500.
+        backoff_base_s: the first pause after a failed fetch (s). Default 0.05.
+        backoff_max_s: the longest pause (s). Default 2.
+        rng: the jitter's randomness. Default: a new ``random.Random``.
+    """
+
+    def __init__(
+        self,
+        topic: Topic,
+        record: TopicRecord,
+        node_id: str,
+        leader_address: str,
+        *,
+        channel: Callable[[str], grpc.aio.Channel],
+        credential: str | None,
+        max_bytes: int = 1 << 20,
+        max_wait_ms: int = 500,
+        backoff_base_s: float = BACKOFF_BASE_S,
+        backoff_max_s: float = BACKOFF_MAX_S,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._topic = topic
+        self._record = record
+        self._node = node_id
+        self._address = leader_address
+        self._open_channel = channel
+        self._metadata = (("authorization", f"Bearer {credential}"),) if credential else None
+        self._max_bytes = max_bytes
+        self._max_wait_ms = max_wait_ms
+        self._backoff = (backoff_base_s, backoff_max_s)
+        self._rng = rng or random.Random()
+        self._logs = {log_id(p.index): p for p in topic.partitions}
+        self._channel: grpc.aio.Channel | None = None
+        self._channel_address = ""
+        self._task: asyncio.Task[None] | None = None
+        self._woken = asyncio.Event()  # update() or aclose(): stop waiting, look again
+        self._closing = False
+        #: Fetches that failed (the whole fetch or a log's answer), since the start.
+        self.failures = 0
+        #: Cuts back to a divergence point, and logs emptied to a new start.
+        self.truncations = 0
+        self.restarts = 0
+        #: The last failure, for a person (``None`` once a fetch succeeds).
+        self.last_error: str | None = None
+
+    @property
+    def record(self) -> TopicRecord:
+        """The topic's record as last given."""
+        return self._record
+
+    @property
+    def leader_address(self) -> str:
+        """Where the leader is, as last given."""
+        return self._address
+
+    @property
+    def fetch_offsets(self) -> dict[str, int]:
+        """Log id -> the offset it is fetched from next (its head; under the ``always``
+        policy its durable end)."""
+        return {log: p.writer.head for log, p in self._logs.items()}
+
+    async def start(self) -> None:
+        """Hold every log's commits and start the fetch task. Idempotent."""
+        if self._task is not None:
+            return
+        for partition in self._logs.values():
+            partition.writer.hold_commits()
+        self._task = asyncio.create_task(self._run(), name=f"replica-fetch:{self._topic.name}")
+
+    def update(self, record: TopicRecord, leader_address: str) -> None:
+        """A new epoch or leader: the next fetch uses them, at once (a fetch held by the
+        old leader is given up; a pause after a failure ends)."""
+        changed = (record.epoch, leader_address) != (self._record.epoch, self._address)
+        self._record, self._address = record, leader_address
+        if changed:
+            logger.info(
+                "%s: following %s at epoch %d", self._topic.name, leader_address, record.epoch
+            )
+            self._woken.set()
+
+    async def aclose(self) -> None:
+        """Stop fetching: the long poll ends at once, an append or a cut in flight runs
+        to its end first. Idempotent."""
+        self._closing = True
+        self._woken.set()
+        if self._task is not None:
+            await asyncio.wait([self._task])  # shielded: a cancelled aclose leaves it be
+        if self._channel is not None:
+            channel, self._channel = self._channel, None
+            await channel.close()
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        failures = 0
+        while not self._closing:
+            self._woken.clear()
+            try:
+                ok = await self._round()
+            except (grpc.RpcError, WalError, OSError) as exc:
+                ok = self._failed(f"{type(exc).__name__}: {_describe(exc)}")
+            except Exception:  # a bug: logged with its trace, then backed off as any
+                logger.exception("%s: fetch round failed", self._topic.name)
+                ok = self._failed("internal error (see the broker's log)")
+            if self._closing:
+                break
+            if ok:
+                failures = 0
+                continue
+            failures += 1
+            base_s, max_s = self._backoff
+            pause = backoff_s(failures, self._rng, base_s=base_s, max_s=max_s)
+            await self._until_woken(asyncio.sleep(pause))
+
+    async def _round(self) -> bool:
+        """One fetch and what its answer says; whether it went well (no pause)."""
+        stub = await self._stub()
+        request = self._request()
+        response = await self._until_woken(
+            stub.ReplicaFetch(
+                request,
+                timeout=self._max_wait_ms / 1000 + RPC_MARGIN_S,
+                metadata=self._metadata,
+            )
+        )
+        if response is None:  # woken: a new leader or epoch, or closing
+            return True
+        if response.error != _pb.REPLICA_ERROR_NONE:
+            name = _pb.ReplicaError.Name(response.error)
+            return self._failed(f"{name}: {response.message}")
+        ok = True
+        for data in response.logs:
+            partition = self._logs.get(data.log)
+            if partition is None:
+                continue  # a log of a later wave (dead letters, state): not followed yet
+            action = plan(_position(partition), reply_from_pb(data))
+            ok = await self._carry_out(partition, data.log, action) and ok
+        if ok:
+            self.last_error = None
+        return ok
+
+    def _request(self) -> _pb.ReplicaFetchRequest:
+        logs = []
+        for log, partition in self._logs.items():
+            position = _position(partition)
+            logs.append(
+                _pb.LogFetch(
+                    log=log,
+                    fetch_offset=position.head,
+                    last_fetched_epoch=last_fetched_epoch(position.epochs, position.head),
+                )
+            )
+        return _pb.ReplicaFetchRequest(
+            topic=self._record.name,
+            topic_id=self._record.id,
+            replica_node=self._node,
+            leader_epoch=self._record.epoch,
+            logs=logs,
+            max_bytes=self._max_bytes,
+            max_wait_ms=self._max_wait_ms,
+        )
+
+    async def _stub(self) -> _grpc.ReplicationStub:
+        """A stub on a channel to the current leader (the old channel closed first)."""
+        if self._channel is not None and self._channel_address != self._address:
+            channel, self._channel = self._channel, None
+            await channel.close()
+        if self._channel is None:
+            self._channel = self._open_channel(self._address)
+            self._channel_address = self._address
+        return _grpc.ReplicationStub(self._channel)
+
+    async def _until_woken(self, work: Awaitable[T]) -> T | None:
+        """``work``'s result, or ``None`` (``work`` cancelled) once :meth:`update` or
+        :meth:`aclose` wakes the loop."""
+        job = asyncio.ensure_future(work)
+        woken = asyncio.ensure_future(self._woken.wait())
+        try:
+            await asyncio.wait({job, woken}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            woken.cancel()
+            if not job.done():
+                job.cancel()
+        if not job.done():  # cancelled just now: let it end (a gRPC call is cancelled)
+            await asyncio.wait([job])
+            if not job.cancelled():
+                job.exception()  # retrieved: nobody wants it any more
+            return None
+        return job.result()
+
+    def _failed(self, why: str) -> bool:
+        """Count a failure and say it (once while it repeats); returns False."""
+        self.failures += 1
+        if why != self.last_error:
+            logger.warning("%s: fetching from %s failed: %s", self._topic.name, self._address, why)
+        self.last_error = why
+        return False
+
+    # -- the actions ------------------------------------------------------------------------
+
+    async def _carry_out(self, partition: Partition, log: str, action: Action) -> bool:
+        writer = partition.writer
+        if isinstance(action, Append):
+            await self._append(partition, action)
+        elif isinstance(action, Commit):
+            writer.commit_to(action.high_watermark)
+        elif isinstance(action, TruncateTo):
+            logger.warning(
+                "%s %s: truncating to %d: %s", self._topic.name, log, action.offset, action.why
+            )
+            await _truncate(partition, action.offset)
+            self.truncations += 1
+        elif isinstance(action, RestartAt):
+            logger.warning(
+                "%s %s: emptied, restarting at %d: %s",
+                self._topic.name,
+                log,
+                action.offset,
+                action.why,
+            )
+            await writer.restart_at(action.offset)
+            await partition.reload_producers()
+            self.restarts += 1
+        else:
+            assert isinstance(action, BackOff)
+            return self._failed(action.why)
+        return True
+
+    async def _append(self, partition: Partition, action: Append) -> None:
+        """Copy the epochs that date the batches, note their producers, append them,
+        commit. A failed append drops what it did not write from the epochs and the
+        producer table again."""
+        writer = partition.writer
+        epochs = writer.log.leader_epochs
+        if action.assign or action.drop_epochs_from is not None:
+            copy = asyncio.to_thread(_copy_epochs, epochs, action.drop_epochs_from, action.assign)
+            await run_to_end(copy)
+        partition.note_replicated(action.headers)
+        try:
+            await writer.append_replicated(action.batches)
+        except WalError:
+            await run_to_end(asyncio.to_thread(epochs.truncate_from, writer.head + 1))
+            await partition.reload_producers()
+            raise
+        writer.commit_to(action.high_watermark)
+
+
+def _position(partition: Partition) -> LogPosition:
+    writer = partition.writer
+    return LogPosition(writer.first_offset, writer.head, writer.log.leader_epochs.entries())
+
+
+def _copy_epochs(epochs: LeaderEpochs, drop_from: int | None, assign: Sequence[EpochEntry]) -> None:
+    """On a worker thread: drop the entries that date nothing, then copy the leader's."""
+    if drop_from is not None:
+        epochs.truncate_from(drop_from)
+    for entry in assign:
+        epochs.assign(entry.epoch, entry.start_offset)
+
+
+async def _truncate(partition: Partition, offset: int) -> None:
+    """Cut the log to ``offset``, or to the batch boundary below it when ``offset`` falls
+    inside one of this log's batches; then rebuild the producer table."""
+    writer = partition.writer
+    try:
+        await writer.truncate_to(offset)
+    except NotBatchBoundaryError:
+        batches = await asyncio.to_thread(writer.log.read, offset, 1)
+        await writer.truncate_to(batches[0].base_offset)
+    await partition.reload_producers()
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, grpc.aio.AioRpcError):
+        return f"{exc.code().name}: {exc.details()}"
+    return str(exc)
