@@ -212,6 +212,8 @@ class FollowerTopic:
 
     async def _round(self) -> bool:
         """One fetch and what its answer says; whether it went well (no pause)."""
+        if self._woken.is_set():  # updated while the last answer was carried out
+            return True
         stub = await self._stub()
         request = self._request()
         response = await self._until_woken(
