@@ -394,6 +394,8 @@ class Broker:
                 await server.stop(None)  # release the bound port
                 raise
             self.guard.ownership = self.node.member
+            self.replica_leader = self.node.replica_leader
+            self.internal_credential = self.node.internal_credential
             self._watch_member(self.node)
         add_broker_service(
             BrokerService(

@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import time
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -51,6 +52,7 @@ from broker.errors import (
     TopicNotFoundError,
     TopicRefusedError,
 )
+from broker.replica.leader import LeaderTopic
 from broker.replica.manager import Channels, ReplicaManager, real_roles
 from broker.topics import TopicRegistry
 from cluster.answers import LookupResult, StatusResult, StrayTopic
@@ -67,6 +69,7 @@ from cluster.errors import (
 )
 from cluster.errors import TopicExistsError as ClusterTopicExistsError
 from cluster.etcd import EtcdStore, TlsFiles
+from cluster.internal_credential import ensure as ensure_credential
 from cluster.local import ChangeIsr, CreateRefusal, LocalTopic
 from cluster.member import ClusterMember, MemberConfig
 from cluster.ownership import Refusal
@@ -212,6 +215,9 @@ class ClusterNode:
         #: The roles of the replicated topics here (the Replication servicer's lookup).
         self.replicas: ReplicaManager | None = None
         self._channels: Channels | None = None
+        #: The cluster's internal credential when ``[cluster] tokens`` is on (the
+        #: Replication service's only caller; ``cluster.internal_credential``).
+        self.internal_credential: str | None = None
 
     @classmethod
     async def join(
@@ -238,7 +244,10 @@ class ClusterNode:
             config.node_id, address, config.session_ttl_s, config.prefix, _version()
         )
         channels = Channels()
-        make_leader, make_follower = real_roles(config.node_id, channels)
+        secret: dict[str, str] = {}  # the internal credential, read before any role starts
+        make_leader, make_follower = real_roles(
+            config.node_id, channels, credential=lambda: secret.get("internal")
+        )
         replicas = ReplicaManager(topics, make_leader=make_leader, make_follower=make_follower)
         local = BrokerTopics(topics, subscriptions, replicas)
         member = ClusterMember(store, member_config, local)
@@ -246,6 +255,9 @@ class ClusterNode:
             store, Keys(config.prefix), functools.partial(apply_defaults, defaults, topics)
         )
         try:
+            if config.tokens:  # followers send it to their leaders' Replication service
+                now_ms = time.time_ns() // 1_000_000
+                secret["internal"] = await ensure_credential(store, Keys(config.prefix), now_ms)
             await view.start()
             await member.start()
         except BaseException as exc:
@@ -267,6 +279,7 @@ class ClusterNode:
         )
         node = cls(store, member, topics, max_partitions, defaults=defaults, defaults_view=view)
         node.replicas, node._channels = replicas, channels
+        node.internal_credential = secret.get("internal")
         return node
 
     async def lookup(self, topics: Sequence[str]) -> LookupResult:
@@ -294,6 +307,12 @@ class ClusterNode:
             await self.replicas.aclose()
         if self._channels is not None:
             await self._channels.aclose()
+
+    def replica_leader(self, name: str) -> LeaderTopic | None:
+        """The leader of replicated topic ``name`` here, once started (the Replication
+        service's lookup); None when this broker does not lead it."""
+        leader = self.replicas.leader(name) if self.replicas is not None else None
+        return leader if isinstance(leader, LeaderTopic) else None
 
     def records(self) -> list[TopicRecord]:
         """Every topic of the cluster as this broker's view holds it, by name (a topic

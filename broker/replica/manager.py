@@ -17,8 +17,9 @@ Switch-over, in this order (each a rule the data path depends on):
 - become follower: the topic stops being served first (``on_not_leading`` closes its
   subscriptions' streams: consumers get the refusal and look the leader up), the leader
   is closed (its pending acks are answered "outcome unknown"), then the follower starts.
-- a new epoch or leader for the same role: passed on (``update``); a leader of an older
-  epoch (a claim in a new session) is replaced by a new one.
+- a new record at the epoch led: passed on (``LeaderTopic.update``); a leader of an
+  older epoch (a claim in a new session) is replaced by a new one, and so is a follower
+  of another leader or epoch (the old one closed first).
 
 Factor-1 topics never reach this class.
 
@@ -170,14 +171,18 @@ class ReplicaManager:
 
     async def follow(self, name: str, record: TopicRecord, leader_address: str) -> None:
         """Follow ``name``'s leader at ``leader_address`` (module docstring); following
-        already, pass a new epoch or address on."""
+        the same leader at the same epoch already, nothing; another, a new follower."""
         async with self._lock(name):
             role = self._roles.get(name)
-            if role is not None and role.follower is not None:
-                if (role.epoch, role.address) != (record.epoch, leader_address):
-                    role.follower.update(record, leader_address)
-                    role.epoch, role.address = record.epoch, leader_address
+            same = role is not None and (role.epoch, role.address) == (
+                record.epoch,
+                leader_address,
+            )
+            if role is not None and role.follower is not None and same:
                 return
+            # A new leader or epoch: a new follower (the old one's append in flight ends
+            # first), so that no fetch of the old epoch is still on its way when the new
+            # one starts.
             await self._end(name)
             follower = self._make_follower(self._topics.get(name), record, leader_address)
             await follower.start()
@@ -218,26 +223,18 @@ class ReplicaManager:
 
 
 class Channels:
-    """One gRPC channel per leader address, shared by the followers of its topics.
+    """Opens the followers' channels to their leaders: a new one at each call, which the
+    follower that asked owns and closes (a follower changes leader by closing its channel).
 
     Plain text for now: a cluster whose brokers serve TLS needs the broker's client side
     of it here (issue 37 follow-up)."""
 
-    def __init__(self) -> None:
-        self._open: dict[str, grpc.aio.Channel] = {}
-
     def get(self, address: str) -> grpc.aio.Channel:
-        """The channel to ``address`` (opened at the first call)."""
-        channel = self._open.get(address)
-        if channel is None:
-            channel = self._open[address] = grpc.aio.insecure_channel(address)
-        return channel
+        """A new channel to ``address``."""
+        return grpc.aio.insecure_channel(address)
 
     async def aclose(self) -> None:
-        """Close every channel. Idempotent."""
-        channels, self._open = list(self._open.values()), {}
-        for channel in channels:
-            await channel.close()
+        """Nothing left to close: each follower closes its own channel."""
 
 
 def real_roles(

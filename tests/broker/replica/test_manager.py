@@ -146,7 +146,8 @@ async def test_a_new_record_of_the_same_role_is_passed_on(
     """Lead at epoch 2, then the same epoch with a smaller isr, then epoch 3 (a claim in
     a new session); follow, then the same leader again, then a new address. Expected: the
     isr change is an update of the same leader; a new epoch replaces the leader; the same
-    leader again does nothing; a new address is an update of the same follower."""
+    leader again does nothing; a new address replaces the follower (the old one closed
+    first)."""
     made, roles = manager
     await made.lead("orders", _record(2))
     await made.lead("orders", _record(2).replace(isr=("b1", "b2")))
@@ -159,7 +160,8 @@ async def test_a_new_record_of_the_same_role_is_passed_on(
         "subscriptions closed orders (findable False)",
         "leader 3 closed",
         "follower 4 h2:2 start",
-        "follower update 4 h2:9",
+        "follower 4 closed",
+        "follower 4 h2:9 start",
     ]
 
 

@@ -1,0 +1,230 @@
+"""Replication end to end (issue 37): real etcd (three members) and three real ``headrace
+serve`` processes in cluster mode (:mod:`tests.cluster.broker_processes`, TTL 2 s); a topic
+of 2 partitions with replicas on all three, min_insync 2, written by an idempotent
+producer that has every broker as a seed.
+
+What is checked, from the outside (the Lookup answer, the producer's acks, the partition
+files on each broker's disk):
+
+- every replica's partition logs (segments and ``leader-epochs``) become byte-identical;
+- the leader SIGKILLed under load: a follower leads within TTL + 1 s (plus etcd's expiry
+  slack), the producer goes on, every acknowledged record is at its offset in the new
+  leader's log and none is there twice;
+- the old leader restarted follows the new one, drops any tail that was never
+  committed, rejoins the in-sync set, and its logs become byte-identical again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import pytest
+
+from client import AsyncAdminClient, AsyncProducer, RecordFuture
+from cluster.session import EXPIRY_SLACK_S
+from proto.cluster_pb2 import TopicRoute
+from tests.cluster.broker_processes import (
+    TTL_S,
+    Brokers,
+    ClusterBroker,
+    cluster_brokers,
+    read_topic,
+)
+from tests.cluster.etcd_harness import EtcdCluster
+
+pytestmark = [pytest.mark.asyncio(loop_scope="function"), pytest.mark.timeout(120)]
+
+TOPIC = "orders"
+PARTITIONS = 2
+IN_FLIGHT = 20
+PAUSE_S = 0.005
+
+
+@dataclass
+class Load:
+    """One idempotent producer sending unique values until stopped; what it got acked."""
+
+    seeds: str
+    #: (partition, offset) -> value acknowledged there.
+    acked: dict[tuple[int, int], bytes] = field(default_factory=dict)
+    failed: list[str] = field(default_factory=list)
+
+    async def wait_more(self, than: int, within_s: float) -> None:
+        deadline = time.monotonic() + within_s
+        while len(self.acked) <= than:
+            assert time.monotonic() < deadline, f"no ack beyond {than} in {within_s} s"
+            await asyncio.sleep(0.02)
+
+    async def _produce(self, producer: AsyncProducer, stop: asyncio.Event) -> None:
+        window = asyncio.Semaphore(IN_FLIGHT)
+        n = 0
+        while not stop.is_set():
+            await window.acquire()
+            value = f"v{n}".encode()
+            n += 1
+            future = await producer.send(TOPIC, value)
+
+            def settled(f: RecordFuture, value: bytes = value) -> None:
+                window.release()
+                if f.cancelled() or f.exception() is not None:
+                    self.failed.append(repr(f.exception()))
+                    return
+                meta = f.result()
+                self.acked[(meta.partition, meta.offset)] = value
+
+            future.add_done_callback(settled)
+            await asyncio.sleep(PAUSE_S)
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[Load]:
+        stop = asyncio.Event()
+        async with AsyncProducer(self.seeds, delivery_timeout_s=60.0) as producer:
+            task = asyncio.create_task(self._produce(producer, stop))
+            try:
+                yield self
+            finally:
+                stop.set()
+                await asyncio.gather(task, return_exceptions=True)
+                await producer.flush()
+
+
+def _files(broker: ClusterBroker) -> dict[str, bytes]:
+    """``<partition>/<file>`` -> bytes of every segment and leader-epochs file of the
+    topic on ``broker``'s disk (indexes and producer snapshots are caches: left out)."""
+    root = broker.data_dir / "topics" / TOPIC
+    found = {}
+    for path in sorted(root.glob("*/*")):
+        if path.suffix == ".log" or path.name == "leader-epochs":
+            found[f"{path.parent.name}/{path.name}"] = path.read_bytes()
+    return found
+
+
+async def _route(brokers: Brokers, via: ClusterBroker) -> TopicRoute:
+    return await brokers.route(TOPIC, via)
+
+
+async def _wait_route(
+    brokers: Brokers,
+    via: ClusterBroker,
+    wanted: str,
+    within_s: float,
+    check: Callable[[TopicRoute], bool],
+) -> TopicRoute:
+    deadline = time.monotonic() + within_s
+    while True:
+        with contextlib.suppress(grpc.RpcError):
+            route = await _route(brokers, via)
+            if check(route):
+                return route
+        assert time.monotonic() < deadline, f"{wanted}: {await _route(brokers, via)}"
+        await asyncio.sleep(0.05)
+
+
+async def _all_in_sync(brokers: Brokers, via: ClusterBroker, within_s: float) -> TopicRoute:
+    every = sorted(b.node_id for b in brokers.all)
+    return await _wait_route(
+        brokers,
+        via,
+        "all three in sync",
+        within_s,
+        check=lambda r: r.online and sorted(r.isr) == every,
+    )
+
+
+async def _identical(brokers: list[ClusterBroker], within_s: float) -> dict[str, bytes]:
+    """Wait until every broker's topic files are equal (followers catch up); them."""
+    deadline = time.monotonic() + within_s
+    while True:
+        files = [_files(b) for b in brokers]
+        if all(f == files[0] for f in files) and files[0]:
+            return files[0]
+        if time.monotonic() > deadline:
+            sizes = [{k: len(v) for k, v in f.items()} for f in files]
+            raise AssertionError(f"replicas differ: {sizes}")
+        await asyncio.sleep(0.1)
+
+
+async def _create(brokers: Brokers) -> str:
+    async with AsyncAdminClient(brokers.seeds) as admin:
+        await admin.create_topic(
+            TOPIC, partitions=PARTITIONS, replication_factor=3, min_insync_replicas=2
+        )
+    route = await _all_in_sync(brokers, brokers.all[0], within_s=20)
+    assert route.replicas[0] == route.owner_node
+    return route.owner_node
+
+
+async def _read_leader(seeds: str) -> dict[tuple[int, int], bytes]:
+    partitions = await read_topic(seeds, TOPIC)
+    return {(p, o): v for p, rows in partitions.items() for o, v in rows}
+
+
+async def test_replicas_are_byte_identical_after_acknowledged_writes(
+    tmp_path: Path, etcd: EtcdCluster, prefix: str
+) -> None:
+    """Scenario: three brokers; the topic created with factor 3 and min_insync 2; 300
+    records published by an idempotent producer, each acknowledged. Expected: the
+    followers join the in-sync set, every acknowledged record is at its offset (read
+    through the leader), and every replica's segment and leader-epochs files are
+    byte-identical to the leader's."""
+    async with cluster_brokers(tmp_path, etcd, prefix) as brokers:
+        await _create(brokers)
+        load = Load(brokers.seeds)
+        async with load.running():
+            await load.wait_more(300, within_s=30)
+        assert load.failed == []
+        held = await _read_leader(brokers.seeds)
+        for position, value in load.acked.items():
+            assert held.get(position) == value, f"{position}: acked {value!r} not there"
+        files = await _identical(brokers.all, within_s=10)
+        assert sum(len(v) for k, v in files.items() if k.endswith(".log")) > 0
+
+
+async def test_the_leader_sigkilled_under_load_loses_nothing_and_rejoins(
+    tmp_path: Path, etcd: EtcdCluster, prefix: str
+) -> None:
+    """Scenario: three brokers, the topic led by the preferred replica with all three in
+    sync; an idempotent producer keeps sending; the leader is SIGKILLed, later restarted
+    on its data directory. Expected: a follower leads (online, a higher epoch) within TTL
+    + etcd's expiry slack + 1 s of the kill; the producer's records keep being
+    acknowledged; no record failed; every acknowledged record is at its offset in the new
+    leader's log and no value is there twice; the restarted broker follows the new leader,
+    rejoins the in-sync set, and its files become byte-identical to the new leader's."""
+    async with cluster_brokers(tmp_path, etcd, prefix) as brokers:
+        first = await _create(brokers)
+        victim = brokers.by_id[first]
+        others = [b for b in brokers.all if b is not victim]
+        epoch = (await _route(brokers, others[0])).epoch
+        load = Load(brokers.seeds)
+        async with load.running():
+            await load.wait_more(200, within_s=30)
+            victim.kill()
+            killed = time.monotonic()
+            route = await _wait_route(
+                brokers,
+                others[0],
+                "a new leader",
+                within_s=TTL_S + EXPIRY_SLACK_S + 5,
+                check=lambda r: r.online and r.owner_node != first and r.epoch > epoch,
+            )
+            took = time.monotonic() - killed
+            assert took < TTL_S + EXPIRY_SLACK_S + 1.0, f"new leader after {took:.2f} s"
+            acked = len(load.acked)
+            await load.wait_more(acked + 200, within_s=30)
+        assert load.failed == []
+        held = await _read_leader(",".join(b.address for b in others))
+        values = list(held.values())
+        assert len(values) == len(set(values)), "a value is in the new leader's log twice"
+        for position, value in load.acked.items():
+            assert held.get(position) == value, f"{position}: acked {value!r} lost"
+        await victim.start()
+        await _all_in_sync(brokers, others[0], within_s=30)
+        rejoined = await _route(brokers, others[0])
+        assert rejoined.owner_node == route.owner_node
+        await _identical(brokers.all, within_s=15)
