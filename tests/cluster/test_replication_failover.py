@@ -228,3 +228,53 @@ async def test_the_leader_sigkilled_under_load_loses_nothing_and_rejoins(
         rejoined = await _route(brokers, others[0])
         assert rejoined.owner_node == route.owner_node
         await _identical(brokers.all, within_s=15)
+
+
+async def test_an_old_leaders_unacknowledged_tail_is_truncated_when_it_returns(
+    tmp_path: Path, etcd: EtcdCluster, prefix: str
+) -> None:
+    """Scenario: three brokers, all in sync, an idempotent producer sending; both
+    followers are frozen (SIGSTOP) for a second, less than their TTL, so the leader goes
+    on appending records it cannot commit (their acks wait); the leader is then
+    SIGKILLed and the followers thawed. Expected: before the restart the old leader's
+    files differ from the new leader's (it holds a tail of epoch 1 nobody else has); a
+    follower leads; nothing acknowledged is lost and nothing is twice in the new
+    leader's log (the producer's resends of the frozen window were appended once there);
+    the old leader restarted truncates its tail to the divergence point, catches up,
+    rejoins the isr and its files become byte-identical to the new leader's."""
+    async with cluster_brokers(tmp_path, etcd, prefix) as brokers:
+        first = await _create(brokers)
+        victim = brokers.by_id[first]
+        others = [b for b in brokers.all if b is not victim]
+        load = Load(brokers.seeds)
+        async with load.running():
+            await load.wait_more(100, within_s=30)
+            for follower in others:
+                follower.freeze()
+            try:
+                before = len(load.acked)
+                await asyncio.sleep(1.0)
+                assert len(load.acked) == before, "acknowledged while no follower fetched"
+                victim.kill()
+            finally:
+                for follower in others:
+                    follower.thaw()
+            route = await _wait_route(
+                brokers,
+                others[0],
+                "a new leader",
+                within_s=TTL_S + EXPIRY_SLACK_S + 5,
+                check=lambda r: r.online and r.owner_node != first,
+            )
+            await load.wait_more(len(load.acked) + 100, within_s=30)
+        assert load.failed == []
+        leader = brokers.by_id[route.owner_node]
+        assert _files(victim) != _files(leader), "the old leader had no tail of its own"
+        held = await _read_leader(",".join(b.address for b in others))
+        values = list(held.values())
+        assert len(values) == len(set(values)), "a value is in the new leader's log twice"
+        for position, value in load.acked.items():
+            assert held.get(position) == value, f"{position}: acked {value!r} lost"
+        await victim.start()
+        await _all_in_sync(brokers, others[0], within_s=30)
+        await _identical(brokers.all, within_s=15)
