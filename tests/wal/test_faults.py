@@ -660,6 +660,8 @@ class Workload:
             self.retention()
         elif r < 0.76:
             self.truncate()
+        elif r < 0.78:
+            self.restart()
         elif r < 0.8:
             self.epoch += 1
             self.log.leader_epochs.assign(self.epoch, self.log.head)
@@ -696,6 +698,23 @@ class Workload:
         if cuts:
             self.acked = offset
         assert self.log.head == offset
+
+    def restart(self) -> None:
+        """Empty the log to a new start at or a little past the head (a replica whose
+        leader's log start passed it). The records are given up on purpose: ``acked``
+        drops to the first offset before, ``floor`` rises to the start (nothing below
+        it is retained after), and ``values`` is padded with placeholders to the start,
+        so every outcome of a crash inside (a prefix, an empty log at the old first
+        offset or at the start) passes :func:`check_survivors`."""
+        start = self.log.head + self.rng.randint(0, 5)
+        if start == self.log.first_offset:
+            start += 1  # a new base: the segment swap (restart.after_create) runs
+        self.acked = min(self.acked, self.log.first_offset)
+        self.floor = max(self.floor, start)
+        self.values += [b""] * (start - len(self.values))
+        self.log.restart_at(start)
+        self.acked = start
+        assert (self.log.first_offset, self.log.head) == (start, start)
 
     def reopen_torn(self) -> None:
         """The process dies idle, power fails, a half-written batch is at the end."""
@@ -738,14 +757,14 @@ def check_survivors(path: Path, w: Workload) -> int:
 def test_crash_at_named_point_loses_no_acknowledged_record(
     tmp_path: Path, point: str, seed: int
 ) -> None:
-    """Scenario: a seeded mix of appends, flushes, rolls, retention, truncations, leader
-    epoch assignments, torn restarts and restarts with a lost sealed index runs; after a
-    random number of steps a crash is armed at ``point`` and the run goes on until it
-    fires; the descriptors are dropped unsynced and the power is cut (unsynced bytes keep
-    a random prefix). Expected: the crash fires at that point; reopening with the real fs
-    finds every acknowledged record intact and in order and nothing but a prefix of the
-    attempted ones, and no leader epoch starting past the end; a second reopen cuts
-    nothing more."""
+    """Scenario: a seeded mix of appends, flushes, rolls, retention, truncations, restarts
+    at a new start, leader epoch assignments, torn restarts and restarts with a lost
+    sealed index runs; after a random number of steps a crash is armed at ``point`` and
+    the run goes on until it fires; the descriptors are dropped unsynced and the power
+    is cut (unsynced bytes keep a random prefix). Expected: the crash fires at that
+    point; reopening with the real fs finds every acknowledged record intact and in
+    order and nothing but a prefix of the attempted ones, and no leader epoch starting
+    past the end; a second reopen cuts nothing more."""
     rng = random.Random(f"{point}/{seed}")
     fs = CrashableFs()
     path = tmp_path / "log"
@@ -771,7 +790,7 @@ def test_crash_at_named_point_loses_no_acknowledged_record(
 
 
 def test_every_crash_point_is_covered() -> None:
-    """Scenario: the crash-point table. Expected: it names exactly the twelve points the
+    """Scenario: the crash-point table. Expected: it names exactly the thirteen points the
     parametrized crash test exercises (a new point must get a scenario here)."""
     assert set(CRASH_POINTS) == {
         "append.after_write",
@@ -786,6 +805,7 @@ def test_every_crash_point_is_covered() -> None:
         "truncate.after_data",
         "leader_epochs.after_tmp",
         "leader_epochs.after_rename",
+        "restart.after_create",
     }
 
 
