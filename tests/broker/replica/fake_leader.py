@@ -78,11 +78,13 @@ class Publisher:
         self.producer = producer
         self._next: dict[int, int] = {}
 
-    async def publish(self, topic: Topic, epoch: int, batches: int) -> None:
+    async def publish(self, topic: Topic, epoch: int | None, batches: int) -> None:
         """Append ``batches`` batches of 3 records to every partition at ``epoch`` (the
-        epoch assigned at the head first, as a leader does)."""
+        epoch assigned at the head first, as a leader does; ``None``: no epoch, as
+        before the topic was replicated)."""
         for partition in topic.partitions:
-            partition.log.leader_epochs.assign(epoch, partition.writer.head)
+            if epoch is not None:
+                partition.log.leader_epochs.assign(epoch, partition.writer.head)
             for _ in range(batches):
                 seq = self._next.get(partition.index, 0)
                 await partition.append(batch(self.producer, seq))
@@ -97,6 +99,8 @@ class FakeLeader:
         self.epoch = epoch
         self.refuse: pb.ReplicaError | None = None
         self.requests: list[pb.ReplicaFetchRequest] = []
+        #: The ``authorization`` metadata of each fetch (None: absent).
+        self.authorizations: list[str | None] = []
         self._data = asyncio.Event()
         for partition in topic.partitions:
             partition.writer.add_durable_listener(self._on_durable)
@@ -108,6 +112,9 @@ class FakeLeader:
         self, request: pb.ReplicaFetchRequest, context: Context
     ) -> pb.ReplicaFetchResponse:
         self.requests.append(request)
+        metadata = dict(context.invocation_metadata() or ())
+        value = metadata.get("authorization")
+        self.authorizations.append(value.decode() if isinstance(value, bytes) else value)
         if self.refuse is not None:
             return pb.ReplicaFetchResponse(error=self.refuse, message="told to refuse")
         if (request.topic, request.topic_id) != (TOPIC, TOPIC_ID):

@@ -46,6 +46,7 @@ async def following(
 ) -> AsyncIterator[FollowerTopic]:
     """A started follower of ``topic`` (node b2) whose leader is on ``port``."""
     settings: dict[str, Any] = {
+        "credential": None,
         "max_wait_ms": 100,
         "backoff_base_s": 0.01,
         "backoff_max_s": 0.1,
@@ -57,7 +58,6 @@ async def following(
         "b2",
         f"127.0.0.1:{port}",
         channel=grpc.aio.insecure_channel,
-        credential=None,
         **settings,
     )
     await follower.start()
@@ -336,3 +336,64 @@ def _log_size(directory: Path) -> int:
     if not directory.exists():
         return 0
     return sum(p.stat().st_size for p in directory.iterdir() if p.suffix == ".log")
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("credential", [None, "hri_" + "ab" * 32])
+async def test_the_internal_credential_is_sent_as_a_bearer_token(
+    tmp_path: Path, credential: str | None
+) -> None:
+    """Scenario: a follower made with the cluster's internal credential, or none.
+    Expected: every fetch carries ``authorization: Bearer <credential>``, or no such
+    metadata at all."""
+    leader = await open_topic(tmp_path / "leader")
+    follower_topic = await open_topic(tmp_path / "follower")
+    await Publisher().publish(leader, 1, 5)
+    fake = FakeLeader(leader, 1)
+    async with (
+        serving(fake) as port,
+        following(follower_topic, port, credential=credential) as follower,
+    ):
+        await caught_up(follower, leader)
+    expected = None if credential is None else f"Bearer {credential}"
+    assert fake.authorizations
+    assert set(fake.authorizations) == {expected}
+    await close_topic(leader)
+    await close_topic(follower_topic)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("copied", "own"), [(30, 0), (40, 0), (40, 10)])
+async def test_records_without_epochs_are_kept_only_below_the_leaders_first_epoch(
+    tmp_path: Path, copied: int, own: int
+) -> None:
+    """Scenario: the leader's first 40 batches predate epochs (the topic was not
+    replicated then); at epoch 5 it appended 20 more (its epochs: [(5, 120)]). The
+    follower holds the leader's first ``copied`` batches and ``own`` batches of its own
+    after them, and no epoch entry (nothing dates them). Expected: what lies below the
+    leader's first epoch start (120) is kept, byte for byte; anything past it is cut
+    there (one cut per partition only when ``own``); the follower ends byte-identical
+    with epochs [(5, 120)]."""
+    leader = await open_topic(tmp_path / "leader")
+    producer = Publisher()
+    await producer.publish(leader, None, 40)
+    follower_topic = await open_topic(tmp_path / "follower")
+    for mine, theirs in zip(follower_topic.partitions, leader.partitions, strict=True):
+        while mine.writer.head < 3 * copied:
+            data = await theirs.writer.read_raw(mine.writer.head, 1, durable=True)
+            await mine.writer.append_replicated(data)
+        for i in range(own):
+            await mine.append(batch(9, 3 * i))
+        assert mine.log.leader_epochs.entries() == []
+    await producer.publish(leader, 5, 20)
+    async with (
+        serving(FakeLeader(leader, 5)) as port,
+        following(follower_topic, port, epoch=5) as follower,
+    ):
+        await caught_up(follower, leader)
+        assert follower.truncations == (2 if own else 0)
+    assert_identical(leader, follower_topic)
+    for p in follower_topic.partitions:
+        assert [tuple(e) for e in p.log.leader_epochs.entries()] == [(5, 120)]
+    await close_topic(leader)
+    await close_topic(follower_topic)
