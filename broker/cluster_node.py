@@ -248,7 +248,22 @@ class ClusterNode:
         make_leader, make_follower = real_roles(
             config.node_id, channels, credential=lambda: secret.get("internal")
         )
-        replicas = ReplicaManager(topics, make_leader=make_leader, make_follower=make_follower)
+
+        async def not_leading(name: str) -> None:
+            """A led topic moves away: its consumers' streams end with this broker's
+            refusal (not-owner naming the new leader, or no-session), so they look it up."""
+            refusal = member.refusal(name, write=True) or Refusal(
+                "no-session", name, "", "", 0, f"broker {config.node_id} no longer leads {name!r}"
+            )
+            for sub in subscriptions.subscriptions(name):
+                sub.end_sessions(TopicRefusedError(refusal))
+
+        replicas = ReplicaManager(
+            topics,
+            make_leader=make_leader,
+            make_follower=make_follower,
+            on_not_leading=not_leading,
+        )
         local = BrokerTopics(topics, subscriptions, replicas)
         member = ClusterMember(store, member_config, local)
         view = DefaultsView(

@@ -490,6 +490,14 @@ class Subscription:
         logger.info("%s/%s: consumer %s attached", self.topic, self.name, session.name)
         return session
 
+    def end_sessions(self, reason: Exception) -> None:
+        """End every consumer's stream with ``reason`` (the topic is now served by another
+        broker: its consumers look it up again). The subscription goes on; each stream's
+        own end detaches its consumer, and what that consumer held goes back."""
+        for session in list(self._sessions.values()):
+            session.ended_by = reason
+            session.outbox.put_nowait(None)
+
     def detach(self, session: ConsumerSession) -> None:
         """Let ``session`` go; what it did not acknowledge goes to the other consumers."""
         if self._sessions.pop(session.consumer_id, None) is None:

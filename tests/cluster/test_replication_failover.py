@@ -22,12 +22,15 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 
 from client import AsyncAdminClient, AsyncProducer, RecordFuture
 from cluster.session import EXPIRY_SLACK_S
+from proto import broker_pb2 as _broker
+from proto import broker_pb2_grpc as _broker_grpc
 from proto.cluster_pb2 import TopicRoute
 from tests.cluster.broker_processes import (
     TTL_S,
@@ -160,6 +163,11 @@ async def _create(brokers: Brokers) -> str:
     return route.owner_node
 
 
+async def _read_to_end(stream: grpc.aio.StreamStreamCall[Any, Any]) -> None:
+    while await stream.read() != grpc.aio.EOF:
+        pass
+
+
 async def _read_leader(seeds: str) -> dict[tuple[int, int], bytes]:
     partitions = await read_topic(seeds, TOPIC)
     return {(p, o): v for p, rows in partitions.items() for o, v in rows}
@@ -278,3 +286,46 @@ async def test_an_old_leaders_unacknowledged_tail_is_truncated_when_it_returns(
         await victim.start()
         await _all_in_sync(brokers, others[0], within_s=30)
         await _identical(brokers.all, within_s=15)
+
+
+async def test_a_deposed_leader_ends_its_consumers_streams_naming_the_new_leader(
+    tmp_path: Path, etcd: EtcdCluster, prefix: str
+) -> None:
+    """Scenario: a consumer's Subscribe stream is open on the leader; the leader is frozen
+    (SIGSTOP) past its TTL, so a follower is elected, then thawed. Expected: the old
+    leader follows the new one and ends the stream ABORTED with the refusal
+    ``not-owner`` naming the new leader (the consumer looks it up and goes there)."""
+    async with cluster_brokers(tmp_path, etcd, prefix) as brokers:
+        first = await _create(brokers)
+        victim = brokers.by_id[first]
+        others = [b for b in brokers.all if b is not victim]
+        requests: asyncio.Queue[_broker.SubscribeRequest | None] = asyncio.Queue()
+        open_ = _broker.OpenSubscription(topic=TOPIC, subscription="s", initial_credit=10)
+        await requests.put(_broker.SubscribeRequest(open=open_))
+
+        async def send() -> AsyncIterator[_broker.SubscribeRequest]:
+            while (request := await requests.get()) is not None:
+                yield request
+
+        async with grpc.aio.insecure_channel(victim.address) as channel:
+            stream = _broker_grpc.BrokerStub(channel).Subscribe(send())
+            first_answer = await stream.read()
+            assert first_answer.HasField("subscribed"), first_answer
+            victim.freeze()
+            try:
+                route = await _wait_route(
+                    brokers,
+                    others[0],
+                    "a new leader",
+                    within_s=TTL_S + EXPIRY_SLACK_S + 5,
+                    check=lambda r: r.online and r.owner_node != first,
+                )
+            finally:
+                victim.thaw()
+            with pytest.raises(grpc.aio.AioRpcError) as ended:
+                await asyncio.wait_for(_read_to_end(stream), 15)
+            await requests.put(None)
+        assert ended.value.code() == grpc.StatusCode.ABORTED, ended.value
+        facts = dict(ended.value.trailing_metadata() or ())
+        assert facts.get("headrace-refusal") == "not-owner", facts
+        assert facts.get("headrace-owner-node") == route.owner_node, facts
