@@ -140,6 +140,7 @@ class FollowerTopic:
         self.restarts = 0
         #: The last failure, for a person (``None`` once a fetch succeeds).
         self.last_error: str | None = None
+        self._leader_ends: dict[str, int] = {}  # log id -> the leader's end, last told
 
     @property
     def record(self) -> TopicRecord:
@@ -156,6 +157,15 @@ class FollowerTopic:
         """Log id -> the offset it is fetched from next (its head; under the ``always``
         policy its durable end)."""
         return {log: p.writer.head for log, p in self._logs.items()}
+
+    @property
+    def lag(self) -> dict[str, int]:
+        """Log id -> records this follower lacks of the leader's durable end as the
+        leader last told it (0 before the first answer; for metrics)."""
+        return {
+            log: max(0, self._leader_ends.get(log, 0) - p.writer.head)
+            for log, p in self._logs.items()
+        }
 
     async def start(self) -> None:
         """Hold every log's commits and start the fetch task. Idempotent."""
@@ -233,6 +243,7 @@ class FollowerTopic:
             partition = self._logs.get(data.log)
             if partition is None:
                 continue  # a log of a later wave (dead letters, state): not followed yet
+            self._leader_ends[data.log] = data.log_end
             action = plan(_position(partition), reply_from_pb(data))
             ok = await self._carry_out(partition, data.log, action) and ok
         if ok:

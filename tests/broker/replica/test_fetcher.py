@@ -98,6 +98,7 @@ async def test_a_follower_ends_byte_identical_to_its_leader(tmp_path: Path) -> N
     ):
         await producer.publish(leader, 1, 50)
         await caught_up(follower, leader)
+        await eventually(lambda: follower.lag == {"p/0": 0, "p/1": 0})
     assert_identical(leader, follower_topic)
     assert follower.failures == 0
     for mine, theirs in zip(follower_topic.partitions, leader.partitions, strict=True):
@@ -189,6 +190,7 @@ async def test_the_leader_killed_mid_stream_backs_off_then_resumes(tmp_path: Pat
             follower.update(record(1), f"127.0.0.1:{port}")
             await eventually(lambda: follower.fetch_offsets["p/1"] > 0)
         await eventually(lambda: follower.failures > 0)
+        assert follower.lag["p/0"] > 0  # the leader's end, as last told, is ahead
         stopped_at = follower.fetch_offsets
         failures = follower.failures
         await producer.publish(leader, 1, 50)
