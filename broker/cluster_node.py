@@ -147,7 +147,10 @@ class BrokerTopics:
         for name in self._topics.names():
             topic = self._topics.get(name)
             path = self._topics.directory(name)
-            found.append(LocalTopic(name, topic.topic_id, len(topic.partitions), path))
+            replicated = any(
+                p.writer.log.leader_epochs.latest() is not None for p in topic.partitions
+            )
+            found.append(LocalTopic(name, topic.topic_id, len(topic.partitions), path, replicated))
         return found
 
     def check_create(self, name: str, topic_id: str, partitions: int) -> CreateRefusal | None:

@@ -68,12 +68,16 @@ class LocalTopic:
         topic_id: its id (``""`` for a topic made before topics had ids).
         partitions: its partition count.
         path: its directory, for a person reading a log line.
+        replicated: its partitions hold leader epochs: it was a replica of a replicated
+            topic (issue 37), so a join never adopts it (the cluster deleted it, or holds
+            it elsewhere: another replica may hold more than this copy).
     """
 
     name: str
     topic_id: str
     partitions: int
     path: str
+    replicated: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +146,8 @@ class MemoryTopics:
         self.roles: dict[str, tuple[str, int, str]] = {}
         self.records: dict[str, TopicRecord] = {}
         self.change_isr: dict[str, ChangeIsr] = {}
+        #: topics that had a role here (a real broker's partitions then hold epochs).
+        self.replicated: set[str] = set()
         self.fail_create = False
         self.max_partitions = max_partitions
         self.created: list[str] = []
@@ -155,6 +161,7 @@ class MemoryTopics:
 
     async def delete(self, name: str) -> None:
         self.topics.pop(name, None)
+        self.replicated.discard(name)
 
     def exists(self, name: str) -> bool:
         return name in self.topics
@@ -165,7 +172,7 @@ class MemoryTopics:
 
     def held(self) -> list[LocalTopic]:
         return [
-            LocalTopic(name, topic_id, partitions, f"memory:{name}")
+            LocalTopic(name, topic_id, partitions, f"memory:{name}", name in self.replicated)
             for name, (topic_id, partitions) in sorted(self.topics.items())
         ]
 
@@ -181,11 +188,13 @@ class MemoryTopics:
 
     async def lead(self, name: str, record: TopicRecord, change_isr: ChangeIsr) -> None:
         self.roles[name] = ("leader", record.epoch, "")
+        self.replicated.add(name)
         self.records[name] = record
         self.change_isr[name] = change_isr
 
     async def follow(self, name: str, record: TopicRecord, leader_address: str) -> None:
         self.roles[name] = ("follower", record.epoch, leader_address)
+        self.replicated.add(name)
         self.records[name] = record
         self.change_isr.pop(name, None)
 

@@ -29,7 +29,9 @@ Every claim is a transaction guarded by the topic's ``mod_revision`` as read AND
 
 Local topics the cluster does not hold (a broker that ran alone, then joined; a data
 directory carried over): at :meth:`ClusterMember.start`, after the view's first listing
-and before the broker serves, each local topic with no record is **adopted**: a
+and before the broker serves, each local topic with no record is **adopted** (unless it
+was a replica of a replicated topic, ``LocalTopic.replicated``: deleted while this broker
+was down, it must not come back; it is a stray): a
 transaction on the key's absence AND my lease writes ``{id: the local id, partitions,
 owner: me, epoch: 1, state: ready}`` and the member counts it claimed (as a reclaim
 does). A local topic whose name the cluster holds with another id, or owned by another
@@ -463,7 +465,7 @@ class ClusterMember:
         self._claimed_generation = self.session.generation
         revision = 0
         for local in self._local.held():
-            if local.name not in self.view.state.topics:
+            if local.name not in self.view.state.topics and not local.replicated:
                 revision = max(revision, await self._adopt_one(local))
         if revision:
             await self.view.wait_for(
@@ -533,6 +535,7 @@ class ClusterMember:
             self._claimed_generation = self.session.generation
         for name in [n for n in self._claimed if n not in self.view.state.topics]:
             del self._claimed[name]
+        await self.replicas.reconcile(self._claimed)  # each step checks its own session
         mine = [
             t
             for t in self.view.state.topics.values()
@@ -542,7 +545,6 @@ class ClusterMember:
             if not self.session.may_write():
                 return
             await self._own(topic)
-        await self.replicas.reconcile(self._claimed)
         self._log_strays()
         now_ms = self._wall_ms()
         for topic in list(self.view.state.failed.values()):

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from cluster.etcd import EtcdStore
+from cluster.etcd import EtcdStore, Op
 from cluster.local import MemoryTopics
 from cluster.member import ClusterMember
 from cluster.records import Keys, TopicRecord, TopicState, decode, encode
@@ -170,3 +170,32 @@ async def test_a_delete_removes_every_replica(
             assert isinstance(member.local, MemoryTopics)
             await eventually(functools.partial(lambda m: "t" not in m.topics, member.local))
             assert _role(member) is None
+
+
+@pytest.mark.asyncio
+async def test_a_replica_deleted_while_its_broker_was_down_is_not_adopted_back(
+    etcd: EtcdCluster, prefix: str, store: EtcdStore
+) -> None:
+    """b3 follows the replicated topic, then stops; the topic's key is deleted meanwhile
+    (the leader deleted it). b3 starts again with its local copy. Expected: the copy is
+    not adopted (the key stays absent: a deleted topic does not come back from a
+    replica), it is listed as a stray and refused as absent."""
+    async with members(etcd.endpoints, prefix, 2) as (b1, _b2):
+        b3_local = MemoryTopics()
+        b3 = await start_member(etcd.endpoints, prefix, "b3", b3_local)
+        try:
+            await _put_replicated(store, prefix)
+            await eventually(lambda: _role(b1) == ("leader", 1, ""))
+            await eventually(lambda: _role(b3) == ("follower", 1, "127.0.0.1:7001"))
+        finally:
+            await stop_member(b3)
+        await store.txn([], [Op.delete(Keys(prefix).topic("t"))])
+        b3 = await start_member(etcd.endpoints, prefix, "b3", b3_local)
+        try:
+            assert await store.get(Keys(prefix).topic("t")) is None
+            assert [s.topic for s in b3.strays()] == ["t"]
+            refusal = b3.refusal("t", write=True)
+            assert refusal is not None
+            assert refusal.reason == "absent"
+        finally:
+            await stop_member(b3)
