@@ -32,6 +32,9 @@ Rules (Kafka's KIP-101 and KIP-320, in the leader's shape of ``broker.replica.le
   bytes are appended (a crash between leaves an entry past the log's end, which opening
   drops), and an entry of the follower's that starts at or past its head (it dates no
   record: an epoch that wrote nothing here) is dropped first.
+- Batches whose first one starts below the head (a leader's batch spans it: records
+  with no epoch here that were batched otherwise) cut the log to that batch's start, or
+  to the batch boundary below it here; batches starting past the head back off.
 - Every other answer (an error of the whole fetch or of one log) backs off, with
   :func:`backoff_s` (exponential, jittered).
 
@@ -221,12 +224,19 @@ def plan(position: LogPosition, reply: LogReply) -> Action:
             )
     if not reply.batches:
         return Commit(reply.high_watermark)
-    return _append(position, reply)
-
-
-def _append(position: LogPosition, reply: LogReply) -> Append:
-    head = position.head
     headers = batch_headers(reply.batches)
+    first = headers[0].first_offset if headers else head
+    if first < head:  # the leader's batch spans this head: the batch ends disagree
+        return _cut(position, reply, first, f"the leader's batch at {first} spans the head {head}")
+    if first > head:
+        return BackOff(
+            _pb.REPLICA_ERROR_NONE, f"{reply.log}: the leader sent batches from {first}, not {head}"
+        )
+    return _append(position, reply, headers)
+
+
+def _append(position: LogPosition, reply: LogReply, headers: list[BatchHeader]) -> Append:
+    head = position.head
     end = headers[-1].last_offset + 1 if headers else head
     kept = [e for e in position.epochs if e.start_offset < head]
     drop = head if len(kept) < len(position.epochs) else None

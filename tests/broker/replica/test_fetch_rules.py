@@ -242,3 +242,14 @@ def test_backoff_doubles_to_its_ceiling_with_jitter(failures: int, low: float, h
     draws = [backoff_s(failures, rng) for _ in range(200)]
     assert all(low <= d <= high for d in draws)
     assert len(set(draws)) > 150
+
+
+def test_a_leader_batch_spanning_the_head_cuts_to_its_start() -> None:
+    """Scenario: the head is 105 but the leader's first batch covers 100-109 (the two
+    logs batched records differently: they are not the same records). Expected: cut to
+    100; batches starting past the head (110) back off instead of appending a gap."""
+    spanning = plan(LogPosition(0, 105, []), LogReply("p/0", batches=raw(100, [10]), epochs=()))
+    assert isinstance(spanning, TruncateTo)
+    assert spanning.offset == 100
+    gap = plan(LogPosition(0, 105, []), LogReply("p/0", batches=raw(110, [10])))
+    assert isinstance(gap, BackOff)
