@@ -347,7 +347,9 @@ class Partition:
         """Rebuild the producer table from the log (and the snapshot if it is not ahead
         of it), after a follower cut its log back or emptied it: the table may hold
         batches that are gone. Then snapshot it at the head, so that no older snapshot
-        that covers offsets the log holds again with other batches is ever restored."""
+        that covers offsets the log holds again with other batches is ever restored; if
+        that write fails (a full disk), the old snapshot is removed instead (the next
+        open scans the log)."""
         if self._snapshot_task is not None:
             await asyncio.shield(self._snapshot_task)  # it never raises
         log, limit = self.writer.log, self._table.max_producers
@@ -356,7 +358,11 @@ class Partition:
                 _rebuild, log, self._snapshot, self._fs, self._clock(), limit
             )
             self._table = await run_to_end(rebuild)
-        await self._write_snapshot(self.writer.head)
+        try:
+            await self._write_snapshot(self.writer.head)
+        except OSError as exc:
+            logger.warning("%s: producer snapshot failed (%s); removing it", self._snapshot, exc)
+            await run_to_end(asyncio.to_thread(_remove_file, self._fs, self._snapshot))
 
     async def aclose(self) -> None:
         """Refuse new appends, let the others settle (and a periodic snapshot finish),
@@ -414,6 +420,12 @@ class Partition:
             doc = {"offset": offset, "producers": self._table.snapshot(below=offset)}
             await run_to_end(asyncio.to_thread(_write_json, self._fs, self._snapshot, doc))
             self.snapshots_written += 1
+
+
+def _remove_file(fs: FileSystem, path: str) -> None:
+    """Remove ``path`` (if there) and sync its directory."""
+    fs.remove(path)
+    fs.fsync_dir(os.path.dirname(path))
 
 
 def _write_json(fs: FileSystem, path: str, doc: object) -> None:

@@ -141,6 +141,7 @@ class FollowerTopic:
         #: The last failure, for a person (``None`` once a fetch succeeds).
         self.last_error: str | None = None
         self._leader_ends: dict[str, int] = {}  # log id -> the leader's end, last told
+        self._rotation = 0  # the log asked first in the next fetch (see _request)
 
     @property
     def record(self) -> TopicRecord:
@@ -245,14 +246,22 @@ class FollowerTopic:
                 continue  # a log of a later wave (dead letters, state): not followed yet
             self._leader_ends[data.log] = data.log_end
             action = plan(_position(partition), reply_from_pb(data))
-            ok = await self._carry_out(partition, data.log, action) and ok
+            try:
+                ok = await self._carry_out(partition, data.log, action) and ok
+            except (WalError, OSError) as exc:  # this log's disk: the others go on
+                ok = self._failed(f"{data.log}: {type(exc).__name__}: {exc}")
         if ok:
             self.last_error = None
         return ok
 
     def _request(self) -> _pb.ReplicaFetchRequest:
+        """The next fetch. The logs are asked in an order that rotates by one each time:
+        the leader fills ``max_bytes`` in the order asked, so a log far behind (or one
+        whose appends fail) would otherwise take every fetch's bytes from the others."""
         logs = []
-        for log, partition in self._logs.items():
+        order = list(self._logs.items())
+        self._rotation = (self._rotation + 1) % len(order) if order else 0
+        for log, partition in order[self._rotation :] + order[: self._rotation]:
             position = _position(partition)
             logs.append(
                 _pb.LogFetch(
@@ -350,8 +359,11 @@ class FollowerTopic:
         try:
             await writer.append_replicated(action.batches)
         except WalError:
-            await run_to_end(asyncio.to_thread(epochs.truncate_from, writer.head + 1))
-            await partition.reload_producers()
+            try:  # what it did not write dates nothing and produced nothing
+                await run_to_end(asyncio.to_thread(epochs.truncate_from, writer.head + 1))
+                await partition.reload_producers()
+            except Exception as exc:  # the append's error is the one to report
+                logger.warning("%s: cleaning up after a failed append: %s", writer.log.path, exc)
             raise
         writer.commit_to(action.high_watermark)
 

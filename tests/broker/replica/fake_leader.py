@@ -53,9 +53,12 @@ def record(epoch: int, leader: str = "b1") -> TopicRecord:
     )
 
 
-async def open_topic(directory: Path, partitions: int = 2, config: LogConfig = CONFIG) -> Topic:
-    """The topic ``orders`` with its partitions under ``directory`` (made if absent)."""
-    fs = FileSystem()
+async def open_topic(
+    directory: Path, partitions: int = 2, config: LogConfig = CONFIG, fs: FileSystem | None = None
+) -> Topic:
+    """The topic ``orders`` with its partitions under ``directory`` (made if absent), on
+    ``fs`` (default: the real file system)."""
+    fs = fs or FileSystem()
     parts = [await Partition.open(i, str(directory), config, fs) for i in range(partitions)]
     return Topic(TOPIC, parts, TOPIC_ID)
 

@@ -11,6 +11,8 @@ both, and the leader-epoch histories are equal.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import errno
 import os
 import signal
 import sys
@@ -36,6 +38,7 @@ from tests.broker.replica.fake_leader import (
     serving,
 )
 from tests.wal._replica import boundaries, log_bytes, log_files
+from wal import Fault, FaultyFs
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -137,7 +140,12 @@ async def test_an_extra_tail_from_an_old_epoch_is_cut_at_the_divergence(tmp_path
         assert follower.truncations == 2
     assert_identical(leader, follower_topic)
     for i, (p, end) in enumerate(zip(follower_topic.partitions, shared, strict=True)):
-        asked = [(r.logs[i].fetch_offset, r.logs[i].last_fetched_epoch) for r in fake.requests]
+        asked = [
+            (ask.fetch_offset, ask.last_fetched_epoch)
+            for r in fake.requests
+            for ask in r.logs
+            if ask.log == f"p/{i}"
+        ]
         assert asked[0] == (end + 90, 2)  # its own tail: 30 batches of 3 at epoch 2
         assert (end, 1) in asked  # cut exactly at the shared end...
         assert min(offset for offset, _ in asked) == end  # ...and never below it
@@ -281,7 +289,9 @@ async def test_a_follower_stopped_mid_append_keeps_whole_batches_and_resumes(
         async with following(reopened, port) as resumed:
             await caught_up(resumed, leader)
         first = fake.requests[0]
-        assert [ask.fetch_offset for ask in first.logs] == heads
+        assert {ask.log: ask.fetch_offset for ask in first.logs} == {
+            f"p/{i}": head for i, head in enumerate(heads)
+        }
     assert_identical(leader, reopened)
     await close_topic(leader)
     await close_topic(reopened)
@@ -397,5 +407,47 @@ async def test_records_without_epochs_are_kept_only_below_the_leaders_first_epoc
     assert_identical(leader, follower_topic)
     for p in follower_topic.partitions:
         assert [tuple(e) for e in p.log.leader_epochs.entries()] == [(5, 120)]
+    await close_topic(leader)
+    await close_topic(follower_topic)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("partial", [0, 700], ids=["nothing-written", "torn-write"])
+async def test_a_full_disk_mid_stream_is_backed_off_and_healed(
+    tmp_path: Path, partial: int
+) -> None:
+    """Scenario: the follower copies 60 batches of epoch 1 and 60 of epoch 2 per
+    partition in 1 KiB fetches; from its 10th write to partition 0 the disk is full (each
+    write refused, or torn after 700 bytes and cut back) for 0.3 s. Expected: the
+    appends fail with DiskFullError and are backed off (partition 1 goes on), the log
+    keeps whole batches only, and once space is back it catches up byte-identical, its
+    epochs the leader's; promoted, it answers the producer's retry as a duplicate."""
+    leader = await open_topic(tmp_path / "leader")
+    producer = Publisher()
+    await producer.publish(leader, 1, 60)
+    await producer.publish(leader, 2, 60)
+    directory = tmp_path / "follower"
+    fault = Fault("pwritev", errno.ENOSPC, after=10, times=None, partial=partial)
+    fs = FaultyFs(faults=[dataclasses.replace(fault, path_contains=str(directory / "0") + os.sep)])
+    follower_topic = await open_topic(directory, fs=fs)
+    async with serving(FakeLeader(leader, 2)) as port:
+        async with following(follower_topic, port, epoch=2, max_bytes=1024) as follower:
+            await eventually(lambda: follower.failures > 0)
+            assert follower.last_error is not None
+            assert "DiskFullError" in follower.last_error
+            p1_end = leader.partitions[1].writer.durable_end
+            await eventually(lambda: follower.fetch_offsets["p/1"] == p1_end)  # it goes on
+            await asyncio.sleep(0.3)
+            stuck = follower.fetch_offsets["p/0"]
+            kept = log_bytes(follower_topic.partitions[0].log.path)
+            assert len(kept) in boundaries(log_bytes(leader.partitions[0].log.path))
+            fs.faults.clear()
+            await caught_up(follower, leader)
+        assert 0 < stuck < leader.partitions[0].writer.head
+    assert_identical(leader, follower_topic)
+    for mine, theirs in zip(follower_topic.partitions, leader.partitions, strict=True):
+        mine.writer.release_commits()
+        retry = batch(7, 3 * 119)
+        assert await mine.append(retry) == await theirs.append(retry)
     await close_topic(leader)
     await close_topic(follower_topic)
