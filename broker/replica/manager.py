@@ -30,14 +30,15 @@ call that awaits (a switch) whole against another; :meth:`leader` is a map read.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Protocol
 
 import grpc
 
+from broker.replica.fetcher import FollowerTopic
+from broker.replica.leader import LeaderTopic
 from broker.topics import Topic, TopicRegistry
 from cluster.local import ChangeIsr
 from cluster.records import TopicRecord
@@ -249,22 +250,13 @@ def real_roles(
     follower's start (the cluster's internal secret, or None without tokens)."""
 
     def make_leader(topic: Topic, record: TopicRecord, change_isr: ChangeIsr) -> LeaderRole:
-        leader = _role_class("broker.replica.leader", "LeaderTopic")
-        made = leader(
+        return LeaderTopic(
             topic, record, node_id, lag_time_max_ms=lag_time_max_ms, change_isr=change_isr
         )
-        return cast(LeaderRole, made)
 
     def make_follower(topic: Topic, record: TopicRecord, address: str) -> FollowerRole:
-        follower = _role_class("broker.replica.fetcher", "FollowerTopic")
-        made = follower(
+        return FollowerTopic(
             topic, record, node_id, address, channel=channels.get, credential=credential()
         )
-        return cast(FollowerRole, made)
 
     return make_leader, make_follower
-
-
-def _role_class(module: str, name: str) -> Any:
-    # Imported at first use: the leader and follower modules are built beside this one.
-    return getattr(importlib.import_module(module), name)
