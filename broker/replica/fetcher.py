@@ -44,7 +44,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TypeVar
 
 import grpc
@@ -100,6 +100,8 @@ class FollowerTopic:
         backoff_base_s: the first pause after a failed fetch (s). Default 0.05.
         backoff_max_s: the longest pause (s). Default 2.
         rng: the jitter's randomness. Default: a new ``random.Random``.
+        extra_logs: logs of the topic beside its partitions, by log id (``state``:
+            :class:`broker.replica.state_log.ReplicaStateLog`). Default: none.
     """
 
     def __init__(
@@ -116,6 +118,7 @@ class FollowerTopic:
         backoff_base_s: float = BACKOFF_BASE_S,
         backoff_max_s: float = BACKOFF_MAX_S,
         rng: random.Random | None = None,
+        extra_logs: Mapping[str, Partition] | None = None,
     ) -> None:
         self._topic = topic
         self._record = record
@@ -128,6 +131,7 @@ class FollowerTopic:
         self._backoff = (backoff_base_s, backoff_max_s)
         self._rng = rng or random.Random()
         self._logs = {log_id(p.index): p for p in topic.partitions}
+        self._logs.update(extra_logs or {})
         self._channel: grpc.aio.Channel | None = None
         self._channel_address = ""
         self._task: asyncio.Task[None] | None = None

@@ -49,7 +49,7 @@ import heapq
 import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 from broker.errors import ReplicaLogUnknownError, ReplicationOutcomeUnknownError
 from broker.partition import Partition
@@ -120,6 +120,9 @@ class LeaderTopic:
         address: This broker's advertised ``host:port``, named in its refusals.
         isr_check_s: How often the in-sync set is checked for laggards (seconds).
             Default: a quarter of ``lag_time_max_ms``, at least 0.05.
+        extra_logs: Logs of the topic beside its partitions, by log id (``state``:
+            :class:`broker.replica.state_log.ReplicaStateLog`, which stands for a
+            partition of index -1 in :meth:`committed`). Default: none.
     """
 
     def __init__(
@@ -133,6 +136,7 @@ class LeaderTopic:
         clock: Callable[[], float] = time.monotonic,
         address: str = "",
         isr_check_s: float | None = None,
+        extra_logs: Mapping[str, Partition] | None = None,
     ) -> None:
         self._topic = topic
         self._record = record
@@ -143,6 +147,8 @@ class LeaderTopic:
         self._address = address
         self._isr_check_s = isr_check_s or max(lag_time_max_ms / 4000, 0.05)
         self._logs = {log_id(p.index): _LedLog(log_id(p.index), p) for p in topic.partitions}
+        for name, log in (extra_logs or {}).items():
+            self._logs[name] = _LedLog(name, log)
         self._by_partition = {led.partition.index: led for led in self._logs.values()}
         self._joining: set[str] = set()  # counted in the watermark before etcd has them
         self._order = itertools.count()
