@@ -4,7 +4,9 @@ Role: build the topic registry, the gRPC server (data plane, admin plane, the st
 ``grpc.health.v1`` service and server reflection) and the Prometheus listener from a
 :class:`BrokerConfig`, and run them.
 
-Order of shutdown (STYLE rule 39): health goes to NOT_SERVING; the retention task stops
+Order of shutdown (STYLE rule 39): in cluster mode, the replicated topics led here are
+first handed to in-sync followers (controlled shutdown, ``ClusterNode.hand_over``, at most
+10 s); health goes to NOT_SERVING; the retention task stops
 (publishes blocked by the backlog quota fail with ``UNAVAILABLE``); subscriptions stop
 dispatching, end their consumer streams (``UNAVAILABLE``: consumers reconnect elsewhere or
 later) and save their cursors; the server stops accepting and lets in-flight calls finish
@@ -483,6 +485,8 @@ class Broker:
         """Shut down in order: NOT_SERVING, end consumer streams and save cursors, drain
         calls, leave the cluster (cluster mode), close the logs. Idempotent."""
         server, self._server = self._server, None
+        if server is not None and self.node is not None:  # controlled shutdown first
+            await self.node.hand_over()
         if server is not None:
             await self._health.enter_graceful_shutdown()
         await self.retention.aclose()  # before the subscriptions: it reads their floors

@@ -187,6 +187,10 @@ class BrokerTopics:
         return self.replicas
 
 
+HAND_OVER_TIMEOUT_S = 10.0
+"""How long a stopping broker waits for the new leaders of the topics it hands over."""
+
+
 class ClusterNode:
     """This broker's membership, as the servicers use it. Build with :meth:`join`.
 
@@ -244,7 +248,13 @@ class ClusterNode:
         """
         assert config.node_id is not None  # ClusterConfig: etcd needs node_id
         member_config = MemberConfig(
-            config.node_id, address, config.session_ttl_s, config.prefix, _version()
+            config.node_id,
+            address,
+            config.session_ttl_s,
+            config.prefix,
+            _version(),
+            auto_rebalance=config.auto_rebalance,
+            rebalance_interval_s=config.rebalance_interval_s,
         )
         channels = Channels()
         secret: dict[str, str] = {}  # the internal credential, read before any role starts
@@ -315,6 +325,22 @@ class ClusterNode:
             for s in self.member.strays()
         )
         return dataclasses.replace(status, strays=strays)
+
+    async def hand_over(self, timeout_s: float = HAND_OVER_TIMEOUT_S) -> dict[str, str]:
+        """Controlled shutdown: hand every replicated topic led here to an in-sync follower
+        and wait (at most ``timeout_s``) until each new leader serves it
+        (``ClusterMember.hand_over``), with one log line naming each. Returns ``topic ->
+        new leader``."""
+        started = time.monotonic()
+        moved = await self.member.hand_over(timeout_s)
+        if moved:
+            logger.info(
+                "controlled shutdown: %d replicated topic(s) handed over in %.0f ms: %s",
+                len(moved),
+                (time.monotonic() - started) * 1000,
+                ", ".join(f"{name} -> {to}" for name, to in sorted(moved.items())),
+            )
+        return moved
 
     async def aclose(self) -> None:
         """Leave the cluster (lease revoked), then close the etcd connection."""

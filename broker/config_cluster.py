@@ -66,6 +66,9 @@ class ClusterConfig:
         prefix: The etcd key prefix of this cluster's keys. Default ``/headrace/``.
         tokens: Every RPC needs a bearer token kept in etcd (``headrace tokens create
             --cluster-etcd``; :mod:`broker.auth.cluster_tokens`). Default ``False``.
+        auto_rebalance: as controller, move leadership back to preferred leaders every
+            ``rebalance_interval_s`` (``cluster.moves``). Default ``False``.
+        rebalance_interval_s: seconds between those passes. Default 300.
     """
 
     etcd: tuple[str, ...] | None = None
@@ -77,6 +80,8 @@ class ClusterConfig:
     etcd_key: str | None = None
     prefix: str = "/headrace/"
     tokens: bool = False
+    auto_rebalance: bool = False
+    rebalance_interval_s: int = 300
 
     def __post_init__(self) -> None:
         if isinstance(self.etcd, list):

@@ -864,6 +864,28 @@ class ClusterTable(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             ),
         ]
     ] = UNSET
+    auto_rebalance: Opt[
+        Annotated[
+            bool,
+            meta(
+                "While this broker is the controller, move the leadership of each "
+                "replicated topic back to its preferred leader (the first of its replicas) "
+                "every `rebalance_interval_s` when that broker is alive and in sync.",
+            ),
+        ]
+    ] = UNSET
+    rebalance_interval_s: Opt[
+        Annotated[
+            int,
+            meta(
+                "Seconds between the automatic preferred-leader passes of `auto_rebalance`.",
+                ge=1,
+                le=86_400,
+                unit="s",
+                must="a whole number of seconds from 1 to 86400",
+            ),
+        ]
+    ] = UNSET
 
 
 class ConfigFile(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

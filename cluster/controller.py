@@ -21,6 +21,10 @@ replicas than there are live brokers ends ``failed`` (``FAILED_PRECONDITION``, t
 naming both numbers), owned by the controller's node so that it is removed even if its
 creator is gone; its creator answers with that status.
 
+Then, on each pass, :class:`~cluster.moves.Mover` takes the next step of every
+reassignment and, with ``[cluster] auto_rebalance``, moves leadership back to preferred
+leaders (:mod:`cluster.moves`).
+
 A failed transaction may be one that applied and whose reply was lost
 (:mod:`cluster.etcd`, fact 1): the controller re-reads and decides from what it finds.
 
@@ -36,6 +40,7 @@ import time
 
 from cluster.errors import ClusterError, NotControllerError, NotEnoughBrokersError
 from cluster.etcd import Compare, EtcdStore, Op
+from cluster.moves import Mover
 from cluster.placement import Ask, Placement, Unplaceable, plan
 from cluster.records import (
     ControllerRecord,
@@ -76,6 +81,9 @@ class Controller:
         self._view = view
         self._session = session
         self._record = ControllerRecord(session.node_id, address)
+        #: reassignments and leadership balance (``cluster.moves``); the member sets
+        #: ``mover.auto_rebalance`` / ``mover.interval_s`` from ``[cluster]``.
+        self.mover = Mover(store, keys)
         self.token = 0
         """The fencing token while this broker believes it is controller; 0 otherwise."""
 
@@ -190,6 +198,8 @@ class Controller:
         decisions = plan(asks, state.load(), replica_load(records, state.brokers))
         for decision in decisions:
             await self._carry_out(waiting[decision.name], decision)
+        if not await self.mover.run_pass(state, self.token):
+            await self._check_token()
 
     async def _carry_out(self, topic: Topic, decision: Placement | Unplaceable) -> None:
         node, name = self._session.node_id, decision.name

@@ -135,6 +135,9 @@ class MemberConfig:
         ttl_s: session lease TTL, whole seconds (2..60). Default 10.
         prefix: the etcd key prefix of the cluster. Default ``/headrace/``.
         version: Headrace's version, shown in the broker record.
+        auto_rebalance: as controller, move leadership back to preferred leaders
+            (``cluster.moves``). Default False.
+        rebalance_interval_s: seconds between those passes. Default 300.
     """
 
     node_id: str
@@ -142,6 +145,8 @@ class MemberConfig:
     ttl_s: int = 10
     prefix: str = "/headrace/"
     version: str = ""
+    auto_rebalance: bool = False
+    rebalance_interval_s: float = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +215,8 @@ class ClusterMember:
         )
         self.view = View(store, self._keys)
         self.controller = Controller(store, self._keys, self.view, self.session, config.address)
+        self.controller.mover.auto_rebalance = config.auto_rebalance
+        self.controller.mover.interval_s = config.rebalance_interval_s
         self._claimed: dict[str, int] = {}
         self._claimed_generation = 0
         self._missing_logged: set[str] = set()
@@ -272,6 +279,27 @@ class ClusterMember:
         so its registration and any controller key go at once)."""
         await self.abandon()
         await self.session.aclose()
+
+    async def hand_over(self, timeout_s: float) -> dict[str, str]:
+        """Controlled shutdown (before :meth:`aclose`): the reconcile task stops (no role
+        is taken again), then every replicated topic this broker leads is handed to an
+        in-sync follower (``ReplicaRoles.hand_over``), waiting at most ``timeout_s``.
+        Factor-1 topics are not moved (they are offline until this broker returns).
+
+        Returns:
+            ``topic -> new leader`` of each topic handed over.
+        """
+        for task in self._tasks:
+            if task.get_name().startswith("reconcile-"):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._tasks = [t for t in self._tasks if not t.done()]
+        try:
+            return await self.replicas.hand_over(timeout_s)
+        except ClusterError as exc:
+            log.warning("broker %s: controlled shutdown: hand-over failed: %s", self.node_id, exc)
+            return {}
 
     async def abandon(self) -> None:
         """Stop everything WITHOUT ending the session: its lease runs out on etcd's clock,

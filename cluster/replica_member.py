@@ -37,7 +37,7 @@ from cluster.etcd import EtcdStore, Op
 from cluster.local import ChangeIsr, LocalTopics
 from cluster.records import Keys, TopicRecord, TopicState, encode
 from cluster.replica_roles import Decision, Step, decide, is_replicated
-from cluster.replica_txn import elect, expand_isr, shrink_isr
+from cluster.replica_txn import Outcome, elect, expand_isr, shrink_isr, transfer_leadership
 from cluster.session import Clock, Session
 from cluster.state import Topic
 from cluster.view import View
@@ -100,6 +100,8 @@ class ReplicaRoles:
         #: name -> the record (and revision) the changer last wrote.
         self._written: dict[str, Topic] = {}
         self._logged: set[tuple[str, str]] = set()
+        #: set by :meth:`hand_over`: the broker is stopping; no pass takes a role again.
+        self._leaving = False
 
     def roles(self) -> dict[str, tuple[str, int]]:
         """``name -> ("leader" | "follower", epoch)`` as given to the hook (for tests,
@@ -131,6 +133,8 @@ class ReplicaRoles:
         Raises:
             ClusterError: etcd did not answer (the member retries the pass).
         """
+        if self._leaving:
+            return  # handing over or handed over (controlled shutdown): no new role
         topics = self._view.state.topics
         for name in [n for n in self._given if n not in topics]:
             await self._stop(name)  # deleted behind our back (or a relist): no role
@@ -140,7 +144,9 @@ class ReplicaRoles:
                 if name in self._given:
                     await self._stop(name)
                 continue
-            if self._me not in record.effective_replicas() and name not in self._given:
+            if self._me not in record.effective_replicas():
+                if name in self._given:
+                    await self._dropped(topic)
                 continue
             try:
                 await self._one(topic, claimed)
@@ -184,6 +190,7 @@ class ReplicaRoles:
             await self._claim(topic, claimed)
         elif step is Step.LEAD:
             await self._lead(topic.record)
+            await self._drop_gone(topic)
         elif step is Step.FOLLOW:
             await self._follow(topic.record, decision.address)
         elif step is Step.ELECT:
@@ -205,6 +212,41 @@ class ReplicaRoles:
         if self._given.pop(name, None) is not None:
             await self._local.stop(name)
             log.info("broker %s: no longer a replica of topic %s here", self._me, name)
+
+    async def _dropped(self, topic: Topic) -> None:
+        """A reassignment dropped this broker from the replicas of a topic it held a role
+        in: no role any more, and its local copy is deleted (the target holds the topic)."""
+        name = topic.record.name
+        await self._stop(name)
+        if self._local.topic_id(name) == topic.record.id:
+            await self._local.delete(name)
+            log.info(
+                "broker %s: dropped from topic %s's replicas: local copy deleted", self._me, name
+            )
+
+    async def _drop_gone(self, topic: Topic) -> None:
+        """As leader, take the in-sync followers whose session ended (their broker key is
+        gone: a stopped broker, Kafka's controlled shutdown) out of the in-sync set at
+        once, instead of holding every acknowledgement for ``replica_lag_time_max_ms``."""
+        record = topic.record
+        alive = self._view.state.brokers
+        gone = [n for n in record.effective_isr() if n != self._me and n not in alive]
+        if not gone or not self._session.may_write():
+            return
+        latest = self._latest(record.name)
+        if latest is None or latest.record.epoch != record.epoch:
+            return
+        kept = tuple(n for n in latest.record.effective_isr() if n not in gone)
+        try:
+            written = await self._change(latest, kept, record.epoch)
+        except ClusterError as exc:
+            log.warning(
+                "topic %s: removing stopped %s from the isr failed: %s", record.name, gone, exc
+            )
+            return
+        if written is not None:
+            self._written[record.name] = written
+            log.info("topic %s: stopped broker(s) %s left the isr", record.name, gone)
 
     async def _delete(self, topic: Topic, claimed: dict[str, int]) -> None:
         name = topic.record.name
@@ -313,6 +355,89 @@ class ReplicaRoles:
         await self._lead(result.record)
         claimed[name] = result.record.epoch
 
+    # -- controlled shutdown ----------------------------------------------------------------
+
+    async def hand_over(self, timeout_s: float) -> dict[str, str]:
+        """Controlled shutdown: hand every replicated topic this broker leads to an alive
+        in-sync follower (:func:`~cluster.replica_txn.transfer_leadership` with
+        ``leave_isr``, so the new leader's watermark does not wait for this broker), stop
+        leading it (pending acks: "outcome unknown", the producer resends to the new
+        leader), and wait until each new leader has taken it (its claim is in etcd) or
+        ``timeout_s`` ends. No pass takes a role after this (the broker is stopping).
+
+        Returns:
+            ``topic -> new leader`` of each topic handed over (for the log and tests).
+        """
+        self._leaving = True
+        deadline = self._clock() + timeout_s
+        moved: dict[str, tuple[str, int]] = {}
+        for name, (step, _record, _) in list(self._given.items()):
+            if step is not Step.LEAD:
+                continue
+            handed = await self._hand_one(name)
+            if handed is not None:
+                moved[name] = handed
+        # stop leading once the view shows the transfer, so the consumers' streams end
+        # with a refusal naming the new leader
+        await self._until(
+            lambda: all(_seen(self._topic(n), r, 0) for n, (_, r) in moved.items()), deadline
+        )
+        for name in moved:
+            await self._stop(name)
+        await self._until(
+            lambda: all(_seen(self._topic(n), r, 1) for n, (_, r) in moved.items()), deadline
+        )
+        for name, (to, rev) in moved.items():
+            if not _seen(self._topic(name), rev, 1):
+                log.warning(
+                    "topic %s: %s has not taken the leadership within %.1f s", name, to, timeout_s
+                )
+        return {name: to for name, (to, _) in moved.items()}
+
+    def _topic(self, name: str) -> Topic | None:
+        return self._view.state.topics.get(name)
+
+    async def _until(self, done: Callable[[], bool], deadline: float) -> None:
+        left = deadline - self._clock()
+        if left > 0:
+            await self._view.wait_for(lambda _state: True if done() else None, left)
+
+    async def _hand_one(self, name: str) -> tuple[str, int] | None:
+        topic = self._latest(name)
+        if topic is None or topic.record.owner != self._me or not self._session.may_write():
+            return None
+        record = topic.record
+        alive = self._view.state.brokers
+        targets = [n for n in record.effective_isr() if n != self._me and n in alive]
+        for to in targets:
+            try:
+                result = await transfer_leadership(
+                    self._store, self._keys, name, record, topic.mod_revision,
+                    leader=self._me, epoch=record.epoch, leader_lease=self._session.lease,
+                    to=to, leave_isr=True,
+                )  # fmt: skip
+            except ClusterError as exc:
+                log.warning("topic %s: handing over to %s failed: %s", name, to, exc)
+                return None
+            if result.outcome.is_won():
+                log.info(
+                    "broker %s: controlled shutdown: topic %s handed to %s", self._me, name, to
+                )
+                return to, result.mod_revision
+            log.info(
+                "topic %s: hand-over to %s: %s (%s)", name, to, result.outcome.value, result.reason
+            )
+            if result.record is None or result.outcome is not Outcome.REFUSED:
+                return None
+        if not targets:
+            log.warning(
+                "broker %s: controlled shutdown: topic %s has no alive in-sync follower; it "
+                "waits for an election after this broker leaves",
+                self._me,
+                name,
+            )
+        return None
+
     # -- the leader's in-sync set -----------------------------------------------------------
 
     def changer(self, name: str, epoch: int) -> ChangeIsr:
@@ -326,6 +451,10 @@ class ReplicaRoles:
             topic = self._latest(name)
             if topic is None or (topic.record.owner, topic.record.epoch) != (self._me, epoch):
                 return False
+            alive = self._view.state.brokers
+            current = topic.record.effective_isr()
+            if any(n not in current and n not in alive for n in new_isr):
+                return False  # a broker without a session does not join (it would flap)
             try:
                 written = await self._change(topic, new_isr, epoch)
             except ClusterError as exc:
@@ -382,3 +511,9 @@ class ReplicaRoles:
         topic = self._view.state.topics.get(name)
         topic_id = topic.record.id if topic else "?"
         log.log(level, "broker %s, topic %s (id %s): %s", self._me, name, topic_id, message)
+
+
+def _seen(topic: Topic | None, handed_rev: int, later: int) -> bool:
+    """Whether the view holds a topic handed over at ``handed_rev`` at that revision
+    (``later`` 0) or at a later one (``later`` 1: the new leader's claim), or it is gone."""
+    return topic is None or topic.mod_revision >= handed_rev + later

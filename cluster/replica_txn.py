@@ -13,6 +13,8 @@ new record guarded by ``mod_revision(topic) == read_mod_rev`` and:
 - :func:`transfer_leadership` (by the leader): as above, and the target's broker key
   under the lease it had when read (it is alive).
 - :func:`set_replicas` (by the controller): ``create_revision(controller) == token``.
+- :func:`move_leadership` (by the controller): the token, and the target's broker key
+  under the lease it had when read (it is alive); the target must be in sync.
 
 The ``mod_revision`` guard is what turns the owner/epoch check on the record as read into
 a fence: if anyone wrote the record since, nothing is written. A leader's fencing token is
@@ -412,6 +414,65 @@ async def set_replicas(
     return await _write(
         store, keys, name, read_mod_rev, guards=guards, wanted=wanted, classify=classify
     )
+
+
+async def move_leadership(
+    store: EtcdStore,
+    keys: Keys,
+    name: str,
+    read_record: TopicRecord,
+    read_mod_rev: int,
+    *,
+    controller_token: int,
+    to: str,
+) -> ChangeResult:
+    """The controller (fenced by its token) makes the in-sync replica ``to`` leader of
+    ``name``: ``owner = to``, ``epoch + 1``, the in-sync set unchanged (a reassignment
+    moving leadership into its target, or a preferred-leader move; Kafka's controller
+    writes its LeaderAndIsr the same way). ``to`` must be alive (its broker key under the
+    lease it had when read). Safe without the old leader: every record it committed is
+    on ``to`` (in sync, so counted in its watermark), and it can no longer commit or
+    change the in-sync set (its epoch is stale); it learns of the move from its view.
+
+    Raises:
+        EtcdUnavailableError: etcd did not answer; call again with the same arguments.
+    """
+    if read_record.state is not TopicState.READY or to == read_record.owner:
+        reason = f"topic {name} is not ready, or {to} leads it already"
+        return ChangeResult(Outcome.REFUSED, read_record, read_mod_rev, reason)
+    if to not in read_record.effective_isr():
+        reason = f"{to} is not in the in-sync set {list(read_record.effective_isr())} of {name}"
+        return ChangeResult(Outcome.REFUSED, read_record, read_mod_rev, reason)
+    target = await store.get(keys.broker(to))
+    if target is None:
+        return ChangeResult(Outcome.REFUSED, read_record, read_mod_rev, f"broker {to} is not alive")
+    wanted = read_record.replace(owner=to, epoch=read_record.epoch + 1)
+    guards = [
+        Compare.created_at(keys.controller, controller_token),
+        Compare.leased_by(keys.broker(to), target.lease),
+    ]
+
+    async def classify(now: TopicRecord, mod_revision: int) -> tuple[Outcome, str]:
+        held = await store.get(keys.controller)
+        current = held.create_revision if held is not None else 0
+        if current != controller_token:
+            return Outcome.STALE, f"controller token {controller_token} is stale (now {current})"
+        if mod_revision != read_mod_rev:
+            return Outcome.LOST_RACE, _changed(now)
+        return Outcome.REFUSED, f"broker {to}'s session changed or ended"
+
+    result = await _write(
+        store, keys, name, read_mod_rev, guards=guards, wanted=wanted, classify=classify
+    )
+    if result.outcome.is_won():
+        log.info(
+            "topic %s: leadership %s -> %s at epoch %d (controller)",
+            name,
+            read_record.owner,
+            to,
+            wanted.epoch,
+        )
+    return result
 
 
 async def _write(

@@ -1,0 +1,184 @@
+"""The controller's moves of replicated topics (issue 37): reassignments and leadership
+balance.
+
+Role: while a broker holds the controller token, :class:`Mover` runs on every controller
+pass:
+
+- **Reassignment.** An operator (``headrace cluster reassign``, :func:`request`) writes
+  the target replica set into the topic record's ``reassign_to``. The mover takes the
+  next :func:`cluster.replicas.reassignment_step` and writes it, fenced by the token:
+  add the target's new replicas (they create their copy and fetch from the leader until
+  the leader lets them into the in-sync set), wait until every target replica is in sync,
+  move leadership to the target's first replica (its preferred leader) when it is alive
+  and in sync and the leader is another, drop the replicas outside the target (each
+  deletes its local copy) and clear ``reassign_to``. Resumable: each step reads only the
+  record, so a new controller carries on where the old one stopped. The topic serves
+  throughout; a leadership move is what a client sees (a refusal naming the new leader,
+  or "outcome unknown" for an ack in flight: the idempotent producer resends).
+- **Balance.** ``headrace cluster rebalance`` asks for reorders
+  (:func:`cluster.replicas.rebalance_moves`) and preferred-leader moves the same way (a
+  ``reassign_to`` of the same replicas, the wanted leader first). With ``[cluster]
+  auto_rebalance``, every ``rebalance_interval_s`` the mover also moves leadership back
+  to each topic's preferred leader when it is alive and in sync
+  (:func:`cluster.replicas.preferred_leader_moves`; Kafka's
+  ``auto.leader.rebalance.enable``).
+
+Every write is :func:`cluster.replica_txn.set_replicas` or
+:func:`cluster.replica_txn.move_leadership`: one compare-and-set on the record as read
+plus the controller token; a deposed controller writes nothing.
+
+Task-safety: called from the controller's task only.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+
+from cluster.errors import ReplicationSettingsError
+from cluster.etcd import Compare, EtcdStore, Op
+from cluster.records import Keys, TopicRecord, TopicState, decode, encode
+from cluster.replica_txn import ChangeResult, Outcome, move_leadership, set_replicas
+from cluster.replicas import StepKind, check_target, preferred_leader_moves, reassignment_step
+from cluster.state import ClusterState, Topic
+
+log = logging.getLogger(__name__)
+
+REBALANCE_INTERVAL_S = 300.0
+"""Default seconds between automatic preferred-leader passes (Kafka's
+``leader.imbalance.check.interval.seconds``)."""
+
+
+class Mover:
+    """The controller's reassignments and leadership balance (module docstring).
+
+    Args:
+        store: the etcd connection.
+        keys: the cluster's key layout.
+        auto_rebalance: move leadership back to preferred leaders every ``interval_s``.
+        interval_s: seconds between automatic passes.
+        clock: monotonic seconds.
+    """
+
+    def __init__(
+        self,
+        store: EtcdStore,
+        keys: Keys,
+        *,
+        auto_rebalance: bool = False,
+        interval_s: float = REBALANCE_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._store = store
+        self._keys = keys
+        self.auto_rebalance = auto_rebalance
+        self.interval_s = interval_s
+        self._clock = clock
+        self._next_auto: float | None = None  # the first pass sets it (interval_s may change)
+
+    async def run_pass(self, state: ClusterState, token: int) -> bool:
+        """One pass: each reassignment's next step, then (when due) the automatic
+        preferred-leader moves. Returns False when the token turned out stale.
+
+        Raises:
+            EtcdUnavailableError: etcd did not answer (the controller retries the pass).
+        """
+        alive = set(state.brokers)
+        for topic in sorted(state.topics.values(), key=lambda t: t.record.name):
+            moving = topic.record.reassign_to and topic.record.state is TopicState.READY
+            if moving and not await self._step(topic, alive, token):
+                return False
+        if self._next_auto is None:
+            self._next_auto = self._clock() + self.interval_s
+        if self.auto_rebalance and self._clock() >= self._next_auto:
+            self._next_auto = self._clock() + self.interval_s
+            records = [t.record for t in state.topics.values()]
+            for name, to in preferred_leader_moves(records, alive):
+                topic = state.topics[name]
+                result = await move_leadership(
+                    self._store, self._keys, name, topic.record, topic.mod_revision,
+                    controller_token=token, to=to,
+                )  # fmt: skip
+                if not _note(result, f"auto rebalance: leadership of {name} to {to}"):
+                    return False
+        return True
+
+    async def _step(self, topic: Topic, alive: set[str], token: int) -> bool:
+        record, rev = topic.record, topic.mod_revision
+        name, target = record.name, record.reassign_to
+        step = reassignment_step(record, target, alive)
+        preferred = target[0]
+        if (
+            step.kind is StepKind.DROP_REPLICAS
+            and record.owner != preferred
+            and preferred in alive
+            and preferred in record.effective_isr()
+        ):  # end with the target's preferred leader leading
+            result = await move_leadership(
+                self._store, self._keys, name, record, rev, controller_token=token, to=preferred
+            )
+            return _note(result, f"reassignment of {name}: leadership to {preferred}")
+        if step.kind is StepKind.MOVE_LEADERSHIP:
+            result = await move_leadership(
+                self._store, self._keys, name, record, rev, controller_token=token, to=step.leader
+            )
+            return _note(result, f"reassignment of {name}: leadership to {step.leader}")
+        if step.kind in (StepKind.ADD_REPLICAS, StepKind.DROP_REPLICAS):
+            result = await set_replicas(
+                self._store, self._keys, name, record, rev,
+                controller_token=token, replicas=step.replicas, reassign_to=step.reassign_to,
+            )  # fmt: skip
+            what = "add" if step.kind is StepKind.ADD_REPLICAS else "drop to"
+            return _note(result, f"reassignment of {name}: replicas {what} {list(step.replicas)}")
+        return True  # waiting for the new replicas to be in sync
+
+
+def _note(result: ChangeResult, what: str) -> bool:
+    """Log a move's outcome; False when the controller token was stale."""
+    if result.outcome.is_won():
+        log.info("controller: %s", what)
+    elif result.outcome is not Outcome.LOST_RACE:
+        log.info("controller: %s not made: %s (%s)", what, result.outcome.value, result.reason)
+    return result.outcome is not Outcome.STALE
+
+
+async def request(
+    store: EtcdStore, keys: Keys, name: str, target: Sequence[str]
+) -> tuple[TopicRecord, TopicRecord]:
+    """An operator's request: set topic ``name``'s ``reassign_to`` to ``target`` (a
+    compare-and-set on the record as read; the controller carries it out). Returns the
+    record before and after.
+
+    Raises:
+        ReplicationSettingsError: ``target`` is not a replica set, the topic is not a
+            ready replicated topic, or a reassignment of it runs to another target.
+        RuntimeError: the record kept changing while it was written (retry).
+        EtcdUnavailableError: etcd did not answer.
+    """
+    wanted = check_target(target)
+    key = keys.topic(name)
+    for _attempt in range(5):
+        held = await store.get(key)
+        if held is None:
+            raise ReplicationSettingsError(f"topic {name!r} does not exist in the cluster")
+        record = decode(key, held.value, TopicRecord)
+        if record.state is not TopicState.READY:
+            raise ReplicationSettingsError(f"topic {name} is {record.state.value}, not ready")
+        if len(wanted) < 2 or len(record.effective_replicas()) < 2:
+            raise ReplicationSettingsError(
+                f"topic {name}: a reassignment moves replicated topics between replica sets "
+                f"of 2 or more (it has {list(record.effective_replicas())}, asked {list(wanted)})"
+            )
+        if record.reassign_to and record.reassign_to != wanted:
+            raise ReplicationSettingsError(
+                f"topic {name} is being reassigned to {list(record.reassign_to)}: wait until "
+                "it ends (headrace cluster reassign --status)"
+            )
+        after = record.replace(reassign_to=wanted)
+        result = await store.txn(
+            [Compare.modified_at(key, held.mod_revision)], [Op.put(key, encode(after))]
+        )
+        if result.succeeded:
+            return record, after
+    raise RuntimeError(f"topic {name} kept changing while the reassignment was written; retry")
