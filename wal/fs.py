@@ -113,6 +113,8 @@ CRASH_POINTS = (
     "leader_epochs.after_tmp",  # leader-epochs.tmp written and synced, not yet renamed
     "leader_epochs.after_rename",  # leader-epochs replaced, directory not yet synced
     "restart.after_create",  # a restart's new empty segment made and synced, old one kept
+    "hw_checkpoint.after_tmp",  # high-watermark.tmp written and synced, not yet renamed
+    "hw_checkpoint.after_rename",  # high-watermark replaced, directory not yet synced
 )
 
 

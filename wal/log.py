@@ -54,6 +54,7 @@ from wal.errors import (
 )
 from wal.fdcache import PRIVATE_CAPACITY, FileCache
 from wal.fs import FileSystem
+from wal.hw_checkpoint import HighWatermarkCheckpoint
 from wal.leader_epochs import EpochEntry, LeaderEpochs, load_entries
 from wal.naming import INDEX_SUFFIX, LOG_SUFFIX, is_leftover, parse_segment_name, segment_name
 from wal.policy import SegmentInfo, segments_to_delete, should_roll
@@ -129,6 +130,9 @@ class Log:
         self.leader_epochs = LeaderEpochs(
             path, fs=fs, log_end=lambda: self.head, entries=epochs or []
         )
+        #: The partition's high-watermark checkpoint (its ``high-watermark`` file): a
+        #: replicated log's committed end as last saved (:mod:`wal.hw_checkpoint`).
+        self.hw_checkpoint = HighWatermarkCheckpoint.open(path, fs=fs)
 
     # -- opening ----------------------------------------------------------------------
 
@@ -223,6 +227,7 @@ class Log:
             # A crash in a truncation, or a power cut that took back appends, may leave
             # epochs that begin past the log's end: they never happened here.
             log.leader_epochs.truncate_from(log.head + 1)
+            log.hw_checkpoint.lower_to(log.head)  # a power cut took back what it counted
         except BaseException:
             log.close()
             raise
@@ -519,6 +524,8 @@ class Log:
         A replica's cut back to where its log and the leader's diverge. In order, each
         step durable before the next (the crash points in brackets):
 
+        0. the high-watermark checkpoint is lowered to ``offset`` if it is above it
+           [``hw_checkpoint.after_tmp``, ``hw_checkpoint.after_rename``];
         1. every segment wholly at or past ``offset`` is removed, newest first, the
            directory synced after each [``truncate.after_segment_delete``];
         2. the segment holding ``offset`` has its ``.index`` cut and synced
@@ -561,6 +568,10 @@ class Log:
             position = target.truncation_point(offset)
         except OSError as exc:
             raise io_error("truncate", target.path, exc) from exc
+        # A checkpoint above the cut would expose, after a restart, records appended
+        # there later that were never committed: lowered first (a refusal raises here,
+        # before any file of the log changes).
+        self.hw_checkpoint.lower_to(offset)
         removed = []
         try:
             while len(self._segments) > keep:
@@ -630,6 +641,7 @@ class Log:
         if offset < 0:
             raise ValueError(f"log {self.path}: cannot restart at negative offset {offset}")
         first = self.first_offset
+        self.hw_checkpoint.lower_to(min(offset, first))  # as truncate_to does, first
         removed = self.truncate_to(first) if self.head > first else []
         try:
             self.leader_epochs.truncate_from(0)

@@ -69,6 +69,7 @@ import collections
 import concurrent.futures
 import contextlib
 import logging
+import math
 import queue
 import threading
 import time
@@ -116,6 +117,10 @@ Listener = Callable[[int], None]
 #: Called after each group commit with (seconds writing, seconds in fsync or None when
 #: the policy did not sync, batches in the group). For latency metrics.
 CommitObserver = Callable[[float, float | None, int], None]
+#: How often a log with held commits saves its mark at most (s): each save is a small
+#: file replaced (two fsyncs); a lagging checkpoint only delays what a restarted replica
+#: shows until the replication confirms it again.
+CHECKPOINT_INTERVAL_S = 1.0
 
 
 async def run_to_end(work: Awaitable[T]) -> T:
@@ -161,6 +166,12 @@ class LogWriter:
         #: Told the durable end as it advances, held commits or not (a leader's HW).
         self._durable_listeners: list[Listener] = []
         self._held = False  # commits held: the mark moves only by commit_to
+        #: Held commits: the mark's checkpoint write waiting or running (at most one).
+        self._checkpointing: asyncio.Task[None] | None = None
+        self._checkpointed_at = -math.inf  # loop time of the last checkpoint write
+        #: Held commits: the mark is saved (``Log.hw_checkpoint``) at most this often (s),
+        #: and when the writer closes; a restarted replica starts its mark there.
+        self.checkpoint_interval_s = CHECKPOINT_INTERVAL_S
         self._closing = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -256,16 +267,29 @@ class LogWriter:
         """Whether the mark moves only by :meth:`commit_to` (see :meth:`hold_commits`)."""
         return self._held
 
-    def hold_commits(self) -> None:
+    def hold_commits(self, at: int | None = None) -> None:
         """The commit gate: from now on :attr:`high_water_mark` moves only by
         :meth:`commit_to` (a replicated log: a leader commits what its in-sync followers
-        have, a follower what its leader committed). The mark stays where it is; the
-        durable end goes on advancing and telling the durable listeners. Idempotent.
+        have, a follower what its leader committed). The durable end goes on advancing
+        and telling the durable listeners. Idempotent.
+
+        ``at``: where the mark starts when commits were not held yet (the log's
+        high-watermark checkpoint, ``log.hw_checkpoint.offset``, for a replica that
+        opened its log): clamped to ``[first_offset, durable_end]``, and it may lower the
+        mark, so call it before anything reads the log. ``None``, or commits held
+        already (the mark in memory is newer than any checkpoint): the mark stays.
+        While commits are held, the mark is saved in the checkpoint as it moves (at most
+        every :attr:`checkpoint_interval_s`, and at :meth:`aclose`); a cut below it
+        lowers it first (:class:`wal.hw_checkpoint.HighWatermarkCheckpoint`).
 
         Example: mark 10, durable end 10; held; appends make the durable end 15 while
         readers still see 10; ``commit_to(12)`` moves the mark to 12 and calls the
-        listeners with 12; ``commit_to(40)`` moves it to 15 (clamped).
+        listeners with 12; ``commit_to(40)`` moves it to 15 (clamped). Opened with a
+        durable end of 15 and a checkpoint of 12: ``hold_commits(at=12)``: readers see
+        up to 12 until ``commit_to`` says more.
         """
+        if at is not None and not self._held:
+            self._hwm = max(self._log.first_offset, min(at, self._durable))
         self._held = True
 
     def release_commits(self) -> None:
@@ -282,12 +306,51 @@ class LogWriter:
         offset = min(offset, self._durable)
         if offset > self._hwm:
             self._hwm = offset
+            if self._held:
+                self._checkpoint_soon()
             for listener in list(self._listeners):
                 try:
                     listener(offset)
                 except Exception:
                     logger.exception("log %s: high-water mark listener failed", self._log.path)
         return self._hwm
+
+    def _checkpoint_soon(self) -> None:
+        """Save the mark in the checkpoint: now if the last write is
+        :attr:`checkpoint_interval_s` old, else when it is (one write pending at most)."""
+        if self._checkpointing is None and not self._closing and self._loop is not None:
+            self._checkpointing = self._loop.create_task(
+                self._checkpoint_later(), name=f"wal-hw-checkpoint:{self._log.path}"
+            )
+
+    async def _checkpoint_later(self) -> None:
+        """Write, then again after the interval while the mark moved meanwhile."""
+        assert self._loop is not None
+        checkpoint = self._log.hw_checkpoint
+        try:
+            while not self._closing and self._log.failure is None:
+                delay = self._checkpointed_at + self.checkpoint_interval_s - self._loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                await self._save_checkpoint()
+                if checkpoint.exists and checkpoint.offset == self._hwm:
+                    break
+        finally:
+            self._checkpointing = None
+
+    async def _save_checkpoint(self) -> None:
+        """Write the mark to the checkpoint, off the loop; a failure is logged (the
+        checkpoint lags: the next write tries again)."""
+        checkpoint = self._log.hw_checkpoint
+        mark, generation = self._hwm, checkpoint.generation
+        if self._log.failure is not None or (checkpoint.exists and mark == checkpoint.offset):
+            return
+        assert self._loop is not None
+        self._checkpointed_at = self._loop.time()
+        try:
+            await run_to_end(asyncio.to_thread(checkpoint.advance, mark, generation))
+        except WalError as exc:
+            logger.warning("log %s: high-watermark checkpoint not saved: %s", self._log.path, exc)
 
     @property
     def head(self) -> int:
@@ -642,6 +705,12 @@ class LogWriter:
             await self._ticker
         if self._cold_in_flight:  # a thread reading the files: they stay open until it ends
             await asyncio.wait(self._cold_in_flight)
+        if self._checkpointing is not None:
+            self._checkpointing.cancel()  # a write in flight runs to its end (run_to_end)
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._checkpointing
+        if self._held:
+            await self._save_checkpoint()  # the last mark, so a restart starts there
         self._tail.clear()
         await asyncio.to_thread(self._log.close)
 
