@@ -54,6 +54,7 @@ from broker.errors import (
 )
 from broker.replica.leader import LeaderTopic
 from broker.replica.manager import Channels, ReplicaManager, real_roles
+from broker.replica.state_log import StateReplication
 from broker.topics import TopicRegistry
 from cluster.answers import LookupResult, StatusResult, StrayTopic
 from cluster.config_defaults import DefaultsView, EtcdDefaults
@@ -110,11 +111,14 @@ class BrokerTopics:
         topics: TopicRegistry,
         subscriptions: SubscriptionRegistry,
         replicas: ReplicaManager | None = None,
+        state: StateReplication | None = None,
     ) -> None:
         self._topics = topics
         self._subscriptions = subscriptions
         #: The roles of replicated topics (``lead``/``follow``/``stop`` go there).
         self.replicas = replicas
+        #: Their subscription-state logs (opened before a role, closed after).
+        self.state = state
 
     async def create(self, name: str, topic_id: str, partitions: int) -> None:
         try:
@@ -126,6 +130,8 @@ class BrokerTopics:
             raise TopicExistsError(name)  # another topic of that name here: never overwrite
 
     async def delete(self, name: str) -> None:
+        if self.state is not None:  # its directory goes with the subscriptions'
+            await self.state.close(name)
         try:
             await self._topics.delete(
                 name, before_close=functools.partial(self._subscriptions.drop_topic, name)
@@ -172,14 +178,20 @@ class BrokerTopics:
         return None
 
     async def lead(self, name: str, record: TopicRecord, change_isr: ChangeIsr) -> None:
+        if self.state is not None:
+            await self.state.prepare(name)
         await self._roles().lead(name, record, change_isr)
 
     async def follow(self, name: str, record: TopicRecord, leader_address: str) -> None:
+        if self.state is not None:
+            await self.state.prepare(name)
         await self._roles().follow(name, record, leader_address)
 
     async def stop(self, name: str) -> None:
         if self.replicas is not None:
             await self.replicas.stop(name)
+        if self.state is not None:
+            await self.state.close(name)
 
     def _roles(self) -> ReplicaManager:
         if self.replicas is None:
@@ -222,6 +234,7 @@ class ClusterNode:
         #: The roles of the replicated topics here (the Replication servicer's lookup).
         self.replicas: ReplicaManager | None = None
         self._channels: Channels | None = None
+        self._state: StateReplication | None = None
         #: The cluster's internal credential when ``[cluster] tokens`` is on (the
         #: Replication service's only caller; ``cluster.internal_credential``).
         self.internal_credential: str | None = None
@@ -258,8 +271,17 @@ class ClusterNode:
         )
         channels = Channels()
         secret: dict[str, str] = {}  # the internal credential, read before any role starts
+        roles: list[ReplicaManager] = []  # the manager, made below with state's hooks
+
+        def leader_of(name: str) -> object | None:
+            return roles[0].leader(name) if roles else None
+
+        state = StateReplication(topics, subscriptions, leader_of)
         make_leader, make_follower = real_roles(
-            config.node_id, channels, credential=lambda: secret.get("internal")
+            config.node_id,
+            channels,
+            credential=lambda: secret.get("internal"),
+            extra_logs=state.extra_logs,
         )
 
         async def not_leading(name: str) -> None:
@@ -270,14 +292,17 @@ class ClusterNode:
             )
             for sub in subscriptions.subscriptions(name):
                 sub.end_sessions(TopicRefusedError(refusal))
+            await state.not_leading(name)
 
         replicas = ReplicaManager(
             topics,
             make_leader=make_leader,
             make_follower=make_follower,
+            on_leading=state.leading,
             on_not_leading=not_leading,
         )
-        local = BrokerTopics(topics, subscriptions, replicas)
+        roles.append(replicas)
+        local = BrokerTopics(topics, subscriptions, replicas, state)
         member = ClusterMember(store, member_config, local)
         view = DefaultsView(
             store, Keys(config.prefix), functools.partial(apply_defaults, defaults, topics)
@@ -292,6 +317,7 @@ class ClusterNode:
             await view.aclose()
             await _quietly_close(member, store)
             await replicas.aclose()
+            await state.aclose()
             await channels.aclose()
             if isinstance(exc, DuplicateNodeError | EtcdUnavailableError):
                 raise ClusterJoinError(
@@ -306,7 +332,7 @@ class ClusterNode:
             config.session_ttl_s,
         )
         node = cls(store, member, topics, max_partitions, defaults=defaults, defaults_view=view)
-        node.replicas, node._channels = replicas, channels
+        node.replicas, node._channels, node._state = replicas, channels, state
         node.internal_credential = secret.get("internal")
         return node
 
@@ -349,6 +375,8 @@ class ClusterNode:
         await _quietly_close(self.member, self._store)
         if self.replicas is not None:  # after the member: no role call comes any more
             await self.replicas.aclose()
+        if self._state is not None:
+            await self._state.aclose()
         if self._channels is not None:
             await self._channels.aclose()
 

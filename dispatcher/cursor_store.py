@@ -44,6 +44,17 @@ The store also keeps the cursors last written (:meth:`CursorStore.saved_floor`: 
 never deletes at or past them). What an open finds in a topic's files, and how damage is
 kept and reported, is :mod:`dispatcher.cursor_recovery`; the store then repairs it.
 
+Replicated topics (issue 37). A topic given a :class:`~dispatcher.state_log.StateSink`
+(:meth:`CursorStore.set_sink`, while this broker leads it) has every flush of its
+states also appended to its replica group's ``state`` log, after the local write and
+under the same lock (so the log's order is the store's save order): a journal append
+as one delta record, a checkpoint as one snapshot record, after which the log's segments
+wholly before the snapshot are deleted, and a delete's tombstone as one delta. A durable
+save (:meth:`CursorStore.save`) and a delete's commit point return only once that record
+is committed (below the state log's high watermark): a follower that becomes leader
+replays it (:mod:`dispatcher.state_log`). Background flushes (acks) do not wait: acks
+not yet committed may be redelivered after a failover, as after a crash.
+
 Why the rest is one piece (:class:`CursorStore`, about 500 lines): the flusher, the
 journal appends, the checkpoints and a delete's commit point share one lock, one
 sequence of state numbers, the open journal descriptors and the dirty sets, and each
@@ -69,6 +80,7 @@ import msgspec
 from dispatcher import cursor_journal, state_file
 from dispatcher.cursor_recovery import Loaded, load_topic
 from dispatcher.errors import DispatcherClosedError
+from dispatcher.state_log import StateSink, record_value
 from dispatcher.subscription import Subscription
 from wal import FileSystem, run_to_end
 
@@ -198,6 +210,10 @@ class CursorStore:
         self._journal_bytes: dict[str, int] = {}
         #: Set once :meth:`aclose` made its final save: later saves are refused.
         self._closed = False
+        #: The replicated topics' state logs (while this broker leads them).
+        self._sinks: dict[str, StateSink] = {}
+        #: Per replicated topic, the offset of the last record appended to its state log.
+        self._appended: dict[str, int] = {}
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -257,6 +273,22 @@ class CursorStore:
         self._deleting.discard((sub.topic, sub.name))
         self._dirty.add((sub.topic, sub.name))
 
+    def set_sink(self, topic: str, sink: StateSink | None) -> None:
+        """Append ``topic``'s saves to ``sink`` from now on (this broker leads the
+        replicated topic); ``None``: no more (it stopped leading)."""
+        self._appended.pop(topic, None)
+        if sink is None:
+            self._sinks.pop(topic, None)
+        else:
+            self._sinks[topic] = sink
+
+    async def _wait_committed(self, topic: str) -> None:
+        """Return once the last record appended to ``topic``'s state log is committed
+        (at once for a topic that is not replicated)."""
+        sink, offset = self._sinks.get(topic), self._appended.get(topic)
+        if sink is not None and offset is not None:
+            await sink.committed(offset)
+
     def restored(self, key: Key, cursors: Iterable[int]) -> None:
         """``key``'s cursors as loaded from disk."""
         self._saved[key] = tuple(cursors)
@@ -266,15 +298,21 @@ class CursorStore:
         this call (and so holds this state) has ended. Coalesced with every other save
         and dirty subscription.
 
+        A replicated topic's save returns once its record is committed in the topic's
+        state log as well (see the module docstring).
+
         Raises:
             OSError, WalIOError: the flush failed (the subscription stays dirty).
             DispatcherClosedError: the store is closed (the broker is shutting down); its
                 final save has already been made.
+            Exception: what the state log's sink raises when the save may never be
+                committed (this broker stopped leading; too few in-sync replicas).
         """
         key = (sub.topic, sub.name)
         self._dirty.add(key)
         self._urgent[key] = None
         await self.flush()
+        await self._wait_committed(sub.topic)
 
     async def flush(self) -> None:
         """Return once a flush that began after this call ended (see :meth:`save`)."""
@@ -314,16 +352,25 @@ class CursorStore:
                     else:
                         waiter.set_exception(error)
 
-    async def save_all(self, subs: Sequence[Subscription], *, checkpoint: bool = False) -> None:
+    async def save_all(
+        self,
+        subs: Sequence[Subscription],
+        *,
+        checkpoint: bool = False,
+        topics: Iterable[str] = (),
+    ) -> None:
         """Save every one of ``subs`` in one thread hop: one journal append and fdatasync
         per topic, or a checkpoint of the topic when its journal is due for one (always
-        with ``checkpoint``, unless a delete in it is under way)."""
-        if not subs:
+        with ``checkpoint``, unless a delete in it is under way). With ``checkpoint``,
+        ``topics`` are checkpointed too, even with no subscription (their files go).
+        A replicated topic's records are then appended to its state log."""
+        topics = tuple(topics) if checkpoint else ()
+        if not subs and not topics:
             return
         async with self.lock:  # one writer per file; the newest state wins
             if self._closed:  # the executor is gone; the final save has been made
                 raise DispatcherClosedError()
-            by_topic: dict[str, list[Subscription]] = {}
+            by_topic: dict[str, list[Subscription]] = {topic: [] for topic in topics}
             for sub in subs:
                 if sub not in self._doomed:
                     by_topic.setdefault(sub.topic, []).append(sub)
@@ -347,6 +394,7 @@ class CursorStore:
                 await run_to_end(loop.run_in_executor(self._executor, self._write, plans))
             finally:
                 self._journal_bytes = {t: j.size for t, j in self._journals.items()}
+            await self._replicate(plans)
             self.flushes += 1
             if self._on_flush is not None:
                 self._on_flush(time.perf_counter() - started)
@@ -355,6 +403,20 @@ class CursorStore:
                     key = (doc.topic, doc.subscription)
                     if self._lookup(key) is not None:
                         self._saved[key] = tuple(p.cursor for p in doc.partitions)
+
+    async def _replicate(self, plans: Sequence[_Plan]) -> None:
+        """Append each replicated topic's plan to its state log (under :attr:`lock`): a
+        checkpoint as a snapshot, after which the log before it is deleted."""
+        for plan in plans:
+            sink = self._sinks.get(plan.topic)
+            if sink is None or not (plan.docs or plan.checkpoint):
+                continue
+            entries = [cursor_journal.Entry(d.seq, d.subscription, d) for d in plan.docs]
+            value = record_value(entries)
+            offset = await sink.append(value, snapshot=plan.checkpoint)
+            self._appended[plan.topic] = offset
+            if plan.checkpoint:
+                await sink.trim_before(offset)
 
     def _checkpoint_due(self, topic: str, asked: bool) -> bool:
         if any(key[0] == topic for key in self._deleting):
@@ -491,10 +553,16 @@ class CursorStore:
             self._seq += 1
             self._maybe_deleted.add(key)
             loop = asyncio.get_running_loop()
+            seq = self._seq
             await run_to_end(
-                loop.run_in_executor(self._executor, self._tombstone, key, self._seq, crash_point)
+                loop.run_in_executor(self._executor, self._tombstone, key, seq, crash_point)
             )
+            sink = self._sinks.get(sub.topic)
+            if sink is not None:
+                value = record_value([cursor_journal.Entry(seq, sub.name, None)])
+                self._appended[sub.topic] = await sink.append(value, snapshot=False)
             self._deleting.discard(key)
+        await self._wait_committed(sub.topic)
 
     def stats(self) -> CursorStats:
         """Counts since open and the journals' sizes; safe from any thread."""

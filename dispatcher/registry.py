@@ -68,6 +68,7 @@ from dispatcher.protocol import (
 )
 from dispatcher.removal import prune_queues, remove_queue
 from dispatcher.settings import DispatchConfig, InitialPosition, check_subscription_name
+from dispatcher.state_log import StateSink
 from dispatcher.subscription import Subscription
 from wal import FileSystem, LogWriter, run_to_end
 
@@ -163,6 +164,11 @@ class SubscriptionRegistry:
             lambda key: self._dlqs.opened(*key),
         )
 
+    @property
+    def root(self) -> str:
+        """``<data dir>/subscriptions``: where the states are kept."""
+        return self._store.root
+
     def cursor_stats(self) -> CursorStats:
         """What the cursor store did since open; safe from the metrics exporter's thread."""
         return self._store.stats()
@@ -212,6 +218,50 @@ class SubscriptionRegistry:
         finally:
             self._subs.clear()
             await self._dlqs.aclose()
+
+    # -- replicated topics ---------------------------------------------------------------
+
+    def set_state_sink(self, topic: str, sink: StateSink | None) -> None:
+        """Append ``topic``'s saves to its replicated state log through ``sink`` (this
+        broker leads it), or no more (``None``): see :mod:`dispatcher.cursor_store`."""
+        self._store.set_sink(topic, sink)
+
+    async def take_over(
+        self,
+        topic: str,
+        writers: Sequence[LogWriter],
+        states: Mapping[str, state_file.StateDoc] | None,
+    ) -> None:
+        """This broker now leads replicated ``topic``: its subscriptions become
+        ``states`` (replayed from the topic's state log, :func:`dispatcher.state_log.replay`),
+        replacing whatever this broker held of them (a copy from an older term as leader).
+        Their files are rewritten as a checkpoint, and, with the sink set first, that
+        checkpoint is the new term's first snapshot record. ``None`` (the log never held
+        a save): the subscriptions held here stay, and are snapshotted likewise.
+
+        Cursors are fitted to the logs' durable ends, not their marks: the promoted
+        replica's tail is committed in its epoch, and a committed ack must not be undone.
+        """
+        if states is not None:
+            for key in [k for k in self._subs if k[0] == topic]:
+                sub = self._subs.pop(key)
+                self._store.forget(key)
+                self._heartbeat.forget(key)
+                await sub.aclose()
+                await self._dlqs.close(*key)
+            ends = [w.durable_end for w in writers]
+            for name, doc in sorted(states.items()):
+                snaps = state_file.restore(doc, writers, topic, name, ends=ends)
+                type_, mode = SubscriptionType(doc.type), DeliveryMode(doc.mode)
+                sub = self._add(topic, name, writers, snaps, type_, mode)
+                sub.committer = doc.committer
+        await self._store.save_all(self.subscriptions(topic), checkpoint=True, topics=[topic])
+        logger.info(
+            "took over the %d subscriptions of replicated topic %s%s",
+            len(self.subscriptions(topic)),
+            topic,
+            "" if states is not None else " (held here; its state log was empty)",
+        )
 
     # -- finding and creating -----------------------------------------------------------
 

@@ -112,16 +112,23 @@ def check(doc: StateDoc) -> None:
 
 
 def restore(
-    doc: StateDoc | None, writers: Sequence[LogWriter], topic: str, name: str
+    doc: StateDoc | None,
+    writers: Sequence[LogWriter],
+    topic: str,
+    name: str,
+    *,
+    ends: Sequence[int] | None = None,
 ) -> list[PartitionSnapshot]:
-    """Persisted state per partition from ``doc``, fitted to what the logs hold."""
+    """Persisted state per partition from ``doc``, fitted to what the logs hold: below
+    each log's high watermark, or ``ends`` when given (a promoted replica's durable ends:
+    its uncommitted tail is committed in its new epoch, so a cursor there stays)."""
     snaps = []
     for i, writer in enumerate(writers):
         saved = doc.partitions[i] if doc is not None and i < len(doc.partitions) else None
         if saved is None:
             snaps.append(PartitionSnapshot(writer.first_offset))
             continue
-        head = writer.high_water_mark
+        head = writer.high_water_mark if ends is None else ends[i]
         cursor = max(saved.cursor, writer.first_offset)
         if cursor > head:
             logger.warning(

@@ -31,12 +31,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
 import grpc
 
+from broker.partition import Partition
 from broker.replica.fetcher import FollowerTopic
 from broker.replica.leader import LeaderTopic
 from broker.topics import Topic, TopicRegistry
@@ -244,6 +245,7 @@ def real_roles(
     *,
     lag_time_max_ms: int = LAG_TIME_MAX_MS,
     credential: Callable[[], str | None] = lambda: None,
+    extra_logs: Callable[[str], Mapping[str, Partition]] = lambda _name: {},
 ) -> tuple[MakeLeader, MakeFollower]:
     """The production :data:`MakeLeader` and :data:`MakeFollower`: ``LeaderTopic`` and
     ``FollowerTopic`` of this package, for ``node_id``; ``credential`` is asked at each
@@ -251,12 +253,23 @@ def real_roles(
 
     def make_leader(topic: Topic, record: TopicRecord, change_isr: ChangeIsr) -> LeaderRole:
         return LeaderTopic(
-            topic, record, node_id, lag_time_max_ms=lag_time_max_ms, change_isr=change_isr
+            topic,
+            record,
+            node_id,
+            lag_time_max_ms=lag_time_max_ms,
+            change_isr=change_isr,
+            extra_logs=extra_logs(topic.name),
         )
 
     def make_follower(topic: Topic, record: TopicRecord, address: str) -> FollowerRole:
         return FollowerTopic(
-            topic, record, node_id, address, channel=channels.get, credential=credential()
+            topic,
+            record,
+            node_id,
+            address,
+            channel=channels.get,
+            credential=credential(),
+            extra_logs=extra_logs(topic.name),
         )
 
     return make_leader, make_follower

@@ -1,0 +1,180 @@
+"""A replicated topic's subscription states over real gRPC: a leader's
+:class:`~broker.replica.leader.LeaderTopic` and a follower's
+:class:`~broker.replica.fetcher.FollowerTopic` in one process, each with the topic's
+``state`` log (:mod:`broker.replica.state_log`) and a real
+:class:`~dispatcher.SubscriptionRegistry`, as the broker wires them
+(:class:`~broker.replica.state_log.StateReplication` without the manager).
+
+Checks the issue's rule: a save that must be durable before a reply (a new subscription,
+a seek, a delete) returns only once its state-log record is committed (the follower has
+it), and the follower, promoted, replays the states the leader had committed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import cast
+
+import grpc
+import pytest
+
+from broker.errors import ReplicationOutcomeUnknownError
+from broker.partition import Partition
+from broker.replica.fetcher import FollowerTopic
+from broker.replica.leader import LeaderTopic
+from broker.replica.state_log import LeaderStateSink, StateLogs, read_states
+from broker.topics import Topic
+from cluster.records import TopicRecord
+from dispatcher import SubscriptionRegistry
+from proto import replication_pb2_grpc as pb_grpc
+from tests._helpers import eventually
+from tests.broker.replica.fake_leader import TOPIC, Publisher, close_topic, open_topic, record
+from tests.broker.replica.test_fetcher_leader import Servicer
+from tests.wal._replica import log_files
+
+
+async def _no_change(_isr: tuple[str, ...]) -> bool:
+    return False
+
+
+class Broker:
+    """One broker's side: the topic, its state log, its subscriptions."""
+
+    def __init__(self, topic: Topic, logs: StateLogs, subs: SubscriptionRegistry) -> None:
+        self.topic, self.logs, self.subs = topic, logs, subs
+
+    @classmethod
+    async def open(cls, directory: Path) -> Broker:
+        topic = await open_topic(directory / "topics")
+        subs = SubscriptionRegistry(str(directory / "data"), flush_interval_s=0.05)
+        await subs.open({TOPIC: [p.writer for p in topic.partitions]})
+        logs = StateLogs(subs.root)
+        await logs.open(TOPIC)
+        return cls(topic, logs, subs)
+
+    def extra(self) -> dict[str, Partition]:
+        return cast(dict[str, Partition], self.logs.extra_logs(TOPIC))
+
+    @property
+    def writers(self) -> list[object]:
+        return [p.writer for p in self.topic.partitions]
+
+    async def aclose(self) -> None:
+        await self.subs.aclose()
+        await self.logs.aclose()
+        await close_topic(self.topic)
+
+
+@asynccontextmanager
+async def leading(b: Broker, rec: TopicRecord) -> AsyncIterator[tuple[LeaderTopic, int]]:
+    """``b`` leads at ``rec.epoch``: the leader started, its saves go to the state log,
+    its subscriptions replayed from it (what ``StateReplication.leading`` does)."""
+    leader = LeaderTopic(
+        b.topic, rec, "b1", lag_time_max_ms=60_000, change_isr=_no_change, extra_logs=b.extra()
+    )
+    await leader.start()
+    log = b.logs.get(TOPIC)
+    assert log is not None
+    b.subs.set_state_sink(TOPIC, LeaderStateSink(log.writer, leader.committed))
+    states = await asyncio.to_thread(read_states, log.writer)
+    await b.subs.take_over(TOPIC, [p.writer for p in b.topic.partitions], states)
+    server = grpc.aio.server()
+    pb_grpc.add_ReplicationServicer_to_server(Servicer(leader), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        yield leader, port
+    finally:
+        b.subs.set_state_sink(TOPIC, None)
+        await leader.aclose()
+        await server.stop(0)
+
+
+@asynccontextmanager
+async def following(b: Broker, port: int, epoch: int) -> AsyncIterator[FollowerTopic]:
+    follower = FollowerTopic(
+        b.topic,
+        record(epoch),
+        "b2",
+        f"127.0.0.1:{port}",
+        channel=grpc.aio.insecure_channel,
+        credential=None,
+        max_wait_ms=200,
+        extra_logs=b.extra(),
+    )
+    await follower.start()
+    try:
+        yield follower
+    finally:
+        await follower.aclose()
+
+
+def _cursors(subs: SubscriptionRegistry) -> dict[str, list[int]]:
+    return {s.name: [p.cursor for p in s.snapshot()] for s in subs.subscriptions(TOPIC)}
+
+
+@pytest.mark.asyncio
+async def test_durable_saves_wait_for_the_follower_which_replays_them_when_promoted(
+    tmp_path: Path,
+) -> None:
+    """Scenario: b1 leads ``orders`` (isr b1, b2; min_insync 2), 10 batches of 3 records
+    in each partition; a subscription is created (no follower yet), then b2 follows;
+    then a seek to (6, 9), a second subscription, its delete. b1 stops; b2 is promoted
+    (leads at epoch 2 and replays its state log). Expected: the create is not answered
+    before b2 fetches, then is; b2's state log ends byte-identical with b1's; the
+    promoted b2 has exactly the subscription b1 had, at the cursors (6, 9) of the seek,
+    and not the deleted one; its files say the same after a restart of its registry."""
+    b1, b2 = await Broker.open(tmp_path / "b1"), await Broker.open(tmp_path / "b2")
+    await Publisher().publish(b1.topic, None, 10)
+    writers1 = [p.writer for p in b1.topic.partitions]
+    async with leading(b1, record(1).replace(min_insync=2)) as (_leader, port):
+        create = asyncio.create_task(b1.subs.subscribe(TOPIC, "billing", writers1))
+        await asyncio.sleep(0.3)
+        assert not create.done()  # its record is on b1 only: not committed
+        async with following(b2, port, 1):
+            async with asyncio.timeout(15):
+                sub = await create
+            await sub.seek([6, 9])
+            await b1.subs.save(sub)
+            other = await b1.subs.subscribe(TOPIC, "audit", writers1)
+            await b1.subs.delete(TOPIC, other.name)
+            log1, log2 = b1.logs.get(TOPIC), b2.logs.get(TOPIC)
+            assert log1 is not None
+            assert log2 is not None
+            await eventually(lambda: log2.writer.head == log1.writer.durable_end)
+            assert log_files(log2.writer.log.path) == log_files(log1.writer.log.path)
+    assert _cursors(b1.subs) == {"billing": [6, 9]}
+    for p in b2.topic.partitions:
+        p.writer.release_commits()
+    async with leading(b2, record(2, leader="b2").replace(isr=("b2",))):
+        assert _cursors(b2.subs) == {"billing": [6, 9]}
+    await b2.subs.aclose()
+    again = SubscriptionRegistry(str(tmp_path / "b2" / "data"))
+    await again.open({TOPIC: [p.writer for p in b2.topic.partitions]})
+    assert _cursors(again) == {"billing": [6, 9]}
+    await again.aclose()
+    await b1.aclose()
+    await b2.logs.aclose()
+    await close_topic(b2.topic)
+
+
+@pytest.mark.asyncio
+async def test_a_save_fails_when_leadership_is_lost_before_it_is_committed(
+    tmp_path: Path,
+) -> None:
+    """Scenario: b1 leads (isr b1, b2; min_insync 2) with no follower fetching; a seek's
+    save waits for the commit; b1 stops leading. Expected: the save raises (the broker
+    answers UNAVAILABLE: outcome unknown) instead of replying that it is saved."""
+    b1 = await Broker.open(tmp_path / "b1")
+    await Publisher().publish(b1.topic, None, 4)
+    writers1 = [p.writer for p in b1.topic.partitions]
+    async with leading(b1, record(1).replace(min_insync=2)) as (leader, _port):
+        create = asyncio.create_task(b1.subs.subscribe(TOPIC, "billing", writers1))
+        await asyncio.sleep(0.2)
+        assert not create.done()
+        await leader.aclose()
+        with pytest.raises(ReplicationOutcomeUnknownError, match="the leader stopped"):
+            await create
+    await b1.aclose()
