@@ -1,6 +1,7 @@
 """``headrace cluster status|local|config``: look at a cluster, and run one on this machine.
 
-Role (``config``, the cluster's defaults in etcd, is :mod:`broker.cli_cluster_config`):
+Role (``config``, the cluster's defaults in etcd, is :mod:`broker.cli_cluster_config`;
+``reassign`` and ``rebalance`` are :mod:`broker.cli_cluster_moves`):
 
 - ``status`` asks any broker (the first of ``--broker``'s seeds that answers) for
   ``ClusterStatus`` and prints each broker (node id, address, alive, topics and partitions
@@ -51,6 +52,7 @@ from grpc_health.v1.health_pb2_grpc import HealthStub
 
 from broker.cli_client import Target, broker_option, reachable_channel, run
 from broker.cli_cluster_config import config
+from broker.cli_cluster_moves import reassign, rebalance
 from broker.cli_output import plural, table
 from proto import cluster_pb2 as _cluster
 from proto.cluster_pb2_grpc import ClusterStub
@@ -76,6 +78,8 @@ def cluster() -> None:
 
 
 cluster.add_command(config)
+cluster.add_command(reassign)
+cluster.add_command(rebalance)
 
 
 # --- status --------------------------------------------------------------------------------

@@ -144,11 +144,12 @@ def _note(result: ChangeResult, what: str) -> bool:
 
 
 async def request(
-    store: EtcdStore, keys: Keys, name: str, target: Sequence[str]
+    store: EtcdStore, keys: Keys, name: str, target: Sequence[str], throttle: int = 0
 ) -> tuple[TopicRecord, TopicRecord]:
-    """An operator's request: set topic ``name``'s ``reassign_to`` to ``target`` (a
-    compare-and-set on the record as read; the controller carries it out). Returns the
-    record before and after.
+    """An operator's request: set topic ``name``'s ``reassign_to`` to ``target`` and its
+    ``reassign_throttle`` to ``throttle`` bytes per second (0: none) (a compare-and-set
+    on the record as read; the controller carries it out). Returns the record before and
+    after.
 
     Raises:
         ReplicationSettingsError: ``target`` is not a replica set, the topic is not a
@@ -175,7 +176,7 @@ async def request(
                 f"topic {name} is being reassigned to {list(record.reassign_to)}: wait until "
                 "it ends (headrace cluster reassign --status)"
             )
-        after = record.replace(reassign_to=wanted)
+        after = record.replace(reassign_to=wanted, reassign_throttle=max(throttle, 0))
         result = await store.txn(
             [Compare.modified_at(key, held.mod_revision)], [Op.put(key, encode(after))]
         )

@@ -142,6 +142,8 @@ class TopicRecord(msgspec.Struct, frozen=True, omit_defaults=True):
         min_insync: in-sync replicas a publish needs (``min_insync_replicas``), >= 1.
         reassign_to: the replica set a reassignment is moving to; empty when none
             runs (``cluster.replicas.reassignment_step`` resumes from it).
+        reassign_throttle: while a reassignment runs, the bytes per second the leader
+            sends each replica outside the in-sync set (its catch-up); 0: no limit.
         factor: while ``placing``, how many replicas the controller is to place (the
             creator resolved it against the cluster's defaults and live brokers); 0 or 1:
             one replica, placed as issue 36 places a topic (``replicas`` stays empty). The
@@ -164,6 +166,7 @@ class TopicRecord(msgspec.Struct, frozen=True, omit_defaults=True):
     isr: tuple[str, ...] = ()
     min_insync: Annotated[int, msgspec.Meta(ge=1)] = 1
     reassign_to: tuple[str, ...] = ()
+    reassign_throttle: Annotated[int, msgspec.Meta(ge=0)] = 0
     factor: Annotated[int, msgspec.Meta(ge=0)] = 0
     failure: CreateFailure | None = None
 

@@ -401,7 +401,13 @@ async def set_replicas(
         reason = f"leader {read_record.owner or 'none'} would leave: move leadership first"
         return ChangeResult(Outcome.REFUSED, read_record, read_mod_rev, reason)
     isr = tuple(n for n in read_record.effective_isr() if n in wanted_replicas)
-    wanted = read_record.replace(replicas=wanted_replicas, isr=isr, reassign_to=tuple(reassign_to))
+    throttle = read_record.reassign_throttle if reassign_to else 0  # ends with it
+    wanted = read_record.replace(
+        replicas=wanted_replicas,
+        isr=isr,
+        reassign_to=tuple(reassign_to),
+        reassign_throttle=throttle,
+    )
     guards = [Compare.created_at(keys.controller, controller_token)]
 
     async def classify(now: TopicRecord, mod_revision: int) -> tuple[Outcome, str]:

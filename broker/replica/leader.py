@@ -20,6 +20,12 @@ Invariants:
   (a shrink counts once its transaction succeeded; a joining follower counts at once,
   Kafka's "maximal isr", which can only hold the watermark back).
 - The watermark never moves back while this broker leads (``commit_to`` never lowers it).
+- A new leader's watermark starts at the log's checkpoint (:mod:`wal.hw_checkpoint`;
+  where it was as a follower, when it followed in this process) and moves only as the
+  in-sync followers' fetches of this epoch confirm (Kafka: a new leader's high watermark
+  advances only after its followers fetch in its epoch): each follower counts 0 until its
+  first fetch here. So a record a promoted follower holds above its checkpoint (an old
+  leader's uncommitted tail) is seen by no consumer until committed in this epoch.
 - Nothing of this epoch is appended before :meth:`start` returns: every partition's
   ``leader-epochs`` file holds ``(epoch, head)`` durably first.
 - A waiting acknowledgement that can no longer be given (leadership lost, the in-sync
@@ -199,7 +205,10 @@ class LeaderTopic:
             await run_to_end(asyncio.to_thread(epochs.assign, epoch, led.writer.head))
             latest = epochs.latest()
             led.epoch_start = latest.start_offset if latest is not None else 0
-            led.writer.hold_commits()
+            # Freshly opened (a restart, a promotion at start-up): the mark starts at the
+            # checkpoint, not the head; records above it may never have been committed
+            # and show only once the isr's fetches in this epoch confirm them.
+            led.writer.hold_commits(at=led.writer.log.hw_checkpoint.offset)
         now = self._now_ms()
         isr = self._record.effective_isr()
         for led in self._logs.values():
@@ -493,6 +502,7 @@ class LeaderTopic:
                     error=problem[0], leader_epoch=self.epoch, message=problem[1]
                 )
             if remaining <= 0 or any(_worth_answering(d) for d in logs):
+                await self._pace(request.replica_node, logs)
                 return _pb.ReplicaFetchResponse(leader_epoch=self.epoch, logs=logs)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(woken.wait(), remaining)
@@ -514,8 +524,25 @@ class LeaderTopic:
         self._recompute()
         self._expand_soon()
 
+    def _throttle(self, node: str) -> int:
+        """Bytes per second ``node`` may fetch: a reassignment's throttle applies to the
+        replicas outside the in-sync set (those catching up); 0: no limit."""
+        record = self._record
+        if record.reassign_to and node not in record.effective_isr():
+            return record.reassign_throttle
+        return 0
+
+    async def _pace(self, node: str, logs: list[_pb.LogData]) -> None:
+        """Hold a throttled follower's answer as long as its bytes take at its rate."""
+        rate = self._throttle(node)
+        if rate > 0:
+            await asyncio.sleep(sum(len(d.batches) for d in logs) / rate)
+
     async def _answer(self, request: _pb.ReplicaFetchRequest) -> list[_pb.LogData]:
         budget = request.max_bytes if request.max_bytes > 0 else DEFAULT_MAX_BYTES
+        rate = self._throttle(request.replica_node)
+        if rate > 0:
+            budget = min(budget, rate)  # at most a second's worth per answer
         answers: list[_pb.LogData] = []
         for ask in request.logs:
             data = await self._answer_log(ask, budget)
