@@ -11,7 +11,8 @@ when importable), on loopback, every write synced before it is acknowledged:
   the public client (:class:`bench._headrace_pubsub.HeadraceSystem`, as ``bench pubsub``
   drives it).
 - ``headrace-r3``: factor 3 with ``min_insync_replicas`` 2 over a real three-broker
-  cluster. Not measured yet: see :func:`headrace_r3_entry`.
+  cluster and a three-member etcd, fsync ``always``, through the same client and phases
+  as ``headrace-r1`` (:mod:`bench._replication_headrace`); skipped without ``etcd``.
 - ``nats-jetstream-r3``: three nats-servers, ``sync_interval: always``, a three-replica
   file stream (:mod:`bench._replication_nats`).
 - ``redis-wait1``: a Redis primary and one replica, ``appendfsync always`` on both, each
@@ -35,8 +36,9 @@ them; each row carries its ``round``. Each run goes through, with 100 B payloads
 Every row's params carry ``fsync``, ``replicas`` (copies of each write), ``acked`` (what
 the acknowledgement waits for), ``version``, ``payload_bytes``, ``messages``,
 ``e2e_rate_msg_s``, ``e2e_seconds``, ``loop``, ``load_1m`` (the machine's load average
-when the system's run began) and ``round``. Then :func:`failover_results`, then the goals
-of issue 37 (:func:`derive_goals`, on each system's median round), judged only once
+when the system's run began) and ``round``. Then :func:`failover_results` (leader SIGKILL
+and graceful transfer under a publisher, on a cluster of their own), then the goals of
+issue 37 (:func:`derive_goals`, on each system's median round), judged only when
 ``headrace-r3`` is measured. A peer that cannot run here is skipped with the reason on
 stderr; a system that fails midway is reported on stderr, stopped, and the run goes on.
 
@@ -52,6 +54,7 @@ import importlib.metadata
 import importlib.util
 import os
 import shutil
+import statistics
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -99,6 +102,8 @@ class Sizes:
         e2e_rate: Messages per second of the paced e2e publisher.
         e2e_seconds: How long it publishes.
         payload_bytes: Size of every payload.
+        failover_attempts: Leader SIGKILLs, and graceful transfers, of the failover rows.
+        session_ttl_s: The failover cluster's session TTL (the broker's default: 10 s).
     """
 
     messages: int
@@ -106,6 +111,8 @@ class Sizes:
     e2e_rate: float = E2E_RATE
     e2e_seconds: float = 10.0
     payload_bytes: int = E2E_PAYLOAD_BYTES
+    failover_attempts: int = 5
+    session_ttl_s: int = 10
 
     @property
     def e2e_messages(self) -> int:
@@ -117,7 +124,7 @@ class Sizes:
 #: load); a round of the three systems took about a minute, a full run 2.5-3 minutes.
 FULL = Sizes(100_000)
 #: A few seconds per system, one round: smoke runs and the tests.
-QUICK = Sizes(5_000, rounds=1, e2e_seconds=2.0)
+QUICK = Sizes(5_000, rounds=1, e2e_seconds=2.0, failover_attempts=1, session_ttl_s=2)
 
 
 class ReplicatedSystem(Protocol):
@@ -177,30 +184,89 @@ class Entry:
 # Extension points: what the replication work (issue 37) fills in
 
 
-def headrace_r3_entry() -> Entry | None:
+def headrace_r3_entry() -> Entry:
     """``headrace-r3``: Headrace at replication factor 3, ``min_insync_replicas`` 2, over a
-    real three-broker cluster (etcd and three ``headrace serve --cluster-etcd``, as
-    ``bench cluster`` starts them), measured by the same phases as every system.
+    real three-broker cluster and a three-member etcd
+    (:class:`bench._replication_headrace.HeadraceR3`), measured by the same phases as
+    every system; its rows are judged by :func:`derive_goals`."""
+    from bench._replication_headrace import HeadraceR3
 
-    Returns ``None`` until a topic can be created with factor 3; until then nothing is
-    measured or printed for it, and the human table's footnote says so (:func:`notes`).
-    Fill this in with an :class:`Entry` whose system is :data:`R3`; its rows are then
-    judged by :func:`derive_goals`.
+    return Entry(R3, HeadraceR3)
+
+
+def failover_results(
+    options: RunOptions, sizes: Sizes, *, warn: Warn = _stderr
+) -> Iterator[Result]:
+    """The failover rows of issue 37, run after the systems on a fresh cluster of their
+    own (:func:`bench._replication_headrace.measure_failover`, :attr:`Sizes.failover_attempts`
+    attempts of each kind, the brokers' session TTL :attr:`Sizes.session_ttl_s`):
+
+    - ``failover_sigkill_s``: the leader SIGKILLed under a publisher: the median of the
+      attempts' time to the first acknowledged publish of a record sent at or after the
+      kill, judged by :func:`failover_sigkill_goal`; ``failover_sigkill_max_s``, the
+      slowest attempt, judged the same way;
+    - ``failover_graceful_s`` and ``failover_graceful_max_s``: a leadership transfer
+      (the bench writes it to etcd as an operator tool would), judged by
+      :data:`FAILOVER_GRACEFUL_GOAL`.
+
+    Each row's params carry ``attempts``, ``session_ttl_s``, ``min_s``, ``elected_s`` (the
+    median time until etcd's record named the new leader), ``failed`` (records the
+    producer saw fail: 0 expected) and ``version``. Nothing when ``headrace-r3`` is not
+    selected (``HEADRACE_BENCH_SYSTEMS``) or etcd is missing (said on stderr); a failure
+    is reported on stderr and yields nothing.
     """
-    return None
+    selected, _ = select_systems(os.environ.get(SYSTEMS_ENV))
+    if R3 not in selected or sizes.failover_attempts < 1:
+        return
+    if shutil.which("etcd") is None:
+        warn(
+            f"bench: {BENCH}: skipping failover: etcd is not installed "
+            "(apt-get install etcd-server)"
+        )
+        return
+    from bench._replication_headrace import FAILOVER_RATE, measure_failover
 
-
-def failover_results(options: RunOptions, sizes: Sizes) -> Iterator[Result]:
-    """The failover rows of issue 37, run after the systems: ``failover_sigkill_s`` (a
-    leader SIGKILLed under a publisher: time to the first publish acknowledged by the new
-    leader) judged by :func:`failover_sigkill_goal`, and ``failover_graceful_s`` (a
-    graceful leadership transfer) judged by :data:`FAILOVER_GRACEFUL_GOAL`.
-
-    Yields nothing until Headrace replicates: no made-up figure is printed, and the human
-    table's footnote says so (:func:`notes`).
-    """
-    del options, sizes  # used once the rows exist
-    return iter(())
+    directory = options.data_dir / "failover"
+    directory.mkdir(parents=True)
+    loop, runner = new_runner()
+    try:
+        with runner:
+            gc.collect()
+            got = runner.run(
+                measure_failover(directory, sizes.session_ttl_s, sizes.failover_attempts)
+            )
+    except Exception as exc:  # report, as a failed system is
+        warn(f"bench: {BENCH}: failover failed: {exc!r}")
+        return
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    if got.stopped:
+        warn(f"bench: {BENCH}: failover stopped early: {got.stopped}")
+    base: Params = {
+        "session_ttl_s": got.ttl_s,
+        "failed": len(got.failed),
+        "rate_msg_s": FAILOVER_RATE,
+        "loop": loop,
+        "version": importlib.metadata.version("headrace"),
+    }
+    for kind, attempts, goal in (
+        ("sigkill", got.sigkill, failover_sigkill_goal(got.ttl_s)),
+        ("graceful", got.graceful, FAILOVER_GRACEFUL_GOAL),
+    ):
+        if not attempts:
+            continue
+        times = [a.acked_s for a in attempts]
+        params: Params = {
+            **base,
+            "attempts": len(attempts),
+            "min_s": round(min(times), 4),
+            "elected_s": round(statistics.median(a.elected_s for a in attempts), 4),
+        }
+        for metric, value in (
+            (f"failover_{kind}_s", statistics.median(times)),
+            (f"failover_{kind}_max_s", max(times)),
+        ):
+            yield Result(BENCH, R3, metric, value, "s", {**params, **goal.params(value)})
 
 
 #: A graceful leadership transfer: the first acknowledged publish within 200 ms.
@@ -224,12 +290,15 @@ def notes() -> list[str]:
         "nats-jetstream-r3: acknowledged once 2 of the 3 servers stored it (sync_interval: "
         "always); the clients connect to the stream leader's server.",
     ]
-    if headrace_r3_entry() is None:
-        lines.append(
-            "not measured yet: headrace-r3 (replication factor 3, min_insync_replicas 2, "
-            "three brokers) and failover (SIGKILL -> first acknowledged publish; graceful "
-            "transfer) arrive with replication (issue 37); no figure is printed for them."
-        )
+    lines += [
+        "headrace-r3: three brokers and a three-member etcd on loopback, replication factor "
+        "3, min_insync_replicas 2; acknowledged once every replica in the in-sync set (all "
+        "three while they keep up, never fewer than 2) synced it.",
+        "failover: a producer sends 1,000 msg/s to a topic of factor 3; the figure is the "
+        "time from the event (the leader's SIGKILL; a leadership transfer written to etcd "
+        "by the bench, as an operator tool would) to the first acknowledged record sent at "
+        "or after it; the goal after a SIGKILL is the session TTL + 1 s.",
+    ]
     return lines
 
 
@@ -258,8 +327,14 @@ def default_entries(
     entries: list[Entry] = []
     if R1 in selected:
         entries.append(Entry(R1, HeadraceR1))
-    if R3 in selected and (r3 := headrace_r3_entry()) is not None:
-        entries.append(r3)
+    if R3 in selected:
+        if shutil.which("etcd") is None:
+            warn(
+                f"bench: {BENCH}: skipping {R3}: etcd is not installed "
+                "(apt-get install etcd-server)"
+            )
+        else:
+            entries.append(headrace_r3_entry())
     if NATS_R3 in selected:
         entries += _nats_entry(has_module, warn)
     if REDIS_WAIT1 in selected:
