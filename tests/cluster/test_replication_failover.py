@@ -7,8 +7,8 @@ What is checked, from the outside (the Lookup answer, the producer's acks, the p
 files on each broker's disk):
 
 - every replica's partition logs (segments and ``leader-epochs``) become byte-identical;
-- the leader SIGKILLed under load: a follower leads within TTL + 1 s (plus etcd's expiry
-  slack), the producer goes on, every acknowledged record is at its offset in the new
+- the leader SIGKILLed under load: a follower leads within TTL + 1 s, the producer goes
+  on, every acknowledged record is at its offset in the new
   leader's log and none is there twice;
 - the old leader restarted follows the new one, drops any tail that was never
   committed, rejoins the in-sync set, and its logs become byte-identical again.
@@ -216,7 +216,7 @@ async def test_the_leader_sigkilled_under_load_loses_nothing_and_rejoins(
     """Scenario: three brokers, the topic led by the preferred replica with all three in
     sync; an idempotent producer keeps sending; the leader is SIGKILLed, later restarted
     on its data directory. Expected: a follower leads (online, a higher epoch) within TTL
-    + etcd's expiry slack + 1 s of the kill; the producer's records keep being
+    + 1 s of the kill; the producer's records keep being
     acknowledged; no record failed; every acknowledged record is at its offset in the new
     leader's log and no value is there twice; the restarted broker follows the new leader,
     rejoins the in-sync set, and its files become byte-identical to the new leader's."""
@@ -238,7 +238,10 @@ async def test_the_leader_sigkilled_under_load_loses_nothing_and_rejoins(
                 check=lambda r: r.online and r.owner_node != first and r.epoch > epoch,
             )
             took = time.monotonic() - killed
-            assert took < TTL_S + EXPIRY_SLACK_S + 1.0, f"new leader after {took:.2f} s"
+            # Measured here: 1.6 to 2.5 s with TTL 2 (the lease ends between TTL - TTL/3
+            # and TTL + etcd's expiry check after the last keepalive; the rank-0 follower
+            # elects as soon as its view sees the broker key go).
+            assert took < TTL_S + 1.0, f"new leader after {took:.2f} s"
             acked = len(load.acked)
             await load.wait_more(acked + 200, within_s=30)
         assert load.failed == []
