@@ -1,0 +1,118 @@
+"""Subscription state replicated with its topic, end to end (issue 37): real etcd and
+three real ``headrace serve`` processes (:mod:`tests.cluster.broker_processes`), a topic
+of factor 3 / min_insync 2. Subscriptions are made and moved on the leader (a new
+subscription, ``AckUpTo`` commits, a ``Seek``: saves that are durable before their
+reply), the leader is SIGKILLed, and the new leader is asked what it holds: the same
+cursors, never less (a committed save lost) and never more (a skip)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from client import AsyncProducer
+from cluster.session import EXPIRY_SLACK_S
+from proto import admin_pb2 as _admin
+from proto import admin_pb2_grpc as _admin_grpc
+from proto import broker_pb2 as _broker
+from proto import broker_pb2_grpc as _broker_grpc
+from tests.cluster.broker_processes import TTL_S, cluster_brokers
+from tests.cluster.etcd_harness import EtcdCluster
+from tests.cluster.test_replication_failover import TOPIC, _create, _route, _wait_route
+
+pytestmark = [pytest.mark.asyncio(loop_scope="function"), pytest.mark.timeout(120)]
+
+
+async def _open(address: str, name: str) -> None:
+    """Make subscription ``name`` (exclusive, from the earliest offset) through a
+    Subscribe stream on ``address``; the stream is closed once it is answered."""
+    requests: asyncio.Queue[_broker.SubscribeRequest | None] = asyncio.Queue()
+    open_ = _broker.OpenSubscription(topic=TOPIC, subscription=name, initial_credit=0)
+    await requests.put(_broker.SubscribeRequest(open=open_))
+
+    async def send() -> AsyncIterator[_broker.SubscribeRequest]:
+        while (request := await requests.get()) is not None:
+            yield request
+
+    async with grpc.aio.insecure_channel(address) as channel:
+        stream = _broker_grpc.BrokerStub(channel).Subscribe(send())
+        answer = await asyncio.wait_for(stream.read(), 15)
+        assert answer.HasField("subscribed"), answer
+        await requests.put(None)
+        stream.cancel()
+
+
+async def _cursors(address: str, name: str) -> list[int]:
+    async with grpc.aio.insecure_channel(address) as channel:
+        info = await _admin_grpc.AdminStub(channel).DescribeSubscription(
+            _admin.DescribeSubscriptionRequest(topic=TOPIC, subscription=name), timeout=10
+        )
+    return [p.cursor for p in sorted(info.partitions, key=lambda p: p.partition)]
+
+
+async def _cursors_eventually(address: str, name: str, within_s: float) -> list[int]:
+    """The cursors as ``address`` answers once it serves the subscription (a broker
+    that has just been elected may refuse for a moment)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            return await _cursors(address, name)
+        except grpc.aio.AioRpcError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.1)
+
+
+async def test_committed_cursors_and_a_seek_survive_the_leaders_sigkill(
+    tmp_path: Path, etcd: EtcdCluster, prefix: str
+) -> None:
+    """Scenario: three brokers; the topic (2 partitions, factor 3, min_insync 2) gets 60
+    records; on its leader, subscription ``billing`` is made and committed with AckUpTo
+    to 20 in partition 0 and 12 in partition 1, and subscription ``audit`` is made and
+    sought to offset 5. The leader is SIGKILLed. Expected: a follower leads at a higher
+    epoch, and it holds both subscriptions at exactly those cursors ([20, 12] and
+    [5, 5]): nothing committed is lost, nothing skipped."""
+    async with cluster_brokers(tmp_path, etcd, prefix) as brokers:
+        first = await _create(brokers)
+        victim = brokers.by_id[first]
+        others = [b for b in brokers.all if b is not victim]
+        epoch = (await _route(brokers, others[0])).epoch
+        async with AsyncProducer(brokers.seeds) as producer:
+            for n in range(60):
+                await producer.send(TOPIC, f"v{n}".encode(), partition=n % 2)
+            await producer.flush()
+        await _open(victim.address, "billing")
+        await _open(victim.address, "audit")
+        async with grpc.aio.insecure_channel(victim.address) as channel:
+            broker = _broker_grpc.BrokerStub(channel)
+            for partition, offset in ((0, 20), (1, 12)):
+                await broker.AckUpTo(
+                    _broker.AckUpToRequest(
+                        topic=TOPIC, subscription="billing", partition=partition, offset=offset
+                    ),
+                    timeout=10,
+                )
+            await _admin_grpc.AdminStub(channel).Seek(
+                _admin.SeekRequest(topic=TOPIC, subscription="audit", offset=5), timeout=10
+            )
+        assert await _cursors(victim.address, "billing") == [20, 12]
+        assert await _cursors(victim.address, "audit") == [5, 5]
+        victim.kill()
+        route = await _wait_route(
+            brokers,
+            others[0],
+            "a new leader",
+            within_s=TTL_S + EXPIRY_SLACK_S + 5,
+            check=lambda r: r.online and r.owner_node != first and r.epoch > epoch,
+        )
+        leader = brokers.by_id[route.owner_node]
+        assert await _cursors_eventually(leader.address, "billing", 10) == [20, 12]
+        assert await _cursors(leader.address, "audit") == [5, 5]
+        with contextlib.suppress(Exception):
+            await victim.start()
