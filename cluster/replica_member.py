@@ -112,10 +112,12 @@ class ReplicaRoles:
         }
 
     def wake_in(self) -> float | None:
-        """Seconds until the next staggered election attempt is due; None when none is."""
-        if not self._due:
-            return None
-        return max(0.0, min(self._due.values()) - self._clock())
+        """Seconds until the next staggered election attempt falls due; None when none is
+        ahead (one already due and not tried, as while the session may not write, waits
+        for the member's usual pass: a due time in the past must not make it spin)."""
+        now = self._clock()
+        ahead = [due - now for due in self._due.values() if due > now]
+        return min(ahead) if ahead else None
 
     def owns_copy(self, name: str, topic_id: str) -> bool:
         """Whether a local topic ``name`` with ``topic_id`` is this broker's replica of the
