@@ -282,6 +282,7 @@ class ClusterNode:
             channels,
             credential=lambda: secret.get("internal"),
             extra_logs=state.extra_logs,
+            lag_time_max_ms=config.replica_lag_time_max_ms,
         )
 
         async def not_leading(name: str) -> None:

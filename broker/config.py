@@ -95,6 +95,7 @@ TOML layout (every key optional)::
     etcd_cert = "broker.pem"
     etcd_key = "broker.key"
     prefix = "/headrace/"            # etcd key prefix
+    replica_lag_time_max_ms = 10000  # a follower this far behind leaves the in-sync set
 """
 
 from __future__ import annotations

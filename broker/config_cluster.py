@@ -69,6 +69,8 @@ class ClusterConfig:
         auto_rebalance: as controller, move leadership back to preferred leaders every
             ``rebalance_interval_s`` (``cluster.moves``). Default ``False``.
         rebalance_interval_s: seconds between those passes. Default 300.
+        replica_lag_time_max_ms: a follower not caught up with its leader for this long
+            leaves the in-sync set. Default 10,000.
     """
 
     etcd: tuple[str, ...] | None = None
@@ -82,6 +84,7 @@ class ClusterConfig:
     tokens: bool = False
     auto_rebalance: bool = False
     rebalance_interval_s: int = 300
+    replica_lag_time_max_ms: int = 10_000
 
     def __post_init__(self) -> None:
         if isinstance(self.etcd, list):

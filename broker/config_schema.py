@@ -886,6 +886,21 @@ class ClusterTable(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             ),
         ]
     ] = UNSET
+    replica_lag_time_max_ms: Opt[
+        Annotated[
+            int,
+            meta(
+                "A follower of a replicated topic that has not caught up with its leader's "
+                "end for this long leaves the in-sync set (Kafka's `replica.lag.time.max.ms`); "
+                "it rejoins once caught up. Lower: a slow follower stops holding publishes "
+                "back sooner; higher: fewer in-sync set changes under bursts.",
+                ge=100,
+                le=600_000,
+                unit="ms",
+                must="a whole number of milliseconds from 100 to 600000",
+            ),
+        ]
+    ] = UNSET
 
 
 class ConfigFile(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
