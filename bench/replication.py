@@ -59,7 +59,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from bench._headrace_pubsub import HeadraceSystem
 from bench._measure import new_runner, per_second, percentile
@@ -69,6 +69,9 @@ from bench._pubsub_system import E2E_PAYLOAD_BYTES
 from bench._samples import SampleLog
 from bench._scenario import RunOptions
 from bench._server_process import ServerFailedError
+
+if TYPE_CHECKING:
+    from bench._replication_headrace import Failover
 
 BENCH = "replication"
 R1, R3 = "headrace-r1", "headrace-r3"
@@ -224,7 +227,7 @@ def failover_results(
             "(apt-get install etcd-server)"
         )
         return
-    from bench._replication_headrace import FAILOVER_RATE, measure_failover
+    from bench._replication_headrace import measure_failover
 
     directory = options.data_dir / "failover"
     directory.mkdir(parents=True)
@@ -242,6 +245,14 @@ def failover_results(
         shutil.rmtree(directory, ignore_errors=True)
     if got.stopped:
         warn(f"bench: {BENCH}: failover stopped early: {got.stopped}")
+    yield from failover_rows(got, loop)
+
+
+def failover_rows(got: Failover, loop: str) -> Iterator[Result]:
+    """The rows of :func:`failover_results` from the attempts measured (pure): per kind
+    with at least one attempt, the median and the slowest, each judged by its goal."""
+    from bench._replication_headrace import FAILOVER_RATE
+
     base: Params = {
         "session_ttl_s": got.ttl_s,
         "failed": len(got.failed),

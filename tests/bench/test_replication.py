@@ -1,13 +1,16 @@
 """The ``replication`` bench scenario: its pure parts (the NATS cluster's configuration,
-the Redis replica's argv, finding a nats-server that syncs always, system selection, the
-goals of issue 37 and the footnotes), and a quick run through its command line against a
-real ``headrace serve`` and whichever replicated peers can run here."""
+the Redis replica's argv, finding a nats-server that syncs always, the factor-3 cluster's
+configuration and argv, system selection, the goals of issue 37, the failover rows and
+the footnotes), and a quick run through its command line against a real ``headrace
+serve``, a real three-broker cluster on a three-member etcd (factor 3 and its failover)
+and whichever replicated peers can run here."""
 
 from __future__ import annotations
 
 import json
 import math
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -17,20 +20,26 @@ from typing import Any
 import pytest
 
 from bench._output import Goal, Result, render_human
+from bench._replication_headrace import (
+    Attempt,
+    Failover,
+    _Sends,
+    broker_argv,
+    config_text,
+    etcd_argv,
+)
 from bench._replication_nats import MIN_VERSION, cluster_config, find_nats_server, parse_version
 from bench._replication_redis import primary_argv, replica_argv, replica_online
 from bench._runner import NOTES, SCENARIOS
-from bench._scenario import RunOptions
 from bench._server_process import distinct_ports
 from bench.replication import (
     NATS_R3,
-    QUICK,
     R1,
     R3,
     REDIS_WAIT1,
     SYSTEMS,
     derive_goals,
-    failover_results,
+    failover_rows,
     headrace_r3_entry,
     notes,
     select_systems,
@@ -279,17 +288,102 @@ def test_a_strictly_greater_goal_is_not_met_by_equality(value: float, met: bool)
     assert Goal(">", 1.0).met(value) is met
 
 
-def test_the_footnote_says_what_is_not_measured_yet(tmp_path: Path) -> None:
-    """Scenario: replication is not built (no ``headrace-r3`` entry). Expected: the
-    failover rows yield nothing, and the human report ends with numbered notes, the last
-    naming headrace-r3 and failover as not measured yet."""
-    assert headrace_r3_entry() is None
-    assert list(failover_results(RunOptions(True, tmp_path), QUICK)) == []
+def test_headrace_r3_is_an_entry_and_the_footnotes_say_how_it_and_failover_run() -> None:
+    """Scenario: replication is built. Expected: ``headrace-r3`` is an entry of its own
+    name; the human report ends with numbered notes, which say what headrace-r3's
+    acknowledgement waits for and how failover is timed, and nothing is "not measured
+    yet"."""
+    entry = headrace_r3_entry()
+    assert entry.name == R3
     report = render_human("replication", [_row(R1, "publish_msgs_s", 1.0)], notes())
     tail = report.split("\nnotes:\n", 1)[1].splitlines()
     assert tail[0].startswith("  1. ")
-    assert tail[-1].startswith(f"  {len(tail)}. not measured yet: headrace-r3")
-    assert "failover" in tail[-1]
+    assert any(line.startswith(f"  {i + 1}. {R3}: ") for i, line in enumerate(tail))
+    assert any("failover: " in line and "TTL + 1 s" in line for line in tail)
+    assert "in-sync set" in report
+    assert "not measured yet" not in report
+
+
+def test_failover_rows_are_judged_on_the_median_and_the_slowest_attempt() -> None:
+    """Scenario: a TTL of 2 s; SIGKILL attempts of 2.5, 2.9 and 3.4 s (elected after 2.1,
+    2.2, 2.3 s); graceful transfers of 0.07 and 0.25 s; no record failed. Expected: four
+    rows of headrace-r3 in seconds: the SIGKILL median 2.9 (goal <= 3, met) and max 3.4
+    (not met), the graceful median 0.16 (<= 0.2, met) and max 0.25 (not met); each with
+    the TTL, its attempts, its fastest attempt and the median time to the election."""
+    got = Failover(
+        2,
+        graceful=[Attempt(0.07, 0.005, "b1", "b2"), Attempt(0.25, 0.006, "b2", "b1")],
+        sigkill=[
+            Attempt(2.5, 2.1, "b1", "b2"),
+            Attempt(3.4, 2.3, "b2", "b1"),
+            Attempt(2.9, 2.2, "b1", "b3"),
+        ],
+    )
+    rows = {r.metric: r for r in failover_rows(got, "uvloop")}
+    assert list(rows) == [
+        "failover_sigkill_s",
+        "failover_sigkill_max_s",
+        "failover_graceful_s",
+        "failover_graceful_max_s",
+    ]
+    expected = {
+        "failover_sigkill_s": (2.9, "<= 3", True),
+        "failover_sigkill_max_s": (3.4, "<= 3", False),
+        "failover_graceful_s": (0.16, "<= 0.2", True),
+        "failover_graceful_max_s": (0.25, "<= 0.2", False),
+    }
+    for metric, (value, goal, met) in expected.items():
+        row = rows[metric]
+        assert (row.system, row.unit) == (R3, "s")
+        assert row.value == pytest.approx(value)
+        assert (row.params["goal"], row.params["met"]) == (goal, met), metric
+        assert row.params["session_ttl_s"] == 2
+        assert row.params["failed"] == 0
+    assert rows["failover_sigkill_s"].params["attempts"] == 3
+    assert rows["failover_sigkill_s"].params["min_s"] == pytest.approx(2.5)
+    assert rows["failover_sigkill_s"].params["elected_s"] == pytest.approx(2.2)
+    assert rows["failover_graceful_s"].params["attempts"] == 2
+
+
+def test_a_kind_without_attempts_has_no_row() -> None:
+    """Scenario: the graceful transfers ran, the SIGKILLs stopped before their first
+    attempt ended. Expected: the graceful rows only."""
+    got = Failover(10, graceful=[Attempt(0.1, 0.01, "b1", "b2")], stopped="no ack")
+    assert [r.metric for r in failover_rows(got, "asyncio")] == [
+        "failover_graceful_s",
+        "failover_graceful_max_s",
+    ]
+
+
+def test_only_records_sent_at_or_after_the_event_count() -> None:
+    """Scenario: acknowledgements of records sent before the kill (one of them acked
+    late, by the new leader after a resend) and after it. Expected: the first ack of a
+    record sent at or after the event; none when no such record was acknowledged."""
+    sends = _Sends(acked=[(9.0, 9.001), (9.9, 12.6), (10.0, 12.7), (10.5, 12.65)])
+    assert sends.first_ack_of_sent_after(10.0) == 12.65
+    assert sends.first_ack_of_sent_after(11.0) is None
+
+
+def test_the_r3_cluster_syncs_always_and_etcd_has_three_members(tmp_path: Path) -> None:
+    """Scenario: a broker's configuration and argv, and an etcd member's argv, of the
+    r3 cluster. Expected: fsync always, the TTL asked, bench pubsub's max_unacked; the
+    broker in cluster mode with every etcd endpoint, its node id and its address
+    advertised; etcd a new three-member cluster named in ``--initial-cluster``."""
+    config = config_text(7)
+    assert 'fsync = "always"' in config
+    assert "session_ttl_s = 7\n" in config
+    assert "max_unacked = 20000\n" in config
+    argv = broker_argv(tmp_path / "c.toml", tmp_path / "b2", "127.0.0.1:9", "e:1,e:2,e:3", "b2")
+    assert argv[argv.index("--cluster-etcd") + 1] == "e:1,e:2,e:3"
+    assert argv[argv.index("--node-id") + 1] == "b2"
+    assert argv[argv.index("--advertise") + 1] == "127.0.0.1:9"
+    assert argv[argv.index("--listen") + 1] == "127.0.0.1:9"
+    initial = "e0=http://127.0.0.1:1,e1=http://127.0.0.1:2,e2=http://127.0.0.1:3"
+    member = etcd_argv("etcd", "e1", tmp_path, client=11, peer=2, initial=initial)
+    assert f"--initial-cluster={initial}" in member
+    assert "--initial-cluster-state=new" in member
+    assert "--listen-peer-urls=http://127.0.0.1:2" in member
+    assert "--advertise-client-urls=http://127.0.0.1:11" in member
 
 
 def test_replication_is_a_registered_scenario_with_notes() -> None:
@@ -317,18 +411,41 @@ PARAMS = {
 }
 
 
+FAILOVER = {
+    "failover_sigkill_s",
+    "failover_sigkill_max_s",
+    "failover_graceful_s",
+    "failover_graceful_max_s",
+}
+FAILOVER_PARAMS = {
+    "session_ttl_s",
+    "failed",
+    "rate_msg_s",
+    "loop",
+    "version",
+    "attempts",
+    "min_s",
+    "elected_s",
+    "goal",
+    "met",
+}
+
+
 def test_quick_json_run_reports_every_system_that_can_run_here(tmp_path: Path) -> None:
     """Scenario: ``python -m bench replication --quick --json`` with every system selected.
-    Expected: exit 0; the machine record first; headrace-r1's three rows; each peer either
-    has its three rows or is skipped with a line on stderr saying so; every figure is a
-    positive finite number (p50 <= p99) with the DESIGN fields and the scenario's params;
-    fsync always everywhere; nothing for headrace-r3 or failover, and no system failed."""
+    Expected: exit 0; the machine record first; headrace-r1's and headrace-r3's three rows
+    (factor 3 has 3 replicas); each peer either has its three rows or is skipped with a
+    line on stderr saying so; every figure is a positive finite number (p50 <= p99) with
+    the DESIGN fields and the scenario's params; fsync always everywhere; the four
+    failover rows of one attempt each at the quick TTL of 2 s, no record failed; the
+    factor-3 goals judged against factor 1; and no system failed. Without etcd (CI has it):
+    headrace-r3 and failover skipped with a line on stderr each."""
     env = {k: v for k, v in os.environ.items() if k != "HEADRACE_BENCH_SYSTEMS"}
     done = subprocess.run(
         [sys.executable, "-m", "bench", "replication", "--quick", "--json", "--dir", str(tmp_path)],
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=300,
         check=False,
         env=env,
     )
@@ -337,23 +454,48 @@ def test_quick_json_run_reports_every_system_that_can_run_here(tmp_path: Path) -
     assert (machine["system"], machine["metric"]) == ("machine", "cpu_cores")
     assert "failed, skipping the rest" not in done.stderr, done.stderr
     assert "stopping" not in done.stderr, done.stderr
+    assert "failover failed" not in done.stderr, done.stderr
+    assert "failover stopped" not in done.stderr, done.stderr
     by_system: dict[str, dict[str, dict[str, Any]]] = {}
+    goals: dict[str, dict[str, Any]] = {}
     for row in rows:
         assert set(row) == {"bench", "system", "metric", "value", "unit", "params"}
         assert row["bench"] == "replication"
         assert isinstance(row["value"], float | int)
         assert math.isfinite(row["value"])
         assert row["value"] > 0
+        if "goal" in row["params"]:
+            assert row["system"] == R3
+            goals[row["metric"]] = row
+            continue
         assert set(row["params"]) == PARAMS
         assert row["params"]["fsync"] == "always"
         by_system.setdefault(row["system"], {})[row["metric"]] = row
     assert R1 in by_system
+    if shutil.which("etcd") is None:  # CI installs it (.ci/run): there, r3 always runs
+        assert f"skipping {R3}" in done.stderr
+        assert "skipping failover" in done.stderr
+        return
+    assert R3 in by_system
     for system in (NATS_R3, REDIS_WAIT1):
         if system not in by_system:
             assert f"skipping {system}" in done.stderr
-    assert set(by_system) <= {R1, NATS_R3, REDIS_WAIT1}
+    assert set(by_system) <= {R1, R3, NATS_R3, REDIS_WAIT1}
     for system, metrics in by_system.items():
         assert tuple(metrics) == PER_SYSTEM, system
         assert metrics["e2e_latency_p50_ms"]["value"] <= metrics["e2e_latency_p99_ms"]["value"]
         assert metrics["publish_msgs_s"]["unit"] == "msgs/s"
     assert by_system[R1]["publish_msgs_s"]["params"]["replicas"] == 1
+    assert by_system[R3]["publish_msgs_s"]["params"]["replicas"] == 3
+    assert set(goals) >= FAILOVER
+    for metric in FAILOVER:
+        params = goals[metric]["params"]
+        assert set(params) == FAILOVER_PARAMS, metric
+        assert (params["session_ttl_s"], params["attempts"], params["failed"]) == (2, 1, 0)
+        assert goals[metric]["unit"] == "s"
+        assert params["min_s"] == pytest.approx(goals[metric]["value"], abs=1e-4)
+    assert goals["failover_sigkill_s"]["params"]["goal"] == "<= 3"
+    assert goals["failover_graceful_s"]["params"]["goal"] == "<= 0.2"
+    ratio = goals["publish_r3_over_r1_x"]
+    r1, r3 = (by_system[s]["publish_msgs_s"]["value"] for s in (R1, R3))
+    assert ratio["value"] == pytest.approx(r3 / r1)
