@@ -18,7 +18,10 @@ confirms); a leading one would expose records that may be truncated later. So:
   older, higher mark that was already on its way is then dropped (a generation count);
 - opening lowers a checkpoint past the recovered head (a power cut under a lax fsync
   policy took back records it counted);
-- a damaged file reads as 0 (with a warning): lagging is always safe.
+- a damaged file reads as 0 (with a warning): lagging is always safe;
+- only a log whose commits were held has the file, so a writer opening a log that has
+  one holds its commits at it from the start (:meth:`wal.writer.LogWriter.open`), and
+  releasing the commits (the log is no longer replicated) removes it.
 
 File format (text, so an operator can read it)::
 
@@ -152,6 +155,24 @@ class HighWatermarkCheckpoint:
             if self._offset is not None and self._offset > offset:
                 self._replace(offset)
                 logger.info("%s: lowered to %d", self.path, offset)
+
+    def remove(self) -> None:
+        """Remove the file (the log is no longer replicated); a write of a mark read
+        earlier is dropped.
+
+        Raises:
+            WalIOError: the file could not be removed.
+        """
+        with self._lock:
+            self._generation += 1
+            if self._offset is None:
+                return
+            try:
+                self._fs.remove(self.path)
+                self._fs.fsync_dir(self._directory)
+            except OSError as exc:
+                raise io_error("remove high-watermark checkpoint", self.path, exc) from exc
+            self._offset = None
 
     def _replace(self, offset: int) -> None:
         fs, tmp = self._fs, self.path + ".tmp"

@@ -230,6 +230,11 @@ class LogWriter:
             raise
         writer = cls(log, queue_size=queue_size)
         writer._start()
+        if log.hw_checkpoint.exists:
+            # Only a log whose commits were held has one: a replica's. Its mark starts
+            # at the checkpoint from the first moment, before any role is known: what
+            # lies above may never have been committed.
+            writer.hold_commits(at=log.hw_checkpoint.offset)
         return writer
 
     def _start(self) -> None:
@@ -291,11 +296,21 @@ class LogWriter:
         if at is not None and not self._held:
             self._hwm = max(self._log.first_offset, min(at, self._durable))
         self._held = True
+        if not self._log.hw_checkpoint.exists:
+            self._checkpoint_soon()  # marks the log as a replica's for the next open
 
     def release_commits(self) -> None:
         """Back to unreplicated: the mark moves to the durable end at once (listeners
-        told) and follows it from then on. Idempotent."""
+        told) and follows it from then on; the high-watermark checkpoint is removed
+        (a file unlinked and its directory synced, on the loop: a rare change), so the
+        next open does not hold commits. Idempotent."""
         self._held = False
+        if self._checkpointing is not None:
+            self._checkpointing.cancel()
+        try:
+            self._log.hw_checkpoint.remove()
+        except WalError as exc:
+            logger.warning("log %s: %s", self._log.path, exc)
         self.commit_to(self._durable)
 
     def commit_to(self, offset: int) -> int:

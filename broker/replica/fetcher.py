@@ -30,8 +30,9 @@ Invariants:
   end, as ``append_replicated`` says.
 - An epoch entry is durable before the first record it dates is written.
 - The follower's writer holds its commits (``LogWriter.hold_commits``): its mark is what
-  its leader committed and it has, never more. A freshly opened log's mark starts at its
-  high-watermark checkpoint (which the writer saves as the mark moves), not its head.
+  its leader committed and it has, never more. A restarted replica's log opens with its
+  mark at its high-watermark checkpoint (which the writer saves as the mark moves), not
+  at its head (:meth:`wal.writer.LogWriter.open`).
 
 Stopping (:meth:`FollowerTopic.aclose`): the long poll is cancelled at once; an append,
 a cut or an epoch write in flight runs to its end first; nothing else is started.
@@ -178,8 +179,7 @@ class FollowerTopic:
         if self._task is not None:
             return
         for partition in self._logs.values():
-            writer = partition.writer  # freshly opened: the mark starts at the checkpoint
-            writer.hold_commits(at=writer.log.hw_checkpoint.offset)
+            partition.writer.hold_commits()  # opened held at its checkpoint if it has one
         self._task = asyncio.create_task(self._run(), name=f"replica-fetch:{self._topic.name}")
 
     def update(self, record: TopicRecord, leader_address: str) -> None:

@@ -20,12 +20,13 @@ Invariants:
   (a shrink counts once its transaction succeeded; a joining follower counts at once,
   Kafka's "maximal isr", which can only hold the watermark back).
 - The watermark never moves back while this broker leads (``commit_to`` never lowers it).
-- A new leader's watermark starts at the log's checkpoint (:mod:`wal.hw_checkpoint`;
-  where it was as a follower, when it followed in this process) and moves only as the
-  in-sync followers' fetches of this epoch confirm (Kafka: a new leader's high watermark
-  advances only after its followers fetch in its epoch): each follower counts 0 until its
-  first fetch here. So a record a promoted follower holds above its checkpoint (an old
-  leader's uncommitted tail) is seen by no consumer until committed in this epoch.
+- A new leader's watermark starts where the log's was: at its checkpoint when the log
+  was opened since (:mod:`wal.hw_checkpoint`: a replica's log opens held there), where
+  it was as a follower otherwise; and it moves only as the in-sync followers' fetches
+  of this epoch confirm (Kafka: a new leader's high watermark advances only after its
+  followers fetch in its epoch): each follower counts 0 until its first fetch here. So
+  a record a promoted follower holds above its checkpoint (an old leader's uncommitted
+  tail) is seen by no consumer until committed in this epoch.
 - Nothing of this epoch is appended before :meth:`start` returns: every partition's
   ``leader-epochs`` file holds ``(epoch, head)`` durably first.
 - A waiting acknowledgement that can no longer be given (leadership lost, the in-sync
@@ -205,10 +206,10 @@ class LeaderTopic:
             await run_to_end(asyncio.to_thread(epochs.assign, epoch, led.writer.head))
             latest = epochs.latest()
             led.epoch_start = latest.start_offset if latest is not None else 0
-            # Freshly opened (a restart, a promotion at start-up): the mark starts at the
-            # checkpoint, not the head; records above it may never have been committed
-            # and show only once the isr's fetches in this epoch confirm them.
-            led.writer.hold_commits(at=led.writer.log.hw_checkpoint.offset)
+            # A replica's log opened held at its checkpoint (LogWriter.open): its mark
+            # stays there, not at the head; records above it may never have been
+            # committed and show only once the isr's fetches in this epoch confirm them.
+            led.writer.hold_commits()
         now = self._now_ms()
         isr = self._record.effective_isr()
         for led in self._logs.values():

@@ -71,10 +71,10 @@ def test_damaged_file_reads_as_zero(tmp_path: Path) -> None:
 @pytest.mark.asyncio
 async def test_held_mark_is_saved_and_a_reopened_log_starts_there(tmp_path: Path) -> None:
     """Scenario: a held log (interval 0) with 6 durable records commits to 4, then the
-    writer closes; reopened, its durable end is 6 and it holds commits at its checkpoint.
-    Expected: the file holds 4 after the commit and after the close; reopened unheld the
-    mark is 6 (a factor-1 log: unchanged), held at the checkpoint it is 4 and reads stop
-    there until commit_to(6); a second hold_commits(at=0) does not move it back."""
+    writer closes, and the log is opened again. Expected: the file holds 4 after the
+    commit and after the close; reopened, the writer holds commits from the open with
+    the mark at 4 (durable end 6) and reads stop there until commit_to(6); a later
+    hold_commits(at=0) does not move it back (commits were held already)."""
     path = tmp_path / "p"
     async with await LogWriter.open(str(path), CONFIG) as writer:
         writer.checkpoint_interval_s = 0
@@ -88,9 +88,9 @@ async def test_held_mark_is_saved_and_a_reopened_log_starts_there(tmp_path: Path
         assert saved(path) == 4
     assert saved(path) == 4
     async with await LogWriter.open(str(path), CONFIG) as writer:
-        assert writer.high_water_mark == writer.durable_end == 6
+        assert writer.commits_held
+        assert writer.durable_end == 6
         assert writer.log.hw_checkpoint.offset == 4
-        writer.hold_commits(at=writer.log.hw_checkpoint.offset)
         assert writer.high_water_mark == 4
         assert [b.base_offset for b in writer.read(0)] == [0, 1, 2, 3]
         writer.commit_to(6)
@@ -112,28 +112,35 @@ async def test_hold_at_is_clamped_to_the_log(tmp_path: Path) -> None:
     async with await LogWriter.open(str(tmp_path / "b"), CONFIG) as writer:
         await writer.restart_at(20)
     async with await LogWriter.open(str(tmp_path / "b"), CONFIG) as writer:
+        assert not writer.commits_held  # never held: no checkpoint, a plain log
         writer.hold_commits(at=5)
         assert writer.high_water_mark == 20
 
 
 @pytest.mark.asyncio
 async def test_saves_are_spaced_by_the_interval(tmp_path: Path) -> None:
-    """Scenario: a held log with an interval of 0.3 s commits 1, then 2, 3 and 4 within
-    a few ms. Expected: the file holds 1 at once, still 1 well before the interval ends,
-    then 4 after it: one write per interval, and the last mark is never lost."""
+    """Scenario: a log of 4 records held at 0 with an interval of 0.5 s (the first hold
+    saves the mark at once) commits 1 soon after, later 2, 3 and 4 within a few ms.
+    Expected: 0 saved at once; 1 only once the interval passed; then still 1 shortly
+    after the later commits, and 4 once the next interval passed: one write per
+    interval, and the last mark is never lost."""
     path = tmp_path / "p"
     async with await LogWriter.open(str(path), CONFIG) as writer:
-        writer.checkpoint_interval_s = 0.3
-        writer.hold_commits()
         await fill(writer, 4)
+        writer.checkpoint_interval_s = 0.5
+        writer.hold_commits(at=0)
+        await asyncio.sleep(0.05)
+        assert saved(path) == 0
         writer.commit_to(1)
         await asyncio.sleep(0.05)
+        assert saved(path) == 0  # within the interval of the first save
+        await asyncio.sleep(0.5)
         assert saved(path) == 1
         for mark in (2, 3, 4):
             writer.commit_to(mark)
         await asyncio.sleep(0.1)
         assert saved(path) == 1
-        await asyncio.sleep(0.4)
+        await asyncio.sleep(0.6)
         assert saved(path) == 4
 
 
@@ -141,8 +148,8 @@ async def test_saves_are_spaced_by_the_interval(tmp_path: Path) -> None:
 async def test_a_cut_below_the_checkpoint_lowers_it_first(tmp_path: Path) -> None:
     """Scenario: a held log of 8 records committed and saved at 8 is cut to 5 (a replica
     cutting a divergent tail), then 3 new records appended (uncommitted), then the writer
-    closes. Expected: the file holds 5 after
-    the cut; reopened held at it, readers see 5 records, none of the new ones."""
+    closes. Expected: the file holds 5 after the cut; reopened held at it, readers see
+    5 records, none of the new ones."""
     path = tmp_path / "p"
     writer = await LogWriter.open(str(path), CONFIG)
     writer.checkpoint_interval_s = 0
@@ -163,7 +170,7 @@ async def test_a_cut_below_the_checkpoint_lowers_it_first(tmp_path: Path) -> Non
     assert saved(path) == 5
     async with await LogWriter.open(str(path), CONFIG) as reopened:
         assert reopened.durable_end == 8
-        reopened.hold_commits(at=reopened.log.hw_checkpoint.offset)
+        assert reopened.commits_held
         assert reopened.high_water_mark == 5
 
 
@@ -213,3 +220,37 @@ def test_a_crash_while_replacing_leaves_the_old_or_the_new_file(
         assert reopened.offset == 50
     Log.open(directory, CONFIG).close()  # opening a log discards the leftover temp
     assert not os.path.exists(os.path.join(directory, FILE_NAME + ".tmp"))
+
+
+@pytest.mark.asyncio
+async def test_a_log_with_a_checkpoint_opens_held_and_release_removes_it(
+    tmp_path: Path,
+) -> None:
+    """Scenario: a log of 5 records is held (the first hold saves its mark, 5, at once),
+    cut to 3 (the checkpoint lowered to 3), 2 records appended (not committed), closed
+    and reopened; then released, closed and reopened again.
+    Expected: the first reopen holds commits from the open at 3 (no role has asked yet:
+    readers see none of the 2 uncommitted records); after the release the file is gone
+    and the next open is a plain log again (mark 5, not held)."""
+    path = tmp_path / "p"
+    async with await LogWriter.open(str(path), CONFIG) as writer:
+        await fill(writer, 5)
+        writer.hold_commits()
+        for _ in range(100):
+            if saved(path) is not None:
+                break
+            await asyncio.sleep(0.01)
+        assert saved(path) == 5
+        await writer.truncate_to(3)  # lowers the checkpoint to 3
+        for i in range(2):
+            await writer.append(one(10 + i))
+    async with await LogWriter.open(str(path), CONFIG) as writer:
+        assert writer.commits_held
+        assert writer.durable_end == 5
+        assert writer.high_water_mark == 3
+        writer.release_commits()
+        assert writer.high_water_mark == 5
+        assert saved(path) is None
+    async with await LogWriter.open(str(path), CONFIG) as writer:
+        assert not writer.commits_held
+        assert writer.high_water_mark == 5
