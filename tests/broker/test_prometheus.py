@@ -271,10 +271,13 @@ def test_every_alert_rule_is_loaded_healthy_and_names_exported_series(scraped: S
 def _cluster_member_series() -> set[str]:
     """The sample names a cluster member exports beyond a single broker's (the
     ``headrace_cluster_*`` gauges), from the broker's own declarations
-    (:class:`broker.metrics.BrokerMetrics`) fed a member's sample with an offline topic."""
+    (:class:`broker.metrics.BrokerMetrics`) fed a member's sample with an offline topic
+    and a replicated topic it leads."""
     metrics = BrokerMetrics()
     metrics.watch_cluster(
-        lambda: ClusterSample(True, 1.0, 1, True, 1, 2, True, (("t", "b2", "offline"),))
+        lambda: ClusterSample(
+            True, 1.0, 1, True, 1, 2, True, (("t", "b2", "offline"),), (("r", 3, 2, 2),)
+        )
     )
     text = generate_latest(metrics.registry).decode()
     return {s.name for family in text_string_to_metric_families(text) for s in family.samples}
