@@ -9,6 +9,13 @@ through the member's compare-and-set, an election through
 / ``stop``. The leader's in-sync set changes come back through :meth:`ReplicaRoles.changer`
 (``cluster.replica_txn.shrink_isr`` / ``expand_isr``).
 
+Operations (issue 37): as leader, a pass takes the in-sync followers whose session ended
+out of the in-sync set at once (a stopped broker; Kafka's controlled shutdown does the
+same), and the changer lets no broker without a session join. A replica a reassignment
+dropped stops its role and deletes its copy. :meth:`ReplicaRoles.hand_over` is the
+controlled shutdown: every led topic handed to an alive in-sync follower
+(``transfer_leadership`` with ``leave_isr``), and no role taken after it.
+
 Invariants:
 
 - A claim or an election counts (``claimed[name] = epoch``, so the member lets writes
