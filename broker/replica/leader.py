@@ -57,6 +57,7 @@ import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 
 from broker.errors import ReplicaLogUnknownError, ReplicationOutcomeUnknownError
 from broker.partition import Partition
@@ -81,6 +82,30 @@ logger = logging.getLogger(__name__)
 DEFAULT_MAX_BYTES = 1 << 20
 #: The longest a fetch is held, whatever it asks (ms).
 MAX_WAIT_MS = 30_000
+
+
+@dataclass(frozen=True, slots=True)
+class FollowerLag:
+    """How far one follower is behind the leader in one partition (for describe,
+    status and metrics).
+
+    Attributes:
+        partition: the partition's index.
+        node: the follower's node id.
+        fetch_offset: where its last fetch in this epoch asked to read from (its durable
+            end); 0 before its first fetch here.
+        lag_records: the leader's durable end minus ``fetch_offset`` (0 when caught up).
+        lag_s: seconds since it was last caught up with the leader's end (0 while it
+            is; counted from the start of this leadership when it never was here).
+        in_sync: it is in the in-sync set as committed in etcd.
+    """
+
+    partition: int
+    node: str
+    fetch_offset: int
+    lag_records: int
+    lag_s: float
+    in_sync: bool
 
 
 def log_id(partition: int) -> str:
@@ -164,6 +189,7 @@ class LeaderTopic:
         self._tasks: set[asyncio.Task[None]] = set()
         self._ticker: asyncio.Task[None] | None = None
         self._stopped: str | None = None  # why this broker no longer leads, once so
+        self._started_ms = 0  # when start() began tracking the followers
 
     # -- state ------------------------------------------------------------------------
 
@@ -186,6 +212,22 @@ class LeaderTopic:
     def progress(self, log: str) -> dict[str, FollowerProgress]:
         """Each follower's progress in ``log`` (a copy; for tests and metrics)."""
         return dict(self._logs[log].progress)
+
+    def follower_lag(self) -> list[FollowerLag]:
+        """Each follower's lag in each partition, by partition then replica order."""
+        now, isr = self._now_ms(), self._record.effective_isr()
+        lags = []
+        for partition in self._topic.partitions:  # not the extra logs (state, dlq)
+            index, led = partition.index, self._logs[log_id(partition.index)]
+            end = led.writer.durable_end
+            for node in self._followers():
+                seen = led.progress.get(node)
+                offset = seen.fetch_offset if seen is not None else 0
+                behind = max(0, end - offset)
+                since = max(seen.last_caught_up_ms if seen else 0, self._started_ms)
+                lag_s = max(0.0, (now - since) / 1000) if behind else 0.0
+                lags.append(FollowerLag(index, node, offset, behind, lag_s, node in isr))
+        return lags
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -211,6 +253,7 @@ class LeaderTopic:
             # committed and show only once the isr's fetches in this epoch confirm them.
             led.writer.hold_commits()
         now = self._now_ms()
+        self._started_ms = now
         isr = self._record.effective_isr()
         for led in self._logs.values():
             for node in self._followers():
