@@ -58,6 +58,9 @@ DIRECTORY = "state-log"
 STATE_INDEX = -1
 #: Segments of a state log: small, so a snapshot soon lets the log before it go.
 SEGMENT_BYTES = 4 * 1024 * 1024
+#: The largest record (one flush, or a snapshot of every subscription of a topic). A
+#: record above gRPC's default 4 MiB message cannot be fetched by a follower yet.
+MAX_RECORD_BYTES = 64 * 1024 * 1024
 
 
 class ReplicaStateLog:
@@ -111,12 +114,17 @@ class StateLogs:
 
     Args:
         root: ``<data dir>/subscriptions``.
-        config: The logs' wal settings. Default: fsync always, 4 MiB segments.
+        config: The logs' wal settings. Default: fsync always, 4 MiB segments,
+            records up to :data:`MAX_RECORD_BYTES`.
     """
 
     def __init__(self, root: str, config: LogConfig | None = None) -> None:
         self._root = root
-        self._config = config or LogConfig(segment_bytes=SEGMENT_BYTES)
+        self._config = config or LogConfig(
+            segment_bytes=SEGMENT_BYTES,
+            max_record_bytes=MAX_RECORD_BYTES,
+            max_batch_bytes=MAX_RECORD_BYTES + 1024 * 1024,
+        )
         self._logs: dict[str, ReplicaStateLog] = {}
         self._lock = asyncio.Lock()
 

@@ -69,10 +69,11 @@ class Broker:
 
 @asynccontextmanager
 async def leading(b: Broker, rec: TopicRecord) -> AsyncIterator[tuple[LeaderTopic, int]]:
-    """``b`` leads at ``rec.epoch``: the leader started, its saves go to the state log,
-    its subscriptions replayed from it (what ``StateReplication.leading`` does)."""
+    """``b`` (node ``rec.owner``) leads at ``rec.epoch``: the leader started, its saves
+    go to the state log, its subscriptions replayed from it (what
+    ``StateReplication.leading`` does)."""
     leader = LeaderTopic(
-        b.topic, rec, "b1", lag_time_max_ms=60_000, change_isr=_no_change, extra_logs=b.extra()
+        b.topic, rec, rec.owner, lag_time_max_ms=60_000, change_isr=_no_change, extra_logs=b.extra()
     )
     await leader.start()
     log = b.logs.get(TOPIC)
