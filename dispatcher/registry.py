@@ -226,6 +226,14 @@ class SubscriptionRegistry:
         broker leads it), or no more (``None``): see :mod:`dispatcher.cursor_store`."""
         self._store.set_sink(topic, sink)
 
+    async def drop_state_sink(self, topic: str) -> None:
+        """No more appends to ``topic``'s state log (this broker stops leading it):
+        returns once a flush that may still be appending to it has ended, so that the
+        follower that takes the log over next is its only writer."""
+        self._store.set_sink(topic, None)
+        async with self._store.lock:
+            pass
+
     async def take_over(
         self,
         topic: str,

@@ -241,12 +241,13 @@ class StateReplication:
 
     async def not_leading(self, name: str) -> None:
         """``name`` stops being led here (the manager's ``on_not_leading``): no more
-        appends to its state log from the cursor store."""
-        self._subscriptions.set_state_sink(name, None)
+        appends to its state log from the cursor store (a flush appending to it ends
+        first: the follower that comes next must be the log's only writer)."""
+        await self._subscriptions.drop_state_sink(name)
 
     async def close(self, name: str) -> None:
         """``name``'s role ended (stopped or deleted): its state log closes."""
-        self._subscriptions.set_state_sink(name, None)
+        await self._subscriptions.drop_state_sink(name)
         await self.logs.close(name)
 
     async def aclose(self) -> None:
