@@ -152,12 +152,19 @@ async def request(
     after.
 
     Raises:
-        ReplicationSettingsError: ``target`` is not a replica set, the topic is not a
-            ready replicated topic, or a reassignment of it runs to another target.
+        ReplicationSettingsError: ``target`` is not a replica set or names a broker
+            that is not alive, the topic is not a ready replicated topic, or a
+            reassignment of it runs to another target.
         RuntimeError: the record kept changing while it was written (retry).
         EtcdUnavailableError: etcd did not answer.
     """
     wanted = check_target(target)
+    down = [n for n in wanted if await store.get(keys.broker(n)) is None]
+    if down:
+        raise ReplicationSettingsError(
+            f"broker(s) {', '.join(down)} not alive: every broker of a reassignment's target "
+            "must be running (start it, or leave it out)"
+        )
     key = keys.topic(name)
     for _attempt in range(5):
         held = await store.get(key)

@@ -164,9 +164,11 @@ async def test_a_request_is_refused_for_a_factor_one_topic_or_another_running_ta
     store: EtcdStore, prefix: str
 ) -> None:
     """Expected: a request for a missing topic, a factor-1 topic, a target naming a
-    broker twice, or a second target while one runs raises ReplicationSettingsError and
-    writes nothing; asking the running target again is accepted."""
+    broker twice or a broker not alive, or a second target while one runs raises
+    ReplicationSettingsError and writes nothing; asking the running target again is
+    accepted."""
     keys = Keys(prefix)
+    await _alive(store, keys, "b1", "b2", "b3")
     with pytest.raises(ReplicationSettingsError, match="does not exist"):
         await request(store, keys, "t", ["b1", "b2"])
     single = TopicRecord("t", "00112233aabbccdd", 2, 0, "b1", 4, TopicState.READY)
@@ -177,6 +179,8 @@ async def test_a_request_is_refused_for_a_factor_one_topic_or_another_running_ta
     await store.put(keys.topic("t"), encode(_record("b1", ("b1", "b2"), ("b1", "b2"))))
     with pytest.raises(ReplicationSettingsError, match="twice"):
         await request(store, keys, "t", ["b2", "b2"])
+    with pytest.raises(ReplicationSettingsError, match="b9 not alive"):
+        await request(store, keys, "t", ["b2", "b9"])
     await request(store, keys, "t", ["b2", "b3"])
     with pytest.raises(ReplicationSettingsError, match="being reassigned"):
         await request(store, keys, "t", ["b1", "b3"])
