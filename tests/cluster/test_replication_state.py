@@ -116,3 +116,96 @@ async def test_committed_cursors_and_a_seek_survive_the_leaders_sigkill(
         assert await _cursors(leader.address, "audit") == [5, 5]
         with contextlib.suppress(Exception):
             await victim.start()
+
+
+class _Stream:
+    """A raw Subscribe stream: open, read deliveries, ack ranges."""
+
+    def __init__(self, address: str, name: str, credit: int) -> None:
+        self._requests: asyncio.Queue[_broker.SubscribeRequest | None] = asyncio.Queue()
+        open_ = _broker.OpenSubscription(topic=TOPIC, subscription=name, initial_credit=credit)
+        self._requests.put_nowait(_broker.SubscribeRequest(open=open_))
+        self._channel = grpc.aio.insecure_channel(address)
+        self.call = _broker_grpc.BrokerStub(self._channel).Subscribe(self._send())
+
+    async def _send(self) -> AsyncIterator[_broker.SubscribeRequest]:
+        while (request := await self._requests.get()) is not None:
+            yield request
+
+    async def offsets(self, wanted: int, within_s: float) -> set[tuple[int, int]]:
+        """``(partition, offset)`` of the deliveries read until ``wanted`` are in."""
+        got: set[tuple[int, int]] = set()
+        async with asyncio.timeout(within_s):
+            while len(got) < wanted:
+                answer = await self.call.read()
+                assert answer != grpc.aio.EOF
+                if answer.HasField("delivery"):
+                    d = answer.delivery
+                    got.update((d.partition, o) for o in range(d.from_offset, d.to_offset))
+        return got
+
+    async def ack(self, ranges: list[tuple[int, int, int]]) -> None:
+        acks = _broker.Acks(
+            ranges=[_broker.OffsetRange(partition=p, begin=b, end=e) for p, b, e in ranges]
+        )
+        await self._requests.put(_broker.SubscribeRequest(ack=acks))
+
+    async def aclose(self) -> None:
+        await self._requests.put(None)
+        self.call.cancel()
+        await self._channel.close()
+
+
+async def test_a_consumers_acks_are_never_skipped_after_the_leaders_sigkill(
+    tmp_path: Path, etcd: EtcdCluster, prefix: str
+) -> None:
+    """Scenario: three brokers, the topic (2 partitions, factor 3, min_insync 2) with 30
+    records in each partition; a consumer of subscription ``live`` on the leader gets
+    all 60 and acks offsets 0-19 of partition 0 and 0-9 of partition 1 (acks are saved
+    in the background, not before a reply); a second later the leader is SIGKILLed.
+    Expected: on the new leader the subscription exists, its cursors are at most the
+    acked ends (20, 10) and at least the create's (0, 0): nothing unacknowledged is
+    skipped; a consumer there receives every record at or above its cursors (acks that
+    did not reach the new leader come again: at least once)."""
+    async with cluster_brokers(tmp_path, etcd, prefix) as brokers:
+        first = await _create(brokers)
+        victim = brokers.by_id[first]
+        others = [b for b in brokers.all if b is not victim]
+        epoch = (await _route(brokers, others[0])).epoch
+        async with AsyncProducer(brokers.seeds) as producer:
+            for n in range(60):
+                await producer.send(TOPIC, f"v{n}".encode(), partition=n % 2)
+            await producer.flush()
+        stream = _Stream(victim.address, "live", credit=100)
+        try:
+            answer = await asyncio.wait_for(stream.call.read(), 15)
+            assert answer.HasField("subscribed"), answer
+            delivered = await stream.offsets(60, within_s=15)
+            assert delivered == {(p, o) for p in (0, 1) for o in range(30)}
+            await stream.ack([(0, 0, 20), (1, 0, 10)])
+            await asyncio.sleep(1.0)
+            assert await _cursors(victim.address, "live") == [20, 10]
+            victim.kill()
+        finally:
+            await stream.aclose()
+        route = await _wait_route(
+            brokers,
+            others[0],
+            "a new leader",
+            within_s=TTL_S + EXPIRY_SLACK_S + 5,
+            check=lambda r: r.online and r.owner_node != first and r.epoch > epoch,
+        )
+        leader = brokers.by_id[route.owner_node]
+        cursors = await _cursors_eventually(leader.address, "live", 10)
+        assert cursors[0] <= 20, cursors
+        assert cursors[1] <= 10, cursors
+        again = _Stream(leader.address, "live", credit=100)
+        try:
+            answer = await asyncio.wait_for(again.call.read(), 15)
+            assert answer.HasField("subscribed"), answer
+            wanted = (30 - cursors[0]) + (30 - cursors[1])
+            redelivered = await again.offsets(wanted, within_s=15)
+        finally:
+            await again.aclose()
+        expected = {(p, o) for p, c in enumerate(cursors) for o in range(c, 30)}
+        assert redelivered == expected
