@@ -59,6 +59,8 @@ Modules:
                       files, damage kept and reported
     cursor_store      CursorStore: subscriptions' saved states, a journal per topic and a
                       checkpoint file each, saved by coalesced flushes (one in flight)
+    state_log         a replicated topic's subscription-state log: its records, the
+                      replay rule, StateSink (pure)
     heartbeat         Heartbeat: ticks every subscription; PartitionSample and
                       SubscriptionSample, the metrics snapshot
     registry          SubscriptionRegistry: create, find, list, drop, delete and expire

@@ -10,6 +10,8 @@ Modules:
     fetcher   FollowerTopic: a followed topic's fetch loop; fetch_rules: what it does
               with the leader's answer for each log (pure)
     manager   ReplicaManager: which topics this broker leads and follows
+    state_log the topics' subscription-state logs (log id ``state``): opened per role,
+              the leader's sink for the cursor store, the replay on promotion
 
 Factor-1 topics never meet this package: a single broker and issue 36's cluster are
 unchanged. Imports cluster, wal, proto and broker's own modules; nothing imports it but
