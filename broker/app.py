@@ -458,10 +458,11 @@ class Broker:
 
     def _watch_member(self, node: ClusterNode) -> None:
         """Name this broker's node in its metrics and export its member's state."""
-        from broker.cluster_metrics import loop_sampler  # noqa: PLC0415 - cluster mode only
+        from broker.cluster_metrics import lag_sampler, loop_sampler  # noqa: PLC0415
 
         self.metrics.set_node(node.member.node_id)
         self.metrics.watch_cluster(loop_sampler(node.member, asyncio.get_running_loop()))
+        self.metrics.watch_replication(lag_sampler(node, asyncio.get_running_loop()))
 
     def _advertised(self) -> str:
         """This broker's address as clients call it: ``[cluster] advertise`` when set, else

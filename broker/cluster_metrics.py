@@ -16,6 +16,9 @@ Wiring (cluster mode, once the member joined)::
 ``etcd_reachable``: etcd answered a keepalive sent within the last half TTL (keepalives
 go every TTL/6, so about three in a row were lost or unanswered); ``session_alive``: the
 write rule's ``may_write`` (:mod:`cluster.session`).
+
+:func:`lag_sampler` does the same for the followers' lag in the replicated topics the
+broker leads (``headrace_replication_lag_*``, :meth:`BrokerMetrics.watch_replication`).
 """
 
 from __future__ import annotations
@@ -25,11 +28,15 @@ import concurrent.futures
 import logging
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from broker.metrics import ClusterSample
+from broker.metrics import ClusterSample, ReplicaLagSample
 from cluster.member import ClusterMember
 from cluster.routes import Me, offline_topics
 from cluster.session import margin_for
+
+if TYPE_CHECKING:
+    from broker.cluster_node import ClusterNode
 
 logger = logging.getLogger(__name__)
 
@@ -88,3 +95,41 @@ def loop_sampler(
             return None
 
     return sample
+
+
+def lag_sampler(
+    node: ClusterNode, loop: asyncio.AbstractEventLoop, timeout_s: float = 1.0
+) -> Callable[[], list[ReplicaLagSample] | None]:
+    """Each follower's lag in the replicated topics ``node`` leads, taken on ``loop``
+    (safe to call from the exporter's thread)."""
+
+    async def take() -> list[ReplicaLagSample]:
+        return replica_lag(node)
+
+    def sample() -> list[ReplicaLagSample] | None:
+        if loop.is_closed():
+            return None
+        future = asyncio.run_coroutine_threadsafe(take(), loop)
+        try:
+            return future.result(timeout_s)
+        except (concurrent.futures.TimeoutError, RuntimeError) as exc:
+            future.cancel()
+            logger.debug("replication lag skipped at this scrape: %r", exc)
+            return None
+
+    return sample
+
+
+def replica_lag(node: ClusterNode) -> list[ReplicaLagSample]:
+    """Each follower's lag in the replicated topics ``node`` leads (call on its loop)."""
+    samples: list[ReplicaLagSample] = []
+    roles = node.replicas.roles() if node.replicas is not None else {}
+    for name in sorted(roles):
+        leader = node.replica_leader(name)
+        if leader is None:
+            continue
+        samples.extend(
+            ReplicaLagSample(name, lag.partition, lag.node, lag.lag_records, lag.lag_s)
+            for lag in leader.follower_lag()
+        )
+    return samples

@@ -327,6 +327,11 @@ class BrokerMetrics:
         exporter's thread), or None before the broker joined."""
         self.registry.register(_ClusterCollector(sample))
 
+    def watch_replication(self, sample: Callable[[], Iterable[ReplicaLagSample] | None]) -> None:
+        """Export each follower's lag that ``sample()`` returns at each scrape (the
+        replicated topics this broker leads; taken on the event loop, or None)."""
+        self.registry.register(_ReplicaLagCollector(sample))
+
     def watch_cursors(self, stats: Callable[[], CursorStats]) -> None:
         """Export the cursor store's failures, checkpoints and journal sizes that
         ``stats()`` returns at each scrape (safe from the exporter's thread)."""
@@ -588,6 +593,57 @@ class _ClusterCollector(Collector):
             families["in_sync"].add_metric([name], float(in_sync))
             families["min_insync"].add_metric([name], float(min_insync))
         yield from families.values()
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaLagSample:
+    """One follower of a replicated topic this broker leads, in one partition, at one
+    scrape: the records it lacks of the leader's durable end and the seconds since it was
+    last caught up (:class:`broker.replica.leader.FollowerLag`)."""
+
+    topic: str
+    partition: int
+    follower: str
+    lag_records: int
+    lag_s: float
+
+
+class _ReplicaLagCollector(Collector):
+    """``headrace_replication_lag_records`` and ``_seconds`` per topic, partition and
+    follower, on the leader."""
+
+    def __init__(self, sample: Callable[[], Iterable[ReplicaLagSample] | None]) -> None:
+        self._sample = sample
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        yield from self._families()
+
+    @staticmethod
+    def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
+        labels = ("topic", "partition", "follower")
+        return (
+            GaugeMetricFamily(
+                "headrace_replication_lag_records",
+                "Records a follower lacks of its leader's durable end, per replicated topic "
+                "this broker leads, partition and follower (0: caught up).",
+                labels=labels,
+            ),
+            GaugeMetricFamily(
+                "headrace_replication_lag_seconds",
+                "Seconds since a follower was last caught up with its leader's end (0 "
+                "while it is), per replicated topic this broker leads, partition and "
+                "follower; past replica_lag_time_max_ms it leaves the in-sync set.",
+                labels=labels,
+            ),
+        )
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        records, seconds = families = self._families()
+        for lag in self._sample() or ():
+            labels = [lag.topic, str(lag.partition), lag.follower]
+            records.add_metric(labels, float(lag.lag_records))
+            seconds.add_metric(labels, lag.lag_s)
+        yield from families
 
 
 class _CursorCollector(Collector):
