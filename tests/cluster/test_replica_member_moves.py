@@ -136,3 +136,44 @@ async def test_a_replica_dropped_by_a_reassignment_deletes_its_copy(
             assert isinstance(kept.local, MemoryTopics)
             assert "t" in kept.local.topics
             assert _role(kept) is not None
+
+
+@pytest.mark.asyncio
+async def test_a_hand_over_skips_a_follower_that_is_stopping_too(
+    etcd: EtcdCluster, prefix: str, store: EtcdStore
+) -> None:
+    """b1 leads t, all three in sync; b2 is marked stopping (its ``leaving/b2`` key, as
+    its own hand-over writes it). Expected: b1 hands t to b3, not to b2 (b2 would never
+    claim it)."""
+    async with members(etcd.endpoints, prefix, 3) as group:
+        b1, b2, _b3 = group
+        await _put(store, prefix, ("b1", "b2", "b3"))
+        await _led_by_b1(group)
+        await store.put(f"{prefix}leaving/b2", b"", lease=b2.session.lease)
+        assert await b1.hand_over(5.0) == {"t": "b3"}
+        assert (await _stored(store, prefix))[0].owner == "b3"
+
+
+@pytest.mark.asyncio
+async def test_brokers_stopping_at_once_do_not_wait_for_each_other(
+    etcd: EtcdCluster, prefix: str, store: EtcdStore
+) -> None:
+    """b1 leads t and b2 leads u (each over all three, in sync); both hand over at once
+    with a 10 s bound. Expected: both return within 3 s (a target that is stopping too
+    is skipped, or no longer waited for once it says so)."""
+    async with members(etcd.endpoints, prefix, 3) as group:
+        b1, b2, _b3 = group
+        await _put(store, prefix, ("b1", "b2", "b3"))
+        other = TopicRecord(
+            "u", "8899aabbccddeeff", 1, 0, "b2", 0, TopicState.CREATING,
+            replicas=("b2", "b3", "b1"), isr=("b2", "b3", "b1"), min_insync=2,
+        )  # fmt: skip
+        await store.put(Keys(prefix).topic("u"), encode(other))
+        await _led_by_b1(group)
+        local = b2.local
+        assert isinstance(local, MemoryTopics)
+        await eventually(lambda: local.roles.get("u") == ("leader", 1, ""))
+        started = asyncio.get_running_loop().time()
+        await asyncio.gather(b1.hand_over(10.0), b2.hand_over(10.0))
+        took = asyncio.get_running_loop().time() - started
+        assert took < 3.0, took
