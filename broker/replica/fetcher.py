@@ -103,7 +103,9 @@ class FollowerTopic:
         backoff_max_s: the longest pause (s). Default 2.
         rng: the jitter's randomness. Default: a new ``random.Random``.
         extra_logs: logs of the topic beside its partitions, by log id (``state``:
-            :class:`broker.replica.state_log.ReplicaStateLog`). Default: none.
+            :class:`broker.replica.state_log.ReplicaStateLog`). They have no retention
+            of their own: their segments wholly below the leader's log start are
+            deleted. Default: none.
     """
 
     def __init__(
@@ -134,6 +136,8 @@ class FollowerTopic:
         self._rng = rng or random.Random()
         self._logs = {log_id(p.index): p for p in topic.partitions}
         self._logs.update(extra_logs or {})
+        #: The extra logs have no retention of their own: their start follows the leader's.
+        self._trimmed_by_leader = frozenset(extra_logs or ())
         self._channel: grpc.aio.Channel | None = None
         self._channel_address = ""
         self._task: asyncio.Task[None] | None = None
@@ -254,6 +258,8 @@ class FollowerTopic:
             action = plan(_position(partition), reply_from_pb(data))
             try:
                 ok = await self._carry_out(partition, data.log, action) and ok
+                if data.log in self._trimmed_by_leader:
+                    await _follow_log_start(partition, data)
             except (WalError, OSError) as exc:  # this log's disk: the others go on
                 ok = self._failed(f"{data.log}: {type(exc).__name__}: {exc}")
         if ok:
@@ -372,6 +378,15 @@ class FollowerTopic:
                 logger.warning("%s: cleaning up after a failed append: %s", writer.log.path, exc)
             raise
         writer.commit_to(action.high_watermark)
+
+
+async def _follow_log_start(partition: Partition, data: _pb.LogData) -> None:
+    """Delete the segments wholly below the leader's log start (a log with no retention
+    of its own, such as ``state``, whose leader deletes what a snapshot replaced)."""
+    if data.error != _pb.REPLICA_ERROR_NONE or data.HasField("diverging"):
+        return
+    if data.log_start > partition.writer.first_offset:
+        await partition.writer.delete_before(min(data.log_start, partition.writer.head))
 
 
 def _position(partition: Partition) -> LogPosition:

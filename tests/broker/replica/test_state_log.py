@@ -33,6 +33,7 @@ from tests._helpers import eventually
 from tests.broker.replica.fake_leader import TOPIC, Publisher, close_topic, open_topic, record
 from tests.broker.replica.test_fetcher_leader import Servicer
 from tests.wal._replica import log_files
+from wal import LogConfig
 
 
 async def _no_change(_isr: tuple[str, ...]) -> bool:
@@ -46,11 +47,11 @@ class Broker:
         self.topic, self.logs, self.subs = topic, logs, subs
 
     @classmethod
-    async def open(cls, directory: Path) -> Broker:
+    async def open(cls, directory: Path, config: LogConfig | None = None) -> Broker:
         topic = await open_topic(directory / "topics")
         subs = SubscriptionRegistry(str(directory / "data"), flush_interval_s=0.05)
         await subs.open({TOPIC: [p.writer for p in topic.partitions]})
-        logs = StateLogs(subs.root)
+        logs = StateLogs(subs.root, config)
         await logs.open(TOPIC)
         return cls(topic, logs, subs)
 
@@ -179,3 +180,31 @@ async def test_a_save_fails_when_leadership_is_lost_before_it_is_committed(
         with pytest.raises(ReplicationOutcomeUnknownError, match="the leader stopped"):
             await create
     await b1.aclose()
+
+
+@pytest.mark.asyncio
+async def test_the_followers_state_log_drops_what_the_leaders_snapshot_replaced(
+    tmp_path: Path,
+) -> None:
+    """Scenario: the state logs roll at 1 KiB; b1 leads (isr b1, b2) and b2 follows; b1
+    appends 60 records of 200 bytes, then a snapshot record, and deletes its segments
+    wholly before the snapshot (what a checkpoint does). Expected: b2's state log ends
+    at b1's end and its first offset follows b1's (above 0): a follower's copy does not
+    grow forever."""
+    small = LogConfig(segment_bytes=1024)
+    b1, b2 = await Broker.open(tmp_path / "b1", small), await Broker.open(tmp_path / "b2", small)
+    async with leading(b1, record(1)) as (leader, port), following(b2, port, 1):
+        log1, log2 = b1.logs.get(TOPIC), b2.logs.get(TOPIC)
+        assert log1 is not None
+        assert log2 is not None
+        sink = LeaderStateSink(log1.writer, leader.committed)
+        for n in range(60):
+            await sink.append(b"x%d" % n + b"." * 200, snapshot=False)
+        snapshot = await sink.append(b"s", snapshot=True)
+        await sink.committed(snapshot)
+        await sink.trim_before(snapshot)
+        assert log1.writer.first_offset > 0
+        await eventually(lambda: log2.writer.head == log1.writer.durable_end)
+        await eventually(lambda: log2.writer.first_offset == log1.writer.first_offset)
+    await b1.aclose()
+    await b2.aclose()
