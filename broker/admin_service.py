@@ -207,14 +207,28 @@ class AdminService(_grpc.AdminServicer):
         context: Context,
     ) -> _admin.TopicInfo:
         """One topic's partitions (heads, sizes, segments) and its replication (in
-        cluster mode as this broker's view of etcd holds it)."""
+        cluster mode as this broker's view of etcd holds it; on a replicated topic's
+        leader, each follower's lag per partition)."""
         self._guard.check(request.name, write=False)
         check_topic_name(request.name, field="name")
         topic = self._topics.get(request.name)
         if self._cluster is None:
             return _topic_info(topic)
         held = self._cluster.member.view.state.topics.get(request.name)
-        return _topic_info(topic, held.record if held is not None else None)
+        info = _topic_info(topic, held.record if held is not None else None)
+        leader = self._cluster.replica_leader(request.name)
+        if leader is not None:  # the leader alone knows its followers' progress
+            for lag in leader.follower_lag():
+                info.partitions[lag.partition].followers.append(
+                    _admin.FollowerInfo(
+                        node=lag.node,
+                        fetch_offset=lag.fetch_offset,
+                        lag_records=lag.lag_records,
+                        lag_s=lag.lag_s,
+                        in_sync=lag.in_sync,
+                    )
+                )
+        return info
 
     @rpc
     async def DeleteTopic(  # noqa: N802 - gRPC method name

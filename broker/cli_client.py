@@ -346,7 +346,8 @@ def topics_list(as_json: bool, target: Target) -> None:
 @broker_option
 def topics_describe(name: str, as_json: bool, target: Target) -> None:
     """Show topic NAME's partitions: offsets, bytes, segments, fsync policy; in a cluster
-    also its leader, epoch, replicas, in-sync replicas and min_insync."""
+    also its leader, epoch, replicas, in-sync replicas and min_insync, and (answered by
+    a replicated topic's leader) each follower's lag per partition."""
 
     async def go() -> TopicInfo:
         async with AsyncAdminClient(**target.kwargs()) as admin:
@@ -356,6 +357,29 @@ def topics_describe(name: str, as_json: bool, target: Target) -> None:
     _print_topics([info], as_json)
     if not as_json and _clustered(info):
         click.echo(replication_text(info))
+        lag = followers_text(info)
+        if lag:
+            click.echo(lag)
+
+
+def followers_text(info: TopicInfo) -> str:
+    """``topics describe``'s follower table (its leader's view), or ``""`` when the
+    answer holds no follower (another broker answered, or one replica)."""
+    rows = [
+        {
+            "partition": p.partition,
+            "follower": f.node,
+            "fetch_offset": f.fetch_offset,
+            "lag_records": f.lag_records,
+            "lag_s": round(f.lag_s, 1),
+            "in_sync": "yes" if f.in_sync else "NO",
+        }
+        for p in info.partitions
+        for f in p.followers
+    ]
+    if not rows:
+        return ""
+    return table(rows, ("partition", "follower", "fetch_offset", "lag_records", "lag_s", "in_sync"))
 
 
 def replication_text(info: TopicInfo) -> str:
@@ -437,8 +461,12 @@ def topic_doc(info: TopicInfo) -> dict[str, Any]:
     """One topic as JSON: a single broker's as ever; in a cluster with ``owner`` and
     ``offline`` (listings: ``""`` when the owner answered, else why not) and the
     replication keys (:data:`REPLICATION_FIELDS`: leader, epoch, replicas, isr,
-    min_insync_replicas)."""
+    min_insync_replicas); a partition's ``followers`` (node, fetch_offset, lag_records,
+    lag_s, in_sync) only when the topic's leader answered."""
     doc = asdict(info)
+    for partition in doc["partitions"]:
+        if not partition["followers"]:  # only a replicated topic's leader fills them
+            del partition["followers"]
     if not info.owner:
         del doc["owner"], doc["offline"]
     if not _clustered(info):

@@ -60,6 +60,7 @@ from client._sync.producer import Producer
 from client._types import (
     DEFAULT_BROKER,
     DeadLetterEntry,
+    FollowerInfo,
     OfflineTopic,
     PartitionInfo,
     PartitionLag,
@@ -110,6 +111,7 @@ __all__ = [
     "FailedPrecondition",
     "FetchResult",
     "Fetcher",
+    "FollowerInfo",
     "InvalidArgument",
     "Message",
     "NotFound",

@@ -39,14 +39,32 @@ QUEUED = Queued()
 
 
 @dataclass(frozen=True, slots=True)
+class FollowerInfo:
+    """One follower of a replicated topic in one partition, as its leader knows it
+    (issue 37): ``fetch_offset``, where its last fetch in the leader's epoch read from
+    (0 before its first); ``lag_records`` it lacks of the leader's durable end;
+    ``lag_s``, seconds since it was last caught up (0 while it is); ``in_sync``: in the
+    in-sync set."""
+
+    node: str
+    fetch_offset: int
+    lag_records: int
+    lag_s: float
+    in_sync: bool
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionInfo:
-    """One partition: retained offsets ``[first_offset, head)``, bytes and segments."""
+    """One partition: retained offsets ``[first_offset, head)``, bytes and segments; on
+    a replicated topic described through its leader, each follower's lag (``followers``,
+    in replica order; empty from any other broker)."""
 
     partition: int
     first_offset: int
     head: int
     size_bytes: int
     segments: int
+    followers: tuple[FollowerInfo, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

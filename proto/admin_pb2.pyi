@@ -20,18 +20,34 @@ class CreateTopicRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ..., partitions: _Optional[int] = ..., replication_factor: _Optional[int] = ..., min_insync_replicas: _Optional[int] = ...) -> None: ...
 
 class PartitionInfo(_message.Message):
-    __slots__ = ("partition", "first_offset", "head", "size_bytes", "segments")
+    __slots__ = ("partition", "first_offset", "head", "size_bytes", "segments", "followers")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     FIRST_OFFSET_FIELD_NUMBER: _ClassVar[int]
     HEAD_FIELD_NUMBER: _ClassVar[int]
     SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
     SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    FOLLOWERS_FIELD_NUMBER: _ClassVar[int]
     partition: int
     first_offset: int
     head: int
     size_bytes: int
     segments: int
-    def __init__(self, partition: _Optional[int] = ..., first_offset: _Optional[int] = ..., head: _Optional[int] = ..., size_bytes: _Optional[int] = ..., segments: _Optional[int] = ...) -> None: ...
+    followers: _containers.RepeatedCompositeFieldContainer[FollowerInfo]
+    def __init__(self, partition: _Optional[int] = ..., first_offset: _Optional[int] = ..., head: _Optional[int] = ..., size_bytes: _Optional[int] = ..., segments: _Optional[int] = ..., followers: _Optional[_Iterable[_Union[FollowerInfo, _Mapping]]] = ...) -> None: ...
+
+class FollowerInfo(_message.Message):
+    __slots__ = ("node", "fetch_offset", "lag_records", "lag_s", "in_sync")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    FETCH_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAG_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    LAG_S_FIELD_NUMBER: _ClassVar[int]
+    IN_SYNC_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    fetch_offset: int
+    lag_records: int
+    lag_s: float
+    in_sync: bool
+    def __init__(self, node: _Optional[str] = ..., fetch_offset: _Optional[int] = ..., lag_records: _Optional[int] = ..., lag_s: _Optional[float] = ..., in_sync: _Optional[bool] = ...) -> None: ...
 
 class TopicInfo(_message.Message):
     __slots__ = ("name", "partitions", "fsync", "topic_id", "leader", "epoch", "replicas", "isr", "min_insync_replicas")

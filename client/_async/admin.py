@@ -31,6 +31,7 @@ from client._survey import UNREACHABLE, Owner, Plan, is_cluster, offline_topic, 
 from client._types import (
     DEFAULT_BROKER,
     DeadLetterEntry,
+    FollowerInfo,
     PartitionInfo,
     PartitionLag,
     ReplayResult,
@@ -54,7 +55,17 @@ def _topic(info: _admin.TopicInfo, owner: str = "") -> TopicInfo:
     return TopicInfo(
         info.name,
         tuple(
-            PartitionInfo(p.partition, p.first_offset, p.head, p.size_bytes, p.segments)
+            PartitionInfo(
+                p.partition,
+                p.first_offset,
+                p.head,
+                p.size_bytes,
+                p.segments,
+                tuple(
+                    FollowerInfo(f.node, f.fetch_offset, f.lag_records, f.lag_s, f.in_sync)
+                    for f in p.followers
+                ),
+            )
             for p in info.partitions
         ),
         info.fsync,
