@@ -15,6 +15,8 @@ Modules (layered frame -> index -> segment -> log -> async writer):
               [sync I/O]
     leader_epochs  ``LeaderEpochs``: the partition's (epoch, start offset) history, the
               ``leader-epochs`` file; its rules are pure                 [sync I/O]
+    hw_checkpoint  ``HighWatermarkCheckpoint``: a replicated log's committed end as
+              last saved, the ``high-watermark`` file                    [sync I/O]
     commit_cost  ``CommitCost``: a group commit's cost to the disk and to the loop;
               the batches a producer should keep in flight             [pure]
     writer    ``LogWriter``: the one task owning a log; group commit      [asyncio]
@@ -109,6 +111,15 @@ directory fsynced. A damaged file stops the open with ``LeaderEpochsCorruptError
 never read as an empty history. Opening drops entries that start past the log's end (a
 crash between a truncation's data and its epochs, or a power cut that took back
 appends); retention raises the oldest kept entry's start to the new first offset.
+
+High-watermark checkpoint: ``high-watermark`` holds the mark a log with held commits (a
+replica's) last saved (:mod:`wal.hw_checkpoint`), written by the writer at most every
+``checkpoint_interval_s`` and at close, replaced as ``leader-epochs`` is
+(``hw_checkpoint.after_tmp``, ``hw_checkpoint.after_rename``). It may lag the mark, never
+lead it: a truncation or restart below it lowers it first, opening lowers it to the
+recovered head, and a damaged file reads as 0. A log that has one opens with its commits
+held at it, so a restarted replica shows no record above it until the replication
+confirms it again; releasing the commits removes it.
 
 One owner: a broker holds ``flock(LOCK_EX)`` on its data directory itself (the inode, so
 every path to it) from before it opens anything until it has closed everything, and writes
