@@ -382,8 +382,8 @@ class ReplicaRoles:
         await self._say_leaving()
         moved: dict[str, tuple[str, int]] = {}
         for name, (step, _record, _) in list(self._given.items()):
-            if step is not Step.LEAD:
-                continue
+            if step is not Step.LEAD or self._clock() >= deadline:
+                continue  # past the bound (etcd slow): the rest wait for an election
             handed = await self._hand_one(name)
             if handed is not None:
                 moved[name] = handed
