@@ -8,7 +8,6 @@ cursors, never less (a committed save lost) and never more (a skip)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,7 +23,13 @@ from proto import broker_pb2 as _broker
 from proto import broker_pb2_grpc as _broker_grpc
 from tests.cluster.broker_processes import TTL_S, cluster_brokers
 from tests.cluster.etcd_harness import EtcdCluster
-from tests.cluster.test_replication_failover import TOPIC, _create, _route, _wait_route
+from tests.cluster.test_replication_failover import (
+    TOPIC,
+    _all_in_sync,
+    _create,
+    _route,
+    _wait_route,
+)
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function"), pytest.mark.timeout(120)]
 
@@ -77,7 +82,10 @@ async def test_committed_cursors_and_a_seek_survive_the_leaders_sigkill(
     to 20 in partition 0 and 12 in partition 1, and subscription ``audit`` is made and
     sought to offset 5. The leader is SIGKILLed. Expected: a follower leads at a higher
     epoch, and it holds both subscriptions at exactly those cursors ([20, 12] and
-    [5, 5]): nothing committed is lost, nothing skipped."""
+    [5, 5]): nothing committed is lost, nothing skipped. Then ``audit`` is sought to 7
+    on the new leader, the old leader restarted (it follows, its state log caught up)
+    and, all three in sync, the new leader SIGKILLed too: the third leader holds
+    ``billing`` at [20, 12] and ``audit`` at [7, 7]."""
     async with cluster_brokers(tmp_path, etcd, prefix) as brokers:
         first = await _create(brokers)
         victim = brokers.by_id[first]
@@ -114,8 +122,24 @@ async def test_committed_cursors_and_a_seek_survive_the_leaders_sigkill(
         leader = brokers.by_id[route.owner_node]
         assert await _cursors_eventually(leader.address, "billing", 10) == [20, 12]
         assert await _cursors(leader.address, "audit") == [5, 5]
-        with contextlib.suppress(Exception):
-            await victim.start()
+        # Again: the old leader back as a follower, all in sync, the new leader killed.
+        async with grpc.aio.insecure_channel(leader.address) as channel:
+            await _admin_grpc.AdminStub(channel).Seek(
+                _admin.SeekRequest(topic=TOPIC, subscription="audit", offset=7), timeout=10
+            )
+        await victim.start()
+        await _all_in_sync(brokers, leader, within_s=30)
+        leader.kill()
+        second = await _wait_route(
+            brokers,
+            victim,
+            "a third leader",
+            within_s=TTL_S + EXPIRY_SLACK_S + 5,
+            check=lambda r: r.online and r.owner_node not in {"", route.owner_node},
+        )
+        third = brokers.by_id[second.owner_node]
+        assert await _cursors_eventually(third.address, "billing", 10) == [20, 12]
+        assert await _cursors(third.address, "audit") == [7, 7]
 
 
 class _Stream:
