@@ -105,10 +105,21 @@ def test_the_replicated_topic_example_runs_as_printed(tmp_path: Path) -> None:
         assert step.returncode == 0, (step.command, step.stdout, step.stderr)
     assert "created topic orders with 3 partitions, replicas b" in ran[0].stdout
     lines = ran[1].stdout.splitlines()
-    assert re.fullmatch(r"leader     b[123] \(epoch \d+\)", lines[-4]), lines
-    assert sorted(lines[-3].removeprefix("replicas   ").split(", ")) == ["b1", "b2", "b3"]
-    assert lines[-2].startswith("isr        b")
-    assert lines[-1] == "min_insync 2"
+    at = next(i for i, line in enumerate(lines) if line.startswith("leader "))
+    assert re.fullmatch(r"leader     b[123] \(epoch \d+\)", lines[at]), lines
+    assert sorted(lines[at + 1].removeprefix("replicas   ").split(", ")) == ["b1", "b2", "b3"]
+    assert lines[at + 2].startswith("isr        b")
+    assert lines[at + 3] == "min_insync 2"
+    follower_table = lines[at + 4 :]  # answered by the leader: each follower per partition
+    assert follower_table[0].split() == [
+        "partition",
+        "follower",
+        "fetch_offset",
+        "lag_records",
+        "lag_s",
+        "in_sync",
+    ]
+    assert len(follower_table) == 1 + 3 * 2, lines  # 3 partitions x 2 followers
     assert "under-replicated topics: " in ran[2].stdout
 
 
