@@ -279,7 +279,8 @@ def _scalar(
             return st.just(GetMessageClass(f.message_type)())
         return messages(f.message_type, names, depth + 1)
     if f.name in _SMALL_INTS:
-        return _SMALL_INTS[f.name]
+        lo, hi = _INT_RANGES[f.type]  # a name may be int32 in one message, uint32 in another
+        return _SMALL_INTS[f.name].filter(lambda v: lo <= v <= hi)
     if f.type in _INT_RANGES:
         lo, hi = _INT_RANGES[f.type]
         edges = sorted({lo, hi, max(lo, -1), 0, min(hi, 2**31), min(hi, 2**32)})

@@ -65,6 +65,10 @@ ALLOWED: dict[str, set[S]] = {
     "/headrace.v1.Admin/DeleteSubscription": _NAMED | {S.FAILED_PRECONDITION},  # consumers
     "/headrace.v1.Cluster/Lookup": set(),  # an unknown topic is a route, not NOT_FOUND
     "/headrace.v1.Cluster/ClusterStatus": set(),
+    # Broker to broker: a single broker leads nothing, so every fetch is answered OK with
+    # the error NOT_LEADER in the body (malformed ones INVALID_ARGUMENT).
+    "/headrace.v1.Replication/ReplicaFetch": set(),
+    "/headrace.v1.Replication/OffsetForLeaderEpoch": set(),
 }
 
 REQUEST_LIMIT = 8 << 10  # max_request_bytes of the fuzzed broker
