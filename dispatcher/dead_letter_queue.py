@@ -38,7 +38,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Self
 
@@ -122,6 +122,7 @@ class DeadLetterQueue:
         self.evicted_total = 0  # entries removed by policy: overflow and max_age
         self.expired_total = 0  # the max_age share of evicted_total
         self.rejected_total = 0  # letters refused under OverflowPolicy.REJECT
+        self._committed: Callable[[int], Awaitable[None]] | None = None
 
     @classmethod
     async def open(
@@ -193,6 +194,17 @@ class DeadLetterQueue:
         return self._config
 
     @property
+    def writer(self) -> LogWriter:
+        """The queue's log (a replicated topic's leader serves it to the followers)."""
+        return self._writer
+
+    def replicate(self, committed: Callable[[int], Awaitable[None]] | None) -> None:
+        """Make :meth:`put` return only once its entries are committed by the topic's
+        replicas: ``committed(last_offset)`` returns then, and raises when they may never
+        be (the broker stopped leading); ``None``: durable here is enough (factor 1)."""
+        self._committed = committed
+
+    @property
     def first_sequence(self) -> int:
         """The sequence of the oldest entry held (``next_sequence`` when empty)."""
         return self._first
@@ -227,6 +239,8 @@ class DeadLetterQueue:
 
         Raises:
             DlqFullError: the queue is full and its policy is ``BLOCK``; nothing was stored.
+            Exception: what ``committed`` raises (see :meth:`replicate`): the letters are
+                durable here but may never be committed; keep the originals unacked.
             WalError: the disk failed (nothing acknowledged; keep the originals unacked), or
                 a letter does not fit the log's record limits.
         """
@@ -239,7 +253,9 @@ class DeadLetterQueue:
             if self._overflows(len(letters)) and not self._admit(letters):
                 return PutOutcome.REJECTED
             data = encode_letters(letters, self._now_ms(), self._config.max_event_bytes)
-            await self._writer.append(data)
+            appended = await self._writer.append(data)
+            if self._committed is not None:  # replicated: on the in-sync replicas too
+                await self._committed(appended.last_offset)
             self.events_total += len(letters)
             excess = self.entries - self._config.max_entries
             if excess > 0 and self._config.overflow is OverflowPolicy.DROP_OLDEST:

@@ -24,12 +24,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from dispatcher.dead_letter_config import DlqConfig, PutOutcome
 from dispatcher.dead_letter_queue import DeadLetterQueue
 from dispatcher.dead_letter_records import DeadLetter
-from dispatcher.errors import SubscriptionNotFoundError
+from dispatcher.errors import DlqFollowedError, SubscriptionNotFoundError
 from dispatcher.protocol import ToDeadLetter
 from wal import FileSystem
 
@@ -71,6 +71,13 @@ class DeadLetterQueues:
         self._queues: dict[tuple[str, str], DeadLetterQueue] = {}
         self._lock = asyncio.Lock()
         self._expiry: asyncio.Task[None] | None = None
+        #: Called with each queue opened, before any caller gets it (a replicated
+        #: topic's leader serves its log from then on); raising closes it again.
+        self.on_open: Callable[[str, str, DeadLetterQueue], Awaitable[None]] | None = None
+        #: Called with each queue about to be closed (its subscription or topic goes).
+        self.on_close: Callable[[str, str, DeadLetterQueue], None] | None = None
+        #: Topics whose queues this broker follows: none is opened for them here.
+        self.followed: set[str] = set()
 
     def directory(self, topic: str, name: str) -> str:
         """Where subscription ``name`` of ``topic`` keeps its queue."""
@@ -106,6 +113,8 @@ class DeadLetterQueues:
             queue = self._queues.get(key)
             if queue is not None:
                 return queue
+            if topic in self.followed:
+                raise DlqFollowedError(topic, name)
             if not self._exists(topic, name):
                 raise SubscriptionNotFoundError(topic, name)
             directory = self.directory(topic, name)
@@ -114,6 +123,12 @@ class DeadLetterQueues:
             queue = await DeadLetterQueue.open(
                 directory, self.config, fs=self._fs, clock=self._clock, name=f"{topic}/{name}"
             )
+            if self.on_open is not None:
+                try:
+                    await self.on_open(topic, name, queue)
+                except BaseException:
+                    await queue.aclose()
+                    raise
             self._queues[key] = queue
             return queue
 
@@ -122,13 +137,18 @@ class DeadLetterQueues:
         async with self._lock:
             queue = self._queues.pop((topic, name), None)
         if queue is not None:
+            if self.on_close is not None:
+                self.on_close(topic, name, queue)
             await queue.aclose()
 
     async def close_topic(self, topic: str) -> None:
         """Close and forget every queue of ``topic`` (the topic is being deleted)."""
         async with self._lock:  # not while get() opens one of them
-            queues = [self._queues.pop(key) for key in list(self._queues) if key[0] == topic]
-        for queue in queues:
+            keys = [key for key in list(self._queues) if key[0] == topic]
+            queues = [(key, self._queues.pop(key)) for key in keys]
+        for key, queue in queues:
+            if self.on_close is not None:
+                self.on_close(*key, queue)
             await queue.aclose()
 
     async def write(self, topic: str, name: str, action: ToDeadLetter) -> None:

@@ -183,3 +183,15 @@ class StateOwnerError(DispatchError):
             f"the state of {topic}/{subscription} is owned by the task {name!r}; {who} may "
             "not change it: queue a command instead (Subscription._submit)"
         )
+
+
+class DlqFollowedError(DispatchError):
+    """A dead-letter queue of a replicated topic this broker follows: only the replica
+    fetcher writes it here (the topic's leader holds the queue)."""
+
+    def __init__(self, topic: str, subscription: str) -> None:
+        self.topic, self.subscription = topic, subscription
+        super().__init__(
+            f"the dead-letter queue of {topic}/{subscription} is a replica here: this broker "
+            "follows the topic, and only its leader writes the queue"
+        )

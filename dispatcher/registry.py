@@ -221,6 +221,11 @@ class SubscriptionRegistry:
 
     # -- replicated topics ---------------------------------------------------------------
 
+    @property
+    def dead_letters(self) -> DeadLetterQueues:
+        """Every subscription's dead-letter queue (a replicated topic's roles hook in)."""
+        return self._dlqs
+
     def set_state_sink(self, topic: str, sink: StateSink | None) -> None:
         """Append ``topic``'s saves to its replicated state log through ``sink`` (this
         broker leads it), or no more (``None``): see :mod:`dispatcher.cursor_store`."""

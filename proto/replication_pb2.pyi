@@ -55,16 +55,18 @@ class LogFetch(_message.Message):
     def __init__(self, log: _Optional[str] = ..., fetch_offset: _Optional[int] = ..., last_fetched_epoch: _Optional[int] = ...) -> None: ...
 
 class ReplicaFetchResponse(_message.Message):
-    __slots__ = ("error", "leader_epoch", "logs", "message")
+    __slots__ = ("error", "leader_epoch", "logs", "message", "log_ids")
     ERROR_FIELD_NUMBER: _ClassVar[int]
     LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     LOGS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    LOG_IDS_FIELD_NUMBER: _ClassVar[int]
     error: ReplicaError
     leader_epoch: int
     logs: _containers.RepeatedCompositeFieldContainer[LogData]
     message: str
-    def __init__(self, error: _Optional[_Union[ReplicaError, str]] = ..., leader_epoch: _Optional[int] = ..., logs: _Optional[_Iterable[_Union[LogData, _Mapping]]] = ..., message: _Optional[str] = ...) -> None: ...
+    log_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, error: _Optional[_Union[ReplicaError, str]] = ..., leader_epoch: _Optional[int] = ..., logs: _Optional[_Iterable[_Union[LogData, _Mapping]]] = ..., message: _Optional[str] = ..., log_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class LogData(_message.Message):
     __slots__ = ("log", "error", "high_watermark", "log_start", "log_end", "batches", "diverging", "epochs")

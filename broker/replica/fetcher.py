@@ -123,6 +123,7 @@ class FollowerTopic:
         backoff_max_s: float = BACKOFF_MAX_S,
         rng: random.Random | None = None,
         extra_logs: Mapping[str, Partition] | None = None,
+        open_log: Callable[[str], Awaitable[Partition | None]] | None = None,
     ) -> None:
         self._topic = topic
         self._record = record
@@ -137,7 +138,8 @@ class FollowerTopic:
         self._logs = {log_id(p.index): p for p in topic.partitions}
         self._logs.update(extra_logs or {})
         #: The extra logs have no retention of their own: their start follows the leader's.
-        self._trimmed_by_leader = frozenset(extra_logs or ())
+        self._trimmed_by_leader = set(extra_logs or ())
+        self._open_log = open_log
         self._channel: grpc.aio.Channel | None = None
         self._channel_address = ""
         self._task: asyncio.Task[None] | None = None
@@ -249,6 +251,7 @@ class FollowerTopic:
         if response.error != _pb.REPLICA_ERROR_NONE:
             name = _pb.ReplicaError.Name(response.error)
             return self._failed(f"{name}: {response.message}")
+        await self._open_new_logs(response.log_ids)
         ok = True
         for data in response.logs:
             partition = self._logs.get(data.log)
@@ -265,6 +268,26 @@ class FollowerTopic:
         if ok:
             self.last_error = None
         return ok
+
+    async def _open_new_logs(self, log_ids: Sequence[str]) -> None:
+        """Open the logs the leader named that this follower lacks (a dead-letter queue
+        made on the leader since), through ``open_log``; each is fetched from the next
+        round on, from its head, its start following the leader's. A log ``open_log``
+        declines (``None``: not one it keeps) is not asked for."""
+        if self._open_log is None:
+            return
+        for log in log_ids:
+            if log in self._logs or log.startswith("p/"):
+                continue
+            partition = await self._open_log(log)
+            if partition is None or self._closing:
+                continue
+            partition.writer.hold_commits()
+            self._logs[log] = partition
+            self._trimmed_by_leader.add(log)
+            logger.info(
+                "%s: following log %s from offset %d", self._topic.name, log, partition.writer.head
+            )
 
     def _request(self) -> _pb.ReplicaFetchRequest:
         """The next fetch. The logs are asked in an order that rotates by one each time:
@@ -385,8 +408,11 @@ async def _follow_log_start(partition: Partition, data: _pb.LogData) -> None:
     of its own, such as ``state``, whose leader deletes what a snapshot replaced)."""
     if data.error != _pb.REPLICA_ERROR_NONE or data.HasField("diverging"):
         return
-    if data.log_start > partition.writer.first_offset:
-        await partition.writer.delete_before(min(data.log_start, partition.writer.head))
+    writer = partition.writer
+    if data.log_start > writer.first_offset:
+        if data.log_start == writer.head:  # the leader deleted all (a purged queue):
+            await writer.roll()  # so does this replica, its active segment sealed first
+        await writer.delete_before(min(data.log_start, writer.head))
 
 
 def _position(partition: Partition) -> LogPosition:

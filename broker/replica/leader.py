@@ -289,6 +289,64 @@ class LeaderTopic:
             if led.partition.gate is self:
                 led.partition.gate = None
 
+    async def add_log(self, name: str, log: Partition) -> None:
+        """Lead one more log of the topic from now on (a dead-letter queue made while
+        leading, ``dlq/<subscription>``), as :meth:`start` does each log: its epoch
+        begins at its head, its commits are held, each follower counts 0 in it until
+        its first fetch of it (the answers' ``log_ids`` name it). ``log.index`` must be
+        unique among the topic's logs (:meth:`committed` finds it by it). Nothing when
+        ``name`` is led already or this broker no longer leads.
+
+        Raises:
+            WalError: the log or its ``leader-epochs`` file failed.
+        """
+        if name in self._logs or self._stopped is not None:
+            return
+        led = _LedLog(name, log)
+        await led.writer.flush()
+        epochs = led.writer.log.leader_epochs
+        await run_to_end(asyncio.to_thread(epochs.assign, self._record.epoch, led.writer.head))
+        if name in self._logs or self._stopped is not None:
+            return
+        latest = epochs.latest()
+        led.epoch_start = latest.start_offset if latest is not None else 0
+        led.writer.hold_commits()
+        now, isr = self._now_ms(), self._record.effective_isr()
+        for node in self._followers():
+            led.progress[node] = FollowerProgress.tracked(now, node in isr)
+        led.on_durable = functools.partial(self._on_durable, led)
+        led.writer.add_durable_listener(led.on_durable)
+        led.writer.add_listener(led.committed_to)
+        log.gate = self
+        self._logs[name] = led
+        self._by_partition[log.index] = led
+        self._recompute()
+        self._wake()  # held fetches answer now, with the new log in their log_ids
+        logger.info("topic %s: leading log %s at epoch %d", self._topic.name, name, self.epoch)
+
+    def remove_log(self, name: str) -> None:
+        """Stop leading log ``name`` (its dead-letter queue is being closed or deleted):
+        its waiting acknowledgements fail 'outcome unknown'; a follower asking for it
+        gets ``UNKNOWN_LOG``. Nothing when it is not led."""
+        led = self._logs.pop(name, None)
+        if led is None:
+            return
+        self._by_partition.pop(led.partition.index, None)
+        if led.on_durable is not None:
+            led.writer.remove_durable_listener(led.on_durable)
+            led.writer.remove_listener(led.committed_to)
+            led.on_durable = None
+        if led.partition.gate is self:
+            led.partition.gate = None
+        waiters, led.waiters = led.waiters, []
+        for offset, _, future in waiters:
+            if not future.done():
+                future.set_exception(
+                    ReplicationOutcomeUnknownError(
+                        self._topic.name, led.partition.index, offset, f"log {name} was closed"
+                    )
+                )
+
     def update(self, record: TopicRecord) -> None:
         """The topic's record changed in etcd (a committed isr, ``min_insync``; or
         another leader or epoch: then this broker no longer leads)."""
@@ -547,7 +605,9 @@ class LeaderTopic:
                 )
             if remaining <= 0 or any(_worth_answering(d) for d in logs):
                 await self._pace(request.replica_node, logs)
-                return _pb.ReplicaFetchResponse(leader_epoch=self.epoch, logs=logs)
+                return _pb.ReplicaFetchResponse(
+                    leader_epoch=self.epoch, logs=logs, log_ids=list(self._logs)
+                )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(woken.wait(), remaining)
 
