@@ -52,6 +52,7 @@ from broker.errors import (
     TopicNotFoundError,
     TopicRefusedError,
 )
+from broker.replica.dlq_log import DlqReplication
 from broker.replica.leader import LeaderTopic
 from broker.replica.manager import Channels, ReplicaManager, real_roles
 from broker.replica.state_log import StateReplication
@@ -112,6 +113,7 @@ class BrokerTopics:
         subscriptions: SubscriptionRegistry,
         replicas: ReplicaManager | None = None,
         state: StateReplication | None = None,
+        dlq: DlqReplication | None = None,
     ) -> None:
         self._topics = topics
         self._subscriptions = subscriptions
@@ -119,6 +121,8 @@ class BrokerTopics:
         self.replicas = replicas
         #: Their subscription-state logs (opened before a role, closed after).
         self.state = state
+        #: Their dead-letter queues' logs (the follower's writers closed after a role).
+        self.dlq = dlq
 
     async def create(self, name: str, topic_id: str, partitions: int) -> None:
         try:
@@ -132,6 +136,8 @@ class BrokerTopics:
     async def delete(self, name: str) -> None:
         if self.state is not None:  # its directory goes with the subscriptions'
             await self.state.close(name)
+        if self.dlq is not None:
+            await self.dlq.close(name)
         try:
             await self._topics.delete(
                 name, before_close=functools.partial(self._subscriptions.drop_topic, name)
@@ -192,6 +198,8 @@ class BrokerTopics:
             await self.replicas.stop(name)
         if self.state is not None:
             await self.state.close(name)
+        if self.dlq is not None:
+            await self.dlq.close(name)
 
     def _roles(self) -> ReplicaManager:
         if self.replicas is None:
@@ -235,6 +243,7 @@ class ClusterNode:
         self.replicas: ReplicaManager | None = None
         self._channels: Channels | None = None
         self._state: StateReplication | None = None
+        self._dlq: DlqReplication | None = None
         #: The cluster's internal credential when ``[cluster] tokens`` is on (the
         #: Replication service's only caller; ``cluster.internal_credential``).
         self.internal_credential: str | None = None
@@ -277,13 +286,21 @@ class ClusterNode:
             return roles[0].leader(name) if roles else None
 
         state = StateReplication(topics, subscriptions, leader_of)
+        dlq = DlqReplication(subscriptions, leader_of)
         make_leader, make_follower = real_roles(
             config.node_id,
             channels,
             credential=lambda: secret.get("internal"),
             extra_logs=state.extra_logs,
             lag_time_max_ms=config.replica_lag_time_max_ms,
+            open_log=dlq.opener,
         )
+
+        async def leading(name: str) -> None:
+            """A topic led from now on: its subscriptions taken over from the state log,
+            then its dead-letter queues opened and led."""
+            await state.leading(name)
+            await dlq.leading(name)
 
         async def not_leading(name: str) -> None:
             """A led topic moves away: its consumers' streams end with this broker's
@@ -293,17 +310,18 @@ class ClusterNode:
             )
             for sub in subscriptions.subscriptions(name):
                 sub.end_sessions(TopicRefusedError(refusal))
+            await dlq.not_leading(name)
             await state.not_leading(name)
 
         replicas = ReplicaManager(
             topics,
             make_leader=make_leader,
             make_follower=make_follower,
-            on_leading=state.leading,
+            on_leading=leading,
             on_not_leading=not_leading,
         )
         roles.append(replicas)
-        local = BrokerTopics(topics, subscriptions, replicas, state)
+        local = BrokerTopics(topics, subscriptions, replicas, state, dlq)
         member = ClusterMember(store, member_config, local)
         view = DefaultsView(
             store, Keys(config.prefix), functools.partial(apply_defaults, defaults, topics)
@@ -319,6 +337,7 @@ class ClusterNode:
             await _quietly_close(member, store)
             await replicas.aclose()
             await state.aclose()
+            await dlq.aclose()
             await channels.aclose()
             if isinstance(exc, DuplicateNodeError | EtcdUnavailableError):
                 raise ClusterJoinError(
@@ -334,6 +353,7 @@ class ClusterNode:
         )
         node = cls(store, member, topics, max_partitions, defaults=defaults, defaults_view=view)
         node.replicas, node._channels, node._state = replicas, channels, state
+        node._dlq = dlq
         node.internal_credential = secret.get("internal")
         return node
 
@@ -378,6 +398,8 @@ class ClusterNode:
             await self.replicas.aclose()
         if self._state is not None:
             await self._state.aclose()
+        if self._dlq is not None:
+            await self._dlq.aclose()
         if self._channels is not None:
             await self._channels.aclose()
 

@@ -246,10 +246,13 @@ def real_roles(
     lag_time_max_ms: int = LAG_TIME_MAX_MS,
     credential: Callable[[], str | None] = lambda: None,
     extra_logs: Callable[[str], Mapping[str, Partition]] = lambda _name: {},
+    open_log: Callable[[str], Callable[[str], Awaitable[Partition | None]]] | None = None,
 ) -> tuple[MakeLeader, MakeFollower]:
     """The production :data:`MakeLeader` and :data:`MakeFollower`: ``LeaderTopic`` and
     ``FollowerTopic`` of this package, for ``node_id``; ``credential`` is asked at each
-    follower's start (the cluster's internal secret, or None without tokens)."""
+    follower's start (the cluster's internal secret, or None without tokens);
+    ``open_log(topic)`` is a follower's ``open_log`` (the logs its leader makes later:
+    dead-letter queues)."""
 
     def make_leader(topic: Topic, record: TopicRecord, change_isr: ChangeIsr) -> LeaderRole:
         return LeaderTopic(
@@ -270,6 +273,7 @@ def real_roles(
             channel=channels.get,
             credential=credential(),
             extra_logs=extra_logs(topic.name),
+            open_log=open_log(topic.name) if open_log is not None else None,
         )
 
     return make_leader, make_follower
