@@ -19,21 +19,29 @@ through the public client, against topics of factor 3 and ``min_insync_replicas`
 - Failover (:func:`measure_failover`): one topic of one partition, factor 3 /
   ``min_insync`` 2; an idempotent producer (``linger_ms`` 0) sends at
   :data:`FAILOVER_RATE` msg/s throughout, each send time and acknowledgement time noted.
-  An attempt's figure is the time from the event (the leader's SIGKILL sent; the transfer
-  transaction sent) to the first acknowledgement of a record the application handed to
-  the producer at or after the event: no such record can be acknowledged by the old
-  leader. Beside it, when the topic's record in etcd named the new leader (polled every
-  :data:`POLL_S`), so the figure splits into "the cluster elected" and "the client
-  found it". A SIGKILLed broker is restarted and the next attempt waits until all three
-  replicas are in sync again.
-- The graceful transfer: no broker command moves leadership yet, so the bench does what
-  an operator tool would: it reads the topic's record and the leader's broker key in
-  etcd and calls :func:`cluster.replica_txn.transfer_leadership` with the leader's epoch
-  and session to an in-sync follower; the old leader sees the record change and steps
-  down (its pending acknowledgements end "outcome unknown"; the producer resends them to
-  the new leader, which answers retries as duplicates).
+  An attempt's figure (:class:`Attempt`) is the time from the event to the first
+  acknowledgement on the new leader: of a record the application handed to the producer
+  at or after a SIGKILL (the dead leader acknowledges nothing), or, for the graceful
+  kinds (the old leader serves until it hands over), at or after the moment the topic's
+  record in etcd named the new leader (polled every :data:`POLL_S`). Beside it, that
+  moment (so the figure splits into "the cluster elected" and "the client found it") and
+  the longest pause between two acknowledgements from half a second before the event to
+  the figure's (what a writer saw stall). Three kinds, in this order, on one cluster:
 
-Depends on the client library, on :mod:`cluster` (the graceful transfer) and on ``etcd``
+  - transfer: the bench does what an operator tool would: it reads the topic's record
+    and the leader's broker key in etcd and calls
+    :func:`cluster.replica_txn.transfer_leadership` with the leader's epoch and session
+    to an in-sync follower; the old leader sees the record change and steps down (its
+    pending acknowledgements end "outcome unknown"; the producer resends them to the
+    new leader, which answers retries as duplicates).
+  - graceful: SIGTERM of the leader: its controlled shutdown hands the topic to an
+    in-sync follower before its server stops.
+  - SIGKILL of the leader: a follower is elected once its session lapses.
+
+  A stopped broker is restarted and the next attempt waits until all three replicas
+  are in sync again.
+
+Depends on the client library, on :mod:`cluster` (the transfer) and on ``etcd``
 on the PATH.
 """
 
@@ -43,7 +51,10 @@ import asyncio
 import contextlib
 import functools
 import importlib.metadata
+import itertools
+import os
 import shutil
+import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -281,14 +292,17 @@ class HeadraceR3(HeadraceSystem):
 
 @dataclass(slots=True)
 class Attempt:
-    """One failover: seconds from the event to the first acknowledged publish of a record
-    sent at or after it (``acked_s``), and to the record in etcd naming the new leader
-    (``elected_s``); who led before and after."""
+    """One failover, in seconds from the event: ``acked_s`` to the first acknowledged
+    publish on the new leader, ``elected_s`` to the record in etcd naming the new leader,
+    and ``pause_s``, the longest time no publish was acknowledged from half a second before
+    the event to that first acknowledgement (what a writer saw stall); who led before and
+    after."""
 
     acked_s: float
     elected_s: float
     old: str
     new: str
+    pause_s: float = 0.0
 
 
 @dataclass(slots=True)
@@ -300,8 +314,15 @@ class _Sends:
     failed: list[str] = field(default_factory=list)
 
     def first_ack_of_sent_after(self, event: float) -> float | None:
+        """When the first record sent at or after ``event`` was acknowledged."""
         times = [acked for sent, acked in self.acked if sent >= event]
         return min(times) if times else None
+
+    def longest_pause(self, start: float, end: float) -> float:
+        """The longest time between two acknowledgements (by arrival) from ``start`` to
+        ``end`` (both counted as arrivals)."""
+        times = sorted({start, end, *(a for _, a in self.acked if start <= a <= end)})
+        return max((b - a for a, b in itertools.pairwise(times)), default=0.0)
 
 
 async def _send_forever(producer: AsyncProducer, sends: _Sends, stop: asyncio.Event) -> None:
@@ -352,20 +373,40 @@ async def _first_ack(sends: _Sends, event: float, within_s: float) -> float:
     return acked - event
 
 
-async def _kill_attempt(cluster: R3Cluster, store: EtcdStore, sends: _Sends) -> Attempt:
+async def _stop_attempt(
+    cluster: R3Cluster, store: EtcdStore, sends: _Sends, *, kill: bool
+) -> Attempt:
+    """The leader stopped under the producer, then restarted. SIGKILL: the first record
+    sent at or after the kill that is acknowledged can only be the new leader's. SIGTERM:
+    a controlled shutdown, the old leader serves until it hands the topic over, so the
+    figure is the first acknowledgement of a record sent once etcd named the new leader."""
     old = (await cluster.wait_in_sync(FAILOVER_TOPIC)).leader
     await asyncio.sleep(0.5)  # steady sending before the event
+    process = cluster.brokers[old]
     event = time.perf_counter()
-    cluster.brokers[old].kill()
+    os.kill(process.pid, signal.SIGKILL if kill else signal.SIGTERM)
     elected = asyncio.create_task(_elected(store, FAILOVER_TOPIC, old, event))
     try:
-        acked_s = await _first_ack(sends, event, cluster.ttl_s + ATTEMPT_SLACK_S)
-        elected_s, new = await asyncio.wait_for(elected, ATTEMPT_SLACK_S)
+        if kill:
+            acked_s = await _first_ack(sends, event, cluster.ttl_s + ATTEMPT_SLACK_S)
+        elected_s, new = await asyncio.wait_for(elected, cluster.ttl_s + ATTEMPT_SLACK_S)
+        if not kill:
+            acked_s = elected_s + await _first_ack(sends, event + elected_s, ATTEMPT_SLACK_S)
     finally:
         elected.cancel()
-    cluster.brokers[old].start()
+    pause_s = sends.longest_pause(event - 0.5, event + acked_s)
+    await asyncio.to_thread(process.stop)  # reaps it (SIGKILL after 10 s)
+    process.start()
     await cluster.wait_serving(old)
-    return Attempt(acked_s, elected_s, old, new)
+    return Attempt(acked_s, elected_s, old, new, pause_s)
+
+
+async def _kill_attempt(cluster: R3Cluster, store: EtcdStore, sends: _Sends) -> Attempt:
+    return await _stop_attempt(cluster, store, sends, kill=True)
+
+
+async def _sigterm_attempt(cluster: R3Cluster, store: EtcdStore, sends: _Sends) -> Attempt:
+    return await _stop_attempt(cluster, store, sends, kill=False)
 
 
 async def _transfer_attempt(cluster: R3Cluster, store: EtcdStore, sends: _Sends) -> Attempt:
@@ -391,8 +432,9 @@ async def _transfer_attempt(cluster: R3Cluster, store: EtcdStore, sends: _Sends)
     if not result.outcome.is_won():
         raise ServerFailedError(f"transfer {record.owner} -> {to}: {result.reason}")
     elected_s = time.perf_counter() - event
-    acked_s = await _first_ack(sends, event, ATTEMPT_SLACK_S)
-    return Attempt(acked_s, elected_s, record.owner, to)
+    acked_s = elected_s + await _first_ack(sends, event + elected_s, ATTEMPT_SLACK_S)
+    pause_s = sends.longest_pause(event - 0.5, event + acked_s)
+    return Attempt(acked_s, elected_s, record.owner, to, pause_s)
 
 
 @dataclass(slots=True)
@@ -401,6 +443,7 @@ class Failover:
     why the attempts stopped early ("" when every attempt ran)."""
 
     ttl_s: int
+    transfer: list[Attempt] = field(default_factory=list)
     graceful: list[Attempt] = field(default_factory=list)
     sigkill: list[Attempt] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
@@ -408,8 +451,9 @@ class Failover:
 
 
 async def measure_failover(root: Path, ttl_s: int, attempts: int) -> Failover:
-    """``attempts`` graceful transfers, then ``attempts`` leader SIGKILLs (each killed
-    broker restarted before the next attempt), under a producer sending throughout, on a
+    """``attempts`` leadership transfers, then ``attempts`` leader SIGTERMs, then
+    ``attempts`` leader SIGKILLs (each stopped broker restarted before the next attempt),
+    under a producer sending throughout, on a
     fresh cluster in ``root`` (module docstring). An attempt that fails ends the
     measurement: the attempts before it are kept and :attr:`Failover.stopped` says why.
 
@@ -431,7 +475,8 @@ async def measure_failover(root: Path, ttl_s: int, attempts: int) -> Failover:
                 sender = asyncio.create_task(_send_forever(producer, sends, stop))
                 try:
                     for kind, attempt in (
-                        (got.graceful, _transfer_attempt),
+                        (got.transfer, _transfer_attempt),
+                        (got.graceful, _sigterm_attempt),
                         (got.sigkill, _kill_attempt),
                     ):
                         for _ in range(attempts):

@@ -306,13 +306,19 @@ def test_headrace_r3_is_an_entry_and_the_footnotes_say_how_it_and_failover_run()
 
 def test_failover_rows_are_judged_on_the_median_and_the_slowest_attempt() -> None:
     """Scenario: a TTL of 2 s; SIGKILL attempts of 2.5, 2.9 and 3.4 s (elected after 2.1,
-    2.2, 2.3 s); graceful transfers of 0.07 and 0.25 s; no record failed. Expected: four
-    rows of headrace-r3 in seconds: the SIGKILL median 2.9 (goal <= 3, met) and max 3.4
-    (not met), the graceful median 0.16 (<= 0.2, met) and max 0.25 (not met); each with
-    the TTL, its attempts, its fastest attempt and the median time to the election."""
+    2.2, 2.3 s); SIGTERMs (controlled shutdowns) of 0.07 and 0.25 s; one leadership
+    transfer of 0.09 s; no record failed. Expected: six rows of headrace-r3 in seconds:
+    the SIGKILL median 2.9 (goal <= 3, met) and max 3.4 (not met), the SIGTERM median
+    0.16 (<= 0.2, met) and max 0.25 (not met), the transfer's 0.09 twice (met); each with
+    the TTL, its attempts, its fastest attempt, the median time to the election and the
+    median and longest pause in acknowledgements."""
     got = Failover(
         2,
-        graceful=[Attempt(0.07, 0.005, "b1", "b2"), Attempt(0.25, 0.006, "b2", "b1")],
+        transfer=[Attempt(0.09, 0.004, "b1", "b2")],
+        graceful=[
+            Attempt(0.07, 0.005, "b1", "b2", pause_s=0.06),
+            Attempt(0.25, 0.006, "b2", "b1", pause_s=0.24),
+        ],
         sigkill=[
             Attempt(2.5, 2.1, "b1", "b2"),
             Attempt(3.4, 2.3, "b2", "b1"),
@@ -320,18 +326,15 @@ def test_failover_rows_are_judged_on_the_median_and_the_slowest_attempt() -> Non
         ],
     )
     rows = {r.metric: r for r in failover_rows(got, "uvloop")}
-    assert list(rows) == [
-        "failover_sigkill_s",
-        "failover_sigkill_max_s",
-        "failover_graceful_s",
-        "failover_graceful_max_s",
-    ]
     expected = {
         "failover_sigkill_s": (2.9, "<= 3", True),
         "failover_sigkill_max_s": (3.4, "<= 3", False),
         "failover_graceful_s": (0.16, "<= 0.2", True),
         "failover_graceful_max_s": (0.25, "<= 0.2", False),
+        "failover_transfer_s": (0.09, "<= 0.2", True),
+        "failover_transfer_max_s": (0.09, "<= 0.2", True),
     }
+    assert list(rows) == list(expected)
     for metric, (value, goal, met) in expected.items():
         row = rows[metric]
         assert (row.system, row.unit) == (R3, "s")
@@ -343,11 +346,14 @@ def test_failover_rows_are_judged_on_the_median_and_the_slowest_attempt() -> Non
     assert rows["failover_sigkill_s"].params["min_s"] == pytest.approx(2.5)
     assert rows["failover_sigkill_s"].params["elected_s"] == pytest.approx(2.2)
     assert rows["failover_graceful_s"].params["attempts"] == 2
+    assert rows["failover_graceful_s"].params["pause_s"] == pytest.approx(0.15)
+    assert rows["failover_graceful_s"].params["max_pause_s"] == pytest.approx(0.24)
+    assert rows["failover_transfer_s"].params["elected_s"] == pytest.approx(0.004)
 
 
 def test_a_kind_without_attempts_has_no_row() -> None:
-    """Scenario: the graceful transfers ran, the SIGKILLs stopped before their first
-    attempt ended. Expected: the graceful rows only."""
+    """Scenario: the SIGTERMs ran, the SIGKILLs stopped before their first attempt
+    ended, no transfer ran. Expected: the graceful (SIGTERM) rows only."""
     got = Failover(10, graceful=[Attempt(0.1, 0.01, "b1", "b2")], stopped="no ack")
     assert [r.metric for r in failover_rows(got, "asyncio")] == [
         "failover_graceful_s",
@@ -362,6 +368,18 @@ def test_only_records_sent_at_or_after_the_event_count() -> None:
     sends = _Sends(acked=[(9.0, 9.001), (9.9, 12.6), (10.0, 12.7), (10.5, 12.65)])
     assert sends.first_ack_of_sent_after(10.0) == 12.65
     assert sends.first_ack_of_sent_after(11.0) is None
+
+
+def test_the_longest_pause_is_between_acknowledgements_in_the_window() -> None:
+    """Scenario: acks every 10 ms from 9.0 to 9.99, none until 10.3, then 10.31; the
+    window runs from 9.5 to 10.31, then from 9.5 to 10.2 (its end counts as an arrival),
+    then over 20.0-20.5 with no ack at all. Expected: 0.31 s, then 0.21 s, then the
+    window's length."""
+    acked = [(t / 100 - 0.001, t / 100) for t in range(900, 1000)]
+    sends = _Sends(acked=[*acked, (10.05, 10.3), (10.3, 10.31)])
+    assert sends.longest_pause(9.5, 10.31) == pytest.approx(0.31)
+    assert sends.longest_pause(9.5, 10.2) == pytest.approx(0.21)
+    assert sends.longest_pause(20.0, 20.5) == pytest.approx(0.5)
 
 
 def test_the_r3_cluster_syncs_always_and_etcd_has_three_members(tmp_path: Path) -> None:
@@ -416,6 +434,8 @@ FAILOVER = {
     "failover_sigkill_max_s",
     "failover_graceful_s",
     "failover_graceful_max_s",
+    "failover_transfer_s",
+    "failover_transfer_max_s",
 }
 FAILOVER_PARAMS = {
     "session_ttl_s",
@@ -426,6 +446,8 @@ FAILOVER_PARAMS = {
     "attempts",
     "min_s",
     "elected_s",
+    "pause_s",
+    "max_pause_s",
     "goal",
     "met",
 }
@@ -436,7 +458,7 @@ def test_quick_json_run_reports_every_system_that_can_run_here(tmp_path: Path) -
     Expected: exit 0; the machine record first; headrace-r1's and headrace-r3's three rows
     (factor 3 has 3 replicas); each peer either has its three rows or is skipped with a
     line on stderr saying so; every figure is a positive finite number (p50 <= p99) with
-    the DESIGN fields and the scenario's params; fsync always everywhere; the four
+    the DESIGN fields and the scenario's params; fsync always everywhere; the six
     failover rows of one attempt each at the quick TTL of 2 s, no record failed; the
     factor-3 goals judged against factor 1; and no system failed. Without etcd (CI has it):
     headrace-r3 and failover skipped with a line on stderr each."""
