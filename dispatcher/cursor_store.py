@@ -438,6 +438,7 @@ class CursorStore:
             mode=sub.policy.mode.value,
             partitions=[state_file.partition_doc(snap) for snap in sub.snapshot()],
             committer=sub.committer,
+            dlq_first=sub.dlq_first,
         )
 
     async def _flush_loop(self) -> None:

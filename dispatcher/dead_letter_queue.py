@@ -123,6 +123,7 @@ class DeadLetterQueue:
         self.expired_total = 0  # the max_age share of evicted_total
         self.rejected_total = 0  # letters refused under OverflowPolicy.REJECT
         self._committed: Callable[[int], Awaitable[None]] | None = None
+        self._saved: Callable[[int], Awaitable[None]] | None = None
 
     @classmethod
     async def open(
@@ -198,11 +199,39 @@ class DeadLetterQueue:
         """The queue's log (a replicated topic's leader serves it to the followers)."""
         return self._writer
 
-    def replicate(self, committed: Callable[[int], Awaitable[None]] | None) -> None:
+    def replicate(
+        self,
+        committed: Callable[[int], Awaitable[None]] | None,
+        saved: Callable[[int], Awaitable[None]] | None = None,
+    ) -> None:
         """Make :meth:`put` return only once its entries are committed by the topic's
         replicas: ``committed(last_offset)`` returns then, and raises when they may never
-        be (the broker stopped leading); ``None``: durable here is enough (factor 1)."""
+        be (the broker stopped leading); and a removal (ack, purge, expiry, eviction)
+        only once ``saved(first_sequence)`` returned (the new first sequence committed
+        with the subscription's replicated state), before any segment is deleted.
+        ``None``: durable here is enough (factor 1)."""
         self._committed = committed
+        self._saved = saved
+
+    async def restore_first(self, first_sequence: int) -> int:
+        """Raise ``first_sequence`` to the one saved with the replicated subscription
+        state (a promoted replica's queue, whose own ``state.json`` may lag), clamped to
+        the queue's end; return how many entries that removed. Before :meth:`replicate`.
+
+        Raises:
+            WalIOError: the state file could not be saved; nothing was removed.
+        """
+        async with self._lock:
+            self._check_open()
+            removed = await self._remove_below(min(first_sequence, self.next_sequence))
+            if removed:
+                logger.info(
+                    "dlq %s: %d entries removed before the failover stay removed (first %d)",
+                    self._name,
+                    removed,
+                    self._first,
+                )
+            return removed
 
     @property
     def first_sequence(self) -> int:
@@ -287,7 +316,7 @@ class DeadLetterQueue:
         failure here is logged, not raised: the next put evicts again."""
         try:
             await self._remove_below(self._first + excess)
-        except WalError as exc:
+        except Exception as exc:  # WalError; replicated, the save's error too
             logger.error(
                 "dlq %s: evicting %d entries failed (%s); the queue stays over "
                 "max_entries=%d until the next put",
@@ -311,6 +340,8 @@ class DeadLetterQueue:
 
         Raises:
             WalIOError: the state file could not be saved; nothing was removed.
+            Exception: replicated, what ``saved`` raises (see :meth:`replicate`): removed
+                here, maybe not on the replicas (outcome unknown).
         """
         async with self._lock:
             self._check_open()
@@ -376,6 +407,8 @@ class DeadLetterQueue:
         # lock stays held meanwhile (the next save would race it on the temp file), and
         # memory keeps step with the disk.
         await run_to_end(self._advance_first(target))
+        if self._saved is not None:  # replicated: committed before the segments go
+            await self._saved(target)
         await self._reclaim()
         return removed
 

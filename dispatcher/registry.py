@@ -188,6 +188,7 @@ class SubscriptionRegistry:
             type_, mode = SubscriptionType(doc.type), DeliveryMode(doc.mode)
             sub = self._add(topic, name, topics[topic], snaps, type_, mode)
             sub.committer = doc.committer
+            sub.dlq_first = doc.dlq_first
             self._store.restored((topic, name), (s.cursor for s in snaps))
         for topic, name, _doc in docs:
             if await asyncio.to_thread(self._fs.exists, self._dlqs.directory(topic, name)):
@@ -268,6 +269,7 @@ class SubscriptionRegistry:
                 type_, mode = SubscriptionType(doc.type), DeliveryMode(doc.mode)
                 sub = self._add(topic, name, writers, snaps, type_, mode)
                 sub.committer = doc.committer
+                sub.dlq_first = doc.dlq_first
         await self._store.save_all(self.subscriptions(topic), checkpoint=True, topics=[topic])
         logger.info(
             "took over the %d subscriptions of replicated topic %s%s",

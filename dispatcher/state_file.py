@@ -77,6 +77,10 @@ class StateDoc(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     seq: int = 0
     #: Who commits to it by offset (AckUpTo's committer, e.g. "spark"); "" none.
     committer: str = ""
+    #: A replicated topic's dead-letter queue of this subscription holds no entry below
+    #: this sequence (its acks, purges and evictions, replicated with the state); 0: no
+    #: removal saved here (a factor-1 queue keeps its own ``state.json`` only).
+    dlq_first: int = 0
 
 
 _decoder = msgspec.json.Decoder(StateDoc)

@@ -185,6 +185,9 @@ class Subscription:
         #: cursor lose records to each other, as a Kafka group refuses a member of
         #: another protocol type.
         self.committer = committer
+        #: A replicated topic's dead-letter queue's first sequence, saved with the
+        #: state (``StateDoc.dlq_first``); 0 for a factor-1 topic's.
+        self.dlq_first = 0
         if len(writers) != len(partitions):
             raise ValueError(f"{len(writers)} partitions but {len(partitions)} states")
         self.topic = topic

@@ -19,10 +19,12 @@ leader's (segments the leader deleted after acks, purges or expiry).
 - When the follower is promoted its plain writers are closed, and the queues open from
   the same directories, so PeekDeadLetters shows what was fetched.
 
-Not replicated yet: a queue's ``first_sequence`` (its ``state.json``). A promoted replica's
-queue starts at the first entry its log holds, and that log's start follows the leader's
-whole deleted segments, so an ack, purge or expiry done on the old leader holds after a
-failover only as far as its segments were deleted: entries may show again, none is lost.
+A queue's ``first_sequence`` (what acks, purges, expiry and evictions removed) travels
+with its subscription's replicated state (``StateDoc.dlq_first``, in the ``state`` log):
+on the leader a removal returns only once that save is committed, before any segment is
+deleted; a promoted replica's queue opens at its own ``state.json`` and is then raised
+to the replayed ``dlq_first`` (``DeadLetterQueue.restore_first``), so an acknowledged
+ack holds after a failover. A removal that failed 'outcome unknown' may hold or not.
 
 Task-safety: one event loop (the replica manager's role calls and the registry's).
 """
@@ -40,8 +42,9 @@ from broker.partition import Partition
 from broker.replica.leader import LeaderTopic
 from dispatcher import SubscriptionRegistry
 from dispatcher.dead_letter_queue import DeadLetterQueue, default_log_config
-from dispatcher.errors import InvalidSubscriptionError
+from dispatcher.errors import InvalidSubscriptionError, SubscriptionNotFoundError
 from dispatcher.settings import check_subscription_name
+from dispatcher.subscription import Subscription
 from wal import LogWriter
 
 logger = logging.getLogger(__name__)
@@ -113,10 +116,34 @@ class DlqReplication:
         leader = self._leading(topic)
         if leader is None:
             return
+        sub = self._subscription(topic, name)
+        if sub is not None and sub.dlq_first > queue.first_sequence:
+            await queue.restore_first(sub.dlq_first)  # removed before a failover
         log = ReplicaDlqLog(queue.writer, next(self._indices))
         await leader.add_log(dlq_log_id(name), cast(Partition, log))
         self._led[(topic, name)] = log
-        queue.replicate(functools.partial(leader.committed, log.index))
+        queue.replicate(
+            functools.partial(leader.committed, log.index),
+            functools.partial(self._save_first, topic, name),
+        )
+
+    def _subscription(self, topic: str, name: str) -> Subscription | None:
+        try:
+            return self._subscriptions.get(topic, name)
+        except (SubscriptionNotFoundError, InvalidSubscriptionError):
+            return None
+
+    async def _save_first(self, topic: str, name: str, first: int) -> None:
+        """A led queue's removal: its new first sequence is saved with the subscription's
+        state, and so committed in the topic's state log, before the call returns.
+
+        Raises:
+            SubscriptionNotFoundError: the subscription is gone (deleted meanwhile).
+            Exception: what the state log's commit raises (outcome unknown).
+        """
+        sub = self._subscriptions.get(topic, name)
+        sub.dlq_first = max(sub.dlq_first, first)
+        await self._subscriptions.save(sub)
 
     def _closing(self, topic: str, name: str, queue: DeadLetterQueue) -> None:
         """The registry closes ``topic``/``name``'s queue: its log is led no more (a put

@@ -226,6 +226,47 @@ async def test_a_purge_before_the_failover_holds_after_it(tmp_path: Path) -> Non
 
 
 @pytest.mark.asyncio
+async def test_an_ack_before_the_failover_holds_after_it(tmp_path: Path) -> None:
+    """Scenario: b1 leads (isr b1, b2; min_insync 2) and b2 follows; 3 letters put in
+    billing's queue (one segment: no segment can be deleted), then AckDeadLetters up to
+    sequence 0 on b1. b1 stops and b2 is promoted. Expected: the ack returns once its
+    first sequence is committed in the state log (b2's state log holds b1's end); b2's
+    own queue files never saw the ack, yet promoted, its queue peeks sequences 1 and 2
+    only, counts 2, and says so again after its queue is closed and opened anew."""
+    b1, b2 = await Broker(tmp_path / "b1").open(), await Broker(tmp_path / "b2").open()
+    writers1 = [p.writer for p in b1.topic.partitions]
+    async with contextlib.AsyncExitStack() as stack:
+        _leader, port = await stack.enter_async_context(
+            leading(b1, record(1).replace(min_insync=2))
+        )
+        await stack.enter_async_context(following(b2, port, 1))
+        async with asyncio.timeout(15):
+            await b1.subs.subscribe(TOPIC, "billing", writers1)
+            queue1 = await b1.subs.dead_letter_queue(TOPIC, "billing")
+            assert queue1 is not None
+            await queue1.put([letter(1), letter(2), letter(3)])
+            assert await queue1.ack_up_to(0) == 1
+        state1, state2 = b1.logs.get(TOPIC), b2.logs.get(TOPIC)
+        assert state1 is not None
+        assert state2 is not None
+        assert state2.writer.head == state1.writer.durable_end  # committed: b2 has it
+        assert queue1.writer.first_offset == 0  # the segment stays: only the save moved
+    for p in b2.topic.partitions:
+        p.writer.release_commits()
+    async with leading(b2, record(2, leader="b2").replace(isr=("b2",))):
+        queue2 = await b2.subs.dead_letter_queue(TOPIC, "billing", create=False)
+        assert queue2 is not None
+        assert [e.sequence for e in await queue2.peek()] == [1, 2]
+        assert queue2.count() == 2
+        await b2.subs.dead_letters.close(TOPIC, "billing")
+        again = await b2.subs.dead_letter_queue(TOPIC, "billing", create=False)
+        assert again is not None
+        assert [e.sequence for e in await again.peek()] == [1, 2]
+    await b1.aclose()
+    await b2.aclose()
+
+
+@pytest.mark.asyncio
 async def test_a_put_fails_outcome_unknown_when_leadership_is_lost_first(
     tmp_path: Path,
 ) -> None:
