@@ -140,6 +140,7 @@ class FollowerTopic:
         #: The extra logs have no retention of their own: their start follows the leader's.
         self._trimmed_by_leader = set(extra_logs or ())
         self._open_log = open_log
+        self._opened: set[str] = set()  # the logs open_log gave (dropped with the leader's)
         self._channel: grpc.aio.Channel | None = None
         self._channel_address = ""
         self._task: asyncio.Task[None] | None = None
@@ -273,9 +274,19 @@ class FollowerTopic:
         """Open the logs the leader named that this follower lacks (a dead-letter queue
         made on the leader since), through ``open_log``; each is fetched from the next
         round on, from its head, its start following the leader's. A log ``open_log``
-        declines (``None``: not one it keeps) is not asked for."""
+        declines (``None``: not one it keeps) is not asked for; one it gave that the
+        leader no longer names is not asked for any more (no ``UNKNOWN_LOG`` back-off)."""
         if self._open_log is None:
             return
+        named = set(log_ids)
+        for log in sorted(self._opened - named) if named else ():
+            # The leader has it no more (its subscription deleted): not asked again.
+            self._opened.discard(log)
+            self._logs.pop(log, None)
+            self._leader_ends.pop(log, None)
+            logger.info(
+                "%s: log %s is gone from the leader; no longer followed", self._topic.name, log
+            )
         for log in log_ids:
             if log in self._logs or log.startswith("p/"):
                 continue
@@ -284,6 +295,7 @@ class FollowerTopic:
                 continue
             partition.writer.hold_commits()
             self._logs[log] = partition
+            self._opened.add(log)
             self._trimmed_by_leader.add(log)
             logger.info(
                 "%s: following log %s from offset %d", self._topic.name, log, partition.writer.head

@@ -267,6 +267,37 @@ async def test_an_ack_before_the_failover_holds_after_it(tmp_path: Path) -> None
 
 
 @pytest.mark.asyncio
+async def test_a_deleted_subscriptions_queue_is_no_longer_fetched(tmp_path: Path) -> None:
+    """Scenario: b1 leads (isr b1, b2) and b2 follows; a letter put in billing's queue
+    (b2 fetches dlq/billing); then billing is deleted on b1 (its queue closed and
+    removed). Expected: b1 leads no dlq/billing log any more, b2 stops asking for it
+    (its fetch offsets name the partitions and the state log only) and no fetch of b2
+    fails over it for half a second of rounds (no UNKNOWN_LOG back-off)."""
+    b1, b2 = await Broker(tmp_path / "b1").open(), await Broker(tmp_path / "b2").open()
+    writers1 = [p.writer for p in b1.topic.partitions]
+    async with contextlib.AsyncExitStack() as stack:
+        leader, port = await stack.enter_async_context(leading(b1, record(1)))
+        follower = await stack.enter_async_context(following(b2, port, 1))
+        async with asyncio.timeout(15):
+            await b1.subs.subscribe(TOPIC, "billing", writers1)
+            queue1 = await b1.subs.dead_letter_queue(TOPIC, "billing")
+            assert queue1 is not None
+            await queue1.put([letter(1)])
+        log_id = dlq_log_id("billing")
+        await eventually(lambda: follower.fetch_offsets.get(log_id) == 1)
+        await b1.subs.delete(TOPIC, "billing")
+        with pytest.raises(KeyError):
+            leader.progress(log_id)
+        await eventually(lambda: log_id not in follower.fetch_offsets)
+        failures = follower.failures
+        await asyncio.sleep(0.5)
+        assert follower.failures == failures
+        assert sorted(follower.fetch_offsets) == ["p/0", "p/1", "state"]
+    await b1.aclose()
+    await b2.aclose()
+
+
+@pytest.mark.asyncio
 async def test_a_put_fails_outcome_unknown_when_leadership_is_lost_first(
     tmp_path: Path,
 ) -> None:
