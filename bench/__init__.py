@@ -24,7 +24,8 @@ Modules:
     hint      scenario ``hint``: the in-flight hint against one batch in flight, by load
     spark     scenario ``spark``: the Spark connector beside Spark's Parquet reader
     cluster   scenario ``cluster``: 1, 2, ... brokers over etcd beside one broker alone
-    replication  scenario ``replication``: Headrace beside JetStream R3 and Redis with WAIT 1
+    replication  scenario ``replication``: Headrace factors 1 and 3, failover, JetStream R3, Redis
+    _replication_headrace  its factor-3 cluster (three brokers, three-member etcd) and failover
     _replication_nats, _replication_redis  its replicated peers (a NATS cluster, Redis + replica)
     _cluster_client  a producer or consumer process of the ``cluster`` scenario
     _peers, _pubsub_system, _headrace_pubsub, _dispatch_procs, _fanout_*  their systems
