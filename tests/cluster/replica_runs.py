@@ -42,6 +42,7 @@ logger = logging.getLogger(__name__)
 
 IN_FLIGHT = 20
 PAUSE_S = 0.005
+FLUSH_WITHIN_S = 20.0
 
 
 class Replica(Protocol):
@@ -98,7 +99,10 @@ class Load:
             finally:
                 stop.set()
                 await asyncio.gather(task, return_exceptions=True)
-                await producer.flush()
+                try:
+                    await asyncio.wait_for(producer.flush(), FLUSH_WITHIN_S)
+                except TimeoutError:
+                    self.failed.append(f"records still unsettled {FLUSH_WITHIN_S} s after the end")
 
 
 @dataclass
@@ -154,7 +158,71 @@ class Tail:
                 yield self
             finally:
                 stop.set()
+                for task in tasks:  # a fetch may wait on a broker that cannot answer
+                    task.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
+
+
+@dataclass
+class Pinned:
+    """A producer of its own that only ever talks to the broker at ``address`` (a zombie
+    leader's last client): raw Publishes of one record to one partition, resent with the
+    same sequence until acknowledged; each attempt timed on the monotonic clock."""
+
+    address: str
+    topic: str
+    partition: int = 0
+    producer_id: int = 0x20B1E
+    acked: Acked = field(default_factory=Acked)
+    #: (sent_at, done_at, acked) of every attempt
+    attempts: list[tuple[float, float, bool]] = field(default_factory=list)
+
+    def acked_sent_after(self, at: float) -> list[tuple[float, float, bool]]:
+        return [a for a in self.attempts if a[2] and a[0] >= at]
+
+    def sent_after(self, at: float) -> list[tuple[float, float, bool]]:
+        return [a for a in self.attempts if a[0] >= at]
+
+    def add_to(self, acked: Acked) -> None:
+        """Put this producer's acks into ``acked`` (its own stream, "pinned")."""
+        for (producer, partition), rows in self.acked.streams.items():
+            for order, offset, value in rows:
+                acked.add(partition, order, offset, value, producer=producer)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        seq = 0
+        async with grpc.aio.insecure_channel(self.address) as channel:
+            stub = _pb_grpc.BrokerStub(channel)
+            while not stop.is_set():
+                value = f"z{seq}".encode()
+                request = _pb.PublishRequest(
+                    topic=self.topic,
+                    partition=self.partition,
+                    records=[_pb.Record(value=value)],
+                    producer_id=self.producer_id,
+                    base_sequence=seq,
+                )
+                sent = time.monotonic()
+                try:
+                    got = await stub.Publish(request, timeout=3.0)
+                except grpc.aio.AioRpcError:
+                    self.attempts.append((sent, time.monotonic(), False))
+                    await asyncio.sleep(0.05)
+                    continue
+                self.attempts.append((sent, time.monotonic(), True))
+                self.acked.add(self.partition, seq, got.base_offset, value, producer="pinned")
+                seq += 1
+                await asyncio.sleep(0.01)
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[Pinned]:
+        stop = asyncio.Event()
+        task = asyncio.create_task(self.run(stop))
+        try:
+            yield self
+        finally:
+            stop.set()
+            await task
 
 
 async def route(address: str, topic: str) -> _cluster.TopicRoute:
@@ -220,6 +288,9 @@ async def settle_and_check(
     if tail is not None:
         await tail.drain_to(hws, within_s=30)
     on_disk = {r.node_id: read_replica(r.data_dir, topic) for r in replicas}
+    epochs = {p: [tuple(e) for e in log.epochs] for p, log in on_disk[leader.node_id].items()}
+    seen = sum(len(v) for v in tail.seen.values()) if tail is not None else 0
+    print(f"checker: {len(acked)} acked, {seen} seen, hw {hws}, leader {leader.node_id} {epochs}")
     check_all(
         on_disk,
         leader=leader.node_id,

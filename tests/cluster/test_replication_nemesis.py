@@ -30,17 +30,13 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import grpc
 import pytest
 
 from client import AlreadyExists, AsyncAdminClient
 from cluster.session import EXPIRY_SLACK_S
-from proto import broker_pb2 as _pb
-from proto import broker_pb2_grpc as _pb_grpc
 from tests.cluster.broker_processes import TTL_S, Brokers, ClusterBroker, cluster_brokers
 from tests.cluster.etcd_harness import EtcdCluster
-from tests.cluster.replica_checker import Acked
-from tests.cluster.replica_runs import Load, Tail, settle_and_check, wait_route
+from tests.cluster.replica_runs import Load, Pinned, Tail, settle_and_check, wait_route
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function")]
 
@@ -153,44 +149,6 @@ async def test_the_leader_sigkilled_a_dozen_times_loses_nothing(
     await _kill_leaders(tmp_path, etcd, prefix, rounds=12)
 
 
-@dataclass
-class _Zombie:
-    """A producer of its own that only ever talks to one broker: raw Publishes of one
-    record, resent with the same sequence until answered; each answer timed."""
-
-    address: str
-    partition: int = 0
-    producer_id: int = 0x20B1E
-    acked: Acked = field(default_factory=Acked)
-    #: (sent_at, done_at, acked) of every attempt
-    attempts: list[tuple[float, float, bool]] = field(default_factory=list)
-
-    async def run(self, stop: asyncio.Event) -> None:
-        seq = 0
-        async with grpc.aio.insecure_channel(self.address) as channel:
-            stub = _pb_grpc.BrokerStub(channel)
-            while not stop.is_set():
-                value = f"z{seq}".encode()
-                request = _pb.PublishRequest(
-                    topic=TOPIC,
-                    partition=self.partition,
-                    records=[_pb.Record(value=value)],
-                    producer_id=self.producer_id,
-                    base_sequence=seq,
-                )
-                sent = time.monotonic()
-                try:
-                    got = await stub.Publish(request, timeout=3.0)
-                except grpc.aio.AioRpcError:
-                    self.attempts.append((sent, time.monotonic(), False))
-                    await asyncio.sleep(0.05)
-                    continue
-                self.attempts.append((sent, time.monotonic(), True))
-                self.acked.add(self.partition, seq, got.base_offset, value, producer="zombie")
-                seq += 1
-                await asyncio.sleep(0.01)
-
-
 @pytest.mark.timeout(120)
 async def test_a_frozen_leader_resumed_acknowledges_nothing_after_its_successor(
     tmp_path: Path, etcd: EtcdCluster, prefix: str
@@ -206,9 +164,8 @@ async def test_a_frozen_leader_resumed_acknowledges_nothing_after_its_successor(
         leader = brokers.by_id[await _in_sync(brokers, within_s=20)]
         epoch = (await wait_route([leader.address], TOPIC, "a route", 5, lambda r: True)).epoch
         load, tail = Load(brokers.seeds, TOPIC), Tail(brokers.seeds, TOPIC, PARTITIONS)
-        zombie, stop = _Zombie(leader.address), asyncio.Event()
-        task = asyncio.create_task(zombie.run(stop))
-        async with tail.running(), load.running():
+        zombie = Pinned(leader.address, TOPIC)
+        async with tail.running(), load.running(), zombie.running():
             await load.wait_more(100, within_s=30)
             assert len(zombie.acked) > 0, "the leader acknowledged nothing before its freeze"
             leader.freeze()
@@ -219,16 +176,11 @@ async def test_a_frozen_leader_resumed_acknowledges_nothing_after_its_successor(
             thawed_at = time.monotonic()
             await load.wait_more(len(load.acked) + 100, within_s=30)
             await asyncio.sleep(2.0)
-        stop.set()
-        await task
-        late = [a for a in zombie.attempts if a[2] and a[0] >= elected_at]
+        late = zombie.acked_sent_after(elected_at)
         assert late == [], f"the zombie acknowledged {len(late)} records sent after {elected_at}"
-        after = [a for a in zombie.attempts if a[0] >= thawed_at]
-        assert after, "the zombie was not asked anything after its thaw"
+        assert zombie.sent_after(thawed_at), "the zombie was not asked anything after its thaw"
         assert load.failed == [], load.failed[:3]
-        for stream, rows in zombie.acked.streams.items():
-            for row in rows:
-                load.acked.add(stream[1], *row, producer=stream[0])
+        zombie.add_to(load.acked)
         await settle_and_check(brokers.all, TOPIC, PARTITIONS, load.acked, tail=tail)
 
 
