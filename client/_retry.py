@@ -31,9 +31,24 @@ _BACKOFF_BASE_S = 0.05
 _BACKOFF_MAX_S = 2.0
 
 
+#: The longest pause before a routed call looks its topic up again. Short, because the
+#: wait is for the cluster (an election, a session that lapses), not for a broker to
+#: recover from load: a new leader is found within this of being elected. A Lookup is
+#: answered from the broker's memory, so a few a second per stuck call cost little.
+ROUTE_BACKOFF_MAX_S = 0.25
+
+
 def backoff_s(attempt: int, rng: random.Random) -> float:
     """Full-jitter exponential backoff: uniform in [0, min(max, base * 2**attempt)]."""
     return rng.uniform(0, min(_BACKOFF_MAX_S, _BACKOFF_BASE_S * 2**attempt))
+
+
+def route_backoff_s(attempt: int, rng: random.Random, *, lookup: bool) -> float:
+    """The pause of a routed call: as :func:`backoff_s`, at most
+    :data:`ROUTE_BACKOFF_MAX_S` when the call looks its topic up next (``lookup``)."""
+    if not lookup:
+        return backoff_s(attempt, rng)
+    return rng.uniform(0, min(ROUTE_BACKOFF_MAX_S, _BACKOFF_BASE_S * 2**attempt))
 
 
 async def retrying(

@@ -4,10 +4,12 @@ Role: every async client (producer, admin client, fetcher; the consumer for its 
 sends a topic's calls through :meth:`Router.call`, which picks the address from its
 :class:`~client._routes.RouteTable` (the owner when cached, else the seed in use), makes
 the call there, and after a failure does what the table says: resend at once to the
-owner a refusal named; back off (full-jitter exponential, :func:`client._retry.backoff_s`:
-from 50 ms, doubling, at most 2 s) and look the topic up on any reachable seed; or move
-to the next seed. The call's deadline bounds all of it; at the deadline the last error is
-raised (a :class:`~client.errors.Refused` when the topic was still not served).
+owner a refusal named; back off (full-jitter exponential,
+:func:`client._retry.route_backoff_s`: from 50 ms, doubling, at most 250 ms before a
+Lookup, so a new leader is found soon after its election; at most 2 s before a plain
+retry) and look the topic up on any reachable seed; or move to the next seed. The
+call's deadline bounds all of it; at the deadline the last error is raised (a
+:class:`~client.errors.Refused` when the topic was still not served).
 
 Channels: one per broker address, opened on first use with the client's
 :class:`~client._connection.ConnectionSettings` (``broker`` replaced by the address),
@@ -33,7 +35,7 @@ from typing import TypeVar
 import grpc
 
 from client._connection import ConnectionSettings
-from client._retry import backoff_s
+from client._retry import route_backoff_s
 from client._routes import LOOKUP_TIMEOUT_S, MAX_REDIRECTS, RouteTable, Step, unreached
 from client.errors import ClientError, NotFound, from_rpc_error
 from proto import admin_pb2_grpc, broker_pb2_grpc, cluster_pb2_grpc
@@ -141,7 +143,7 @@ class Router:
                         redirects += 1
                         logger.debug("%s: %s; going to %s", what, error, self.table.address(topic))
                         continue
-                    pause = backoff_s(attempt, self._rng)
+                    pause = route_backoff_s(attempt, self._rng, lookup=step is not Step.BACKOFF)
                     if time.monotonic() + pause >= deadline:
                         raise error from exc
                     logger.info(

@@ -23,7 +23,7 @@ from typing import TypeVar
 import grpc
 
 from client._connection import ConnectionSettings
-from client._retry import backoff_s
+from client._retry import route_backoff_s
 from client._routes import LOOKUP_TIMEOUT_S, MAX_REDIRECTS, RouteTable, Step
 from client.errors import ClientError, NotFound, from_rpc_error
 from proto import broker_pb2_grpc, cluster_pb2_grpc
@@ -106,7 +106,7 @@ class BlockingRouter:
                     if step is Step.NOW and redirects < MAX_REDIRECTS:
                         redirects += 1
                         continue
-                    pause = backoff_s(attempt, self._rng)
+                    pause = route_backoff_s(attempt, self._rng, lookup=step is not Step.BACKOFF)
                     if time.monotonic() + pause >= deadline:
                         raise error from exc
                     logger.info(
