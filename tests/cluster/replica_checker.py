@@ -307,6 +307,32 @@ def check_consumed(
             )
 
 
+def check_delivered(
+    received: Mapping[str, Iterable[tuple[int, int, bytes]]],
+    leader: Mapping[int, PartitionLog],
+    high_watermarks: Mapping[int, int],
+) -> None:
+    """Each subscription (name -> the ``(partition, offset, value)`` its consumers got,
+    redeliveries included) got only records the final log holds at their offsets, and
+    every record below each partition's high watermark at least once.
+
+    Raises:
+        ReplicaCheckError: naming the subscription and the first record wrong or missed.
+    """
+    finals = {p: dict(log.records()) for p, log in leader.items()}
+    for name, rows in received.items():
+        got = set(rows)
+        for partition, offset, value in sorted(got):
+            if finals.get(partition, {}).get(offset) != value:
+                raise ReplicaCheckError(
+                    f"{name}: delivered {value!r} at p{partition}/{offset}, not in the final log"
+                )
+        for partition, hw in high_watermarks.items():
+            for offset, value in finals.get(partition, {}).items():
+                if offset < hw and (partition, offset, value) not in got:
+                    raise ReplicaCheckError(f"{name}: p{partition}/{offset} never delivered")
+
+
 def check_all(
     replicas: Mapping[str, Mapping[int, PartitionLog]],
     *,

@@ -31,12 +31,12 @@ from typing import Protocol
 
 import grpc
 
-from client import AsyncFetcher, AsyncProducer, ClientError, RecordFuture
+from client import AsyncConsumer, AsyncFetcher, AsyncProducer, ClientError, RecordFuture
 from proto import broker_pb2 as _pb
 from proto import broker_pb2_grpc as _pb_grpc
 from proto import cluster_pb2 as _cluster
 from proto import cluster_pb2_grpc as _cluster_grpc
-from tests.cluster.replica_checker import Acked, check_all, read_replica
+from tests.cluster.replica_checker import Acked, check_all, check_delivered, read_replica
 
 logger = logging.getLogger(__name__)
 
@@ -225,6 +225,57 @@ class Pinned:
             await task
 
 
+SUBSCRIPTION_TYPES = ("exclusive", "failover", "shared", "key_shared")
+
+
+@dataclass
+class Subscribers:
+    """One at-least-once consumer of each subscription type on ``topic`` (the
+    subscription is named after its type), acking all it gets; ``received`` is what each
+    got, as ``(partition, offset, value)``, redeliveries included."""
+
+    seeds: str
+    topic: str
+    received: dict[str, set[tuple[int, int, bytes]]] = field(default_factory=dict)
+
+    async def _consume(self, kind: str) -> None:
+        got = self.received.setdefault(kind, set())
+        async with AsyncConsumer(self.topic, kind, broker=self.seeds, type=kind) as consumer:
+            while True:
+                try:
+                    batch = await consumer.receive_batch(timeout=0.5)
+                except TimeoutError:
+                    continue
+                for message in batch:
+                    got.add((message.partition, message.offset, message.value))
+                    consumer.ack(message)
+
+    async def wait_for(self, high_watermarks: dict[int, int], within_s: float) -> None:
+        """Wait until each subscription got every offset below the watermarks."""
+        want = sum(high_watermarks.values())
+        deadline = time.monotonic() + within_s
+        while True:
+            counts = {
+                k: len({(p, o) for p, o, _ in v if o < high_watermarks.get(p, 0)})
+                for k, v in self.received.items()
+            }
+            if len(counts) == len(SUBSCRIPTION_TYPES) and all(c >= want for c in counts.values()):
+                return
+            if time.monotonic() > deadline:
+                return  # the checker names what is missing
+            await asyncio.sleep(0.1)
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[Subscribers]:
+        tasks = [asyncio.create_task(self._consume(k)) for k in SUBSCRIPTION_TYPES]
+        try:
+            yield self
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
 async def route(address: str, topic: str) -> _cluster.TopicRoute:
     """``address``'s Lookup of ``topic`` (its view of etcd)."""
     async with grpc.aio.insecure_channel(address) as channel:
@@ -272,6 +323,7 @@ async def settle_and_check(
     acked: Acked,
     *,
     tail: Tail | None = None,
+    subscribers: Subscribers | None = None,
     within_s: float = 40.0,
 ) -> None:
     """Wait until every replica is in sync, then check the run (module docstring)."""
@@ -287,6 +339,8 @@ async def settle_and_check(
     hws = {p: await high_watermark(leader.address, topic, p) for p in range(partitions)}
     if tail is not None:
         await tail.drain_to(hws, within_s=30)
+    if subscribers is not None:
+        await subscribers.wait_for(hws, within_s=30)
     on_disk = {r.node_id: read_replica(r.data_dir, topic) for r in replicas}
     epochs = {p: [tuple(e) for e in log.epochs] for p, log in on_disk[leader.node_id].items()}
     seen = sum(len(v) for v in tail.seen.values()) if tail is not None else 0
@@ -299,3 +353,6 @@ async def settle_and_check(
         acked=acked,
         seen=tail.seen if tail is not None else None,
     )
+    if subscribers is not None:
+        check_delivered(subscribers.received, on_disk[leader.node_id], hws)
+        print(f"subscriptions: { {k: len(v) for k, v in subscribers.received.items()} }")

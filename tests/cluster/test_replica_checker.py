@@ -18,6 +18,7 @@ from tests.cluster.replica_checker import (
     check_acknowledged,
     check_all,
     check_consumed,
+    check_delivered,
     check_epochs,
     check_in_sync_identical,
     read_partition,
@@ -148,3 +149,18 @@ def test_a_consumer_that_saw_a_truncated_record_or_missed_one_is_caught() -> Non
     check_consumed(partial, final)
     with pytest.raises(ReplicaCheckError, match="1 committed records unseen"):
         check_consumed(partial, final, {0: 3})
+
+
+def test_a_subscription_that_missed_or_got_a_truncated_record_is_caught() -> None:
+    """Scenario: a final log v0..v2 with watermark 3; subscription a got all three (v1
+    twice: a redelivery), b missed offset 1, c got x2 at offset 2 (since truncated).
+    Expected: a passes; b fails naming p0/1; c fails naming the value."""
+    final = {
+        0: PartitionLog(tuple(LoggedBatch(i, (v,), 7, i, v) for i, v in enumerate(_values("v", 3))))
+    }
+    every = [(0, 0, b"v0"), (0, 1, b"v1"), (0, 1, b"v1"), (0, 2, b"v2")]
+    check_delivered({"a": every}, final, {0: 3})
+    with pytest.raises(ReplicaCheckError, match="b: p0/1 never delivered"):
+        check_delivered({"b": [(0, 0, b"v0"), (0, 2, b"v2")]}, final, {0: 3})
+    with pytest.raises(ReplicaCheckError, match="c: delivered b'x2' at p0/2"):
+        check_delivered({"c": [*every[:2], (0, 2, b"x2")]}, final, {0: 3})

@@ -36,7 +36,14 @@ from client import AlreadyExists, AsyncAdminClient
 from cluster.session import EXPIRY_SLACK_S
 from tests.cluster.broker_processes import TTL_S, Brokers, ClusterBroker, cluster_brokers
 from tests.cluster.etcd_harness import EtcdCluster
-from tests.cluster.replica_runs import Load, Pinned, Tail, settle_and_check, wait_route
+from tests.cluster.replica_runs import (
+    Load,
+    Pinned,
+    Subscribers,
+    Tail,
+    settle_and_check,
+    wait_route,
+)
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function")]
 
@@ -89,10 +96,19 @@ async def _running(tmp_path: Path, etcd: EtcdCluster, prefix: str) -> AsyncItera
     async with cluster_brokers(tmp_path, etcd, prefix) as brokers:
         await _create(brokers)
         run = _Run(brokers, Load(brokers.seeds, TOPIC), Tail(brokers.seeds, TOPIC, PARTITIONS))
-        async with run.tail.running(), run.load.running():
-            yield run
-        assert run.load.failed == [], run.load.failed[:3]
-        await settle_and_check(brokers.all, TOPIC, PARTITIONS, run.load.acked, tail=run.tail)
+        subscribers = Subscribers(brokers.seeds, TOPIC)
+        async with subscribers.running():
+            async with run.tail.running(), run.load.running():
+                yield run
+            assert run.load.failed == [], run.load.failed[:3]
+            await settle_and_check(
+                brokers.all,
+                TOPIC,
+                PARTITIONS,
+                run.load.acked,
+                tail=run.tail,
+                subscribers=subscribers,
+            )
 
 
 @dataclass
