@@ -4,8 +4,10 @@
 A real three-member etcd and three real ``headrace serve`` processes on loopback
 (:mod:`tests.cluster.broker_processes`: session TTL 2 s, fsync ``always``); one topic of
 two partitions, replication factor 3, min_insync 2, written by an idempotent producer
-that has every broker as a seed and read by a consumer per partition that tails the
-committed records through routed Fetches (:mod:`tests.cluster.replica_runs`).
+that has every broker as a seed, read by a consumer per partition that tails the
+committed records through routed Fetches and by an at-least-once consumer of each
+subscription type (exclusive, failover, shared, key_shared)
+(:mod:`tests.cluster.replica_runs`).
 
 The faults: the leader SIGKILLed again and again (a short run here, a long one marked
 ``slow``); the leader frozen (SIGSTOP) past its session and resumed, a zombie that must
@@ -14,10 +16,8 @@ emptied while it is down, then restarted. After each run, with every replica bac
 sync: every acknowledged record is in the final leader's log once, at its offset, in
 producer order; the in-sync replicas are byte-identical below the high watermark; no two
 leaders wrote in one epoch; the consumers saw every committed record and nothing the
-final log does not hold.
-
-Consumers of subscriptions (Subscribe) are not run here: a subscription's state is not
-replicated yet, so after a failover its cursor starts again on the new leader.
+final log does not hold; each subscription delivered every committed record (the
+SIGKILL and disk-wipe runs).
 """
 
 from __future__ import annotations

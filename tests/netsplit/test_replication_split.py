@@ -4,9 +4,9 @@
 Three etcd members and three brokers, each in a network namespace of its own
 (:mod:`tests.netsplit.hosts`: brokers ``b1``..``b3``, session TTL 2 s, fsync ``always``);
 one topic of two partitions, replication factor 3, min_insync 2, written by an idempotent
-producer in the root namespace (every broker a seed) and read by Fetch tails, plus a
-producer pinned to the first leader's address (raw Publishes) that shows what the old
-leader acknowledges during the split.
+producer in the root namespace (every broker a seed), read by Fetch tails and by a
+consumer of each subscription type, plus a producer pinned to the first leader's address
+(raw Publishes) that shows what the old leader acknowledges during the split.
 
 The splits, each healed after a few seconds:
 
@@ -35,7 +35,14 @@ import pytest
 from client import AlreadyExists, AsyncAdminClient
 from cluster.session import EXPIRY_SLACK_S
 from tests.cluster.etcd_harness import etcd_binary
-from tests.cluster.replica_runs import Load, Pinned, Tail, settle_and_check, wait_route
+from tests.cluster.replica_runs import (
+    Load,
+    Pinned,
+    Subscribers,
+    Tail,
+    settle_and_check,
+    wait_route,
+)
 from tests.netsplit.hosts import ETCD_NODES, Net, NetBroker, NetEtcd
 from tests.netsplit.netns import Lab, require_netns
 
@@ -110,17 +117,24 @@ async def _split_run(net: Net, root: Path, prefix: str) -> AsyncIterator[_Split]
             got.owner_node,
             got.epoch,
         )
-        async with run.tail.running(), run.load.running(), run.pinned.running():
-            await run.load.wait_more(100, within_s=30)
-            assert run.pinned.acked, "the leader acknowledged nothing before the split"
-            yield run
-            net.lab.heal()
-            await run.load.wait_more(len(run.load.acked) + 100, within_s=40)
-        assert run.load.failed == [], run.load.failed[:3]
-        run.pinned.add_to(run.load.acked)
-        await settle_and_check(
-            list(brokers.values()), TOPIC, PARTITIONS, run.load.acked, tail=run.tail
-        )
+        subscribers = Subscribers(seeds, TOPIC)
+        async with subscribers.running():
+            async with run.tail.running(), run.load.running(), run.pinned.running():
+                await run.load.wait_more(100, within_s=30)
+                assert run.pinned.acked, "the leader acknowledged nothing before the split"
+                yield run
+                net.lab.heal()
+                await run.load.wait_more(len(run.load.acked) + 100, within_s=40)
+            assert run.load.failed == [], run.load.failed[:3]
+            run.pinned.add_to(run.load.acked)
+            await settle_and_check(
+                list(brokers.values()),
+                TOPIC,
+                PARTITIONS,
+                run.load.acked,
+                tail=run.tail,
+                subscribers=subscribers,
+            )
     finally:
         net.lab.heal()  # a broker cut from etcd would wait for it to mark itself leaving
         for broker in brokers.values():
