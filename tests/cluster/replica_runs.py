@@ -174,13 +174,14 @@ class Pinned:
     partition: int = 0
     producer_id: int = 0x20B1E
     acked: Acked = field(default_factory=Acked)
-    #: (sent_at, done_at, acked) of every attempt
-    attempts: list[tuple[float, float, bool]] = field(default_factory=list)
+    #: (sent_at, done_at, answer) of every attempt: "" when acknowledged, else the
+    #: ``headrace-refusal`` reason or the gRPC status name
+    attempts: list[tuple[float, float, str]] = field(default_factory=list)
 
-    def acked_sent_after(self, at: float) -> list[tuple[float, float, bool]]:
-        return [a for a in self.attempts if a[2] and a[0] >= at]
+    def acked_sent_after(self, at: float) -> list[tuple[float, float, str]]:
+        return [a for a in self.attempts if not a[2] and a[0] >= at]
 
-    def sent_after(self, at: float) -> list[tuple[float, float, bool]]:
+    def sent_after(self, at: float) -> list[tuple[float, float, str]]:
         return [a for a in self.attempts if a[0] >= at]
 
     def add_to(self, acked: Acked) -> None:
@@ -205,11 +206,13 @@ class Pinned:
                 sent = time.monotonic()
                 try:
                     got = await stub.Publish(request, timeout=3.0)
-                except grpc.aio.AioRpcError:
-                    self.attempts.append((sent, time.monotonic(), False))
+                except grpc.aio.AioRpcError as exc:
+                    facts = dict(exc.trailing_metadata() or ())
+                    reason = str(facts.get("headrace-refusal", exc.code().name))
+                    self.attempts.append((sent, time.monotonic(), reason))
                     await asyncio.sleep(0.05)
                     continue
-                self.attempts.append((sent, time.monotonic(), True))
+                self.attempts.append((sent, time.monotonic(), ""))
                 self.acked.add(self.partition, seq, got.base_offset, value, producer="pinned")
                 seq += 1
                 await asyncio.sleep(0.01)
