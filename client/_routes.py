@@ -169,10 +169,16 @@ class RouteTable:
 
     def learn_lookup(self, asked: str, response: _cluster.LookupResponse) -> list[str]:
         """Cache the routes of a Lookup answered by the broker at ``asked`` (which becomes
-        ``home`` when it is a seed); return the topics it says do not exist."""
+        ``home`` when it is a seed); return the topics it says do not exist.
+
+        When it names a topic that is not served now (an election under way, an owner
+        down), the next Lookup asks the next seed first: the answering broker's own view
+        may be the stale one (a leader cut off from etcd still names itself), and another
+        broker's may already hold the new leader."""
         if asked in self.seeds:
             self._home = self.seeds.index(asked)
         absent = []
+        waiting = False
         for r in response.routes:
             what = route_action(state=r.state, online=r.online, owner_address=r.owner_address)
             if what is RouteAction.CALL:
@@ -182,4 +188,8 @@ class RouteTable:
                 self.forget(r.topic)
                 if what is RouteAction.NOT_FOUND:
                     absent.append(r.topic)
+                else:
+                    waiting = True
+        if waiting and asked in self.seeds:
+            self._home = (self.seeds.index(asked) + 1) % len(self.seeds)
         return absent

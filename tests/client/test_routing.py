@@ -109,20 +109,41 @@ def test_route_table_moves_between_seeds() -> None:
 
 def test_route_table_learns_a_lookup() -> None:
     """Online routes are cached (the answering node's own by the address asked); absent
-    topics are reported; offline ones are dropped."""
-    table = RouteTable("a:1,b:2")
+    topics are reported; the broker that answered becomes home."""
+    table = RouteTable("a:1,b:2,c:3")
     response = _cluster.LookupResponse(
         node_id="n1",
         routes=[
             _cluster.TopicRoute(topic="x", owner_node="n2", owner_address="c:3", online=True),
             _cluster.TopicRoute(topic="y", owner_node="n1", owner_address="h:9", online=True),
             _cluster.TopicRoute(topic="z", state="absent"),
-            _cluster.TopicRoute(topic="w", owner_node="n3", state="ready", online=False),
         ],
     )
     assert table.learn_lookup("b:2", response) == ["z"]
     assert table.home == "b:2"
-    assert (table.address("x"), table.address("y"), table.address("w")) == ("c:3", "b:2", "b:2")
+    assert (table.address("x"), table.address("y"), table.address("z")) == ("c:3", "b:2", "b:2")
+
+
+def test_a_lookup_naming_an_offline_topic_asks_the_next_seed_next() -> None:
+    """Scenario: seeds a, b, c; b answers a Lookup in which topic w is not served (its
+    leader cut off from etcd still names itself, or an election is under way). Expected:
+    w's route is dropped and the next Lookup asks c first, then a, then b: b's own view
+    may be the stale one. Another answer that is all online makes its broker home again."""
+    table = RouteTable("a:1,b:2,c:3")
+    offline = _cluster.LookupResponse(
+        node_id="n2",
+        routes=[_cluster.TopicRoute(topic="w", owner_node="n2", state="ready", online=False)],
+    )
+    assert table.learn_lookup("b:2", offline) == []
+    assert table.lookup_order() == ["c:3", "a:1", "b:2"]
+    assert table.address("w") == "c:3"
+    online = _cluster.LookupResponse(
+        node_id="n3",
+        routes=[_cluster.TopicRoute(topic="w", owner_node="n1", owner_address="a:1", online=True)],
+    )
+    assert table.learn_lookup("c:3", online) == []
+    assert table.home == "c:3"
+    assert table.address("w") == "a:1"
 
 
 # -- a single broker: nothing changes ---------------------------------------------------

@@ -183,15 +183,6 @@ async def test_a_leader_cut_from_both_followers_commits_nothing_until_healed(
         assert got.epoch == run.epoch
 
 
-@pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 37: a leader cut from etcd refuses publishes no-session once its write "
-    "window closes (a producer pinned to it: 101 acks, then 93 no-session refusals), yet "
-    "the routed idempotent producer gets no ack for 30 s after a follower is elected "
-    "(unconfirmed: its look-ups answered by the cut-off broker's stale view, or a batch "
-    "left waiting there), and the run's end waits out the timeout",
-)
 @pytest.mark.timeout(120)
 async def test_a_leader_cut_from_etcd_is_replaced_and_acknowledges_nothing_after(
     net: Net, tmp_path: Path, prefix: str
