@@ -63,6 +63,10 @@ crashed holder went 2.0 to 2.7 s after its last keepalive)."""
 KEEPALIVE_RETRY_S = 0.02
 """Seconds before a keepalive that got no answer is sent again (to the next endpoint)."""
 
+KEEPALIVE_LOG_EVERY = 100
+"""While etcd does not answer, a keepalive is retried at once on the next endpoint, many
+times a second: the warning is logged at the first and then every this many."""
+
 
 def margin_for(ttl_s: float) -> float:
     """Seconds by which this broker stops writing before its lease could expire."""
@@ -239,6 +243,7 @@ class Session:
     async def _keep_alive(self) -> None:
         """Renew every TTL/3; on a lost lease make a new session. Runs until cancelled."""
         delay = self._ttl_s / 3
+        unanswered = 0  # keepalives not answered in a row: logged at the 1st and every 100th
         while True:
             await asyncio.sleep(delay)
             delay = self._ttl_s / 3
@@ -248,9 +253,19 @@ class Session:
                 # way to one on a live member well before the write window closes.
                 ttl = await self._store.keepalive_once(self._lease, timeout_s=self._ttl_s / 6)
             except EtcdUnavailableError as exc:
-                log.warning("broker %s: keepalive not answered: %s", self.node_id, exc)
+                unanswered += 1
+                if unanswered == 1 or unanswered % KEEPALIVE_LOG_EVERY == 0:
+                    log.warning(
+                        "broker %s: keepalive not answered (%d in a row): %s",
+                        self.node_id,
+                        unanswered,
+                        exc,
+                    )
                 delay = KEEPALIVE_RETRY_S  # the next endpoint, at once: the window closes
                 continue
+            if unanswered:
+                log.info("broker %s: keepalive answered after %d not", self.node_id, unanswered)
+                unanswered = 0
             if ttl > 0:
                 self._window.renewed(sent_at, ttl)
                 continue
