@@ -26,7 +26,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.app import Broker
-from broker.metrics import BrokerMetrics, ClusterSample
+from broker.metrics import BrokerMetrics, ClusterSample, ReplicaLagSample
 from tests.broker import metrics_workload as work
 from tests.broker.conftest import broker_config
 from tests.broker.promql import Prometheus, metric_names, tool
@@ -272,13 +272,14 @@ def _cluster_member_series() -> set[str]:
     """The sample names a cluster member exports beyond a single broker's (the
     ``headrace_cluster_*`` gauges), from the broker's own declarations
     (:class:`broker.metrics.BrokerMetrics`) fed a member's sample with an offline topic
-    and a replicated topic it leads."""
+    and a replicated topic it leads, and one lagging follower of it."""
     metrics = BrokerMetrics()
     metrics.watch_cluster(
         lambda: ClusterSample(
             True, 1.0, 1, True, 1, 2, True, (("t", "b2", "offline"),), (("r", 3, 2, 2),)
         )
     )
+    metrics.watch_replication(lambda: [ReplicaLagSample("r", 0, "b2", 3, 1.5)])
     text = generate_latest(metrics.registry).decode()
     return {s.name for family in text_string_to_metric_families(text) for s in family.samples}
 
