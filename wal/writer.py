@@ -74,6 +74,7 @@ import queue
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
@@ -141,12 +142,27 @@ async def run_to_end(work: Awaitable[T]) -> T:
         raise
 
 
+@dataclass(slots=True)
+class _CheckpointWrites:
+    """Held commits: the mark's checkpoint write waiting or running (at most one), and
+    the loop time the last one began. One attribute of the writer, not two: the writer
+    stays under CPython 3.11's 30 inline attributes (``docs/development.md``)."""
+
+    task: asyncio.Task[None] | None = None
+    at: float = -math.inf
+
+
 class LogWriter:
     """Async owner of one :class:`~wal.log.Log`.
 
     Task-safe for any number of tasks on one event loop: they only queue commands; the
     writer thread alone writes the log's files.
     """
+
+    #: Held commits: the mark is saved (``Log.hw_checkpoint``) at most this often (s),
+    #: and when the writer closes; a restarted replica starts its mark there. A class
+    #: attribute (tests set it on one writer).
+    checkpoint_interval_s: float = CHECKPOINT_INTERVAL_S
 
     def __init__(self, log: Log, *, queue_size: int = 10_000) -> None:
         self._log = log
@@ -166,12 +182,7 @@ class LogWriter:
         #: Told the durable end as it advances, held commits or not (a leader's HW).
         self._durable_listeners: list[Listener] = []
         self._held = False  # commits held: the mark moves only by commit_to
-        #: Held commits: the mark's checkpoint write waiting or running (at most one).
-        self._checkpointing: asyncio.Task[None] | None = None
-        self._checkpointed_at = -math.inf  # loop time of the last checkpoint write
-        #: Held commits: the mark is saved (``Log.hw_checkpoint``) at most this often (s),
-        #: and when the writer closes; a restarted replica starts its mark there.
-        self.checkpoint_interval_s = CHECKPOINT_INTERVAL_S
+        self._checkpoints = _CheckpointWrites()
         self._closing = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -305,8 +316,8 @@ class LogWriter:
         (a file unlinked and its directory synced, on the loop: a rare change), so the
         next open does not hold commits. Idempotent."""
         self._held = False
-        if self._checkpointing is not None:
-            self._checkpointing.cancel()
+        if self._checkpoints.task is not None:
+            self._checkpoints.task.cancel()
         try:
             self._log.hw_checkpoint.remove()
         except WalError as exc:
@@ -333,8 +344,8 @@ class LogWriter:
     def _checkpoint_soon(self) -> None:
         """Save the mark in the checkpoint: now if the last write is
         :attr:`checkpoint_interval_s` old, else when it is (one write pending at most)."""
-        if self._checkpointing is None and not self._closing and self._loop is not None:
-            self._checkpointing = self._loop.create_task(
+        if self._checkpoints.task is None and not self._closing and self._loop is not None:
+            self._checkpoints.task = self._loop.create_task(
                 self._checkpoint_later(), name=f"wal-hw-checkpoint:{self._log.path}"
             )
 
@@ -344,14 +355,14 @@ class LogWriter:
         checkpoint = self._log.hw_checkpoint
         try:
             while not self._closing and self._log.failure is None:
-                delay = self._checkpointed_at + self.checkpoint_interval_s - self._loop.time()
+                delay = self._checkpoints.at + self.checkpoint_interval_s - self._loop.time()
                 if delay > 0:
                     await asyncio.sleep(delay)
                 await self._save_checkpoint()
                 if checkpoint.exists and checkpoint.offset == self._hwm:
                     break
         finally:
-            self._checkpointing = None
+            self._checkpoints.task = None
 
     async def _save_checkpoint(self) -> None:
         """Write the mark to the checkpoint, off the loop; a failure is logged (the
@@ -361,7 +372,7 @@ class LogWriter:
         if self._log.failure is not None or (checkpoint.exists and mark == checkpoint.offset):
             return
         assert self._loop is not None
-        self._checkpointed_at = self._loop.time()
+        self._checkpoints.at = self._loop.time()
         try:
             await run_to_end(asyncio.to_thread(checkpoint.advance, mark, generation))
         except WalError as exc:
@@ -720,10 +731,10 @@ class LogWriter:
             await self._ticker
         if self._cold_in_flight:  # a thread reading the files: they stay open until it ends
             await asyncio.wait(self._cold_in_flight)
-        if self._checkpointing is not None:
-            self._checkpointing.cancel()  # a write in flight runs to its end (run_to_end)
+        if self._checkpoints.task is not None:
+            self._checkpoints.task.cancel()  # a write in flight runs to its end (run_to_end)
             with contextlib.suppress(asyncio.CancelledError):
-                await self._checkpointing
+                await self._checkpoints.task
         if self._held:
             await self._save_checkpoint()  # the last mark, so a restart starts there
         self._tail.clear()
