@@ -81,6 +81,9 @@ logger = logging.getLogger(__name__)
 #: Bytes a fetch gets when it asks for 0 or less.
 DEFAULT_MAX_BYTES = 1 << 20
 #: The longest a fetch is held, whatever it asks (ms).
+#: The most an answer carries, whatever ``max_bytes`` asks (one whole batch may exceed
+#: it): the request is a caller's, and an answer stays well under gRPC's message limits.
+MAX_BYTES = 16 << 20
 MAX_WAIT_MS = 30_000
 
 
@@ -643,7 +646,7 @@ class LeaderTopic:
             await asyncio.sleep(sum(len(d.batches) for d in logs) / rate)
 
     async def _answer(self, request: _pb.ReplicaFetchRequest) -> list[_pb.LogData]:
-        budget = request.max_bytes if request.max_bytes > 0 else DEFAULT_MAX_BYTES
+        budget = min(request.max_bytes, MAX_BYTES) if request.max_bytes > 0 else DEFAULT_MAX_BYTES
         rate = self._throttle(request.replica_node)
         if rate > 0:
             budget = min(budget, rate)  # at most a second's worth per answer
