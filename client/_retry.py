@@ -1,31 +1,17 @@
-"""Retrying a gRPC call while the broker is briefly unavailable: one rule for every client.
+"""The pause before a client calls again after a retryable error: one rule for every client.
 
-Role: call, and on a retryable error (:attr:`ClientError.retryable`: the broker restarting
-or shutting down) wait a full-jitter exponential backoff and call again, until a
-deadline; any other error, or the deadline, raises the :mod:`client.errors` class at
-once. Each attempt gets what is left of the deadline as its own gRPC timeout.
+Role: full-jitter exponential backoff (:func:`backoff_s`), and the shorter cap of a routed
+call that looks its topic up next (:func:`route_backoff_s`). Pure: the callers (the
+producer's accumulator, the consumer session, the routers) do the waiting and decide
+what is retryable.
 
-Example: with a 30 s deadline, UNAVAILABLE, UNAVAILABLE, OK takes the two pauses (up to
-0.05 s, then up to 0.1 s) and returns the answer; NOT_FOUND raises ``NotFound`` at once.
+Example: attempts 0, 1, 2 pause up to 0.05 s, 0.1 s, 0.2 s; from attempt 6 on, up to
+2 s (a routed call that looks up next: up to 0.25 s from attempt 3 on).
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import random
-import time
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
-
-import grpc
-
-from client.errors import from_rpc_error
-from proto.shown import shown_text
-
-logger = logging.getLogger(__name__)
-
-R = TypeVar("R")
 
 _BACKOFF_BASE_S = 0.05
 _BACKOFF_MAX_S = 2.0
@@ -49,44 +35,3 @@ def route_backoff_s(attempt: int, rng: random.Random, *, lookup: bool) -> float:
     if not lookup:
         return backoff_s(attempt, rng)
     return rng.uniform(0, min(ROUTE_BACKOFF_MAX_S, _BACKOFF_BASE_S * 2**attempt))
-
-
-async def retrying(
-    call: Callable[[float], Awaitable[R]], *, timeout_s: float, rng: random.Random, what: str
-) -> R:
-    """``await call(remaining_s)`` until it succeeds, a non-retryable error, or the
-    deadline ``timeout_s`` from now. ``what`` names the call in the retry log line."""
-    deadline = time.monotonic() + timeout_s
-    attempt = 0
-    while True:
-        remaining = deadline - time.monotonic()
-        try:
-            return await call(max(remaining, 0.001))
-        except grpc.RpcError as exc:
-            error = from_rpc_error(exc)
-            pause = backoff_s(attempt, rng)
-            if not error.retryable or time.monotonic() + pause >= deadline:
-                raise error from exc
-            logger.info("%s failed (%s); retrying in %.3f s", what, shown_text(str(error)), pause)
-            await asyncio.sleep(pause)
-            attempt += 1
-
-
-def retrying_blocking(
-    call: Callable[[float], R], *, timeout_s: float, rng: random.Random, what: str
-) -> R:
-    """:func:`retrying` for blocking calls: the pauses are ``time.sleep``."""
-    deadline = time.monotonic() + timeout_s
-    attempt = 0
-    while True:
-        remaining = deadline - time.monotonic()
-        try:
-            return call(max(remaining, 0.001))
-        except grpc.RpcError as exc:
-            error = from_rpc_error(exc)
-            pause = backoff_s(attempt, rng)
-            if not error.retryable or time.monotonic() + pause >= deadline:
-                raise error from exc
-            logger.info("%s failed (%s); retrying in %.3f s", what, shown_text(str(error)), pause)
-            time.sleep(pause)
-            attempt += 1
