@@ -19,7 +19,7 @@ Modules:
     _signal         Signal: asyncio.Event without its loop lookup per wait (the consumer)
     _batching       PendingBatch and the per-record futures send returns (RecordFuture,
                     ThreadRecordFuture); BufferBudget: the bytes both producers may queue
-    _retry          retrying(): calls retried with backoff while the broker is unavailable
+    _retry          backoff_s() / route_backoff_s(): the pause before a retried call
     _grpc_env       gRPC's fork handlers off by default (grpc/grpc#43055), before grpc loads
     _channel        every channel's options: message limits, the reconnect backoff cap,
                     TLS and the bearer token (check_security checks them up front)
