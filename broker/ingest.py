@@ -6,7 +6,9 @@ quota (waits under ``block_producer``, fails under ``reject_producer``, makes ro
 ``evict_oldest_backlog``) and counts in ``headrace_published_*`` like any producer. A publish
 that finds the disk full is counted in ``headrace_publish_disk_full_requests_total`` and fails with
 :class:`~wal.DiskFullError` (``RESOURCE_EXHAUSTED``); nothing of it stays in the log, and
-the next publish tries the disk again.
+the next publish tries the disk again. A publish a replicated topic's leader refuses before
+appending (``not-enough-replicas``) is counted in ``headrace_cluster_refusals_total``
+under its reason, as the ownership refusals are.
 
 Cancellation: the wait for the quota ends with the caller; once the partition has
 admitted the batch, the append and its count run to their end (:class:`Partition` runs
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+from broker.errors import TopicRefusedError
 from broker.metrics import BrokerMetrics
 from broker.partition import Partition
 from broker.retention import RetentionService
@@ -52,6 +55,7 @@ async def append_batch(
             when ``block_producer``'s wait ends.
         InvalidBatchError: the batch is malformed or over a limit; nothing was appended.
         DiskFullError: the disk is full; nothing was appended.
+        TopicRefusedError: (replicated) too few in-sync replicas; nothing was appended.
     """
     blocked = retention.admit(topic, partition) if retention is not None else None
     if blocked is not None:
@@ -64,4 +68,7 @@ async def append_batch(
         return await partition.append(data, count, on_queued=on_queued)
     except DiskFullError:
         metrics.disk_full(topic, partition.index)
+        raise
+    except TopicRefusedError as exc:
+        metrics.refused(exc.refusal.reason)
         raise

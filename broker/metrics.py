@@ -175,7 +175,8 @@ class BrokerMetrics:
             "headrace_cluster_refusals",
             "Topic-scoped calls refused before anything was done because this broker may not "
             "serve the topic now, by reason: not-owner, offline, no-session, data-missing, "
-            "creating (cluster mode; always 0 on a single broker).",
+            "creating, not-enough-replicas (a replicated topic's publish refused before it "
+            "was appended) (cluster mode; always 0 on a single broker).",
             ("reason",),
             registry=self.registry,
         )
@@ -318,7 +319,8 @@ class BrokerMetrics:
         self._node.node_id = node_id
 
     def refused(self, reason: str) -> None:
-        """Count a topic-scoped call refused by the cluster's ownership rule."""
+        """Count a topic-scoped call refused by the cluster's ownership rule, or a publish
+        refused by a replicated topic's leader (``not-enough-replicas``)."""
         self.cluster_refusals.labels(reason).inc()
 
     def watch_cluster(self, sample: Callable[[], ClusterSample | None]) -> None:
