@@ -6,6 +6,10 @@ short session TTL) and kill, freeze, thaw or restart one, as ``tests/broker/test
 does for a single broker. Also: read every record of a topic through a routed fetcher,
 and ask any broker for a topic's owner (a raw Lookup) or for its refusal of a topic (a raw
 DescribeTopic: the ``headrace-*`` trailers).
+
+Shared with ``tests/netsplit``: :func:`wait_serving` (a broker process's health says
+SERVING) and :func:`create_replicated` (create a replicated topic while the brokers are
+still joining).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from client import AsyncAdminClient, AsyncFetcher
+from client import AsyncAdminClient, AsyncFetcher, FailedPrecondition, TopicInfo
 from proto import admin_pb2 as _admin
 from proto import admin_pb2_grpc as _admin_grpc
 from proto import cluster_pb2 as _cluster
@@ -45,6 +49,62 @@ fsync = "always"
 
 [cluster]
 """
+
+
+async def wait_serving(
+    process: subprocess.Popen[bytes], address: str, name: str, log: Path, within_s: float
+) -> None:
+    """Ask ``address``'s health service every 50 ms until it says SERVING.
+
+    Raises:
+        AssertionError: ``process`` exited first, or ``within_s`` passed; the message holds
+            ``name`` and the text of ``log`` (the broker's stderr).
+    """
+    deadline = time.monotonic() + within_s
+    request = health_pb2.HealthCheckRequest()
+    while time.monotonic() < deadline and process.poll() is None:
+        async with grpc.aio.insecure_channel(address) as channel:
+            with contextlib.suppress(grpc.RpcError):
+                got = await health_pb2_grpc.HealthStub(channel).Check(request, timeout=0.5)
+                if got.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"broker {name} did not serve:\n{log.read_text()}")
+
+
+async def create_replicated(
+    seeds: str,
+    topic: str,
+    partitions: int,
+    factor: int,
+    *,
+    min_insync: int = 2,
+    within_s: float = 10.0,
+) -> TopicInfo:
+    """Create ``topic`` with ``factor`` replicas; what the create answered.
+
+    A broker serves before it joins, so the answering broker's view may not show
+    ``factor`` brokers alive yet: it refuses the factor (FAILED_PRECONDITION), and the
+    create is asked again every 100 ms for up to ``within_s``. ``exist_ok``: a resend
+    after a lost answer finds the topic made, which is not what these tests are about.
+
+    Raises:
+        AssertionError: still refused after ``within_s``.
+    """
+    deadline = time.monotonic() + within_s
+    async with AsyncAdminClient(seeds) as admin:
+        while True:
+            try:
+                return await admin.create_topic(
+                    topic,
+                    partitions,
+                    replication_factor=factor,
+                    min_insync_replicas=min_insync,
+                    exist_ok=True,
+                )
+            except FailedPrecondition:
+                assert time.monotonic() < deadline, f"{factor} brokers never seen alive"
+                await asyncio.sleep(0.1)
 
 
 class ClusterBroker:
@@ -95,19 +155,8 @@ class ClusterBroker:
         await self.wait_serving(within_s)
 
     async def wait_serving(self, within_s: float) -> None:
-        deadline = time.monotonic() + within_s
-        request = health_pb2.HealthCheckRequest()
-        while time.monotonic() < deadline:
-            assert self.process is not None
-            if self.process.poll() is not None:
-                break
-            async with grpc.aio.insecure_channel(self.address) as channel:
-                with contextlib.suppress(grpc.RpcError):
-                    got = await health_pb2_grpc.HealthStub(channel).Check(request, timeout=0.5)
-                    if got.status == health_pb2.HealthCheckResponse.SERVING:
-                        return
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"broker {self.node_id} did not serve:\n{self.log.read_text()}")
+        assert self.process is not None
+        await wait_serving(self.process, self.address, self.node_id, self.log, within_s)
 
     def kill(self) -> None:
         """SIGKILL and reap it (nothing if not running)."""

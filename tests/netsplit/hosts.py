@@ -16,8 +16,6 @@ from the root namespace, so a check does not share the bugs of the code under te
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import os
 import signal
@@ -29,10 +27,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-from tests.cluster.broker_processes import CONFIG, ROOT
+from tests.cluster.broker_processes import CONFIG, ROOT, wait_serving
 from tests.cluster.etcd_harness import HEALTHY_WITHIN_S, etcd_binary
 from tests.netsplit.netns import Lab
 
@@ -191,19 +186,8 @@ class NetBroker:
 
     async def wait_serving(self, within_s: float = 30.0) -> None:
         """Wait until its health service (asked from the root namespace) says SERVING."""
-        deadline = time.monotonic() + within_s
-        request = health_pb2.HealthCheckRequest()
-        while time.monotonic() < deadline:
-            assert self.process is not None
-            if self.process.poll() is not None:
-                break
-            async with grpc.aio.insecure_channel(self.address) as channel:
-                with contextlib.suppress(grpc.RpcError):
-                    got = await health_pb2_grpc.HealthStub(channel).Check(request, timeout=0.5)
-                    if got.status == health_pb2.HealthCheckResponse.SERVING:
-                        return
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"broker {self.node_id} did not serve:\n{self.log.read_text()}")
+        assert self.process is not None
+        await wait_serving(self.process, self.address, self.node_id, self.log, within_s)
 
     def stop(self) -> None:
         """SIGTERM (a clean shutdown, SIGKILL after 30 s) and reap it."""
