@@ -27,8 +27,7 @@ from typing import Any
 import grpc
 import pytest
 
-from client import AsyncAdminClient, AsyncProducer, RecordFuture
-from client.errors import FailedPrecondition
+from client import AsyncProducer, RecordFuture
 from cluster.session import EXPIRY_SLACK_S
 from proto import broker_pb2 as _broker
 from proto import broker_pb2_grpc as _broker_grpc
@@ -38,6 +37,7 @@ from tests.cluster.broker_processes import (
     Brokers,
     ClusterBroker,
     cluster_brokers,
+    create_replicated,
     read_topic,
 )
 from tests.cluster.etcd_harness import EtcdCluster
@@ -155,25 +155,9 @@ async def _identical(brokers: list[ClusterBroker], within_s: float) -> dict[str,
 
 
 async def _create(brokers: Brokers) -> str:
-    """Create the topic (factor 3, min_insync 2) and wait until all three are in sync; its
-    leader. A broker whose view does not show all three alive yet refuses the factor
-    (FAILED_PRECONDITION): asked again; a create whose answer was lost is taken as made
-    (``exist_ok``)."""
-    deadline = time.monotonic() + 10
-    async with AsyncAdminClient(brokers.seeds) as admin:
-        while True:
-            try:
-                await admin.create_topic(
-                    TOPIC,
-                    partitions=PARTITIONS,
-                    replication_factor=3,
-                    min_insync_replicas=2,
-                    exist_ok=True,
-                )
-                break
-            except FailedPrecondition:
-                assert time.monotonic() < deadline, "three brokers never seen alive"
-                await asyncio.sleep(0.1)
+    """Create the topic (factor 3, min_insync 2; asked again while brokers join) and wait
+    until all three are in sync; its leader."""
+    await create_replicated(brokers.seeds, TOPIC, PARTITIONS, factor=3)
     route = await _all_in_sync(brokers, brokers.all[0], within_s=20)
     assert route.replicas[0] == route.owner_node
     return route.owner_node
