@@ -32,9 +32,14 @@ from pathlib import Path
 
 import pytest
 
-from client import AsyncAdminClient, FailedPrecondition
 from cluster.session import EXPIRY_SLACK_S
-from tests.cluster.broker_processes import TTL_S, Brokers, ClusterBroker, cluster_brokers
+from tests.cluster.broker_processes import (
+    TTL_S,
+    Brokers,
+    ClusterBroker,
+    cluster_brokers,
+    create_replicated,
+)
 from tests.cluster.etcd_harness import EtcdCluster
 from tests.cluster.replica_runs import (
     Load,
@@ -55,26 +60,9 @@ etcd's lease-expiry slack, which the test cannot shorten)."""
 
 
 async def _create(brokers: Brokers) -> None:
-    """Create the topic (factor 3, min_insync 2), then wait until all three are in sync.
-    A broker whose view does not show all three alive yet refuses the factor
-    (FAILED_PRECONDITION: serving comes before joining): asked again for up to 10 s. A
-    create whose answer was lost is resent and finds the topic made (``exist_ok``): that
-    is not what these tests are about."""
-    deadline = time.monotonic() + 10
-    async with AsyncAdminClient(brokers.seeds) as admin:
-        while True:
-            try:
-                await admin.create_topic(
-                    TOPIC,
-                    partitions=PARTITIONS,
-                    replication_factor=3,
-                    min_insync_replicas=2,
-                    exist_ok=True,
-                )
-                break
-            except FailedPrecondition:
-                assert time.monotonic() < deadline, "three brokers never seen alive"
-                await asyncio.sleep(0.1)
+    """Create the topic (factor 3, min_insync 2; asked again while brokers join), then
+    wait until all three are in sync."""
+    await create_replicated(brokers.seeds, TOPIC, PARTITIONS, factor=3)
     await _in_sync(brokers, within_s=20)
 
 
