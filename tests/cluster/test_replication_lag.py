@@ -21,10 +21,10 @@ import pytest
 from click.testing import CliRunner, Result
 
 from broker.cli import cli
-from client import AsyncAdminClient, AsyncProducer, FailedPrecondition, RecordFuture, TopicInfo
+from client import AsyncProducer, RecordFuture
 from proto import admin_pb2 as _admin
 from proto import admin_pb2_grpc as _admin_grpc
-from tests.cluster.broker_processes import cluster_brokers
+from tests.cluster.broker_processes import cluster_brokers, create_replicated
 from tests.cluster.etcd_harness import EtcdCluster
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function"), pytest.mark.timeout(120)]
@@ -63,22 +63,6 @@ async def _cli(seed: str, *args: str) -> Result:
     return await asyncio.to_thread(CliRunner().invoke, cli, [*args, "--broker", seed])
 
 
-async def _create(seeds: str) -> TopicInfo:
-    """Create the topic (factor 3, min_insync 2), asked again while the answering broker's
-    view does not show all three brokers alive yet (FAILED_PRECONDITION: serving comes
-    before joining); ``exist_ok`` for a resend after a lost answer."""
-    deadline = time.monotonic() + 10
-    async with AsyncAdminClient(seeds) as admin:
-        while True:
-            try:
-                return await admin.create_topic(
-                    TOPIC, 1, replication_factor=3, min_insync_replicas=2, exist_ok=True
-                )
-            except FailedPrecondition:
-                assert time.monotonic() < deadline, "three brokers never seen alive"
-                await asyncio.sleep(0.1)
-
-
 async def test_describe_through_the_leader_shows_each_followers_lag(
     tmp_path: Path, etcd: EtcdCluster, prefix: str
 ) -> None:
@@ -92,7 +76,7 @@ async def test_describe_through_the_leader_shows_each_followers_lag(
     (the frozen one's row says 10) and its --json the same numbers; after the thaw both
     are caught up again and every send is acknowledged."""
     async with cluster_brokers(tmp_path, etcd, prefix) as brokers:
-        made = await _create(brokers.seeds)
+        made = await create_replicated(brokers.seeds, TOPIC, 1, factor=3)
         await brokers.wait_owners([TOPIC])
         leader = brokers.by_id[made.leader]
         followers = [brokers.by_id[n] for n in made.replicas if n != made.leader]
