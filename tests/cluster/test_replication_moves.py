@@ -20,11 +20,15 @@ import pytest
 from click.testing import CliRunner, Result
 
 from broker.cli import cli
-from client import AsyncAdminClient
-from client.errors import FailedPrecondition
 from cluster.session import EXPIRY_SLACK_S
 from proto.cluster_pb2 import TopicRoute
-from tests.cluster.broker_processes import TTL_S, Brokers, ClusterBroker, cluster_brokers
+from tests.cluster.broker_processes import (
+    TTL_S,
+    Brokers,
+    ClusterBroker,
+    cluster_brokers,
+    create_replicated,
+)
 from tests.cluster.etcd_harness import EtcdCluster
 from tests.cluster.test_replication_failover import (
     TOPIC,
@@ -42,22 +46,8 @@ pytestmark = [pytest.mark.asyncio(loop_scope="function"), pytest.mark.timeout(24
 
 async def _create(brokers: Brokers, factor: int) -> TopicRoute:
     """Create ``TOPIC`` (2 partitions, ``factor`` replicas, min_insync 2) and wait until
-    every replica is in sync; its route."""
-    deadline = time.monotonic() + 10
-    async with AsyncAdminClient(brokers.seeds) as admin:
-        while True:
-            try:
-                await admin.create_topic(
-                    TOPIC,
-                    partitions=2,
-                    replication_factor=factor,
-                    min_insync_replicas=2,
-                    exist_ok=True,
-                )
-                break
-            except FailedPrecondition:
-                assert time.monotonic() < deadline, "the brokers were never seen alive"
-                await asyncio.sleep(0.1)
+    every replica is in sync (asked again while brokers join); its route."""
+    await create_replicated(brokers.seeds, TOPIC, 2, factor=factor)
     return await _wait_route(
         brokers,
         brokers.all[0],
