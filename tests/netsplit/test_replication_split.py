@@ -33,8 +33,8 @@ from pathlib import Path
 
 import pytest
 
-from client import AsyncAdminClient, FailedPrecondition
 from cluster.session import EXPIRY_SLACK_S
+from tests.cluster.broker_processes import create_replicated
 from tests.cluster.etcd_harness import etcd_binary
 from tests.cluster.replica_runs import (
     Load,
@@ -97,21 +97,7 @@ async def _split_run(net: Net, root: Path, prefix: str) -> AsyncIterator[_Split]
             await broker.wait_serving()
         await _registered(net, prefix)
         seeds = ",".join(b.address for b in brokers.values())
-        deadline = time.monotonic() + 10
-        async with AsyncAdminClient(seeds) as admin:
-            while True:  # the answering broker's view may not show all three alive yet
-                try:
-                    await admin.create_topic(
-                        TOPIC,
-                        partitions=PARTITIONS,
-                        replication_factor=3,
-                        min_insync_replicas=2,
-                        exist_ok=True,  # a resend after a lost answer
-                    )
-                    break
-                except FailedPrecondition:
-                    assert time.monotonic() < deadline, "three brokers never seen alive"
-                    await asyncio.sleep(0.1)
+        await create_replicated(seeds, TOPIC, PARTITIONS, factor=3)
         got = await wait_route(
             [b.address for b in brokers.values()],
             TOPIC,
