@@ -118,7 +118,7 @@ async def elect(
     """
     refusal = _election_refusal(read_record, candidate, candidate_lease, unclean)
     if refusal is not None:
-        return ChangeResult(refusal[0], read_record, read_mod_rev, refusal[1])
+        return _as_read(read_record, read_mod_rev, *refusal)
     old, isr = read_record.owner, read_record.effective_isr()
     clean = candidate in isr
     new_isr = tuple(n for n in isr if n != old) if clean else (candidate,)
@@ -134,12 +134,16 @@ async def elect(
         lease=candidate_lease,
         must_be_gone=must_be_gone,
     )
-    result = await _write(
-        store, keys, name, read_mod_rev, guards=guards, wanted=wanted, classify=why
+    return await _write(
+        store,
+        keys,
+        name,
+        read_mod_rev,
+        guards=guards,
+        wanted=wanted,
+        classify=why,
+        on_won=lambda: _log_elected(read_record, wanted, clean=clean),
     )
-    if result.outcome.is_won():
-        _log_elected(read_record, wanted, clean=clean)
-    return result
 
 
 def _log_elected(before: TopicRecord, after: TopicRecord, *, clean: bool) -> None:
@@ -217,7 +221,7 @@ async def shrink_isr(
         EtcdUnavailableError: etcd did not answer; call again with the same arguments.
     """
     if leader in remove:
-        return ChangeResult(Outcome.REFUSED, read_record, read_mod_rev, "the leader stays in sync")
+        return _as_read(read_record, read_mod_rev, Outcome.REFUSED, "the leader stays in sync")
     isr = tuple(n for n in read_record.effective_isr() if n not in remove)
     fence = _Fence(leader, epoch, leader_lease)
     return await _change_isr(store, keys, name, read_record, read_mod_rev, fence=fence, isr=isr)
@@ -246,7 +250,7 @@ async def expand_isr(
     strangers = sorted(set(add) - set(replicas))
     if strangers:
         reason = f"{strangers} not replicas of topic {name} {list(replicas)}"
-        return ChangeResult(Outcome.REFUSED, read_record, read_mod_rev, reason)
+        return _as_read(read_record, read_mod_rev, Outcome.REFUSED, reason)
     members = set(read_record.effective_isr()) | set(add)
     isr = tuple(n for n in replicas if n in members)
     fence = _Fence(leader, epoch, leader_lease)
@@ -265,25 +269,26 @@ async def _change_isr(
 ) -> ChangeResult:
     stale = _not_leader(read_record, fence)
     if stale:
-        return ChangeResult(Outcome.STALE, read_record, read_mod_rev, stale)
+        return _as_read(read_record, read_mod_rev, Outcome.STALE, stale)
     if isr == read_record.effective_isr():
-        return ChangeResult(Outcome.WON, read_record, read_mod_rev)
-    wanted = read_record.replace(isr=isr)
-    guards = [Compare.leased_by(keys.broker(fence.leader), fence.lease)]
-    why = _why_not_leader(store, keys, read_mod_rev, fence)
-    result = await _write(
-        store, keys, name, read_mod_rev, guards=guards, wanted=wanted, classify=why
-    )
-    if result.outcome.is_won():
-        log.info(
+        return _as_read(read_record, read_mod_rev, Outcome.WON, "")
+    return await _write(
+        store,
+        keys,
+        name,
+        read_mod_rev,
+        guards=[Compare.leased_by(keys.broker(fence.leader), fence.lease)],
+        wanted=read_record.replace(isr=isr),
+        classify=_why_not_leader(store, keys, read_mod_rev, fence),
+        on_won=lambda: log.info(
             "topic %s: isr %s -> %s (leader %s, epoch %d)",
             name,
             read_record.effective_isr(),
             isr,
             fence.leader,
             fence.epoch,
-        )
-    return result
+        ),
+    )
 
 
 async def transfer_leadership(
@@ -312,27 +317,31 @@ async def transfer_leadership(
     fence = _Fence(leader, epoch, leader_lease)
     stale = _not_leader(read_record, fence)
     if stale:
-        return ChangeResult(Outcome.STALE, read_record, read_mod_rev, stale)
+        return _as_read(read_record, read_mod_rev, Outcome.STALE, stale)
     if to == leader or to not in read_record.effective_isr():
         reason = f"{to} is not an in-sync follower of topic {name}"
-        return ChangeResult(Outcome.REFUSED, read_record, read_mod_rev, reason)
-    target = await store.get(keys.broker(to))
-    if target is None:
-        return ChangeResult(Outcome.REFUSED, read_record, read_mod_rev, f"broker {to} is not alive")
+        return _as_read(read_record, read_mod_rev, Outcome.REFUSED, reason)
+    target_lease = await _lease_of(store, keys, to)
+    if target_lease is None:
+        return _as_read(read_record, read_mod_rev, Outcome.REFUSED, f"broker {to} is not alive")
     isr = read_record.effective_isr()
     new_isr = tuple(n for n in isr if n != leader) if leave_isr else isr
     wanted = read_record.replace(owner=to, epoch=epoch + 1, isr=new_isr)
-    guards = [
-        Compare.leased_by(keys.broker(leader), leader_lease),
-        Compare.leased_by(keys.broker(to), target.lease),
-    ]
-    why = _why_not_leader(store, keys, read_mod_rev, fence, to)
-    result = await _write(
-        store, keys, name, read_mod_rev, guards=guards, wanted=wanted, classify=why
+    return await _write(
+        store,
+        keys,
+        name,
+        read_mod_rev,
+        guards=[
+            Compare.leased_by(keys.broker(leader), leader_lease),
+            Compare.leased_by(keys.broker(to), target_lease),
+        ],
+        wanted=wanted,
+        classify=_why_not_leader(store, keys, read_mod_rev, fence, to),
+        on_won=lambda: log.info(
+            "topic %s: leadership %s -> %s at epoch %d", name, leader, to, wanted.epoch
+        ),
     )
-    if result.outcome.is_won():
-        log.info("topic %s: leadership %s -> %s at epoch %d", name, leader, to, wanted.epoch)
-    return result
 
 
 @dataclass(frozen=True, slots=True)
@@ -396,10 +405,10 @@ async def set_replicas(
     try:
         wanted_replicas = check_target(replicas)
     except ReplicationSettingsError as exc:
-        return ChangeResult(Outcome.REFUSED, read_record, read_mod_rev, str(exc))
+        return _as_read(read_record, read_mod_rev, Outcome.REFUSED, str(exc))
     if read_record.owner not in wanted_replicas:
         reason = f"leader {read_record.owner or 'none'} would leave: move leadership first"
-        return ChangeResult(Outcome.REFUSED, read_record, read_mod_rev, reason)
+        return _as_read(read_record, read_mod_rev, Outcome.REFUSED, reason)
     isr = tuple(n for n in read_record.effective_isr() if n in wanted_replicas)
     throttle = read_record.reassign_throttle if reassign_to else 0  # ends with it
     wanted = read_record.replace(
@@ -408,17 +417,14 @@ async def set_replicas(
         reassign_to=tuple(reassign_to),
         reassign_throttle=throttle,
     )
-    guards = [Compare.created_at(keys.controller, controller_token)]
-
-    async def classify(now: TopicRecord, mod_revision: int) -> tuple[Outcome, str]:
-        held = await store.get(keys.controller)
-        current = held.create_revision if held is not None else 0
-        if current != controller_token:
-            return Outcome.STALE, f"controller token {controller_token} is stale (now {current})"
-        return Outcome.LOST_RACE, _changed(now)
-
     return await _write(
-        store, keys, name, read_mod_rev, guards=guards, wanted=wanted, classify=classify
+        store,
+        keys,
+        name,
+        read_mod_rev,
+        guards=[Compare.created_at(keys.controller, controller_token)],
+        wanted=wanted,
+        classify=_why_not_controller(store, keys, controller_token),
     )
 
 
@@ -445,40 +451,51 @@ async def move_leadership(
     """
     if read_record.state is not TopicState.READY or to == read_record.owner:
         reason = f"topic {name} is not ready, or {to} leads it already"
-        return ChangeResult(Outcome.REFUSED, read_record, read_mod_rev, reason)
+        return _as_read(read_record, read_mod_rev, Outcome.REFUSED, reason)
     if to not in read_record.effective_isr():
         reason = f"{to} is not in the in-sync set {list(read_record.effective_isr())} of {name}"
-        return ChangeResult(Outcome.REFUSED, read_record, read_mod_rev, reason)
-    target = await store.get(keys.broker(to))
-    if target is None:
-        return ChangeResult(Outcome.REFUSED, read_record, read_mod_rev, f"broker {to} is not alive")
+        return _as_read(read_record, read_mod_rev, Outcome.REFUSED, reason)
+    target_lease = await _lease_of(store, keys, to)
+    if target_lease is None:
+        return _as_read(read_record, read_mod_rev, Outcome.REFUSED, f"broker {to} is not alive")
     wanted = read_record.replace(owner=to, epoch=read_record.epoch + 1)
-    guards = [
-        Compare.created_at(keys.controller, controller_token),
-        Compare.leased_by(keys.broker(to), target.lease),
-    ]
-
-    async def classify(now: TopicRecord, mod_revision: int) -> tuple[Outcome, str]:
-        held = await store.get(keys.controller)
-        current = held.create_revision if held is not None else 0
-        if current != controller_token:
-            return Outcome.STALE, f"controller token {controller_token} is stale (now {current})"
-        if mod_revision != read_mod_rev:
-            return Outcome.LOST_RACE, _changed(now)
-        return Outcome.REFUSED, f"broker {to}'s session changed or ended"
-
-    result = await _write(
-        store, keys, name, read_mod_rev, guards=guards, wanted=wanted, classify=classify
-    )
-    if result.outcome.is_won():
-        log.info(
+    return await _write(
+        store,
+        keys,
+        name,
+        read_mod_rev,
+        guards=[
+            Compare.created_at(keys.controller, controller_token),
+            Compare.leased_by(keys.broker(to), target_lease),
+        ],
+        wanted=wanted,
+        classify=_why_not_controller(store, keys, controller_token, read_mod_rev, to),
+        on_won=lambda: log.info(
             "topic %s: leadership %s -> %s at epoch %d (controller)",
             name,
             read_record.owner,
             to,
             wanted.epoch,
-        )
-    return result
+        ),
+    )
+
+
+def _why_not_controller(
+    store: EtcdStore, keys: Keys, token: int, read_mod_rev: int = 0, to: str = ""
+) -> Classify:
+    """A controller's failed transaction: its token is stale; else the record changed;
+    else (``to`` given) the target's session changed or ended."""
+
+    async def classify(now: TopicRecord, mod_revision: int) -> tuple[Outcome, str]:
+        held = await store.get(keys.controller)
+        current = held.create_revision if held is not None else 0
+        if current != token:
+            return Outcome.STALE, f"controller token {token} is stale (now {current})"
+        if not to or mod_revision != read_mod_rev:
+            return Outcome.LOST_RACE, _changed(now)
+        return Outcome.REFUSED, f"broker {to}'s session changed or ended"
+
+    return classify
 
 
 async def _write(
@@ -490,15 +507,35 @@ async def _write(
     guards: list[Compare],
     wanted: TopicRecord,
     classify: Classify,
+    on_won: Callable[[], None] | None = None,
 ) -> ChangeResult:
-    """Put ``wanted`` if the topic is at ``read_mod_rev`` and ``guards`` hold; on a failed
-    answer re-read: ``WON`` if the key already holds ``wanted`` at a newer revision (an
-    attempt that applied and lost its reply), else ``classify`` says why."""
+    """The one write every change makes: put ``wanted`` if the topic is at
+    ``read_mod_rev`` and ``guards`` hold; on a failed answer re-read: ``WON`` if the key
+    already holds ``wanted`` at a newer revision (an attempt that applied and lost its
+    reply), else ``classify`` says why. ``on_won`` (the call's log line) runs once the
+    outcome is ``WON``."""
     key = keys.topic(name)
     compares = [Compare.modified_at(key, read_mod_rev), *guards]
     result = await store.txn(compares, [Op.put(key, encode(wanted))])
     if result.succeeded:
-        return ChangeResult(Outcome.WON, wanted, result.revision)
+        changed = ChangeResult(Outcome.WON, wanted, result.revision)
+    else:
+        changed = await _reread(store, key, name, read_mod_rev, wanted=wanted, classify=classify)
+    if on_won is not None and changed.outcome.is_won():
+        on_won()
+    return changed
+
+
+async def _reread(
+    store: EtcdStore,
+    key: str,
+    name: str,
+    read_mod_rev: int,
+    *,
+    wanted: TopicRecord,
+    classify: Classify,
+) -> ChangeResult:
+    """A failed transaction's outcome, from the record as it stands now."""
     held = await store.get(key)
     if held is None:
         return ChangeResult(Outcome.LOST_RACE, None, 0, f"topic {name} is gone")
@@ -507,6 +544,17 @@ async def _write(
         return ChangeResult(Outcome.WON, now, held.mod_revision)
     outcome, reason = await classify(now, held.mod_revision)
     return ChangeResult(outcome, now, held.mod_revision, reason)
+
+
+def _as_read(record: TopicRecord, mod_revision: int, outcome: Outcome, reason: str) -> ChangeResult:
+    """The outcome of a call that sent nothing: the record as its caller read it."""
+    return ChangeResult(outcome, record, mod_revision, reason)
+
+
+async def _lease_of(store: EtcdStore, keys: Keys, node: str) -> int | None:
+    """The lease of ``node``'s broker key (its session); None when it is not alive."""
+    held = await store.get(keys.broker(node))
+    return None if held is None else held.lease
 
 
 async def _holds(store: EtcdStore, keys: Keys, node: str, lease: int) -> bool:
