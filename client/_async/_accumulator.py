@@ -44,7 +44,7 @@ import grpc
 
 from client._async._routing import Router
 from client._batching import BufferBudget, PendingBatch, RecordFuture
-from client._retry import backoff_s
+from client._retry import route_backoff_s
 from client._routes import MAX_REDIRECTS, Step
 from client._types import PublishedRange, PublishOutcome
 from client.errors import (
@@ -576,7 +576,11 @@ class Accumulator:
         # To the owner a refusal named: at once, a few times in a row (two brokers whose
         # views disagree for a moment could send the batches back and forth).
         at_once = step is Step.NOW and self._rounds < MAX_REDIRECTS
-        pause = 0.0 if at_once else backoff_s(self._rounds, self._producer.rng)
+        # A pause before a Lookup is capped as the router's (250 ms): after a leader's
+        # failover the wait is for its election, and a 2 s pause after it was the
+        # producer's (bench replication: up to 1.8 s between the election and the resend).
+        lookup = step is Step.LOOKUP or step is Step.NOW
+        pause = 0.0 if at_once else route_backoff_s(self._rounds, self._producer.rng, lookup=lookup)
         if time.monotonic() + pause >= redo[0].deadline:
             failure = publish_failure(trouble.first, PublishOutcome.UNKNOWN, where)
             for sent in redo:

@@ -57,8 +57,8 @@ topic's batches go to that topic's owner, found lazily: a topic not yet routed g
 the seed in use, and a broker that does not serve it refuses the batch (``ABORTED``, or on
 a PublishStream an answer with a ``redirect``), having written nothing. The batch is then
 resent with the same producer id and sequence, at once to the owner the refusal names,
-or after a backoff and a Lookup; so a record is written once across a redirect. A
-refusal never costs a producer id. A partition's stream to a broker that stopped
+or after a backoff (at most 250 ms) and a Lookup; so a record is written once across a
+redirect. A refusal never costs a producer id. A partition's stream to a broker that stopped
 serving the topic is closed and a new one opened at the owner.
 
 A failed batch's error says whether its records were written

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
+import re
 import weakref
 from pathlib import Path
 from typing import Any
@@ -447,3 +449,42 @@ async def test_a_failed_call_leaves_no_cycle_for_the_gc() -> None:
         gc.enable()
     assert not router_alive
     assert not error_alive
+
+
+@pytest.mark.asyncio
+async def test_a_pipelined_producer_looks_a_refused_topic_up_within_a_quarter_second(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Scenario: a pipelined producer's batch of ``away`` is refused (owner b9, no
+    address: back off, look up) for eight retry rounds, as a producer whose leader died
+    waits for its election; then the map gives ``away`` back to b1.
+    Expected: every pause before a Lookup is at most 250 ms (the router's route cap, not
+    the plain 2 s one: rounds 3-7 would reach 0.4-2 s), and the batch is written at b1
+    once the route is back."""
+    caplog.set_level(logging.INFO, logger="client._async._accumulator")
+    async with static_cluster(tmp_path) as cluster:
+        await cluster.create("away", "b1")
+        async with AsyncProducer(
+            cluster.address("b1"), max_in_flight=4, delivery_timeout_s=30
+        ) as producer:
+            assert await producer.partition_count("away") == 1
+            cluster.map.owners["away"] = "b9"
+            cluster.map.addresses["b9"] = ""
+            future = await producer.send("away", b"later")
+            for _ in range(500):  # eight rounds take about 1 s; at most 10 s
+                if len(_pauses(caplog)) >= 8:
+                    break
+                await asyncio.sleep(0.02)
+            assert len(_pauses(caplog)) >= 8
+            cluster.map.owners["away"] = "b1"
+            await asyncio.wait_for(future, 5)
+        pauses = _pauses(caplog)
+        assert max(pauses) <= 0.25, pauses
+        [batch] = await read_batches(cluster.brokers["b1"], "away", 0)
+        assert list(batch.values()) == [b"later"]
+
+
+def _pauses(caplog: pytest.LogCaptureFixture) -> list[float]:
+    """The pauses the accumulator logged before sending batches again (s)."""
+    found = (re.search(r"again in ([0-9.]+) s", r.getMessage()) for r in caplog.records)
+    return [float(m.group(1)) for m in found if m is not None]
