@@ -144,6 +144,10 @@ class TopicRecord(msgspec.Struct, frozen=True, omit_defaults=True):
             runs (``cluster.replicas.reassignment_step`` resumes from it).
         reassign_throttle: while a reassignment runs, the bytes per second the leader
             sends each replica outside the in-sync set (its catch-up); 0: no limit.
+        reassign_from: while a reassignment runs, the replica set it started from (what
+            ``headrace cluster reassign --cancel`` goes back to); empty when none runs or
+            it asked for the replica set as it was (a move to the preferred leader). A
+            cancel sets ``reassign_to`` to it (``cluster.replicas.is_cancelling``).
         factor: while ``placing``, how many replicas the controller is to place (the
             creator resolved it against the cluster's defaults and live brokers); 0 or 1:
             one replica, placed as issue 36 places a topic (``replicas`` stays empty). The
@@ -167,6 +171,7 @@ class TopicRecord(msgspec.Struct, frozen=True, omit_defaults=True):
     min_insync: Annotated[int, msgspec.Meta(ge=1)] = 1
     reassign_to: tuple[str, ...] = ()
     reassign_throttle: Annotated[int, msgspec.Meta(ge=0)] = 0
+    reassign_from: tuple[str, ...] = ()
     factor: Annotated[int, msgspec.Meta(ge=0)] = 0
     failure: CreateFailure | None = None
 

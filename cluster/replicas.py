@@ -284,6 +284,28 @@ def election_rank(record: TopicRecord, node: str) -> int | None:
     return eligible.index(node) if node in eligible else None
 
 
+def unclean_rank(record: TopicRecord, node: str, alive: Collection[str]) -> int | None:
+    """``node``'s place among the candidates of an unclean election (0 first): the alive
+    replicas outside the in-sync set, in preferred order, while no in-sync member (the
+    old leader included) is alive; None when ``node`` may not try one (the same rule as
+    :func:`choose_leader` with ``unclean``, which picks rank 0)."""
+    isr = set(record.effective_isr())
+    if isr.intersection(alive):
+        return None
+    candidates = [n for n in record.effective_replicas() if n in alive and n not in isr]
+    return candidates.index(node) if node in candidates else None
+
+
+def records_given_up(committed: Mapping[int, int], ends: Mapping[int, int]) -> dict[int, int]:
+    """Per partition, how many records the old leader had committed (``committed``: its
+    high watermark as it last published it) that an unclean winner lacks (``ends``: the
+    winner's log end): ``committed - end`` where positive. A lower bound: the old leader
+    may have committed more after it published, and records it appended but had not
+    committed are given up too without being counted."""
+    lost = {p: hw - ends.get(p, 0) for p, hw in committed.items()}
+    return {p: n for p, n in sorted(lost.items()) if n > 0}
+
+
 def has_min_insync(record: TopicRecord) -> bool:
     """Whether the topic has the in-sync replicas a publish needs."""
     return len(record.effective_isr()) >= record.min_insync
@@ -455,3 +477,134 @@ def reassignment_step(
         kept = tuple(n for n in isr if n in target)
         return replace(same, kind=StepKind.DROP_REPLICAS, replicas=target, isr=kept, reassign_to=())
     return same
+
+
+def is_cancelling(record: TopicRecord) -> bool:
+    """Whether ``record``'s reassignment was cancelled: it now goes back to the replica
+    set it started from (``reassign_to == reassign_from``; :func:`cancel_step`)."""
+    return bool(record.reassign_from) and record.reassign_to == record.reassign_from
+
+
+def cancel_step(record: TopicRecord, alive: Collection[str]) -> ReassignStep:
+    """The next step of a cancelled reassignment (Kafka's KIP-455 cancel): back to
+    ``record.reassign_from``, the replica set it started from, without waiting for
+    anything the reassignment was waiting for.
+
+    - The leader is a replica the reassignment added: move leadership to the first
+      original replica that is alive and in sync (MOVE_LEADERSHIP); none: WAIT_IN_SYNC
+      for the originals.
+    - Dropping the added replicas would take an in-sync set at or above ``min_insync``
+      below it (an added replica in sync, an original not): WAIT_IN_SYNC for the
+      originals out of sync.
+    - Else DROP_REPLICAS: the originals (those still replicas), the in-sync set's
+      members among them, ``reassign_to`` cleared.
+
+    Worked example: from ``(b1, b2)`` to ``(b3, b4)``, b3 added and leading, b4 catching
+    up, isr ``(b3, b1, b2)``: MOVE_LEADERSHIP to b1; then DROP_REPLICAS to ``(b1, b2)``
+    with isr ``(b1, b2)``; b3 and b4 delete their copies.
+    """
+    original, current = record.reassign_from, record.effective_replicas()
+    isr = record.effective_isr()
+    same = ReassignStep(StepKind.DONE, current, isr, record.reassign_to, record.owner)
+    if record.owner not in original:
+        ready = [n for n in original if n in isr and n in alive]
+        if not ready:
+            return replace(same, kind=StepKind.WAIT_IN_SYNC, waiting_for=original)
+        return replace(same, kind=StepKind.MOVE_LEADERSHIP, leader=ready[0])
+    kept = tuple(n for n in isr if n in original)
+    if len(isr) >= record.min_insync > len(kept):
+        lagging = tuple(n for n in original if n not in isr)
+        return replace(same, kind=StepKind.WAIT_IN_SYNC, waiting_for=lagging)
+    back = tuple(n for n in original if n in current)
+    return replace(same, kind=StepKind.DROP_REPLICAS, replicas=back, isr=kept, reassign_to=())
+
+
+# -- replica balance ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaMove:
+    """Move ``topic``'s replica on ``source`` to ``to``: a reassignment to ``replicas``
+    (the set with ``to`` in ``source``'s place)."""
+
+    topic: str
+    source: str
+    to: str
+    replicas: tuple[str, ...]
+
+
+def is_movable(record: TopicRecord, alive: Collection[str]) -> bool:
+    """Whether a replica move may start on ``record``: a ready replicated topic with no
+    reassignment running and every replica alive and in sync (so the move's in-sync set
+    never falls below its size, ``min_insync`` included)."""
+    replicas = record.effective_replicas()
+    return (
+        record.state is TopicState.READY
+        and len(replicas) > 1
+        and not record.reassign_to
+        and all(n in alive for n in replicas)
+        and set(record.effective_isr()) == set(replicas)
+    )
+
+
+def replica_moves(
+    records: Iterable[TopicRecord], alive: Collection[str], max_moves: int
+) -> list[ReplicaMove]:
+    """Replica moves that spread the replicas of replicated topics over the ``alive``
+    brokers until no two hold more than one apart (where the topics allow it), at most
+    ``max_moves`` reassignments running at once (those running already count).
+
+    Only :func:`is_movable` topics move, one replica each per plan. A move is a
+    reassignment (:func:`reassignment_step`): the new replica is added, catches up and
+    joins the in-sync set before the old one is dropped, so the in-sync set never falls
+    below the topic's size. Greedy and deterministic: the broker holding the most (then
+    node id) gives a replica to the one holding the fewest (then node id) while they
+    differ by two or more, of the first topic by name that the first holds and the second
+    does not, a topic it does not lead first (no leadership move). Each move lowers the
+    sum of squared counts, so planning again after the moves end converges.
+
+    Worked example: b1, b2, b3 each hold two of three factor-2 topics; b4 joins empty:
+    counts 2, 2, 2, 0: one move, b1's replica of a topic b1 does not lead goes to b4
+    (2 -> 1, 0 -> 1); then 1, 2, 2, 1: balanced.
+    """
+    held = list(records)
+    budget = max_moves - sum(1 for r in held if r.reassign_to)
+    counts = dict.fromkeys(alive, 0)
+    replicated = [
+        r for r in held if r.state is TopicState.READY and len(r.effective_replicas()) > 1
+    ]
+    for record in replicated:
+        for node in record.effective_replicas():
+            if node in counts:
+                counts[node] += 1
+    movable = {r.name: r for r in replicated if is_movable(r, counts)}
+    moves: list[ReplicaMove] = []
+    while len(moves) < budget:
+        move = _one_replica_move(movable, counts)
+        if move is None:
+            break
+        moves.append(move)
+        del movable[move.topic]
+        counts[move.source] -= 1
+        counts[move.to] += 1
+    return moves
+
+
+def _one_replica_move(
+    movable: Mapping[str, TopicRecord], counts: Mapping[str, int]
+) -> ReplicaMove | None:
+    by_most = sorted(counts, key=lambda node: (-counts[node], node))
+    by_fewest = sorted(counts, key=lambda node: (counts[node], node))
+    for busy in by_most:
+        for idle in by_fewest:
+            if counts[busy] - counts[idle] < 2:
+                break
+            holding = [
+                r for name, r in sorted(movable.items())
+                if busy in r.effective_replicas() and idle not in r.effective_replicas()
+            ]  # fmt: skip
+            if holding:
+                record = min(holding, key=lambda r: r.effective_replicas()[0] == busy)
+                target = tuple(idle if n == busy else n for n in record.effective_replicas())
+                return ReplicaMove(record.name, busy, idle, target)
+    return None
