@@ -11,12 +11,13 @@ have seen the request:
 - a request stream: the servicer's request iterator raises the error at that message, and
   the servicer reports it as it reports any bad request (every servicer stream does).
 
-A request over the broker's ``[broker] max_request_bytes`` is refused the same way, with
-:class:`RequestTooLargeError` (``RESOURCE_EXHAUSTED``) naming the size, the limit and the
-setting. The transport's own check would say only "Received message larger than max", so
-the server lets the transport accept up to :func:`transport_receive_limit` (twice the
-setting) and the deserializer measures the request itself; beyond twice the setting the
-transport refuses it as before.
+The broker's ``[broker] max_request_bytes`` is the transport's receive limit
+(:func:`transport_receive_limit`): gRPC refuses a larger request with
+``RESOURCE_EXHAUSTED`` "SERVER: Received message larger than max (<size> vs. <limit>)"
+before a handler sees it, and Headrace's client restates that message with the setting's
+name (:mod:`client.errors`). The deserializers built here check the same limit again
+(:class:`RequestTooLargeError`, naming the setting), for a server registered without the
+transport option.
 
 Every method of the service descriptor is registered, so an RPC added to the ``.proto`` is
 guarded from the day it exists, and a servicer that lacks one fails at registration, not at
@@ -45,10 +46,14 @@ _GRPC_MAX_MESSAGE = (1 << 31) - 1
 
 def transport_receive_limit(max_request_bytes: int) -> int:
     """The ``grpc.max_receive_message_length`` a server registered with
-    ``max_request_bytes`` should set: twice the setting (at most gRPC's 2 GiB - 1), so that
-    a request somewhat over the setting reaches the deserializer and gets
-    :class:`RequestTooLargeError`'s message instead of the transport's."""
-    return min(2 * max_request_bytes, _GRPC_MAX_MESSAGE)
+    ``max_request_bytes`` sets: the setting itself (at most gRPC's 2 GiB - 1).
+
+    No framing is added: gRPC compares the serialized message (after decompression), not
+    its 5-byte length prefix, with the limit, and the deserializers measure the same bytes
+    (a request of exactly ``max_request_bytes`` passes both; one byte more is refused by
+    the transport).
+    """
+    return min(max_request_bytes, _GRPC_MAX_MESSAGE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +111,7 @@ def add_service(
         servicer: Has an async method per RPC (an async generator for streaming responses).
         raw_responses: RPCs whose servicer method returns serialized response bytes.
         max_request_bytes: Refuse a larger request with :class:`RequestTooLargeError`
-            (the server's receive limit must be above it: :func:`transport_receive_limit`).
+            (the server's receive limit, :func:`transport_receive_limit`, refuses it first).
 
     Raises:
         TypeError: the servicer lacks a method, or an RPC's streaming kind is unsupported.

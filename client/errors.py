@@ -11,12 +11,19 @@ answered ``RESOURCE_EXHAUSTED`` on its first attempt was refused; one answered
 ``UNAVAILABLE`` and then, on the retry, ``RESOURCE_EXHAUSTED`` (the backlog quota) is
 unknown, because the first attempt may have been appended before its answer was lost.
 
+A request over the broker's ``[broker] max_request_bytes`` is refused by gRPC itself, whose
+message does not name the setting ("SERVER: Received message larger than max (70000 vs.
+65536)"): :func:`from_rpc_error` restates it as the broker's own refusal would ("request is
+70000 bytes, over the broker's limit of 65536 bytes ([broker] max_request_bytes); ...").
+
 A cluster's refusal (``ABORTED`` with ``headrace-*`` trailers: the broker called does not
 serve the topic, nothing was done) is :class:`Refused`, carrying the
 :class:`~proto.refusal.Redirection` the routed clients follow.
 """
 
 from __future__ import annotations
+
+import re
 
 import grpc
 
@@ -187,6 +194,24 @@ def from_status(code: grpc.StatusCode, message: str) -> ClientError:
     return cls(message or code.name.lower().replace("_", " "), code)
 
 
+_OVER_RECEIVE_LIMIT = re.compile(r"SERVER: Received message larger than max \((\d+) vs\. (\d+)\)")
+
+
+def restated(code: grpc.StatusCode, details: str) -> str:
+    """``details``, or for gRPC's refusal of a request over the broker's receive limit
+    (which is ``[broker] max_request_bytes``) a message naming the size, the limit and the
+    setting to raise."""
+    over = _OVER_RECEIVE_LIMIT.search(details)
+    if code != grpc.StatusCode.RESOURCE_EXHAUSTED or over is None:
+        return details
+    size, limit = over.groups()
+    return (
+        f"request is {size} bytes, over the broker's limit of {limit} bytes ([broker] "
+        "max_request_bytes); send less per request (split the records over several "
+        "publishes), or raise max_request_bytes in the broker's config"
+    )
+
+
 def from_rpc_error(exc: grpc.RpcError) -> ClientError:
     """Translate a gRPC error (raise the result ``from exc``)."""
     # grpc.aio.AioRpcError is not a grpc.Call, but both carry code() and details().
@@ -199,4 +224,4 @@ def from_rpc_error(exc: grpc.RpcError) -> ClientError:
         redirection = from_trailers(trailers_of() if callable(trailers_of) else None)
         if redirection is not None:
             return Refused(details or "refused: not served here", code, redirection=redirection)
-    return from_status(code, details or "")
+    return from_status(code, restated(code, details or ""))

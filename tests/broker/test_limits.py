@@ -19,6 +19,7 @@ from broker.errors import LimitExceededError
 from broker.limits import LimitsConfig, StreamSlots
 from broker.metrics import BrokerMetrics
 from broker.service import BrokerService
+from client.errors import ResourceExhausted, from_rpc_error
 from proto import admin_pb2 as admin
 from proto import broker_pb2 as pb
 from tests.broker.conftest import Client, broker_config, serving
@@ -300,33 +301,47 @@ async def _one_publish() -> AsyncIterator[pb.PublishRequest]:
     yield pb.PublishRequest(topic="t", batch=encode_columns([b"x"], timestamps_ms=1))
 
 
+REQUEST_LIMIT = 64 << 10
+
+
+def _publish_of_size(size: int) -> pb.PublishRequest:
+    """A one-record Publish to ``t`` whose serialized size is exactly ``size`` bytes."""
+    request = pb.PublishRequest(topic="t", records=[pb.Record(value=b"")])
+    request.records[0].value = bytes(size - request.ByteSize())
+    while request.ByteSize() > size:  # the value's length prefix grew by a byte or two
+        request.records[0].value = request.records[0].value[:-1]
+    assert request.ByteSize() == size
+    return request
+
+
 @pytest.mark.asyncio
-async def test_transport_request_size_limit(tmp_path: Path) -> None:
-    """Scenario: max_request_bytes is 64 KiB; a Publish of about 100 KiB is sent, then one
-    of about 200 KiB. Expected: the first gets RESOURCE_EXHAUSTED from the broker, naming
-    the size, the limit and the setting ([broker] max_request_bytes); the second, over
-    twice the setting, gRPC itself refuses (its own message, naming both sizes); nothing
-    is appended and the broker keeps serving."""
-    async with serving(_config(tmp_path, max_request_bytes=64 << 10)) as (_broker, client):
+async def test_max_request_bytes_is_the_transports_limit(tmp_path: Path) -> None:
+    """Scenario: max_request_bytes is 64 KiB; Publishes of exactly limit - 1, limit,
+    limit + 1 and 2 x limit serialized bytes, over real gRPC, then a small one.
+    Expected: limit - 1 and limit are appended (offsets 0 and 1); limit + 1 and
+    2 x limit are RESOURCE_EXHAUSTED from gRPC itself ("... (<size> vs. 65536)": the
+    setting, not twice it), which the client's translation restates naming the size, the
+    limit and ``[broker] max_request_bytes``; the broker keeps serving (offset 2)."""
+    async with serving(_config(tmp_path, max_request_bytes=REQUEST_LIMIT)) as (_, client):
         await create(client, "t")
-        big = pb.PublishRequest(
-            topic="t", batch=encode_columns([b"x" * (100 << 10)], timestamps_ms=1)
-        )
-        with pytest.raises(grpc.aio.AioRpcError) as info:
-            await client.broker.Publish(big)
-        assert info.value.code() == RESOURCE
-        assert "[broker] max_request_bytes" in (info.value.details() or "")
-        huge = pb.PublishRequest(
-            topic="t", batch=encode_columns([b"x" * (200 << 10)], timestamps_ms=1)
-        )
-        with pytest.raises(grpc.aio.AioRpcError) as info:
-            await client.broker.Publish(huge)
-        assert info.value.code() == RESOURCE
-        assert f"vs. {128 << 10}" in (info.value.details() or "")
+        for offset, size in enumerate((REQUEST_LIMIT - 1, REQUEST_LIMIT)):
+            got = await client.broker.Publish(_publish_of_size(size))
+            assert (got.base_offset, got.last_offset) == (offset, offset)
+        for size in (REQUEST_LIMIT + 1, 2 * REQUEST_LIMIT):
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await client.broker.Publish(_publish_of_size(size))
+            assert info.value.code() == RESOURCE
+            assert f"({size} vs. {REQUEST_LIMIT})" in (info.value.details() or "")
+            error = from_rpc_error(info.value)
+            assert isinstance(error, ResourceExhausted)
+            assert str(error).startswith(
+                f"request is {size} bytes, over the broker's limit of {REQUEST_LIMIT} "
+                "bytes ([broker] max_request_bytes); "
+            )
         small = await client.broker.Publish(
             pb.PublishRequest(topic="t", batch=encode_columns([b"x"], timestamps_ms=1))
         )
-        assert small.base_offset == 0
+        assert small.base_offset == 2
 
 
 @pytest.mark.asyncio

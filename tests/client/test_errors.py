@@ -6,7 +6,7 @@ import grpc
 import pytest
 
 from client import ClientError, DeadlineExceeded, PublishOutcome, ResourceExhausted
-from client.errors import from_status, publish_failure, publish_outcome
+from client.errors import from_status, publish_failure, publish_outcome, restated
 
 Code = grpc.StatusCode
 REFUSED, UNKNOWN = PublishOutcome.REFUSED, PublishOutcome.UNKNOWN
@@ -67,3 +67,38 @@ def test_errors_of_other_calls_have_no_outcome() -> None:
     """A ClientError not from a publish carries ``outcome`` None."""
     assert ClientError("boom").outcome is None
     assert from_status(Code.NOT_FOUND, "no topic").outcome is None
+
+
+@pytest.mark.parametrize(
+    ("code", "details", "names_the_setting"),
+    [
+        # the broker's transport refusing a request over [broker] max_request_bytes
+        (
+            Code.RESOURCE_EXHAUSTED,
+            "SERVER: Received message larger than max (70000 vs. 65536)",
+            True,
+        ),
+        # the client's own receive limit, another status, another message: kept as said
+        (
+            Code.RESOURCE_EXHAUSTED,
+            "CLIENT: Received message larger than max (70000 vs. 65536)",
+            False,
+        ),
+        (Code.INTERNAL, "SERVER: Received message larger than max (70000 vs. 65536)", False),
+        (Code.RESOURCE_EXHAUSTED, "backlog quota of t/0 is full", False),
+    ],
+)
+def test_only_the_brokers_receive_limit_is_restated(
+    code: grpc.StatusCode, details: str, names_the_setting: bool
+) -> None:
+    """Scenario: gRPC's refusal of a request over the broker's receive limit, and three
+    look-alikes. Expected: the first is restated naming the size, the limit and
+    ``[broker] max_request_bytes``; the others are kept word for word."""
+    said = restated(code, details)
+    if names_the_setting:
+        assert said.startswith(
+            "request is 70000 bytes, over the broker's limit of 65536 bytes ([broker] "
+            "max_request_bytes); "
+        )
+    else:
+        assert said == details
