@@ -363,7 +363,7 @@ class Broker:
         server = grpc.aio.server(
             interceptors=[self._auth] if self._auth else [],
             options=[
-                # above the limit, so that the handlers refuse with the setting's name
+                # the limit itself: gRPC refuses a larger request before any handler
                 ("grpc.max_receive_message_length", transport_receive_limit(limit)),
                 ("grpc.max_send_message_length", limit),
             ],
