@@ -48,8 +48,9 @@ Replicated topics (issue 37). A topic given a :class:`~dispatcher.state_log.Stat
 (:meth:`CursorStore.set_sink`, while this broker leads it) has every flush of its
 states also appended to its replica group's ``state`` log, after the local write and
 under the same lock (so the log's order is the store's save order): a journal append
-as one delta record, a checkpoint as one snapshot record, after which the log's segments
-wholly before the snapshot are deleted, and a delete's tombstone as one delta. A durable
+as delta records, a checkpoint as a snapshot (one record, or chunks of at most
+``dispatcher.state_log.RECORD_BYTES`` each), after which the log's segments wholly
+before the snapshot are deleted, and a delete's tombstone as one delta. A durable
 save (:meth:`CursorStore.save`) and a delete's commit point return only once that record
 is committed (below the state log's high watermark): a follower that becomes leader
 replays it (:mod:`dispatcher.state_log`). Background flushes (acks) do not wait: acks
@@ -69,6 +70,7 @@ import concurrent.futures
 import contextlib
 import logging
 import os
+import secrets
 import shutil
 import time
 import weakref
@@ -80,7 +82,7 @@ import msgspec
 from dispatcher import cursor_journal, state_file
 from dispatcher.cursor_recovery import Loaded, load_topic
 from dispatcher.errors import DispatcherClosedError
-from dispatcher.state_log import StateSink, record_value
+from dispatcher.state_log import StateSink, record_value, record_values, snapshot_keys
 from dispatcher.subscription import Subscription
 from wal import FileSystem, run_to_end
 
@@ -412,11 +414,17 @@ class CursorStore:
             if sink is None or not (plan.docs or plan.checkpoint):
                 continue
             entries = [cursor_journal.Entry(d.seq, d.subscription, d) for d in plan.docs]
-            value = record_value(entries)
-            offset = await sink.append(value, snapshot=plan.checkpoint)
-            self._appended[plan.topic] = offset
+            values = record_values(entries, sink.record_bytes)
+            keys: list[bytes | None] = [None] * len(values)
             if plan.checkpoint:
-                await sink.trim_before(offset)
+                keys = list(snapshot_keys(secrets.token_hex(8), len(values)))
+            first = -1
+            for key, value in zip(keys, values, strict=True):
+                offset = await sink.append(value, key=key)
+                first = offset if first < 0 else first
+                self._appended[plan.topic] = offset
+            if plan.checkpoint:
+                await sink.trim_before(first)
 
     def _checkpoint_due(self, topic: str, asked: bool) -> bool:
         if any(key[0] == topic for key in self._deleting):
@@ -561,7 +569,7 @@ class CursorStore:
             sink = self._sinks.get(sub.topic)
             if sink is not None:
                 value = record_value([cursor_journal.Entry(seq, sub.name, None)])
-                self._appended[sub.topic] = await sink.append(value, snapshot=False)
+                self._appended[sub.topic] = await sink.append(value, key=None)
             self._deleting.discard(key)
         await self._wait_committed(sub.topic)
 

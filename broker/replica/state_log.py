@@ -43,7 +43,7 @@ from broker.partition import Partition
 from broker.replica.leader import LeaderTopic
 from broker.topics import TopicRegistry
 from dispatcher import SubscriptionRegistry, state_file
-from dispatcher.state_log import SNAPSHOT_KEY, replay
+from dispatcher.state_log import RECORD_BYTES, replay
 from proto.record import Record
 from wal import LogConfig, LogWriter, encode_records, run_to_end
 
@@ -58,8 +58,10 @@ DIRECTORY = "state-log"
 STATE_INDEX = -1
 #: Segments of a state log: small, so a snapshot soon lets the log before it go.
 SEGMENT_BYTES = 4 * 1024 * 1024
-#: The largest record (one flush, or a snapshot of every subscription of a topic). A
-#: record above gRPC's default 4 MiB message cannot be fetched by a follower yet.
+#: The largest record the log takes. The cursor store writes records of at most
+#: ``dispatcher.state_log.RECORD_BYTES`` (1 MiB) of entries, a snapshot in chunks; only
+#: one subscription's state bigger than that (thousands of partitions, each with many
+#: ack ranges) makes a bigger one, alone.
 MAX_RECORD_BYTES = 64 * 1024 * 1024
 
 
@@ -84,15 +86,25 @@ class ReplicaStateLog:
 class LeaderStateSink:
     """The cursor store's sink for a topic this broker leads: records go to the state
     log and commit under ``leader`` (a :class:`~broker.replica.leader.LeaderTopic`
-    built with the log)."""
+    built with the log).
 
-    def __init__(self, writer: LogWriter, committed: _Committed) -> None:
+    Args:
+        writer: The state log.
+        committed: The leader's commit wait.
+        record_bytes: The most entries' bytes in one record (a snapshot in chunks).
+            Default ``dispatcher.state_log.RECORD_BYTES`` (1 MiB).
+    """
+
+    def __init__(
+        self, writer: LogWriter, committed: _Committed, record_bytes: int = RECORD_BYTES
+    ) -> None:
         self._writer = writer
         self._committed = committed
+        self.record_bytes = record_bytes
 
-    async def append(self, value: bytes, *, snapshot: bool) -> int:
+    async def append(self, value: bytes, *, key: bytes | None) -> int:
         """Append one record; its offset (durable here when it returns)."""
-        record = Record(value, key=SNAPSHOT_KEY if snapshot else None)
+        record = Record(value, key=key)
         result = await self._writer.append(encode_records([record]))
         return result.last_offset
 

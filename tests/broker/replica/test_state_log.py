@@ -27,13 +27,14 @@ from broker.replica.leader import LeaderTopic
 from broker.replica.state_log import LeaderStateSink, StateLogs, read_states
 from broker.topics import Topic
 from cluster.records import TopicRecord
-from dispatcher import SubscriptionRegistry
+from dispatcher import SubscriptionRegistry, cursor_journal, state_file
+from dispatcher.state_log import CHUNK_PREFIX, RECORD_BYTES, SNAPSHOT_KEY, chunk_key, record_values
 from proto import replication_pb2_grpc as pb_grpc
 from tests._helpers import eventually
 from tests.broker.replica.fake_leader import TOPIC, Publisher, close_topic, open_topic, record
 from tests.broker.replica.test_fetcher_leader import Servicer
 from tests.wal._replica import log_files
-from wal import LogConfig
+from wal import LogConfig, LogWriter
 
 
 async def _no_change(_isr: tuple[str, ...]) -> bool:
@@ -69,17 +70,19 @@ class Broker:
 
 
 @asynccontextmanager
-async def leading(b: Broker, rec: TopicRecord) -> AsyncIterator[tuple[LeaderTopic, int]]:
+async def leading(
+    b: Broker, rec: TopicRecord, record_bytes: int = RECORD_BYTES
+) -> AsyncIterator[tuple[LeaderTopic, int]]:
     """``b`` (node ``rec.owner``) leads at ``rec.epoch``: the leader started, its saves
-    go to the state log, its subscriptions replayed from it (what
-    ``StateReplication.leading`` does)."""
+    go to the state log (records of at most ``record_bytes`` of entries), its
+    subscriptions replayed from it (what ``StateReplication.leading`` does)."""
     leader = LeaderTopic(
         b.topic, rec, rec.owner, lag_time_max_ms=60_000, change_isr=_no_change, extra_logs=b.extra()
     )
     await leader.start()
     log = b.logs.get(TOPIC)
     assert log is not None
-    b.subs.set_state_sink(TOPIC, LeaderStateSink(log.writer, leader.committed))
+    b.subs.set_state_sink(TOPIC, LeaderStateSink(log.writer, leader.committed, record_bytes))
     states = await asyncio.to_thread(read_states, log.writer)
     await b.subs.take_over(TOPIC, [p.writer for p in b.topic.partitions], states)
     server = grpc.aio.server()
@@ -199,12 +202,108 @@ async def test_the_followers_state_log_drops_what_the_leaders_snapshot_replaced(
         assert log2 is not None
         sink = LeaderStateSink(log1.writer, leader.committed)
         for n in range(60):
-            await sink.append(b"x%d" % n + b"." * 200, snapshot=False)
-        snapshot = await sink.append(b"s", snapshot=True)
+            await sink.append(b"x%d" % n + b"." * 200, key=None)
+        snapshot = await sink.append(b"s", key=SNAPSHOT_KEY)
         await sink.committed(snapshot)
         await sink.trim_before(snapshot)
         assert log1.writer.first_offset > 0
         await eventually(lambda: log2.writer.head == log1.writer.durable_end)
         await eventually(lambda: log2.writer.first_offset == log1.writer.first_offset)
+    await b1.aclose()
+    await b2.aclose()
+
+
+def _keys(log: LogWriter) -> list[bytes | None]:
+    """The key of every record of ``log``, in order."""
+    keys: list[bytes | None] = []
+    for batch in log.log.read(log.first_offset, 1 << 30, upper=log.head):
+        keys.extend(r.key for r in batch.records())
+    return keys
+
+
+@pytest.mark.asyncio
+async def test_a_chunked_snapshot_of_many_subscriptions_reaches_the_promoted_follower(
+    tmp_path: Path,
+) -> None:
+    """Scenario: 1500 subscriptions of ``orders`` on b1, each sought to its own cursors;
+    b1 leads with records of at most 16 KiB of entries (the production bound is 1 MiB:
+    the same split, at a size a test makes fast), so its first snapshot is a series of
+    chunks; b2 follows over real gRPC; then b1 stops and b2 is promoted. Expected: the
+    log holds several ``snapshot/<id>/<i>/<n>`` chunks and no record over the bound
+    (+ the frame's header); b2's copy is byte-identical; the promoted b2 holds all 1500
+    subscriptions at exactly their cursors."""
+    b1, b2 = await Broker.open(tmp_path / "b1"), await Broker.open(tmp_path / "b2")
+    await Publisher().publish(b1.topic, None, 10)
+    writers1 = [p.writer for p in b1.topic.partitions]
+    names = [f"s{n:04}" for n in range(1500)]
+    subs = await asyncio.gather(*(b1.subs.subscribe(TOPIC, n, writers1) for n in names))
+    for n, sub in enumerate(subs):
+        await sub.seek([n % 11, n % 13])
+    await asyncio.gather(*(b1.subs.save(sub) for sub in subs))
+    expected = {name: [n % 11, n % 13] for n, name in enumerate(names)}
+    rec = record(1).replace(min_insync=2)
+    async with leading(b1, rec, 16 * 1024) as (_leader, port), following(b2, port, 1):
+        log1, log2 = b1.logs.get(TOPIC), b2.logs.get(TOPIC)
+        assert log1 is not None
+        assert log2 is not None
+        await eventually(lambda: log2.writer.head == log1.writer.durable_end, timeout_s=30)
+        assert log_files(log2.writer.log.path) == log_files(log1.writer.log.path)
+        keys = _keys(log1.writer)
+        chunks = [k for k in keys if k is not None and k.startswith(CHUNK_PREFIX)]
+        assert len(chunks) >= 5, keys
+        assert chunks[-1].endswith(b"/%d/%d" % (len(chunks) - 1, len(chunks)))
+        sizes = [
+            len(r.value)
+            for batch in log1.writer.log.read(0, 1 << 30, upper=log1.writer.head)
+            for r in batch.records()
+        ]
+        assert max(sizes) <= 16 * 1024 + 12
+    assert _cursors(b1.subs) == expected
+    for p in b2.topic.partitions:
+        p.writer.release_commits()
+    async with leading(b2, record(2, leader="b2").replace(isr=("b2",))):
+        assert _cursors(b2.subs) == expected
+    await b1.aclose()
+    await b2.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_snapshot_cut_between_chunks_is_not_taken_as_whole_by_the_promoted_follower(
+    tmp_path: Path,
+) -> None:
+    """Scenario: b1 leads with subscriptions ``keep`` and ``moved`` (its first snapshot
+    names both) and b2 follows; b1 appends chunk 0 of 2 of a snapshot naming only
+    ``moved``, at cursors (5, 5), and stops before chunk 1 (a crash between chunks);
+    b2 has it and is promoted. Expected: b2's replay does not take the cut series as a
+    snapshot: ``keep`` still exists at its cursors (0, 0), and ``moved`` is at (5, 5)
+    (the chunk's entries apply as a delta)."""
+    b1, b2 = await Broker.open(tmp_path / "b1"), await Broker.open(tmp_path / "b2")
+    await Publisher().publish(b1.topic, None, 10)
+    writers1 = [p.writer for p in b1.topic.partitions]
+    for name in ("keep", "moved"):
+        await b1.subs.subscribe(TOPIC, name, writers1)
+    async with leading(b1, record(1)) as (leader, port), following(b2, port, 1):
+        log1, log2 = b1.logs.get(TOPIC), b2.logs.get(TOPIC)
+        assert log1 is not None
+        assert log2 is not None
+        moved = b1.subs.get(TOPIC, "moved")
+        await moved.seek([5, 5])
+        doc = state_file.StateDoc(  # what a checkpoint writes of it
+            version=state_file.VERSION,
+            seq=1_000_000,
+            topic=TOPIC,
+            subscription="moved",
+            type=moved.type.value,
+            partitions=[state_file.partition_doc(snap) for snap in moved.snapshot()],
+        )
+        (value,) = record_values([cursor_journal.Entry(doc.seq, "moved", doc)])
+        sink = LeaderStateSink(log1.writer, leader.committed)
+        offset = await sink.append(value, key=chunk_key("cut", 0, 2))
+        await sink.committed(offset)
+        await eventually(lambda: log2.writer.head == log1.writer.durable_end)
+    for p in b2.topic.partitions:
+        p.writer.release_commits()
+    async with leading(b2, record(2, leader="b2").replace(isr=("b2",))):
+        assert _cursors(b2.subs) == {"keep": [0, 0], "moved": [5, 5]}
     await b1.aclose()
     await b2.aclose()
