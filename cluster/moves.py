@@ -15,13 +15,22 @@ pass:
   record, so a new controller carries on where the old one stopped. The topic serves
   throughout; a leadership move is what a client sees (a refusal naming the new leader,
   or "outcome unknown" for an ack in flight: the idempotent producer resends).
-- **Balance.** ``headrace cluster rebalance`` asks for reorders
+- **Cancel.** ``headrace cluster reassign TOPIC --cancel`` (:func:`cancel`, Kafka's
+  KIP-455 cancel) sets ``reassign_to`` back to ``reassign_from`` (the replica set the
+  reassignment started from) and clears the throttle; the mover then takes
+  :func:`cluster.replicas.cancel_step`: leadership back to an original in-sync replica
+  if an added one leads, then the added replicas dropped (they delete their copy).
+- **Balance.** ``headrace cluster rebalance`` asks for replica moves
+  (:func:`cluster.replicas.replica_moves`: reassignments under a throttle, at most
+  ``max_moves`` running at once), reorders
   (:func:`cluster.replicas.rebalance_moves`) and preferred-leader moves the same way (a
   ``reassign_to`` of the same replicas, the wanted leader first). With ``[cluster]
   auto_rebalance``, every ``rebalance_interval_s`` the mover also moves leadership back
   to each topic's preferred leader when it is alive and in sync
   (:func:`cluster.replicas.preferred_leader_moves`; Kafka's
-  ``auto.leader.rebalance.enable``).
+  ``auto.leader.rebalance.enable``), and starts replica moves while replica counts
+  differ by two or more, at most :data:`AUTO_MAX_MOVES` running at once, each under
+  :data:`REBALANCE_THROTTLE` (Cruise Control's self-healing, rate-limited).
 
 Every write is :func:`cluster.replica_txn.set_replicas` or
 :func:`cluster.replica_txn.move_leadership`: one compare-and-set on the record as read
@@ -40,7 +49,16 @@ from cluster.errors import ReplicationSettingsError
 from cluster.etcd import Compare, EtcdStore, Op
 from cluster.records import Keys, TopicRecord, TopicState, decode, encode
 from cluster.replica_txn import ChangeResult, Outcome, move_leadership, set_replicas
-from cluster.replicas import StepKind, check_target, preferred_leader_moves, reassignment_step
+from cluster.replicas import (
+    ReplicaMove,
+    StepKind,
+    cancel_step,
+    check_target,
+    is_cancelling,
+    preferred_leader_moves,
+    reassignment_step,
+    replica_moves,
+)
 from cluster.state import ClusterState, Topic
 
 log = logging.getLogger(__name__)
@@ -48,6 +66,16 @@ log = logging.getLogger(__name__)
 REBALANCE_INTERVAL_S = 300.0
 """Default seconds between automatic preferred-leader passes (Kafka's
 ``leader.imbalance.check.interval.seconds``)."""
+
+REBALANCE_THROTTLE = 10 * 1024 * 1024
+"""Bytes per second the leader sends a replica a rebalance added while it catches up
+(``headrace cluster rebalance --throttle`` overrides it; 0: no limit)."""
+
+MAX_MOVES = 2
+"""Replica moves (reassignments) a rebalance lets run at once by default."""
+
+AUTO_MAX_MOVES = 1
+"""Replica moves the automatic rebalance lets run at once: one at a time."""
 
 
 class Mover:
@@ -94,6 +122,9 @@ class Mover:
         if self.auto_rebalance and self._clock() >= self._next_auto:
             self._next_auto = self._clock() + self.interval_s
             records = [t.record for t in state.topics.values()]
+            for move in replica_moves(records, alive, AUTO_MAX_MOVES):
+                if not await self._start_move(state.topics[move.topic], move, token):
+                    return False
             for name, to in preferred_leader_moves(records, alive):
                 topic = state.topics[name]
                 result = await move_leadership(
@@ -104,9 +135,28 @@ class Mover:
                     return False
         return True
 
+    async def _start_move(self, topic: Topic, move: ReplicaMove, token: int) -> bool:
+        """Start ``move`` as a reassignment (``reassign_to``, ``reassign_from`` and the
+        throttle written, fenced by the token); False when the token turned out stale."""
+        record = topic.record
+        # set_replicas keeps the read record's other fields: the throttle and the set
+        # the move starts from go in through it.
+        read = record.replace(
+            reassign_throttle=REBALANCE_THROTTLE, reassign_from=record.effective_replicas()
+        )
+        result = await set_replicas(
+            self._store, self._keys, record.name, read, topic.mod_revision,
+            controller_token=token, replicas=record.effective_replicas(),
+            reassign_to=move.replicas,
+        )  # fmt: skip
+        what = f"auto rebalance: replica of {record.name} from {move.source} to {move.to}"
+        return _note(result, what)
+
     async def _step(self, topic: Topic, alive: set[str], token: int) -> bool:
         record, rev = topic.record, topic.mod_revision
         name, target = record.name, record.reassign_to
+        if is_cancelling(record):
+            return await self._cancel_step(topic, alive, token)
         step = reassignment_step(record, target, alive)
         preferred = target[0]
         if (
@@ -125,6 +175,8 @@ class Mover:
             )
             return _note(result, f"reassignment of {name}: leadership to {step.leader}")
         if step.kind in (StepKind.ADD_REPLICAS, StepKind.DROP_REPLICAS):
+            if step.kind is StepKind.DROP_REPLICAS:
+                record = record.replace(reassign_from=())  # ends with reassign_to
             result = await set_replicas(
                 self._store, self._keys, name, record, rev,
                 controller_token=token, replicas=step.replicas, reassign_to=step.reassign_to,
@@ -132,6 +184,23 @@ class Mover:
             what = "add" if step.kind is StepKind.ADD_REPLICAS else "drop to"
             return _note(result, f"reassignment of {name}: replicas {what} {list(step.replicas)}")
         return True  # waiting for the new replicas to be in sync
+
+    async def _cancel_step(self, topic: Topic, alive: set[str], token: int) -> bool:
+        """The next step of a cancelled reassignment (:func:`cluster.replicas.cancel_step`)."""
+        record, rev, name = topic.record, topic.mod_revision, topic.record.name
+        step = cancel_step(record, alive)
+        if step.kind is StepKind.MOVE_LEADERSHIP:
+            result = await move_leadership(
+                self._store, self._keys, name, record, rev, controller_token=token, to=step.leader
+            )
+            return _note(result, f"cancelled reassignment of {name}: leadership to {step.leader}")
+        if step.kind is StepKind.DROP_REPLICAS:
+            result = await set_replicas(
+                self._store, self._keys, name, record.replace(reassign_from=()), rev,
+                controller_token=token, replicas=step.replicas, reassign_to=(),
+            )  # fmt: skip
+            return _note(result, f"cancelled reassignment of {name}: back to {list(step.replicas)}")
+        return True  # waiting for an original replica to be in sync
 
 
 def _note(result: ChangeResult, what: str) -> bool:
@@ -183,10 +252,56 @@ async def request(
                 f"topic {name} is being reassigned to {list(record.reassign_to)}: wait until "
                 "it ends (headrace cluster reassign --status)"
             )
-        after = record.replace(reassign_to=wanted, reassign_throttle=max(throttle, 0))
+        if is_cancelling(record):
+            raise ReplicationSettingsError(
+                f"topic {name}'s reassignment is being cancelled: wait until it ends "
+                "(headrace cluster reassign --status)"
+            )
+        started = record.reassign_from if record.reassign_to else record.effective_replicas()
+        after = record.replace(
+            reassign_to=wanted,
+            reassign_throttle=max(throttle, 0),
+            reassign_from=started if wanted != record.effective_replicas() else (),
+        )
         result = await store.txn(
             [Compare.modified_at(key, held.mod_revision)], [Op.put(key, encode(after))]
         )
         if result.succeeded:
             return record, after
     raise RuntimeError(f"topic {name} kept changing while the reassignment was written; retry")
+
+
+async def cancel(store: EtcdStore, keys: Keys, name: str) -> tuple[TopicRecord, TopicRecord]:
+    """An operator's cancel of topic ``name``'s running reassignment (Kafka's KIP-455
+    cancel): ``reassign_to`` back to ``reassign_from`` and the throttle cleared (a
+    compare-and-set on the record as read; the controller carries it out,
+    :func:`cluster.replicas.cancel_step`). A request that changed no replica (a move to
+    the preferred leader) ends at once: ``reassign_to`` cleared. Idempotent. Returns the
+    record before and after.
+
+    Raises:
+        ReplicationSettingsError: no such topic, or no reassignment of it is running.
+        RuntimeError: the record kept changing while it was written (retry).
+        EtcdUnavailableError: etcd did not answer.
+    """
+    key = keys.topic(name)
+    for _attempt in range(5):
+        held = await store.get(key)
+        if held is None:
+            raise ReplicationSettingsError(f"topic {name!r} does not exist in the cluster")
+        record = decode(key, held.value, TopicRecord)
+        if not record.reassign_to:
+            raise ReplicationSettingsError(f"no reassignment of topic {name} is running")
+        if is_cancelling(record) and not record.reassign_throttle:
+            return record, record
+        if record.reassign_from:
+            after = record.replace(reassign_to=record.reassign_from, reassign_throttle=0)
+        else:
+            after = record.replace(reassign_to=(), reassign_throttle=0)
+        result = await store.txn(
+            [Compare.modified_at(key, held.mod_revision)], [Op.put(key, encode(after))]
+        )
+        if result.succeeded:
+            log.info("topic %s: reassignment to %s cancelled", name, list(record.reassign_to))
+            return record, after
+    raise RuntimeError(f"topic {name} kept changing while the cancel was written; retry")

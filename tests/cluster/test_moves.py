@@ -1,7 +1,7 @@
 """The controller's moves (:mod:`cluster.moves`) and its leadership move
 (:func:`cluster.replica_txn.move_leadership`) on a real 3-member etcd: a reassignment
 driven pass by pass to its end, fenced by the controller token; the automatic
-preferred-leader move; an operator's request."""
+preferred-leader move and replica move; an operator's request and cancel."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from cluster.errors import ReplicationSettingsError
 from cluster.etcd import Compare, EtcdStore, Op
-from cluster.moves import Mover, request
+from cluster.moves import AUTO_MAX_MOVES, REBALANCE_THROTTLE, Mover, cancel, request
 from cluster.records import (
     BrokerRecord,
     ControllerRecord,
@@ -186,3 +186,76 @@ async def test_a_request_is_refused_for_a_factor_one_topic_or_another_running_ta
         await request(store, keys, "t", ["b1", "b3"])
     _, after = await request(store, keys, "t", ["b2", "b3"])
     assert after.reassign_to == ("b2", "b3")
+
+
+async def test_a_cancel_goes_back_to_the_original_replicas(store: EtcdStore, prefix: str) -> None:
+    """t on (b1, b2) asked to move to (b3, b4) with a throttle; the mover adds b3, b4;
+    b3 catches up and (the test writes what the move step would) takes the leadership;
+    then ``cancel``. Expected: the cancel writes reassign_to (b1, b2) (reassign_from),
+    throttle 0; a second cancel changes nothing; the next pass moves leadership back to
+    b1 (epoch + 1) without waiting for b4; the next drops b3 and b4: replicas and isr
+    (b1, b2), reassign_to and reassign_from empty; then nothing more, and a cancel is
+    refused (none running)."""
+    keys = Keys(prefix)
+    await _alive(store, keys, "b1", "b2", "b3", "b4")
+    token = await _controller(store, keys)
+    await store.put(keys.topic("t"), encode(_record("b1", ("b1", "b2"), ("b1", "b2"))))
+    await request(store, keys, "t", ["b3", "b4"], throttle=5000)
+    mover = Mover(store, keys)
+    assert await mover.run_pass(await _state(store, keys), token)
+    added, _ = await _stored(store, keys)
+    assert (added.replicas, added.reassign_from) == (("b3", "b4", "b1", "b2"), ("b1", "b2"))
+    await store.put(
+        keys.topic("t"), encode(added.replace(owner="b3", epoch=6, isr=("b3", "b1", "b2")))
+    )
+    _, asked = await cancel(store, keys, "t")
+    assert (asked.reassign_to, asked.reassign_from, asked.reassign_throttle) == (
+        ("b1", "b2"),
+        ("b1", "b2"),
+        0,
+    )
+    _, rev = await _stored(store, keys)
+    await cancel(store, keys, "t")
+    assert (await _stored(store, keys))[1] == rev
+    assert await mover.run_pass(await _state(store, keys), token)
+    back, _ = await _stored(store, keys)
+    assert (back.owner, back.epoch, back.replicas) == ("b1", 7, ("b3", "b4", "b1", "b2"))
+    assert await mover.run_pass(await _state(store, keys), token)
+    done, rev = await _stored(store, keys)
+    assert (done.owner, done.replicas, done.isr, done.reassign_to, done.reassign_from) == (
+        "b1",
+        ("b1", "b2"),
+        ("b1", "b2"),
+        (),
+        (),
+    )
+    assert await mover.run_pass(await _state(store, keys), token)
+    assert (await _stored(store, keys))[1] == rev
+    with pytest.raises(ReplicationSettingsError, match="no reassignment"):
+        await cancel(store, keys, "t")
+
+
+async def test_auto_rebalance_starts_one_replica_move_to_an_empty_broker(
+    store: EtcdStore, prefix: str
+) -> None:
+    """Three factor-2 topics over b1..b3 (two replicas each), b4 alive and empty.
+    Expected: a mover with auto_rebalance (interval 0) starts one reassignment (at most
+    AUTO_MAX_MOVES running): t3's replica on b1 to b4, with reassign_from its replicas
+    and the rebalance throttle; the next pass (one running) starts no other."""
+    keys = Keys(prefix)
+    await _alive(store, keys, "b1", "b2", "b3", "b4")
+    token = await _controller(store, keys)
+    for name, replicas in (("t1", ("b1", "b2")), ("t2", ("b2", "b3")), ("t3", ("b3", "b1"))):
+        record = _record(replicas[0], replicas, replicas).replace(name=name)
+        await store.put(keys.topic(name), encode(record))
+    auto = Mover(store, keys, auto_rebalance=True, interval_s=0)
+    assert await auto.run_pass(await _state(store, keys), token)
+    state = await _state(store, keys)
+    moving = {n: t.record for n, t in state.topics.items() if t.record.reassign_to}
+    assert list(moving) == ["t3"]
+    assert (moving["t3"].reassign_to, moving["t3"].reassign_from) == (("b3", "b4"), ("b3", "b1"))
+    assert moving["t3"].reassign_throttle == REBALANCE_THROTTLE
+    assert AUTO_MAX_MOVES == 1
+    assert await auto.run_pass(state, token)
+    state = await _state(store, keys)
+    assert sorted(n for n, t in state.topics.items() if t.record.reassign_to) == ["t3"]
