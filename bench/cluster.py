@@ -14,8 +14,9 @@ Cells, in this order, each on a fresh data directory:
    started with :mod:`broker.cli_cluster`'s own plan (the argv ``headrace cluster local``
    runs), each with ``max_unacked`` 20,000 as in ``bench pubsub``.
 
-In every cell the same :data:`TOPICS` topics of :data:`PARTITIONS` partitions are created
-through the seed list; in a cluster the run checks that placement gave every broker at
+In every cell the same :data:`TOPICS` topics of :data:`PARTITIONS` partitions, one copy
+each (``replication_factor`` 1, not the cluster's default 3), are created through the seed
+list; in a cluster the run checks that placement gave every broker at
 least one (it stops otherwise) and reports ``topics_owned`` per node id. Then, with 100 B
 payloads:
 
@@ -235,13 +236,18 @@ def _wait(child: _Child, ready: Callable[[], bool]) -> None:
 async def _create_topics(system: _System, clustered: bool) -> dict[str, str]:
     """Create :data:`TOPICS` topics through the seeds; return topic -> owner node id.
 
+    One copy each (``replication_factor`` 1, which a single broker takes too): the
+    scenario measures how publish load spreads over N owners (issue 36); the cluster's
+    default factor 3 would make every broker hold and fetch every topic. Replication's
+    cost is the ``replication`` scenario's.
+
     Raises:
         ServerFailedError: in a cluster, a broker was given no topic.
     """
     names = [f"bench-cluster-{i}" for i in range(TOPICS)]
     async with AsyncAdminClient(system.seeds) as admin:
         for name in names:
-            await admin.create_topic(name, PARTITIONS)
+            await admin.create_topic(name, PARTITIONS, replication_factor=1)
         owners = {t.name: t.owner or "local" for t in await admin.list_topics() if t.name in names}
     if clustered and set(owners.values()) != set(system.nodes):
         raise ServerFailedError(f"placement left a broker without a topic: {owners}")

@@ -268,14 +268,15 @@ def topics() -> None:
     type=click.IntRange(1, None),
     default=None,
     help="Copies of the topic, each on another broker (cluster mode). Default: the "
-    "cluster's replication_factor, at most the live brokers; 1 on a single broker.",
+    "cluster's replication_factor (3 unless `cluster config` sets it), at most the live "
+    "brokers; 1 on a single broker.",
 )
 @click.option(
     "--min-insync-replicas",
     type=click.IntRange(1, None),
     default=None,
-    help="In-sync replicas a publish needs. Default: the cluster's min_insync_replicas, "
-    "at most the factor.",
+    help="In-sync replicas a publish needs. Default: the cluster's min_insync_replicas "
+    "(2 unless `cluster config` sets it), at most the factor.",
 )
 @broker_option
 def topics_create(

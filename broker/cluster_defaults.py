@@ -18,15 +18,19 @@ cluster default          the file's key              used by
 ``retention_bytes``      ``[wal]``                   a new topic's partitions
 ``fsync``                ``[wal]``                   a new topic's partitions
 ``fsync_interval_ms``    ``[wal]``                   a new topic's partitions
-``replication_factor``   none: built-in 1            CreateTopic without a factor, auto-create
-``min_insync_replicas``  none: built-in 1            CreateTopic without one, auto-create
+``replication_factor``   none: built-in 3            CreateTopic without a factor, auto-create
+``min_insync_replicas``  none: built-in 2            CreateTopic without one, auto-create
 =======================  ==========================  =========================================
 
-The two replication keys have no file key: a single broker is always factor 1, and
-every broker of a cluster must agree, so only the cluster default or the built-in value
-(:data:`BUILTIN`) applies. ``replication_factor`` is clamped to the live brokers when a
-topic is created, and ``min_insync_replicas`` to the topic's factor
-(``cluster.replicas.replication_settings``); an explicit CreateTopic value is not clamped.
+The two replication keys have no file key: a single broker is always factor 1 (it never
+reads them), and every broker of a cluster must agree, so only the cluster default or the
+built-in value (:data:`BUILTIN`: factor 3, min_insync 2) applies. ``replication_factor``
+is clamped to the live brokers when a topic is created, and ``min_insync_replicas`` to the
+topic's factor (``cluster.replicas.replication_settings``): three or more live brokers
+make factor 3, min_insync 2; two make factor 2, min_insync 2 (both copies must be in sync
+for a publish: with one broker down such a topic refuses publishes until the other is
+back in sync, and loses nothing acknowledged); one makes factor 1, min_insync 1. An
+explicit CreateTopic value is not clamped.
 
 Precedence, for one setting of one topic: the owner's ``[wal.topics.<name>]`` table (a
 file that names the topic gives it all its log settings, over its ``[wal]``, as on a single
@@ -57,12 +61,10 @@ _MAX_FACTOR = 64  # far above any sensible replica count; keeps a typo from mean
 KEYS: tuple[str, ...] = DefaultsRecord.__struct_fields__
 """Every key a cluster default may have."""
 
-# The built-in values of the cluster-only keys, the one place they are decided. Both stay
-# 1 while replication's data path (issue 37) is being proven: the issue's defaults,
-# replication_factor 3 and min_insync_replicas 2, are switched on here by the lead once
-# it is. Until then a replicated topic is asked for (CreateTopic's replication_factor) or
-# made the default with `headrace cluster config set replication_factor=3`.
-BUILTIN: dict[str, int] = {"replication_factor": 1, "min_insync_replicas": 1}
+# The built-in values of the cluster-only keys, the one place they are decided (issue 37:
+# three copies, two of them in sync for a publish). Clamped when a topic is created, see
+# the module docstring; a single broker never reads them (it keeps one copy).
+BUILTIN: dict[str, int] = {"replication_factor": 3, "min_insync_replicas": 2}
 """The value of each cluster-only key when the cluster's defaults leave it out."""
 
 

@@ -294,3 +294,18 @@ async def wait_refused(address: str, topic: str, reason: str, within_s: float) -
             return facts
         assert time.monotonic() < deadline, f"{topic} at {address}: {facts}, not {reason}"
         await asyncio.sleep(0.1)
+
+
+async def wait_alive(address: str, count: int, within_s: float = 10.0) -> None:
+    """Ask ``address``'s ClusterStatus until its view shows ``count`` brokers alive: a
+    create with no factor takes the default clamped to the brokers that view counts."""
+    deadline = time.monotonic() + within_s
+    while True:
+        async with grpc.aio.insecure_channel(address) as channel:
+            stub = _cluster_grpc.ClusterStub(channel)
+            status = await stub.ClusterStatus(_cluster.ClusterStatusRequest(), timeout=5)
+        alive = sum(b.alive for b in status.brokers)
+        if alive >= count:
+            return
+        assert time.monotonic() < deadline, f"{address} sees {alive} brokers alive"
+        await asyncio.sleep(0.1)

@@ -156,7 +156,8 @@ async def test_a_create_the_owner_cannot_fit_fails_fast_and_frees_the_name(
     most); ``small`` goes to b1, then ``big`` with 1000 partitions is created through b1
     and placed on b2. Expected: CreateTopic ends RESOURCE_EXHAUSTED within 10 s (not its
     30 s wait), its message naming b2 and the file descriptors; Lookup then says ``big``
-    is absent; b2 made nothing; ``big`` with 2 partitions is created after (on b2)."""
+    is absent; b2 made nothing; ``big`` with 2 partitions is created after (on b2). Every
+    topic has one copy (``replication_factor=1``): placement by partitions, issue 36's."""
     b1 = ClusterBroker(tmp_path, "b1", etcd, prefix)
     b2 = ClusterBroker(tmp_path, "b2", etcd, prefix)
     b2.command[2] = (
@@ -171,14 +172,15 @@ async def test_a_create_the_owner_cannot_fit_fails_fast_and_frees_the_name(
         for broker in brokers.all:
             await broker.wait_serving(30)
         async with AsyncAdminClient(b1.address) as admin:
-            await admin.create_topic("small", partitions=1)
+            await admin.create_topic("small", partitions=1, replication_factor=1)
         assert (await brokers.wait_owners(["small"]))["small"] == "b1"
         async with grpc.aio.insecure_channel(b1.address) as channel:
             stub = _admin_grpc.AdminStub(channel)
             began = time.monotonic()
             with pytest.raises(grpc.aio.AioRpcError) as failed:
                 await stub.CreateTopic(
-                    _admin.CreateTopicRequest(name="big", partitions=1000), timeout=40
+                    _admin.CreateTopicRequest(name="big", partitions=1000, replication_factor=1),
+                    timeout=40,
                 )
             took = time.monotonic() - began
         assert failed.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, failed.value
@@ -189,7 +191,7 @@ async def test_a_create_the_owner_cannot_fit_fails_fast_and_frees_the_name(
         assert (await brokers.route("big", via=b1)).state == "absent"
         assert not (b2.data_dir / "topics" / "big").exists()
         async with AsyncAdminClient(b1.address) as admin:
-            again = await admin.create_topic("big", partitions=2)
+            again = await admin.create_topic("big", partitions=2, replication_factor=1)
         assert len(again.partitions) == 2
         assert (await brokers.wait_owners(["big"]))["big"] == "b2"
         await wait_refused(b1.address, "big", "not-owner", 5)

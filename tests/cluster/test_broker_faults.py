@@ -114,11 +114,14 @@ async def _wait_route(
 
 
 async def _three_topics(brokers: Brokers) -> dict[str, str]:
-    """Create alpha, beta, gamma through b1 (placed one on each broker); topic -> owner."""
+    """Create alpha, beta, gamma through b1 (placed one on each broker); topic -> owner.
+
+    One copy each (``replication_factor=1``): these tests are about a topic's one owner
+    (issue 36), which the cluster's default factor (3) would replace by failover."""
     topics = ["alpha", "beta", "gamma"][: len(brokers.all)]
     async with AsyncAdminClient(brokers.all[0].address) as admin:
         for topic in topics:
-            await admin.create_topic(topic, partitions=2)
+            await admin.create_topic(topic, partitions=2, replication_factor=1)
     owners = await brokers.wait_owners(topics)
     assert sorted(owners.values()) == sorted(b.node_id for b in brokers.all)
     return owners

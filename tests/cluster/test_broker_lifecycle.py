@@ -18,6 +18,9 @@ from click.testing import CliRunner
 
 from broker.cli import cli
 from client import AsyncAdminClient, NotFound
+from cluster.config_defaults import EtcdDefaults
+from cluster.etcd import EtcdStore
+from cluster.records import Keys
 from proto import broker_pb2 as _pb
 from proto import broker_pb2_grpc as _broker_grpc
 from proto import cluster_pb2 as _cluster
@@ -89,8 +92,9 @@ async def test_listen_on_port_0_advertises_the_bound_port(
             assert host == "127.0.0.1"
             assert int(port) != 0
             async with AsyncAdminClient(brokers.all[0].address) as admin:
-                await admin.create_topic("first", partitions=2)  # b1: fewest partitions
-                await admin.create_topic("second", partitions=1)  # so z
+                # One copy each: placed by partitions, as in issue 36.
+                await admin.create_topic("first", partitions=2, replication_factor=1)  # b1
+                await admin.create_topic("second", partitions=1, replication_factor=1)  # so z
             owners = await brokers.wait_owners(["second"])
             assert owners == {"second": "z"}
             async with AsyncAdminClient(seen["z"].address) as direct:
@@ -111,7 +115,11 @@ async def test_publish_auto_creates_cluster_wide_and_delete_reaches_the_owner(
     here); b2 serves it at offset 0; one broker's data directory holds it, the one Lookup
     names; the CLI list through b3 shows both topics with their partition counts; after
     the delete no broker holds it, it is gone from every list and Lookup says
-    ``absent``; it can be created again, with a new id."""
+    ``absent``; it can be created again, with a new id. The cluster's default
+    replication_factor is 1 here (set before the brokers start): this is issue 36's
+    auto-create of a topic of one copy."""
+    async with await EtcdStore.connect(etcd.endpoints) as store:
+        await EtcdDefaults(store, Keys(prefix)).change({"replication_factor": 1})
     async with cluster_brokers(tmp_path, etcd, prefix) as brokers:
         seed = brokers.all[0].address
         async with AsyncAdminClient(seed) as admin:  # b1 gets one, so fresh goes elsewhere

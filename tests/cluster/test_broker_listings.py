@@ -35,11 +35,12 @@ async def headrace(seed: str, *args: str) -> Result:
 
 async def _spread(brokers: Brokers) -> dict[str, str]:
     """The three topics created through b1 (one per broker), ``n + 1`` records in the
-    n-th, and a subscription ``s`` on each that acked nothing; topic -> owner."""
+    n-th, and a subscription ``s`` on each that acked nothing; topic -> owner. One copy
+    each (``replication_factor=1``): a dead owner's topic is offline (issue 36)."""
     seed = brokers.all[0].address
     async with AsyncAdminClient(seed) as admin:
         for topic in TOPICS:
-            await admin.create_topic(topic, partitions=1)
+            await admin.create_topic(topic, partitions=1, replication_factor=1)
     owners = await brokers.wait_owners(TOPICS)
     async with AsyncProducer(seed) as producer:
         for n, topic in enumerate(TOPICS):

@@ -44,7 +44,8 @@ async def test_create_placed_on_a_frozen_broker_is_refused_offline_then_made(
     with ABORTED, reason ``offline``, naming b2, and a message saying the topic exists
     and becomes ready when b2 is up (not DEADLINE_EXCEEDED, not UNAVAILABLE); a second
     create of the name is ALREADY_EXISTS; once b2 is thawed it makes the topic and
-    serves it."""
+    serves it. Every topic has one copy (``replication_factor=1``): one owner, placed by
+    partitions (issue 36)."""
     async with cluster_brokers(tmp_path, etcd, prefix, count=2) as brokers:
         controller = await _controller(brokers.all[0].address)
         # The victim must not be the controller (a frozen controller places nothing
@@ -53,12 +54,12 @@ async def test_create_placed_on_a_frozen_broker_is_refused_offline_then_made(
         b2 = next(b for b in brokers.all if b.node_id != controller)
         async with AsyncAdminClient(b1.address) as admin:  # the next placement: b2
             for i in range(1 if b2.node_id > b1.node_id else 2):
-                await admin.create_topic(f"early{i}", partitions=1)
+                await admin.create_topic(f"early{i}", partitions=1, replication_factor=1)
         b2.freeze()
         try:
             async with grpc.aio.insecure_channel(b1.address) as channel:
                 stub = _admin_grpc.AdminStub(channel)
-                request = _admin.CreateTopicRequest(name="late", partitions=1)
+                request = _admin.CreateTopicRequest(name="late", partitions=1, replication_factor=1)
                 with pytest.raises(grpc.aio.AioRpcError) as refused:
                     await stub.CreateTopic(request, timeout=6)
                 with pytest.raises(grpc.aio.AioRpcError) as again:
@@ -83,12 +84,12 @@ async def test_an_owner_restarted_with_an_empty_data_directory_serves_it_as_data
     removed, and b2 restarted (same node id, empty disk). Expected: b2 does not recreate
     ``beta`` empty: a call there is refused ``data-missing`` naming b2 and saying to
     restore the data directory; b2's directory holds no ``beta``; b1's topic still
-    serves."""
+    serves. One copy each (``replication_factor=1``): nothing to copy ``beta`` from."""
     async with cluster_brokers(tmp_path, etcd, prefix, count=2) as brokers:
         b1, b2 = brokers.all
         async with AsyncAdminClient(b1.address) as admin:
-            await admin.create_topic("alpha", partitions=1)
-            await admin.create_topic("beta", partitions=1)
+            await admin.create_topic("alpha", partitions=1, replication_factor=1)
+            await admin.create_topic("beta", partitions=1, replication_factor=1)
         assert await brokers.wait_owners(["alpha", "beta"]) == {"alpha": "b1", "beta": "b2"}
         b2.kill()
         shutil.rmtree(b2.data_dir)

@@ -33,13 +33,14 @@ async def test_topics_created_through_different_brokers_spread_over_all(
     of them (placement: fewest partitions first); ListTopics through any broker shows all
     six with the same ids; every broker's Lookup agrees on each owner; ClusterStatus
     through b2 names b2, every broker alive at its address with 2 topics and 4
-    partitions, a controller among them, every etcd endpoint healthy, nothing offline."""
+    partitions, a controller among them, every etcd endpoint healthy, nothing offline.
+    One copy each (``replication_factor=1``): issue 36's placement by partitions."""
     async with cluster_brokers(tmp_path, etcd, prefix) as brokers:
         ids: dict[str, str] = {}
         for i in range(6):
             via = brokers.all[i % 3]
             async with AsyncAdminClient(via.address) as admin:
-                info = await admin.create_topic(f"t{i}", partitions=2)
+                info = await admin.create_topic(f"t{i}", partitions=2, replication_factor=1)
             assert info.name == f"t{i}"
             assert len(info.partitions) == 2
             assert len(info.topic_id) == 16
@@ -70,13 +71,14 @@ async def test_a_name_is_unique_cluster_wide_even_when_created_at_once(
     """Scenario: three brokers each asked to create ``orders`` at the same moment, then
     one asked again. Expected: exactly one create succeeds, the two others and the late
     one fail with AlreadyExists; the topic lives on one broker only (one data directory
-    holds it) with the winner's id."""
+    holds it) with the winner's id. One copy (``replication_factor=1``), so one holder."""
     async with cluster_brokers(tmp_path, etcd, prefix) as brokers:
 
         async def create(address: str) -> str | BaseException:
             async with AsyncAdminClient(address) as admin:
                 try:
-                    return (await admin.create_topic("orders", partitions=3)).topic_id
+                    made = await admin.create_topic("orders", partitions=3, replication_factor=1)
+                    return made.topic_id
                 except AlreadyExists as exc:
                     return exc
 

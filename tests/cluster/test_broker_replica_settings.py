@@ -29,7 +29,7 @@ from proto import admin_pb2 as _admin
 from proto import admin_pb2_grpc as _admin_grpc
 from proto import cluster_pb2 as _cluster
 from proto import cluster_pb2_grpc as _cluster_grpc
-from tests.cluster.broker_processes import Brokers, cluster_brokers
+from tests.cluster.broker_processes import Brokers, cluster_brokers, wait_alive
 from tests.cluster.etcd_harness import EtcdCluster
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function"), pytest.mark.timeout(120)]
@@ -94,16 +94,18 @@ async def _cli(seed: str, *args: str) -> Result:
 async def test_create_topic_takes_factors_0_1_3_and_refuses_too_many(
     tmp_path: Path, etcd: EtcdCluster, prefix: str
 ) -> None:
-    """Scenario: three brokers with no cluster defaults; CreateTopic through b2 with
-    factor 0 (the default), 1, 3 with min_insync 2, then 4; min_insync 4 with factor 3;
-    factor -1 and min_insync -1 over raw gRPC. Expected: 0 and 1 make a topic of one
-    replica (its owner alone, in sync, min_insync 1: the built-in defaults until issue
-    37's 3/2 are switched on); 3 makes a topic on all three brokers, led by its first
-    replica, min_insync 2; 4 is FAILED_PRECONDITION naming 4 and the 3 live brokers, and
+    """Scenario: three brokers with no cluster defaults; once b2 sees all three alive,
+    CreateTopic through b2 with factor 0 (the default), 1, 3 with min_insync 2, then 4;
+    min_insync 4 with factor 3; factor -1 and min_insync -1 over raw gRPC. Expected: 0
+    makes a topic on all three brokers with min_insync 2 (issue 37's built-in defaults);
+    1 makes a topic of one replica (its owner alone, in sync, min_insync 1); 3 makes a
+    topic on all three brokers, led by its first replica, min_insync 2; 4 is
+    FAILED_PRECONDITION naming 4 and the 3 live brokers, and
     nothing is left (the name is free: a factor-1 create of it succeeds); min_insync 4 and
     the negative values are INVALID_ARGUMENT naming the field."""
     async with cluster_brokers(tmp_path, etcd, prefix) as brokers:
         via = brokers.all[1].address
+        await wait_alive(via, 3)  # a default factor is clamped to the live brokers seen
         async with AsyncAdminClient(via) as admin:
             default = await admin.create_topic("t0", 2)
             one = await admin.create_topic("t1", 1, replication_factor=1)
@@ -115,11 +117,11 @@ async def test_create_topic_takes_factors_0_1_3_and_refuses_too_many(
             assert "replication factor 4 needs 4 live brokers and 3 are up" in str(too_many.value)
             assert "min_insync_replicas" in str(too_strict.value)
             assert "exceeds the replication factor 3" in str(too_strict.value)
-            for info in (default, one):
-                _check_sets(info, 1, 1)
-                assert info.isr == info.replicas
-            _check_sets(three, 3, 2)
-            assert sorted(three.replicas) == ["b1", "b2", "b3"]
+            _check_sets(one, 1, 1)
+            assert one.isr == one.replicas
+            for info in (default, three):
+                _check_sets(info, 3, 2)
+                assert sorted(info.replicas) == ["b1", "b2", "b3"]
             refused = [
                 await _raw_create(via, name="neg", replication_factor=-1),
                 await _raw_create(via, name="neg", min_insync_replicas=-1),

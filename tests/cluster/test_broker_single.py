@@ -68,7 +68,9 @@ async def test_serve_without_cluster_settings_never_loads_etcd(tmp_path: Path) -
     topic, produce 3 records, consume them, Lookup; then SIGTERM. Expected: all as
     before (the records come back in order; Lookup names node ``local`` as the owner,
     online); exit status 0; the process never imported ``etcd3aio``, ``cluster.etcd`` or
-    ``cluster.member``."""
+    ``cluster.member``, nor ``broker.cluster_defaults``, whose built-in replication
+    defaults (factor 3, min_insync 2) are the cluster's alone: a single broker keeps one
+    copy, its topic answering min_insync 1."""
     address = f"127.0.0.1:{free_port()}"
     modules = tmp_path / "modules.json"
     command = [
@@ -89,7 +91,8 @@ async def test_serve_without_cluster_settings_never_loads_etcd(tmp_path: Path) -
     try:
         await _serving(address, 20)
         async with AsyncAdminClient(address) as admin:
-            await admin.create_topic("orders", partitions=1)
+            made = await admin.create_topic("orders", partitions=1)
+        assert (made.leader, made.min_insync_replicas) == ("local", 1)
         async with AsyncProducer(address) as producer:
             for value in (b"a", b"b", b"c"):
                 await producer.send("orders", value)
@@ -110,3 +113,4 @@ async def test_serve_without_cluster_settings_never_loads_etcd(tmp_path: Path) -
     assert "etcd3aio" not in loaded
     assert "cluster.etcd" not in loaded
     assert "cluster.member" not in loaded
+    assert "broker.cluster_defaults" not in loaded

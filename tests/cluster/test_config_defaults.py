@@ -20,6 +20,7 @@ from broker.errors import ConfigError
 from cluster.config_defaults import DefaultsView, EtcdDefaults, defaults_key
 from cluster.etcd import EtcdStore
 from cluster.records import DefaultsRecord, Keys
+from cluster.replicas import replication_settings
 from tests.broker.test_cli_client import CLI
 from tests.cluster.etcd_harness import EtcdCluster
 from wal import LogConfig
@@ -100,18 +101,36 @@ def test_the_cluster_default_wins_over_the_file_and_unset_gives_the_file_back() 
 
 def test_replication_defaults_are_the_clusters_else_the_built_in_one() -> None:
     """Scenario: a broker's defaults with no cluster document, then a document setting
-    replication_factor 3 and min_insync_replicas 2, then one written by hand with factor 0.
-    Expected: the built-in 1 and 1 (issue 37's 3/2 are not switched on yet), then 3 and 2,
-    then the bad key left out, named, and the built-in factor again."""
+    replication_factor 1 and min_insync_replicas 1, then one written by hand with factor 0.
+    Expected: issue 37's built-in 3 and 2, then 1 and 1, then the bad key left out, named,
+    and the built-in factor 3 again beside the document's min_insync 1."""
     defaults = TopicDefaults(2, False, LogConfig())
-    assert (defaults.replication_factor, defaults.min_insync_replicas) == (1, 1)
-    assert BUILTIN == {"replication_factor": 1, "min_insync_replicas": 1}
-    assert defaults.apply(DefaultsRecord(replication_factor=3, min_insync_replicas=2)) == []
     assert (defaults.replication_factor, defaults.min_insync_replicas) == (3, 2)
-    messages = defaults.apply(DefaultsRecord(replication_factor=0, min_insync_replicas=2))
+    assert BUILTIN == {"replication_factor": 3, "min_insync_replicas": 2}
+    assert defaults.apply(DefaultsRecord(replication_factor=1, min_insync_replicas=1)) == []
+    assert (defaults.replication_factor, defaults.min_insync_replicas) == (1, 1)
+    messages = defaults.apply(DefaultsRecord(replication_factor=0, min_insync_replicas=1))
     assert len(messages) == 1
     assert "replication_factor = 0" in messages[0]
-    assert (defaults.replication_factor, defaults.min_insync_replicas) == (1, 2)
+    assert (defaults.replication_factor, defaults.min_insync_replicas) == (3, 1)
+
+
+@pytest.mark.parametrize(
+    ("live", "expected"),
+    [(5, (3, 2)), (3, (3, 2)), (2, (2, 2)), (1, (1, 1))],
+)
+def test_the_built_in_replication_defaults_on_clusters_of_each_size(
+    live: int, expected: tuple[int, int]
+) -> None:
+    """Scenario: a topic created with neither factor nor min_insync, no cluster document,
+    on a cluster with ``live`` brokers alive. Expected: 3 copies, 2 in sync for a
+    publish, from three brokers up; two brokers make 2 copies that must both be in sync;
+    a lone cluster broker makes 1 copy, min_insync 1."""
+    defaults = TopicDefaults(1, False, LogConfig())
+    got = replication_settings(
+        None, None, defaults.replication_factor, defaults.min_insync_replicas, live
+    )
+    assert got == expected
 
 
 def test_a_stored_value_out_of_range_is_left_out_and_named() -> None:
@@ -225,7 +244,7 @@ def test_the_cli_sets_shows_and_unsets_and_refuses_a_bad_value_whole(
     Expected: show --json names every key, null when unset; the set exits 0 and show lists
     both; the bad set exits 1 with one line naming the key and its range and changes
     nothing (not even the good key); unset exits 0 and show has the key null again; the
-    table says '-' for an unset key."""
+    table says '-' for an unset key, and built-in 3 and 2 for the replication keys."""
     config = cli_config(tmp_path, etcd, prefix)
     assert shown(config) == dict.fromkeys(KEYS)
     done = config_cli(config, "set", "default_partitions=3", "fsync=never")
@@ -243,4 +262,5 @@ def test_the_cli_sets_shows_and_unsets_and_refuses_a_bad_value_whole(
     assert table[0].split() == ["key", "value", "over"]
     assert ["default_partitions", "3", "broker"] in [line.split() for line in table]
     assert ["fsync", "-", "wal"] in [line.split() for line in table]
-    assert ["replication_factor", "-", "built-in", "1"] in [line.split() for line in table]
+    assert ["replication_factor", "-", "built-in", "3"] in [line.split() for line in table]
+    assert ["min_insync_replicas", "-", "built-in", "2"] in [line.split() for line in table]
