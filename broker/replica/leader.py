@@ -245,16 +245,15 @@ class LeaderTopic:
             WalError: a partition's log or its ``leader-epochs`` file failed.
         """
         epoch = self._record.epoch
-        for led in self._logs.values():
-            await led.writer.flush()
-            epochs = led.writer.log.leader_epochs
-            await run_to_end(asyncio.to_thread(epochs.assign, epoch, led.writer.head))
-            latest = epochs.latest()
-            led.epoch_start = latest.start_offset if latest is not None else 0
-            # A replica's log opened held at its checkpoint (LogWriter.open): its mark
-            # stays there, not at the head; records above it may never have been
-            # committed and show only once the isr's fetches in this epoch confirm them.
-            led.writer.hold_commits()
+        # Every log's epoch file is synced at once, each on a worker thread (a promotion
+        # no longer waits for one sync after another: two per log); all are done, or
+        # the first error raised, before anything else here.
+        begun = await asyncio.gather(
+            *(_begin_epoch(led, epoch) for led in self._logs.values()), return_exceptions=True
+        )
+        for outcome in begun:
+            if isinstance(outcome, BaseException):
+                raise outcome
         now = self._now_ms()
         self._started_ms = now
         isr = self._record.effective_isr()
@@ -697,6 +696,20 @@ class LeaderTopic:
         if led is None:
             raise ReplicaLogUnknownError(self._topic.name, log)
         return led.writer.log.leader_epochs.end_offset_for(epoch)
+
+
+async def _begin_epoch(led: _LedLog, epoch: int) -> None:
+    """``(epoch, head)`` durably in ``led``'s ``leader-epochs`` file, then its commits held
+    (:meth:`LeaderTopic.start`, one log)."""
+    await led.writer.flush()
+    epochs = led.writer.log.leader_epochs
+    await run_to_end(asyncio.to_thread(epochs.assign, epoch, led.writer.head))
+    latest = epochs.latest()
+    led.epoch_start = latest.start_offset if latest is not None else 0
+    # A replica's log opened held at its checkpoint (LogWriter.open): its mark stays
+    # there, not at the head; records above it may never have been committed and show
+    # only once the isr's fetches in this epoch confirm them.
+    led.writer.hold_commits()
 
 
 def _diverging(led: _LedLog, ask: _pb.LogFetch) -> tuple[int, int] | None:

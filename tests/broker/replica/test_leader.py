@@ -9,6 +9,7 @@ epoch; one test also appends what it fetched to a real log, byte for byte.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -478,3 +479,48 @@ async def test_a_retry_of_an_uncommitted_batch_waits_for_the_commit(tmp_path: Pa
         (r1, dup1), (r2, dup2) = await asyncio.wait_for(asyncio.gather(first, retry), 1)
         assert (r1.first_offset, dup1, r2.first_offset, dup2) == (0, False, 0, True)
         assert p.writer.head == 1
+
+
+class _SlowDirSyncFs(FileSystem):
+    """The real file system whose directory fsyncs under a ``leader-epochs`` file's
+    directory take ``delay_s`` more (a slow disk), so serial syncs add up."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__()
+        self.delay_s = delay_s
+        self.slow = False
+
+    def fsync_dir(self, path: str) -> None:
+        if self.slow:
+            time.sleep(self.delay_s)
+        super().fsync_dir(path)
+
+
+@pytest.mark.asyncio
+async def test_start_syncs_every_partitions_epoch_file_side_by_side(tmp_path: Path) -> None:
+    """Scenario: a topic of 4 partitions on a disk whose directory syncs take 0.2 s each;
+    the leader starts at epoch 3.
+    Expected: every partition's leader-epochs file holds (3, head) when start returns,
+    and start took well under the 0.8 s the four syncs take one after another (they run
+    on worker threads at once)."""
+    fs = _SlowDirSyncFs(0.2)
+    parts = [await Partition.open(i, str(tmp_path / "orders"), LogConfig(), fs) for i in range(4)]
+    await parts[2].append(batch(0))
+    topic = Topic("orders", parts, TOPIC_ID)
+    leader = LeaderTopic(
+        topic, record(epoch=3), "b1", lag_time_max_ms=LAG_MS, change_isr=Isr(), isr_check_s=3600
+    )
+    try:
+        fs.slow = True
+        started = time.monotonic()
+        await leader.start()
+        took = time.monotonic() - started
+        fs.slow = False
+        assert [p.log.leader_epochs.latest() for p in parts] == [
+            (3, 0), (3, 0), (3, 1), (3, 0)
+        ]  # fmt: skip
+        assert took < 0.6, took
+    finally:
+        await leader.aclose()
+        for p in parts:
+            await p.aclose()
