@@ -123,6 +123,8 @@ def show_text(record: DefaultsRecord) -> str:
 
 
 def _over(key: str) -> str:
+    if key == "unclean_leader_election":  # the one cluster-only switch
+        return "built-in false"
     return f"built-in {BUILTIN[key]}" if key in BUILTIN else TABLES[key]
 
 

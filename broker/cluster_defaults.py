@@ -37,6 +37,10 @@ file that names the topic gives it all its log settings, over its ``[wal]``, as 
 broker) > the cluster default > the broker's ``[broker]`` / ``[wal]`` key > the built-in
 default. So every broker agrees on a topic its file does not name.
 
+``unclean_leader_election`` (cluster-only too, built-in false; there is no per-topic
+switch) lets an out-of-sync replica lead a replicated topic whose leader and in-sync
+replicas are all gone, giving up the records only they had (``cluster.replica_member``).
+
 Pure module: imports neither ``asyncio``, ``os`` nor ``time``.
 """
 
@@ -73,6 +77,7 @@ class ReplicationTable(msgspec.Struct, forbid_unknown_fields=True):
 
     replication_factor: Annotated[int, msgspec.Meta(ge=1, le=_MAX_FACTOR)] | None = None
     min_insync_replicas: Annotated[int, msgspec.Meta(ge=1, le=_MAX_FACTOR)] | None = None
+    unclean_leader_election: bool | None = None
 
 
 #: The file's table of each key: ``[broker]`` or ``[wal]``; ``cluster``: none (cluster-only).
@@ -85,6 +90,7 @@ TABLES: dict[str, str] = {
     "fsync_interval_ms": "wal",
     "replication_factor": "cluster",
     "min_insync_replicas": "cluster",
+    "unclean_leader_election": "cluster",
 }
 _SCHEMAS: dict[str, type[msgspec.Struct]] = {
     "broker": BrokerTable,
@@ -218,6 +224,13 @@ class TopicDefaults:
         the cluster's default, else :data:`BUILTIN`."""
         cluster = self.record.min_insync_replicas
         return BUILTIN["min_insync_replicas"] if cluster is None else cluster
+
+    @property
+    def unclean_leader_election(self) -> bool:
+        """Whether an out-of-sync replica may lead a replicated topic whose leader and
+        in-sync replicas are all gone: the cluster's default, else False (Kafka's
+        ``unclean.leader.election.enable``; cluster-wide only)."""
+        return bool(self.record.unclean_leader_election)
 
     @property
     def wal(self) -> LogConfig:

@@ -72,6 +72,9 @@ def member_sample(member: ClusterMember, now: float | None = None) -> ClusterSam
             for r in owned
             if len(r.effective_replicas()) > 1
         ),
+        leader_elections=member.replicas.elections_won,
+        unclean_elections=member.replicas.unclean_elections,
+        unclean_records_lost=tuple(sorted(member.replicas.records_given_up.items())),
     )
 
 

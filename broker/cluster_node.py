@@ -56,7 +56,6 @@ from broker.replica.dlq_log import DlqReplication
 from broker.replica.leader import LeaderTopic
 from broker.replica.manager import Channels, ReplicaManager, real_roles
 from broker.replica.state_log import StateReplication
-from broker.tls import PeerTls
 from broker.topics import TopicRegistry
 from cluster.answers import LookupResult, StatusResult, StrayTopic
 from cluster.config_defaults import DefaultsView, EtcdDefaults
@@ -166,6 +165,16 @@ class BrokerTopics:
             found.append(LocalTopic(name, topic.topic_id, len(topic.partitions), path, replicated))
         return found
 
+    def marks(self, name: str) -> dict[int, tuple[int, int]]:
+        """``partition -> (high watermark, log end)`` of local topic ``name`` (empty when
+        none is here): what a leader publishes and an unclean winner compares
+        (``cluster.replica_member``)."""
+        try:
+            topic = self._topics.get(name)
+        except (TopicNotFoundError, InvalidRequestError):
+            return {}
+        return {p.index: (p.writer.high_water_mark, p.writer.head) for p in topic.partitions}
+
     def check_create(self, name: str, topic_id: str, partitions: int) -> CreateRefusal | None:
         held = self.topic_id(name)
         if held == topic_id:
@@ -260,14 +269,11 @@ class ClusterNode:
         *,
         max_partitions: int,
         defaults: TopicDefaults,
-        peer_tls: PeerTls | None = None,
     ) -> ClusterNode:
         """Join as ``config.node_id`` advertising ``address``, over ``store`` (from
         :func:`connect`; closed here if the join fails, else by :meth:`aclose`). The
         cluster's defaults are watched from before the member starts (it may make topics
-        placed here at once) and applied to ``defaults`` and ``topics``. Followers call
-        their leaders over TLS with ``peer_tls`` (:func:`broker.tls.load_peer_tls`), else
-        in plain text.
+        placed here at once) and applied to ``defaults`` and ``topics``.
 
         Raises:
             ClusterJoinError: a live broker holds the node id, or etcd did not answer.
@@ -282,7 +288,7 @@ class ClusterNode:
             auto_rebalance=config.auto_rebalance,
             rebalance_interval_s=config.rebalance_interval_s,
         )
-        channels = Channels(peer_tls)
+        channels = Channels()
         secret: dict[str, str] = {}  # the internal credential, read before any role starts
         roles: list[ReplicaManager] = []  # the manager, made below with state's hooks
 
@@ -327,6 +333,8 @@ class ClusterNode:
         roles.append(replicas)
         local = BrokerTopics(topics, subscriptions, replicas, state, dlq)
         member = ClusterMember(store, member_config, local)
+        member.replicas.marks = local.marks  # an unclean election counts what it gives up
+        member.replicas.unclean_allowed = lambda: defaults.unclean_leader_election
         view = DefaultsView(
             store, Keys(config.prefix), functools.partial(apply_defaults, defaults, topics)
         )
@@ -349,12 +357,11 @@ class ClusterNode:
                 ) from exc
             raise
         logger.info(
-            "joined the cluster as %s at %s (etcd %s, session TTL %d s; other brokers called %s)",
+            "joined the cluster as %s at %s (etcd %s, session TTL %d s)",
             config.node_id,
             address,
             ", ".join(store.endpoints),
             config.session_ttl_s,
-            f"over TLS, trusting {peer_tls.ca_setting}" if peer_tls else "in plain text",
         )
         node = cls(store, member, topics, max_partitions, defaults=defaults, defaults_view=view)
         node.replicas, node._channels, node._state = replicas, channels, state

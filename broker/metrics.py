@@ -499,6 +499,10 @@ class ClusterSample:
         offline: ``(topic, owner_node, reason)`` of each topic its view says is offline.
         replication: ``(topic, replicas, in_sync, min_insync)`` of each replicated topic
             (more than one replica) it leads, as its view of etcd holds them.
+        leader_elections: elections of a replicated topic's leader it won since start.
+        unclean_elections: those it won out of sync (``unclean_leader_election``).
+        unclean_records_lost: ``(topic, records)``: what its unclean elections gave up
+            (at least; ``cluster.replica_member``), summed per topic.
     """
 
     session_alive: bool
@@ -510,6 +514,9 @@ class ClusterSample:
     etcd_reachable: bool
     offline: tuple[tuple[str, str, str], ...] = ()
     replication: tuple[tuple[str, int, int, int], ...] = ()
+    leader_elections: int = 0
+    unclean_elections: int = 0
+    unclean_records_lost: tuple[tuple[str, int], ...] = ()
 
 
 class _ClusterCollector(Collector):
@@ -574,6 +581,23 @@ class _ClusterCollector(Collector):
                 "refused (not-enough-replicas).",
                 labels=("topic",),
             ),
+            "elections": CounterMetricFamily(
+                "headrace_cluster_leader_elections",
+                "Elections of a replicated topic's leader this broker won (its leader's "
+                "session had ended), clean or unclean.",
+            ),
+            "unclean": CounterMetricFamily(
+                "headrace_cluster_unclean_elections",
+                "Elections this broker won as an out-of-sync replica "
+                "(unclean_leader_election): records only the old in-sync set had are lost.",
+            ),
+            "lost": CounterMetricFamily(
+                "headrace_cluster_unclean_lost_records",
+                "Records committed by an old leader that this broker's unclean elections "
+                "gave up, at least (its last published high watermark over this broker's "
+                "log end), per topic.",
+                labels=("topic",),
+            ),
         }
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
@@ -594,6 +618,10 @@ class _ClusterCollector(Collector):
             families["replicas"].add_metric([name], float(replicas))
             families["in_sync"].add_metric([name], float(in_sync))
             families["min_insync"].add_metric([name], float(min_insync))
+        families["elections"].add_metric([], float(sample.leader_elections))
+        families["unclean"].add_metric([], float(sample.unclean_elections))
+        for name, lost in sample.unclean_records_lost:
+            families["lost"].add_metric([name], float(lost))
         yield from families.values()
 
 

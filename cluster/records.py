@@ -211,6 +211,9 @@ class DefaultsRecord(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unk
             with 0, auto-create); clamped to the live brokers at creation.
         min_insync_replicas: ``min_insync`` of a topic created without one; clamped to
             its factor.
+        unclean_leader_election: whether an out-of-sync replica may lead a replicated
+            topic when its leader and every in-sync replica are gone (records only they
+            had are given up; ``cluster.replica_member``). Off unless set.
     """
 
     default_partitions: int | None = None
@@ -221,6 +224,7 @@ class DefaultsRecord(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unk
     fsync_interval_ms: int | None = None
     replication_factor: int | None = None
     min_insync_replicas: int | None = None
+    unclean_leader_election: bool | None = None
 
     def set_values(self) -> dict[str, Any]:
         """The keys set cluster-wide, with their values, in the fields' order."""

@@ -28,6 +28,20 @@ Invariants:
 - The hook is told a role only when it changes (role, epoch, leader address, or the
   record of a leader), so a pass with nothing new makes no call.
 
+Unclean election (issue 37): off unless :attr:`ReplicaRoles.unclean_allowed` says so
+(the cluster default ``unclean_leader_election``). With it on, an alive replica outside
+the in-sync set runs :func:`~cluster.replica_txn.elect` with ``unclean`` once the leader
+and every in-sync member are gone, ``UNCLEAN_GRACE_S`` plus its rank's stagger after it
+first saw that (an in-sync replica back in time wins cleanly instead). What it gives up
+is counted from the old leader's *published marks*: while a leader has replicas outside
+its in-sync set (so an unclean election could follow), it writes its high watermark per
+partition to ``<prefix>marks/<topic>`` (with the topic id and its epoch; not a key of
+the view's layout) at most every ``MARKS_INTERVAL_S`` when it moved. The winner compares
+the marks of the epoch it replaces with its own log ends
+(:func:`cluster.replicas.records_given_up`): a lower bound (what was committed after the
+last publication is not in it), logged as a WARNING ("at least N records") and counted
+(:attr:`ReplicaRoles.records_given_up`, ``headrace_cluster_unclean_lost_records_total``).
+
 Task-safety: the member's reconcile task is the only caller of :meth:`reconcile`; a
 changer runs in the leader's task and only writes etcd (compare-and-set) and
 :attr:`ReplicaRoles._written`, which the reconcile task only reads.
@@ -37,14 +51,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+
+import msgspec
 
 from cluster.errors import ClusterError
 from cluster.etcd import EtcdStore, Op
+from cluster.lead_retry import LeadBackoff, takeover_target
 from cluster.local import ChangeIsr, LocalTopics
 from cluster.records import Keys, TopicRecord, TopicState, encode
 from cluster.replica_roles import Decision, Step, decide, is_replicated
 from cluster.replica_txn import Outcome, elect, expand_isr, shrink_isr, transfer_leadership
+from cluster.replicas import records_given_up
 from cluster.session import Clock, Session
 from cluster.state import Topic
 from cluster.view import View
@@ -53,6 +71,26 @@ log = logging.getLogger(__name__)
 
 ELECTION_STEP_S = 0.5
 """Seconds between the election attempts of successive candidates (by rank)."""
+
+UNCLEAN_GRACE_S = 2.0
+"""Seconds an unclean candidate waits, beyond its rank's stagger, after it first saw the
+leader and every in-sync replica gone (one coming back in time wins cleanly)."""
+
+MARKS_INTERVAL_S = 1.0
+"""Seconds between a leader's publications of its high watermarks (module docstring)."""
+
+LogMarks = Callable[[str], Mapping[int, tuple[int, int]]]
+"""The broker's ``partition -> (high watermark, log end)`` of a local topic (empty when
+it holds none)."""
+
+
+class PublishedMarks(msgspec.Struct, frozen=True):
+    """A leader's high watermarks as published to ``<prefix>marks/<topic>``."""
+
+    id: str
+    epoch: int
+    committed: dict[int, int]
+
 
 Cas = Callable[[Topic, list[Op]], Awaitable[bool]]
 """The member's compare-and-set on a topic as read, under its lease."""
@@ -109,6 +147,19 @@ class ReplicaRoles:
         self._logged: set[tuple[str, str]] = set()
         #: set by :meth:`hand_over`: the broker is stopping; no pass takes a role again.
         self._leaving = False
+        #: topics whose takeover failed here: tried again after a backoff.
+        self._lead_backoff = LeadBackoff()
+        #: Whether an unclean election may run (the broker sets it: the cluster default).
+        self.unclean_allowed: Callable[[], bool] = lambda: False
+        #: The broker's log marks (the broker sets it); None: nothing published or counted.
+        self.marks: LogMarks | None = None
+        #: Elections this broker won (clean and unclean) since it started; the unclean ones.
+        self.elections_won = 0
+        self.unclean_elections = 0
+        #: topic -> records unclean elections won here gave up, at least (summed).
+        self.records_given_up: dict[str, int] = {}
+        #: name -> (monotonic time the next publication may go, the marks last published).
+        self._published: dict[str, tuple[float, PublishedMarks | None]] = {}
 
     def roles(self) -> dict[str, tuple[str, int]]:
         """``name -> ("leader" | "follower", epoch)`` as given to the hook (for tests,
@@ -123,7 +174,9 @@ class ReplicaRoles:
         ahead (one already due and not tried, as while the session may not write, waits
         for the member's usual pass: a due time in the past must not make it spin)."""
         now = self._clock()
-        ahead = [due - now for due in self._due.values() if due > now]
+        dues = [*self._due.values(), *(due for due, _ in self._published.values())]
+        ahead = [due - now for due in dues if due > now]
+        ahead += [due - now for due in self._lead_backoff.dues() if due > now]
         return min(ahead) if ahead else None
 
     def owns_copy(self, name: str, topic_id: str) -> bool:
@@ -177,6 +230,7 @@ class ReplicaRoles:
             claimed=claimed.get(name),
             holds=self._local.topic_id(name) == record.id,
             fresh=name in self._fresh,
+            unclean=self.unclean_allowed(),
         )
         if decision.step is not Step.ELECT:
             self._due.pop(name, None)
@@ -200,10 +254,11 @@ class ReplicaRoles:
         elif step is Step.LEAD:
             await self._lead(topic.record)
             await self._drop_gone(topic)
+            await self._publish_marks(topic.record)
         elif step is Step.FOLLOW:
             await self._follow(topic.record, decision.address)
         elif step is Step.ELECT:
-            await self._elect(topic, decision.rank, claimed)
+            await self._elect(topic, decision, claimed)
         elif step is Step.MISSING:
             self._log_once(
                 name,
@@ -217,7 +272,9 @@ class ReplicaRoles:
 
     async def _stop(self, name: str) -> None:
         self._due.pop(name, None)
+        self._lead_backoff.forget(name)
         self._written.pop(name, None)
+        self._published.pop(name, None)
         if self._given.pop(name, None) is not None:
             await self._local.stop(name)
             log.info("broker %s: no longer a replica of topic %s here", self._me, name)
@@ -262,7 +319,8 @@ class ReplicaRoles:
         await self._stop(name)
         await self._local.delete(name)
         if topic.record.owner == self._me:
-            await self._cas(topic, [Op.delete(self._keys.topic(name))])
+            deletes = [Op.delete(self._keys.topic(name)), Op.delete(self._marks_key(name))]
+            await self._cas(topic, deletes)
             claimed.pop(name, None)
 
     async def _create(self, topic: Topic, decision: Decision, claimed: dict[str, int]) -> None:
@@ -297,6 +355,8 @@ class ReplicaRoles:
 
     async def _claim(self, topic: Topic, claimed: dict[str, int]) -> None:
         """``ready`` at epoch + 1 under my lease, then lead; the claim counts after."""
+        if self._lead_backoff.waiting(topic.record.name, self._clock()):
+            return  # its last takeover here failed: not again before its backoff
         record = topic.record.replace(epoch=topic.record.epoch + 1, state=TopicState.READY)
         name = record.name
         if not await self._cas(topic, [Op.put(self._keys.topic(name), encode(record))]):
@@ -310,10 +370,48 @@ class ReplicaRoles:
         given = self._given.get(name)
         if given is not None and given[0] is Step.LEAD and given[1] == record:
             return
-        await self._local.lead(name, record, self.changer(name, record.epoch))
+        try:
+            await self._local.lead(name, record, self.changer(name, record.epoch))
+        except Exception as exc:
+            await self._lead_failed(record, exc)
+            raise
+        self._lead_backoff.succeeded(name)
         if given is None or given[0] is not Step.LEAD or given[1].epoch != record.epoch:
             log.info("broker %s: leads topic %s at epoch %d", self._me, name, record.epoch)
         self._given[name] = (Step.LEAD, record, "")
+
+    async def _lead_failed(self, record: TopicRecord, exc: Exception) -> None:
+        """The hook could not lead ``record`` (the broker's takeover failed: its state
+        log's replay, a subscription file; the broker stopped the leader again, so the
+        topic is refused here meanwhile). No claim or election of it here before a
+        backoff (:class:`~cluster.lead_retry.LeadBackoff`: a claim that failed again at
+        once bumped the epoch in a hot loop, a thousand times a second), and the topic is
+        handed to the first alive in-sync follower (:func:`~cluster.lead_retry.takeover_target`):
+        it holds the same committed logs, so the topic is served again at once, and this
+        broker follows; with none, this broker tries again after the backoff."""
+        name = record.name
+        failure = self._lead_backoff.failed(name, self._clock())
+        target = takeover_target(record, self._me, self._view.state.brokers)
+        log.error(
+            "broker %s: cannot lead topic %s at epoch %d (%d in a row): %r; %s",
+            self._me, name, record.epoch, failure.count, exc,
+            f"handing it to {target}" if target else
+            f"no other in-sync replica is alive: trying again in {failure.delay_s:.1f} s",
+        )  # fmt: skip
+        topic = self._latest(name)
+        if target is None or topic is None or not self._session.may_write():
+            return
+        try:
+            result = await transfer_leadership(
+                self._store, self._keys, name, topic.record, topic.mod_revision,
+                leader=self._me, epoch=record.epoch, leader_lease=self._session.lease, to=target,
+            )  # fmt: skip
+        except ClusterError as exc2:
+            log.warning("topic %s: handing it to %s failed: %s", name, target, exc2)
+            return
+        log.info(
+            "topic %s: hand-over to %s: %s (%s)", name, target, result.outcome.value, result.reason
+        )
 
     async def _follow(self, record: TopicRecord, address: str) -> None:
         name = record.name
@@ -335,13 +433,18 @@ class ReplicaRoles:
             record.epoch,
         )
 
-    async def _elect(self, topic: Topic, rank: int, claimed: dict[str, int]) -> None:
+    async def _elect(self, topic: Topic, decision: Decision, claimed: dict[str, int]) -> None:
         name = topic.record.name
         now = self._clock()
-        due = self._due.setdefault(name, now + rank * ELECTION_STEP_S)
+        if self._lead_backoff.waiting(name, now):
+            return  # its last takeover here failed: not again before its backoff
+        wait_s = decision.rank * ELECTION_STEP_S + (UNCLEAN_GRACE_S if decision.unclean else 0)
+        due = self._due.setdefault(name, now + wait_s)
         if now < due:
             return
         del self._due[name]
+        # what the old leader committed, and this log's ends, before the election moves them
+        lost = await self._given_up(topic.record) if decision.unclean else {}
         result = await elect(
             self._store,
             self._keys,
@@ -350,6 +453,7 @@ class ReplicaRoles:
             topic.mod_revision,
             candidate=self._me,
             candidate_lease=self._session.lease,
+            unclean=decision.unclean,
         )
         if not result.outcome.is_won() or result.record is None:
             log.info(
@@ -361,8 +465,76 @@ class ReplicaRoles:
             )
             return
         self._written[name] = Topic(result.record, result.mod_revision)
+        self.elections_won += 1
+        if decision.unclean:
+            self._count_unclean(topic.record, result.record, lost)
         await self._lead(result.record)
         claimed[name] = result.record.epoch
+
+    # -- unclean elections: what they give up -------------------------------------------------
+
+    def _marks_key(self, name: str) -> str:
+        """``<prefix>marks/<topic>``: the leader's published high watermarks (not a key of
+        the view's layout: the view ignores it)."""
+        return f"{self._keys.prefix}marks/{name}"
+
+    async def _publish_marks(self, record: TopicRecord) -> None:
+        """As leader, publish this epoch's high watermarks while a replica is outside the
+        in-sync set (module docstring), at most every ``MARKS_INTERVAL_S``, when they moved."""
+        name = record.name
+        if self.marks is None or set(record.effective_isr()) >= set(record.effective_replicas()):
+            self._published.pop(name, None)
+            return
+        now = self._clock()
+        due, last = self._published.get(name, (now, None))
+        if now < due or not self._session.may_write():
+            return
+        committed = {p: hw for p, (hw, _end) in self.marks(name).items()}
+        marks: PublishedMarks | None = PublishedMarks(record.id, record.epoch, committed)
+        if marks != last:
+            try:
+                await self._store.put(self._marks_key(name), msgspec.json.encode(marks))
+            except ClusterError as exc:
+                log.warning("topic %s: publishing its high watermarks failed: %s", name, exc)
+                marks = last  # tried again at the next due time
+        self._published[name] = (now + MARKS_INTERVAL_S, marks)
+
+    async def _given_up(self, record: TopicRecord) -> dict[int, int]:
+        """Per partition, the records an unclean election of this broker gives up, at
+        least: the old leader's published marks of ``record``'s epoch over this log's ends."""
+        if self.marks is None:
+            return {}
+        try:
+            held = await self._store.get(self._marks_key(record.name))
+            marks = None if held is None else msgspec.json.decode(held.value, type=PublishedMarks)
+        except (ClusterError, msgspec.ValidationError, msgspec.DecodeError) as exc:
+            log.warning("topic %s: the old leader's marks cannot be read: %s", record.name, exc)
+            marks = None
+        if marks is None or (marks.id, marks.epoch) != (record.id, record.epoch):
+            return {}  # none published at that epoch: all its replicas were in sync
+        ends = {p: end for p, (_hw, end) in self.marks(record.name).items()}
+        return records_given_up(marks.committed, ends)
+
+    def _count_unclean(
+        self, before: TopicRecord, after: TopicRecord, lost: Mapping[int, int]
+    ) -> None:
+        name = after.name
+        total = sum(lost.values())
+        self.unclean_elections += 1
+        self.records_given_up[name] = self.records_given_up.get(name, 0) + total
+        log.warning(
+            "topic %s: UNCLEAN election: broker %s (out of sync) leads at epoch %d after "
+            "%s (epoch %d) and the in-sync set %s were gone; at least %d records the old "
+            "leader had committed are given up (by partition: %s)",
+            name,
+            self._me,
+            after.epoch,
+            before.owner or "none",
+            before.epoch,
+            list(before.effective_isr()),
+            total,
+            dict(lost) or "none counted",
+        )
 
     # -- controlled shutdown ----------------------------------------------------------------
 

@@ -28,12 +28,18 @@ the record / this broker                   decision
 ``ready``, follower, data missing          ``CREATE`` (empty, then ``FOLLOW``)
 ``ready``, follower, leader alive          ``FOLLOW`` the leader's address
 ``ready``, leader dead, me eligible        ``ELECT`` at ``rank`` (stagger)
+``ready``, leader dead, no isr alive,      ``ELECT`` unclean, at ``rank`` among the
+me out of sync, ``unclean`` allowed        alive out-of-sync replicas
 ``ready``, leader dead, me not eligible    ``WAIT``
 =========================================  ===========================================
 
 Eligible: in the isr (``cluster.replicas.election_rank``) and not ``fresh`` (a replica
 that made its files empty while the record counted it in sync has nothing the isr
-promises: it waits until the leader takes it out and lets it back in).
+promises: it waits until the leader takes it out and lets it back in). Unclean
+(``cluster.replicas.unclean_rank``): only when the cluster allows it
+(``unclean_leader_election``, off by default) and no member of the isr is alive; the
+member's shell waits a grace period before such an election (an in-sync replica that
+comes back first takes it cleanly).
 
 Worked example: ``t`` is ``owner b1, epoch 4, replicas (b1, b2, b3), isr (b1, b2, b3)``.
 b1's broker key goes. b2 decides ``ELECT`` rank 0, b3 ``ELECT`` rank 1: b3 waits one
@@ -50,7 +56,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from cluster.records import TopicRecord, TopicState
-from cluster.replicas import election_rank
+from cluster.replicas import election_rank, unclean_rank
 
 
 class Step(enum.Enum):
@@ -80,12 +86,14 @@ class Decision:
         address: the leader's address (``FOLLOW``).
         rank: the place among the election's candidates, 0 first (``ELECT``).
         then_claim: after ``CREATE``, this broker is the leader of a ``creating`` topic.
+        unclean: ``ELECT`` as an out-of-sync replica (records only the isr had are lost).
     """
 
     step: Step
     address: str = ""
     rank: int = 0
     then_claim: bool = False
+    unclean: bool = False
 
 
 def is_replicated(record: TopicRecord) -> bool:
@@ -101,6 +109,7 @@ def decide(
     claimed: int | None,
     holds: bool,
     fresh: bool = False,
+    unclean: bool = False,
 ) -> Decision:
     """The next step of replica ``me`` for ``record`` (module table).
 
@@ -112,6 +121,7 @@ def decide(
         holds: whether the topic's local data (this id) is here.
         fresh: this broker made the topic's files empty while the record counted it in
             sync (it may not win an election until it left the isr and came back).
+        unclean: the cluster allows an unclean election (``unclean_leader_election``).
     """
     if me not in record.effective_replicas():
         return Decision(Step.STOP)
@@ -132,10 +142,15 @@ def decide(
     address = alive.get(record.owner)
     if address is not None:
         return Decision(Step.FOLLOW, address=address)
-    rank = election_rank(record, me)
-    if rank is None or fresh:
+    if fresh:
         return Decision(Step.WAIT)
-    return Decision(Step.ELECT, rank=rank)
+    rank = election_rank(record, me)
+    if rank is not None:
+        return Decision(Step.ELECT, rank=rank)
+    rank = unclean_rank(record, me, alive) if unclean else None
+    if rank is not None:
+        return Decision(Step.ELECT, rank=rank, unclean=True)
+    return Decision(Step.WAIT)
 
 
 def _leader(record: TopicRecord, me: str, *, claimed: int | None, holds: bool) -> Decision:

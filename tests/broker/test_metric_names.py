@@ -22,6 +22,7 @@ UNIT_NOUNS = frozenset(
         "batches",
         "bytes",
         "checkpoints",
+        "elections",
         "entries",
         "events",
         "failures",

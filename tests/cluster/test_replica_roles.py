@@ -124,3 +124,43 @@ def test_only_claims_elections_and_deletes_write_etcd(step: Step) -> None:
     """Every step. Expected: CLAIM, ELECT and DELETE need a session that may write (the
     shell skips them without one); the rest are local."""
     assert step.is_write() is (step in (Step.CLAIM, Step.ELECT, Step.DELETE))
+
+
+@pytest.mark.parametrize(
+    ("record", "me", "alive", "unclean", "fresh", "wanted"),
+    [
+        # isr shrank to the leader b1, which is gone: b2 first, b3 second, when allowed
+        (_record(isr=("b1",)), "b2", {"b2": "h2:2", "b3": "h3:3"}, True, False,
+         Decision(Step.ELECT, rank=0, unclean=True)),
+        (_record(isr=("b1",)), "b3", {"b2": "h2:2", "b3": "h3:3"}, True, False,
+         Decision(Step.ELECT, rank=1, unclean=True)),
+        (_record(isr=("b1",)), "b3", {"b3": "h3:3"}, True, False,
+         Decision(Step.ELECT, rank=0, unclean=True)),
+        # off (the default): the topic stays without a leader
+        (_record(isr=("b1",)), "b2", {"b2": "h2:2", "b3": "h3:3"}, False, False,
+         Decision(Step.WAIT)),
+        # an in-sync member alive: it elects cleanly, the out-of-sync one waits
+        (_record(isr=("b1", "b3")), "b2", {"b2": "h2:2", "b3": "h3:3"}, True, False,
+         Decision(Step.WAIT)),
+        (_record(isr=("b1", "b3")), "b3", {"b2": "h2:2", "b3": "h3:3"}, True, False,
+         Decision(Step.ELECT, rank=0)),
+        # a fresh (emptied) replica never elects
+        (_record(isr=("b1",)), "b2", {"b2": "h2:2"}, True, True, Decision(Step.WAIT)),
+        # the old leader alive: follow it, whatever the switch says
+        (_record(isr=("b1",)), "b2", ALIVE, True, False, Decision(Step.FOLLOW, address="h1:1")),
+    ],
+)  # fmt: skip
+def test_unclean_election_is_decided_only_when_allowed_and_no_isr_member_lives(  # noqa: PLR0917
+    record: TopicRecord,
+    me: str,
+    alive: dict[str, str],
+    unclean: bool,
+    fresh: bool,
+    wanted: Decision,
+) -> None:
+    """The unclean row of the module's table: a follower outside the isr, the leader gone.
+    Expected: ELECT unclean at its rank among the alive out-of-sync replicas only when the
+    switch is on and no isr member is alive; WAIT when off, while an isr member lives
+    (which elects cleanly), or when fresh; FOLLOW while the leader lives."""
+    got = decide(record, me, alive=alive, claimed=None, holds=True, fresh=fresh, unclean=unclean)
+    assert got == wanted

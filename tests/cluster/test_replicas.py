@@ -31,8 +31,10 @@ from cluster.replicas import (
     preferred_leader_moves,
     reassignment_step,
     rebalance_moves,
+    records_given_up,
     replica_load,
     replication_settings,
+    unclean_rank,
 )
 
 NODES = [f"b{i}" for i in range(1, 8)]
@@ -233,6 +235,43 @@ def test_unclean_election_only_when_no_in_sync_replica_is_alive() -> None:
     record = _topic("b1", ("b1", "b2", "b3"), ("b1", "b3"))
     assert choose_leader(record, {"b2"}, unclean=True) == LeaderChoice("b2", True)
     assert choose_leader(record, {"b2", "b3"}, unclean=True) == LeaderChoice("b3", False)
+
+
+def test_unclean_rank_orders_the_alive_out_of_sync_replicas_while_no_isr_member_lives() -> None:
+    """(b1, b2, b3, b4) with isr (b1, b3); b1 and b3 gone. Expected: b2 rank 0, b4 rank 1
+    (preferred order among the alive out-of-sync replicas); none while b3 (in sync) is
+    alive; b4 rank 0 when b2 is gone too; an in-sync replica has no unclean rank."""
+    record = _topic("b1", ("b1", "b2", "b3", "b4"), ("b1", "b3"))
+    assert unclean_rank(record, "b2", {"b2", "b4"}) == 0
+    assert unclean_rank(record, "b4", {"b2", "b4"}) == 1
+    assert unclean_rank(record, "b2", {"b2", "b3", "b4"}) is None
+    assert unclean_rank(record, "b4", {"b4"}) == 0
+    assert unclean_rank(record, "b3", {"b3"}) is None
+
+
+@given(
+    replicas=st.lists(st.sampled_from(NODES), min_size=1, max_size=5, unique=True),
+    data=st.data(),
+)
+def test_unclean_rank_zero_is_the_unclean_choice(replicas: list[str], data: st.DataObject) -> None:
+    """PROPERTY: any record, any alive set: the node of unclean rank 0 is exactly
+    choose_leader's unclean choice (one rule, two callers)."""
+    isr = data.draw(st.lists(st.sampled_from(replicas), min_size=1, unique=True))
+    alive = set(data.draw(st.lists(st.sampled_from(NODES), unique=True)))
+    record = _topic(isr[0], tuple(replicas), tuple(isr))
+    choice = choose_leader(record, alive, unclean=True)
+    first = [n for n in replicas if unclean_rank(record, n, alive) == 0]
+    if choice is not None and choice.unclean:
+        assert first == [choice.node]
+    else:
+        assert first == []
+
+
+def test_records_given_up_is_the_old_committed_mark_over_the_winners_end() -> None:
+    """Marks {0: 100, 1: 50, 2: 7} against ends {0: 80, 1: 60} (partition 2 empty here).
+    Expected: {0: 20, 2: 7}: partition 1 holds more than was committed, nothing lost."""
+    assert records_given_up({0: 100, 1: 50, 2: 7}, {0: 80, 1: 60}) == {0: 20, 2: 7}
+    assert records_given_up({}, {0: 5}) == {}
 
 
 @given(
