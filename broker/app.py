@@ -73,7 +73,7 @@ from broker.retention import RetentionService
 from broker.rpc_handlers import transport_receive_limit
 from broker.service import BrokerService
 from broker.service import add_to_server as add_broker_service
-from broker.tls import ServerTls, load_server_tls
+from broker.tls import PeerTls, ServerTls, load_peer_tls, load_server_tls
 from broker.topic_guard import TopicGuard
 from broker.topics import TopicRegistry
 from cluster.ownership import Ownership
@@ -149,6 +149,8 @@ class Broker:
             config.listen,
             insecure=config.security.insecure,
             tokens_file=config.security.tokens_file,
+            tls_cert=config.security.tls_cert,
+            tls_client_ca=config.security.tls_client_ca,
         )
         self.config = config
         self.guard = TopicGuard(ownership)
@@ -218,6 +220,7 @@ class Broker:
         #: ``[cluster] tokens``: the cluster's tokens in etcd, watched (its own connection).
         self._token_source: EtcdTokenSource | None = None
         self._tls: ServerTls | None = None
+        self._peer_tls: PeerTls | None = None  # cluster mode serving TLS: calls to peers
 
     def _partition_logs(self) -> list[PartitionLog]:
         """Every partition's log, for the metrics exporter's thread (a topic deleted
@@ -258,6 +261,8 @@ class Broker:
                 read or written (read-only, full, no permission); it names which and why.
         """
         self._tls = load_server_tls(self.config.security)
+        if self._join:
+            self._peer_tls = load_peer_tls(self.config.cluster, self.config.security, self._tls)
         check_exposure(self.config)
         self._auth = auth_interceptor(self.config, self.metrics)
         check_listen("listen", self.config.listen)
@@ -391,6 +396,7 @@ class Broker:
                     self.subscriptions,
                     max_partitions=self.config.limits.max_partitions_per_topic,
                     defaults=self._topic_defaults,
+                    peer_tls=self._peer_tls,
                 )
             except BaseException:
                 await server.stop(None)  # release the bound port

@@ -15,6 +15,10 @@ Worked example (RFC 5280 section 4.1)::
         ...
     Time: UTCTime "260101000000Z" (years 1950-2049) or GeneralizedTime "20500101000000Z"
 
+:func:`allows_client_auth` walks the same way to ``extensions`` (``[3]``, after the subject
+and its key) for the extended key usage (RFC 5280 section 4.2.1.12): a broker's own
+certificate is also its client certificate toward peers that require one (mutual TLS).
+
 Imports the standard library and :mod:`broker.errors` only (no ``os``, ``time`` or
 ``asyncio``).
 """
@@ -30,6 +34,10 @@ from broker.errors import CertificateFormatError
 
 _PEM_CERT = re.compile(rb"-----BEGIN CERTIFICATE-----(.+?)-----END CERTIFICATE-----", re.DOTALL)
 _SEQUENCE, _UTC_TIME, _GENERALIZED_TIME, _VERSION = 0x30, 0x17, 0x18, 0xA0
+_EXTENSIONS, _OID, _BOOLEAN, _OCTET_STRING = 0xA3, 0x06, 0x01, 0x04
+_EXT_KEY_USAGE = bytes.fromhex("551d25")  # 2.5.29.37
+_CLIENT_AUTH = bytes.fromhex("2b06010505070302")  # 1.3.6.1.5.5.7.3.2
+_ANY_USAGE = bytes.fromhex("551d2500")  # 2.5.29.37.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +70,52 @@ def first_validity(pem: bytes) -> Validity:
         return _validity(der)
     except (ValueError, IndexError) as exc:
         raise CertificateFormatError(f"the certificate cannot be decoded ({exc})") from exc
+
+
+def allows_client_auth(pem: bytes) -> bool:
+    """Whether the first certificate in ``pem`` may authenticate a TLS client: it has no
+    extended key usage, or one that lists ``clientAuth`` (or any usage).
+
+    Raises:
+        CertificateFormatError: No ``BEGIN CERTIFICATE`` block, or it cannot be decoded.
+    """
+    match = _PEM_CERT.search(pem)
+    if match is None:
+        raise CertificateFormatError("no -----BEGIN CERTIFICATE----- block")
+    try:
+        der = base64.b64decode(b"".join(match.group(1).split()), validate=True)
+        return _client_auth(der)
+    except (ValueError, IndexError) as exc:
+        raise CertificateFormatError(f"the certificate cannot be decoded ({exc})") from exc
+
+
+def _client_auth(der: bytes) -> bool:
+    _, start, _ = _tlv(der, 0, _SEQUENCE)  # Certificate
+    _, pos, end = _tlv(der, start, _SEQUENCE)  # tbsCertificate
+    while pos < end:
+        tag, value, pos = _tlv(der, pos)
+        if tag == _EXTENSIONS:
+            return _usages_allow_client(der, value)
+    return True  # no extensions (an X.509 v1 certificate): no restriction
+
+
+def _usages_allow_client(der: bytes, pos: int) -> bool:
+    _, pos, end = _tlv(der, pos, _SEQUENCE)
+    while pos < end:
+        _, field, pos = _tlv(der, pos, _SEQUENCE)  # Extension
+        _, oid, field = _tlv(der, field, _OID)
+        if der[oid:field] != _EXT_KEY_USAGE:
+            continue
+        if der[field] == _BOOLEAN:  # critical
+            field = _tlv(der, field)[2]
+        _, inner, _ = _tlv(der, field, _OCTET_STRING)
+        _, usage, last = _tlv(der, inner, _SEQUENCE)
+        while usage < last:
+            _, oid, usage = _tlv(der, usage, _OID)
+            if der[oid:usage] in (_CLIENT_AUTH, _ANY_USAGE):
+                return True
+        return False
+    return True  # no extended key usage: any
 
 
 def _validity(der: bytes) -> Validity:

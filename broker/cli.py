@@ -217,6 +217,8 @@ def serve(  # noqa: PLR0917 - click passes every option as an argument
             config.listen,
             insecure=config.security.insecure,
             tokens_file=config.security.tokens_file,
+            tls_cert=config.security.tls_cert,
+            tls_client_ca=config.security.tls_client_ca,
         )
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from exc

@@ -56,6 +56,7 @@ from broker.replica.dlq_log import DlqReplication
 from broker.replica.leader import LeaderTopic
 from broker.replica.manager import Channels, ReplicaManager, real_roles
 from broker.replica.state_log import StateReplication
+from broker.tls import PeerTls
 from broker.topics import TopicRegistry
 from cluster.answers import LookupResult, StatusResult, StrayTopic
 from cluster.config_defaults import DefaultsView, EtcdDefaults
@@ -269,11 +270,14 @@ class ClusterNode:
         *,
         max_partitions: int,
         defaults: TopicDefaults,
+        peer_tls: PeerTls | None = None,
     ) -> ClusterNode:
         """Join as ``config.node_id`` advertising ``address``, over ``store`` (from
         :func:`connect`; closed here if the join fails, else by :meth:`aclose`). The
         cluster's defaults are watched from before the member starts (it may make topics
-        placed here at once) and applied to ``defaults`` and ``topics``.
+        placed here at once) and applied to ``defaults`` and ``topics``. Followers call
+        their leaders over TLS with ``peer_tls`` (:func:`broker.tls.load_peer_tls`), else
+        in plain text.
 
         Raises:
             ClusterJoinError: a live broker holds the node id, or etcd did not answer.
@@ -288,7 +292,7 @@ class ClusterNode:
             auto_rebalance=config.auto_rebalance,
             rebalance_interval_s=config.rebalance_interval_s,
         )
-        channels = Channels()
+        channels = Channels(peer_tls)
         secret: dict[str, str] = {}  # the internal credential, read before any role starts
         roles: list[ReplicaManager] = []  # the manager, made below with state's hooks
 
@@ -357,11 +361,12 @@ class ClusterNode:
                 ) from exc
             raise
         logger.info(
-            "joined the cluster as %s at %s (etcd %s, session TTL %d s)",
+            "joined the cluster as %s at %s (etcd %s, session TTL %d s; other brokers called %s)",
             config.node_id,
             address,
             ", ".join(store.endpoints),
             config.session_ttl_s,
+            f"over TLS, trusting {peer_tls.ca_setting}" if peer_tls else "in plain text",
         )
         node = cls(store, member, topics, max_partitions, defaults=defaults, defaults_view=view)
         node.replicas, node._channels, node._state = replicas, channels, state

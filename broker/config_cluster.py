@@ -21,6 +21,11 @@ Rules, each refused with one line naming the key:
   refused together with ``[security] tokens_file`` (one source of tokens).
 - Off loopback (an etcd endpoint or the advertised host is not 127.0.0.0/8, ``::1`` or
   ``localhost``) without etcd TLS: refused unless ``insecure`` (``--insecure``).
+- Brokers call each other (replication) over TLS when they serve it (``[security]
+  tls_cert``), trusting ``peer_tls_ca``, else ``[security] tls_client_ca``: a cluster
+  member serving TLS with neither is refused (it could not check its peers). ``peer_tls_ca``
+  and ``peer_server_name`` need ``tls_cert``; ``peer_server_name`` is a host name or IP
+  address, without a port.
 
 Worked example: ``--cluster-etcd 127.0.0.1:2379 --node-id b1`` with ``listen =
 "127.0.0.1:50051"`` is a cluster member advertising ``127.0.0.1:50051``; the same with
@@ -71,6 +76,10 @@ class ClusterConfig:
         rebalance_interval_s: seconds between those passes. Default 300.
         replica_lag_time_max_ms: a follower not caught up with its leader for this long
             leaves the in-sync set. Default 10,000.
+        peer_tls_ca: PEM CAs of the other brokers' server certificates, trusted when
+            this broker calls them over TLS. Default ``None``: ``[security] tls_client_ca``.
+        peer_server_name: The name checked in the other brokers' certificates instead of
+            the host of their advertised address. Default ``None``: that host.
     """
 
     etcd: tuple[str, ...] | None = None
@@ -85,6 +94,8 @@ class ClusterConfig:
     auto_rebalance: bool = False
     rebalance_interval_s: int = 300
     replica_lag_time_max_ms: int = 10_000
+    peer_tls_ca: str | None = None
+    peer_server_name: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.etcd, list):
@@ -116,6 +127,8 @@ class ClusterConfig:
             raise ConfigError(
                 f'[cluster] prefix = {self.prefix!r}: must start and end with /, e.g. "/headrace/"'
             )
+        if self.peer_server_name is not None:
+            _check_server_name(self.peer_server_name)
 
     @property
     def enabled(self) -> bool:
@@ -150,17 +163,27 @@ class ClusterConfig:
 
 
 def check_cluster(
-    cluster: ClusterConfig, listen: str, *, insecure: bool, tokens_file: str | None = None
+    cluster: ClusterConfig,
+    listen: str,
+    *,
+    insecure: bool,
+    tokens_file: str | None = None,
+    tls_cert: str | None = None,
+    tls_client_ca: str | None = None,
 ) -> None:
     """The rules of ``[cluster]`` that need other settings; nothing for a single broker.
+    ``tls_cert`` and ``tls_client_ca`` are ``[security]``'s: whether this broker serves
+    TLS, and the CA it trusts for client certificates.
 
     Raises:
         ConfigError: no address to advertise, or etcd or the advertised address off
             loopback with no TLS toward etcd and no ``insecure``, or ``tokens`` together
-            with ``[security] tokens_file``.
+            with ``[security] tokens_file``, or no CA to check the other brokers' TLS
+            certificates with, or ``peer_*`` keys on a broker that does not serve TLS.
     """
     if not cluster.enabled:
         return
+    _check_peer_tls(cluster, tls_cert, tls_client_ca)
     if cluster.tokens and tokens_file is not None:
         raise ConfigError(
             f"[cluster] tokens and [security] tokens_file = {tokens_file!r} are two sources "
@@ -181,6 +204,56 @@ def check_cluster(
             "anyone on the network could read or rewrite the cluster's state (owners, "
             "tokens); set [cluster] etcd_ca, etcd_cert and etcd_key, or pass --insecure "
             "(or [security] insecure = true)"
+        )
+
+
+def peer_ca(cluster: ClusterConfig, tls_client_ca: str | None) -> tuple[str, str] | None:
+    """The setting (``[cluster] peer_tls_ca`` or ``[security] tls_client_ca``) and path of
+    the CAs this broker trusts when it calls the other brokers; None without either."""
+    if cluster.peer_tls_ca is not None:
+        return "[cluster] peer_tls_ca", cluster.peer_tls_ca
+    if tls_client_ca is not None:
+        return "[security] tls_client_ca", tls_client_ca
+    return None
+
+
+def _check_peer_tls(
+    cluster: ClusterConfig, tls_cert: str | None, tls_client_ca: str | None
+) -> None:
+    """Brokers call each other with TLS exactly when they serve it: a broker serving TLS
+    needs a CA for its peers' certificates, and ``peer_*`` keys need TLS."""
+    if tls_cert is None:
+        for key in ("peer_tls_ca", "peer_server_name"):
+            if getattr(cluster, key) is not None:
+                raise ConfigError(
+                    f"[cluster] {key} needs [security] tls_cert and tls_key: brokers call "
+                    "each other over TLS only when they serve TLS (the other brokers' port "
+                    "serves what this one's does); set both or drop the key"
+                )
+        return
+    if peer_ca(cluster, tls_client_ca) is None:
+        raise ConfigError(
+            "[security] tls_cert: this broker serves TLS, so the other brokers serve it too "
+            "and it calls them (replication) over TLS, but it has no CA to check their "
+            "certificates with: set [cluster] peer_tls_ca to the PEM CA that signs the "
+            "brokers' certificates (or [security] tls_client_ca, mutual TLS, which is "
+            "trusted for them too)"
+        )
+
+
+def _check_server_name(name: str) -> None:
+    """``peer_server_name``: a host name or an IP address, no port, no spaces."""
+    ok = (
+        name.isascii()
+        and name.isprintable()
+        and not any(c in name for c in " /[]")
+        and name.count(":") != 1  # host:port; an IPv6 address has several
+        and not name.startswith(".")
+    )
+    if not ok:
+        raise ConfigError(
+            f"[cluster] peer_server_name = {name!r}: must be the host name (or IP address) "
+            "in the brokers' certificates, without a port, e.g. broker.internal"
         )
 
 

@@ -901,6 +901,33 @@ class ClusterTable(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             ),
         ]
     ] = UNSET
+    peer_tls_ca: Opt[
+        Annotated[
+            str,
+            meta(
+                "PEM CAs of the other brokers' server certificates, trusted when this broker "
+                "calls them (replication). Brokers call each other over TLS when they serve "
+                "it (`[security] tls_cert`); needs `tls_cert`.",
+                min_length=1,
+                unit="path",
+                unset="`[security] tls_client_ca`; required when the broker serves TLS without it",
+                must=_PATH,
+            ),
+        ]
+    ] = UNSET
+    peer_server_name: Opt[
+        Annotated[
+            str,
+            meta(
+                "The name checked in the other brokers' certificates instead of the host of "
+                "their advertised address (one name on every broker's certificate); needs "
+                "`[security] tls_cert`.",
+                min_length=1,
+                unset="the host of each broker's advertised address",
+                must="a host name or IP address, without a port",
+            ),
+        ]
+    ] = UNSET
 
 
 class ConfigFile(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

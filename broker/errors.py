@@ -259,14 +259,15 @@ class TokensFileError(BrokerError):
 
 
 class TlsSetupError(BrokerError):
-    """Raised at start when a ``[security]`` TLS file cannot be used: unreadable, not PEM,
-    an expired certificate, or a key that does not match it."""
+    """Raised at start when a ``[security]`` TLS file (or ``[cluster] peer_tls_ca``, the
+    ``table``) cannot be used: unreadable, not PEM, an expired certificate, or a key that
+    does not match it."""
 
-    def __init__(self, setting: str, path: str, problem: str) -> None:
+    def __init__(self, setting: str, path: str, problem: str, table: str = "security") -> None:
         self.setting = setting
         self.path = path
         self.problem = problem
-        super().__init__(f"[security] {setting} = {path}: {problem}")
+        super().__init__(f"[{table}] {setting} = {path}: {problem}")
 
 
 class InsecureListenError(BrokerError):

@@ -11,6 +11,16 @@ instead of a broker that starts and then fails every handshake. Checked, in orde
 With ``tls_client_ca`` the server requires a client certificate signed by one of its CAs
 (mutual TLS): a client without one fails the handshake. Health and reflection are served on
 the same port, so they need TLS (and a client certificate) too.
+
+The client side between brokers (:func:`load_peer_tls`): a cluster member that serves TLS
+calls the other brokers (a follower's ``ReplicaFetch``) over TLS, as Kafka's
+``inter.broker`` listener or Redpanda's ``rpc_server_tls`` do: it trusts ``[cluster]
+peer_tls_ca``, else ``tls_client_ca`` (one CA signing every broker and client is the usual
+setup), and presents its own ``tls_cert`` and ``tls_key`` as its client certificate, which
+a peer asks for only under mutual TLS (the certificate then needs the ``clientAuth``
+extended key usage, or none). ``[cluster] peer_server_name`` replaces the host of each
+peer's advertised address as the name checked in its certificate. The files are read once,
+at start: no reload (the server's own certificate is not reloaded either).
 """
 
 from __future__ import annotations
@@ -21,8 +31,9 @@ from datetime import UTC, datetime
 
 import grpc
 
-from broker.certs import first_validity
+from broker.certs import allows_client_auth, first_validity
 from broker.config import SecurityConfig
+from broker.config_cluster import ClusterConfig, peer_ca
 from broker.errors import CertificateFormatError, TlsSetupError
 
 
@@ -42,6 +53,78 @@ class ServerTls:
             root_certificates=self.client_ca,
             require_client_auth=self.client_ca is not None,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class PeerTls:
+    """How this broker calls the other brokers over TLS: the CAs it trusts for their
+    certificates (read from ``ca_setting``), its own chain and key (its client certificate
+    when a peer asks for one), and the name checked instead of each address's host."""
+
+    root_ca: bytes
+    chain: bytes
+    key: bytes
+    server_name: str | None
+    ca_setting: str
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        """gRPC channel credentials: these CAs, this chain and key."""
+        return grpc.ssl_channel_credentials(
+            root_certificates=self.root_ca, private_key=self.key, certificate_chain=self.chain
+        )
+
+    def options(self) -> list[tuple[str, str]]:
+        """Channel options: the name to check in the peer's certificate, if set."""
+        if self.server_name is None:
+            return []
+        return [("grpc.ssl_target_name_override", self.server_name)]
+
+
+def load_peer_tls(
+    cluster: ClusterConfig, security: SecurityConfig, server: ServerTls | None
+) -> PeerTls | None:
+    """How this broker calls its peers: None for plain text (it does not serve TLS, or is
+    not in a cluster), else TLS with the CA of ``[cluster] peer_tls_ca`` or ``[security]
+    tls_client_ca`` and ``server``'s chain and key (checked by :func:`load_server_tls`).
+
+    Raises:
+        TlsSetupError: ``peer_tls_ca`` is unreadable or holds no CA certificate, or
+            there is no CA at all (``check_cluster`` refuses that first), or under mutual
+            TLS ``tls_cert`` may not authenticate a client (its extended key usage lacks
+            ``clientAuth``: the other brokers would refuse it).
+    """
+    if server is None or not cluster.enabled:
+        return None
+    found = peer_ca(cluster, security.tls_client_ca)
+    if found is None:
+        raise TlsSetupError(
+            "tls_cert",
+            security.tls_cert or "",
+            "serving TLS in a cluster needs [cluster] peer_tls_ca (or tls_client_ca) to "
+            "check the other brokers' certificates",
+        )
+    setting, path = found
+    if security.tls_client_ca is not None and not _client_auth_ok(server.chain):
+        raise TlsSetupError(
+            "tls_cert",
+            security.tls_cert or "",
+            "with tls_client_ca (mutual TLS) the brokers require client certificates of "
+            "each other too, and this certificate is this broker's, but its extended key "
+            "usage lacks clientAuth: issue it with both serverAuth and clientAuth",
+        )
+    if server.client_ca is not None and cluster.peer_tls_ca is None:
+        root_ca = server.client_ca  # tls_client_ca, read and checked already
+    else:
+        root_ca = _read("peer_tls_ca", path, table="cluster")
+        _check_ca(path, setting="peer_tls_ca", table="cluster")
+    return PeerTls(root_ca, server.chain, server.key, cluster.peer_server_name, setting)
+
+
+def _client_auth_ok(chain: bytes) -> bool:
+    try:
+        return allows_client_auth(chain)
+    except CertificateFormatError:
+        return True  # load_server_tls read its dates: not expected; the handshake decides
 
 
 def load_server_tls(security: SecurityConfig, now: datetime | None = None) -> ServerTls | None:
@@ -69,12 +152,13 @@ def load_server_tls(security: SecurityConfig, now: datetime | None = None) -> Se
     return ServerTls(chain, key, client_ca, validity.not_after)
 
 
-def _read(setting: str, path: str) -> bytes:
+def _read(setting: str, path: str, table: str = "security") -> bytes:
     try:
         with open(path, "rb") as f:
             return f.read()
     except OSError as exc:
-        raise TlsSetupError(setting, path, f"cannot read it: {exc.strerror or exc}") from exc
+        problem = f"cannot read it: {exc.strerror or exc}"
+        raise TlsSetupError(setting, path, problem, table) from exc
 
 
 def _no_password() -> bytes:
@@ -93,13 +177,13 @@ def _check_pair(cert: str, key: str) -> None:
         ) from exc
 
 
-def _check_ca(path: str) -> None:
+def _check_ca(path: str, setting: str = "tls_client_ca", table: str = "security") -> None:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     try:
         context.load_verify_locations(cafile=path)
     except ssl.SSLError as exc:
         raise TlsSetupError(
-            "tls_client_ca", path, f"holds no readable CA certificate ({exc.reason})"
+            setting, path, f"holds no readable CA certificate ({exc.reason})", table
         ) from exc
     if not context.get_ca_certs():
-        raise TlsSetupError("tls_client_ca", path, "holds no CA certificate")
+        raise TlsSetupError(setting, path, "holds no CA certificate", table)

@@ -77,14 +77,17 @@ def issue(
     name: str,
     *,
     client: bool = False,
+    peer: bool = False,
     not_before: dt.datetime | None = None,
     not_after: dt.datetime | None = None,
 ) -> Pair:
     """A leaf certificate signed by ``issuer``: a server one for 127.0.0.1, ::1 and
-    localhost, or a ``client`` one. Written as ``name.pem`` and ``name.key``."""
+    localhost, or a ``client`` one, or with ``peer`` a broker's that is both (it calls
+    the other brokers with it under mutual TLS). Written as ``name.pem`` and ``name.key``."""
     key = ec.generate_private_key(ec.SECP256R1())
     now = dt.datetime.now(dt.UTC)
     usage = ExtendedKeyUsageOID.CLIENT_AUTH if client else ExtendedKeyUsageOID.SERVER_AUTH
+    usages = [usage, ExtendedKeyUsageOID.CLIENT_AUTH] if peer else [usage]
     builder = (
         x509.CertificateBuilder()
         .subject_name(_name(name if client else "localhost"))
@@ -93,7 +96,7 @@ def issue(
         .serial_number(x509.random_serial_number())
         .not_valid_before(not_before or now - _DAY)
         .not_valid_after(not_after or now + 30 * _DAY)
-        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
     )
     if not client:
         sans: list[x509.GeneralName] = [

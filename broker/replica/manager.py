@@ -40,6 +40,7 @@ import grpc
 from broker.partition import Partition
 from broker.replica.fetcher import FollowerTopic
 from broker.replica.leader import LeaderTopic
+from broker.tls import PeerTls
 from broker.topics import Topic, TopicRegistry
 from cluster.local import ChangeIsr
 from cluster.records import TopicRecord
@@ -228,12 +229,21 @@ class Channels:
     """Opens the followers' channels to their leaders: a new one at each call, which the
     follower that asked owns and closes (a follower changes leader by closing its channel).
 
-    Plain text for now: a cluster whose brokers serve TLS needs the broker's client side
-    of it here (issue 37 follow-up)."""
+    Over TLS with ``tls`` (the broker serves TLS: so do its peers;
+    :func:`broker.tls.load_peer_tls`), else plain text. A handshake the leader refuses
+    (an untrusted certificate, a name that does not match) fails the fetch as
+    ``UNAVAILABLE`` with gRPC's reason, which the follower logs."""
+
+    def __init__(self, tls: PeerTls | None = None) -> None:
+        self._tls = tls
 
     def get(self, address: str) -> grpc.aio.Channel:
         """A new channel to ``address``."""
-        return grpc.aio.insecure_channel(address)
+        if self._tls is None:
+            return grpc.aio.insecure_channel(address)
+        return grpc.aio.secure_channel(
+            address, self._tls.credentials(), options=self._tls.options()
+        )
 
     async def aclose(self) -> None:
         """Nothing left to close: each follower closes its own channel."""

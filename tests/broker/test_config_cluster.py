@@ -169,3 +169,100 @@ def test_serve_flags_are_checked_before_anything_starts(
     assert message in result.output
     assert "Traceback" not in result.output
     assert not data.exists()
+
+
+@pytest.mark.parametrize(
+    ("etcd", "cluster", "security", "refused"),
+    [
+        (LOCAL, {}, {}, None),
+        (None, {}, {"tls_cert": "s.pem"}, None),
+        (LOCAL, {}, {"tls_cert": "s.pem", "tls_client_ca": "ca.pem"}, None),
+        (LOCAL, {"peer_tls_ca": "ca.pem"}, {"tls_cert": "s.pem"}, None),
+        (LOCAL, {"peer_tls_ca": "ca.pem", "peer_server_name": "b.internal"}, {"tls_cert": "s.pem"},
+         None),
+        (LOCAL, {}, {"tls_cert": "s.pem"},
+         "[security] tls_cert: this broker serves TLS, so the other brokers serve it too and "
+         "it calls them (replication) over TLS, but it has no CA to check their certificates "
+         "with: set [cluster] peer_tls_ca"),
+        (LOCAL, {"peer_tls_ca": "ca.pem"}, {},
+         "[cluster] peer_tls_ca needs [security] tls_cert and tls_key"),
+        (LOCAL, {"peer_server_name": "b.internal"}, {"tls_client_ca": None},
+         "[cluster] peer_server_name needs [security] tls_cert and tls_key"),
+    ],
+)  # fmt: skip
+def test_brokers_call_each_other_over_tls_when_they_serve_it(
+    etcd: tuple[str, ...] | None,
+    cluster: dict[str, Any],
+    security: dict[str, str | None],
+    refused: str | None,
+) -> None:
+    """Scenario: a cluster member (or a single broker) serving plain TCP or TLS, with or
+    without mutual TLS, [cluster] peer_tls_ca and peer_server_name. Expected: a member
+    serving TLS with neither peer_tls_ca nor tls_client_ca is refused, saying it has no CA
+    for its peers and naming peer_tls_ca; peer_* keys without TLS are refused naming the
+    key; a single broker serving TLS and the other cases pass."""
+    config = ClusterConfig(etcd=etcd, node_id="b1" if etcd else None, **cluster)
+    tls = {"tls_cert": security.get("tls_cert"), "tls_client_ca": security.get("tls_client_ca")}
+    if refused is None:
+        check_cluster(config, "127.0.0.1:50051", insecure=False, **tls)
+        return
+    with pytest.raises(ConfigError) as caught:
+        check_cluster(config, "127.0.0.1:50051", insecure=False, **tls)
+    assert refused in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "ok"),
+    [
+        ("broker.internal", True),
+        ("10.0.0.5", True),
+        ("::1", True),
+        ("b.internal:50051", False),
+        ("[::1]", False),
+        ("a b", False),
+        ("a/b", False),
+        (".internal", False),
+        ("brökér", False),
+        ("", False),
+    ],
+)
+def test_peer_server_name_is_a_host_without_port(name: str, ok: bool) -> None:
+    """Scenario: [cluster] peer_server_name as a host name, an IPv4 and an IPv6 address, and
+    with a port, brackets, a space, a slash, a leading dot, non-ASCII, empty. Expected: the
+    first three kept; the others refused in one line naming the key."""
+    if ok:
+        assert ClusterConfig(peer_server_name=name).peer_server_name == name
+        return
+    with pytest.raises(ConfigError) as caught:
+        ClusterConfig(peer_server_name=name)
+    assert "[cluster] peer_server_name" in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_peer_tls_keys_from_toml(tmp_path: Path) -> None:
+    """Scenario: a TOML [cluster] with peer_tls_ca and peer_server_name, and one with a
+    number for peer_tls_ca. Expected: both read as written; the number refused naming the
+    key."""
+    path = tmp_path / "headrace.toml"
+    path.write_text('[cluster]\npeer_tls_ca = "peers-ca.pem"\npeer_server_name = "b.internal"\n')
+    c = BrokerConfig.from_toml(str(path)).cluster
+    assert (c.peer_tls_ca, c.peer_server_name) == ("peers-ca.pem", "b.internal")
+    with pytest.raises(ConfigError, match=r"\[cluster\] peer_tls_ca must be"):
+        BrokerConfig.from_mapping({"cluster": {"peer_tls_ca": 5}}, source="headrace.toml")
+
+
+def test_serve_refuses_tls_without_a_peer_ca_before_anything_starts(tmp_path: Path) -> None:
+    """Scenario: headrace serve in cluster mode with --tls-cert and --tls-key and no CA
+    for its peers (no --tls-client-ca, no [cluster] peer_tls_ca). Expected: exit 2 naming
+    peer_tls_ca, before etcd is asked (none listens there) or the data directory made."""
+    data = tmp_path / "data"
+    args = ["--cluster-etcd", f"127.0.0.1:{free_port()}", "--node-id", "b1"]
+    args += ["--tls-cert", "s.pem", "--tls-key", "s.key"]
+    result = CliRunner().invoke(
+        cli, ["serve", "--data-dir", str(data), "--metrics-listen", "", *args]
+    )
+    assert result.exit_code == 2, result.output
+    assert "set [cluster] peer_tls_ca" in result.output
+    assert "Traceback" not in result.output
+    assert not data.exists()
