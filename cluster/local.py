@@ -137,7 +137,9 @@ class LocalTopics(Protocol):
 
 class MemoryTopics:
     """A :class:`LocalTopics` in a dict, for tests. ``fail_create`` makes create raise (a
-    transient failure); ``max_partitions`` makes a bigger create refused for good.
+    transient failure); ``fail_lead`` makes that many next ``lead`` calls raise (a
+    takeover that failed: no role is taken); ``max_partitions`` makes a bigger create
+    refused for good.
     ``roles`` holds each replicated topic's role as ``("leader", epoch, "")`` or
     ``("follower", epoch, leader_address)``; ``change_isr`` the leader's callback."""
 
@@ -149,6 +151,9 @@ class MemoryTopics:
         #: topics that had a role here (a real broker's partitions then hold epochs).
         self.replicated: set[str] = set()
         self.fail_create = False
+        self.fail_lead = 0
+        #: ``lead`` calls that raised (``fail_lead``), with the epoch asked.
+        self.failed_leads: list[int] = []
         self.max_partitions = max_partitions
         self.created: list[str] = []
 
@@ -187,6 +192,11 @@ class MemoryTopics:
         return None
 
     async def lead(self, name: str, record: TopicRecord, change_isr: ChangeIsr) -> None:
+        if self.fail_lead > 0:
+            self.fail_lead -= 1
+            self.failed_leads.append(record.epoch)
+            self.roles.pop(name, None)
+            raise OSError(f"cannot take {name} over: state log unreadable (test)")
         self.roles[name] = ("leader", record.epoch, "")
         self.replicated.add(name)
         self.records[name] = record

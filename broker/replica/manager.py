@@ -153,8 +153,8 @@ class ReplicaManager:
         pass ``record`` on (an isr or min_insync change).
 
         Raises:
-            whatever building or starting the leader raises (nothing is then led; the
-            member retries).
+            whatever building or starting the leader, or ``on_leading``, raises
+            (nothing is then led: a leader started is stopped again; the member retries).
         """
         role = self._roles.get(name)
         if role is not None and role.leader is not None and role.epoch == record.epoch:
@@ -170,7 +170,20 @@ class ReplicaManager:
             await leader.start()
             self._roles[name] = _Role(record.epoch, leader=leader)
             logger.info("topic %s: leading at epoch %d", name, record.epoch)
-            await self._on_leading(name)
+            try:
+                await self._on_leading(name)
+            except BaseException as exc:
+                # Not half-led: a leader whose subscriptions were not taken over (its
+                # state log's replay failed) stops, and the member retries or hands the
+                # topic over (cluster.replica_member), which logs the error.
+                logger.warning(
+                    "topic %s: taking over at epoch %d failed (%r): leading stops",
+                    name,
+                    record.epoch,
+                    exc,
+                )
+                await self._end(name)
+                raise
 
     async def follow(self, name: str, record: TopicRecord, leader_address: str) -> None:
         """Follow ``name``'s leader at ``leader_address`` (module docstring); following

@@ -45,6 +45,8 @@ class Roles:
         self.manager: ReplicaManager | None = None
         self.append_done = asyncio.Event()
         self.append_done.set()
+        #: Set: the next ``leading`` raises it (a state-log replay that failed).
+        self.leading_fails: Exception | None = None
 
     def leader(self, topic: Topic, record: TopicRecord, change_isr: ChangeIsr) -> _Leader:
         return _Leader(self, record.epoch)
@@ -53,6 +55,10 @@ class Roles:
         return _Follower(self, record.epoch, address)
 
     async def leading(self, name: str) -> None:
+        failure, self.leading_fails = self.leading_fails, None
+        if failure is not None:
+            self.events.append(f"subscriptions failed {name}")
+            raise failure
         self.events.append(f"subscriptions opened {name}")
 
     async def not_leading(self, name: str) -> None:
@@ -201,3 +207,34 @@ async def test_stop_and_aclose_end_every_role(manager: tuple[ReplicaManager, Rol
     assert roles.events.count("leader 2 closed") == 1
     assert roles.events[-1] == "follower 3 closed"
     assert made.roles() == {}
+
+
+@pytest.mark.asyncio
+async def test_a_failed_takeover_leaves_nothing_half_led_and_a_retry_leads(
+    manager: tuple[ReplicaManager, Roles],
+) -> None:
+    """Follow b1 at epoch 1, then lead at epoch 2 while ``on_leading`` raises (the state
+    log's replay failed), then lead at epoch 3 (the member's retry). Expected: the lead
+    raises that error; the leader started at 2 is no longer findable and is closed
+    (its subscriptions hook called), no role is left (the same epoch asked again would
+    otherwise be taken as led); the lead at 3 starts a new leader and opens the
+    subscriptions."""
+    made, roles = manager
+    await made.follow("orders", _record(1), "h1:1")
+    roles.leading_fails = OSError("replay failed (test)")
+    with pytest.raises(OSError, match="replay failed"):
+        await made.lead("orders", _record(2, "b2"))
+    assert made.leader("orders") is None
+    assert made.roles() == {}
+    await made.lead("orders", _record(3, "b2"))
+    assert made.leader("orders") is not None
+    assert roles.events == [
+        "follower 1 h1:1 start",
+        "follower 1 closed",
+        "leader 2 start (findable False)",
+        "subscriptions failed orders",
+        "subscriptions closed orders (findable False)",
+        "leader 2 closed",
+        "leader 3 start (findable False)",
+        "subscriptions opened orders",
+    ]
