@@ -10,6 +10,8 @@ Modules (layered frame -> index -> segment -> log -> async writer):
     config    ``LogConfig``, ``FsyncPolicy``: validated settings         [pure]
     fs        the only module touching ``os``; named crash points      [sync I/O]
     faulty_fs  ``FaultyFs``: the test twin of ``fs`` that injects faults  [sync I/O]
+              (a test aid: loaded on first use of ``wal.FaultyFs``, ``wal.Fault`` or
+              ``wal.SimulatedCrash``, never by a broker)
     segment   ``Segment``: one .log + .index pair                         [sync I/O]
     log       ``Log``: segments, offsets, append/read/roll/retention/truncation/recovery
               [sync I/O]
@@ -139,6 +141,8 @@ when sealed. Damage inside a sealed segment (bit rot, a restored bad copy) is ne
 reads that reach it raise ``CorruptSegmentError`` and stop there.
 """
 
+from typing import TYPE_CHECKING
+
 from proto.batch import (
     RecordBatch,
     decode_batch,
@@ -171,13 +175,28 @@ from wal.errors import (
     WalFailedError,
     WalIOError,
 )
-from wal.faulty_fs import Fault, FaultyFs, SimulatedCrash
 from wal.fs import FileSystem
 from wal.leader_epochs import EpochEntry, LeaderEpochs
 from wal.lock import DirectoryLock
 from wal.log import AppendResult, Log, RecoveryReport
 from wal.validate import BatchLimits, validate_batch
 from wal.writer import LogWriter, run_to_end
+
+if TYPE_CHECKING:  # test aids, imported on first use (``__getattr__`` below)
+    from wal.faulty_fs import Fault, FaultyFs, SimulatedCrash
+
+_TEST_AIDS = frozenset({"Fault", "FaultyFs", "SimulatedCrash"})
+
+
+def __getattr__(name: str) -> object:
+    """``Fault``, ``FaultyFs`` and ``SimulatedCrash``, from :mod:`wal.faulty_fs` when first
+    named: the test aids stay out of a broker's start-up."""
+    if name in _TEST_AIDS:
+        from wal import faulty_fs  # noqa: PLC0415 - test aids only, on first use
+
+        return getattr(faulty_fs, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "AppendResult",
