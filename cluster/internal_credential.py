@@ -14,8 +14,8 @@ clear because brokers must send it, not only check it. Rotating it: delete the k
 restart the brokers one by one (each makes or reads the new one; a broker with the old
 one is refused PERMISSION_DENIED by those with the new one until it restarts).
 
-Imports etcd only inside :func:`ensure`: a single broker's auth interceptor uses
-:func:`matches` without loading the etcd client.
+Imports etcd and :mod:`cluster.records` only inside :func:`ensure`: a single broker's
+auth interceptor uses :func:`matches` without loading the etcd client or the records.
 
 Value: ``{"secret": "hri_...", "created_ms": ...}`` (:class:`InternalCredentialRecord`).
 """
@@ -28,10 +28,9 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from cluster.records import Keys, decode, encode
-
 if TYPE_CHECKING:  # the broker's auth imports this module; etcd only where ensure runs
     from cluster.etcd import EtcdStore
+    from cluster.records import Keys
 
 #: Every internal credential starts with it (a user token starts ``hr_``).
 PREFIX = "hri_"
@@ -69,6 +68,7 @@ async def ensure(store: EtcdStore, keys: Keys, now_ms: int) -> str:
         RecordError: the key holds something that is not a credential record.
     """
     from cluster.etcd import Compare, Op  # noqa: PLC0415 - see the TYPE_CHECKING import
+    from cluster.records import decode, encode  # noqa: PLC0415 - likewise
 
     record = InternalCredentialRecord(new_secret(), now_ms)
     at = key(keys)
