@@ -66,7 +66,6 @@ from broker.load_monitor import LoadMonitor
 from broker.memory import relieve_forever, tune_allocator
 from broker.metrics import BrokerMetrics, PartitionLog
 from broker.partition import Partition
-from broker.replica.leader import LeaderTopic
 from broker.replica.service import ReplicationService
 from broker.replica.service import add_to_server as add_replication_service
 from broker.retention import RetentionService
@@ -90,6 +89,7 @@ if TYPE_CHECKING:  # cluster mode imports etcd only when it runs (see start)
     from broker.auth.cluster_tokens import EtcdTokenSource
     from broker.cluster_defaults import TopicDefaults
     from broker.cluster_node import ClusterNode
+    from broker.replica.leader import LeaderTopic
     from cluster.etcd import EtcdStore
 
 logger = logging.getLogger(__name__)
