@@ -46,7 +46,7 @@ import grpc
 from client._async._routing import Router
 from client._connection import ConnectionSettings
 from client._message import DeliveredBatch, MessageBuffer
-from client._retry import backoff_s
+from client._retry import route_backoff_s
 from client._routes import Step
 from client._shared import ChannelLease, refused_for_streams
 from client._signal import Signal
@@ -170,7 +170,9 @@ class Sessions:
                 return
             if self._opened > opened:
                 attempt = 0  # that session was open: start the backoff over
-            pause = backoff_s(attempt, self._rng)
+            # Before a Lookup at most 250 ms: after a leader's failover the wait is for
+            # its election, not for the broker (as the router and the producer).
+            pause = route_backoff_s(attempt, self._rng, lookup=step is Step.LOOKUP)
             if not self._subscribed.is_set():  # never sleep past connect_timeout
                 pause = min(pause, max(0.0, started + self._connect_timeout - time.monotonic()))
             # The first try of a first open that breaks is retried at once, quietly: a

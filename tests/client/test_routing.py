@@ -488,3 +488,45 @@ def _pauses(caplog: pytest.LogCaptureFixture) -> list[float]:
     """The pauses the accumulator logged before sending batches again (s)."""
     found = (re.search(r"again in ([0-9.]+) s", r.getMessage()) for r in caplog.records)
     return [float(m.group(1)) for m in found if m is not None]
+
+
+@pytest.mark.asyncio
+async def test_a_consumer_looks_a_refused_topic_up_within_a_quarter_second(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Scenario: a consumer opens ``away`` while it is refused (owner b9, no address:
+    back off, look up) for eight reconnect rounds, as a consumer whose leader died waits
+    for its election; then the map gives ``away`` back to b1 and a record is published.
+    Expected: every pause before a Lookup is at most 250 ms (rounds 3-7 would reach
+    0.4-2 s under the plain cap), and the consumer then receives the record."""
+    caplog.set_level(logging.INFO, logger="client._async._consumer_session")
+    async with static_cluster(tmp_path) as cluster:
+        await cluster.create("away", "b1")
+        seed = cluster.address("b1")
+        cluster.map.owners["away"] = "b9"
+        cluster.map.addresses["b9"] = ""
+
+        async def give_back() -> None:
+            """After eight rounds (about 1 s; at most 10 s), ``away`` is b1's again."""
+            for _ in range(500):
+                if len(_reconnects(caplog)) >= 8:
+                    break
+                await asyncio.sleep(0.02)
+            cluster.map.owners["away"] = "b1"
+
+        back = asyncio.create_task(give_back())
+        async with AsyncConsumer("away", "c", broker=seed, connect_timeout=30) as consumer:
+            await back  # the consumer opened only once the route was back
+            assert len(_reconnects(caplog)) >= 8
+            async with AsyncProducer(seed) as producer:
+                await (await producer.send("away", b"found"))
+            got = await consumer.receive(timeout=10)
+        assert got.value == b"found"
+        pauses = _reconnects(caplog)
+        assert max(pauses) <= 0.25, pauses
+
+
+def _reconnects(caplog: pytest.LogCaptureFixture) -> list[float]:
+    """The pauses a consumer logged before reconnecting (s)."""
+    found = (re.search(r"reconnecting in ([0-9.]+) s", r.getMessage()) for r in caplog.records)
+    return [float(m.group(1)) for m in found if m is not None]
