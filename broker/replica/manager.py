@@ -245,17 +245,25 @@ class Channels:
     Over TLS with ``tls`` (the broker serves TLS: so do its peers;
     :func:`broker.tls.load_peer_tls`), else plain text. A handshake the leader refuses
     (an untrusted certificate, a name that does not match) fails the fetch as
-    ``UNAVAILABLE`` with gRPC's reason, which the follower logs."""
+    ``UNAVAILABLE`` with gRPC's reason, which the follower logs.
+
+    A channel takes answers of any size (gRPC's default is 4 MiB): a leader's answer is
+    what the follower asked (1 MiB; at most ``leader.MAX_BYTES``, 16 MiB) or one whole
+    batch past it, which may be as big as a publish the leader accepted (its
+    ``max_request_bytes``, 17 MiB by default) or a state-log record of one subscription
+    bigger than a chunk. A limit below that would stop the follower at that batch for
+    good (it cannot skip it); the leader's own send limit bounds the answer instead."""
 
     def __init__(self, tls: PeerTls | None = None) -> None:
         self._tls = tls
 
     def get(self, address: str) -> grpc.aio.Channel:
         """A new channel to ``address``."""
+        options = [("grpc.max_receive_message_length", -1)]
         if self._tls is None:
-            return grpc.aio.insecure_channel(address)
+            return grpc.aio.insecure_channel(address, options=options)
         return grpc.aio.secure_channel(
-            address, self._tls.credentials(), options=self._tls.options()
+            address, self._tls.credentials(), options=[*options, *self._tls.options()]
         )
 
     async def aclose(self) -> None:

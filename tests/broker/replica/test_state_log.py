@@ -12,7 +12,7 @@ it), and the follower, promoted, replays the states the leader had committed."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import cast
@@ -24,6 +24,7 @@ from broker.errors import ReplicationOutcomeUnknownError
 from broker.partition import Partition
 from broker.replica.fetcher import FollowerTopic
 from broker.replica.leader import LeaderTopic
+from broker.replica.manager import Channels
 from broker.replica.state_log import LeaderStateSink, StateLogs, read_states
 from broker.topics import Topic
 from cluster.records import TopicRecord
@@ -85,7 +86,9 @@ async def leading(
     b.subs.set_state_sink(TOPIC, LeaderStateSink(log.writer, leader.committed, record_bytes))
     states = await asyncio.to_thread(read_states, log.writer)
     await b.subs.take_over(TOPIC, [p.writer for p in b.topic.partitions], states)
-    server = grpc.aio.server()
+    server = grpc.aio.server(  # as the broker's (broker.app): it sends up to 17 MiB
+        options=[("grpc.max_send_message_length", 17 << 20)]
+    )
     pb_grpc.add_ReplicationServicer_to_server(Servicer(leader), server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
@@ -98,13 +101,18 @@ async def leading(
 
 
 @asynccontextmanager
-async def following(b: Broker, port: int, epoch: int) -> AsyncIterator[FollowerTopic]:
+async def following(
+    b: Broker,
+    port: int,
+    epoch: int,
+    channel: Callable[[str], grpc.aio.Channel] = grpc.aio.insecure_channel,
+) -> AsyncIterator[FollowerTopic]:
     follower = FollowerTopic(
         b.topic,
         record(epoch),
         "b2",
         f"127.0.0.1:{port}",
-        channel=grpc.aio.insecure_channel,
+        channel=channel,
         credential=None,
         max_wait_ms=200,
         extra_logs=b.extra(),
@@ -305,5 +313,30 @@ async def test_a_snapshot_cut_between_chunks_is_not_taken_as_whole_by_the_promot
         p.writer.release_commits()
     async with leading(b2, record(2, leader="b2").replace(isr=("b2",))):
         assert _cursors(b2.subs) == {"keep": [0, 0], "moved": [5, 5]}
+    await b1.aclose()
+    await b2.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_record_over_grpcs_default_message_size_reaches_the_follower(
+    tmp_path: Path,
+) -> None:
+    """Scenario: b1 leads (its server sends up to 17 MiB, as a broker's) and appends one
+    6 MiB state-log record (one subscription's state bigger than a chunk: a record is
+    never split inside an entry) and a small one after it; b2 follows over a channel
+    from the broker's :class:`~broker.replica.manager.Channels`. Expected: b2's state log
+    reaches b1's end and is byte-identical (a channel with gRPC's default 4 MiB receive
+    limit fails every fetch of that record with RESOURCE_EXHAUSTED, for good)."""
+    b1, b2 = await Broker.open(tmp_path / "b1"), await Broker.open(tmp_path / "b2")
+    async with leading(b1, record(1)) as (leader, port):
+        log1, log2 = b1.logs.get(TOPIC), b2.logs.get(TOPIC)
+        assert log1 is not None
+        assert log2 is not None
+        sink = LeaderStateSink(log1.writer, leader.committed)
+        await sink.append(b"x" * (6 << 20), key=None)
+        await sink.append(b"small", key=None)
+        async with following(b2, port, 1, Channels().get):
+            await eventually(lambda: log2.writer.head == log1.writer.durable_end, timeout_s=20)
+        assert log_files(log2.writer.log.path) == log_files(log1.writer.log.path)
     await b1.aclose()
     await b2.aclose()
