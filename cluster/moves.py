@@ -218,12 +218,15 @@ async def request(
     """An operator's request: set topic ``name``'s ``reassign_to`` to ``target`` and its
     ``reassign_throttle`` to ``throttle`` bytes per second (0: none) (a compare-and-set
     on the record as read; the controller carries it out). Returns the record before and
-    after.
+    after. A replicated topic may go down to one replica (its leader then commits alone:
+    the high watermark is its durable end) and back up; a topic created with one copy
+    (no ``replicas`` in its record) is not moved.
 
     Raises:
         ReplicationSettingsError: ``target`` is not a replica set or names a broker
-            that is not alive, the topic is not a ready replicated topic, or a
-            reassignment of it runs to another target.
+            that is not alive, the topic is not a ready replicated topic, ``target`` is
+            shorter than its ``min_insync``, or a reassignment of it runs to another
+            target.
         RuntimeError: the record kept changing while it was written (retry).
         EtcdUnavailableError: etcd did not answer.
     """
@@ -242,10 +245,15 @@ async def request(
         record = decode(key, held.value, TopicRecord)
         if record.state is not TopicState.READY:
             raise ReplicationSettingsError(f"topic {name} is {record.state.value}, not ready")
-        if len(wanted) < 2 or len(record.effective_replicas()) < 2:
+        if not record.replicas:
             raise ReplicationSettingsError(
-                f"topic {name}: a reassignment moves replicated topics between replica sets "
-                f"of 2 or more (it has {list(record.effective_replicas())}, asked {list(wanted)})"
+                f"topic {name}: a reassignment moves replicated topics (created with a "
+                f"replication factor of 2 or more); it has one copy, on {record.owner}"
+            )
+        if len(wanted) < record.min_insync:
+            raise ReplicationSettingsError(
+                f"topic {name}: {len(wanted)} replica(s) {list(wanted)} is below its "
+                f"min_insync {record.min_insync}: every publish would be refused"
             )
         if record.reassign_to and record.reassign_to != wanted:
             raise ReplicationSettingsError(

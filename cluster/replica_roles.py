@@ -7,8 +7,10 @@ local data, who is alive) into one :class:`Decision`. The member's shell
 :mod:`cluster.replica_txn` and the member's claim, the local work through the broker's
 :class:`~cluster.local.LocalTopics` hook.
 
-A topic is *replicated* when its ``effective_replicas()`` has more than one node; a
-factor-1 record never comes here (:func:`is_replicated`): its path is issue 36's.
+A topic is *replicated* when its record names its replicas (placed with a factor of 2 or
+more; a reassignment may take it down to one replica and back up, and it stays on this
+path, its leader committing alone); a factor-1 record (no ``replicas``) never comes here
+(:func:`is_replicated`): its path is issue 36's.
 
 Rules, in order (``me`` a replica; the first that applies):
 
@@ -97,8 +99,11 @@ class Decision:
 
 
 def is_replicated(record: TopicRecord) -> bool:
-    """Whether ``record`` has more than one replica (else it is issue 36's factor 1)."""
-    return len(record.effective_replicas()) > 1
+    """Whether ``record`` names its replicas (else it is issue 36's factor 1). A replicated
+    topic reassigned down to one replica stays replicated: its leader keeps its role and
+    commit gate (the high watermark is then its durable end), its subscription state stays
+    in the ``state`` log, and the replicas dropped delete their copies."""
+    return bool(record.replicas)
 
 
 def decide(

@@ -259,3 +259,21 @@ async def test_auto_rebalance_starts_one_replica_move_to_an_empty_broker(
     assert await auto.run_pass(state, token)
     state = await _state(store, keys)
     assert sorted(n for n, t in state.topics.items() if t.record.reassign_to) == ["t3"]
+
+
+async def test_a_request_below_min_insync_is_refused_and_one_replica_may_be_asked(
+    store: EtcdStore, prefix: str
+) -> None:
+    """t on (b1, b2, b3), min_insync 2. Expected: a target of one replica is refused
+    (below min_insync: every publish would be refused) and writes nothing; with
+    min_insync 1 the same target is accepted (reassign_to (b1,), reassign_from the three)."""
+    keys = Keys(prefix)
+    await _alive(store, keys, "b1", "b2", "b3")
+    record = _record("b1", ("b1", "b2", "b3"), ("b1", "b2", "b3"))
+    rev = await store.put(keys.topic("t"), encode(record))
+    with pytest.raises(ReplicationSettingsError, match="below its min_insync 2"):
+        await request(store, keys, "t", ["b1"])
+    assert (await _stored(store, keys))[1] == rev
+    await store.put(keys.topic("t"), encode(record.replace(min_insync=1)))
+    _, after = await request(store, keys, "t", ["b1"])
+    assert (after.reassign_to, after.reassign_from) == (("b1",), ("b1", "b2", "b3"))

@@ -110,13 +110,15 @@ def test_decide_follows_the_table(  # noqa: PLR0917 - one parameter per table co
 
 
 def test_factor_one_records_are_not_replicated() -> None:
-    """A legacy record (no replicas) and a factor-1 record are issue 36's path; three
-    replicas are replicated. Expected: is_replicated False, False, True."""
+    """A factor-1 record (no replicas: how a topic of one copy is created and placed) is
+    issue 36's path; three replicas are replicated, and so is a replicated topic
+    reassigned down to one replica (its record names it: its leader keeps committing on
+    this path). Expected: is_replicated False, True, True."""
     legacy = TopicRecord("t", "0123456789abcdef", 1, 0, "b1", 1, TopicState.READY)
     single = legacy.replace(replicas=("b1",), isr=("b1",))
     assert not is_replicated(legacy)
-    assert not is_replicated(single)
     assert is_replicated(_record())
+    assert is_replicated(single)
 
 
 @pytest.mark.parametrize("step", list(Step))
