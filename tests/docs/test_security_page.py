@@ -30,8 +30,14 @@ import shutil
 import signal
 import subprocess
 import time
+import tomllib
 from pathlib import Path
 
+import pytest
+
+from broker.config import BrokerConfig
+from broker.config_cluster import check_cluster
+from broker.errors import ConfigError
 from tests._certs import Pki
 from tests.broker.test_cli_security import _wait_tls
 from tests.broker.test_serve_process import free_port
@@ -175,3 +181,39 @@ def test_the_tokens_commands_run_as_printed(tmp_path: Path) -> None:
     after = {e["name"]: e for e in json.loads(done[6].stdout)}
     assert [n for n, e in sorted(after.items()) if e != before[n]] == ["etl"]
     assert "revoked" in json.dumps(after["etl"]).lower()
+
+
+def test_the_between_brokers_toml_is_what_the_rules_accept() -> None:
+    """Scenario: the TOML of "TLS between brokers" as a cluster member's (etcd and node id
+    added), as printed, with its commented peer_* lines on, and without tls_client_ca.
+    Expected: the first two pass the start-up rules (the second with the two keys read as
+    written); without tls_client_ca and peer_tls_ca the broker is refused with the words
+    the page quotes."""
+    text = PAGE.read_text()
+    section = text[text.index("## TLS between brokers") :]
+    block = TOML_BLOCK.search(section)
+    assert block is not None
+
+    def check(toml: str) -> BrokerConfig:
+        config = BrokerConfig.from_mapping(tomllib.loads(toml), source="broker.toml")
+        cluster = config.cluster.replace(etcd=("127.0.0.1:2379",), node_id="b1")
+        security = config.security
+        check_cluster(
+            cluster,
+            "0.0.0.0:50051",
+            insecure=True,  # plain TCP toward etcd: not this section's subject
+            tls_cert=security.tls_cert,
+            tls_client_ca=security.tls_client_ca,
+        )
+        return config.replace(cluster=cluster)
+
+    assert check(block[1]).security.tls_client_ca == "/etc/headrace/ca.pem"
+    uncommented = check(block[1].replace("# peer_", "peer_"))
+    assert uncommented.cluster.peer_tls_ca == "/etc/headrace/brokers-ca.pem"
+    assert uncommented.cluster.peer_server_name == "brokers.internal"
+    lines = [line for line in block[1].splitlines() if not line.startswith("tls_client_ca")]
+    with pytest.raises(ConfigError) as caught:
+        check("\n".join(lines))
+    quoted = "it has no CA to check their\n  certificates with: set [cluster] peer_tls_ca"
+    assert " ".join(quoted.split()) in str(caught.value)
+    assert quoted in section
