@@ -740,6 +740,46 @@ class Log:
             raise io_error("read", self.path, exc) from exc
         return out
 
+    def read_raw(self, offset: int, max_bytes: int = 1 << 20, *, upper: int | None = None) -> bytes:
+        """:meth:`read`'s batches as bytes laid end to end, as they are in the segments:
+        the same bounds (at least one whole batch, none at or past ``upper``, the first
+        may start before ``offset``), read with :meth:`Segment.read_raw` (one ``pread``
+        per segment, headers walked, no CRC computed, no record decoded). What a leader
+        sends its followers; each follower checks every batch's CRC before it writes.
+
+        Raises:
+            As :meth:`read`.
+        """
+        if self._closed:
+            raise WalClosedError(self.path)
+        segments = self._segments  # a snapshot: retention swaps in a new list
+        head = segments[-1].next_offset
+        upper = head if upper is None else min(upper, head)
+        if offset < segments[0].base_offset or offset > head:
+            raise OffsetOutOfRangeError(offset, segments[0].base_offset, head)
+        i = bisect_right([s.base_offset for s in segments], offset) - 1
+        out: list[bytes] = []
+        budget = max_bytes
+        try:
+            for seg in segments[i:]:
+                if offset >= upper or (out and budget <= 0):
+                    break
+                try:
+                    got, offset = seg.read_raw(offset, budget, upper, min_one=not out)
+                except CorruptSegmentError:
+                    if not out:
+                        raise  # damaged where the read starts
+                    break  # the batches before it are answered; the next read raises
+                if not got:
+                    break  # the budget is spent (or upper reached): never skip ahead
+                out.append(got)
+                budget -= len(got)
+                if seg.next_offset > offset:
+                    break  # this segment has more; the budget ran out
+        except OSError as exc:
+            raise io_error("read", self.path, exc) from exc
+        return out[0] if len(out) == 1 else b"".join(out)
+
     # -- closing ----------------------------------------------------------------------
 
     def close(self) -> None:

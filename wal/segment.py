@@ -519,6 +519,48 @@ class Segment:
             p += batch.size
         return batches
 
+    def read_raw(
+        self, offset: int, max_bytes: int, upper: int, *, min_one: bool = True
+    ) -> tuple[bytes, int]:
+        """:meth:`read`'s batches as the bytes they are in the file, and the offset just
+        past the last of them: one ``pread`` of the span, the batch headers walked (base
+        offset, length, magic and record count), no CRC computed and no record decoded.
+
+        The same batches :meth:`read` returns when the file is sound. A batch whose
+        header does not check out, does not follow on, or runs past the bytes read ends
+        the answer; at the start of the read it is damage. A flipped bit inside a batch
+        is not seen here: the reader checks each CRC (a follower's
+        :meth:`wal.LogWriter.append_replicated` decodes every batch before writing).
+
+        Raises:
+            CorruptSegmentError: damage where the read starts.
+        """
+        if offset >= self.next_offset or offset >= upper:
+            return b"", offset
+        pos, first_len = self._locate(offset)
+        if not min_one and first_len > max_bytes:
+            return b"", offset
+        data = self._pread(min(max(max_bytes, first_len), self.size - pos), pos)
+        p, expected, size = 0, -1, len(data)
+        while p + HEADER_SIZE <= size:
+            base, length, _crc, magic, _v, _f, count = _PEEK.unpack_from(data, p)
+            if (
+                magic != MAGIC
+                or length < HEADER_SIZE
+                or count == 0
+                or (expected >= 0 and base != expected)
+            ):
+                if p == 0:
+                    raise self._damage_error(pos, "not a batch header where the read starts")
+                break
+            if base >= upper or p + length > size:
+                break
+            p += length
+            expected = base + count
+        if p == 0:
+            raise self._damage_error(pos, "batch runs past the end of the segment")
+        return (data if p == size else data[:p]), expected
+
     def _damage_error(self, position: int, reason: str) -> CorruptSegmentError:
         if position not in self._logged_damage:
             self._logged_damage.add(position)

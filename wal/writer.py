@@ -216,8 +216,8 @@ class LogWriter:
         self.commit_cost = CommitCost()
         #: Reads that the page cache could not serve, handed to a thread (read_nowait).
         self.cold_reads = 0
-        #: read_cold's thread reads not yet done: aclose waits for them.
-        self._cold_in_flight: set[asyncio.Future[list[RecordBatch]]] = set()
+        #: read_cold's and read_raw's thread reads not yet done: aclose waits for them.
+        self._cold_in_flight: set[asyncio.Future[Any]] = set()
 
     @classmethod
     async def open(
@@ -651,63 +651,77 @@ class LogWriter:
         self, offset: int, max_bytes: int, upper: int, *, deleted_ok: bool = False
     ) -> list[RecordBatch]:
         """:meth:`read_cold` of the batches below ``upper``."""
-        if self._closing or self._thread is None:  # aclose no longer waits for reads
-            raise WalClosedError(self._log.path)
-        job = cold_read_pool().submit(self._log.read, offset, max_bytes, upper=upper)
-        read = asyncio.wrap_future(job)
-        self._cold_in_flight.add(read)
-        read.add_done_callback(self._cold_read_done)
         try:
-            return await asyncio.shield(read)
-        except asyncio.CancelledError:
-            job.cancel()  # still queued: no thread takes it; else it ends by itself
-            raise
+            return await self._on_cold_thread(self._log.read, offset, max_bytes, upper)
         except (OffsetOutOfRangeError, WalIOError):
             if deleted_ok and offset < self.first_offset:
                 return []
             raise
 
+    async def _on_cold_thread(
+        self, read: Callable[..., T], offset: int, max_bytes: int, upper: int
+    ) -> T:
+        """``read(offset, max_bytes, upper=upper)`` on a cold-read thread (``Log.read`` or
+        ``Log.read_raw``), waited out by :meth:`aclose`."""
+        if self._closing or self._thread is None:  # aclose no longer waits for reads
+            raise WalClosedError(self._log.path)
+        job = cold_read_pool().submit(read, offset, max_bytes, upper=upper)
+        future = asyncio.wrap_future(job)
+        self._cold_in_flight.add(future)
+        future.add_done_callback(self._cold_read_done)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            job.cancel()  # still queued: no thread takes it; else it ends by itself
+            raise
+
     async def read_raw(
         self, offset: int, max_bytes: int = 1 << 20, *, durable: bool = False
     ) -> bytes:
-        """The bytes of whole durable batches from the one holding ``offset``, as they are
-        in the log (base offsets and CRCs included), up to ``max_bytes``: what a leader
-        sends a follower for :meth:`append_replicated`.
+        """The bytes of whole batches from the one holding ``offset``, as they are in the
+        log (base offsets and CRCs included), up to ``max_bytes``: what a leader sends a
+        follower for :meth:`append_replicated`.
 
-        Read as :meth:`aread` reads (the tail cache, the page cache on the loop, else a
-        cold-read thread; each batch's CRC checked, its records not decoded) and bounded
-        the same way: at least one whole batch even past ``max_bytes``, none at or past
-        the :attr:`high_water_mark` (``b""`` when ``offset`` is the mark); with
-        ``durable``, none at or past the :attr:`durable_end` instead: a leader serves its
-        followers what it has durably, the mark waits for them. The first batch starts
-        before ``offset`` when ``offset`` falls inside it; a follower fetches from its
-        head, always a batch boundary.
+        Bounded as :meth:`aread` is: at least one whole batch even past ``max_bytes``,
+        none at or past the :attr:`high_water_mark` (``b""`` when ``offset`` is the
+        mark); with ``durable``, none at or past the :attr:`durable_end` instead: a leader
+        serves its followers what it has durably, the mark waits for them. The first batch
+        starts before ``offset`` when ``offset`` falls inside it; a follower fetches from
+        its head, always a batch boundary.
+
+        Read raw: from the tail cache when it holds ``offset``, else with
+        :meth:`wal.log.Log.read_raw` (on the loop when the page cache holds the bytes, on a
+        cold-read thread when it does not): one ``pread`` per segment, the batch headers
+        walked, no CRC computed and no record decoded. The CRCs travel with the bytes; the
+        follower's :meth:`append_replicated` checks each before it writes anything.
 
         Raises:
-            As :meth:`aread`.
+            OffsetOutOfRangeError: ``offset`` is below :attr:`first_offset` or past the
+                head, also when retention deleted the segment while a thread read it.
+            CorruptSegmentError, WalIOError: as :meth:`aread`.
+            WalClosedError: the writer is closing.
         """
-        if durable:
-            batches = await self._read_upto(offset, max_bytes, self._durable)
-        else:
-            batches = await self.aread(offset, max_bytes)
-        if len(batches) == 1:
-            return bytes(batches[0].buffer)
-        return b"".join([b.buffer for b in batches])
-
-    async def _read_upto(self, offset: int, max_bytes: int, upper: int) -> list[RecordBatch]:
-        """:meth:`aread` of the batches below ``upper`` (at most the durable end)."""
+        upper = self._durable if durable else self._hwm
         if offset >= self._log.first_offset:
             cached = self._tail.read(offset, max_bytes, upper)
             if cached is not None:
-                return cached
+                if len(cached) == 1:
+                    return bytes(cached[0].buffer)
+                return b"".join([b.buffer for b in cached])
         with nonblocking_reads():
             try:
-                return self._log.read(offset, max_bytes, upper=upper)
+                return self._log.read_raw(offset, max_bytes, upper=upper)
             except WouldBlockError:
                 self.cold_reads += 1
-        return await self._read_cold(offset, max_bytes, upper)
+        try:
+            return await self._on_cold_thread(self._log.read_raw, offset, max_bytes, upper)
+        except WalIOError as exc:
+            first = self.first_offset
+            if offset < first:  # retention deleted the segment under the thread
+                raise OffsetOutOfRangeError(offset, first, self._log.head) from exc
+            raise
 
-    def _cold_read_done(self, read: asyncio.Future[list[RecordBatch]]) -> None:
+    def _cold_read_done(self, read: asyncio.Future[Any]) -> None:
         self._cold_in_flight.discard(read)
         if not read.cancelled():
             read.exception()  # retrieved: its caller may have been cancelled meanwhile
