@@ -273,8 +273,9 @@ class LeaderTopic:
     async def aclose(self) -> None:
         """Stop leading: waiting acknowledgements fail 'outcome unknown', long polls end,
         the partitions accept no publish through this leader. The logs' commits stay
-        held (a follower holds them too; :meth:`LogWriter.release_commits` is the
-        manager's, for a topic that goes back to factor 1). Idempotent."""
+        held: a follower holds them too, and a replicated topic never goes back to
+        factor 1 (reassigned down to one replica it keeps a leader, committing alone:
+        ``cluster.replica_roles.is_replicated``). Idempotent."""
         self._lose("the leader stopped")
         if self._ticker is not None:
             self._ticker.cancel()
