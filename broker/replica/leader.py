@@ -130,6 +130,28 @@ class _LedLog:
         self.epoch_start = 0
         #: The writer's durable listener while the topic is led (removed by aclose).
         self.on_durable: Callable[[int], None] | None = None
+        #: The last raw read answered, ``((fetch offset, budget, durable end), bytes)``:
+        #: followers that fetch the same offset get the same bytes object, read once.
+        self.last_read: tuple[tuple[int, int, int], bytes] | None = None
+
+    async def read(self, offset: int, budget: int, end: int) -> bytes:
+        """The durable batches from ``offset`` within ``budget`` while the durable end is
+        ``end`` (the caller's reading of it this turn): shared with the last follower
+        that asked the same. The bytes below a durable end never change while this
+        broker leads (only a follower truncates), and the key names the end, so a
+        shared answer is the one a read of its own would give.
+
+        Raises:
+            OffsetOutOfRangeError: as :meth:`wal.LogWriter.read_raw`.
+        """
+        key = (offset, budget, end)
+        last = self.last_read
+        if last is not None and last[0] == key:
+            return last[1]
+        data = await self.writer.read_raw(offset, budget, durable=True)
+        if self.writer.durable_end >= end:  # not truncated meanwhile
+            self.last_read = (key, data)
+        return data
 
     def committed_to(self, mark: int) -> None:
         """The writer's mark listener: answer the acknowledgements below ``mark``."""
@@ -583,34 +605,39 @@ class LeaderTopic:
         return None
 
     async def fetch(self, request: _pb.ReplicaFetchRequest) -> _pb.ReplicaFetchResponse:
-        """Answer a follower's fetch: per log, a divergence, an out-of-range error, or the
-        durable batches from its fetch offset; held up to ``max_wait_ms`` (at most
-        :data:`MAX_WAIT_MS`) while no log has any, until a durable append."""
+        """:meth:`fetch_raw`'s answer parsed (for tests and in-process callers)."""
+        return _pb.ReplicaFetchResponse.FromString(await self.fetch_raw(request))
+
+    async def fetch_raw(self, request: _pb.ReplicaFetchRequest) -> bytes:
+        """Answer a follower's fetch, serialized: per log, a divergence, an out-of-range
+        error, or the durable batches from its fetch offset; held up to ``max_wait_ms``
+        (at most :data:`MAX_WAIT_MS`) while no log has any, until a durable append.
+
+        The batches are never copied into a protobuf message: each log's answer is
+        serialized without them and they are spliced in as its ``batches`` field
+        (:func:`_encode`), so a MiB answer costs one copy here, not a copy into the
+        message and another out of it. Followers asking the same log at the same offset
+        while the durable end stands share one read (:meth:`_LedLog.read`)."""
         problem = self.check_request(
             request.topic, request.topic_id, request.replica_node, request.leader_epoch
         )
         if problem is not None:
-            return _pb.ReplicaFetchResponse(
-                error=problem[0], leader_epoch=self.epoch, message=problem[1]
-            )
+            return _error_answer(problem, self.epoch)
         self._record_progress(request)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + min(max(request.max_wait_ms, 0), MAX_WAIT_MS) / 1000
         while True:
             woken = self._data
-            logs = await self._answer(request)
+            logs, chunks, worth = await self._answer(request)
             remaining = deadline - loop.time()
             if self._stopped is not None:
                 problem = self.check_request(request.topic, request.topic_id, "", None)
                 assert problem is not None
-                return _pb.ReplicaFetchResponse(
-                    error=problem[0], leader_epoch=self.epoch, message=problem[1]
-                )
-            if remaining <= 0 or any(_worth_answering(d) for d in logs):
-                await self._pace(request.replica_node, logs)
-                return _pb.ReplicaFetchResponse(
-                    leader_epoch=self.epoch, logs=logs, log_ids=list(self._logs)
-                )
+                return _error_answer(problem, self.epoch)
+            if remaining <= 0 or worth:
+                await self._pace(request.replica_node, sum(len(c) for c in chunks))
+                head = _pb.ReplicaFetchResponse(leader_epoch=self.epoch, log_ids=list(self._logs))
+                return _encode(head, logs, chunks)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(woken.wait(), remaining)
 
@@ -639,28 +666,38 @@ class LeaderTopic:
             return record.reassign_throttle
         return 0
 
-    async def _pace(self, node: str, logs: list[_pb.LogData]) -> None:
-        """Hold a throttled follower's answer as long as its bytes take at its rate."""
+    async def _pace(self, node: str, sent: int) -> None:
+        """Hold a throttled follower's answer as long as its ``sent`` bytes take at its
+        rate."""
         rate = self._throttle(node)
         if rate > 0:
-            await asyncio.sleep(sum(len(d.batches) for d in logs) / rate)
+            await asyncio.sleep(sent / rate)
 
-    async def _answer(self, request: _pb.ReplicaFetchRequest) -> list[_pb.LogData]:
+    async def _answer(
+        self, request: _pb.ReplicaFetchRequest
+    ) -> tuple[list[_pb.LogData], list[bytes], bool]:
+        """Each log's answer (without its batches), its batches, and whether any must go
+        now (data, an error or a divergence)."""
         budget = min(request.max_bytes, MAX_BYTES) if request.max_bytes > 0 else DEFAULT_MAX_BYTES
         rate = self._throttle(request.replica_node)
         if rate > 0:
             budget = min(budget, rate)  # at most a second's worth per answer
-        answers: list[_pb.LogData] = []
+        logs: list[_pb.LogData] = []
+        chunks: list[bytes] = []
+        worth = False
         for ask in request.logs:
-            data = await self._answer_log(ask, budget)
-            budget -= len(data.batches)
-            answers.append(data)
-        return answers
+            data, batches = await self._answer_log(ask, budget)
+            budget -= len(batches)
+            worth = worth or bool(batches) or data.error != 0 or data.HasField("diverging")
+            logs.append(data)
+            chunks.append(batches)
+        return logs, chunks, worth
 
-    async def _answer_log(self, ask: _pb.LogFetch, budget: int) -> _pb.LogData:
+    async def _answer_log(self, ask: _pb.LogFetch, budget: int) -> tuple[_pb.LogData, bytes]:
+        """One log's answer, without its batches, and its batches."""
         led = self._logs.get(ask.log)
         if led is None:
-            return _pb.LogData(log=ask.log, error=_pb.UNKNOWN_LOG)
+            return _pb.LogData(log=ask.log, error=_pb.UNKNOWN_LOG), b""
         writer = led.writer
         end, start = writer.durable_end, writer.first_offset
         data = _pb.LogData(
@@ -675,16 +712,16 @@ class LeaderTopic:
         diverging = _diverging(led, ask)
         if diverging is not None:
             data.diverging.CopyFrom(_pb.Divergence(epoch=diverging[0], end_offset=diverging[1]))
-            return data
+            return data, b""
         if not start <= ask.fetch_offset <= end:
             data.error = _pb.OFFSET_OUT_OF_RANGE
-            return data
+            return data, b""
         if ask.fetch_offset < end and budget > 0:
             try:
-                data.batches = await writer.read_raw(ask.fetch_offset, budget, durable=True)
+                return data, await led.read(ask.fetch_offset, budget, end)
             except OffsetOutOfRangeError:  # retention went past it meanwhile
                 data.error = _pb.OFFSET_OUT_OF_RANGE
-        return data
+        return data, b""
 
     def offset_for_epoch(self, log: str, epoch: int) -> tuple[int, int]:
         """Where ``epoch`` ends in ``log`` here (Kafka's OffsetsForLeaderEpoch): the
@@ -736,6 +773,45 @@ def _diverging(led: _LedLog, ask: _pb.LogFetch) -> tuple[int, int] | None:
     return None
 
 
-def _worth_answering(data: _pb.LogData) -> bool:
-    """Whether a log's answer must go now (data, an error or a divergence)."""
-    return bool(data.batches) or data.error != _pb.REPLICA_ERROR_NONE or data.HasField("diverging")
+def _error_answer(problem: tuple[_pb.ReplicaError, str], epoch: int) -> bytes:
+    return _pb.ReplicaFetchResponse(
+        error=problem[0], leader_epoch=epoch, message=problem[1]
+    ).SerializeToString()
+
+
+#: Wire tags: ``ReplicaFetchResponse.logs`` (field 3) and ``LogData.batches`` (field 6),
+#: both length-delimited (wire type 2).
+_LOGS_TAG = bytes([3 << 3 | 2])
+_BATCHES_TAG = bytes([6 << 3 | 2])
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _encode(head: _pb.ReplicaFetchResponse, logs: list[_pb.LogData], chunks: list[bytes]) -> bytes:
+    """``head`` (no ``logs``) serialized, then each of ``logs`` as a ``logs`` entry with
+    ``chunks[i]`` as its ``batches``: the bytes ``head`` with those logs would serialize
+    to, but for field order (a parser takes fields in any order; ``logs`` stay in order,
+    and ``batches`` comes last in each entry), with each chunk copied once."""
+    parts = [head.SerializeToString()]
+    for data, chunk in zip(logs, chunks, strict=True):
+        inner = data.SerializeToString()
+        if chunk:
+            size = _varint(len(chunk))
+            parts += (
+                _LOGS_TAG,
+                _varint(len(inner) + 1 + len(size) + len(chunk)),
+                inner,
+                _BATCHES_TAG,
+                size,
+                chunk,
+            )
+        else:
+            parts += (_LOGS_TAG, _varint(len(inner)), inner)
+    return b"".join(parts)

@@ -2,6 +2,8 @@
 
 Role: thin (pb in, pb out): each call looks its topic's :class:`~broker.replica.leader.
 LeaderTopic` up (``leaders(name)``, the replica manager's) and hands the request to it.
+``ReplicaFetch`` answers serialized bytes (``LeaderTopic.fetch_raw``, registered as a raw
+response): the batches are spliced into the answer, never copied into a message.
 Errors travel in the response's ``ReplicaError`` (``docs/protocol.md``, "Replication
 between brokers"), not as gRPC statuses: a topic this broker does not lead is
 ``NOT_LEADER``; only a request that does not parse (``INVALID_ARGUMENT``), a missing or
@@ -37,13 +39,13 @@ class ReplicationService:
 
     async def ReplicaFetch(  # noqa: N802 - the RPC's name
         self, request: _pb.ReplicaFetchRequest, context: grpc.aio.ServicerContext[object, object]
-    ) -> _pb.ReplicaFetchResponse:
+    ) -> bytes:
         leader = self._leaders(request.topic)
         if leader is None:
             return _pb.ReplicaFetchResponse(
                 error=_pb.NOT_LEADER, message=_not_leading(request.topic)
-            )
-        return await leader.fetch(request)
+            ).SerializeToString()
+        return await leader.fetch_raw(request)
 
     async def OffsetForLeaderEpoch(  # noqa: N802 - the RPC's name
         self,
@@ -85,5 +87,6 @@ def add_to_server(
         server,
         _pb.DESCRIPTOR.services_by_name["Replication"],
         servicer,
+        raw_responses=("ReplicaFetch",),  # LeaderTopic.fetch_raw: batches spliced in
         max_request_bytes=max_request_bytes,
     )
