@@ -3,8 +3,9 @@ idempotent producers and at-least-once consumers (issue 36).
 
 A real three-member etcd (:mod:`tests.cluster.etcd_harness`) and three real ``headrace
 serve`` processes in cluster mode (:mod:`tests.cluster.broker_processes`, session TTL
-2 s, fsync ``always``). Five two-partition topics are created through different brokers,
-so they spread over all three. In this process two idempotent :class:`AsyncProducer` s,
+2 s, fsync ``always``). Five two-partition topics of one copy each (``replication_factor
+1``: issue 36's owner, offline while it is down, not failover) are created through
+different brokers, so they spread over all three. In this process two idempotent :class:`AsyncProducer` s,
 each given every broker as seeds, send unique values ``p<producer>:<topic>:<n>`` to
 every topic (one task per producer and topic) and note each acknowledged one; one
 :class:`AsyncConsumer` per topic (seeds likewise) reads an exclusive subscription and
@@ -258,7 +259,7 @@ async def test_brokers_and_etcd_members_sigkilled_at_random_lose_and_double_noth
     async with cluster_brokers(tmp_path, own_etcd, prefix, ttl_s=TTL_S) as brokers:
         for i, topic in enumerate(TOPICS):
             async with AsyncAdminClient(brokers.all[i % len(brokers.all)].address) as admin:
-                await admin.create_topic(topic, partitions=PARTITIONS)
+                await admin.create_topic(topic, partitions=PARTITIONS, replication_factor=1)
         owners = await brokers.wait_owners(TOPICS)
         assert set(owners.values()) == set(brokers.by_id), owners
         async with contextlib.AsyncExitStack() as stack:

@@ -231,14 +231,15 @@ def test_a_running_stream_rides_over_an_owner_sigkilled_and_restarted(
     ``out`` (``input``: the reads and acks), or the owner of ``out`` (``out``: the
     sink's idempotent writes); 500
     more per topic are published through the seeds; the query runs until ``out`` holds
-    4,500 records, then is stopped.
+    4,500 records, then is stopped. Every topic has one copy (``replication_factor=1``):
+    the victim's topics are offline until it is back (issue 36), not failed over.
     Expected: the query never fails; ``out`` holds every record exactly once; after the
     stop ``headrace lag`` through one seed shows ``spark-all`` with lag 0 on every
     partition of every input topic (the last batch is acked at the next trigger)."""
     seed = brokers.all[0].address
-    with AdminClient(seed) as admin:
+    with AdminClient(seed) as admin:  # one copy: the victim's topics are offline a while
         for topic in [*TOPICS, "out"]:
-            admin.create_topic(topic, partitions=2)
+            admin.create_topic(topic, partitions=2, replication_factor=1)
     owners = asyncio.run(brokers.wait_owners([*TOPICS, "out"]))
     if victim_owns == "out":
         victim = owners["out"]
