@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -29,7 +30,13 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from broker.auth.cluster_tokens import to_record
+from broker.auth.grants import make_grant
+from broker.auth.tokens import mint
 from client import AsyncAdminClient, AsyncProducer, ConnectionOptions, FailedPrecondition
+from cluster.etcd import EtcdStore
+from cluster.records import Keys
+from cluster.tokens import EtcdTokens
 from proto import cluster_pb2 as _cluster
 from proto import cluster_pb2_grpc as _cluster_grpc
 from tests._certs import Pair, issue, make_ca
@@ -51,20 +58,41 @@ class Certs:
     brokers: dict[str, Pair]
     client: Pair
     wrong_ca: str
+    token: str | None = None
 
     def client_options(self) -> ConnectionOptions:
         """The client keywords for TLS with a client certificate (accepted with or
-        without mutual TLS: a server that does not ask for it never sees it)."""
-        return {"tls_ca": self.ca, "tls_cert": self.client.cert, "tls_key": self.client.key}
+        without mutual TLS: a server that does not ask for it never sees it), and the
+        token when the brokers need one."""
+        options: ConnectionOptions = {
+            "tls_ca": self.ca,
+            "tls_cert": self.client.cert,
+            "tls_key": self.client.key,
+        }
+        if self.token is not None:
+            options["token"] = self.token
+        return options
 
     def channel(self, address: str) -> grpc.aio.Channel:
-        """A TLS channel to a broker, as the test's client."""
+        """A TLS channel to a broker, as the test's client (with its token, if any)."""
         credentials = grpc.ssl_channel_credentials(
             root_certificates=Path(self.ca).read_bytes(),
             private_key=Path(self.client.key).read_bytes(),
             certificate_chain=Path(self.client.cert).read_bytes(),
         )
+        if self.token is not None:
+            bearer = grpc.access_token_call_credentials(self.token)
+            credentials = grpc.composite_channel_credentials(credentials, bearer)
         return grpc.aio.secure_channel(address, credentials)
+
+
+async def _with_token(certs: Certs, etcd: EtcdCluster, prefix: str) -> Certs:
+    """``certs`` with an admin token made in the cluster's etcd (``[cluster] tokens``),
+    as ``headrace tokens create --cluster-etcd`` makes one."""
+    token, entry = mint("ops", [make_grant("admin", "*")], "2026-12-06T00:00:00Z")
+    async with await EtcdStore.connect(etcd.endpoints, timeout_s=3.0) as store:
+        await EtcdTokens(store, Keys(prefix)).create(to_record(entry))
+    return dataclasses.replace(certs, token=token)
 
 
 def _certs(directory: Path, count: int = 3) -> Certs:
@@ -86,12 +114,15 @@ def _tls_broker(
     peer_ca: str | None,
 ) -> ClusterBroker:
     """A cluster broker serving TLS with its own certificate (``mutual``: requiring client
-    certificates of the cluster's CA), ``[cluster] peer_tls_ca = peer_ca`` when given."""
+    certificates of the cluster's CA), ``[cluster] peer_tls_ca = peer_ca`` when given,
+    and the cluster's tokens when ``certs`` has one."""
     broker = ClusterBroker(root, node_id, etcd, prefix)
     pair = certs.brokers[node_id]
     broker.command += ["--tls-cert", pair.cert, "--tls-key", pair.key]
     if mutual:
         broker.command += ["--tls-client-ca", certs.ca]
+    if certs.token is not None:
+        broker.command += ["--cluster-tokens"]
     config = root / node_id / "headrace.toml"
     extra = "replica_lag_time_max_ms = 1000\n"
     if peer_ca is not None:
@@ -209,18 +240,26 @@ async def _on_disk(brokers: list[ClusterBroker], topic: str, acked: Acked, withi
                 await asyncio.sleep(0.1)
 
 
-@pytest.mark.parametrize("mutual", [False, True], ids=["tls", "mutual-tls"])
+@pytest.mark.parametrize(
+    ("mutual", "tokens"),
+    [(False, False), (True, False), (True, True)],
+    ids=["tls", "mutual-tls", "mutual-tls-tokens"],
+)
 async def test_factor_3_replicates_over_tls_and_fails_over(
-    etcd: EtcdCluster, prefix: str, tmp_path: Path, mutual: bool
+    etcd: EtcdCluster, prefix: str, tmp_path: Path, mutual: bool, tokens: bool
 ) -> None:
     """Scenario: three brokers serving TLS (with ``mutual``: requiring client certificates
     of the cluster's CA; the brokers trust tls_client_ca for each other, else
-    ``[cluster] peer_tls_ca`` names the CA); a factor-3 topic gets 40 records, then its
-    leader is SIGKILLed and the topic gets 40 more.
+    ``[cluster] peer_tls_ca`` names the CA; with ``tokens``: ``--cluster-tokens``, so each
+    fetch carries the cluster's internal credential as its bearer token, inside TLS); a
+    factor-3 topic gets 40 records, then its leader is SIGKILLed and the topic gets 40
+    more.
     Expected: the first 40 at their acked offsets on all three disks, the three in the
     in-sync set; a follower leads after the kill and the 80 records are at their offsets
     on both survivors' disks."""
     certs = _certs(tmp_path / "pki")
+    if tokens:
+        certs = await _with_token(certs, etcd, prefix)
     peer_ca: dict[str, str | None] = dict.fromkeys(("b1", "b2", "b3"), None if mutual else certs.ca)
     async with _tls_cluster(
         tmp_path, etcd, prefix, certs, mutual=mutual, peer_ca=peer_ca
