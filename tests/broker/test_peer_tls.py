@@ -11,10 +11,12 @@ from pathlib import Path
 
 import grpc
 import pytest
+from click.testing import CliRunner
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from broker.app import Broker
 from broker.certs import allows_client_auth
+from broker.cli import cli
 from broker.config import SecurityConfig
 from broker.config_cluster import ClusterConfig
 from broker.errors import TlsSetupError
@@ -22,6 +24,7 @@ from broker.replica.manager import Channels
 from broker.tls import PeerTls, load_peer_tls, load_server_tls
 from tests._certs import Pair, Pki, issue, make_ca
 from tests.broker.conftest import broker_config
+from tests.broker.test_serve_process import free_port
 
 DEADLINE_S = 5.0
 CLUSTER = ClusterConfig(etcd=("127.0.0.1:2379",), node_id="b1")
@@ -180,3 +183,24 @@ async def test_channels_present_the_broker_certificate_under_mutual_tls(
         assert stranger.startswith("UNAVAILABLE"), stranger
         server_only = await _health(Channels(_peer(pki, pki.ca)), address)
         assert server_only.startswith("UNAVAILABLE"), server_only
+
+
+def test_serve_stops_on_a_server_only_certificate_under_mutual_tls(
+    pki: Pki, tmp_path: Path
+) -> None:
+    """Scenario: `headrace serve` in cluster mode with --tls-client-ca and the test CA's
+    server certificate (serverAuth only), no etcd listening.
+    Expected: exit 1 with one line naming tls_cert and clientAuth, before etcd is asked
+    and before the data directory is made."""
+    data = tmp_path / "data"
+    args = ["serve", "--data-dir", str(data), "--metrics-listen", ""]
+    args += ["--cluster-etcd", f"127.0.0.1:{free_port()}", "--node-id", "b1"]
+    args += ["--tls-cert", pki.server.cert, "--tls-key", pki.server.key]
+    args += ["--tls-client-ca", pki.ca]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1, result.output
+    assert f"[security] tls_cert = {pki.server.cert}: " in result.output
+    assert "lacks clientAuth" in result.output
+    assert "cannot join" not in result.output
+    assert "Traceback" not in result.output
+    assert not data.exists()
