@@ -33,14 +33,17 @@ Unclean election (issue 37): off unless :attr:`ReplicaRoles.unclean_allowed` say
 the in-sync set runs :func:`~cluster.replica_txn.elect` with ``unclean`` once the leader
 and every in-sync member are gone, ``UNCLEAN_GRACE_S`` plus its rank's stagger after it
 first saw that (an in-sync replica back in time wins cleanly instead). What it gives up
-is counted from the old leader's *published marks*: while a leader has replicas outside
-its in-sync set (so an unclean election could follow), it writes its high watermark per
-partition to ``<prefix>marks/<topic>`` (with the topic id and its epoch; not a key of
-the view's layout) at most every ``MARKS_INTERVAL_S`` when it moved. The winner compares
-the marks of the epoch it replaces with its own log ends
+is counted from the old leader's *published marks*: while the switch is on and a leader
+has replicas outside its in-sync set (so an unclean election could follow), it writes
+its high watermark per partition to ``<prefix>marks/<topic>`` (with the topic id and its
+epoch; not a key of the view's layout) at most every ``MARKS_INTERVAL_S`` when it moved
+(nothing while the switch is off: no etcd write is added to a cluster that cannot elect
+uncleanly). The winner compares the marks of the epoch it replaces with its own log ends
 (:func:`cluster.replicas.records_given_up`): a lower bound (what was committed after the
 last publication is not in it), logged as a WARNING ("at least N records") and counted
 (:attr:`ReplicaRoles.records_given_up`, ``headrace_cluster_unclean_lost_records_total``).
+With no marks of that epoch (the switch was turned on after the leader died) the WARNING
+says the number is not known, and nothing is added to the count.
 
 Task-safety: the member's reconcile task is the only caller of :meth:`reconcile`; a
 changer runs in the leader's task and only writes etcd (compare-and-set) and
@@ -444,7 +447,7 @@ class ReplicaRoles:
             return
         del self._due[name]
         # what the old leader committed, and this log's ends, before the election moves them
-        lost = await self._given_up(topic.record) if decision.unclean else {}
+        lost = await self._given_up(topic.record) if decision.unclean else None
         result = await elect(
             self._store,
             self._keys,
@@ -479,10 +482,12 @@ class ReplicaRoles:
         return f"{self._keys.prefix}marks/{name}"
 
     async def _publish_marks(self, record: TopicRecord) -> None:
-        """As leader, publish this epoch's high watermarks while a replica is outside the
-        in-sync set (module docstring), at most every ``MARKS_INTERVAL_S``, when they moved."""
+        """As leader, publish this epoch's high watermarks while unclean elections are
+        allowed and a replica is outside the in-sync set (module docstring), at most every
+        ``MARKS_INTERVAL_S``, when they moved."""
         name = record.name
-        if self.marks is None or set(record.effective_isr()) >= set(record.effective_replicas()):
+        in_sync = set(record.effective_isr()) >= set(record.effective_replicas())
+        if self.marks is None or in_sync or not self.unclean_allowed():
             self._published.pop(name, None)
             return
         now = self._clock()
@@ -499,11 +504,12 @@ class ReplicaRoles:
                 marks = last  # tried again at the next due time
         self._published[name] = (now + MARKS_INTERVAL_S, marks)
 
-    async def _given_up(self, record: TopicRecord) -> dict[int, int]:
+    async def _given_up(self, record: TopicRecord) -> dict[int, int] | None:
         """Per partition, the records an unclean election of this broker gives up, at
-        least: the old leader's published marks of ``record``'s epoch over this log's ends."""
+        least: the old leader's published marks of ``record``'s epoch over this log's ends;
+        None when it published none at that epoch (not known)."""
         if self.marks is None:
-            return {}
+            return None
         try:
             held = await self._store.get(self._marks_key(record.name))
             marks = None if held is None else msgspec.json.decode(held.value, type=PublishedMarks)
@@ -511,29 +517,39 @@ class ReplicaRoles:
             log.warning("topic %s: the old leader's marks cannot be read: %s", record.name, exc)
             marks = None
         if marks is None or (marks.id, marks.epoch) != (record.id, record.epoch):
-            return {}  # none published at that epoch: all its replicas were in sync
+            return None  # none published at that epoch (the switch was off)
         ends = {p: end for p, (_hw, end) in self.marks(record.name).items()}
         return records_given_up(marks.committed, ends)
 
     def _count_unclean(
-        self, before: TopicRecord, after: TopicRecord, lost: Mapping[int, int]
+        self, before: TopicRecord, after: TopicRecord, lost: Mapping[int, int] | None
     ) -> None:
         name = after.name
-        total = sum(lost.values())
+        total = sum(lost.values()) if lost is not None else 0
         self.unclean_elections += 1
         self.records_given_up[name] = self.records_given_up.get(name, 0) + total
+        if lost is None:
+            given_up = (
+                f"how many records the old leader had committed are given up is not known "
+                f"(it published no high watermark at epoch {before.epoch}: unclean election "
+                f"was off then)"
+            )
+        else:
+            by_partition = ", ".join(f"{p}: {n}" for p, n in lost.items()) or "none"
+            given_up = (
+                f"at least {total} records the old leader had committed are given up "
+                f"(by partition: {by_partition})"
+            )
         log.warning(
             "topic %s: UNCLEAN election: broker %s (out of sync) leads at epoch %d after "
-            "%s (epoch %d) and the in-sync set %s were gone; at least %d records the old "
-            "leader had committed are given up (by partition: %s)",
+            "%s (epoch %d) and the in-sync set %s were gone; %s",
             name,
             self._me,
             after.epoch,
             before.owner or "none",
             before.epoch,
             list(before.effective_isr()),
-            total,
-            dict(lost) or "none counted",
+            given_up,
         )
 
     # -- controlled shutdown ----------------------------------------------------------------
