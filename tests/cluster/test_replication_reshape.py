@@ -343,3 +343,55 @@ async def test_a_topic_reassigned_to_one_replica_keeps_serving(
         pair = [brokers.by_id[leader], brokers.by_id[others[0]]]
         await _identical(pair, within_s=15)
         _check_load(load, await _read_leader(brokers.seeds))
+
+
+async def test_auto_rebalance_moves_a_replica_to_a_new_broker_by_itself(
+    tmp_path: Path, etcd: EtcdCluster, prefix: str
+) -> None:
+    """Scenario: every broker runs with ``[cluster] auto_rebalance = true`` and
+    ``rebalance_interval_s = 1``; three of them, three topics of factor 2 / min_insync 2
+    with 200 records each; then a fourth broker starts empty; no command given.
+    Expected: within 30 s the controller has moved one replica to it by itself (in
+    sync, the replaced copy deleted), the brokers hold 2, 2, 1 and 1 replicas, and every
+    record of every topic is read back."""
+    brokers = [ClusterBroker(tmp_path, f"b{i + 1}", etcd, prefix) for i in range(4)]
+    for broker in brokers:
+        config = broker.data_dir.parent / "headrace.toml"
+        config.write_text(config.read_text() + "auto_rebalance = true\nrebalance_interval_s = 1\n")
+    names = [TOPIC, "payments", "refunds"]
+    try:
+        for broker in brokers[:3]:
+            broker.spawn()
+        for broker in brokers[:3]:
+            await broker.wait_serving(30.0)
+        cluster = Brokers(brokers[:3])
+        for name in names:
+            await _create(cluster, name, 2, 2)
+        async with AsyncProducer(cluster.seeds) as producer:
+            sent = [await producer.send(n, f"{n}-{i}".encode()) for n in names for i in range(200)]
+            await producer.flush()
+        assert all(f.exception() is None for f in sent)
+        await brokers[3].start()
+        cluster = Brokers(brokers)
+        deadline = time.monotonic() + 30
+        while True:
+            routes = [await cluster.route(n) for n in names]
+            on_b4 = [r for r in routes if "b4" in r.replicas and len(r.isr) == 2]
+            held = {
+                b.node_id: sum((b.data_dir / "topics" / n).exists() for n in names) for b in brokers
+            }
+            if on_b4 and sorted(held.values()) == [1, 1, 2, 2]:
+                break
+            assert time.monotonic() < deadline, f"{[list(r.replicas) for r in routes]}, {held}"
+            await asyncio.sleep(0.2)
+        assert len(on_b4) == 1
+        for name in names:
+            rows = (await read_topic(cluster.seeds, name)).values()
+            read = {v for part in rows for _, v in part}
+            assert {f"{name}-{i}".encode() for i in range(200)} <= read, name
+    finally:
+        for broker in brokers:
+            try:
+                broker.stop()
+            finally:
+                broker.kill()
