@@ -55,6 +55,17 @@ and (c) stops writes before that, so two brokers never write one topic.
 
 Task-safety: the reconcile task and the controller task are the only writers of their
 state; the broker's calls run on the same event loop and only read.
+
+One piece, though past 600 lines (the class about 470): the invariant above is stated
+over this class's state (the claims of the current session, ``_claimed`` and
+``_claimed_generation``, beside the session and the view), and every part here reads or
+writes it: :meth:`refusal` and the Lookup answers read it, the reconcile task and the
+adoption at start write it, and create/delete wait on the same view and write through
+the same guarded transaction (``_cas``). What has rules of its own already lives apart:
+the replicated path (:mod:`cluster.replica_member`), the routes and answers
+(:mod:`cluster.routes`, :mod:`cluster.answers`), the controller. A split along adoption
+or create/delete would hand those modules the claims to write, and the one-writer rule
+would no longer be checked in one file.
 """
 
 from __future__ import annotations
