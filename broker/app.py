@@ -24,6 +24,12 @@ there is allowed, with a warning. Both checks run before the data directory is t
 Start-up I/O errors (a read-only or full data directory, a file that cannot be opened) are
 raised as :class:`wal.WalIOError` naming the file and the cause, so that ``headrace
 serve`` can print one line for them.
+
+One piece, though past 600 lines (:class:`Broker` about 430): a composition root is read
+as one sequence, start in one order and shutdown in the reverse one above, and each
+part's place in it is the thing to review; the parts themselves live in their modules.
+The pre-start checks at the end (``check_exposure``, ``check_listen``,
+``raise_fd_limit``) are plain functions the CLI calls too.
 """
 
 from __future__ import annotations
