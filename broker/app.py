@@ -29,7 +29,7 @@ One piece, though past 600 lines (:class:`Broker` about 430): a composition root
 as one sequence, start in one order and shutdown in the reverse one above, and each
 part's place in it is the thing to review; the parts themselves live in their modules.
 The pre-start checks at the end (``check_exposure``, ``check_listen``,
-``raise_fd_limit``) are plain functions the CLI calls too.
+``raise_fd_limit``) are plain functions, outside the class.
 """
 
 from __future__ import annotations
