@@ -29,7 +29,7 @@ from proto import broker_pb2 as _pb
 from proto import broker_pb2_grpc as _pb_grpc
 from tests.cluster.broker_processes import TTL_S, cluster_brokers, read_topic, wait_alive
 from tests.cluster.etcd_harness import EtcdCluster
-from tests.cluster.replica_runs import Load, route, settle_and_check, wait_route
+from tests.cluster.replica_runs import Load, settle_and_check, wait_route
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function"), pytest.mark.timeout(120)]
 
@@ -58,8 +58,10 @@ async def test_a_topic_created_without_a_factor_has_three_replicas_and_survives_
             made = await admin.create_topic(TOPIC, PARTITIONS)
         assert sorted(made.replicas) == BROKERS, made
         assert (made.leader, made.min_insync_replicas) == (made.replicas[0], 2), made
-        for broker in brokers.all:
-            seen = await route(broker.address, TOPIC)
+        for broker in brokers.all:  # each view follows etcd's watch: wait for the record
+            seen = await wait_route(
+                [broker.address], TOPIC, "the topic in the view", 5, lambda r: bool(r.replicas)
+            )
             assert (list(seen.replicas), seen.min_insync) == (list(made.replicas), 2), seen
         shown = await asyncio.to_thread(
             CliRunner().invoke,
