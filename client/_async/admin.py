@@ -213,9 +213,11 @@ class AsyncAdminClient:
                 is not compared.
             replication_factor: Copies of the topic, each on another broker of a cluster.
                 Default (``None``, sent as 0): the cluster's ``replication_factor``
-                default, clamped to the live brokers; a single broker takes 1 only.
+                default (3 unless ``headrace cluster config`` sets it), clamped to the
+                live brokers; a single broker takes 1 only.
             min_insync_replicas: In-sync replicas a publish needs. Default (``None``,
-                sent as 0): the cluster's default, clamped to the factor.
+                sent as 0): the cluster's default (2 unless ``headrace cluster config``
+                sets it), clamped to the factor.
 
         Raises:
             AlreadyExists: The topic exists (with ``exist_ok``: with another partition
