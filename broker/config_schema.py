@@ -144,8 +144,9 @@ class BrokerTable(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         Annotated[
             int,
             meta(
-                "Largest gRPC request the broker accepts; a larger one is refused with "
-                "`RESOURCE_EXHAUSTED` naming this key.",
+                "Largest gRPC request the broker accepts, in serialized bytes (gRPC's "
+                "receive limit); a larger one is refused with `RESOURCE_EXHAUSTED` naming "
+                "its size and this limit, which the client and CLI restate naming this key.",
                 ge=1024,
                 le=1 << 30,
                 unit="bytes",
