@@ -17,18 +17,21 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import grpc
 
 from broker.errors import ReplicaLogUnknownError
-from broker.replica.leader import LeaderTopic
 from broker.rpc_handlers import add_service
 from proto import replication_pb2 as _pb
+
+if TYPE_CHECKING:  # the leader module and its cluster rules load only where a topic is led
+    from broker.replica.leader import LeaderTopic
 
 logger = logging.getLogger(__name__)
 
 #: Finds the leader of a topic this broker leads (None: it leads no topic of that name).
-LeaderLookup = Callable[[str], LeaderTopic | None]
+LeaderLookup = Callable[[str], "LeaderTopic | None"]
 
 
 class ReplicationService:
