@@ -14,7 +14,10 @@ out of the in-sync set at once (a stopped broker; Kafka's controlled shutdown do
 same), and the changer lets no broker without a session join. A replica a reassignment
 dropped stops its role and deletes its copy. :meth:`ReplicaRoles.hand_over` is the
 controlled shutdown: every led topic handed to an alive in-sync follower
-(``transfer_leadership`` with ``leave_isr``), and no role taken after it.
+(``transfer_leadership`` with ``leave_isr``), and no role taken after it. A broker the
+record names leader whose data is missing (``MISSING``: it came back on an empty data
+directory before a follower was elected) hands the topic over the same way, then copies
+it back as a follower; with no alive in-sync follower the topic stays unserved.
 
 Invariants:
 
@@ -263,6 +266,8 @@ class ReplicaRoles:
         elif step is Step.ELECT:
             await self._elect(topic, decision, claimed)
         elif step is Step.MISSING:
+            if await self._hand_missing(name):
+                return
             self._log_once(
                 name,
                 "missing",
@@ -657,6 +662,44 @@ class ReplicaRoles:
                 name,
             )
         return None
+
+    async def _hand_missing(self, name: str) -> bool:
+        """The record names this broker leader of ``name``, whose data is gone here (it
+        came back on an empty data directory before a follower was elected): hand the
+        topic to an alive in-sync follower, this broker leaving the in-sync set
+        (``transfer_leadership`` with ``leave_isr``, fenced by the record's epoch and this
+        session's lease), so a copy that holds the data serves it and this broker copies
+        it back as a follower. False when no such follower took it (the topic then stays
+        unserved, ``data-missing``; nothing is recreated empty)."""
+        topic = self._latest(name)
+        if topic is None or topic.record.owner != self._me or not self._session.may_write():
+            return False
+        record = topic.record
+        alive = self._view.state.brokers
+        for to in [n for n in record.effective_isr() if n != self._me and n in alive]:
+            try:
+                result = await transfer_leadership(
+                    self._store, self._keys, name, record, topic.mod_revision,
+                    leader=self._me, epoch=record.epoch, leader_lease=self._session.lease,
+                    to=to, leave_isr=True,
+                )  # fmt: skip
+            except ClusterError as exc:
+                log.warning("topic %s: handing over to %s failed: %s", name, to, exc)
+                return False
+            if result.outcome.is_won() and result.record is not None:
+                self._written[name] = Topic(result.record, result.mod_revision)
+                log.warning(
+                    "broker %s: leads topic %s but its data is missing here: handed to "
+                    "in-sync %s at epoch %d; this broker copies it back as a follower",
+                    self._me,
+                    name,
+                    to,
+                    result.record.epoch,
+                )
+                return True
+            if result.outcome is not Outcome.REFUSED:
+                return False
+        return False
 
     # -- the leader's in-sync set -----------------------------------------------------------
 
