@@ -210,6 +210,8 @@ class BrokerTopics:
         if self.state is not None:
             await self.state.prepare(name)
         await self._roles().follow(name, record, leader_address)
+        if self.state is not None:  # a follower holds no live subscription of it
+            await self.state.following(name)
 
     async def stop(self, name: str) -> None:
         if self.replicas is not None:

@@ -263,6 +263,25 @@ class CursorStore:
         if doomed is not None:
             self._doomed.add(doomed)
 
+    def release(self, key: Key) -> None:
+        """``key`` leaves memory (its topic is followed here): it is not saved again,
+        and its cursors on disk still hold retention back (:meth:`saved_floor`)."""
+        self._dirty.discard(key)
+        self._urgent.pop(key, None)
+
+    def forget_topic(self, topic: str) -> None:
+        """Forget the saved cursors of every subscription of ``topic`` (a promotion
+        replaces them with the replicated states)."""
+        for key in [k for k in self._saved if k[0] == topic]:
+            del self._saved[key]
+
+    def held_states(self, topic: str) -> dict[str, state_file.StateDoc]:
+        """The states ``topic``'s files hold, by subscription (a replicated topic whose
+        subscriptions were released; blocking: run in a thread)."""
+        if not self._fs.exists(os.path.join(self.root, topic)):
+            return {}
+        return dict(load_topic(self._fs, self.root, topic).merged.states)
+
     def doom(self, sub: Subscription) -> None:
         """Never save ``sub`` again (a delete began); :meth:`undoom` if it failed."""
         self._dirty.discard((sub.topic, sub.name))

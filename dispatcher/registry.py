@@ -133,6 +133,9 @@ class SubscriptionRegistry:
         #: before a subscription of the same name is created.
         self._orphan_queues: set[tuple[str, str]] = set()
         self._expiry_task: asyncio.Task[None] | None = None
+        #: Replicated topics followed here: their subscriptions are not in memory
+        #: (:meth:`release`) until :meth:`take_over`.
+        self._released: set[str] = set()
         self._fs = fs or FileSystem()
         self._max_unacked = max_unacked
         self._dispatch = dispatch or DispatchConfig()
@@ -240,6 +243,33 @@ class SubscriptionRegistry:
         async with self._store.lock:
             pass
 
+    async def release(self, topic: str) -> int:
+        """This broker follows replicated ``topic``: its subscriptions stop and leave
+        memory (no dispatch task, no listener on the partitions, no heartbeat tick, no
+        inactivity expiry, no metric series, no dead-letter queue open); a follower
+        serves none of them (every call naming the topic is refused), and a promotion
+        rebuilds them from the replicated state (:meth:`take_over`). Their files stay,
+        and so do the cursors retention's floor keeps (:meth:`saved_floor`), as they
+        were. Idempotent; returns how many were released.
+        """
+        self._released.add(topic)
+        keys = [key for key in self._subs if key[0] == topic]
+        for key in keys:
+            sub = self._subs.pop(key)
+            self._store.release(key)
+            self._heartbeat.forget(key)
+            if self._idle is not None:
+                self._idle.forget(key)
+            await sub.aclose()
+            await self._dlqs.close(*key)
+        if keys:
+            logger.info(
+                "released the %d subscriptions of replicated topic %s (followed here)",
+                len(keys),
+                topic,
+            )
+        return len(keys)
+
     async def take_over(
         self,
         topic: str,
@@ -251,12 +281,17 @@ class SubscriptionRegistry:
         replacing whatever this broker held of them (a copy from an older term as leader).
         Their files are rewritten as a checkpoint, and, with the sink set first, that
         checkpoint is the new term's first snapshot record. ``None`` (the log never held
-        a save): the subscriptions held here stay, and are snapshotted likewise.
+        a save): the subscriptions held here stay (read back from their files if
+        :meth:`release` took them out of memory), and are snapshotted likewise.
 
         Cursors are fitted to the logs' durable ends, not their marks: the promoted
         replica's tail is committed in its epoch, and a committed ack must not be undone.
         """
+        if states is None and topic in self._released:
+            states = await asyncio.to_thread(self._store.held_states, topic)
+        self._released.discard(topic)
         if states is not None:
+            self._store.forget_topic(topic)  # released cursors: the states replace them
             for key in [k for k in self._subs if k[0] == topic]:
                 sub = self._subs.pop(key)
                 self._store.forget(key)

@@ -19,7 +19,8 @@ byte for byte, with divergence and truncation as for a partition.
   on a leader: appends, waits for commits, trims before snapshots.
 - :func:`read_states` replays a log (a promoted replica, before its subscriptions open).
 - :class:`StateReplication` ties them to the replica manager's switches (open the log
-  before a role, the sink and the replay when leading starts, close at the end).
+  before a role, the sink and the replay when leading starts, the subscriptions out of
+  memory while followed, close at the end).
 
 The replay rule on promotion: everything this replica holds of the state log is
 replayed, to its end, not only below the watermark it last learnt. The new leader's logs
@@ -250,6 +251,12 @@ class StateReplication:
         states = await run_to_end(asyncio.to_thread(read_states, log.writer))
         writers = [p.writer for p in self._topics.get(name).partitions]
         await self._subscriptions.take_over(name, writers, states)
+
+    async def following(self, name: str) -> None:
+        """``name`` is followed here (after the manager's ``follow``): its subscriptions
+        leave memory (``SubscriptionRegistry.release``): a follower dispatches nothing
+        for them, and :meth:`leading` rebuilds them from the replayed log."""
+        await self._subscriptions.release(name)
 
     async def not_leading(self, name: str) -> None:
         """``name`` stops being led here (the manager's ``on_not_leading``): no more

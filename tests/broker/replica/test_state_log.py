@@ -340,3 +340,84 @@ async def test_a_record_over_grpcs_default_message_size_reaches_the_follower(
         assert log_files(log2.writer.log.path) == log_files(log1.writer.log.path)
     await b1.aclose()
     await b2.aclose()
+
+
+def _dispatch_tasks() -> list[str]:
+    """The names of the running dispatch tasks of ``orders``' subscriptions."""
+    return sorted(
+        t.get_name()
+        for t in asyncio.all_tasks()
+        if t.get_name().startswith(f"dispatch {TOPIC}/") and not t.done()
+    )
+
+
+@pytest.mark.asyncio
+async def test_a_follower_holds_no_live_subscription_and_a_promotion_rebuilds_them(
+    tmp_path: Path,
+) -> None:
+    """Scenario: b2 led ``orders`` (epoch 1, alone in sync) and made subscriptions
+    ``billing`` and ``audit``; then b1 leads (epoch 2) and b2 follows it and releases the
+    topic's subscriptions (what ``StateReplication.following`` does); b1 makes
+    ``billing`` and seeks it to (7, 8). Then b1 stops (and releases its own) and b2 is
+    promoted (epoch 3). Expected: while b2 follows, it has no subscription of the topic
+    in memory, no dispatch task of it runs and its heartbeat samples none (it had two
+    dispatch tasks before), and the retention floor stays; once promoted it holds what
+    the group's state log says (b1 never had epoch 1's saves: ``billing`` only, made on
+    b1), at (7, 8), with its dispatch task (consumers after a promotion:
+    tests/cluster/test_replication_state.py, real brokers)."""
+    b1, b2 = await Broker.open(tmp_path / "b1"), await Broker.open(tmp_path / "b2")
+    await Publisher().publish(b2.topic, None, 10)
+    await Publisher().publish(b1.topic, None, 10)
+    async with leading(b2, record(1, leader="b2").replace(isr=("b2",))):
+        writers2 = [p.writer for p in b2.topic.partitions]
+        for name in ("audit", "billing"):
+            await b2.subs.subscribe(TOPIC, name, writers2)
+        assert _dispatch_tasks() == [f"dispatch {TOPIC}/audit", f"dispatch {TOPIC}/billing"]
+    floor = b2.subs.saved_floor(TOPIC)
+    assert floor == [0, 0]
+    async with leading(b1, record(2)) as (_leader, port), following(b2, port, 2):
+        assert await b2.subs.release(TOPIC) == 2
+        assert b2.subs.subscriptions(TOPIC) == []
+        assert _dispatch_tasks() == []
+        assert [s for s in b2.subs.samples() if s.topic == TOPIC] == []
+        assert b2.subs.saved_floor(TOPIC) == floor
+        assert await b2.subs.release(TOPIC) == 0  # idempotent
+        writers1 = [p.writer for p in b1.topic.partitions]
+        billing = await b1.subs.subscribe(TOPIC, "billing", writers1)
+        await billing.seek([7, 8])
+        await b1.subs.save(billing)
+        log1, log2 = b1.logs.get(TOPIC), b2.logs.get(TOPIC)
+        assert log1 is not None
+        assert log2 is not None
+        await eventually(lambda: log2.writer.head == log1.writer.durable_end)
+    assert await b1.subs.release(TOPIC) == 1  # b1 follows from now on (not started here)
+    for p in b2.topic.partitions:
+        p.writer.release_commits()
+    async with leading(b2, record(3, leader="b2").replace(isr=("b2",))):
+        assert _cursors(b2.subs) == {"billing": [7, 8]}
+        assert _dispatch_tasks() == [f"dispatch {TOPIC}/billing"]
+    await b1.aclose()
+    await b2.aclose()
+
+
+@pytest.mark.asyncio
+async def test_released_subscriptions_come_back_from_their_files_when_the_log_is_empty(
+    tmp_path: Path,
+) -> None:
+    """Scenario: b2 holds ``billing`` at (4, 5) and ``audit`` at (0, 0) in its files, and
+    releases them (it follows); its state log is empty when it takes the topic over (no
+    leader ever saved: the replay gives ``None``). Expected: both subscriptions are
+    read back from the files at those cursors, with a dispatch task each."""
+    b2 = await Broker.open(tmp_path / "b2")
+    await Publisher().publish(b2.topic, None, 10)
+    for name in ("audit", "billing"):
+        await b2.subs.subscribe(TOPIC, name, [p.writer for p in b2.topic.partitions])
+    billing = b2.subs.get(TOPIC, "billing")
+    await billing.seek([4, 5])
+    await b2.subs.save(billing)
+    assert await b2.subs.release(TOPIC) == 2
+    assert _dispatch_tasks() == []
+    await b2.subs.take_over(TOPIC, [p.writer for p in b2.topic.partitions], None)
+    assert _cursors(b2.subs) == {"audit": [0, 0], "billing": [4, 5]}
+    assert _dispatch_tasks() == [f"dispatch {TOPIC}/audit", f"dispatch {TOPIC}/billing"]
+    await b2.aclose()
