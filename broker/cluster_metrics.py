@@ -135,4 +135,8 @@ def replica_lag(node: ClusterNode) -> list[ReplicaLagSample]:
             ReplicaLagSample(name, lag.partition, lag.node, lag.lag_records, lag.lag_s)
             for lag in leader.follower_lag()
         )
+        samples.extend(  # the state log, and the worst of the dead-letter queues
+            ReplicaLagSample(name, -1, lag.node, lag.lag_records, lag.lag_s, lag.kind)
+            for lag in leader.log_lag()
+        )
     return samples

@@ -627,20 +627,23 @@ class _ClusterCollector(Collector):
 
 @dataclass(frozen=True, slots=True)
 class ReplicaLagSample:
-    """One follower of a replicated topic this broker leads, in one partition, at one
-    scrape: the records it lacks of the leader's durable end and the seconds since it was
-    last caught up (:class:`broker.replica.leader.FollowerLag`)."""
+    """One follower of a replicated topic this broker leads, in one partition (or one
+    kind of other log: ``log`` ``state`` or ``dlq``, the largest over those logs,
+    ``partition`` -1), at one scrape: the records it lacks of the leader's durable end
+    and the seconds since it was last caught up (:class:`broker.replica.leader.FollowerLag`,
+    :class:`broker.replica.leader.LogLag`)."""
 
     topic: str
     partition: int
     follower: str
     lag_records: int
     lag_s: float
+    log: str = "partition"
 
 
 class _ReplicaLagCollector(Collector):
-    """``headrace_replication_lag_records`` and ``_seconds`` per topic, partition and
-    follower, on the leader."""
+    """``headrace_replication_lag_records`` and ``_seconds`` per topic, partition,
+    follower and log kind, on the leader."""
 
     def __init__(self, sample: Callable[[], Iterable[ReplicaLagSample] | None]) -> None:
         self._sample = sample
@@ -650,19 +653,22 @@ class _ReplicaLagCollector(Collector):
 
     @staticmethod
     def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
-        labels = ("topic", "partition", "follower")
+        labels = ("topic", "partition", "follower", "log")
         return (
             GaugeMetricFamily(
                 "headrace_replication_lag_records",
                 "Records a follower lacks of its leader's durable end, per replicated topic "
-                "this broker leads, partition and follower (0: caught up).",
+                "this broker leads, partition and follower (0: caught up); log=state and "
+                "log=dlq (partition empty): its subscription-state log and the largest "
+                "over its dead-letter queues.",
                 labels=labels,
             ),
             GaugeMetricFamily(
                 "headrace_replication_lag_seconds",
                 "Seconds since a follower was last caught up with its leader's end (0 "
                 "while it is), per replicated topic this broker leads, partition and "
-                "follower; past replica_lag_time_max_ms it leaves the in-sync set.",
+                "follower, and log=state / log=dlq as for _records; past "
+                "replica_lag_time_max_ms behind in a partition it leaves the in-sync set.",
                 labels=labels,
             ),
         )
@@ -670,7 +676,8 @@ class _ReplicaLagCollector(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         records, seconds = families = self._families()
         for lag in self._sample() or ():
-            labels = [lag.topic, str(lag.partition), lag.follower]
+            partition = str(lag.partition) if lag.partition >= 0 else ""
+            labels = [lag.topic, partition, lag.follower, lag.log]
             records.add_metric(labels, float(lag.lag_records))
             seconds.add_metric(labels, lag.lag_s)
         yield from families

@@ -126,6 +126,38 @@ def log_id(partition: int) -> str:
     return f"p/{partition}"
 
 
+def log_kind(log: str) -> str:
+    """The kind of log id ``log``: ``partition`` (``p/<n>``), ``state``, ``dlq``
+    (``dlq/<subscription>``), else the id itself."""
+    if log.startswith("p/"):
+        return "partition"
+    if log.startswith("dlq/"):
+        return "dlq"
+    return log
+
+
+@dataclass(frozen=True, slots=True)
+class LogLag:
+    """How far one follower is behind the leader in one kind of log beside the
+    partitions (for metrics and describe): the largest over the logs of that kind.
+
+    Attributes:
+        kind: ``state`` or ``dlq`` (:func:`log_kind`).
+        node: the follower's node id.
+        lag_records: the leader's durable end minus the follower's fetch offset, the
+            largest over the logs of the kind (0: caught up in every one).
+        lag_s: seconds since it was last caught up (as :class:`FollowerLag`), the
+            largest over the logs of the kind (maybe another log's than the records').
+        in_sync: it is in the in-sync set as committed in etcd.
+    """
+
+    kind: str
+    node: str
+    lag_records: int
+    lag_s: float
+    in_sync: bool
+
+
 class _LedLog:
     """One log of a led topic: its partition, its followers' progress, the
     acknowledgements waiting for its watermark. State only; :class:`LeaderTopic` acts."""
@@ -263,6 +295,30 @@ class LeaderTopic:
                 lag_s = max(0.0, (now - since) / 1000) if behind else 0.0
                 lags.append(FollowerLag(index, node, offset, behind, lag_s, node in isr))
         return lags
+
+    def log_lag(self) -> list[LogLag]:
+        """Each follower's largest lag in each kind of log beside the partitions
+        (``state``, and ``dlq``: the largest over the topic's dead-letter queues, so a
+        topic's many queues make one number), by kind then replica order; a kind with
+        no log here has none."""
+        now, isr = self._now_ms(), self._record.effective_isr()
+        worst: dict[tuple[str, str], LogLag] = {}
+        for name, led in self._logs.items():
+            kind = log_kind(name)
+            if kind == "partition":
+                continue
+            end = led.writer.durable_end
+            for node in self._followers():
+                seen = led.progress.get(node)
+                behind = max(0, end - (seen.fetch_offset if seen is not None else 0))
+                since = max(seen.last_caught_up_ms if seen else 0, self._started_ms)
+                lag_s = max(0.0, (now - since) / 1000) if behind else 0.0
+                held = worst.get((kind, node))
+                if held is not None:  # each number the largest (maybe of different logs)
+                    behind, lag_s = max(behind, held.lag_records), max(lag_s, held.lag_s)
+                worst[(kind, node)] = LogLag(kind, node, behind, lag_s, node in isr)
+        order = {node: n for n, node in enumerate(self._followers())}
+        return sorted(worst.values(), key=lambda lag: (lag.kind, order[lag.node]))
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
