@@ -753,6 +753,11 @@ class LeaderTopic:
         worth = False
         for ask in request.logs:
             data, batches = await self._answer_log(ask, budget)
+            if len(batches) > budget and any(chunks):
+                # Only the first log with data may pass the budget (by one batch): an
+                # answer stays within max(max_bytes, one batch), under the server's send
+                # limit; this log's batch goes first in a later fetch (the order rotates).
+                batches = b""
             budget -= len(batches)
             worth = worth or bool(batches) or data.error != 0 or data.HasField("diverging")
             logs.append(data)
@@ -787,6 +792,7 @@ class LeaderTopic:
                 return data, await led.read(ask.fetch_offset, budget, end)
             except OffsetOutOfRangeError:  # retention went past it meanwhile
                 data.error = _pb.OFFSET_OUT_OF_RANGE
+                data.log_start = writer.first_offset  # where the follower restarts
         return data, b""
 
     def offset_for_epoch(self, log: str, epoch: int) -> tuple[int, int]:

@@ -8,14 +8,26 @@ led by b1, followers b2 and b3) and fetches made by calling the leader directly.
 
 from __future__ import annotations
 
+import asyncio
 import random
 from pathlib import Path
 
 import pytest
 
-from broker.replica.leader import _encode
+from broker.partition import Partition
+from broker.replica.fetch_rules import LogPosition, RestartAt, plan, reply_from_pb
+from broker.replica.leader import LeaderTopic, _encode
+from broker.topics import Topic
 from proto import replication_pb2 as pb
-from tests.broker.replica.test_leader import fetch_request, leading, publish, record
+from tests.broker.replica.test_leader import (
+    TOPIC_ID,
+    Isr,
+    fetch_request,
+    leading,
+    publish,
+    record,
+)
+from tests.wal.test_read_raw import GatedFs
 from wal import LogConfig, LogWriter, iter_batches
 
 
@@ -101,3 +113,50 @@ async def test_max_bytes_still_gives_one_whole_batch_and_bounds_the_rest(tmp_pat
         assert [b.base_offset for b in iter_batches(three.logs[0].batches)] == [0, 1, 2]
         assert one.leader_epoch == three.leader_epoch == 1
         assert list(one.log_ids) == ["p/0", "p/1"]
+
+
+@pytest.mark.asyncio
+async def test_retention_under_a_cold_read_answers_out_of_range_from_the_new_start(
+    tmp_path: Path,
+) -> None:
+    """Scenario: partition 0 in 4 KiB segments; b2 fetches it from 0 and the read goes to
+    a cold-read thread (the oldest segment out of the page cache), held in its first
+    pread while retention deletes the two oldest segments. Expected: the answer for p/0
+    is OFFSET_OUT_OF_RANGE with no batches and log_start the new first offset (not the 0
+    it was when the fetch began), so the follower's rule restarts its log there at once
+    rather than backing off."""
+    fs = GatedFs()
+    config = LogConfig(segment_bytes=4096, index_interval_bytes=256, tail_cache_bytes=0)
+    parts = [await Partition.open(i, str(tmp_path / "orders"), config, fs) for i in range(2)]
+    topic = Topic("orders", parts, TOPIC_ID)
+    leader = LeaderTopic(
+        topic, record(), "b1", lag_time_max_ms=10_000, change_isr=Isr(), isr_check_s=3600
+    )
+    try:
+        await leader.start()
+        await publish(topic, 200)
+        writer = parts[0].writer
+        segments = sorted(
+            p.name for p in (tmp_path / "orders" / "0").iterdir() if p.suffix == ".log"
+        )
+        assert len(segments) > 3
+        fs.cold.add(segments[0])
+        fs.gate = segments[0]
+        answer = asyncio.create_task(leader.fetch(fetch_request("b2", {"p/0": 0, "p/1": 0})))
+        for _ in range(500):
+            if fs.entered.is_set():
+                break
+            await asyncio.sleep(0.01)
+        assert fs.entered.is_set(), "the read never went to a cold-read thread"
+        floor = int(segments[2].split(".")[0])
+        await writer.delete_before(floor)
+        fs.release.set()
+        data = (await answer).logs[0]
+        assert (data.error, data.batches, data.log_start) == (pb.OFFSET_OUT_OF_RANGE, b"", floor)
+        action = plan(LogPosition(0, 0, ()), reply_from_pb(data))
+        assert isinstance(action, RestartAt)
+        assert action.offset == floor
+    finally:
+        await leader.aclose()
+        for p in parts:
+            await p.aclose()
