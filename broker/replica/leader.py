@@ -753,6 +753,11 @@ class LeaderTopic:
         worth = False
         for ask in request.logs:
             data, batches = await self._answer_log(ask, budget)
+            if len(batches) > budget and any(chunks):
+                # Only the first log with data may pass the budget (by one batch): an
+                # answer stays within max(max_bytes, one batch), under the server's send
+                # limit; this log's batch goes first in a later fetch (the order rotates).
+                batches = b""
             budget -= len(batches)
             worth = worth or bool(batches) or data.error != 0 or data.HasField("diverging")
             logs.append(data)

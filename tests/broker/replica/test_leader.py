@@ -524,3 +524,30 @@ async def test_start_syncs_every_partitions_epoch_file_side_by_side(tmp_path: Pa
         await leader.aclose()
         for p in parts:
             await p.aclose()
+
+
+@pytest.mark.asyncio
+async def test_only_the_first_log_with_data_may_pass_max_bytes(tmp_path: Path) -> None:
+    """Scenario: partition 0 holds 20 small batches, partition 1 one batch of 300 KB;
+    a follower asks for both with max_bytes 100 KB, p/0 first, then p/1 first.
+    Expected: the first answer holds p/0's batches (within 100 KB) and none of p/1 (its
+    batch would take the answer past max_bytes); the second holds p/1's whole batch
+    (the first log with data gets one) and nothing of p/0: an answer is never more than
+    max(max_bytes, one batch)."""
+    async with leading(tmp_path, record()) as (leader, topic, _, _):
+        tasks = await publish(topic, 20)
+        p1 = topic.partitions[1]
+        tasks.append(asyncio.create_task(p1.append(encode_columns([b"x" * 300_000]))))
+        await asyncio.sleep(0.2)
+        assert p1.writer.durable_end == 1
+        first = await leader.fetch(fetch_request("b2", {"p/0": 0, "p/1": 0}, max_bytes=100_000))
+        sizes = {d.log: len(d.batches) for d in first.logs}
+        assert 0 < sizes["p/0"] <= 100_000
+        assert sizes["p/1"] == 0
+        second = await leader.fetch(fetch_request("b2", {"p/1": 0, "p/0": 0}, max_bytes=100_000))
+        sizes = {d.log: len(d.batches) for d in second.logs}
+        assert sizes["p/1"] > 300_000
+        assert sizes["p/0"] == 0
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
