@@ -217,8 +217,10 @@ def failover_results(
     Each row's params carry ``attempts``, ``session_ttl_s``, ``min_s``, ``elected_s`` (the
     median time until etcd's record named the new leader), ``pause_s`` and
     ``max_pause_s`` (the median and longest of the attempts' longest pause between two
-    acknowledgements: what a writer saw stall), ``failed`` (records the
-    producer saw fail: 0 expected) and ``version``. Nothing when ``headrace-r3`` is not
+    acknowledgements: what a writer saw stall), ``after_election_s`` and
+    ``max_after_election_s`` (the median and longest of the attempts' time from that
+    record to the first acknowledgement), ``failed`` (records the producer saw fail: 0
+    expected) and ``version``. Nothing when ``headrace-r3`` is not
     selected (``HEADRACE_BENCH_SYSTEMS``) or etcd is missing (said on stderr); a failure
     is reported on stderr and yields nothing.
     """
@@ -272,6 +274,7 @@ def failover_rows(got: Failover, loop: str) -> Iterator[Result]:
         if not attempts:
             continue
         times = [a.acked_s for a in attempts]
+        after = [a.acked_s - a.elected_s for a in attempts]
         params: Params = {
             **base,
             "attempts": len(attempts),
@@ -279,6 +282,10 @@ def failover_rows(got: Failover, loop: str) -> Iterator[Result]:
             "elected_s": round(statistics.median(a.elected_s for a in attempts), 4),
             "pause_s": round(statistics.median(a.pause_s for a in attempts), 4),
             "max_pause_s": round(max(a.pause_s for a in attempts), 4),
+            # From the record naming the new leader to the first ack: the part after the
+            # election (the new leader's start, the follower's switch, the client's pause).
+            "after_election_s": round(statistics.median(after), 4),
+            "max_after_election_s": round(max(after), 4),
         }
         for metric, value in (
             (f"failover_{kind}_s", statistics.median(times)),

@@ -310,8 +310,9 @@ def test_failover_rows_are_judged_on_the_median_and_the_slowest_attempt() -> Non
     transfer of 0.09 s; no record failed. Expected: six rows of headrace-r3 in seconds:
     the SIGKILL median 2.9 (goal <= 3, met) and max 3.4 (not met), the SIGTERM median
     0.16 (<= 0.2, met) and max 0.25 (not met), the transfer's 0.09 twice (met); each with
-    the TTL, its attempts, its fastest attempt, the median time to the election and the
-    median and longest pause in acknowledgements."""
+    the TTL, its attempts, its fastest attempt, the median time to the election, the
+    median and longest pause in acknowledgements, and the median and longest time from
+    the election to the first ack (SIGKILL: 0.4, 1.1 and 0.7 s: 0.7 and 1.1)."""
     got = Failover(
         2,
         transfer=[Attempt(0.09, 0.004, "b1", "b2")],
@@ -345,6 +346,8 @@ def test_failover_rows_are_judged_on_the_median_and_the_slowest_attempt() -> Non
     assert rows["failover_sigkill_s"].params["attempts"] == 3
     assert rows["failover_sigkill_s"].params["min_s"] == pytest.approx(2.5)
     assert rows["failover_sigkill_s"].params["elected_s"] == pytest.approx(2.2)
+    assert rows["failover_sigkill_s"].params["after_election_s"] == pytest.approx(0.7)
+    assert rows["failover_sigkill_s"].params["max_after_election_s"] == pytest.approx(1.1)
     assert rows["failover_graceful_s"].params["attempts"] == 2
     assert rows["failover_graceful_s"].params["pause_s"] == pytest.approx(0.15)
     assert rows["failover_graceful_s"].params["max_pause_s"] == pytest.approx(0.24)
@@ -448,6 +451,8 @@ FAILOVER_PARAMS = {
     "elected_s",
     "pause_s",
     "max_pause_s",
+    "after_election_s",
+    "max_after_election_s",
     "goal",
     "met",
 }
