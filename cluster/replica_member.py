@@ -30,6 +30,10 @@ Invariants:
   any number may try, exactly one transaction wins (``replica_txn``).
 - The hook is told a role only when it changes (role, epoch, leader address, or the
   record of a leader), so a pass with nothing new makes no call.
+- A ``lead`` the hook failed (the broker's takeover: its state-log replay) is neither
+  counted nor claimed again at once: the topic goes to the first alive in-sync follower
+  (``transfer_leadership``), else no claim or election of it here before a backoff of
+  1 s doubling to 30 s (:mod:`cluster.lead_retry`).
 
 Unclean election (issue 37): off unless :attr:`ReplicaRoles.unclean_allowed` says so
 (the cluster default ``unclean_leader_election``). With it on, an alive replica outside
