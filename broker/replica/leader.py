@@ -172,16 +172,22 @@ class _LedLog:
         self.epoch_start = 0
         #: The writer's durable listener while the topic is led (removed by aclose).
         self.on_durable: Callable[[int], None] | None = None
-        #: The last raw read answered, ``((fetch offset, budget, durable end), bytes)``:
-        #: followers that fetch the same offset get the same bytes object, read once.
+        #: The last raw read answered, ``((fetch offset, budget, durable end), bytes)``,
+        #: for the other followers (``shares_left`` more): see :meth:`read`.
         self.last_read: tuple[tuple[int, int, int], bytes] | None = None
+        self.shares_left = 0
 
-    async def read(self, offset: int, budget: int, end: int) -> bytes:
+    async def read(self, offset: int, budget: int, end: int, sharers: int) -> bytes:
         """The durable batches from ``offset`` within ``budget`` while the durable end is
-        ``end`` (the caller's reading of it this turn): shared with the last follower
-        that asked the same. The bytes below a durable end never change while this
-        broker leads (only a follower truncates), and the key names the end, so a
-        shared answer is the one a read of its own would give.
+        ``end`` (the caller's reading of it this turn), read once for up to ``sharers``
+        more followers asking the same: they get the same bytes object.
+
+        The bytes below a durable end never change while this broker leads (only a
+        follower truncates), and the key names the end, so a shared answer is the one a
+        read of its own would give. A read is kept only while the end is still ``end``,
+        and dropped once ``sharers`` took it or the durable end moves
+        (:meth:`LeaderTopic._on_durable`): at most one answer per log is held, and only
+        until the next append to it.
 
         Raises:
             OffsetOutOfRangeError: as :meth:`wal.LogWriter.read_raw`.
@@ -189,10 +195,13 @@ class _LedLog:
         key = (offset, budget, end)
         last = self.last_read
         if last is not None and last[0] == key:
+            self.shares_left -= 1
+            if self.shares_left <= 0:
+                self.last_read = None
             return last[1]
         data = await self.writer.read_raw(offset, budget, durable=True)
-        if self.writer.durable_end >= end:  # not truncated meanwhile
-            self.last_read = (key, data)
+        if sharers > 0 and self.writer.durable_end == end:
+            self.last_read, self.shares_left = (key, data), sharers
         return data
 
     def committed_to(self, mark: int) -> None:
@@ -552,6 +561,7 @@ class LeaderTopic:
     def _on_durable(self, led: _LedLog, _end: int) -> None:
         """``led``'s durable end advanced: its watermark may move (the leader counts
         itself), and long polls wake."""
+        led.last_read = None  # keyed by the old end: no fetch can share it now
         if self._stopped is None:
             led.writer.commit_to(self._hw(led))
         self._wake()
@@ -789,7 +799,8 @@ class LeaderTopic:
             return data, b""
         if ask.fetch_offset < end and budget > 0:
             try:
-                return data, await led.read(ask.fetch_offset, budget, end)
+                sharers = len(self._record.effective_replicas()) - 2  # the other followers
+                return data, await led.read(ask.fetch_offset, budget, end, sharers)
             except OffsetOutOfRangeError:  # retention went past it meanwhile
                 data.error = _pb.OFFSET_OUT_OF_RANGE
                 data.log_start = writer.first_offset  # where the follower restarts

@@ -72,9 +72,10 @@ async def test_followers_at_the_same_offset_share_one_read_of_byte_identical_bat
     """Scenario: 30 publishes durable on the leader; b2 and b3 fetch partition 0 from 0
     with the same max_bytes; then 5 more publishes and b2 fetches from 0 again.
     Expected: both answers carry the same batches, the log's bytes from 0 to its durable
-    end, and the second follower's came from the first one's read (the shared read is
-    the very bytes object); after the durable end moved, the read is made anew and
-    carries the new batches too. A follower log fed the answer ends byte-identical."""
+    end, and the second follower's came from the first one's read (kept for one other
+    follower, then dropped once taken); a read kept is dropped as soon as the durable end
+    moves; the next read is made anew and carries the new batches too. A follower log
+    fed the answer ends byte-identical."""
     async with leading(tmp_path, record()) as (leader, topic, _clock, _isr):
         await publish(topic, 30)
         writer = topic.partitions[0].writer
@@ -82,13 +83,18 @@ async def test_followers_at_the_same_offset_share_one_read_of_byte_identical_bat
         first = await leader.fetch(fetch_request("b2", {"p/0": 0, "p/1": 0}))
         shared = led.last_read
         assert shared is not None
+        assert led.shares_left == 1  # kept for b3
         second = await leader.fetch(fetch_request("b3", {"p/0": 0, "p/1": 0}))
-        assert led.last_read is shared  # no second read: the same key hit
+        assert led.last_read is None  # b3 took it (a read of its own would be kept anew)
         raw = await writer.read_raw(0, 1 << 30, durable=True)
         assert first.logs[0].batches == second.logs[0].batches == raw == shared[1]
         assert [b.next_offset for b in iter_batches(raw)][-1] == writer.durable_end == 30
+        await leader.fetch(fetch_request("b2", {"p/0": 0, "p/1": 0}))
+        assert led.last_read is not None
         await publish(topic, 5)
+        assert led.last_read is None  # the durable end moved: nobody could share it
         third = await leader.fetch(fetch_request("b2", {"p/0": 0, "p/1": 0}))
+        assert led.last_read is not None
         assert led.last_read is not shared
         assert len(list(iter_batches(third.logs[0].batches))) == 35
         follower = await LogWriter.open(str(tmp_path / "follower"), LogConfig())
