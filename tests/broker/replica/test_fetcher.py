@@ -16,6 +16,7 @@ import errno
 import os
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -453,6 +454,20 @@ async def test_a_full_disk_mid_stream_is_backed_off_and_healed(
     await close_topic(follower_topic)
 
 
+class _TimedLeader(FakeLeader):
+    """A :class:`FakeLeader` that notes when each fetch arrived (monotonic seconds)."""
+
+    def __init__(self, topic: Topic, epoch: int) -> None:
+        super().__init__(topic, epoch)
+        self.times: list[float] = []
+
+    async def ReplicaFetch(  # noqa: N802 - the RPC's name
+        self, request: pb.ReplicaFetchRequest, context: Any
+    ) -> pb.ReplicaFetchResponse:
+        self.times.append(time.monotonic())
+        return await super().ReplicaFetch(request, context)
+
+
 @pytest.mark.asyncio
 async def test_a_new_leader_still_starting_is_asked_again_within_milliseconds(
     tmp_path: Path,
@@ -460,30 +475,28 @@ async def test_a_new_leader_still_starting_is_asked_again_within_milliseconds(
     """Scenario: the follower (the production backoff: 50 ms base, 2 s cap) starts
     following a leader that answers NOT_LEADER, as the winner of an election does until
     it has begun its epoch; then the leader serves.
-    Expected: the follower asks again every ~10 ms, not after 25-50, 50-100, 100-200 ms
-    (five fetches within 0.3 s, where the backoff needs at least 0.375 s); once the
-    leader serves it catches up; its usual backoff applies after STARTING_RETRIES quick
-    tries (a broker that never leads is not asked in a hot loop)."""
+    Expected: the follower asks again every ~10 ms, not after 25-50, 50-100, 100-200,
+    200-400 ms (its first five fetches within 0.3 s, where the backoff needs at least
+    0.375 s); once the leader serves it catches up; its usual backoff applies after
+    STARTING_RETRIES quick tries (a broker that never leads is not asked in a hot loop)."""
     leader = await open_topic(tmp_path / "leader")
     follower_topic = await open_topic(tmp_path / "follower")
     await Publisher().publish(leader, 1, 5)
-    fake = FakeLeader(leader, 1)
+    fake = _TimedLeader(leader, 1)
     fake.refuse = pb.NOT_LEADER
-    async with serving(fake) as port:
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        async with following(
-            follower_topic, port, backoff_base_s=0.05, backoff_max_s=2.0
-        ) as follower:
-            await eventually(lambda: len(fake.requests) >= 5, 5)
-            assert loop.time() - started < 0.3
-            fake.refuse = None
-            await caught_up(follower, leader, timeout_s=5)
-            assert follower.last_error is None
-            fake.refuse = pb.NOT_LEADER  # it led and no longer does: the usual backoff
-            asked = len(fake.requests)
-            await asyncio.sleep(0.4)
-            assert len(fake.requests) - asked <= 6  # 10 ms retries would make ~30
+    async with (
+        serving(fake) as port,
+        following(follower_topic, port, backoff_base_s=0.05, backoff_max_s=2.0) as follower,
+    ):
+        await eventually(lambda: len(fake.times) >= 5, 5)
+        assert fake.times[4] - fake.times[0] < 0.3, fake.times
+        fake.refuse = None
+        await caught_up(follower, leader, timeout_s=5)
+        assert follower.last_error is None
+        fake.refuse = pb.NOT_LEADER  # it led and no longer does: the usual backoff
+        asked = len(fake.requests)
+        await asyncio.sleep(0.4)
+        assert len(fake.requests) - asked <= 6  # 10 ms retries would make ~30
     assert_identical(leader, follower_topic)
     await close_topic(leader)
     await close_topic(follower_topic)
