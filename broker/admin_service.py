@@ -208,7 +208,8 @@ class AdminService(_grpc.AdminServicer):
     ) -> _admin.TopicInfo:
         """One topic's partitions (heads, sizes, segments) and its replication (in
         cluster mode as this broker's view of etcd holds it; on a replicated topic's
-        leader, each follower's lag per partition)."""
+        leader, each follower's lag per partition and in its state and dead-letter
+        logs)."""
         self._guard.check(request.name, write=False)
         check_topic_name(request.name, field="name")
         topic = self._topics.get(request.name)
@@ -228,6 +229,16 @@ class AdminService(_grpc.AdminServicer):
                         in_sync=lag.in_sync,
                     )
                 )
+            info.log_followers.extend(
+                _admin.LogFollowerInfo(
+                    log=lag.kind,
+                    node=lag.node,
+                    lag_records=lag.lag_records,
+                    lag_s=lag.lag_s,
+                    in_sync=lag.in_sync,
+                )
+                for lag in leader.log_lag()
+            )
         return info
 
     @rpc

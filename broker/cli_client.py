@@ -365,7 +365,10 @@ def topics_describe(name: str, as_json: bool, target: Target) -> None:
 
 def followers_text(info: TopicInfo) -> str:
     """``topics describe``'s follower table (its leader's view), or ``""`` when the
-    answer holds no follower (another broker answered, or one replica)."""
+    answer holds no follower (another broker answered, or one replica): a row per
+    partition and follower; then a table of the topic's other logs, per kind (``state``:
+    the subscription-state log; ``dlq``: the dead-letter queue it is furthest behind in)
+    and follower."""
     rows = [
         {
             "partition": p.partition,
@@ -378,9 +381,22 @@ def followers_text(info: TopicInfo) -> str:
         for p in info.partitions
         for f in p.followers
     ]
+    logs = [
+        {
+            "log": f.log,
+            "follower": f.node,
+            "lag_records": f.lag_records,
+            "lag_s": round(f.lag_s, 1),
+            "in_sync": "yes" if f.in_sync else "NO",
+        }
+        for f in info.log_followers
+    ]
     if not rows:
         return ""
-    return table(rows, ("partition", "follower", "fetch_offset", "lag_records", "lag_s", "in_sync"))
+    text = table(rows, ("partition", "follower", "fetch_offset", "lag_records", "lag_s", "in_sync"))
+    if logs:
+        text += "\n" + table(logs, ("log", "follower", "lag_records", "lag_s", "in_sync"))
+    return text
 
 
 def replication_text(info: TopicInfo) -> str:
@@ -463,11 +479,14 @@ def topic_doc(info: TopicInfo) -> dict[str, Any]:
     ``offline`` (listings: ``""`` when the owner answered, else why not) and the
     replication keys (:data:`REPLICATION_FIELDS`: leader, epoch, replicas, isr,
     min_insync_replicas); a partition's ``followers`` (node, fetch_offset, lag_records,
-    lag_s, in_sync) only when the topic's leader answered."""
+    lag_s, in_sync) and the topic's ``log_followers`` (log, node, lag_records, lag_s,
+    in_sync) only when the topic's leader answered."""
     doc = asdict(info)
     for partition in doc["partitions"]:
         if not partition["followers"]:  # only a replicated topic's leader fills them
             del partition["followers"]
+    if not doc["log_followers"]:
+        del doc["log_followers"]
     if not info.owner:
         del doc["owner"], doc["offline"]
     if not _clustered(info):

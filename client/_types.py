@@ -54,6 +54,20 @@ class FollowerInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class LogFollowerInfo:
+    """One follower of a replicated topic in one kind of its other logs, as its leader
+    knows it (issue 37): ``log`` ``state`` (the subscription-state log) or ``dlq`` (the
+    largest over the dead-letter queues); ``lag_records`` and ``lag_s`` as
+    :class:`FollowerInfo`'s; ``in_sync``: in the in-sync set."""
+
+    log: str
+    node: str
+    lag_records: int
+    lag_s: float
+    in_sync: bool
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionInfo:
     """One partition: retained offsets ``[first_offset, head)``, bytes and segments; on
     a replicated topic described through its leader, each follower's lag (``followers``,
@@ -85,7 +99,8 @@ class TopicInfo:
     ``epoch``, the ordered ``replicas`` (first: the preferred leader), the in-sync set
     ``isr`` and ``min_insync_replicas``, the in-sync replicas a publish needs. A topic of
     one replica lists its owner alone. Empty and 0 from a broker before issue 37 and for a
-    topic listed ``offline``."""
+    topic listed ``offline``. Described through its leader, ``log_followers``: each
+    follower's lag in the topic's state log and dead-letter queues."""
 
     name: str
     partitions: tuple[PartitionInfo, ...]
@@ -98,6 +113,7 @@ class TopicInfo:
     replicas: tuple[str, ...] = ()
     isr: tuple[str, ...] = ()
     min_insync_replicas: int = 0
+    log_followers: tuple[LogFollowerInfo, ...] = ()
 
 
 class PublishOutcome(enum.Enum):

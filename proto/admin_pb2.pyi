@@ -50,7 +50,7 @@ class FollowerInfo(_message.Message):
     def __init__(self, node: _Optional[str] = ..., fetch_offset: _Optional[int] = ..., lag_records: _Optional[int] = ..., lag_s: _Optional[float] = ..., in_sync: _Optional[bool] = ...) -> None: ...
 
 class TopicInfo(_message.Message):
-    __slots__ = ("name", "partitions", "fsync", "topic_id", "leader", "epoch", "replicas", "isr", "min_insync_replicas")
+    __slots__ = ("name", "partitions", "fsync", "topic_id", "leader", "epoch", "replicas", "isr", "min_insync_replicas", "log_followers")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     FSYNC_FIELD_NUMBER: _ClassVar[int]
@@ -60,6 +60,7 @@ class TopicInfo(_message.Message):
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     ISR_FIELD_NUMBER: _ClassVar[int]
     MIN_INSYNC_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    LOG_FOLLOWERS_FIELD_NUMBER: _ClassVar[int]
     name: str
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionInfo]
     fsync: str
@@ -69,7 +70,22 @@ class TopicInfo(_message.Message):
     replicas: _containers.RepeatedScalarFieldContainer[str]
     isr: _containers.RepeatedScalarFieldContainer[str]
     min_insync_replicas: int
-    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionInfo, _Mapping]]] = ..., fsync: _Optional[str] = ..., topic_id: _Optional[str] = ..., leader: _Optional[str] = ..., epoch: _Optional[int] = ..., replicas: _Optional[_Iterable[str]] = ..., isr: _Optional[_Iterable[str]] = ..., min_insync_replicas: _Optional[int] = ...) -> None: ...
+    log_followers: _containers.RepeatedCompositeFieldContainer[LogFollowerInfo]
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionInfo, _Mapping]]] = ..., fsync: _Optional[str] = ..., topic_id: _Optional[str] = ..., leader: _Optional[str] = ..., epoch: _Optional[int] = ..., replicas: _Optional[_Iterable[str]] = ..., isr: _Optional[_Iterable[str]] = ..., min_insync_replicas: _Optional[int] = ..., log_followers: _Optional[_Iterable[_Union[LogFollowerInfo, _Mapping]]] = ...) -> None: ...
+
+class LogFollowerInfo(_message.Message):
+    __slots__ = ("log", "node", "lag_records", "lag_s", "in_sync")
+    LOG_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    LAG_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    LAG_S_FIELD_NUMBER: _ClassVar[int]
+    IN_SYNC_FIELD_NUMBER: _ClassVar[int]
+    log: str
+    node: str
+    lag_records: int
+    lag_s: float
+    in_sync: bool
+    def __init__(self, log: _Optional[str] = ..., node: _Optional[str] = ..., lag_records: _Optional[int] = ..., lag_s: _Optional[float] = ..., in_sync: _Optional[bool] = ...) -> None: ...
 
 class ListTopicsRequest(_message.Message):
     __slots__ = ()

@@ -32,6 +32,7 @@ from client._types import (
     DEFAULT_BROKER,
     DeadLetterEntry,
     FollowerInfo,
+    LogFollowerInfo,
     PartitionInfo,
     PartitionLag,
     ReplayResult,
@@ -76,6 +77,10 @@ def _topic(info: _admin.TopicInfo, owner: str = "") -> TopicInfo:
         replicas=tuple(info.replicas),
         isr=tuple(info.isr),
         min_insync_replicas=info.min_insync_replicas,
+        log_followers=tuple(
+            LogFollowerInfo(f.log, f.node, f.lag_records, f.lag_s, f.in_sync)
+            for f in info.log_followers
+        ),
     )
 
 

@@ -74,7 +74,9 @@ async def test_describe_through_the_leader_shows_each_followers_lag(
     while frozen, the leader says the frozen one is 10 records and at least 1 s behind
     (the other 0); ``topics describe`` through the leader prints the follower table
     (the frozen one's row says 10) and its --json the same numbers; after the thaw both
-    are caught up again and every send is acknowledged."""
+    are caught up again and every send is acknowledged. The answer and both outputs also
+    have one ``state`` row per follower (the topic's subscription-state log; no ``dlq``
+    row: the topic has no dead-letter queue)."""
     async with cluster_brokers(tmp_path, etcd, prefix) as brokers:
         made = await create_replicated(brokers.seeds, TOPIC, 1, factor=3)
         await brokers.wait_owners([TOPIC])
@@ -118,6 +120,13 @@ async def test_describe_through_the_leader_shows_each_followers_lag(
             by_node = {f["node"]: f for f in doc["partitions"][0]["followers"]}
             assert by_node[frozen.node_id]["lag_records"] == 10
             assert by_node[running.node_id]["lag_records"] == 0
+            # the topic's state log: one row per follower (no subscription saved: 0 behind
+            # except the frozen one's share of the leader's first snapshot, if any)
+            states = {f.node: f for f in lagging.log_followers if f.log == "state"}
+            assert set(states) == {frozen.node_id, running.node_id}
+            assert states[running.node_id].lag_records == 0
+            assert [r[:2] for r in row if r[0] == "state"] == [["state", frozen.node_id]]
+            assert {f["log"] for f in doc["log_followers"]} == {"state"}
             for future in sent:
                 await future
             info = await _until(leader.address, _caught_up, within_s=20)
