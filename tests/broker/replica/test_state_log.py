@@ -352,7 +352,7 @@ def _dispatch_tasks() -> list[str]:
 
 
 @pytest.mark.asyncio
-async def test_a_follower_holds_no_live_subscription_and_a_promotion_rebuilds_them(
+async def test_a_follower_holds_no_live_subscription_and_a_promotion_delivers(
     tmp_path: Path,
 ) -> None:
     """Scenario: b2 led ``orders`` (epoch 1, alone in sync) and made subscriptions
@@ -363,8 +363,8 @@ async def test_a_follower_holds_no_live_subscription_and_a_promotion_rebuilds_th
     in memory, no dispatch task of it runs and its heartbeat samples none (it had two
     dispatch tasks before), and the retention floor stays; once promoted it holds what
     the group's state log says (b1 never had epoch 1's saves: ``billing`` only, made on
-    b1), at (7, 8), with its dispatch task (consumers after a promotion:
-    tests/cluster/test_replication_state.py, real brokers)."""
+    b1), at (7, 8), with its dispatch task, and a consumer of it there receives the
+    records from offsets 7 and 8."""
     b1, b2 = await Broker.open(tmp_path / "b1"), await Broker.open(tmp_path / "b2")
     await Publisher().publish(b2.topic, None, 10)
     await Publisher().publish(b1.topic, None, 10)
@@ -396,6 +396,14 @@ async def test_a_follower_holds_no_live_subscription_and_a_promotion_rebuilds_th
     async with leading(b2, record(3, leader="b2").replace(isr=("b2",))):
         assert _cursors(b2.subs) == {"billing": [7, 8]}
         assert _dispatch_tasks() == [f"dispatch {TOPIC}/billing"]
+        session = b2.subs.get(TOPIC, "billing").attach("c", 100)  # both partitions' rest
+        first: dict[int, int] = {}
+        async with asyncio.timeout(10):
+            while len(first) < 2:
+                delivery = await session.next()
+                assert delivery is not None
+                first.setdefault(delivery.partition, delivery.from_offset)
+        assert first == {0: 7, 1: 8}
     await b1.aclose()
     await b2.aclose()
 
