@@ -496,6 +496,18 @@ class ClusterNode:
                 f"got {partitions}",
             )
         factor, min_insync = self._replication(replication_factor, min_insync_replicas)
+        if not replication_factor and factor < self.defaults.replication_factor:
+            logger.warning(
+                "topic %s gets %d cop%s, not the cluster's default %d: only %d broker(s) "
+                "alive; once the others run, give it more with `headrace cluster reassign "
+                "%s --replicas ...`",
+                name,
+                factor,
+                "y" if factor == 1 else "ies",
+                self.defaults.replication_factor,
+                factor,
+                name,
+            )
         try:
             return await self.member.create_topic_record(
                 name, partitions, timeout_s, factor=factor, min_insync=min_insync
