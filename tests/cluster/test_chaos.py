@@ -7,8 +7,8 @@ serve`` processes in cluster mode (:mod:`tests.cluster.broker_processes`, sessio
 1``: issue 36's owner, offline while it is down, not failover) are created through
 different brokers, so they spread over all three. In this process two idempotent
 :class:`AsyncProducer` s, each given every broker as seeds, send unique values
-``p<producer>:<topic>:<n>`` to every topic (one task per producer and topic) and note each acknowledged one; one
-:class:`AsyncConsumer` per topic (seeds likewise) reads an exclusive subscription and
+``p<producer>:<topic>:<n>`` to every topic (one task per producer and topic) and note
+each acknowledged one; one :class:`AsyncConsumer` per topic (seeds likewise) reads an exclusive subscription and
 acks every record it notes. The clients ride over everything by themselves: refusals
 from a non-owner, an owner offline, a broken connection.
 

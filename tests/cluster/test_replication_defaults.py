@@ -125,9 +125,10 @@ async def test_on_two_brokers_the_default_is_two_copies_both_needed_for_a_publis
     the follower SIGKILLed; once the leader's in-sync set has shrunk to itself, a Publish
     at the leader and a read of the topic; the follower restarted.
     Expected: the create answers replicas b1 and b2 and min_insync 2 (the default factor 3
-    clamped to the 2 live brokers, min_insync 2 kept), and b1's log warns of the clamp; with the follower down the Publish
-    is refused ``not-enough-replicas`` and the 20 records still read back in order; once
-    the follower is back in sync, a publish is acknowledged again at offset 20."""
+    clamped to the 2 live brokers, min_insync 2 kept), and b1's log warns of the clamp;
+    with the follower down the Publish is refused ``not-enough-replicas`` and the 20
+    records still read back in order; once the follower is back in sync, a publish is
+    acknowledged again at offset 20."""
     async with cluster_brokers(tmp_path, etcd, prefix, count=2) as brokers:
         b1 = brokers.all[0]
         await wait_alive(b1.address, 2)
