@@ -2,15 +2,15 @@
 idempotent producers and at-least-once consumers (issue 36).
 
 A real three-member etcd (:mod:`tests.cluster.etcd_harness`) and three real ``headrace
-serve`` processes in cluster mode (:mod:`tests.cluster.broker_processes`, session TTL
-2 s, fsync ``always``). Five two-partition topics of one copy each (``replication_factor
+serve`` processes in cluster mode (:mod:`tests.cluster.broker_processes`, session TTL 2
+s, fsync ``always``). Five two-partition topics of one copy each (``replication_factor
 1``: issue 36's owner, offline while it is down, not failover) are created through
 different brokers, so they spread over all three. In this process two idempotent
 :class:`AsyncProducer` s, each given every broker as seeds, send unique values
 ``p<producer>:<topic>:<n>`` to every topic (one task per producer and topic) and note
-each acknowledged one; one :class:`AsyncConsumer` per topic (seeds likewise) reads an exclusive subscription and
-acks every record it notes. The clients ride over everything by themselves: refusals
-from a non-owner, an owner offline, a broken connection.
+each acknowledged one; one :class:`AsyncConsumer` per topic (seeds likewise) reads an
+exclusive subscription and acks every record it notes. The clients ride over everything
+by themselves: refusals from a non-owner, an owner offline, a broken connection.
 
 A seeded chaos loop (the seed is printed; ``HEADRACE_CHAOS_SEED`` replays another) makes
 :data:`FAULTS` SIGKILLs in a random walk: kill a running broker, kill a running etcd
