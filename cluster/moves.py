@@ -5,7 +5,13 @@ Role: while a broker holds the controller token, :class:`Mover` runs on every co
 pass:
 
 - **Reassignment.** An operator (``headrace cluster reassign``, :func:`request`) writes
-  the target replica set into the topic record's ``reassign_to``. The mover takes the
+  the target replica set into the topic record's ``reassign_to``. A topic of one copy
+  (a factor-1 record, no ``replicas``) is first made a replicated topic of one replica
+  (:func:`cluster.replica_txn.replicate_single`: ``replicas = isr = (owner,)``, epoch
+  + 1); its owner claims it again on the replicated path, which switches the local topic
+  over (commit gate and leader epochs at the partitions' durable end, the subscription
+  state snapshotted into the ``state`` log, the dead-letter queues led as
+  ``dlq/<subscription>`` logs) before the claim counts. The mover then takes the
   next :func:`cluster.replicas.reassignment_step` and writes it, fenced by the token:
   add the target's new replicas (they create their copy and fetch from the leader until
   the leader lets them into the in-sync set), wait until every target replica is in sync,
@@ -32,7 +38,8 @@ pass:
   differ by two or more, at most :data:`AUTO_MAX_MOVES` running at once, each under
   :data:`REBALANCE_THROTTLE` (Cruise Control's self-healing, rate-limited).
 
-Every write is :func:`cluster.replica_txn.set_replicas` or
+Every write is :func:`cluster.replica_txn.set_replicas`,
+:func:`cluster.replica_txn.replicate_single` or
 :func:`cluster.replica_txn.move_leadership`: one compare-and-set on the record as read
 plus the controller token; a deposed controller writes nothing.
 
@@ -48,7 +55,13 @@ from collections.abc import Callable, Sequence
 from cluster.errors import ReplicationSettingsError
 from cluster.etcd import Compare, EtcdStore, Op
 from cluster.records import Keys, TopicRecord, TopicState, decode, encode
-from cluster.replica_txn import ChangeResult, Outcome, move_leadership, set_replicas
+from cluster.replica_txn import (
+    ChangeResult,
+    Outcome,
+    move_leadership,
+    replicate_single,
+    set_replicas,
+)
 from cluster.replicas import (
     ReplicaMove,
     StepKind,
@@ -157,6 +170,12 @@ class Mover:
         name, target = record.name, record.reassign_to
         if is_cancelling(record):
             return await self._cancel_step(topic, alive, token)
+        if not record.replicas:  # one copy: replicated first (one replica, its owner)
+            result = await replicate_single(
+                self._store, self._keys, name, record, rev, controller_token=token,
+                reassign_to=target,
+            )  # fmt: skip
+            return _note(result, f"reassignment of {name}: one copy on {record.owner} replicated")
         step = reassignment_step(record, target, alive)
         preferred = target[0]
         if (
@@ -219,12 +238,15 @@ async def request(
     ``reassign_throttle`` to ``throttle`` bytes per second (0: none) (a compare-and-set
     on the record as read; the controller carries it out). Returns the record before and
     after. A replicated topic may go down to one replica (its leader then commits alone:
-    the high watermark is its durable end) and back up; a topic created with one copy
-    (no ``replicas`` in its record) is not moved.
+    the high watermark is its durable end) and back up. A topic of one copy (no
+    ``replicas`` in its record: created with factor 1, auto-created, or created while
+    one broker was alive) is moved too: the mover first makes it a replicated topic of
+    one replica (:func:`cluster.replica_txn.replicate_single`), then carries on as for
+    any replicated topic.
 
     Raises:
         ReplicationSettingsError: ``target`` is not a replica set or names a broker
-            that is not alive, the topic is not a ready replicated topic, ``target`` is
+            that is not alive, the topic is not ready, ``target`` is
             shorter than its ``min_insync``, or a reassignment of it runs to another
             target.
         RuntimeError: the record kept changing while it was written (retry).
@@ -245,11 +267,6 @@ async def request(
         record = decode(key, held.value, TopicRecord)
         if record.state is not TopicState.READY:
             raise ReplicationSettingsError(f"topic {name} is {record.state.value}, not ready")
-        if not record.replicas:
-            raise ReplicationSettingsError(
-                f"topic {name}: a reassignment moves replicated topics (created with a "
-                f"replication factor of 2 or more); it has one copy, on {record.owner}"
-            )
         if len(wanted) < record.min_insync:
             raise ReplicationSettingsError(
                 f"topic {name}: {len(wanted)} replica(s) {list(wanted)} is below its "
@@ -302,7 +319,9 @@ async def cancel(store: EtcdStore, keys: Keys, name: str) -> tuple[TopicRecord, 
             raise ReplicationSettingsError(f"no reassignment of topic {name} is running")
         if is_cancelling(record) and not record.reassign_throttle:
             return record, record
-        if record.reassign_from:
+        if not record.replicas:  # not replicated yet: nothing moved, nothing to undo
+            after = record.replace(reassign_to=(), reassign_from=(), reassign_throttle=0)
+        elif record.reassign_from:
             after = record.replace(reassign_to=record.reassign_from, reassign_throttle=0)
         else:
             after = record.replace(reassign_to=(), reassign_throttle=0)

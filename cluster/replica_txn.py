@@ -13,6 +13,8 @@ new record guarded by ``mod_revision(topic) == read_mod_rev`` and:
 - :func:`transfer_leadership` (by the leader): as above, and the target's broker key
   under the lease it had when read (it is alive).
 - :func:`set_replicas` (by the controller): ``create_revision(controller) == token``.
+- :func:`replicate_single` (by the controller): the token; a topic of one copy becomes
+  replicated (one replica, epoch + 1) before a reassignment moves it.
 - :func:`move_leadership` (by the controller): the token, and the target's broker key
   under the lease it had when read (it is alive); the target must be in sync.
 
@@ -566,4 +568,50 @@ def _changed(now: TopicRecord) -> str:
     return (
         f"topic {now.name} changed since it was read: leader {now.owner or 'none'} at epoch "
         f"{now.epoch}, isr {list(now.effective_isr())}"
+    )
+
+
+async def replicate_single(
+    store: EtcdStore,
+    keys: Keys,
+    name: str,
+    read_record: TopicRecord,
+    read_mod_rev: int,
+    *,
+    controller_token: int,
+    reassign_to: Sequence[str],
+) -> ChangeResult:
+    """The controller (fenced by its token) turns ``name``, a topic of one copy (a
+    factor-1 record: no ``replicas``), into a replicated topic of one replica, its
+    owner, so that a reassignment can move it (``cluster.moves``): ``replicas = isr =
+    (owner,)``, ``epoch + 1`` and ``reassign_to``. The new epoch is the fence: the owner's
+    claim of the old epoch no longer lets writes through, so it claims the topic again
+    on the replicated path (epoch + 1 once more) and counts that claim only after its
+    local switch (``cluster.replica_member``: the partitions' commit gate and leader
+    epochs, the subscription state snapshotted into the ``state`` log) returned.
+
+    Raises:
+        EtcdUnavailableError: etcd did not answer; call again with the same arguments.
+    """
+    if read_record.replicas or read_record.state is not TopicState.READY:
+        reason = f"topic {name} is replicated already, or not ready"
+        return _as_read(read_record, read_mod_rev, Outcome.REFUSED, reason)
+    owner = read_record.owner
+    wanted = read_record.replace(
+        replicas=(owner,), isr=(owner,), epoch=read_record.epoch + 1, reassign_to=tuple(reassign_to)
+    )
+    return await _write(
+        store,
+        keys,
+        name,
+        read_mod_rev,
+        guards=[Compare.created_at(keys.controller, controller_token)],
+        wanted=wanted,
+        classify=_why_not_controller(store, keys, controller_token),
+        on_won=lambda: log.info(
+            "topic %s: one copy on %s becomes a replicated topic of one replica (epoch %d)",
+            name,
+            owner,
+            wanted.epoch,
+        ),
     )

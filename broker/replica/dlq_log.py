@@ -159,13 +159,27 @@ class DlqReplication:
         ``StateReplication.leading``): the follower's plain writers close, and every
         queue of the topic on disk opens, its log led from now on.
 
+        A queue open already (a topic of one copy switching to the replicated path:
+        its queues stayed open, so no open event comes) is led the same way, and its
+        ``first_sequence`` (what acks, purges and expiry removed while it had one copy,
+        when ``dlq_first`` stays 0) is saved into the subscription's replicated state
+        before this returns, so a replica promoted later does not show those entries
+        again.
+
         Raises:
             WalError: a queue could not be opened.
+            Exception: what the state log's commit of a ``first_sequence`` raises.
         """
         await self._close_plain(name)
         self._dlqs.followed.discard(name)
         for sub in self._subscriptions.subscriptions(name):
-            await self._subscriptions.dead_letter_queue(name, sub.name, create=False)
+            led = (name, sub.name) in self._led
+            queue = await self._subscriptions.dead_letter_queue(name, sub.name, create=False)
+            if queue is None or led or (name, sub.name) in self._led:
+                continue
+            await self._opened(name, sub.name, queue)
+            if sub.dlq_first < queue.first_sequence:
+                await self._save_first(name, sub.name, queue.first_sequence)
 
     async def not_leading(self, name: str) -> None:
         """``name`` stops being led here: its queues close (their waiting puts fail

@@ -160,22 +160,17 @@ async def test_auto_rebalance_moves_leadership_to_the_preferred_leader(
     assert (moved.owner, moved.epoch) == ("b1", 5)
 
 
-async def test_a_request_is_refused_for_a_factor_one_topic_or_another_running_target(
+async def test_a_request_is_refused_for_a_missing_topic_or_another_running_target(
     store: EtcdStore, prefix: str
 ) -> None:
-    """Expected: a request for a missing topic, a factor-1 topic, a target naming a
-    broker twice or a broker not alive, or a second target while one runs raises
-    ReplicationSettingsError and writes nothing; asking the running target again is
-    accepted."""
+    """Expected: a request for a missing topic, a target naming a broker twice or a
+    broker not alive, or a second target while one runs raises ReplicationSettingsError
+    and writes nothing; asking the running target again is accepted."""
     keys = Keys(prefix)
     await _alive(store, keys, "b1", "b2", "b3")
     with pytest.raises(ReplicationSettingsError, match="does not exist"):
         await request(store, keys, "t", ["b1", "b2"])
-    single = TopicRecord("t", "00112233aabbccdd", 2, 0, "b1", 4, TopicState.READY)
-    rev = await store.put(keys.topic("t"), encode(single))
-    with pytest.raises(ReplicationSettingsError, match="2 or more"):
-        await request(store, keys, "t", ["b1", "b2"])
-    assert (await _stored(store, keys))[1] == rev
+    assert await store.get(keys.topic("t")) is None
     await store.put(keys.topic("t"), encode(_record("b1", ("b1", "b2"), ("b1", "b2"))))
     with pytest.raises(ReplicationSettingsError, match="twice"):
         await request(store, keys, "t", ["b2", "b2"])
@@ -186,6 +181,47 @@ async def test_a_request_is_refused_for_a_factor_one_topic_or_another_running_ta
         await request(store, keys, "t", ["b1", "b3"])
     _, after = await request(store, keys, "t", ["b2", "b3"])
     assert after.reassign_to == ("b2", "b3")
+
+
+async def test_a_topic_of_one_copy_is_replicated_first_then_reassigned(
+    store: EtcdStore, prefix: str
+) -> None:
+    """t is a factor-1 record (no replicas) owned by b1 at epoch 4; ``request`` to
+    (b1, b2). Expected: the request is accepted (reassign_to (b1, b2), reassign_from
+    (b1,)), the record still has no replicas; the first pass writes replicas = isr =
+    (b1,) at epoch 5, reassign_to kept (owner b1); the second adds b2: replicas (b1, b2),
+    isr (b1,). A cancel before the first pass clears the request and leaves the record
+    of one copy (no replicas, epoch 4); a pass then writes nothing."""
+    keys = Keys(prefix)
+    await _alive(store, keys, "b1", "b2")
+    token = await _controller(store, keys)
+    single = TopicRecord("t", "00112233aabbccdd", 2, 0, "b1", 4, TopicState.READY)
+    await store.put(keys.topic("t"), encode(single))
+    _, asked = await request(store, keys, "t", ["b1", "b2"])
+    assert (asked.replicas, asked.reassign_to, asked.reassign_from) == (
+        (),
+        ("b1", "b2"),
+        ("b1",),
+    )
+    _, undone = await cancel(store, keys, "t")
+    assert undone == single
+    mover = Mover(store, keys)
+    _, rev = await _stored(store, keys)
+    assert await mover.run_pass(await _state(store, keys), token)
+    assert await _stored(store, keys) == (single, rev)
+    await request(store, keys, "t", ["b1", "b2"])
+    assert await mover.run_pass(await _state(store, keys), token)
+    one, _ = await _stored(store, keys)
+    assert (one.owner, one.epoch, one.replicas, one.isr, one.reassign_to) == (
+        "b1",
+        5,
+        ("b1",),
+        ("b1",),
+        ("b1", "b2"),
+    )
+    assert await mover.run_pass(await _state(store, keys), token)
+    added, _ = await _stored(store, keys)
+    assert (added.owner, added.epoch, added.replicas, added.isr) == ("b1", 5, ("b1", "b2"), ("b1",))
 
 
 async def test_a_cancel_goes_back_to_the_original_replicas(store: EtcdStore, prefix: str) -> None:

@@ -1,0 +1,262 @@
+"""A topic of one copy moved to another broker by a reassignment (issue 37): real etcd,
+two real ``headrace serve`` processes (:mod:`tests.cluster.broker_processes`, TTL 2 s),
+the real CLI (``headrace cluster reassign``) and an idempotent producer sending
+throughout.
+
+A topic created with ``replication_factor=1`` has no ``replicas`` in its record; the
+controller first makes it a replicated topic of one replica (``cluster.replica_txn
+.replicate_single``), its owner switches its local topic over when it claims it again,
+and the reassignment then goes on as for any replicated topic. What is checked from the
+outside: the route, the files on each broker's disk, the producer's acks read back, the
+subscriptions' cursors (DescribeSubscription), a consumer's deliveries and the
+dead-letter queue (CountDeadLetters, PeekDeadLetters).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+from client import AsyncProducer
+from cluster.etcd import EtcdStore
+from cluster.moves import request
+from cluster.records import Keys, TopicRecord, decode
+from cluster.session import EXPIRY_SLACK_S
+from proto import admin_pb2 as _admin
+from proto import admin_pb2_grpc as _admin_grpc
+from proto import broker_pb2 as _broker
+from proto import broker_pb2_grpc as _broker_grpc
+from proto.cluster_pb2 import TopicRoute
+from tests.cluster.broker_processes import TTL_S, Brokers, cluster_brokers, create_replicated
+from tests.cluster.etcd_harness import EtcdCluster
+from tests.cluster.test_replication_failover import TOPIC, Load, _read_leader
+from tests.cluster.test_replication_moves import _check_load, _cli_config, _headrace
+from tests.cluster.test_replication_reshape import _gone, _wait_route_of
+from tests.cluster.test_replication_state import _cursors, _cursors_eventually, _open, _Stream
+
+pytestmark = [pytest.mark.asyncio(loop_scope="function"), pytest.mark.timeout(240)]
+
+
+async def _one_copy(brokers: Brokers) -> TopicRoute:
+    """Create ``TOPIC`` with one copy (2 partitions, factor 1) and wait until it is
+    online; its route."""
+    await create_replicated(brokers.seeds, TOPIC, 2, factor=1, min_insync=1)
+    route = await _wait_route_of(brokers, TOPIC, "online", 20, lambda r: r.online)
+    assert list(route.replicas) in ([], [route.owner_node]), route
+    return route
+
+
+async def _subscriptions(address: str) -> None:
+    """On the owner at ``address``: 20 records in each partition; ``billing`` committed
+    to 10 (partition 0) and 6 (partition 1) by AckUpTo; ``live`` consumed by a stream
+    that acks partition 0's offsets 0-9, dead-letters offsets 10 and 11 (reason "bad
+    json") and leaves every other delivery pending; the first dead letter (sequence 0)
+    is acked by AckDeadLetters, so the queue holds sequence 1 only (its first_sequence
+    1, while the topic has one copy)."""
+    async with AsyncProducer(address) as producer:
+        for n in range(40):
+            await producer.send(TOPIC, f"s{n}".encode(), partition=n % 2)
+        await producer.flush()
+    await _open(address, "billing")
+    async with grpc.aio.insecure_channel(address) as channel:
+        broker = _broker_grpc.BrokerStub(channel)
+        for partition, offset in ((0, 10), (1, 6)):
+            request = _broker.AckUpToRequest(
+                topic=TOPIC, subscription="billing", partition=partition, offset=offset
+            )
+            await broker.AckUpTo(request, timeout=10)
+    stream = _Stream(address, "live", credit=40)
+    try:
+        assert len(await stream.offsets(40, within_s=15)) == 40
+        await stream.ack([(0, 0, 10)])
+        nack = _broker.Nack(partition=0, begin=10, end=12, reason="bad json", dead_letter=True)
+        await stream._requests.put(_broker.SubscribeRequest(ack=_broker.Acks(nacks=[nack])))
+        await _dead_letters(address, 2, within_s=10)
+        async with grpc.aio.insecure_channel(address) as channel:
+            acked = await _admin_grpc.AdminStub(channel).AckDeadLetters(
+                _admin.AckDeadLettersRequest(topic=TOPIC, subscription="live", up_to_sequence=0),
+                timeout=10,
+            )
+        assert acked.acked == 1
+        await _dead_letters(address, 1, within_s=10)
+        deadline = time.monotonic() + 10
+        while await _cursors(address, "live") != [12, 0]:
+            assert time.monotonic() < deadline, await _cursors(address, "live")
+            await asyncio.sleep(0.1)
+    finally:
+        await stream.aclose()
+
+
+async def _dead_letters(address: str, wanted: int, within_s: float) -> list[_admin.DeadLetterEntry]:
+    """``live``'s dead-letter queue on ``address`` once it counts ``wanted`` (a broker
+    that has just taken the topic over may refuse a moment); its entries."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            async with grpc.aio.insecure_channel(address) as channel:
+                admin = _admin_grpc.AdminStub(channel)
+                counted = await admin.CountDeadLetters(
+                    _admin.CountDeadLettersRequest(topic=TOPIC, subscription="live"), timeout=10
+                )
+                if counted.count == wanted:
+                    peeked = await admin.PeekDeadLetters(
+                        _admin.PeekDeadLettersRequest(topic=TOPIC, subscription="live"),
+                        timeout=10,
+                    )
+                    return list(peeked.entries)
+        except grpc.aio.AioRpcError as exc:
+            last = f"{exc.code()}: {exc.details()}"
+        else:
+            last = f"counted {counted.count}"
+        assert time.monotonic() < deadline, f"{address} never counted {wanted} dead letters: {last}"
+        await asyncio.sleep(0.1)
+
+
+async def _check_subscriptions(address: str) -> None:
+    """``address`` holds ``billing`` at [10, 6] and ``live`` at [12, 0] with its one
+    dead letter left (sequence 1: partition 0, offset 11, value s22, "bad json"; the
+    acked sequence 0 does not come back), and a consumer of ``live`` there is sent every
+    pending record (partition 0 from 12, partition 1 from 0) and nothing it acked or
+    dead-lettered."""
+    assert await _cursors_eventually(address, "billing", 15) == [10, 6]
+    assert await _cursors_eventually(address, "live", 15) == [12, 0]
+    [letter] = await _dead_letters(address, 1, within_s=10)
+    assert (letter.sequence, letter.partition, letter.offset, letter.value, letter.reason) == (
+        1,
+        0,
+        11,
+        b"s22",
+        "bad json",
+    )
+    pending = {(0, o) for o in range(12, 20)} | {(1, o) for o in range(20)}
+    stream = _Stream(address, "live", credit=1000)
+    got: set[tuple[int, int]] = set()
+    try:
+        async with asyncio.timeout(20):
+            while not pending <= got:
+                got |= await stream.offsets(1, within_s=20)
+    finally:
+        await stream.aclose()
+    assert not {(0, o) for o in range(12)} & got, sorted(got)[:20]
+
+
+async def test_a_topic_of_one_copy_moves_to_another_broker(
+    tmp_path: Path, etcd: EtcdCluster, prefix: str
+) -> None:
+    """Scenario: two brokers; a topic of one copy (factor 1, 2 partitions) on its owner
+    O, with subscriptions ``billing`` (committed to [10, 6]) and ``live`` (partition 0's
+    offsets 0-9 acked, offsets 10 and 11 dead-lettered and the first letter acked, the
+    rest pending); an idempotent producer
+    sends from then on; ``cluster reassign TOPIC --replicas O,N``, then ``--replicas N``.
+    Expected: the topic first has replicas (O, N), both in sync; then replicas (N), led
+    by N, and O's copy is deleted; the producer saw no error and every acknowledged record
+    is read back (from N) once; N holds both subscriptions at their cursors and the dead
+    letter, and a consumer of ``live`` on N is sent every pending record and none it
+    acked; the acked letter does not come back."""
+    async with cluster_brokers(tmp_path, etcd, prefix, count=2) as brokers:
+        route = await _one_copy(brokers)
+        old = route.owner_node
+        [new] = [b.node_id for b in brokers.all if b.node_id != old]
+        await _subscriptions(brokers.by_id[old].address)
+        config = str(_cli_config(tmp_path, etcd, prefix))
+        load = Load(brokers.seeds)
+        async with load.running():
+            await load.wait_more(100, within_s=30)
+            asked = await _headrace(
+                "cluster", "reassign", TOPIC, "--replicas", f"{old},{new}", "--config", config
+            )
+            assert asked.exit_code == 0, asked.output
+            await _wait_route_of(
+                brokers,
+                TOPIC,
+                "two in sync",
+                40,
+                lambda r: list(r.replicas) == [old, new] and len(r.isr) == 2,
+            )
+            await load.wait_more(len(load.acked) + 100, within_s=30)
+            moved = await _headrace(
+                "cluster", "reassign", TOPIC, "--replicas", new, "--config", config
+            )
+            assert moved.exit_code == 0, moved.output
+            await _wait_route_of(
+                brokers,
+                TOPIC,
+                f"on {new} only",
+                40,
+                lambda r: r.online and list(r.replicas) == [new] and r.owner_node == new,
+            )
+            await _gone(brokers.by_id[old], TOPIC, within_s=15)
+            await load.wait_more(len(load.acked) + 100, within_s=30)
+        _check_load(load, await _read_leader(brokers.seeds))
+        await _check_subscriptions(brokers.by_id[new].address)
+
+
+async def _record(store: EtcdStore, keys: Keys) -> TopicRecord:
+    held = await store.get(keys.topic(TOPIC))
+    assert held is not None
+    return decode(held.key, held.value, TopicRecord)
+
+
+async def test_an_owner_killed_before_its_switch_comes_back_with_the_whole_topic(
+    tmp_path: Path, etcd: EtcdCluster, prefix: str
+) -> None:
+    """Scenario: two brokers; the topic of one copy on O with the subscriptions of the
+    test above and 100 acknowledged records more. O is frozen (SIGSTOP) and at once the
+    reassignment to (O, N) is asked (``cluster.moves.request``, what the CLI calls,
+    while O's key is still there); the controller (N, once O's session ended, if O held
+    it) makes the record replicated (replicas (O,), epoch + 1) and adds N, while O's
+    files are still those of a topic of one copy: O never ran its switch. O is then
+    SIGKILLed and started again on its data directory. Expected: the record went
+    replicas (O,) at epoch + 1 then (O, N) with isr (O,) while O was frozen; back, O
+    claims the topic on the replicated path (its switch runs at that claim), N copies
+    it and both end in sync; every acknowledged record is read back once; after
+    ``--replicas N`` the topic is on N only and N holds both subscriptions at their
+    cursors and the dead letter."""
+    async with cluster_brokers(tmp_path, etcd, prefix, count=2) as brokers:
+        route = await _one_copy(brokers)
+        old = route.owner_node
+        [new] = [b.node_id for b in brokers.all if b.node_id != old]
+        owner = brokers.by_id[old]
+        await _subscriptions(owner.address)
+        load = Load(brokers.seeds)
+        async with load.running():
+            await load.wait_more(100, within_s=30)
+        _check_load(load, await _read_leader(brokers.seeds))
+        keys = Keys(prefix)
+        store = await EtcdStore.connect(list(etcd.endpoints))
+        async with store:
+            before = await _record(store, keys)
+            assert before.replicas == ()
+            owner.freeze()
+            await request(store, keys, TOPIC, [old, new])
+            deadline = time.monotonic() + TTL_S + EXPIRY_SLACK_S + 20
+            while (now := await _record(store, keys)).replicas != (old, new):
+                assert time.monotonic() < deadline, now
+                await asyncio.sleep(0.1)
+            assert (now.owner, now.epoch, now.isr) == (old, before.epoch + 1, (old,))
+        owner.kill()
+        await owner.start()
+        await _wait_route_of(
+            brokers,
+            TOPIC,
+            "two in sync",
+            40,
+            lambda r: r.online and list(r.replicas) == [old, new] and len(r.isr) == 2,
+        )
+        config = str(_cli_config(tmp_path, etcd, prefix))
+        moved = await _headrace("cluster", "reassign", TOPIC, "--replicas", new, "--config", config)
+        assert moved.exit_code == 0, moved.output
+        await _wait_route_of(
+            brokers,
+            TOPIC,
+            f"on {new} only",
+            40,
+            lambda r: r.online and list(r.replicas) == [new] and r.owner_node == new,
+        )
+        await _gone(owner, TOPIC, within_s=15)
+        _check_load(load, await _read_leader(brokers.seeds))
+        await _check_subscriptions(brokers.by_id[new].address)
