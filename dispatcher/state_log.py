@@ -134,6 +134,23 @@ def _chunk(key: bytes | None) -> tuple[bytes, int, int] | None:
     return (parts[0], index, count) if index < count else None
 
 
+def only_a_cut_snapshot(keys: Sequence[bytes | None]) -> bool:
+    """Whether ``keys`` (a log's records from its first, in order) are nothing but the
+    first chunks of one snapshot series, cut short: the shape a log has when its first
+    leader stopped in the middle of its first snapshot (a topic of one copy switching to
+    the replicated path with more than :data:`RECORD_BYTES` of states, its owner killed
+    between chunks). Such a log never held a whole save: its caller replays nothing
+    from it (the subscriptions held on the owner's disk are whole), rather than the
+    cut chunks as deltas over nothing, which would drop every subscription not in them."""
+    if not keys or _last_snapshot(keys) is not None:
+        return False
+    first = _chunk(keys[0])
+    if first is None or first[1] != 0:
+        return False
+    chunks = [_chunk(key) for key in keys]
+    return all(c is not None and c[0] == first[0] and c[1] == i for i, c in enumerate(chunks))
+
+
 def _last_snapshot(keys: Sequence[bytes | None]) -> tuple[int, int] | None:
     """``(first, last)`` index of the last complete snapshot among ``keys`` (module
     docstring), or ``None``."""

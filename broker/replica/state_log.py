@@ -44,7 +44,7 @@ from broker.partition import Partition
 from broker.replica.leader import LeaderTopic
 from broker.topics import TopicRegistry
 from dispatcher import SubscriptionRegistry, state_file
-from dispatcher.state_log import RECORD_BYTES, replay
+from dispatcher.state_log import RECORD_BYTES, only_a_cut_snapshot, replay
 from proto.record import Record
 from wal import LogConfig, LogWriter, encode_records, run_to_end
 
@@ -182,8 +182,11 @@ class StateLogs:
 
 def read_states(writer: LogWriter) -> dict[str, state_file.StateDoc] | None:
     """Replay ``writer``'s log from its first record to its end (see the module
-    docstring); ``None`` when it holds none. Blocking: run in a thread, with no append
-    or fetch running on the log (the role is switching).
+    docstring); ``None`` when it holds none, or when, starting at offset 0, it holds
+    only the first chunks of its first snapshot (:func:`dispatcher.state_log
+    .only_a_cut_snapshot`: a switch from one copy killed between chunks; the states on
+    disk are then the whole ones). Blocking: run in a thread, with no append or fetch
+    running on the log (the role is switching).
 
     Raises:
         WalError: a read failed.
@@ -201,6 +204,14 @@ def read_states(writer: LogWriter) -> dict[str, state_file.StateDoc] | None:
                 if batch.base_offset + number >= offset:
                     records.append((record.key, record.value))
             offset = max(offset, batch.next_offset)
+    if log.first_offset == 0 and only_a_cut_snapshot([key for key, _value in records]):
+        logger.warning(
+            "state log %s holds only the first %d chunk(s) of its first snapshot (cut "
+            "short): nothing replayed from it, the subscriptions on disk are taken",
+            log.path,
+            len(records),
+        )
+        return None
     return replay(records)
 
 

@@ -9,6 +9,7 @@ from dispatcher import cursor_journal, state_file
 from dispatcher.state_log import (
     SNAPSHOT_KEY,
     chunk_key,
+    only_a_cut_snapshot,
     record_value,
     record_values,
     replay,
@@ -123,6 +124,33 @@ def test_a_chunked_snapshot_counts_only_when_every_chunk_is_there_in_order(
     states = replay(records)
     assert states is not None
     assert {name: doc.partitions[0].cursor for name, doc in states.items()} == expected
+
+
+@pytest.mark.parametrize(
+    ("records", "cut"),
+    [
+        ([], False),
+        # the first snapshot's first chunks and nothing else: a switch killed between them
+        ([X0], True),
+        ([X0, X1], True),
+        # whole: a snapshot
+        ([X0, X1, X2], False),
+        ([SNAP], False),
+        # anything else after the chunks, or the log not starting at chunk 0: not that shape
+        ([X0, C0], False),
+        ([X0, X2], False),
+        ([X1, X2], False),
+        ([SNAP, X0, X1], False),
+        ([X0, _chunk("y", 1, 3, ("c", 1))], False),
+    ],
+)
+def test_only_a_cut_snapshot_is_the_first_snapshot_cut_short_and_nothing_else(
+    records: list[tuple[bytes | None, bytes]], cut: bool
+) -> None:
+    """Scenario: logs as their first records would be. Expected: only_a_cut_snapshot is
+    true exactly when they are chunks 0..k (k < count - 1) of one series and nothing
+    more: what a first snapshot cut by a crash leaves (its caller then replays nothing)."""
+    assert only_a_cut_snapshot([key for key, _value in records]) is cut
 
 
 def test_record_values_split_entries_under_the_bound_and_replay_to_the_same_states() -> None:

@@ -31,11 +31,12 @@ from cluster.records import TopicRecord
 from dispatcher import SubscriptionRegistry, cursor_journal, state_file
 from dispatcher.state_log import CHUNK_PREFIX, RECORD_BYTES, SNAPSHOT_KEY, chunk_key, record_values
 from proto import replication_pb2_grpc as pb_grpc
+from proto.record import Record
 from tests._helpers import eventually
 from tests.broker.replica.fake_leader import TOPIC, Publisher, close_topic, open_topic, record
 from tests.broker.replica.test_fetcher_leader import Servicer
 from tests.wal._replica import log_files
-from wal import LogConfig, LogWriter
+from wal import LogConfig, LogWriter, encode_records
 
 
 async def _no_change(_isr: tuple[str, ...]) -> bool:
@@ -315,6 +316,44 @@ async def test_a_snapshot_cut_between_chunks_is_not_taken_as_whole_by_the_promot
         assert _cursors(b2.subs) == {"keep": [0, 0], "moved": [5, 5]}
     await b1.aclose()
     await b2.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_first_snapshot_cut_between_chunks_leaves_the_subscriptions_on_disk(
+    tmp_path: Path,
+) -> None:
+    """Scenario: b1 holds subscriptions ``keep`` and ``moved`` on disk (a topic of one
+    copy), and its state log holds only chunk 0 of 2 of a first snapshot naming
+    ``moved`` at cursors (5, 5): its switch to the replicated path was killed between
+    chunks. b1 leads. Expected: read_states gives None for that log (not the chunk as a
+    delta over nothing, which would drop ``keep``): both subscriptions are at their
+    cursors on disk, (0, 0); the takeover's own snapshot is then whole, and the log
+    replays to both."""
+    b1 = await Broker.open(tmp_path / "b1")
+    await Publisher().publish(b1.topic, None, 10)
+    writers = [p.writer for p in b1.topic.partitions]
+    for name in ("keep", "moved"):
+        await b1.subs.subscribe(TOPIC, name, writers)
+    moved = b1.subs.get(TOPIC, "moved")
+    doc = state_file.StateDoc(
+        version=state_file.VERSION,
+        seq=1_000_000,
+        topic=TOPIC,
+        subscription="moved",
+        type=moved.type.value,
+        partitions=[state_file.PartitionDoc(5, [], 5, []) for _ in moved.snapshot()],
+    )
+    (value,) = record_values([cursor_journal.Entry(doc.seq, "moved", doc)])
+    log = b1.logs.get(TOPIC)
+    assert log is not None
+    await log.writer.append(encode_records([Record(value, key=chunk_key("cut", 0, 2))]))
+    assert await asyncio.to_thread(read_states, log.writer) is None
+    async with leading(b1, record(1).replace(isr=("b1",))):
+        assert _cursors(b1.subs) == {"keep": [0, 0], "moved": [0, 0]}
+        states = await asyncio.to_thread(read_states, log.writer)
+        assert states is not None
+        assert sorted(states) == ["keep", "moved"]
+    await b1.aclose()
 
 
 @pytest.mark.asyncio
