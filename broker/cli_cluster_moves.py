@@ -116,8 +116,9 @@ def reassign(  # noqa: PLR0917 - click passes every option as an argument
     cluster_etcd: str | None,
     config_path: str | None,
 ) -> None:
-    """Move a replicated topic to another replica set (the controller does it step by
-    step; the topic serves throughout), cancel that, or show the reassignments running."""
+    """Move a topic to another replica set (the controller does it step by step; the
+    topic serves throughout; a topic of one copy is made replicated first), cancel that,
+    or show the reassignments running."""
     if cancel_it:
         if topic is None or replicas or status_only:
             raise click.UsageError("--cancel takes TOPIC only")
