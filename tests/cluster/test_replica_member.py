@@ -285,3 +285,75 @@ async def test_an_unclean_election_waits_for_the_switch_and_says_when_it_cannot_
         assert len(said) == 1, said
         assert "is not known" in said[0], said
         assert "no high watermark at epoch 1" in said[0], said
+
+
+@pytest.mark.asyncio
+async def test_a_failed_takeover_hands_the_topic_to_an_in_sync_follower(
+    etcd: EtcdCluster, prefix: str, store: EtcdStore
+) -> None:
+    """b1 leads the replicated topic at epoch 1 with b2 and b3 in sync; b2's broker
+    cannot take it over (``lead`` raises, as a state-log replay that cannot read its
+    disk); b1's session lapses (as a SIGKILL). Expected: b2 wins the election (epoch 2),
+    its takeover fails once, and it hands the topic to b3 (the other alive in-sync
+    follower) instead of claiming again: the transfer names b3 at epoch 3, b3 claims it
+    (epoch 4) and serves writes, b2 follows b3; b2 tried to lead once, and the epoch is
+    4, not the thousands a claim retried at once ran up."""
+    b2_local = MemoryTopics()
+    b1 = await start_member(etcd.endpoints, prefix, "b1")
+    b2 = await start_member(etcd.endpoints, prefix, "b2", b2_local)
+    b3 = await start_member(etcd.endpoints, prefix, "b3")
+    try:
+        await _put_replicated(store, prefix)
+        await eventually(lambda: _role(b1) == ("leader", 1, ""))
+        await eventually(lambda: _role(b3) == ("follower", 1, "127.0.0.1:7001"))
+        await eventually(lambda: _role(b2) == ("follower", 1, "127.0.0.1:7001"))
+        b2_local.fail_lead = 1000
+        await b1.abandon()
+        within_s = TTL + EXPIRY_SLACK_S + 5.0
+        await eventually(lambda: _role(b3) == ("leader", 4, ""), timeout_s=within_s)
+        await eventually(lambda: _role(b2) == ("follower", 4, "127.0.0.1:7003"))
+        await eventually(lambda: b3.refusal("t", write=True) is None)
+        stored = await _stored(store, prefix)
+        assert (stored.owner, stored.epoch) == ("b3", 4)
+        assert b2_local.failed_leads == [2]
+    finally:
+        await b1.store.aclose()
+        for member in (b2, b3):
+            await stop_member(member)
+
+
+@pytest.mark.asyncio
+async def test_a_failed_takeover_with_no_other_in_sync_replica_is_retried_with_backoff(
+    etcd: EtcdCluster, prefix: str, store: EtcdStore
+) -> None:
+    """b1 alone in sync (replicas b1, b2, b3; isr b1; min_insync 1) leads; restarted, its
+    takeover fails twice, then works. Expected: the topic is refused (no-session) while
+    it fails; b1 claims again after 1 s, then after 2 s more (two failed leads at
+    successive epochs, about 1 s apart then 2 s), and leads at the third claim, serving
+    writes; the epoch went up by three, not thousands."""
+    b1_local = MemoryTopics()
+    b1 = await start_member(etcd.endpoints, prefix, "b1", b1_local)
+    b2 = await start_member(etcd.endpoints, prefix, "b2")
+    b3 = await start_member(etcd.endpoints, prefix, "b3")
+    try:
+        await _put_replicated(store, prefix)
+        await eventually(lambda: _role(b1) == ("leader", 1, ""))
+        current = await _stored(store, prefix)
+        await store.put(Keys(prefix).topic("t"), encode(current.replace(isr=("b1",))))
+        await stop_member(b1)
+        b1_local.fail_lead = 2
+        b1 = await start_member(etcd.endpoints, prefix, "b1", b1_local)
+        started = time.monotonic()
+        await eventually(lambda: len(b1_local.failed_leads) == 1, timeout_s=10)
+        refusal = b1.refusal("t", write=False)
+        assert refusal is not None
+        assert refusal.reason == "no-session"
+        await eventually(lambda: _role(b1) == ("leader", 4, ""), timeout_s=15)
+        took = time.monotonic() - started
+        assert b1_local.failed_leads == [2, 3]
+        assert took >= 3.0, took  # 1 s, then 2 s of backoff
+        await eventually(lambda: b1.refusal("t", write=True) is None)
+        assert (await _stored(store, prefix)).epoch == 4
+    finally:
+        for member in (b1, b2, b3):
+            await stop_member(member)
