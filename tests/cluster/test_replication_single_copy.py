@@ -260,3 +260,60 @@ async def test_an_owner_killed_before_its_switch_comes_back_with_the_whole_topic
         await _gone(owner, TOPIC, within_s=15)
         _check_load(load, await _read_leader(brokers.seeds))
         await _check_subscriptions(brokers.by_id[new].address)
+
+
+async def test_an_owner_killed_during_its_switch_comes_back_with_the_whole_topic(
+    tmp_path: Path, etcd: EtcdCluster, prefix: str
+) -> None:
+    """Scenario: two brokers; the topic of one copy on O with the subscriptions of the
+    first test and 100 acknowledged records more; ``cluster reassign TOPIC --replicas
+    O,N`` is asked and O is SIGKILLed the moment its switch begins (its state log's
+    directory appears: it opens it before the leader starts and before the
+    subscriptions are snapshotted; polled every millisecond), then started again on its
+    data directory. Expected: as for a kill before the switch: O leads the topic again,
+    N copies it and both end in sync; every acknowledged record is read back once; after
+    ``--replicas N``, N holds both subscriptions at their cursors and the one dead
+    letter left."""
+    async with cluster_brokers(tmp_path, etcd, prefix, count=2) as brokers:
+        route = await _one_copy(brokers)
+        old = route.owner_node
+        [new] = [b.node_id for b in brokers.all if b.node_id != old]
+        owner = brokers.by_id[old]
+        await _subscriptions(owner.address)
+        load = Load(brokers.seeds)
+        async with load.running():
+            await load.wait_more(100, within_s=30)
+        _check_load(load, await _read_leader(brokers.seeds))
+        switch = owner.data_dir / "subscriptions" / TOPIC / "state-log"
+        assert not switch.exists()
+        keys = Keys(prefix)
+        store = await EtcdStore.connect(list(etcd.endpoints))
+        async with store:
+            await request(store, keys, TOPIC, [old, new])
+        deadline = time.monotonic() + 20
+        while not switch.exists():
+            assert time.monotonic() < deadline, "the owner never began its switch"
+            await asyncio.sleep(0.001)
+        owner.kill()
+        await owner.start()
+        await _wait_route_of(
+            brokers,
+            TOPIC,
+            "two in sync",
+            40,
+            lambda r: r.online and list(r.replicas) == [old, new] and len(r.isr) == 2,
+        )
+        _check_load(load, await _read_leader(brokers.seeds))
+        config = str(_cli_config(tmp_path, etcd, prefix))
+        moved = await _headrace("cluster", "reassign", TOPIC, "--replicas", new, "--config", config)
+        assert moved.exit_code == 0, moved.output
+        await _wait_route_of(
+            brokers,
+            TOPIC,
+            f"on {new} only",
+            40,
+            lambda r: r.online and list(r.replicas) == [new] and r.owner_node == new,
+        )
+        await _gone(owner, TOPIC, within_s=15)
+        _check_load(load, await _read_leader(brokers.seeds))
+        await _check_subscriptions(brokers.by_id[new].address)
