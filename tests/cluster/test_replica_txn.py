@@ -21,6 +21,7 @@ from cluster.replica_txn import (
     Outcome,
     elect,
     expand_isr,
+    replicate_single,
     set_replicas,
     shrink_isr,
     transfer_leadership,
@@ -372,6 +373,49 @@ async def test_set_replicas_is_fenced_by_the_controller_token(
     assert stale.outcome is Outcome.STALE
     assert str(new_token) in stale.reason
     assert (await _stored(store, keys, "t"))[1] == rev
+
+
+@pytest.mark.asyncio
+async def test_replicate_single_is_fenced_and_only_for_a_topic_of_one_copy(
+    store: EtcdStore, prefix: str
+) -> None:
+    """t is a factor-1 record owned by b1 at epoch 4. A deposed controller (stale token)
+    is STALE and writes nothing; the current one WINS: replicas = isr = (b1,), epoch 5,
+    reassign_to (b1, b2); called again with the same arguments (a lost reply) it is WON
+    too and writes nothing more; on the now replicated record it is REFUSED."""
+    keys = Keys(prefix)
+    old_token = await _controller(store, keys)
+    await store.delete_prefix(keys.controller)
+    token = await _controller(store, keys)
+    single = TopicRecord("t", "00112233aabbccdd", 2, 0, "b1", 4, TopicState.READY)
+    rev = await _seed(store, keys, single)
+    stale = await replicate_single(
+        store, keys, "t", single, rev, controller_token=old_token, reassign_to=("b1", "b2")
+    )
+    assert stale.outcome is Outcome.STALE
+    assert (await _stored(store, keys, "t")) == (single, rev)
+    won = await replicate_single(
+        store, keys, "t", single, rev, controller_token=token, reassign_to=("b1", "b2")
+    )
+    assert won.outcome is Outcome.WON
+    stored, new_rev = await _stored(store, keys, "t")
+    assert (stored.owner, stored.epoch, stored.replicas, stored.isr, stored.reassign_to) == (
+        "b1",
+        5,
+        ("b1",),
+        ("b1",),
+        ("b1", "b2"),
+    )
+    again = await replicate_single(
+        store, keys, "t", single, rev, controller_token=token, reassign_to=("b1", "b2")
+    )
+    assert again.outcome is Outcome.WON
+    assert (await _stored(store, keys, "t"))[1] == new_rev
+    refused = await replicate_single(
+        store, keys, "t", stored, new_rev, controller_token=token, reassign_to=("b1", "b2")
+    )
+    assert refused.outcome is Outcome.REFUSED
+    assert (await _stored(store, keys, "t"))[1] == new_rev
 
 
 # -- the etcd leader SIGKILLed during an election ----------------------------------------
