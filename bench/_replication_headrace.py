@@ -299,6 +299,13 @@ class HeadraceR3(HeadraceSystem):
         for name, partitions in ((TOPIC, PARTITIONS), (E2E_TOPIC, 1)):
             await self.cluster.create_topic(name, partitions)
 
+    async def broker_pids(self) -> tuple[int, list[int]]:
+        """The process ids of the publish topic's leader and of its two followers (the
+        CPU rows of ``bench replication``); the topic is in sync once started."""
+        info = await self.cluster.wait_in_sync(TOPIC)
+        followers = [self.cluster.pid(node) for node in info.replicas if node != info.leader]
+        return self.cluster.pid(info.leader), followers
+
     async def stop(self) -> None:
         with contextlib.suppress(Exception):
             await asyncio.to_thread(self.cluster.stop)

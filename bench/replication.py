@@ -27,6 +27,12 @@ them; each row carries its ``round``. Each run goes through, with 100 B payloads
    acknowledgement rule allow (Headrace: one ``send_many``; JetStream: windows of 4,000
    ``publish_async``; Redis: 64 connections, each write its ``XADD`` + ``WAIT 1``), every
    one acknowledged.
+   Beside it, for the Headrace systems (:class:`BrokerPids`), the CPU each broker process
+   spent in that phase per record published (:func:`process_cpu_s`: every thread's time
+   on a CPU, user and system, from ``/proc/<pid>/task/*/schedstat``, in ns):
+   ``cpu_us_per_record_leader`` (the topic's leader; at factor 1 the one broker) and, at
+   factor 3, ``cpu_us_per_record_followers`` (the mean of the two followers; ``each``
+   gives both, ``processes`` how many). The client's own CPU is not in them.
 2. ``e2e_latency_p50_ms``, ``e2e_latency_p99_ms``: an open-loop publisher at
    :data:`E2E_RATE` msg/s (the same for every system, below each one's publish rate here)
    and a concurrent consumer; latency from each message's scheduled send time to its
@@ -49,6 +55,7 @@ Environment:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import importlib.metadata
 import importlib.util
@@ -59,7 +66,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from bench._headrace_pubsub import HeadraceSystem
 from bench._measure import new_runner, per_second, percentile
@@ -162,6 +169,15 @@ class ReplicatedSystem(Protocol):
         ...
 
 
+@runtime_checkable
+class BrokerPids(Protocol):
+    """A system whose broker processes' CPU the publish phase measures."""
+
+    async def broker_pids(self) -> tuple[int, list[int]]:
+        """The process ids of the publish topic's leader and of its followers."""
+        ...
+
+
 class HeadraceR1(HeadraceSystem):
     """Headrace at replication factor 1: one ``headrace serve``, fsync ``always``."""
 
@@ -172,6 +188,23 @@ class HeadraceR1(HeadraceSystem):
     def __init__(self, data_dir: Path) -> None:
         super().__init__(data_dir)
         self.version = importlib.metadata.version("headrace")
+
+    async def broker_pids(self) -> tuple[int, list[int]]:
+        """The one broker leads; no followers."""
+        return self._process.pid, []
+
+
+def process_cpu_s(pid: int, proc: Path = Path("/proc")) -> float:
+    """CPU seconds (user and system) process ``pid``'s live threads have run: the sum of
+    the first field of each ``task/<tid>/schedstat`` (ns on a CPU). Nanoseconds where
+    ``/proc/<pid>/stat`` counts clock ticks (10 ms), so a quick run's few milliseconds are
+    seen; a thread that exits between two readings takes its time with it (a broker's
+    threads live as long as it does). A thread gone while being read counts 0."""
+    total = 0
+    for task in (proc / str(pid) / "task").iterdir():
+        with contextlib.suppress(OSError):
+            total += int((task / "schedstat").read_text(encoding="ascii").split()[0])
+    return total / 1e9
 
 
 @dataclass(frozen=True, slots=True)
@@ -475,10 +508,15 @@ def _phases(
     """The publish phase, then the e2e phase, each after a full garbage collection (no
     phase pays for the garbage start-up or the phase before it left)."""
     name = system.system
+    pids = runner.run(system.broker_pids()) if isinstance(system, BrokerPids) else None
     gc.collect()
+    before = cpu_of(pids)
     seconds = runner.run(system.publish(sizes.messages, os.urandom(sizes.payload_bytes)))
+    after = cpu_of(pids)
     rate = per_second(sizes.messages, seconds)
     yield Result(BENCH, name, "publish_msgs_s", rate, "msgs/s", params)
+    if pids is not None:
+        yield from cpu_rows(name, before, after, sizes.messages, params)
     gc.collect()
     latencies = runner.run(system.e2e(sizes.e2e_rate, sizes.e2e_seconds))
     ordered = _e2e_samples(latencies, sizes.e2e_messages, name, warn)
@@ -486,6 +524,39 @@ def _phases(
         samples.add(BENCH, name, E2E_SERIES, params, ordered)
     for q in (50, 99):
         yield Result(BENCH, name, f"e2e_latency_p{q}_ms", percentile(ordered, q), "ms", params)
+
+
+def cpu_of(pids: tuple[int, list[int]] | None) -> list[float]:
+    """:func:`process_cpu_s` of the leader, then of each follower (``[]`` for none)."""
+    if pids is None:
+        return []
+    leader, followers = pids
+    return [process_cpu_s(pid) for pid in (leader, *followers)]
+
+
+def cpu_rows(
+    name: str,
+    before: Sequence[float],
+    after: Sequence[float],
+    messages: int,
+    params: Params,
+) -> Iterator[Result]:
+    """The publish phase's CPU rows (pure): microseconds of CPU per record published, of
+    the leader and of the followers' mean (none without followers); ``processes`` and
+    ``each`` (every follower's figure, 2 decimals) in the params."""
+    per = [(b - a) / messages * 1e6 for a, b in zip(before, after, strict=True)]
+    leader, followers = per[0], per[1:]
+    yield Result(
+        BENCH, name, "cpu_us_per_record_leader", leader, "us/record",
+        {**params, "processes": 1, "each": f"{leader:.2f}"},
+    )  # fmt: skip
+    if followers:
+        each = " ".join(f"{f:.2f}" for f in followers)
+        mean = statistics.fmean(followers)
+        yield Result(
+            BENCH, name, "cpu_us_per_record_followers", mean, "us/record",
+            {**params, "processes": len(followers), "each": each},
+        )  # fmt: skip
 
 
 def system_params(system: ReplicatedSystem, sizes: Sizes, loop: str, load: float) -> Params:

@@ -38,10 +38,12 @@ from bench.replication import (
     R3,
     REDIS_WAIT1,
     SYSTEMS,
+    cpu_rows,
     derive_goals,
     failover_rows,
     headrace_r3_entry,
     notes,
+    process_cpu_s,
     select_systems,
 )
 
@@ -413,10 +415,57 @@ def test_replication_is_a_registered_scenario_with_notes() -> None:
     assert NOTES["replication"]() == notes()
 
 
+def test_a_process_cpu_grows_by_the_cpu_its_threads_spent() -> None:
+    """Scenario: this process reads its own CPU (process_cpu_s), spins a second thread on
+    a CPU for about 50 ms of wall time, reads it again. Expected: it grew by at least 20 ms
+    and by no more than the wall time on the cores this process may use."""
+    import threading
+    import time
+
+    def spin() -> None:
+        end = time.perf_counter() + 0.05
+        while time.perf_counter() < end:
+            pass
+
+    before, wall = process_cpu_s(os.getpid()), time.perf_counter()
+    worker = threading.Thread(target=spin)
+    worker.start()
+    spin()
+    worker.join()
+    grew, wall = process_cpu_s(os.getpid()) - before, time.perf_counter() - wall
+    assert 0.02 <= grew <= wall * len(os.sched_getaffinity(0)) + 0.01
+
+
+def test_cpu_rows_give_the_leader_and_the_followers_mean_per_record() -> None:
+    """Scenario: 100,000 records; the leader spent 0.12 s, the followers 0.05 s and
+    0.07 s; then a system with no followers. Expected: the leader's row 1.2 us/record,
+    the followers' 0.6 (their mean) with ``each`` giving both and ``processes`` 2, the
+    system's params kept; without followers the leader's row alone."""
+    params = {"round": 1}
+    rows = list(cpu_rows(R3, [1.0, 2.0, 3.0], [1.12, 2.05, 3.07], 100_000, params))
+    assert [(r.metric, r.unit) for r in rows] == [
+        ("cpu_us_per_record_leader", "us/record"),
+        ("cpu_us_per_record_followers", "us/record"),
+    ]
+    assert rows[0].value == pytest.approx(1.2)
+    assert rows[1].value == pytest.approx(0.6)
+    assert rows[1].params == {"round": 1, "processes": 2, "each": "0.50 0.70"}
+    assert rows[0].params == {"round": 1, "processes": 1, "each": "1.20"}
+    (alone,) = cpu_rows(R1, [5.0], [5.07], 100_000, params)
+    assert alone.metric == "cpu_us_per_record_leader"
+    assert alone.value == pytest.approx(0.7)
+
+
 # ---------------------------------------------------------------------------------------
 # A quick run of the real thing
 
 PER_SYSTEM = ("publish_msgs_s", "e2e_latency_p50_ms", "e2e_latency_p99_ms")
+#: Headrace's rows: the publish phase's CPU per record of its broker processes beside it.
+CPU = {
+    R1: ("cpu_us_per_record_leader",),
+    R3: ("cpu_us_per_record_leader", "cpu_us_per_record_followers"),
+}
+CPU_PARAMS = {"processes", "each"}
 PARAMS = {
     "fsync",
     "replicas",
@@ -463,7 +512,9 @@ def test_quick_json_run_reports_every_system_that_can_run_here(tmp_path: Path) -
     Expected: exit 0; the machine record first; headrace-r1's and headrace-r3's three rows
     (factor 3 has 3 replicas); each peer either has its three rows or is skipped with a
     line on stderr saying so; every figure is a positive finite number (p50 <= p99) with
-    the DESIGN fields and the scenario's params; fsync always everywhere; the six
+    the DESIGN fields and the scenario's params; headrace-r1's leader CPU row and
+    headrace-r3's leader and followers CPU rows (2 followers) after the publish row, in
+    us/record, positive; fsync always everywhere; the six
     failover rows of one attempt each at the quick TTL of 2 s, no record failed; the
     factor-3 goals judged against factor 1; and no system failed. Without etcd (CI has it):
     headrace-r3 and failover skipped with a line on stderr each."""
@@ -495,7 +546,8 @@ def test_quick_json_run_reports_every_system_that_can_run_here(tmp_path: Path) -
             assert row["system"] == R3
             goals[row["metric"]] = row
             continue
-        assert set(row["params"]) == PARAMS
+        cpu = row["metric"].startswith("cpu_us_per_record_")
+        assert set(row["params"]) == (PARAMS | CPU_PARAMS if cpu else PARAMS)
         assert row["params"]["fsync"] == "always"
         by_system.setdefault(row["system"], {})[row["metric"]] = row
     assert R1 in by_system
@@ -509,7 +561,7 @@ def test_quick_json_run_reports_every_system_that_can_run_here(tmp_path: Path) -
             assert f"skipping {system}" in done.stderr
     assert set(by_system) <= {R1, R3, NATS_R3, REDIS_WAIT1}
     for system, metrics in by_system.items():
-        assert tuple(metrics) == PER_SYSTEM, system
+        _check_cpu_rows(system, metrics)
         assert metrics["e2e_latency_p50_ms"]["value"] <= metrics["e2e_latency_p99_ms"]["value"]
         assert metrics["publish_msgs_s"]["unit"] == "msgs/s"
     assert by_system[R1]["publish_msgs_s"]["params"]["replicas"] == 1
@@ -526,3 +578,14 @@ def test_quick_json_run_reports_every_system_that_can_run_here(tmp_path: Path) -
     ratio = goals["publish_r3_over_r1_x"]
     r1, r3 = (by_system[s]["publish_msgs_s"]["value"] for s in (R1, R3))
     assert ratio["value"] == pytest.approx(r3 / r1)
+
+
+def _check_cpu_rows(system: str, metrics: dict[str, dict[str, Any]]) -> None:
+    """A system's rows in order: publish, its CPU rows (Headrace's, in us/record; factor
+    3's followers row over 2 processes), then the e2e rows."""
+    cpu_metrics = CPU.get(system, ())
+    assert tuple(metrics) == PER_SYSTEM[:1] + cpu_metrics + PER_SYSTEM[1:], system
+    for metric in cpu_metrics:
+        assert metrics[metric]["unit"] == "us/record"
+    if system == R3:
+        assert metrics["cpu_us_per_record_followers"]["params"]["processes"] == 2
