@@ -13,8 +13,9 @@ Operations (issue 37): as leader, a pass takes the in-sync followers whose sessi
 out of the in-sync set at once (a stopped broker; Kafka's controlled shutdown does the
 same), and the changer lets no broker without a session join. A replica a reassignment
 dropped stops its role and deletes its copy. :meth:`ReplicaRoles.hand_over` is the
-controlled shutdown: every led topic handed to an alive in-sync follower
-(``transfer_leadership`` with ``leave_isr``), and no role taken after it. A broker the
+controlled shutdown: every led topic handed to an alive in-sync follower still fetching
+from here and not stopping too (``transfer_leadership`` with ``leave_isr``), bounded by
+its ``timeout_s``, and no role taken after it. A broker the
 record names leader whose data is missing (``MISSING``: it came back on an empty data
 directory before a follower was elected) hands the topic over the same way, then copies
 it back as a follower; with no alive in-sync follower the topic stays unserved.
@@ -43,7 +44,8 @@ first saw that (an in-sync replica back in time wins cleanly instead). What it g
 is counted from the old leader's *published marks*: while the switch is on and a leader
 has replicas outside its in-sync set (so an unclean election could follow), it writes
 its high watermark per partition to ``<prefix>marks/<topic>`` (with the topic id and its
-epoch; not a key of the view's layout) at most every ``MARKS_INTERVAL_S`` when it moved
+epoch; not a key of the view's layout; fenced by the record as read and its lease, as
+every leader's write) at most every ``MARKS_INTERVAL_S`` when it moved
 (nothing while the switch is off: no etcd write is added to a cluster that cannot elect
 uncleanly). The winner compares the marks of the epoch it replaces with its own log ends
 (:func:`cluster.replicas.records_given_up`): a lower bound (what was committed after the
@@ -66,7 +68,7 @@ from collections.abc import Awaitable, Callable, Mapping
 import msgspec
 
 from cluster.errors import ClusterError
-from cluster.etcd import EtcdStore, Op
+from cluster.etcd import Compare, EtcdStore, Op
 from cluster.lead_retry import LeadBackoff, takeover_target
 from cluster.local import ChangeIsr, LocalTopics
 from cluster.records import Keys, TopicRecord, TopicState, encode
@@ -157,6 +159,11 @@ class ReplicaRoles:
         self._logged: set[tuple[str, str]] = set()
         #: set by :meth:`hand_over`: the broker is stopping; no pass takes a role again.
         self._leaving = False
+        #: ``(topic, node) -> whether node fetched that topic from this broker's leader
+        #: lately`` (the broker sets it; None: every alive in-sync follower may take a
+        #: hand-over). A follower SIGKILLed keeps its session until its TTL ends; this is
+        #: what tells the controlled shutdown not to hand it a topic it would never claim.
+        self.fetching_lately: Callable[[str, str], bool] | None = None
         #: topics whose takeover failed here: tried again after a backoff.
         self._lead_backoff = LeadBackoff()
         #: Whether an unclean election may run (the broker sets it: the cluster default).
@@ -264,7 +271,7 @@ class ReplicaRoles:
         elif step is Step.LEAD:
             await self._lead(topic.record)
             await self._drop_gone(topic)
-            await self._publish_marks(topic.record)
+            await self._publish_marks(topic)
         elif step is Step.FOLLOW:
             await self._follow(topic.record, decision.address)
         elif step is Step.ELECT:
@@ -490,10 +497,14 @@ class ReplicaRoles:
         the view's layout: the view ignores it)."""
         return f"{self._keys.prefix}marks/{name}"
 
-    async def _publish_marks(self, record: TopicRecord) -> None:
+    async def _publish_marks(self, topic: Topic) -> None:
         """As leader, publish this epoch's high watermarks while unclean elections are
         allowed and a replica is outside the in-sync set (module docstring), at most every
-        ``MARKS_INTERVAL_S``, when they moved."""
+        ``MARKS_INTERVAL_S``, when they moved. The put is fenced as every leader's write
+        is: the topic's record as read (its ``mod_revision``) and this broker's lease; a
+        leader deposed or deleted behind its view writes nothing (else its stale marks
+        replaced the new leader's, or came back after the topic's delete, for good)."""
+        record = topic.record
         name = record.name
         in_sync = set(record.effective_isr()) >= set(record.effective_replicas())
         if self.marks is None or in_sync or not self.unclean_allowed():
@@ -506,8 +517,14 @@ class ReplicaRoles:
         committed = {p: hw for p, (hw, _end) in self.marks(name).items()}
         marks: PublishedMarks | None = PublishedMarks(record.id, record.epoch, committed)
         if marks != last:
+            guards = [
+                Compare.modified_at(self._keys.topic(name), topic.mod_revision),
+                Compare.leased_by(self._keys.broker(self._me), self._session.lease),
+            ]
+            put = Op.put(self._marks_key(name), msgspec.json.encode(marks))
             try:
-                await self._store.put(self._marks_key(name), msgspec.json.encode(marks))
+                if not (await self._store.txn(guards, [put])).succeeded:
+                    marks = last  # the record moved since the view read it: next pass
             except ClusterError as exc:
                 log.warning("topic %s: publishing its high watermarks failed: %s", name, exc)
                 marks = last  # tried again at the next due time
@@ -565,11 +582,13 @@ class ReplicaRoles:
 
     async def hand_over(self, timeout_s: float) -> dict[str, str]:
         """Controlled shutdown: hand every replicated topic this broker leads to an alive
-        in-sync follower (:func:`~cluster.replica_txn.transfer_leadership` with
+        in-sync follower that is fetching from here (:attr:`fetching_lately`) and is not
+        stopping itself (its ``leaving`` key) (:func:`~cluster.replica_txn.transfer_leadership` with
         ``leave_isr``, so the new leader's watermark does not wait for this broker), stop
         leading it (pending acks: "outcome unknown", the producer resends to the new
         leader), and wait until each new leader has taken it (its claim is in etcd) or
-        ``timeout_s`` ends. No pass takes a role after this (the broker is stopping).
+        ``timeout_s`` ends. A topic with no such follower is not waited for (logged: it
+        waits for an election, or this broker's return). No pass takes a role after this.
 
         Returns:
             ``topic -> new leader`` of each topic handed over (for the log and tests).
@@ -578,12 +597,22 @@ class ReplicaRoles:
         deadline = self._clock() + timeout_s
         await self._say_leaving()
         moved: dict[str, tuple[str, int]] = {}
-        for name, (step, _record, _) in list(self._given.items()):
-            if step is not Step.LEAD or self._clock() >= deadline:
-                continue  # past the bound (etcd slow): the rest wait for an election
+        led = [name for name, (step, _record, _) in self._given.items() if step is Step.LEAD]
+        for name in led:
+            if self._clock() >= deadline:
+                break  # past the bound (etcd slow): the rest wait for an election
             handed = await self._hand_one(name)
             if handed is not None:
                 moved[name] = handed
+        kept = [name for name in led if name not in moved]
+        if kept:
+            log.warning(
+                "broker %s: controlled shutdown: %d led topic(s) not handed over (no target, "
+                "or out of time): %s",
+                self._me,
+                len(kept),
+                ", ".join(sorted(kept)),
+            )
         # stop leading once the view shows the transfer, so the consumers' streams end
         # with a refusal naming the new leader
         await self._until(
@@ -638,6 +667,12 @@ class ReplicaRoles:
         alive = self._view.state.brokers
         isr = record.effective_isr()
         targets = [n for n in isr if n != self._me and n in alive and not await self._is_leaving(n)]
+        fetching = self.fetching_lately
+        if fetching is not None:
+            silent = [n for n in targets if not fetching(name, n)]
+            if silent:  # dead or frozen before its session ended: it would never claim
+                log.info("topic %s: not handed to %s: not fetching from here", name, silent)
+            targets = [n for n in targets if n not in silent]
         for to in targets:
             try:
                 result = await transfer_leadership(
@@ -660,8 +695,9 @@ class ReplicaRoles:
                 return None
         if not targets:
             log.warning(
-                "broker %s: controlled shutdown: topic %s has no alive in-sync follower; it "
-                "waits for an election after this broker leaves",
+                "broker %s: controlled shutdown: topic %s not handed over: no in-sync "
+                "follower alive, fetching and not stopping itself; it waits for an "
+                "election after this broker leaves (or for this broker's return)",
                 self._me,
                 name,
             )

@@ -252,6 +252,55 @@ async def test_an_unclean_election_counts_what_it_gave_up_from_the_leaders_marks
         assert (b3.replicas.unclean_elections, b3.replicas.records_given_up) == (0, {})
 
 
+async def _marks_held(store: EtcdStore, prefix: str) -> bytes | None:
+    held = await store.get(f"{prefix}marks/t")
+    return None if held is None else held.value
+
+
+async def _marks_with(store: EtcdStore, prefix: str, part: bytes) -> bytes:
+    """``marks/t`` once it holds ``part`` (within 5 s)."""
+    async with asyncio.timeout(5):
+        while True:
+            held = await _marks_held(store, prefix)
+            if held is not None and part in held:
+                return held
+            await asyncio.sleep(0.05)
+
+
+@pytest.mark.asyncio
+async def test_a_deposed_leaders_marks_are_fenced_by_the_record_it_read(
+    etcd: EtcdCluster, prefix: str, store: EtcdStore
+) -> None:
+    """The fence rule broken on purpose. Unclean election on for all three; b1 leads alone
+    in its isr at epoch 1 and publishes its marks. The record then moves on behind b1's
+    view: b2 leads with isr (b2,) (written over etcd), and publishes its own marks at its
+    epoch. b1 then publishes from the record as it read it at epoch 1 (a deposed leader
+    whose view lags). Expected: nothing written: ``marks/t`` still holds b2's marks (b1's
+    epoch-1 marks over them would make an unclean election after b2 count nothing). The
+    topic's key and marks are then deleted (as its owner's delete does) and b1 publishes
+    from its stale record again. Expected: ``marks/t`` stays absent (not a key left for
+    good)."""
+    async with members(etcd.endpoints, prefix, 3) as (b1, b2, b3):
+        _given_marks(b1, b2, b3)
+        for member in (b1, b2, b3):
+            member.replicas.unclean_allowed = lambda: True
+        await _lead_alone(store, prefix, b1)
+        await eventually(lambda: _record(b1).isr == ("b1",))
+        stale = b1.view.state.topics["t"]
+        await _marks_with(store, prefix, b'"epoch":1')
+        moved = (await _stored(store, prefix)).replace(owner="b2", epoch=2, isr=("b2",))
+        await store.put(Keys(prefix).topic("t"), encode(moved))
+        await eventually(lambda: (_role(b2) or ("",))[0] == "leader", timeout_s=5)
+        b2_marks = await _marks_with(store, prefix, b'"committed":{"0":60')
+        b1.replicas._published.pop("t", None)  # due now
+        await b1.replicas._publish_marks(stale)
+        assert await _marks_held(store, prefix) == b2_marks
+        await store.txn([], [Op.delete(Keys(prefix).topic("t")), Op.delete(f"{prefix}marks/t")])
+        b1.replicas._published.pop("t", None)
+        await b1.replicas._publish_marks(stale)
+        assert await _marks_held(store, prefix) is None
+
+
 @pytest.mark.asyncio
 async def test_an_unclean_election_waits_for_the_switch_and_says_when_it_cannot_count(
     etcd: EtcdCluster, prefix: str, store: EtcdStore, caplog: pytest.LogCaptureFixture
