@@ -63,7 +63,9 @@ class LeadBackoff:
     def failed(self, name: str, now: float) -> LeadFailure:
         """``name``'s takeover failed at ``now``: its failure count and next try."""
         count = self._failed[name].count + 1 if name in self._failed else 1
-        delay = min(self._first_s * 2 ** (count - 1), self._max_s)
+        # the exponent capped: 2 ** 1024 is no float (OverflowError at the 1025th failure,
+        # about 8.5 h at 30 s each; the backoff then stopped: claims again at every pass)
+        delay = min(self._first_s * 2 ** min(count - 1, 64), self._max_s)
         failure = self._failed[name] = LeadFailure(count, now + delay, delay)
         return failure
 

@@ -10,7 +10,7 @@ from cluster.records import TopicRecord, TopicState
 
 @pytest.mark.parametrize(
     ("failures", "delay_s"),
-    [(1, 1.0), (2, 2.0), (3, 4.0), (5, 16.0), (6, 30.0), (40, 30.0)],
+    [(1, 1.0), (2, 2.0), (3, 4.0), (5, 16.0), (6, 30.0), (40, 30.0), (3000, 30.0)],
 )
 def test_the_wait_doubles_from_one_second_up_to_thirty(failures: int, delay_s: float) -> None:
     """Scenario: a topic's takeover fails ``failures`` times in a row, the last at 100 s.
