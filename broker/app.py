@@ -5,8 +5,9 @@ Role: build the topic registry, the gRPC server (data plane, admin plane, the st
 :class:`BrokerConfig`, and run them.
 
 Order of shutdown (STYLE rule 39): in cluster mode, the replicated topics led here are
-first handed to in-sync followers (controlled shutdown, ``ClusterNode.hand_over``, at most
-10 s); health goes to NOT_SERVING; the retention task stops
+first handed to in-sync followers that are fetching and not stopping too (controlled
+shutdown, ``ClusterNode.hand_over``, at most ``[cluster] controlled_shutdown_timeout_s``,
+default 10 s); health goes to NOT_SERVING; the retention task stops
 (publishes blocked by the backlog quota fail with ``UNAVAILABLE``); subscriptions stop
 dispatching, end their consumer streams (``UNAVAILABLE``: consumers reconnect elsewhere or
 later) and save their cursors; the server stops accepting and lets in-flight calls finish
@@ -499,7 +500,7 @@ class Broker:
         calls, leave the cluster (cluster mode), close the logs. Idempotent."""
         server, self._server = self._server, None
         if server is not None and self.node is not None:  # controlled shutdown first
-            await self.node.hand_over()
+            await self.node.hand_over(self.config.cluster.controlled_shutdown_timeout_s)
         if server is not None:
             await self._health.enter_graceful_shutdown()
         await self.retention.aclose()  # before the subscriptions: it reads their floors

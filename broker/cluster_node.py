@@ -228,7 +228,23 @@ class BrokerTopics:
 
 
 HAND_OVER_TIMEOUT_S = 10.0
-"""How long a stopping broker waits for the new leaders of the topics it hands over."""
+"""How long a stopping broker waits for the new leaders of the topics it hands over (the
+default of ``[cluster] controlled_shutdown_timeout_s``)."""
+
+FETCHING_WITHIN_MS = 1000
+"""A follower that fetched none of a topic's logs from its leader here for this long is
+not handed that topic at a controlled shutdown (twice a fetch's longest wait, 500 ms): it
+is dead or frozen, though its session may last until its TTL ends. Too strict costs an
+election instead (the stopping broker's lease is revoked as it leaves)."""
+
+
+def _fetching_lately(replicas: ReplicaManager, name: str, node: str) -> bool:
+    """Whether ``node`` fetched topic ``name`` lately from its leader here (True when no
+    started leader of it is here: nothing to tell)."""
+    leader = replicas.leader(name)
+    if not isinstance(leader, LeaderTopic):
+        return True
+    return leader.fetched_within(node, FETCHING_WITHIN_MS)
 
 
 class ClusterNode:
@@ -348,6 +364,7 @@ class ClusterNode:
         member = ClusterMember(store, member_config, local)
         member.replicas.marks = local.marks  # an unclean election counts what it gives up
         member.replicas.unclean_allowed = lambda: defaults.unclean_leader_election
+        member.replicas.fetching_lately = functools.partial(_fetching_lately, replicas)
         view = DefaultsView(
             store, Keys(config.prefix), functools.partial(apply_defaults, defaults, topics)
         )

@@ -96,6 +96,7 @@ TOML layout (every key optional)::
     etcd_key = "broker.key"
     prefix = "/headrace/"            # etcd key prefix
     replica_lag_time_max_ms = 10000  # a follower this far behind leaves the in-sync set
+    controlled_shutdown_timeout_s = 10.0  # most a stop spends handing over led topics
 """
 
 from __future__ import annotations

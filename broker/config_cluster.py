@@ -15,6 +15,7 @@ Rules, each refused with one line naming the key:
 - ``advertise``: ``host:port`` with a port from 1 and a host other hosts can call (not
   ``0.0.0.0`` or ``::``); unset, the ``listen`` address, which then must not be a wildcard.
 - ``session_ttl_s``: whole seconds from 2 to 60 (default 10).
+- ``controlled_shutdown_timeout_s``: seconds from 0 to 300 (default 10).
 - ``etcd_ca``, ``etcd_cert``, ``etcd_key``: all three (TLS with a client certificate) or none.
 - ``prefix``: starts and ends with ``/`` (default ``/headrace/``).
 - ``tokens`` (``--cluster-tokens``): bearer tokens from etcd; needs ``etcd``, and is
@@ -76,6 +77,8 @@ class ClusterConfig:
         rebalance_interval_s: seconds between those passes. Default 300.
         replica_lag_time_max_ms: a follower not caught up with its leader for this long
             leaves the in-sync set. Default 10,000.
+        controlled_shutdown_timeout_s: the most a stopping broker spends handing over
+            the replicated topics it leads, seconds, 0 (none) to 300. Default 10.
         peer_tls_ca: PEM CAs of the other brokers' server certificates, trusted when
             this broker calls them over TLS. Default ``None``: ``[security] tls_client_ca``.
         peer_server_name: The name checked in the other brokers' certificates instead of
@@ -94,6 +97,7 @@ class ClusterConfig:
     auto_rebalance: bool = False
     rebalance_interval_s: int = 300
     replica_lag_time_max_ms: int = 10_000
+    controlled_shutdown_timeout_s: float = 10.0
     peer_tls_ca: str | None = None
     peer_server_name: str | None = None
 

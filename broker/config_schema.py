@@ -902,6 +902,23 @@ class ClusterTable(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             ),
         ]
     ] = UNSET
+    controlled_shutdown_timeout_s: Opt[
+        Annotated[
+            float,
+            meta(
+                "The most a stopping broker (SIGTERM, Ctrl-C) spends handing the replicated "
+                "topics it leads to in-sync followers that are fetching and not stopping "
+                "too (Kafka's controlled shutdown), etcd calls included; then it stops "
+                "anyway and what was not handed over waits for an election. 0: hand "
+                "nothing over.",
+                ge=0,
+                le=300,
+                unit="s",
+                must="a number of seconds from {lo} to {hi}",
+                form=NAMED,
+            ),
+        ]
+    ] = UNSET
     peer_tls_ca: Opt[
         Annotated[
             str,

@@ -129,6 +129,10 @@ RETRY_S = 0.5
 ADOPT_VISIBLE_S = 5.0
 """How long a join waits for its view to show the topics it adopted."""
 
+HAND_OVER_SLACK_S = 0.5
+"""What the controlled shutdown may take past its ``timeout_s`` before it is cut (its own
+deadline ends the waits; this cuts an etcd call that hangs)."""
+
 _REASONS: dict[str, RefusalReason] = {reason: reason for reason in get_args(RefusalReason)}
 
 
@@ -294,8 +298,10 @@ class ClusterMember:
     async def hand_over(self, timeout_s: float) -> dict[str, str]:
         """Controlled shutdown (before :meth:`aclose`): the reconcile task stops (no role
         is taken again), then every replicated topic this broker leads is handed to an
-        in-sync follower (``ReplicaRoles.hand_over``), waiting at most ``timeout_s``.
-        Factor-1 topics are not moved (they are offline until this broker returns).
+        in-sync follower (``ReplicaRoles.hand_over``), in at most ``timeout_s`` all told
+        (etcd calls included: with etcd slow or gone the rest is given up, logged, and
+        those topics wait for an election); 0 hands nothing over. Factor-1 topics are
+        not moved (they are offline until this broker returns).
 
         Returns:
             ``topic -> new leader`` of each topic handed over.
@@ -306,8 +312,22 @@ class ClusterMember:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         self._tasks = [t for t in self._tasks if not t.done()]
+        if timeout_s <= 0:
+            log.info(
+                "broker %s: controlled shutdown off (timeout 0): nothing handed over", self.node_id
+            )
+            return {}
         try:
-            return await self.replicas.hand_over(timeout_s)
+            async with asyncio.timeout(timeout_s + HAND_OVER_SLACK_S):
+                return await self.replicas.hand_over(timeout_s)
+        except TimeoutError:
+            log.warning(
+                "broker %s: controlled shutdown: out of time after %g s (etcd slow or "
+                "unreachable?): the topics not handed over wait for an election",
+                self.node_id,
+                timeout_s,
+            )
+            return {}
         except ClusterError as exc:
             log.warning("broker %s: controlled shutdown: hand-over failed: %s", self.node_id, exc)
             return {}

@@ -13,8 +13,9 @@ Operations (issue 37): as leader, a pass takes the in-sync followers whose sessi
 out of the in-sync set at once (a stopped broker; Kafka's controlled shutdown does the
 same), and the changer lets no broker without a session join. A replica a reassignment
 dropped stops its role and deletes its copy. :meth:`ReplicaRoles.hand_over` is the
-controlled shutdown: every led topic handed to an alive in-sync follower
-(``transfer_leadership`` with ``leave_isr``), and no role taken after it. A broker the
+controlled shutdown: every led topic handed to an alive in-sync follower still fetching
+from here and not stopping too (``transfer_leadership`` with ``leave_isr``), bounded by
+its ``timeout_s``, and no role taken after it. A broker the
 record names leader whose data is missing (``MISSING``: it came back on an empty data
 directory before a follower was elected) hands the topic over the same way, then copies
 it back as a follower; with no alive in-sync follower the topic stays unserved.
@@ -158,6 +159,11 @@ class ReplicaRoles:
         self._logged: set[tuple[str, str]] = set()
         #: set by :meth:`hand_over`: the broker is stopping; no pass takes a role again.
         self._leaving = False
+        #: ``(topic, node) -> whether node fetched that topic from this broker's leader
+        #: lately`` (the broker sets it; None: every alive in-sync follower may take a
+        #: hand-over). A follower SIGKILLed keeps its session until its TTL ends; this is
+        #: what tells the controlled shutdown not to hand it a topic it would never claim.
+        self.fetching_lately: Callable[[str, str], bool] | None = None
         #: topics whose takeover failed here: tried again after a backoff.
         self._lead_backoff = LeadBackoff()
         #: Whether an unclean election may run (the broker sets it: the cluster default).
@@ -576,11 +582,14 @@ class ReplicaRoles:
 
     async def hand_over(self, timeout_s: float) -> dict[str, str]:
         """Controlled shutdown: hand every replicated topic this broker leads to an alive
-        in-sync follower (:func:`~cluster.replica_txn.transfer_leadership` with
-        ``leave_isr``, so the new leader's watermark does not wait for this broker), stop
-        leading it (pending acks: "outcome unknown", the producer resends to the new
-        leader), and wait until each new leader has taken it (its claim is in etcd) or
-        ``timeout_s`` ends. No pass takes a role after this (the broker is stopping).
+        in-sync follower that is fetching from here (:attr:`fetching_lately`) and is not
+        stopping itself (its ``leaving`` key), with
+        :func:`~cluster.replica_txn.transfer_leadership` and ``leave_isr`` (so the new
+        leader's watermark does not wait for this broker); stop leading it (pending acks:
+        "outcome unknown", the producer resends to the new leader), and wait until each
+        new leader has taken it (its claim is in etcd) or ``timeout_s`` ends. A topic
+        with no such follower is not waited for (logged: it waits for an election, or
+        this broker's return). No pass takes a role after this (the broker is stopping).
 
         Returns:
             ``topic -> new leader`` of each topic handed over (for the log and tests).
@@ -589,12 +598,22 @@ class ReplicaRoles:
         deadline = self._clock() + timeout_s
         await self._say_leaving()
         moved: dict[str, tuple[str, int]] = {}
-        for name, (step, _record, _) in list(self._given.items()):
-            if step is not Step.LEAD or self._clock() >= deadline:
-                continue  # past the bound (etcd slow): the rest wait for an election
+        led = [name for name, (step, _record, _) in self._given.items() if step is Step.LEAD]
+        for name in led:
+            if self._clock() >= deadline:
+                break  # past the bound (etcd slow): the rest wait for an election
             handed = await self._hand_one(name)
             if handed is not None:
                 moved[name] = handed
+        kept = [name for name in led if name not in moved]
+        if kept:
+            log.warning(
+                "broker %s: controlled shutdown: %d led topic(s) not handed over (no target, "
+                "or out of time): %s",
+                self._me,
+                len(kept),
+                ", ".join(sorted(kept)),
+            )
         # stop leading once the view shows the transfer, so the consumers' streams end
         # with a refusal naming the new leader
         await self._until(
@@ -649,6 +668,12 @@ class ReplicaRoles:
         alive = self._view.state.brokers
         isr = record.effective_isr()
         targets = [n for n in isr if n != self._me and n in alive and not await self._is_leaving(n)]
+        fetching = self.fetching_lately
+        if fetching is not None:
+            silent = [n for n in targets if not fetching(name, n)]
+            if silent:  # dead or frozen before its session ended: it would never claim
+                log.info("topic %s: not handed to %s: not fetching from here", name, silent)
+            targets = [n for n in targets if n not in silent]
         for to in targets:
             try:
                 result = await transfer_leadership(
@@ -671,8 +696,9 @@ class ReplicaRoles:
                 return None
         if not targets:
             log.warning(
-                "broker %s: controlled shutdown: topic %s has no alive in-sync follower; it "
-                "waits for an election after this broker leaves",
+                "broker %s: controlled shutdown: topic %s not handed over: no in-sync "
+                "follower alive, fetching and not stopping itself; it waits for an "
+                "election after this broker leaves (or for this broker's return)",
                 self._me,
                 name,
             )

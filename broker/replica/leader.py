@@ -289,6 +289,17 @@ class LeaderTopic:
         """Each follower's progress in ``log`` (a copy; for tests and metrics)."""
         return dict(self._logs[log].progress)
 
+    def fetched_within(self, node: str, ms: int) -> bool:
+        """Whether ``node`` fetched any of this topic's logs here in the last ``ms`` (the
+        controlled shutdown hands the topic only to a follower that does: one SIGKILLed
+        keeps its etcd session until its TTL ends). A follower counts as fetched when
+        this leadership started, so for ``ms`` after a start every follower passes."""
+        now = self._now_ms()
+        return any(
+            (seen := led.progress.get(node)) is not None and now - seen.last_fetch_ms <= ms
+            for led in self._logs.values()
+        )
+
     def follower_lag(self) -> list[FollowerLag]:
         """Each follower's lag in each partition, by partition then replica order."""
         now, isr = self._now_ms(), self._record.effective_isr()
