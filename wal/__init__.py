@@ -62,8 +62,9 @@ Replicated append: a follower writes its leader's batches unchanged, base offset
 (``LogWriter.append_replicated``; the leader's side is ``LogWriter.read_raw``, the bytes
 of whole durable batches, sliced from the segments with only their headers walked: no CRC
 computed there, no record decoded), so its segments hold the leader's bytes. Every batch
-is checked before any is written (CRC and layout as a read checks them, the log's limits,
-each one following on, the first at the head), so a refused call writes nothing; then
+is checked before any is written (header, CRC and section bounds as a read checks them,
+no record walked and no limit applied: the leader applied its own at publish; each one
+following on, the first at the head), so a refused call writes nothing; then
 they are written and synced as a group commit is, in a group of their own. No crash point
 of its own: its crash points are the append's and the roll's, and a crash leaves a prefix
 of whole batches after recovery, as for any append.

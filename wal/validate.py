@@ -14,8 +14,9 @@ what is wrong. It only ever accepts: a batch it returns is the one ``check_batch
 Every append is validated, whoever makes the batch (a client's Publish, a dead-letter
 copy, a replay): all of them are freshly encoded, so the strict rules hold for all. The
 one exception is a follower's append of its leader's batches: :func:`check_replicated`
-decodes them as a read from disk does (CRC and layout, the leader's base offsets kept),
-applies the same limits, and checks that they follow on one from another.
+decodes them as a read from disk does (header, CRC and section bounds, the leader's base
+offsets kept) and checks that they follow on one from another; it walks no record and
+applies no limit (the leader did, at publish).
 
 Pure module: imports neither ``asyncio``, ``os`` nor ``time``.
 """
@@ -32,7 +33,6 @@ import crc32c as _crc32c
 
 from proto.batch import (
     CRC_START,
-    FLAG_HAS_HEADERS,
     HEADER_SIZE,
     MAGIC,
     VERSION,
@@ -103,17 +103,21 @@ def validate_batch(data: bytes | bytearray | memoryview, limits: BatchLimits) ->
     return batch
 
 
-def check_replicated(
-    data: bytes | bytearray | memoryview, limits: BatchLimits
-) -> list[RecordBatch]:
+def check_replicated(data: bytes | bytearray | memoryview) -> list[RecordBatch]:
     """Decode a leader's batches laid end to end, as a follower is given them to append.
 
-    Each batch is checked as a read from disk is (magic, version, length, layout and CRC:
-    the leader wrote them, so the producer's strict rules held once, and data an older
-    version wrote stays replicable), then against this log's limits as any batch is; and
-    each must start where the one before it ends. Their base offsets are the leader's; that
-    the first is the follower's head is checked when they are written
-    (:meth:`wal.log.Log.append_replicated`). Empty ``data`` gives ``[]``.
+    Each batch is checked as a read from disk checks it (:func:`proto.batch.decode_batch`:
+    magic, version, a length in range, a record count of at least 1, known flags, the CRC,
+    and the section bounds, a fixed number of steps whatever the record count), and each
+    must start where the one before it ends (its base offset plus its record count). No
+    record is walked and no limit of this log applies: the leader checked every record
+    against the producer's rules and its limits when it was published, and the CRC, over
+    every byte from the magic to the batch's end, proves these are the leader's bytes.
+    The bytes outside it are the base offset (it must follow on, and the first must be
+    the follower's head, checked when they are written: :meth:`wal.log.Log.append_replicated`),
+    the length (in range, and it decides the bytes the CRC covers) and the CRC itself, so a
+    flipped bit anywhere is refused. A limit here could only refuse what the leader holds,
+    and the follower would stop at that batch for good. Empty ``data`` gives ``[]``.
 
     Example: batches at offsets 100 (3 records) and 103 pass; 100 (3 records) then 104
     raises ``ReplicaOffsetMismatchError(index=1, expected=103, found=104)``.
@@ -122,30 +126,22 @@ def check_replicated(
         CorruptBatchError: a batch fails a check, or ``data`` ends inside a batch;
             ``position`` is its byte position in ``data``.
         ReplicaOffsetMismatchError: a batch does not start where the one before it ends.
-        BatchTooLargeError, RecordTooLargeError, HeaderLimitError: a batch is over a limit.
     """
     view = memoryview(data)
     batches: list[RecordBatch] = []
     pos, end, expected = 0, len(view), -1
-    max_batch, max_record = limits.max_batch_bytes, limits.max_record_bytes
     while pos < end:  # locals, no properties: this runs for every batch a follower gets
         batch = decode_batch(view, pos)
         if batch is None:
             raise CorruptBatchError(
                 pos, f"the data ends inside a batch ({end - pos} bytes left)", field="batch_length"
             )
-        base, size = batch.base_offset, len(batch.buffer)
+        base = batch.base_offset
         if base != expected and batches:
             raise ReplicaOffsetMismatchError(len(batches), expected, base)
-        if size > max_batch:
-            raise BatchTooLargeError(size, max_batch)
-        if batch.flags & FLAG_HAS_HEADERS:
-            _check_headers(batch, limits)
-        if size - HEADER_SIZE > max_record:
-            _check_record_sizes(batch, max_record)
         batches.append(batch)
         expected = base + batch.record_count
-        pos += size
+        pos += len(batch.buffer)
     return batches
 
 

@@ -173,7 +173,6 @@ class LogWriter:
     def __init__(self, log: Log, *, queue_size: int = 10_000) -> None:
         self._log = log
         self._policy = log.config.fsync
-        self._limits = log.config.limits  # a follower's batches are checked against them
         self._queue_size = queue_size
         self._jobs: queue.SimpleQueue[Command] = queue.SimpleQueue()
         #: Commands made during this loop turn, in order; :meth:`_hand_over` queues them.
@@ -466,10 +465,13 @@ class LogWriter:
 
         ``data`` is whole batches laid end to end as they are in the leader's log (its
         :meth:`read_raw`), base offsets set; it must not change until this returns. All
-        are checked before anything is written: each decodes with a valid CRC and is within
-        this log's limits, each starts where the one before it ends
-        (:func:`wal.validate.check_replicated`), and the first starts at the head (on the
-        writer thread, just before the write). The segments then hold the leader's bytes.
+        are checked before anything is written: each decodes as a read decodes it (header,
+        CRC over every byte past the length, section bounds; no record walked), each starts
+        where the one before it ends (:func:`wal.validate.check_replicated`), and the first
+        starts at the head (on the writer thread, just before the write). This log's
+        limits do not apply: the leader applied its own when the records were published,
+        and a follower that refused what its leader holds would stop there for good. The
+        segments then hold the leader's bytes.
 
         Durable under the fsync policy before this returns, as :meth:`append` is: under
         ``always`` synced, so the head returned is the follower's durable end. Under
@@ -492,14 +494,12 @@ class LogWriter:
                 inside a batch; nothing was written.
             ReplicaOffsetMismatchError: a gap or an overlap, or the first batch is not at
                 the head; nothing was written.
-            BatchTooLargeError, RecordTooLargeError, HeaderLimitError: over this log's
-                limits; nothing was written.
             DiskFullError: the disk filled: the first ``written`` batches are in the log
                 (synced as usual, :attr:`head` moved past them), the rest are not.
             WalFailedError, WalClosedError: as :meth:`append`.
         """
         self._check_open()
-        batches = check_replicated(data, self._limits)
+        batches = check_replicated(data)
         if not batches:
             return self._written
         return await run_to_end(self._replicate(batches))

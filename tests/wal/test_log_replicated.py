@@ -46,7 +46,7 @@ def test_the_log_holds_the_leaders_bytes(tmp_path: Path) -> None:
     and closed. Expected: the results name each batch's leader offsets; the follower's
     segment files end to end are the leader's bytes."""
     data = leader_bytes(tmp_path / "leader", 1)
-    batches = check_replicated(data, CONFIG.limits)
+    batches = check_replicated(data)
     log = Log.open(str(tmp_path / "follower"), CONFIG)
     results = log.append_replicated(batches)
     assert [r.first_offset for r in results] == [b.base_offset for b in batches]
@@ -114,7 +114,7 @@ def test_a_crash_inside_a_replicated_append_leaves_whole_batches(
     15 batches (after ``append.after_sync``, everything); a second open cuts nothing."""
     rng = random.Random(f"{stop}/{seed}")
     data = leader_bytes(tmp_path / "leader", seed)
-    batches = check_replicated(data, CONFIG.limits)
+    batches = check_replicated(data)
     path = tmp_path / "follower"
     fs = CrashableFs(page_size=64)
     log = Log.open(str(path), CONFIG, fs=fs)

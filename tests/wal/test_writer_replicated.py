@@ -21,7 +21,6 @@ import pytest
 
 from tests.wal._replica import log_bytes, log_files, random_batches
 from wal import (
-    BatchTooLargeError,
     CorruptBatchError,
     DiskFullError,
     Fault,
@@ -142,9 +141,9 @@ async def test_leader_rolls_of_its_own_leave_the_same_log_in_other_segments(
     assert log_bytes(tmp_path / "follower") == log_bytes(tmp_path / "leader")
 
 
-def _damaged(chunk: bytes) -> bytes:
+def _damaged(chunk: bytes, at: int = -3, bit: int = 0x01) -> bytes:
     out = bytearray(chunk)
-    out[-3] ^= 0x01  # inside the last batch's body: its CRC fails
+    out[at] ^= bit  # by default inside the last batch's body: its CRC fails
     return bytes(out)
 
 
@@ -156,7 +155,10 @@ CASES = {
     "behind": ("start one batch before the head", ReplicaOffsetMismatchError),
     "corrupt": ("flip a bit in the last batch", CorruptBatchError),
     "partial": ("cut the last batch short", CorruptBatchError),
-    "too_large": ("a batch over the follower's max_batch_bytes", BatchTooLargeError),
+    "header": ("flip a bit of the last batch's record_count", CorruptBatchError),
+    "length": ("flip a bit of the last batch's batch_length", CorruptBatchError),
+    "crc": ("flip a bit of the last batch's crc32c", CorruptBatchError),
+    "last_byte": ("flip the top bit of the chunk's last byte", CorruptBatchError),
 }
 
 
@@ -171,11 +173,7 @@ async def test_a_refused_chunk_writes_nothing(tmp_path: Path, case: str) -> None
     leader = await leader_with(tmp_path / "leader", random_batches(rng, 40))
     all_batches = list(iter_batches(await leader.read_raw(0, 1 << 30)))
     fs = FaultyFs()
-    config = CONFIG
-    if case == "too_large":
-        biggest = max(b.size for b in all_batches[20:25])
-        config = dataclasses.replace(CONFIG, max_batch_bytes=biggest - 8)
-    follower = await LogWriter.open(str(tmp_path / "follower"), config, fs=fs)
+    follower = await LogWriter.open(str(tmp_path / "follower"), CONFIG, fs=fs)
     await follower.append_replicated(b"".join(bytes(b.buffer) for b in all_batches[:20]))
     good = [bytes(b.buffer) for b in all_batches[20:25]]
     bad = {
@@ -185,7 +183,10 @@ async def test_a_refused_chunk_writes_nothing(tmp_path: Path, case: str) -> None
         "behind": [bytes(all_batches[19].buffer), *good],
         "corrupt": [*good[:-1], _damaged(good[-1])],
         "partial": [*good[:-1], good[-1][:-8]],
-        "too_large": good,
+        "header": [*good[:-1], _damaged(good[-1], 20)],
+        "length": [*good[:-1], _damaged(good[-1], 9)],
+        "crc": [*good[:-1], _damaged(good[-1], 13, 0x40)],
+        "last_byte": [*good[:-1], _damaged(good[-1], -1, 0x80)],
     }[case]
     head, files, writes = follower.head, log_files(tmp_path / "follower"), fs.calls["pwritev"]
     with pytest.raises(CASES[case][1]):
@@ -193,14 +194,30 @@ async def test_a_refused_chunk_writes_nothing(tmp_path: Path, case: str) -> None
     assert fs.calls["pwritev"] == writes
     assert follower.head == follower.high_water_mark == head
     assert log_files(tmp_path / "follower") == files
-    if case != "too_large":
-        await feed(leader, follower, rng)
-        await follower.aclose()
-        await leader.aclose()
-        assert log_files(tmp_path / "follower") == log_files(tmp_path / "leader")
-    else:
-        await follower.aclose()
-        await leader.aclose()
+    await feed(leader, follower, rng)
+    await follower.aclose()
+    await leader.aclose()
+    assert log_files(tmp_path / "follower") == log_files(tmp_path / "leader")
+
+
+@pytest.mark.asyncio
+async def test_a_batch_over_the_followers_limits_is_appended_as_the_leader_holds_it(
+    tmp_path: Path,
+) -> None:
+    """Scenario: a leader holds 40 batches; its follower's max_batch_bytes is 8 bytes under
+    the biggest of them and its max_record_bytes 1 (every record is over it). Expected:
+    the follower appends them all (its limits are for publishes; the leader applied its
+    own), and its files end byte-identical to the leader's."""
+    rng = random.Random(7)
+    leader = await leader_with(tmp_path / "leader", random_batches(rng, 40))
+    raw = await leader.read_raw(0, 1 << 30)
+    biggest = max(b.size for b in iter_batches(raw))
+    config = dataclasses.replace(CONFIG, max_batch_bytes=biggest - 8, max_record_bytes=1)
+    follower = await LogWriter.open(str(tmp_path / "follower"), config)
+    assert await follower.append_replicated(raw) == leader.head
+    await follower.aclose()
+    await leader.aclose()
+    assert log_files(tmp_path / "follower") == log_files(tmp_path / "leader")
 
 
 @pytest.mark.asyncio
