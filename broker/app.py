@@ -377,7 +377,10 @@ class Broker:
             options=[
                 # the limit itself: gRPC refuses a larger request before any handler
                 ("grpc.max_receive_message_length", transport_receive_limit(limit)),
-                ("grpc.max_send_message_length", limit),
+                # no send limit: each answer is bounded by its handler (a fetch: max_bytes
+                # plus one batch; a ReplicaFetch: its batches plus every log's marks), and
+                # one over this limit was refused at every try (a follower stuck for good)
+                ("grpc.max_send_message_length", -1),
             ],
         )
         host, port = parse_address(self.config.listen)

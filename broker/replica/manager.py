@@ -252,7 +252,8 @@ class Channels:
     batch past it, which may be as big as a publish the leader accepted (its
     ``max_request_bytes``, 17 MiB by default) or a state-log record of one subscription
     bigger than a chunk. A limit below that would stop the follower at that batch for
-    good (it cannot skip it); the leader's own send limit bounds the answer instead."""
+    good (it cannot skip it). The leader's server has no send limit either
+    (:mod:`broker.app`): its answer is bounded by that rule, not by ``max_request_bytes``."""
 
     def __init__(self, tls: PeerTls | None = None) -> None:
         self._tls = tls

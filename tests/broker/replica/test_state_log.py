@@ -87,8 +87,8 @@ async def leading(
     b.subs.set_state_sink(TOPIC, LeaderStateSink(log.writer, leader.committed, record_bytes))
     states = await asyncio.to_thread(read_states, log.writer)
     await b.subs.take_over(TOPIC, [p.writer for p in b.topic.partitions], states)
-    server = grpc.aio.server(  # as the broker's (broker.app): it sends up to 17 MiB
-        options=[("grpc.max_send_message_length", 17 << 20)]
+    server = grpc.aio.server(  # as the broker's (broker.app): no send limit
+        options=[("grpc.max_send_message_length", -1)]
     )
     pb_grpc.add_ReplicationServicer_to_server(Servicer(leader), server)
     port = server.add_insecure_port("127.0.0.1:0")
