@@ -24,9 +24,15 @@ _BACKOFF_MAX_S = 2.0
 ROUTE_BACKOFF_MAX_S = 0.25
 
 
+#: The largest exponent used: past it every pause is at its cap anyway, and
+#: ``base * 2**1024`` is no float (OverflowError; a producer's retry rounds are counted
+#: from its last acknowledgement: at about 8 a second, a topic offline for 2-3 minutes).
+_MAX_EXPONENT = 32
+
+
 def backoff_s(attempt: int, rng: random.Random) -> float:
     """Full-jitter exponential backoff: uniform in [0, min(max, base * 2**attempt)]."""
-    return rng.uniform(0, min(_BACKOFF_MAX_S, _BACKOFF_BASE_S * 2**attempt))
+    return rng.uniform(0, min(_BACKOFF_MAX_S, _BACKOFF_BASE_S * 2 ** min(attempt, _MAX_EXPONENT)))
 
 
 def route_backoff_s(attempt: int, rng: random.Random, *, lookup: bool) -> float:
@@ -34,4 +40,5 @@ def route_backoff_s(attempt: int, rng: random.Random, *, lookup: bool) -> float:
     :data:`ROUTE_BACKOFF_MAX_S` when the call looks its topic up next (``lookup``)."""
     if not lookup:
         return backoff_s(attempt, rng)
-    return rng.uniform(0, min(ROUTE_BACKOFF_MAX_S, _BACKOFF_BASE_S * 2**attempt))
+    exponent = min(attempt, _MAX_EXPONENT)
+    return rng.uniform(0, min(ROUTE_BACKOFF_MAX_S, _BACKOFF_BASE_S * 2**exponent))

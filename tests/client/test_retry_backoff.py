@@ -22,3 +22,16 @@ def test_a_routed_call_looks_up_again_within_a_quarter_second() -> None:
     assert max(retries) <= 2.0
     assert all(route_backoff_s(0, rng, lookup=True) <= 0.05 for _ in range(100))
     assert all(backoff_s(0, rng) <= 0.05 for _ in range(100))
+
+
+def test_any_number_of_attempts_has_a_pause_within_its_cap() -> None:
+    """Scenario: the pauses of attempts 1,000 to 1,100 and 100,000 (a producer's retry
+    rounds count from its last acknowledgement: a topic offline for a few minutes at
+    about 8 rounds a second passes 1,024), before a Lookup and not, and of the plain rule.
+    Expected: each is a pause within its cap (250 ms, 2 s); before, attempt 1,024 raised
+    OverflowError (``0.05 * 2**1024`` is no float) in the producer's resend."""
+    rng = random.Random(3)
+    for attempt in [*range(1000, 1101), 100_000]:
+        assert 0 <= route_backoff_s(attempt, rng, lookup=True) <= 0.25
+        assert 0 <= route_backoff_s(attempt, rng, lookup=False) <= 2.0
+        assert 0 <= backoff_s(attempt, rng) <= 2.0
