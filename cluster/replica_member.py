@@ -61,6 +61,7 @@ changer runs in the leader's task and only writes etcd (compare-and-set) and
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -90,6 +91,10 @@ leader and every in-sync replica gone (one coming back in time wins cleanly)."""
 
 MARKS_INTERVAL_S = 1.0
 """Seconds between a leader's publications of its high watermarks (module docstring)."""
+
+LEAVING_WITHIN_S = 2.0
+"""How long the controlled shutdown waits for etcd to take its ``leaving`` key (a few ms
+when etcd answers); past it, etcd is taken as gone and nothing is handed over."""
 
 LogMarks = Callable[[str], Mapping[int, tuple[int, int]]]
 """The broker's ``partition -> (high watermark, log end)`` of a local topic (empty when
@@ -596,9 +601,19 @@ class ReplicaRoles:
         """
         self._leaving = True
         deadline = self._clock() + timeout_s
-        await self._say_leaving()
-        moved: dict[str, tuple[str, int]] = {}
         led = [name for name, (step, _record, _) in self._given.items() if step is Step.LEAD]
+        if not await self._say_leaving(deadline):
+            if not led:
+                return {}
+            log.warning(
+                "broker %s: controlled shutdown: etcd does not answer: %d led topic(s) not "
+                "handed over: %s",
+                self._me,
+                len(led),
+                ", ".join(sorted(led)),
+            )
+            return {}
+        moved: dict[str, tuple[str, int]] = {}
         for name in led:
             if self._clock() >= deadline:
                 break  # past the bound (etcd slow): the rest wait for an election
@@ -624,9 +639,10 @@ class ReplicaRoles:
         waiting = dict(moved)
         while waiting and self._clock() < deadline:
             waiting = {n: m for n, m in waiting.items() if not _seen(self._topic(n), m[1], 1)}
-            if waiting:  # a target that is stopping too never claims: stop waiting for it
+            if waiting:  # a target stopping too, or gone (its session, and with it its
+                # leaving key, ended: it stopped fast), never claims: stop waiting for it
                 await self._until(lambda: False, min(deadline, self._clock() + 0.25))
-                waiting = {n: m for n, m in waiting.items() if not await self._is_leaving(m[0])}
+                waiting = {n: m for n, m in waiting.items() if await self._may_claim(m[0])}
         for name, (to, _rev) in waiting.items():
             log.warning("topic %s: %s has not taken the leadership", name, to)
         return {name: to for name, (to, _) in moved.items()}
@@ -636,15 +652,26 @@ class ReplicaRoles:
         hands over (not a key of the view's layout: the view ignores it)."""
         return f"{self._keys.prefix}leaving/{node}"
 
-    async def _say_leaving(self) -> None:
+    async def _say_leaving(self, deadline: float) -> bool:
         """Tell the other stopping brokers not to hand topics here (several stopped at
-        once would each wait for the other's claim)."""
+        once would each wait for the other's claim). False when etcd did not take it
+        within ``LEAVING_WITHIN_S`` (or by ``deadline``): no hand-over could be written."""
         if self._session.lease == 0:
-            return
+            return True
+        within = max(0.0, min(LEAVING_WITHIN_S, deadline - self._clock()))
         try:
-            await self._store.put(self._leaving_key(self._me), b"", lease=self._session.lease)
-        except ClusterError as exc:
-            log.warning("broker %s: cannot mark itself leaving: %s", self._me, exc)
+            async with asyncio.timeout(within):
+                await self._store.put(self._leaving_key(self._me), b"", lease=self._session.lease)
+        except (ClusterError, TimeoutError) as exc:
+            log.warning(
+                "broker %s: cannot mark itself leaving: %s", self._me, str(exc) or "no answer"
+            )
+            return False
+        return True
+
+    async def _may_claim(self, node: str) -> bool:
+        """Whether a hand-over's target may still claim: alive and not stopping."""
+        return node in self._view.state.brokers and not await self._is_leaving(node)
 
     async def _is_leaving(self, node: str) -> bool:
         try:

@@ -67,6 +67,10 @@ KEEPALIVE_LOG_EVERY = 100
 """While etcd does not answer, a keepalive is retried at once on the next endpoint, many
 times a second: the warning is logged at the first and then every this many."""
 
+REVOKE_WITHIN_S = 2.0
+"""How long a leave waits for etcd to revoke the lease (milliseconds when etcd answers);
+with etcd gone the lease runs out on its clock instead of holding the stop up."""
+
 
 def margin_for(ttl_s: float) -> float:
     """Seconds by which this broker stops writing before its lease could expire."""
@@ -172,8 +176,9 @@ class Session:
         """Stop renewing and revoke the lease (the registration goes at once)."""
         await self.abandon()
         if self._lease:
-            with contextlib.suppress(ClusterError):
-                await self._store.revoke(self._lease)
+            with contextlib.suppress(ClusterError, TimeoutError):
+                async with asyncio.timeout(REVOKE_WITHIN_S):
+                    await self._store.revoke(self._lease)
 
     async def abandon(self) -> None:
         """Stop renewing WITHOUT revoking: the lease runs out on etcd's clock, as after a
