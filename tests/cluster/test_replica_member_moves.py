@@ -177,3 +177,56 @@ async def test_brokers_stopping_at_once_do_not_wait_for_each_other(
         await asyncio.gather(b1.hand_over(10.0), b2.hand_over(10.0))
         took = asyncio.get_running_loop().time() - started
         assert took < 3.0, took
+
+
+@pytest.mark.asyncio
+async def test_a_hand_over_skips_a_follower_that_is_not_fetching(
+    etcd: EtcdCluster, prefix: str, store: EtcdStore
+) -> None:
+    """b1 leads t, all three in sync and alive in etcd; b1's leader says b2 has not
+    fetched lately (``fetching_lately``: b2 SIGKILLed, its session not yet ended).
+    Expected: b1 hands t to b3, not b2. Then, with neither fetching, a new leader of u
+    (b1 again) is not handed over at all: ``hand_over`` returns {} within 1 s (a 10 s
+    bound), the record still names b1."""
+    async with members(etcd.endpoints, prefix, 3) as group:
+        b1, _b2, _b3 = group
+        await _put(store, prefix, ("b1", "b2", "b3"))
+        await _led_by_b1(group)
+        b1.replicas.fetching_lately = lambda _topic, node: node != "b2"
+        assert await b1.hand_over(5.0) == {"t": "b3"}
+        assert (await _stored(store, prefix))[0].owner == "b3"
+    async with members(etcd.endpoints, prefix + "again/", 3) as group:
+        b1 = group[0]
+        await _put(store, prefix + "again/", ("b1", "b2", "b3"))
+        await _led_by_b1(group)
+        b1.replicas.fetching_lately = lambda _topic, _node: False
+        started = asyncio.get_running_loop().time()
+        assert await b1.hand_over(10.0) == {}
+        assert asyncio.get_running_loop().time() - started < 1.0
+        assert (await _stored(store, prefix + "again/"))[0].owner == "b1"
+
+
+@pytest.mark.asyncio
+async def test_a_hand_over_stops_waiting_once_its_targets_session_ends(
+    etcd: EtcdCluster, prefix: str, store: EtcdStore
+) -> None:
+    """b1 leads t, all three in sync; all three stop at once (``cluster local``'s
+    Ctrl-C): b2 already says it is stopping (its leaving key) and neither b2 nor b3 runs
+    a reconcile pass any more, so b1 hands t to b3, which never claims; 0.5 s into b1's
+    wait, b3's session ends (lease revoked: it stopped fast, its leaving key gone with
+    its lease; nobody elects, b2 is stopping). Expected: ``hand_over(10)`` returns
+    {t: b3} within 3 s, not at its 10 s bound."""
+    async with members(etcd.endpoints, prefix, 3) as group:
+        b1, b2, b3 = group
+        await _put(store, prefix, ("b1", "b2", "b3"))
+        await _led_by_b1(group)
+        await store.put(f"{prefix}leaving/b2", b"", lease=b2.session.lease)
+        await b2.abandon()  # no reconcile pass: neither elects nor claims
+        await b3.abandon()
+        started = asyncio.get_running_loop().time()
+        handing = asyncio.create_task(b1.hand_over(10.0))
+        await asyncio.sleep(0.5)
+        await store.revoke(b3.session.lease)
+        assert await handing == {"t": "b3"}
+        took = asyncio.get_running_loop().time() - started
+        assert took < 3.0, took
