@@ -21,10 +21,12 @@ TLS = {"etcd_ca": "ca.pem", "etcd_cert": "b1.pem", "etcd_key": "b1.key"}
 
 def test_the_default_is_a_single_broker() -> None:
     """Scenario: a default config, and one from a file without [cluster]. Expected: cluster
-    mode off, TTL 10 s, prefix /headrace/; the cross-table check passes on any listen."""
+    mode off, TTL 10 s, prefix /headrace/, controlled shutdown bounded at 10 s; the
+    cross-table check passes on any listen."""
     for config in (BrokerConfig(), BrokerConfig.from_mapping({"broker": {}})):
         assert not config.cluster.enabled
         assert (config.cluster.session_ttl_s, config.cluster.prefix) == (10, "/headrace/")
+        assert config.cluster.controlled_shutdown_timeout_s == 10.0
         check_cluster(config.cluster, "0.0.0.0:50051", insecure=False)
 
 
@@ -47,6 +49,9 @@ def test_the_default_is_a_single_broker() -> None:
         ({"advertise": "h:0"}, "[cluster] advertise = 'h:0': must be host:port with a port from 1"),
         ({"session_ttl_s": 1}, "session_ttl_s must be whole seconds from 2 to 60, not 1"),
         ({"session_ttl_s": 61}, "session_ttl_s must be whole seconds from 2 to 60, not 61"),
+        ({"controlled_shutdown_timeout_s": -1}, "[cluster] controlled_shutdown_timeout_s must "
+            "be a number of seconds from 0 to 300, not -1"),
+        ({"controlled_shutdown_timeout_s": 300.5}, "seconds from 0 to 300, not 300.5"),
         ({"etcd_ca": "ca.pem"}, "etcd_ca, etcd_cert and etcd_key go together"),
         ({"etcd_cert": "c", "etcd_key": "k"}, "only etcd_cert, etcd_key is set"),
         ({"prefix": "headrace"}, "[cluster] prefix = 'headrace': must start and end with /"),
@@ -56,7 +61,8 @@ def test_the_default_is_a_single_broker() -> None:
 def test_each_rule_is_one_line_naming_the_key(changes: dict[str, Any], message: str) -> None:
     """Scenario: a [cluster] value breaking one rule (missing node id, empty or bad
     endpoints, a duplicate, a node id off the rule, a wildcard or port-0 advertise, a TTL
-    out of 2..60, TLS files not all three, a prefix without slashes). Expected:
+    out of 2..60, a controlled-shutdown bound out of 0..300 s, TLS files not all three, a
+    prefix without slashes). Expected:
     ConfigError, one line, naming the key and what is allowed."""
     with pytest.raises(ConfigError) as caught:
         ClusterConfig(**changes)
