@@ -90,11 +90,15 @@ logger = logging.getLogger(__name__)
 
 #: Bytes a fetch gets when it asks for 0 or less.
 DEFAULT_MAX_BYTES = 1 << 20
-#: The longest a fetch is held, whatever it asks (ms).
 #: The most an answer carries, whatever ``max_bytes`` asks (one whole batch may exceed
 #: it): the request is a caller's, and an answer stays well under gRPC's message limits.
 MAX_BYTES = 16 << 20
+#: The longest a fetch is held, whatever it asks (ms).
 MAX_WAIT_MS = 30_000
+#: Asks of logs a fetch may make beyond the topic's logs here (a follower asks each log it
+#: follows once; a few may be gone here, a dead-letter queue deleted): the rest, and any
+#: second ask of a log, are not answered, so a request's size does not set the answer's.
+EXTRA_ASKS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -733,7 +737,7 @@ class LeaderTopic:
         the watermarks, and look for a follower that may join the isr."""
         now = self._now_ms()
         node = request.replica_node
-        for ask in request.logs:
+        for ask in self._asks(request):
             led = self._logs.get(ask.log)
             if led is None or _diverging(led, ask) is not None:
                 continue
@@ -744,6 +748,18 @@ class LeaderTopic:
             led.progress[node] = follower_fetched(seen, ask.fetch_offset, end, now)
         self._recompute()
         self._expand_soon()
+
+    def _asks(self, request: _pb.ReplicaFetchRequest) -> list[_pb.LogFetch]:
+        """The asks of ``request`` answered: each log's first, among the first
+        ``len(logs) +`` :data:`EXTRA_ASKS` (without a bound, one request of a few MiB
+        naming a log a million times had a million answers built and sent)."""
+        seen: set[str] = set()
+        asks = []
+        for ask in request.logs[: len(self._logs) + EXTRA_ASKS]:
+            if ask.log not in seen:
+                seen.add(ask.log)
+                asks.append(ask)
+        return asks
 
     def _throttle(self, node: str) -> int:
         """Bytes per second ``node`` may fetch: a reassignment's throttle applies to the
@@ -772,7 +788,7 @@ class LeaderTopic:
         logs: list[_pb.LogData] = []
         chunks: list[bytes] = []
         worth = False
-        for ask in request.logs:
+        for ask in self._asks(request):
             data, batches = await self._answer_log(ask, budget)
             if len(batches) > budget and any(chunks):
                 # Only the first log with data may pass the budget (by one batch): an

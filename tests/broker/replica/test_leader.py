@@ -551,3 +551,23 @@ async def test_only_the_first_log_with_data_may_pass_max_bytes(tmp_path: Path) -
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+@pytest.mark.asyncio
+async def test_a_fetch_naming_logs_again_and_again_gets_one_answer_per_log(
+    tmp_path: Path,
+) -> None:
+    """Scenario: two records in p/0; a fetch (about 2.1 MB) asks p/0 from 0, then p/0
+    100,000 more times, then 100,000 logs the topic does not have. Expected: the answer
+    holds p/0 once (its two records) and at most 64 + 2 entries in all; without the bound
+    it held 200,001 (a request of a few MiB set the answer's size and the work)."""
+    async with leading(tmp_path, record()) as (leader, topic, _, _):
+        await publish(topic, 2)
+        request = fetch_request("b2", {"p/0": 0})
+        request.logs.extend(pb.LogFetch(log="p/0", fetch_offset=0) for _ in range(100_000))
+        request.logs.extend(pb.LogFetch(log=f"dlq/x{i}", fetch_offset=0) for i in range(100_000))
+        resp = await leader.fetch(request)
+        assert [d.log for d in resp.logs].count("p/0") == 1
+        assert len(resp.logs) <= 2 + 64, len(resp.logs)
+        assert resp.logs[0].log == "p/0"
+        assert resp.logs[0].batches
