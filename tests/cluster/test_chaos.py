@@ -20,6 +20,10 @@ overlap and a broker may die again while it starts. Never more than one etcd mem
 down (the majority stands), never more than two brokers (one always serves). Each time
 everything is up, every topic must make progress before the next step.
 
+``HEADRACE_CHAOS_FACTOR=3`` runs the same walk over replicated topics (factor 3,
+min_insync 2, issue 37): a killed leader fails over instead of leaving its topic
+offline, and two brokers down stop publishes until one is back in sync.
+
 Checked once everything is back and production stopped: read through the routed
 :class:`AsyncFetcher` from offset 0, every partition of every topic holds every
 acknowledged value exactly once, and no value at all twice (a retried batch was never
@@ -40,9 +44,15 @@ from pathlib import Path
 
 import pytest
 
-from client import AsyncAdminClient, AsyncConsumer, AsyncProducer, RecordFuture
+from client import AsyncConsumer, AsyncProducer, RecordFuture
 from tests._helpers import until
-from tests.cluster.broker_processes import Brokers, ClusterBroker, cluster_brokers, read_topic
+from tests.cluster.broker_processes import (
+    Brokers,
+    ClusterBroker,
+    cluster_brokers,
+    create_replicated,
+    read_topic,
+)
 from tests.cluster.etcd_harness import EtcdCluster, Member
 
 pytestmark = [
@@ -53,6 +63,9 @@ pytestmark = [
 
 SEED = int(os.environ.get("HEADRACE_CHAOS_SEED", "20261206"))
 """The chaos loop's seed; set ``HEADRACE_CHAOS_SEED`` to replay another run."""
+FACTOR = int(os.environ.get("HEADRACE_CHAOS_FACTOR", "1"))
+"""The topics' replication factor: 1 (issue 36's one owner) unless
+``HEADRACE_CHAOS_FACTOR`` asks for replicated topics (3: min_insync 2, issue 37)."""
 FAULTS = 10
 TOPICS = [f"chaos{i}" for i in range(5)]
 PARTITIONS = 2
@@ -251,15 +264,19 @@ async def test_brokers_and_etcd_members_sigkilled_at_random_lose_and_double_noth
     and production stopped, each partition read from offset 0 through the routed fetcher
     holds every acknowledged value exactly once and no value twice; each topic's consumer
     received every acknowledged value at least once."""
-    print(f"[cluster chaos] seed {SEED} (HEADRACE_CHAOS_SEED={SEED} replays it)")  # on failure
+    print(  # on failure
+        f"[cluster chaos] seed {SEED} (HEADRACE_CHAOS_SEED={SEED} replays it), factor {FACTOR}"
+    )
     rng = random.Random(SEED)
     ledger = Ledger()
     stop = asyncio.Event()
     started = time.monotonic()
     async with cluster_brokers(tmp_path, own_etcd, prefix, ttl_s=TTL_S) as brokers:
         for i, topic in enumerate(TOPICS):
-            async with AsyncAdminClient(brokers.all[i % len(brokers.all)].address) as admin:
-                await admin.create_topic(topic, partitions=PARTITIONS, replication_factor=1)
+            via = brokers.all[i % len(brokers.all)].address
+            await create_replicated(
+                via, topic, PARTITIONS, factor=FACTOR, min_insync=min(2, FACTOR)
+            )
         owners = await brokers.wait_owners(TOPICS)
         assert set(owners.values()) == set(brokers.by_id), owners
         async with contextlib.AsyncExitStack() as stack:

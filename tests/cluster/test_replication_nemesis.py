@@ -32,6 +32,7 @@ from pathlib import Path
 
 import pytest
 
+from client import AsyncAdminClient
 from cluster.session import EXPIRY_SLACK_S
 from tests.cluster.broker_processes import (
     TTL_S,
@@ -39,6 +40,7 @@ from tests.cluster.broker_processes import (
     ClusterBroker,
     cluster_brokers,
     create_replicated,
+    wait_alive,
 )
 from tests.cluster.etcd_harness import EtcdCluster
 from tests.cluster.replica_runs import (
@@ -59,10 +61,19 @@ ELECTED_WITHIN_S = TTL_S + EXPIRY_SLACK_S + 1.0
 etcd's lease-expiry slack, which the test cannot shorten)."""
 
 
-async def _create(brokers: Brokers) -> None:
+async def _create(brokers: Brokers, *, defaults: bool = False) -> None:
     """Create the topic (factor 3, min_insync 2; asked again while brokers join), then
-    wait until all three are in sync."""
-    await create_replicated(brokers.seeds, TOPIC, PARTITIONS, factor=3)
+    wait until all three are in sync. ``defaults``: created with no replication settings
+    once the answering broker sees all three alive, so the cluster's defaults (3 copies,
+    min_insync 2) make it; the answer must say so."""
+    if defaults:
+        first = brokers.all[0]
+        await wait_alive(first.address, 3)
+        async with AsyncAdminClient(first.address) as admin:
+            made = await admin.create_topic(TOPIC, PARTITIONS)
+        assert (len(set(made.replicas)), made.min_insync_replicas) == (3, 2), made
+    else:
+        await create_replicated(brokers.seeds, TOPIC, PARTITIONS, factor=3)
     await _in_sync(brokers, within_s=20)
 
 
@@ -93,9 +104,11 @@ async def _new_leader(brokers: Brokers, old: ClusterBroker, epoch: int) -> tuple
 
 
 @contextlib.asynccontextmanager
-async def _running(tmp_path: Path, etcd: EtcdCluster, prefix: str) -> AsyncIterator[_Run]:
+async def _running(
+    tmp_path: Path, etcd: EtcdCluster, prefix: str, *, defaults: bool = False
+) -> AsyncIterator[_Run]:
     async with cluster_brokers(tmp_path, etcd, prefix) as brokers:
-        await _create(brokers)
+        await _create(brokers, defaults=defaults)
         run = _Run(brokers, Load(brokers.seeds, TOPIC), Tail(brokers.seeds, TOPIC, PARTITIONS))
         subscribers = Subscribers(brokers.seeds, TOPIC)
         async with subscribers.running():
@@ -134,8 +147,10 @@ class _Run:
         await victim.start()
 
 
-async def _kill_leaders(tmp_path: Path, etcd: EtcdCluster, prefix: str, rounds: int) -> None:
-    async with _running(tmp_path, etcd, prefix) as run:
+async def _kill_leaders(
+    tmp_path: Path, etcd: EtcdCluster, prefix: str, rounds: int, *, defaults: bool = False
+) -> None:
+    async with _running(tmp_path, etcd, prefix, defaults=defaults) as run:
         for _ in range(rounds):
             await run.kill_the_leader()
     print(f"failovers (s): {[round(s, 2) for s in run.failovers_s]}")
@@ -164,6 +179,18 @@ async def test_the_leader_sigkilled_a_dozen_times_loses_nothing(
     """Scenario: as the short run, twelve rounds, so every broker leads and dies several
     times and returns with the tails of several epochs. Expected: as the short run."""
     await _kill_leaders(tmp_path, etcd, prefix, rounds=12)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+async def test_a_topic_of_the_default_factor_loses_nothing_over_a_dozen_leader_kills(
+    tmp_path: Path, etcd: EtcdCluster, prefix: str
+) -> None:
+    """Scenario: as the long run, but the topic is created with no replication settings
+    (the cluster's defaults since issue 37: factor 3, min_insync 2), as most users will.
+    Expected: the create answers three replicas and min_insync 2; then as the long run:
+    each new leader within the goal, no record failed, the checker's rules hold."""
+    await _kill_leaders(tmp_path, etcd, prefix, rounds=12, defaults=True)
 
 
 @pytest.mark.timeout(120)
