@@ -293,8 +293,8 @@ def test_a_strictly_greater_goal_is_not_met_by_equality(value: float, met: bool)
 def test_headrace_r3_is_an_entry_and_the_footnotes_say_how_it_and_failover_run() -> None:
     """Scenario: replication is built. Expected: ``headrace-r3`` is an entry of its own
     name; the human report ends with numbered notes, which say what headrace-r3's
-    acknowledgement waits for and how failover is timed, and nothing is "not measured
-    yet"."""
+    acknowledgement waits for, how failover is timed and what the CPU rows count, and
+    nothing is "not measured yet"."""
     entry = headrace_r3_entry()
     assert entry.name == R3
     report = render_human("replication", [_row(R1, "publish_msgs_s", 1.0)], notes())
@@ -302,6 +302,7 @@ def test_headrace_r3_is_an_entry_and_the_footnotes_say_how_it_and_failover_run()
     assert tail[0].startswith("  1. ")
     assert any(line.startswith(f"  {i + 1}. {R3}: ") for i, line in enumerate(tail))
     assert any("failover: " in line and "TTL + 1 s" in line for line in tail)
+    assert any(line.split(". ", 1)[-1].startswith("cpu_us_per_record_*: ") for line in tail)
     assert "in-sync set" in report
     assert "not measured yet" not in report
 
