@@ -53,9 +53,9 @@ import logging
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 
-from cluster.errors import ReplicationSettingsError
+from cluster.errors import RecordError, ReplicationSettingsError
 from cluster.etcd import Compare, EtcdStore, Op
-from cluster.records import Keys, TopicRecord, TopicState, decode, encode
+from cluster.records import DefaultsRecord, Keys, TopicRecord, TopicState, decode, encode
 from cluster.replicas import check_target
 
 log = logging.getLogger(__name__)
@@ -128,6 +128,16 @@ async def elect(
     must_be_gone = [old] if clean else sorted({old, *isr})
     guards = [Compare.leased_by(keys.broker(candidate), candidate_lease)]
     guards += [Compare.absent(keys.broker(n)) for n in must_be_gone if n]
+    if not clean:  # the switch as stored in etcd, and fenced: not a view that may lag
+        switch_rev = await _unclean_switch_revision(store, keys)
+        if switch_rev is None:
+            return _as_read(
+                read_record,
+                read_mod_rev,
+                Outcome.REFUSED,
+                "unclean election is off in the cluster's defaults (unclean_leader_election)",
+            )
+        guards.append(Compare.modified_at(keys.config_defaults, switch_rev))
     why = _why_not_elected(
         store,
         keys,
@@ -135,6 +145,7 @@ async def elect(
         candidate=candidate,
         lease=candidate_lease,
         must_be_gone=must_be_gone,
+        unclean=not clean,
     )
     return await _write(
         store,
@@ -189,6 +200,7 @@ def _why_not_elected(
     candidate: str,
     lease: int,
     must_be_gone: Sequence[str],
+    unclean: bool = False,
 ) -> Classify:
     async def classify(now: TopicRecord, mod_revision: int) -> tuple[Outcome, str]:
         if mod_revision != read_mod_rev:
@@ -198,6 +210,8 @@ def _why_not_elected(
                 return Outcome.REFUSED, f"broker {node} is alive (its session holds)"
         if not await _holds(store, keys, candidate, lease):
             return Outcome.STALE, f"{candidate}'s session lapsed"
+        if unclean and await _unclean_switch_revision(store, keys) is None:
+            return Outcome.REFUSED, "unclean election was turned off while it ran"
         return Outcome.LOST_RACE, "a guard changed while the transaction ran; read again"
 
     return classify
@@ -546,6 +560,20 @@ async def _reread(
         return ChangeResult(Outcome.WON, now, held.mod_revision)
     outcome, reason = await classify(now, held.mod_revision)
     return ChangeResult(outcome, now, held.mod_revision, reason)
+
+
+async def _unclean_switch_revision(store: EtcdStore, keys: Keys) -> int | None:
+    """The ``mod_revision`` of the cluster's defaults document while it turns
+    ``unclean_leader_election`` on; None while it is off, absent or unreadable (an unclean
+    election compares this revision, so a switch turned off meanwhile makes it fail)."""
+    held = await store.get(keys.config_defaults)
+    if held is None:
+        return None
+    try:
+        defaults = decode(keys.config_defaults, held.value, DefaultsRecord)
+    except RecordError:
+        return None
+    return held.mod_revision if defaults.unclean_leader_election is True else None
 
 
 def _as_read(record: TopicRecord, mod_revision: int, outcome: Outcome, reason: str) -> ChangeResult:

@@ -14,7 +14,7 @@ import pytest
 from cluster.etcd import EtcdStore, Op
 from cluster.local import MemoryTopics
 from cluster.member import ClusterMember
-from cluster.records import Keys, TopicRecord, TopicState, decode, encode
+from cluster.records import DefaultsRecord, Keys, TopicRecord, TopicState, decode, encode
 from cluster.replica_member import UNCLEAN_GRACE_S
 from cluster.session import EXPIRY_SLACK_S
 from tests._helpers import eventually
@@ -218,6 +218,14 @@ def _given_marks(b1: ClusterMember, b2: ClusterMember, b3: ClusterMember) -> Non
     b3.replicas.marks = lambda _name: {0: (10, 10), 1: (40, 40)}
 
 
+async def _turn_unclean_on(store: EtcdStore, prefix: str) -> None:
+    """The cluster's defaults document with ``unclean_leader_election`` on: the election
+    transaction compares it in etcd (the members' ``unclean_allowed`` is their view of it)."""
+    await store.put(
+        Keys(prefix).config_defaults, encode(DefaultsRecord(unclean_leader_election=True))
+    )
+
+
 @pytest.mark.asyncio
 async def test_an_unclean_election_counts_what_it_gave_up_from_the_leaders_marks(
     etcd: EtcdCluster, prefix: str, store: EtcdStore
@@ -233,6 +241,7 @@ async def test_an_unclean_election_counts_what_it_gave_up_from_the_leaders_marks
         _given_marks(b1, b2, b3)
         for member in (b1, b2, b3):
             member.replicas.unclean_allowed = lambda: True
+        await _turn_unclean_on(store, prefix)
         await _lead_alone(store, prefix, b1)
         async with asyncio.timeout(5):  # the next pass after the shrink publishes
             while True:
@@ -323,6 +332,7 @@ async def test_an_unclean_election_waits_for_the_switch_and_says_when_it_cannot_
         assert b2.replicas.elections_won == b3.replicas.elections_won == 0
         for member in (b2, b3):
             member.replicas.unclean_allowed = lambda: True
+        await _turn_unclean_on(store, prefix)
         await eventually(lambda: _role(b2) == ("leader", 2, ""), timeout_s=TTL + 5)
         stored = await _stored(store, prefix)
         assert (stored.owner, stored.epoch, stored.isr) == ("b2", 2, ("b2",))

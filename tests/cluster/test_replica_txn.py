@@ -13,9 +13,10 @@ from typing import TypedDict
 
 import pytest
 
+from cluster import replica_txn
 from cluster.errors import EtcdUnavailableError
 from cluster.etcd import Compare, EtcdStore, Op
-from cluster.records import Keys, TopicRecord, TopicState, decode, encode
+from cluster.records import DefaultsRecord, Keys, TopicRecord, TopicState, decode, encode
 from cluster.replica_txn import (
     ChangeResult,
     Outcome,
@@ -130,9 +131,11 @@ async def test_election_is_refused_while_the_old_leaders_broker_key_is_alive(
 async def test_a_candidate_outside_the_isr_cannot_win_unless_unclean_and_no_isr_alive(
     store: EtcdStore, prefix: str
 ) -> None:
-    """isr (b1, b2); b1 dead. b3 (out of sync): REFUSED, nothing sent. Unclean while b2
-    (in sync) is alive: REFUSED by the guard on b2's key, nothing written. b2's session
-    ends too: b3's unclean election is WON, isr (b3,), epoch 5."""
+    """isr (b1, b2); b1 dead. b3 (out of sync): REFUSED, nothing sent. Unclean (the
+    cluster's switch on) while b2 (in sync) is alive: REFUSED by the guard on b2's key,
+    nothing written. b2's session ends too: with the switch turned off, REFUSED (it is
+    read from etcd, not trusted from the caller); on again: b3's unclean election is WON,
+    isr (b3,), epoch 5."""
     keys = Keys(prefix)
     await store.revoke(await _alive(store, keys, "b1"))
     b2 = await _alive(store, keys, "b2")
@@ -142,6 +145,8 @@ async def test_a_candidate_outside_the_isr_cannot_win_unless_unclean_and_no_isr_
     clean = await elect(store, keys, "t", record, rev, candidate="b3", candidate_lease=b3)
     assert clean.outcome is Outcome.REFUSED
     assert "not in the in-sync set" in clean.reason
+    switch_on = encode(DefaultsRecord(unclean_leader_election=True))
+    await store.put(keys.config_defaults, switch_on)
     unclean = await elect(
         store, keys, "t", record, rev, candidate="b3", candidate_lease=b3, unclean=True
     )
@@ -149,12 +154,58 @@ async def test_a_candidate_outside_the_isr_cannot_win_unless_unclean_and_no_isr_
     assert "b2 is alive" in unclean.reason
     assert (await _stored(store, keys, "t"))[1] == rev
     await store.revoke(b2)
+    await store.put(keys.config_defaults, encode(DefaultsRecord()))
+    off = await elect(
+        store, keys, "t", record, rev, candidate="b3", candidate_lease=b3, unclean=True
+    )
+    assert off.outcome is Outcome.REFUSED
+    assert "unclean election is off" in off.reason
+    assert (await _stored(store, keys, "t"))[1] == rev
+    await store.put(keys.config_defaults, switch_on)
     won = await elect(
         store, keys, "t", record, rev, candidate="b3", candidate_lease=b3, unclean=True
     )
     assert won.outcome is Outcome.WON
     stored, _ = await _stored(store, keys, "t")
     assert (stored.owner, stored.epoch, stored.isr) == ("b3", 5, ("b3",))
+
+
+@pytest.mark.asyncio
+async def test_an_unclean_election_fails_when_the_switch_is_turned_off_while_it_runs(
+    store: EtcdStore, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """isr (b1, b2), both dead; the cluster's defaults turn unclean election on; b3 (out of
+    sync) reads the switch's revision, then an operator turns it off before b3's
+    transaction runs (the read is made to return the revision from before the change).
+    Expected: REFUSED, "turned off", the record unchanged: the switch is a guard the
+    transaction compares, not a view that may lag."""
+    keys = Keys(prefix)
+    await store.revoke(await _alive(store, keys, "b1"))
+    await store.revoke(await _alive(store, keys, "b2"))
+    b3 = await _alive(store, keys, "b3")
+    record = _record("t", isr=("b1", "b2"))
+    rev = await _seed(store, keys, record)
+    await store.put(keys.config_defaults, encode(DefaultsRecord(unclean_leader_election=True)))
+    held = await store.get(keys.config_defaults)
+    assert held is not None
+
+    real = replica_txn._unclean_switch_revision
+    calls: list[int] = []
+
+    async def read_before_the_change(store_: EtcdStore, keys_: Keys) -> int | None:
+        calls.append(1)
+        if len(calls) > 1:  # the failed answer's classification reads it as it is
+            return await real(store_, keys_)
+        await store.put(keys.config_defaults, encode(DefaultsRecord()))  # the operator
+        return held.mod_revision
+
+    monkeypatch.setattr(replica_txn, "_unclean_switch_revision", read_before_the_change)
+    result = await elect(
+        store, keys, "t", record, rev, candidate="b3", candidate_lease=b3, unclean=True
+    )
+    assert result.outcome is Outcome.REFUSED
+    assert "turned off" in result.reason
+    assert (await _stored(store, keys, "t"))[1] == rev
 
 
 @pytest.mark.asyncio
