@@ -110,7 +110,9 @@ def test_the_replicated_topic_example_runs_as_printed(tmp_path: Path) -> None:
     assert sorted(lines[at + 1].removeprefix("replicas   ").split(", ")) == ["b1", "b2", "b3"]
     assert lines[at + 2].startswith("isr        b")
     assert lines[at + 3] == "min_insync 2"
-    follower_table = lines[at + 4 :]  # answered by the leader: each follower per partition
+    rest = lines[at + 4 :]  # answered by the leader: each follower per partition, then
+    split = next(i for i, line in enumerate(rest) if line.startswith("log "))  # other logs
+    follower_table, log_table = rest[:split], rest[split:]
     assert follower_table[0].split() == [
         "partition",
         "follower",
@@ -120,6 +122,8 @@ def test_the_replicated_topic_example_runs_as_printed(tmp_path: Path) -> None:
         "in_sync",
     ]
     assert len(follower_table) == 1 + 3 * 2, lines  # 3 partitions x 2 followers
+    assert log_table[0].split() == ["log", "follower", "lag_records", "lag_s", "in_sync"]
+    assert sorted(line.split()[0] for line in log_table[1:]) == ["state", "state"], lines
     assert "under-replicated topics: " in ran[2].stdout
 
 
