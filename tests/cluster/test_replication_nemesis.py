@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
 import time
 from collections.abc import AsyncIterator
@@ -59,6 +60,10 @@ PARTITIONS = 2
 ELECTED_WITHIN_S = TTL_S + EXPIRY_SLACK_S + 1.0
 """The issue's failover goal: a new leader within the session TTL plus one second (plus
 etcd's lease-expiry slack, which the test cannot shorten)."""
+LONG_ROUNDS = int(os.environ.get("HEADRACE_NEMESIS_ROUNDS", "12"))
+"""Leader kills in each long (``slow``) run; ``HEADRACE_NEMESIS_ROUNDS`` makes a longer
+one (the timeout grows 30 s a round past 12)."""
+LONG_TIMEOUT_S = 600 + 30 * max(0, LONG_ROUNDS - 12)
 
 
 async def _create(brokers: Brokers, *, defaults: bool = False) -> None:
@@ -172,17 +177,18 @@ async def test_the_leader_sigkilled_again_and_again_loses_nothing(
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(LONG_TIMEOUT_S)
 async def test_the_leader_sigkilled_a_dozen_times_loses_nothing(
     tmp_path: Path, etcd: EtcdCluster, prefix: str
 ) -> None:
-    """Scenario: as the short run, twelve rounds, so every broker leads and dies several
-    times and returns with the tails of several epochs. Expected: as the short run."""
-    await _kill_leaders(tmp_path, etcd, prefix, rounds=12)
+    """Scenario: as the short run, twelve rounds (``HEADRACE_NEMESIS_ROUNDS``), so every
+    broker leads and dies several times and returns with the tails of several epochs.
+    Expected: as the short run."""
+    await _kill_leaders(tmp_path, etcd, prefix, rounds=LONG_ROUNDS)
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(LONG_TIMEOUT_S)
 async def test_a_topic_of_the_default_factor_loses_nothing_over_a_dozen_leader_kills(
     tmp_path: Path, etcd: EtcdCluster, prefix: str
 ) -> None:
@@ -190,7 +196,7 @@ async def test_a_topic_of_the_default_factor_loses_nothing_over_a_dozen_leader_k
     (the cluster's defaults since issue 37: factor 3, min_insync 2), as most users will.
     Expected: the create answers three replicas and min_insync 2; then as the long run:
     each new leader within the goal, no record failed, the checker's rules hold."""
-    await _kill_leaders(tmp_path, etcd, prefix, rounds=12, defaults=True)
+    await _kill_leaders(tmp_path, etcd, prefix, rounds=LONG_ROUNDS, defaults=True)
 
 
 @pytest.mark.timeout(120)
