@@ -8,6 +8,7 @@ what to do.
 from __future__ import annotations
 
 from cluster.ownership import Refusal
+from dispatcher.errors import NotCommittedError
 from proto.shown import shown
 
 
@@ -340,12 +341,13 @@ class ClusterUnavailableError(BrokerError):
         super().__init__(f"cannot {operation}: the cluster's etcd did not answer ({cause})")
 
 
-class ReplicationOutcomeUnknownError(BrokerError):
+class ReplicationOutcomeUnknownError(BrokerError, NotCommittedError):
     """Raised when a publish was appended by a topic's leader but its acknowledgement,
     waiting for the in-sync replicas, cannot be given: leadership was lost, the in-sync
     set fell below ``min_insync``, or the broker stops. The call ends ``UNAVAILABLE``,
     as a lost connection: the record may or may not be committed, and an idempotent
-    producer's resend is deduplicated wherever it lands."""
+    producer's resend is deduplicated wherever it lands. A subscription-state save that
+    meets it in a dispatch pass is retried (it is a dispatcher :class:`NotCommittedError`)."""
 
     def __init__(self, topic: str, partition: int, offset: int, why: str) -> None:
         self.topic = topic

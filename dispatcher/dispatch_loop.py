@@ -77,6 +77,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeAlias, TypeVar
 
 from dispatcher.dead_letter_writer import DeadLetterWriter
+from dispatcher.errors import NotCommittedError
 from dispatcher.protocol import (
     TICK,
     Action,
@@ -383,7 +384,16 @@ class DispatchLoop(Generic[OwnerT]):
             self._arm_timer()
 
     def _pass_failed(self, exc: Exception) -> None:
-        if not self.last_error:  # once per failing streak, not once per pass
+        if not self.last_error and isinstance(exc, NotCommittedError):  # degraded, expected
+            logger.warning(
+                "%s/%s: dispatch waits for its state to commit (%s); the heartbeat retries "
+                "it every %.3f s",
+                self._topic,
+                self._name,
+                exc,
+                self._sub.heartbeat_interval_s,
+            )
+        elif not self.last_error:  # once per failing streak, not once per pass
             logger.error(
                 "%s/%s: dispatch failed; the heartbeat retries it every %.3f s",
                 self._topic,

@@ -195,3 +195,12 @@ class DlqFollowedError(DispatchError):
             f"the dead-letter queue of {topic}/{subscription} is a replica here: this broker "
             "follows the topic, and only its leader writes the queue"
         )
+
+
+class NotCommittedError(DispatchError):
+    """A save that must be committed before it counts (a replicated topic's subscription
+    state) cannot be now: the topic's in-sync set is below ``min_insync_replicas``, or this
+    broker stopped leading it. Expected while a replicated topic is degraded, not a fault of
+    the dispatcher: a dispatch pass that meets it is retried by the heartbeat, and logged
+    as a WARNING without a traceback. The broker raises it as
+    :class:`broker.errors.ReplicationOutcomeUnknownError`."""
