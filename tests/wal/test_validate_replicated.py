@@ -149,8 +149,8 @@ def test_a_bit_flipped_anywhere_in_a_batch_is_refused() -> None:
 def test_a_batch_with_a_good_crc_over_sections_a_read_refuses_is_refused() -> None:
     """Scenario: a leader bug: a batch whose last value offset points past its end, its
     CRC computed over those bytes (so the CRC is right). Expected: CorruptBatchError, its
-    sections ending past batch_length: the follower refuses what its own reader would refuse, in a fixed
-    number of steps (the section bounds), as a read from disk does."""
+    sections ending past batch_length: the follower refuses what its own reader would
+    refuse, in a fixed number of steps (the section bounds), as a read from disk does."""
     raw = bytearray(batch_at(0, 2))
     batch = decode_batch(bytes(raw))
     assert batch is not None
