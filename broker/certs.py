@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import base64
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TypeVar
 
 from broker.errors import CertificateFormatError
 
@@ -38,6 +40,8 @@ _EXTENSIONS, _OID, _BOOLEAN, _OCTET_STRING = 0xA3, 0x06, 0x01, 0x04
 _EXT_KEY_USAGE = bytes.fromhex("551d25")  # 2.5.29.37
 _CLIENT_AUTH = bytes.fromhex("2b06010505070302")  # 1.3.6.1.5.5.7.3.2
 _ANY_USAGE = bytes.fromhex("551d2500")  # 2.5.29.37.0
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,14 +66,7 @@ def first_validity(pem: bytes) -> Validity:
     Raises:
         CertificateFormatError: No ``BEGIN CERTIFICATE`` block, or it cannot be decoded.
     """
-    match = _PEM_CERT.search(pem)
-    if match is None:
-        raise CertificateFormatError("no -----BEGIN CERTIFICATE----- block")
-    try:
-        der = base64.b64decode(b"".join(match.group(1).split()), validate=True)
-        return _validity(der)
-    except (ValueError, IndexError) as exc:
-        raise CertificateFormatError(f"the certificate cannot be decoded ({exc})") from exc
+    return _read_first(pem, _validity)
 
 
 def allows_client_auth(pem: bytes) -> bool:
@@ -79,12 +76,23 @@ def allows_client_auth(pem: bytes) -> bool:
     Raises:
         CertificateFormatError: No ``BEGIN CERTIFICATE`` block, or it cannot be decoded.
     """
+    return _read_first(pem, _client_auth)
+
+
+def _read_first(pem: bytes, walk: Callable[[bytes], _T]) -> _T:
+    """``walk`` applied to the DER bytes of the first certificate in ``pem``; a missing
+    block, bad base64 or DER that ``walk`` cannot follow (ValueError, IndexError) become
+    the one error both public readers raise.
+
+    Raises:
+        CertificateFormatError: No ``BEGIN CERTIFICATE`` block, or it cannot be decoded.
+    """
     match = _PEM_CERT.search(pem)
     if match is None:
         raise CertificateFormatError("no -----BEGIN CERTIFICATE----- block")
     try:
         der = base64.b64decode(b"".join(match.group(1).split()), validate=True)
-        return _client_auth(der)
+        return walk(der)
     except (ValueError, IndexError) as exc:
         raise CertificateFormatError(f"the certificate cannot be decoded ({exc})") from exc
 

@@ -1,4 +1,5 @@
-"""broker.certs: validity dates read from PEM bytes, no I/O."""
+"""broker.certs: validity dates (and the client-auth check's errors) read from PEM bytes,
+no I/O."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.certs import Validity, first_validity
+from broker.certs import Validity, allows_client_auth, first_validity
 from broker.errors import CertificateFormatError
 from tests._certs import Pki, issue, make_ca
 
@@ -41,20 +42,34 @@ def test_a_chain_is_read_from_its_first_certificate(pki: Pki) -> None:
     assert dt.timedelta(days=30) <= got.not_after - got.not_before <= dt.timedelta(days=32)
 
 
-@pytest.mark.parametrize(
-    ("pem", "problem"),
-    [
-        (b"", "no -----BEGIN CERTIFICATE----- block"),
-        (b"-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n", "no -----BEGIN"),
-        (b"-----BEGIN CERTIFICATE-----\n!!!!\n-----END CERTIFICATE-----\n", "cannot be decoded"),
-        (b"-----BEGIN CERTIFICATE-----\nMAMCAQA=\n-----END CERTIFICATE-----\n", "cannot be"),
-    ],
-)
+#: (pem, what the error says): no certificate, a key, bad base64, DER that is not a
+#: certificate (a SEQUENCE holding an INTEGER), DER cut after its first byte.
+UNREADABLE = [
+    (b"", "no -----BEGIN CERTIFICATE----- block"),
+    (b"-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n", "no -----BEGIN"),
+    (b"-----BEGIN CERTIFICATE-----\n!!!!\n-----END CERTIFICATE-----\n", "cannot be decoded"),
+    (b"-----BEGIN CERTIFICATE-----\nMAMCAQA=\n-----END CERTIFICATE-----\n", "cannot be"),
+    (b"-----BEGIN CERTIFICATE-----\nMA==\n-----END CERTIFICATE-----\n", "cannot be decoded"),
+]
+
+
+@pytest.mark.parametrize(("pem", "problem"), UNREADABLE)
 def test_unreadable_input_raises_format_error(pem: bytes, problem: str) -> None:
-    """Scenario: no certificate, a key, bad base64, DER that is not a certificate.
-    Expected: CertificateFormatError saying which."""
+    """Scenario: no certificate, a key, bad base64, DER that is not a certificate, DER
+    cut short. Expected: CertificateFormatError saying which."""
     with pytest.raises(CertificateFormatError, match=problem):
         first_validity(pem)
+
+
+@pytest.mark.parametrize(("pem", "problem"), UNREADABLE)
+def test_unreadable_input_to_the_client_auth_check_raises_format_error(
+    pem: bytes, problem: str
+) -> None:
+    """Scenario: the inputs above given to allows_client_auth, which reads the PEM the
+    same way. Expected: the same CertificateFormatError, never a ValueError or an
+    IndexError from the DER walk."""
+    with pytest.raises(CertificateFormatError, match=problem):
+        allows_client_auth(pem)
 
 
 @pytest.mark.parametrize(
