@@ -43,9 +43,10 @@ Modules:
     metrics           every Prometheus metric, declared in one place
     errors            BrokerError and its subclasses
     cli               the ``headrace`` command line (``serve`` and the admin commands);
-                      cli_client, cli_produce, cli_consume, cli_dlq, cli_lag,
+                      cli_topics, cli_seek, cli_produce, cli_consume, cli_dlq, cli_lag,
                       cli_subscriptions, cli_tokens, cli_cluster, cli_cluster_config: its
-                      client and cluster commands; cli_output,
+                      client and cluster commands; cli_client: what the client commands
+                      share (connection options, errors); cli_output,
                       cli_params: printing and parameters; cli_probe: what answers at an
                       address that does not speak gRPC
     _grpc_env         gRPC's C-core settings, set before ``grpc`` loads

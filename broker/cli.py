@@ -1,11 +1,12 @@
 """The ``headrace`` command line.
 
-Role: one entry point with subcommands: ``serve`` runs a broker; ``topics`` and ``seek``
-talk to one (:mod:`broker.cli_client`), and so do ``produce`` (:mod:`broker.cli_produce`),
-``consume`` (:mod:`broker.cli_consume`), ``lag`` (:mod:`broker.cli_lag`) and ``dlq``
-(:mod:`broker.cli_dlq`); ``tokens`` edits the bearer tokens file
-(:mod:`broker.cli_tokens`); ``cluster status|local`` look at a cluster and run one on
-loopback (:mod:`broker.cli_cluster`); ``wal inspect`` reads a partition directory offline
+Role: one entry point with subcommands: ``serve`` runs a broker; ``topics``
+(:mod:`broker.cli_topics`) and ``seek`` (:mod:`broker.cli_seek`) talk to one, and so do
+``produce`` (:mod:`broker.cli_produce`), ``consume`` (:mod:`broker.cli_consume`), ``lag``
+(:mod:`broker.cli_lag`) and ``dlq`` (:mod:`broker.cli_dlq`), all sharing
+:mod:`broker.cli_client`'s connection options and errors; ``tokens`` edits the bearer
+tokens file (:mod:`broker.cli_tokens`); ``cluster status|local`` look at a cluster and run
+one on loopback (:mod:`broker.cli_cluster`); ``wal inspect`` reads a partition directory offline
 (``DATA_DIR/topics/TOPIC/PARTITION``, or ``--data-dir DATA_DIR TOPIC PARTITION``; a path
 that is not one is answered with that layout). ``serve`` prints a banner once the broker
 listens: the bound addresses, the data directory and the quickstart's first steps
@@ -51,11 +52,11 @@ from wal.naming import LOG_SUFFIX
 #: the client library, and the client commands do not load the broker. That keeps a restart
 #: after a crash fast (imports are most of it) and a client command quick to start.
 _LAZY = {
-    "topics": "broker.cli_client:topics",
+    "topics": "broker.cli_topics:topics",
     "produce": "broker.cli_produce:produce",
     "consume": "broker.cli_consume:consume",
     "lag": "broker.cli_lag:lag",
-    "seek": "broker.cli_client:seek",
+    "seek": "broker.cli_seek:seek",
     "dlq": "broker.cli_dlq:dlq",
     "subscriptions": "broker.cli_subscriptions:subscriptions",
     "tokens": "broker.cli_tokens:tokens",
