@@ -64,6 +64,19 @@ it reads them only under the ownership rule above.
 Imports ``wal`` and, of ``dispatcher``, the pure ``protocol`` and ``state``, ``session``
 and ``dead_letter_writer`` (the dead-letter writes it hands off); never ``subscription``
 (what it needs of it is :class:`LoopOwner`).
+
+One piece, though past 600 lines (an eighth of it this docstring): the rest is one
+ownership rule and the code it rules. The task's turns (:meth:`DispatchLoop.run`), the
+notifier's pass in place (:meth:`DispatchLoop.on_advance`), the resumable pass
+(:meth:`DispatchLoop._run`, :meth:`DispatchLoop._complete`) and the carrying out of
+actions all decide who may touch the state at this moment (``owner``, ``owner_lends``,
+``_parked``, ``_handed_over``, the wake-up event), and the proof that the state has one
+owner at a time is read in one file. The decisions themselves are already elsewhere (the
+state machine, :mod:`dispatcher.state`; dead-letter writes, :mod:`dispatcher.dead_letter_writer`).
+The seam to cut should it grow: carrying out actions (``_do``, ``_carry_out_sends``,
+:meth:`DispatchLoop.carry_out_now`, ``_save_now``: sessions' outboxes, releases of a
+draining consumer, notes, dead letters), a sync executor that needs the sessions, the
+state and the clocks but none of the turn-taking.
 """
 
 from __future__ import annotations

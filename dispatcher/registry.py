@@ -31,6 +31,22 @@ Inactivity expiry (``inactive_expiry_s``, off by default): the registry runs an 
 that deletes a subscription with no consumer and no ack, commit or seek for that long, by
 the monotonic clock (the rule, and why a restart restarts every idle clock, are
 :mod:`dispatcher.expiry`'s).
+
+One piece, though past 600 lines: the rules it applies already live beside it (when a
+subscription is idle, :mod:`dispatcher.expiry`; the delete's on-disk steps,
+:mod:`dispatcher.removal`; names and per-subscription settings, :mod:`dispatcher.settings`;
+a saved state read back, :mod:`dispatcher.state_file`; the ticks and samples,
+:mod:`dispatcher.heartbeat`). What is left is the one map of subscriptions and the moves
+that change it (create, delete, expire, drop a topic, release and take over a replicated
+topic), and each move must keep the map, the cursor store, the heartbeat, the idle
+tracker, the dead-letter queues and the deletes under way in step, with no await between
+its lookup and its change (a Subscribe waits on a delete under way; a failed commit point
+puts the subscription back). Split by move, each piece would reach into the same fields.
+The seam to cut should it grow: the inactivity-expiry task
+(:meth:`SubscriptionRegistry.expire_idle`, ``_expire``, ``_expiry_loop``), which only
+reads the subscriptions (consumers, activity) and calls :meth:`SubscriptionRegistry.delete`,
+could become a shell of its own beside :mod:`dispatcher.expiry`, handed the map, the clock
+and ``delete``.
 """
 
 from __future__ import annotations
