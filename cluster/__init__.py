@@ -33,6 +33,12 @@ Modules (P: pure; A: asyncio shell):
   rule, leader choice, min_insync, balance and reassignment steps.
 - ``replica_txn`` A: the replica group's CAS writes: election, isr changes, leadership
   transfer, replica set changes; outcomes won / lost-race / stale / refused.
+- ``replica_member`` A: ``ReplicaRoles``, a member's roles in the replicated topics it
+  holds (create, claim, lead, follow, elect) and its leader's in-sync set changes.
+- ``replica_handover`` A: ``HandOver``, a leader handing its topics to in-sync followers
+  (the controlled shutdown; a leader whose data is missing).
+- ``replica_marks`` A: ``UncleanMarks``, a leader's published high watermarks and what an
+  unclean election won here gave up.
 - ``internal_credential`` A: the brokers' shared secret for the Replication service,
   made once in etcd (``ensure``) and compared in constant time (``matches``, P).
 - ``answers`` P: the Lookup and ClusterStatus answers as plain values, one set for every

@@ -13,12 +13,19 @@ Operations (issue 37): as leader, a pass takes the in-sync followers whose sessi
 out of the in-sync set at once (a stopped broker; Kafka's controlled shutdown does the
 same), and the changer lets no broker without a session join. A replica a reassignment
 dropped stops its role and deletes its copy. :meth:`ReplicaRoles.hand_over` is the
-controlled shutdown: every led topic handed to an alive in-sync follower still fetching
-from here and not stopping too (``transfer_leadership`` with ``leave_isr``), bounded by
-its ``timeout_s``, and no role taken after it. A broker the
-record names leader whose data is missing (``MISSING``: it came back on an empty data
-directory before a follower was elected) hands the topic over the same way, then copies
-it back as a follower; with no alive in-sync follower the topic stays unserved.
+controlled shutdown, and no role is taken after it. A broker the record names leader
+whose data is missing (``MISSING``: it came back on an empty data directory before a
+follower was elected) hands the topic over too, then copies it back as a follower; with
+no alive in-sync follower the topic stays unserved.
+
+What moved out, each a piece that reads on its own:
+
+- :mod:`cluster.replica_handover` (:class:`~cluster.replica_handover.HandOver`): how a
+  leader hands its topics to in-sync followers, for the controlled shutdown and for the
+  missing data; this module decides when (its ``_leaving`` latch, the ``MISSING`` step).
+- :mod:`cluster.replica_marks` (:class:`~cluster.replica_marks.UncleanMarks`): the
+  leader's published high watermarks and an unclean winner's count of what it gave up;
+  this module publishes them on each ``LEAD`` pass and counts after an unclean win.
 
 Invariants:
 
@@ -41,18 +48,7 @@ Unclean election (issue 37): off unless :attr:`ReplicaRoles.unclean_allowed` say
 the in-sync set runs :func:`~cluster.replica_txn.elect` with ``unclean`` once the leader
 and every in-sync member are gone, ``UNCLEAN_GRACE_S`` plus its rank's stagger after it
 first saw that (an in-sync replica back in time wins cleanly instead). What it gives up
-is counted from the old leader's *published marks*: while the switch is on and a leader
-has replicas outside its in-sync set (so an unclean election could follow), it writes
-its high watermark per partition to ``<prefix>marks/<topic>`` (with the topic id and its
-epoch; not a key of the view's layout; fenced by the record as read and its lease, as
-every leader's write) at most every ``MARKS_INTERVAL_S`` when it moved
-(nothing while the switch is off: no etcd write is added to a cluster that cannot elect
-uncleanly). The winner compares the marks of the epoch it replaces with its own log ends
-(:func:`cluster.replicas.records_given_up`): a lower bound (what was committed after the
-last publication is not in it), logged as a WARNING ("at least N records") and counted
-(:attr:`ReplicaRoles.records_given_up`, ``headrace_cluster_unclean_lost_records_total``).
-With no marks of that epoch (the switch was turned on after the leader died) the WARNING
-says the number is not known, and nothing is added to the count.
+is counted from the old leader's published marks (:mod:`cluster.replica_marks`).
 
 Task-safety: the member's reconcile task is the only caller of :meth:`reconcile`; a
 changer runs in the leader's task and only writes etcd (compare-and-set) and
@@ -61,21 +57,19 @@ changer runs in the leader's task and only writes etcd (compare-and-set) and
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
-
-import msgspec
+from collections.abc import Awaitable, Callable
 
 from cluster.errors import ClusterError
-from cluster.etcd import Compare, EtcdStore, Op
+from cluster.etcd import EtcdStore, Op
 from cluster.lead_retry import LeadBackoff, takeover_target
 from cluster.local import ChangeIsr, LocalTopics
 from cluster.records import Keys, TopicRecord, TopicState, encode
+from cluster.replica_handover import Fetching, HandOver
+from cluster.replica_marks import LogMarks, UncleanMarks
 from cluster.replica_roles import Decision, Step, decide, is_replicated
-from cluster.replica_txn import Outcome, elect, expand_isr, shrink_isr, transfer_leadership
-from cluster.replicas import records_given_up
+from cluster.replica_txn import elect, expand_isr, shrink_isr, transfer_leadership
 from cluster.session import Clock, Session
 from cluster.state import Topic
 from cluster.view import View
@@ -88,26 +82,6 @@ ELECTION_STEP_S = 0.5
 UNCLEAN_GRACE_S = 2.0
 """Seconds an unclean candidate waits, beyond its rank's stagger, after it first saw the
 leader and every in-sync replica gone (one coming back in time wins cleanly)."""
-
-MARKS_INTERVAL_S = 1.0
-"""Seconds between a leader's publications of its high watermarks (module docstring)."""
-
-LEAVING_WITHIN_S = 2.0
-"""How long the controlled shutdown waits for etcd to take its ``leaving`` key (a few ms
-when etcd answers); past it, etcd is taken as gone and nothing is handed over."""
-
-LogMarks = Callable[[str], Mapping[int, tuple[int, int]]]
-"""The broker's ``partition -> (high watermark, log end)`` of a local topic (empty when
-it holds none)."""
-
-
-class PublishedMarks(msgspec.Struct, frozen=True):
-    """A leader's high watermarks as published to ``<prefix>marks/<topic>``."""
-
-    id: str
-    epoch: int
-    committed: dict[int, int]
-
 
 Cas = Callable[[Topic, list[Op]], Awaitable[bool]]
 """The member's compare-and-set on a topic as read, under its lease."""
@@ -164,24 +138,34 @@ class ReplicaRoles:
         self._logged: set[tuple[str, str]] = set()
         #: set by :meth:`hand_over`: the broker is stopping; no pass takes a role again.
         self._leaving = False
-        #: ``(topic, node) -> whether node fetched that topic from this broker's leader
-        #: lately`` (the broker sets it; None: every alive in-sync follower may take a
-        #: hand-over). A follower SIGKILLed keeps its session until its TTL ends; this is
-        #: what tells the controlled shutdown not to hand it a topic it would never claim.
-        self.fetching_lately: Callable[[str, str], bool] | None = None
+        #: Whether a follower fetched a topic from this broker's leader lately (the
+        #: broker sets it; None: every alive in-sync follower may take a hand-over).
+        self.fetching_lately: Fetching | None = None
         #: topics whose takeover failed here: tried again after a backoff.
         self._lead_backoff = LeadBackoff()
         #: Whether an unclean election may run (the broker sets it: the cluster default).
         self.unclean_allowed: Callable[[], bool] = lambda: False
         #: The broker's log marks (the broker sets it); None: nothing published or counted.
         self.marks: LogMarks | None = None
-        #: Elections this broker won (clean and unclean) since it started; the unclean ones.
+        #: Elections this broker won (clean and unclean) since it started.
         self.elections_won = 0
-        self.unclean_elections = 0
-        #: topic -> records unclean elections won here gave up, at least (summed).
-        self.records_given_up: dict[str, int] = {}
-        #: name -> (monotonic time the next publication may go, the marks last published).
-        self._published: dict[str, tuple[float, PublishedMarks | None]] = {}
+        #: the leader's published marks, and what unclean elections won here gave up.
+        self._unclean = UncleanMarks(store, keys, session, node_id=node_id, clock=clock)
+        #: the controlled shutdown's, and a missing-data leader's, hand-overs.
+        self._hand_over = HandOver(
+            store, keys, view, session,
+            node_id=node_id, clock=clock, latest=self._latest, stop=self._stop,
+        )  # fmt: skip
+
+    @property
+    def unclean_elections(self) -> int:
+        """Unclean elections this broker won since it started."""
+        return self._unclean.unclean_elections
+
+    @property
+    def records_given_up(self) -> dict[str, int]:
+        """``topic ->`` records the unclean elections won here gave up, at least (summed)."""
+        return self._unclean.records_given_up
 
     def roles(self) -> dict[str, tuple[str, int]]:
         """``name -> ("leader" | "follower", epoch)`` as given to the hook (for tests,
@@ -196,7 +180,7 @@ class ReplicaRoles:
         ahead (one already due and not tried, as while the session may not write, waits
         for the member's usual pass: a due time in the past must not make it spin)."""
         now = self._clock()
-        dues = [*self._due.values(), *(due for due, _ in self._published.values())]
+        dues = [*self._due.values(), *self._unclean.dues()]
         ahead = [due - now for due in dues if due > now]
         ahead += [due - now for due in self._lead_backoff.dues() if due > now]
         return min(ahead) if ahead else None
@@ -276,13 +260,15 @@ class ReplicaRoles:
         elif step is Step.LEAD:
             await self._lead(topic.record)
             await self._drop_gone(topic)
-            await self._publish_marks(topic)
+            await self._unclean.publish(topic, self.marks, self.unclean_allowed)
         elif step is Step.FOLLOW:
             await self._follow(topic.record, decision.address)
         elif step is Step.ELECT:
             await self._elect(topic, decision, claimed)
         elif step is Step.MISSING:
-            if await self._hand_missing(name):
+            handed = await self._hand_over.missing(name)
+            if handed is not None:
+                self._written[name] = handed
                 return
             self._log_once(
                 name,
@@ -298,7 +284,7 @@ class ReplicaRoles:
         self._due.pop(name, None)
         self._lead_backoff.forget(name)
         self._written.pop(name, None)
-        self._published.pop(name, None)
+        self._unclean.forget(name)
         if self._given.pop(name, None) is not None:
             await self._local.stop(name)
             log.info("broker %s: no longer a replica of topic %s here", self._me, name)
@@ -343,7 +329,7 @@ class ReplicaRoles:
         await self._stop(name)
         await self._local.delete(name)
         if topic.record.owner == self._me:
-            deletes = [Op.delete(self._keys.topic(name)), Op.delete(self._marks_key(name))]
+            deletes = [Op.delete(self._keys.topic(name)), Op.delete(self._unclean.key(name))]
             await self._cas(topic, deletes)
             claimed.pop(name, None)
 
@@ -468,7 +454,7 @@ class ReplicaRoles:
             return
         del self._due[name]
         # what the old leader committed, and this log's ends, before the election moves them
-        lost = await self._given_up(topic.record) if decision.unclean else None
+        lost = await self._unclean.given_up(topic.record, self.marks) if decision.unclean else None
         result = await elect(
             self._store,
             self._keys,
@@ -491,283 +477,25 @@ class ReplicaRoles:
         self._written[name] = Topic(result.record, result.mod_revision)
         self.elections_won += 1
         if decision.unclean:
-            self._count_unclean(topic.record, result.record, lost)
+            self._unclean.count(topic.record, result.record, lost)
         await self._lead(result.record)
         claimed[name] = result.record.epoch
-
-    # -- unclean elections: what they give up -------------------------------------------------
-
-    def _marks_key(self, name: str) -> str:
-        """``<prefix>marks/<topic>``: the leader's published high watermarks (not a key of
-        the view's layout: the view ignores it)."""
-        return f"{self._keys.prefix}marks/{name}"
-
-    async def _publish_marks(self, topic: Topic) -> None:
-        """As leader, publish this epoch's high watermarks while unclean elections are
-        allowed and a replica is outside the in-sync set (module docstring), at most every
-        ``MARKS_INTERVAL_S``, when they moved. The put is fenced as every leader's write
-        is: the topic's record as read (its ``mod_revision``) and this broker's lease; a
-        leader deposed or deleted behind its view writes nothing (else its stale marks
-        replaced the new leader's, or came back after the topic's delete, for good)."""
-        record = topic.record
-        name = record.name
-        in_sync = set(record.effective_isr()) >= set(record.effective_replicas())
-        if self.marks is None or in_sync or not self.unclean_allowed():
-            self._published.pop(name, None)
-            return
-        now = self._clock()
-        due, last = self._published.get(name, (now, None))
-        if now < due or not self._session.may_write():
-            return
-        committed = {p: hw for p, (hw, _end) in self.marks(name).items()}
-        marks: PublishedMarks | None = PublishedMarks(record.id, record.epoch, committed)
-        if marks != last:
-            guards = [
-                Compare.modified_at(self._keys.topic(name), topic.mod_revision),
-                Compare.leased_by(self._keys.broker(self._me), self._session.lease),
-            ]
-            put = Op.put(self._marks_key(name), msgspec.json.encode(marks))
-            try:
-                if not (await self._store.txn(guards, [put])).succeeded:
-                    marks = last  # the record moved since the view read it: next pass
-            except ClusterError as exc:
-                log.warning("topic %s: publishing its high watermarks failed: %s", name, exc)
-                marks = last  # tried again at the next due time
-        self._published[name] = (now + MARKS_INTERVAL_S, marks)
-
-    async def _given_up(self, record: TopicRecord) -> dict[int, int] | None:
-        """Per partition, the records an unclean election of this broker gives up, at
-        least: the old leader's published marks of ``record``'s epoch over this log's ends;
-        None when it published none at that epoch (not known)."""
-        if self.marks is None:
-            return None
-        try:
-            held = await self._store.get(self._marks_key(record.name))
-            marks = None if held is None else msgspec.json.decode(held.value, type=PublishedMarks)
-        except (ClusterError, msgspec.ValidationError, msgspec.DecodeError) as exc:
-            log.warning("topic %s: the old leader's marks cannot be read: %s", record.name, exc)
-            marks = None
-        if marks is None or (marks.id, marks.epoch) != (record.id, record.epoch):
-            return None  # none published at that epoch (the switch was off)
-        ends = {p: end for p, (_hw, end) in self.marks(record.name).items()}
-        return records_given_up(marks.committed, ends)
-
-    def _count_unclean(
-        self, before: TopicRecord, after: TopicRecord, lost: Mapping[int, int] | None
-    ) -> None:
-        name = after.name
-        total = sum(lost.values()) if lost is not None else 0
-        self.unclean_elections += 1
-        self.records_given_up[name] = self.records_given_up.get(name, 0) + total
-        if lost is None:
-            given_up = (
-                f"how many records the old leader had committed are given up is not known "
-                f"(it published no high watermark at epoch {before.epoch}: unclean election "
-                f"was off then)"
-            )
-        else:
-            by_partition = ", ".join(f"{p}: {n}" for p, n in lost.items()) or "none"
-            given_up = (
-                f"at least {total} records the old leader had committed are given up "
-                f"(by partition: {by_partition})"
-            )
-        log.warning(
-            "topic %s: UNCLEAN election: broker %s (out of sync) leads at epoch %d after "
-            "%s (epoch %d) and the in-sync set %s were gone; %s",
-            name,
-            self._me,
-            after.epoch,
-            before.owner or "none",
-            before.epoch,
-            list(before.effective_isr()),
-            given_up,
-        )
 
     # -- controlled shutdown ----------------------------------------------------------------
 
     async def hand_over(self, timeout_s: float) -> dict[str, str]:
         """Controlled shutdown: hand every replicated topic this broker leads to an alive
         in-sync follower that is fetching from here (:attr:`fetching_lately`) and is not
-        stopping itself (its ``leaving`` key), with
-        :func:`~cluster.replica_txn.transfer_leadership` and ``leave_isr`` (so the new
-        leader's watermark does not wait for this broker); stop leading it (pending acks:
-        "outcome unknown", the producer resends to the new leader), and wait until each
-        new leader has taken it (its claim is in etcd) or ``timeout_s`` ends. A topic
-        with no such follower is not waited for (logged: it waits for an election, or
-        this broker's return). No pass takes a role after this (the broker is stopping).
+        stopping itself, within ``timeout_s``
+        (:meth:`HandOver.run <cluster.replica_handover.HandOver.run>`). No pass takes a
+        role after this (the broker is stopping).
 
         Returns:
             ``topic -> new leader`` of each topic handed over (for the log and tests).
         """
         self._leaving = True
-        deadline = self._clock() + timeout_s
         led = [name for name, (step, _record, _) in self._given.items() if step is Step.LEAD]
-        if not await self._say_leaving(deadline):
-            if not led:
-                return {}
-            log.warning(
-                "broker %s: controlled shutdown: etcd does not answer: %d led topic(s) not "
-                "handed over: %s",
-                self._me,
-                len(led),
-                ", ".join(sorted(led)),
-            )
-            return {}
-        moved: dict[str, tuple[str, int]] = {}
-        for name in led:
-            if self._clock() >= deadline:
-                break  # past the bound (etcd slow): the rest wait for an election
-            handed = await self._hand_one(name)
-            if handed is not None:
-                moved[name] = handed
-        kept = [name for name in led if name not in moved]
-        if kept:
-            log.warning(
-                "broker %s: controlled shutdown: %d led topic(s) not handed over (no target, "
-                "or out of time): %s",
-                self._me,
-                len(kept),
-                ", ".join(sorted(kept)),
-            )
-        # stop leading once the view shows the transfer, so the consumers' streams end
-        # with a refusal naming the new leader
-        await self._until(
-            lambda: all(_seen(self._topic(n), r, 0) for n, (_, r) in moved.items()), deadline
-        )
-        for name in moved:
-            await self._stop(name)
-        waiting = dict(moved)
-        while waiting and self._clock() < deadline:
-            waiting = {n: m for n, m in waiting.items() if not _seen(self._topic(n), m[1], 1)}
-            if waiting:  # a target stopping too, or gone (its session, and with it its
-                # leaving key, ended: it stopped fast), never claims: stop waiting for it
-                await self._until(lambda: False, min(deadline, self._clock() + 0.25))
-                waiting = {n: m for n, m in waiting.items() if await self._may_claim(m[0])}
-        for name, (to, _rev) in waiting.items():
-            log.warning("topic %s: %s has not taken the leadership", name, to)
-        return {name: to for name, (to, _) in moved.items()}
-
-    def _leaving_key(self, node: str) -> str:
-        """``<prefix>leaving/<node>``: present, under its session's lease, while ``node``
-        hands over (not a key of the view's layout: the view ignores it)."""
-        return f"{self._keys.prefix}leaving/{node}"
-
-    async def _say_leaving(self, deadline: float) -> bool:
-        """Tell the other stopping brokers not to hand topics here (several stopped at
-        once would each wait for the other's claim). False when etcd did not take it
-        within ``LEAVING_WITHIN_S`` (or by ``deadline``): no hand-over could be written."""
-        if self._session.lease == 0:
-            return True
-        within = max(0.0, min(LEAVING_WITHIN_S, deadline - self._clock()))
-        try:
-            async with asyncio.timeout(within):
-                await self._store.put(self._leaving_key(self._me), b"", lease=self._session.lease)
-        except (ClusterError, TimeoutError) as exc:
-            log.warning(
-                "broker %s: cannot mark itself leaving: %s", self._me, str(exc) or "no answer"
-            )
-            return False
-        return True
-
-    async def _may_claim(self, node: str) -> bool:
-        """Whether a hand-over's target may still claim: alive and not stopping."""
-        return node in self._view.state.brokers and not await self._is_leaving(node)
-
-    async def _is_leaving(self, node: str) -> bool:
-        try:
-            return await self._store.get(self._leaving_key(node)) is not None
-        except ClusterError:
-            return False
-
-    def _topic(self, name: str) -> Topic | None:
-        return self._view.state.topics.get(name)
-
-    async def _until(self, done: Callable[[], bool], deadline: float) -> None:
-        left = deadline - self._clock()
-        if left > 0:
-            await self._view.wait_for(lambda _state: True if done() else None, left)
-
-    async def _hand_one(self, name: str) -> tuple[str, int] | None:
-        topic = self._latest(name)
-        if topic is None or topic.record.owner != self._me or not self._session.may_write():
-            return None
-        record = topic.record
-        alive = self._view.state.brokers
-        isr = record.effective_isr()
-        targets = [n for n in isr if n != self._me and n in alive and not await self._is_leaving(n)]
-        fetching = self.fetching_lately
-        if fetching is not None:
-            silent = [n for n in targets if not fetching(name, n)]
-            if silent:  # dead or frozen before its session ended: it would never claim
-                log.info("topic %s: not handed to %s: not fetching from here", name, silent)
-            targets = [n for n in targets if n not in silent]
-        for to in targets:
-            try:
-                result = await transfer_leadership(
-                    self._store, self._keys, name, record, topic.mod_revision,
-                    leader=self._me, epoch=record.epoch, leader_lease=self._session.lease,
-                    to=to, leave_isr=True,
-                )  # fmt: skip
-            except ClusterError as exc:
-                log.warning("topic %s: handing over to %s failed: %s", name, to, exc)
-                return None
-            if result.outcome.is_won():
-                log.info(
-                    "broker %s: controlled shutdown: topic %s handed to %s", self._me, name, to
-                )
-                return to, result.mod_revision
-            log.info(
-                "topic %s: hand-over to %s: %s (%s)", name, to, result.outcome.value, result.reason
-            )
-            if result.record is None or result.outcome is not Outcome.REFUSED:
-                return None
-        if not targets:
-            log.warning(
-                "broker %s: controlled shutdown: topic %s not handed over: no in-sync "
-                "follower alive, fetching and not stopping itself; it waits for an "
-                "election after this broker leaves (or for this broker's return)",
-                self._me,
-                name,
-            )
-        return None
-
-    async def _hand_missing(self, name: str) -> bool:
-        """The record names this broker leader of ``name``, whose data is gone here (it
-        came back on an empty data directory before a follower was elected): hand the
-        topic to an alive in-sync follower, this broker leaving the in-sync set
-        (``transfer_leadership`` with ``leave_isr``, fenced by the record's epoch and this
-        session's lease), so a copy that holds the data serves it and this broker copies
-        it back as a follower. False when no such follower took it (the topic then stays
-        unserved, ``data-missing``; nothing is recreated empty)."""
-        topic = self._latest(name)
-        if topic is None or topic.record.owner != self._me or not self._session.may_write():
-            return False
-        record = topic.record
-        alive = self._view.state.brokers
-        for to in [n for n in record.effective_isr() if n != self._me and n in alive]:
-            try:
-                result = await transfer_leadership(
-                    self._store, self._keys, name, record, topic.mod_revision,
-                    leader=self._me, epoch=record.epoch, leader_lease=self._session.lease,
-                    to=to, leave_isr=True,
-                )  # fmt: skip
-            except ClusterError as exc:
-                log.warning("topic %s: handing over to %s failed: %s", name, to, exc)
-                return False
-            if result.outcome.is_won() and result.record is not None:
-                self._written[name] = Topic(result.record, result.mod_revision)
-                log.warning(
-                    "broker %s: leads topic %s but its data is missing here: handed to "
-                    "in-sync %s at epoch %d; this broker copies it back as a follower",
-                    self._me,
-                    name,
-                    to,
-                    result.record.epoch,
-                )
-                return True
-            if result.outcome is not Outcome.REFUSED:
-                return False
-        return False
+        return await self._hand_over.run(led, timeout_s, self.fetching_lately)
 
     # -- the leader's in-sync set -----------------------------------------------------------
 
@@ -842,9 +570,3 @@ class ReplicaRoles:
         topic = self._view.state.topics.get(name)
         topic_id = topic.record.id if topic else "?"
         log.log(level, "broker %s, topic %s (id %s): %s", self._me, name, topic_id, message)
-
-
-def _seen(topic: Topic | None, handed_rev: int, later: int) -> bool:
-    """Whether the view holds a topic handed over at ``handed_rev`` at that revision
-    (``later`` 0) or at a later one (``later`` 1: the new leader's claim), or it is gone."""
-    return topic is None or topic.mod_revision >= handed_rev + later

@@ -301,12 +301,12 @@ async def test_a_deposed_leaders_marks_are_fenced_by_the_record_it_read(
         await store.put(Keys(prefix).topic("t"), encode(moved))
         await eventually(lambda: (_role(b2) or ("",))[0] == "leader", timeout_s=5)
         b2_marks = await _marks_with(store, prefix, b'"committed":{"0":60')
-        b1.replicas._published.pop("t", None)  # due now
-        await b1.replicas._publish_marks(stale)
+        b1.replicas._unclean.forget("t")  # due now
+        await b1.replicas._unclean.publish(stale, b1.replicas.marks, b1.replicas.unclean_allowed)
         assert await _marks_held(store, prefix) == b2_marks
         await store.txn([], [Op.delete(Keys(prefix).topic("t")), Op.delete(f"{prefix}marks/t")])
-        b1.replicas._published.pop("t", None)
-        await b1.replicas._publish_marks(stale)
+        b1.replicas._unclean.forget("t")
+        await b1.replicas._unclean.publish(stale, b1.replicas.marks, b1.replicas.unclean_allowed)
         assert await _marks_held(store, prefix) is None
 
 
