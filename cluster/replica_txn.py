@@ -43,6 +43,15 @@ with that record at revision 90: b2's transaction runs first and writes ``owner 
 record: ``LOST_RACE``. b1 returns with a new session and tries to shrink the isr with its
 old read (epoch 4, revision 90): the compare fails, the re-read says owner b2: ``STALE``.
 
+One piece, though past 600 lines: every write here is one protocol (the record as read,
+one compare-and-set in ``_write``, a failed answer re-read and classified by the writer's
+own fence), and the list above is that protocol's one statement, each writer's guards
+side by side, the outcomes shared; split, a reader would check the fences in two places.
+Should it grow, the seam is the writer: the controller's writes (:func:`set_replicas`,
+:func:`replicate_single`, :func:`move_leadership`, with ``_as_controller`` and
+``_why_not_controller``) go to a module of their own over ``_write``, :class:`Outcome`
+and :class:`ChangeResult`, which stay here.
+
 Task-safety: stateless functions; an :class:`~cluster.etcd.EtcdStore` may be shared.
 """
 
@@ -433,14 +442,8 @@ async def set_replicas(
         reassign_to=tuple(reassign_to),
         reassign_throttle=throttle,
     )
-    return await _write(
-        store,
-        keys,
-        name,
-        read_mod_rev,
-        guards=[Compare.created_at(keys.controller, controller_token)],
-        wanted=wanted,
-        classify=_why_not_controller(store, keys, controller_token),
+    return await _as_controller(
+        store, keys, name, read_mod_rev, token=controller_token, wanted=wanted
     )
 
 
@@ -475,29 +478,18 @@ async def move_leadership(
     if target_lease is None:
         return _as_read(read_record, read_mod_rev, Outcome.REFUSED, f"broker {to} is not alive")
     wanted = read_record.replace(owner=to, epoch=read_record.epoch + 1)
-    return await _write(
-        store,
-        keys,
-        name,
-        read_mod_rev,
-        guards=[
-            Compare.created_at(keys.controller, controller_token),
-            Compare.leased_by(keys.broker(to), target_lease),
-        ],
-        wanted=wanted,
-        classify=_why_not_controller(store, keys, controller_token, read_mod_rev, to),
+    return await _as_controller(
+        store, keys, name, read_mod_rev, token=controller_token, wanted=wanted,
+        target=(to, target_lease),
         on_won=lambda: log.info(
             "topic %s: leadership %s -> %s at epoch %d (controller)",
-            name,
-            read_record.owner,
-            to,
-            wanted.epoch,
+            name, read_record.owner, to, wanted.epoch,
         ),
-    )
+    )  # fmt: skip
 
 
 def _why_not_controller(
-    store: EtcdStore, keys: Keys, token: int, read_mod_rev: int = 0, to: str = ""
+    store: EtcdStore, keys: Keys, token: int, read_mod_rev: int, to: str
 ) -> Classify:
     """A controller's failed transaction: its token is stale; else the record changed;
     else (``to`` given) the target's session changed or ended."""
@@ -512,6 +504,32 @@ def _why_not_controller(
         return Outcome.REFUSED, f"broker {to}'s session changed or ended"
 
     return classify
+
+
+async def _as_controller(
+    store: EtcdStore,
+    keys: Keys,
+    name: str,
+    read_mod_rev: int,
+    *,
+    token: int,
+    wanted: TopicRecord,
+    target: tuple[str, int] | None = None,
+    on_won: Callable[[], None] | None = None,
+) -> ChangeResult:
+    """The controller's :func:`_write` of ``wanted``, fenced by its ``token``; with
+    ``target`` (a node and the lease it had when read), also by that node being alive in
+    the same session."""
+    guards = [Compare.created_at(keys.controller, token)]
+    to = ""
+    if target is not None:
+        to, lease = target
+        guards.append(Compare.leased_by(keys.broker(to), lease))
+    classify = _why_not_controller(store, keys, token, read_mod_rev, to)
+    return await _write(
+        store, keys, name, read_mod_rev,
+        guards=guards, wanted=wanted, classify=classify, on_won=on_won,
+    )  # fmt: skip
 
 
 async def _write(
@@ -628,18 +646,10 @@ async def replicate_single(
     wanted = read_record.replace(
         replicas=(owner,), isr=(owner,), epoch=read_record.epoch + 1, reassign_to=tuple(reassign_to)
     )
-    return await _write(
-        store,
-        keys,
-        name,
-        read_mod_rev,
-        guards=[Compare.created_at(keys.controller, controller_token)],
-        wanted=wanted,
-        classify=_why_not_controller(store, keys, controller_token),
+    return await _as_controller(
+        store, keys, name, read_mod_rev, token=controller_token, wanted=wanted,
         on_won=lambda: log.info(
             "topic %s: one copy on %s becomes a replicated topic of one replica (epoch %d)",
-            name,
-            owner,
-            wanted.epoch,
+            name, owner, wanted.epoch,
         ),
-    )
+    )  # fmt: skip
