@@ -25,6 +25,16 @@ dies; b2 is alive and in sync: ``choose_leader`` answers b2, clean. b2's lag: it
 up to the leader's end at t=1000 ms and not since; with ``replica_lag_time_max_ms`` 30000
 it is in sync until t=31000 ms unless it catches up again.
 
+One piece, though past 600 lines: every function is a small pure rule over the one
+vocabulary above (the record's ordered replicas, its in-sync set, its leader), and the
+invariants span the sections: a reassignment keeps the copies the in-sync rule needs,
+and a preferred-leader move goes only to an alive in-sync replica, as the leadership
+rule chooses. Should it grow, the seam is the change of a group's shape: the balance,
+reassignment and replica balance sections (``rebalance_moves``, ``reassignment_step``,
+``cancel_step``, ``replica_moves`` and their values: the pure half of
+:mod:`cluster.moves`) go to a module of their own, over the placement, commit and
+leadership rules that stay here.
+
 Imports neither asyncio, os nor time.
 """
 
