@@ -21,7 +21,8 @@ from proto import admin_pb2_grpc as _admin_grpc
 from proto import broker_pb2 as _broker
 from tests.cluster.broker_processes import TTL_S, cluster_brokers
 from tests.cluster.etcd_harness import EtcdCluster
-from tests.cluster.test_replication_failover import TOPIC, _create, _route, _wait_route
+from tests.cluster.replicated_load import TOPIC
+from tests.cluster.test_replication_failover import _create, _route, _wait_route
 from tests.cluster.test_replication_state import _Stream
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function"), pytest.mark.timeout(120)]

@@ -20,14 +20,12 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 
-from client import AsyncProducer, RecordFuture
 from cluster.session import EXPIRY_SLACK_S
 from proto import broker_pb2 as _broker
 from proto import broker_pb2_grpc as _broker_grpc
@@ -41,61 +39,11 @@ from tests.cluster.broker_processes import (
     read_topic,
 )
 from tests.cluster.etcd_harness import EtcdCluster
+from tests.cluster.replicated_load import TOPIC, Load, check_acked
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function"), pytest.mark.timeout(120)]
 
-TOPIC = "orders"
 PARTITIONS = 2
-IN_FLIGHT = 20
-PAUSE_S = 0.005
-
-
-@dataclass
-class Load:
-    """One idempotent producer sending unique values until stopped; what it got acked."""
-
-    seeds: str
-    #: (partition, offset) -> value acknowledged there.
-    acked: dict[tuple[int, int], bytes] = field(default_factory=dict)
-    failed: list[str] = field(default_factory=list)
-
-    async def wait_more(self, than: int, within_s: float) -> None:
-        deadline = time.monotonic() + within_s
-        while len(self.acked) <= than:
-            assert time.monotonic() < deadline, f"no ack beyond {than} in {within_s} s"
-            await asyncio.sleep(0.02)
-
-    async def _produce(self, producer: AsyncProducer, stop: asyncio.Event) -> None:
-        window = asyncio.Semaphore(IN_FLIGHT)
-        n = 0
-        while not stop.is_set():
-            await window.acquire()
-            value = f"v{n}".encode()
-            n += 1
-            future = await producer.send(TOPIC, value)
-
-            def settled(f: RecordFuture, value: bytes = value) -> None:
-                window.release()
-                if f.cancelled() or f.exception() is not None:
-                    self.failed.append(repr(f.exception()))
-                    return
-                meta = f.result()
-                self.acked[(meta.partition, meta.offset)] = value
-
-            future.add_done_callback(settled)
-            await asyncio.sleep(PAUSE_S)
-
-    @contextlib.asynccontextmanager
-    async def running(self) -> AsyncIterator[Load]:
-        stop = asyncio.Event()
-        async with AsyncProducer(self.seeds, delivery_timeout_s=60.0) as producer:
-            task = asyncio.create_task(self._produce(producer, stop))
-            try:
-                yield self
-            finally:
-                stop.set()
-                await asyncio.gather(task, return_exceptions=True)
-                await producer.flush()
 
 
 def _files(broker: ClusterBroker) -> dict[str, bytes]:
@@ -228,12 +176,7 @@ async def test_the_leader_sigkilled_under_load_loses_nothing_and_rejoins(
             assert took < TTL_S + 1.0, f"new leader after {took:.2f} s"
             acked = len(load.acked)
             await load.wait_more(acked + 200, within_s=30)
-        assert load.failed == []
-        held = await _read_leader(",".join(b.address for b in others))
-        values = list(held.values())
-        assert len(values) == len(set(values)), "a value is in the new leader's log twice"
-        for position, value in load.acked.items():
-            assert held.get(position) == value, f"{position}: acked {value!r} lost"
+        check_acked(load, await _read_leader(",".join(b.address for b in others)))
         await victim.start()
         await _all_in_sync(brokers, others[0], within_s=30)
         rejoined = await _route(brokers, others[0])
@@ -285,11 +228,7 @@ async def test_an_old_leaders_unacknowledged_tail_is_truncated_when_it_returns(
         assert load.failed == []
         leader = brokers.by_id[route.owner_node]
         assert _files(victim) != _files(leader), "the old leader had no tail of its own"
-        held = await _read_leader(",".join(b.address for b in others))
-        values = list(held.values())
-        assert len(values) == len(set(values)), "a value is in the new leader's log twice"
-        for position, value in load.acked.items():
-            assert held.get(position) == value, f"{position}: acked {value!r} lost"
+        check_acked(load, await _read_leader(",".join(b.address for b in others)))
         await victim.start()
         await _all_in_sync(brokers, others[0], within_s=30)
         await _identical(brokers.all, within_s=15)

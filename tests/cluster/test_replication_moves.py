@@ -30,9 +30,8 @@ from tests.cluster.broker_processes import (
     create_replicated,
 )
 from tests.cluster.etcd_harness import EtcdCluster
+from tests.cluster.replicated_load import TOPIC, Load
 from tests.cluster.test_replication_failover import (
-    TOPIC,
-    Load,
     _all_in_sync,
     _files,
     _identical,

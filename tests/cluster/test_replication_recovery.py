@@ -5,7 +5,7 @@ also before any follower could be elected, and etcd losing its majority.
 Real etcd (three members; the etcd test kills two of its own), three real ``headrace
 serve`` processes in cluster mode (:mod:`tests.cluster.broker_processes`, TTL 2 s), a
 topic of 2 partitions on all three with min_insync 2, written by the idempotent producer
-of :mod:`tests.cluster.test_replication_failover`. What is checked is what a user can
+of :mod:`tests.cluster.replicated_load`. What is checked is what a user can
 see: the producer's acks and failures, the records read back through the seeds, the
 route (leader, epoch, in-sync set) and each broker's files.
 """
@@ -21,8 +21,8 @@ import pytest
 
 from tests.cluster.broker_processes import TTL_S, cluster_brokers
 from tests.cluster.etcd_harness import EtcdCluster
+from tests.cluster.replicated_load import Load, check_acked
 from tests.cluster.test_replication_failover import (
-    Load,
     _all_in_sync,
     _create,
     _identical,
@@ -31,15 +31,6 @@ from tests.cluster.test_replication_failover import (
 )
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function"), pytest.mark.timeout(150)]
-
-
-def _check_acked(load: Load, held: dict[tuple[int, int], bytes]) -> None:
-    """No record failed; every acknowledged one is at its offset; none is there twice."""
-    assert load.failed == []
-    values = list(held.values())
-    assert len(values) == len(set(values)), "a value is in the log twice"
-    for position, value in load.acked.items():
-        assert held.get(position) == value, f"{position}: acked {value!r} lost"
 
 
 async def test_the_leader_restarted_on_an_empty_data_directory_re_replicates(
@@ -67,7 +58,7 @@ async def test_the_leader_restarted_on_an_empty_data_directory_re_replicates(
             assert route.owner_node != first
             assert route.epoch > epoch
             await load.wait_more(len(load.acked) + 100, within_s=30)
-        _check_acked(load, await _read_leader(brokers.seeds))
+        check_acked(load, await _read_leader(brokers.seeds))
         files = await _identical(brokers.all, within_s=15)
         assert any(k.endswith(".log") and v for k, v in files.items())
 
@@ -103,7 +94,7 @@ async def test_a_wiped_leader_back_before_any_election_hands_the_topic_over(
             assert route.owner_node != first
             assert route.epoch > epoch
             await load.wait_more(len(load.acked) + 100, within_s=30)
-        _check_acked(load, await _read_leader(brokers.seeds))
+        check_acked(load, await _read_leader(brokers.seeds))
         files = await _identical(brokers.all, within_s=15)
         assert any(k.endswith(".log") and v for k, v in files.items())
 
@@ -142,7 +133,7 @@ async def test_etcd_losing_its_majority_stops_writes_keeps_reads_and_loses_nothi
                     await asyncio.to_thread(own_etcd.restart, member)
             print(f"acks stopped {stalled_s - killed:.2f} s after the majority was lost")
             await load.wait_more(stalled + 100, within_s=40)
-        _check_acked(load, await _read_leader(brokers.seeds))
+        check_acked(load, await _read_leader(brokers.seeds))
         route = await _all_in_sync(brokers, brokers.all[0], within_s=30)
         assert route.epoch >= epoch
 

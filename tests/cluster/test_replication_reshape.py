@@ -36,9 +36,8 @@ from tests.cluster.broker_processes import (
     read_topic,
 )
 from tests.cluster.etcd_harness import EtcdCluster
+from tests.cluster.replicated_load import TOPIC, Load
 from tests.cluster.test_replication_failover import (
-    TOPIC,
-    Load,
     _identical,
     _read_leader,
     _wait_route,

@@ -33,7 +33,8 @@ from proto import broker_pb2_grpc as _broker_grpc
 from proto.cluster_pb2 import TopicRoute
 from tests.cluster.broker_processes import TTL_S, Brokers, cluster_brokers, create_replicated
 from tests.cluster.etcd_harness import EtcdCluster
-from tests.cluster.test_replication_failover import TOPIC, Load, _read_leader
+from tests.cluster.replicated_load import TOPIC, Load
+from tests.cluster.test_replication_failover import _read_leader
 from tests.cluster.test_replication_moves import _check_load, _cli_config, _headrace
 from tests.cluster.test_replication_reshape import _gone, _wait_route_of
 from tests.cluster.test_replication_state import _cursors, _cursors_eventually, _open, _Stream

@@ -23,8 +23,8 @@ from proto import broker_pb2 as _broker
 from proto import broker_pb2_grpc as _broker_grpc
 from tests.cluster.broker_processes import TTL_S, cluster_brokers
 from tests.cluster.etcd_harness import EtcdCluster
+from tests.cluster.replicated_load import TOPIC
 from tests.cluster.test_replication_failover import (
-    TOPIC,
     _all_in_sync,
     _create,
     _route,
