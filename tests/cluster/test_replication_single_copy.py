@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -30,25 +32,21 @@ from proto import admin_pb2 as _admin
 from proto import admin_pb2_grpc as _admin_grpc
 from proto import broker_pb2 as _broker
 from proto import broker_pb2_grpc as _broker_grpc
-from proto.cluster_pb2 import TopicRoute
-from tests.cluster.broker_processes import TTL_S, Brokers, cluster_brokers, create_replicated
+from tests.cluster.broker_processes import (
+    TTL_S,
+    Brokers,
+    ClusterBroker,
+    cluster_brokers,
+    create_replicated,
+)
 from tests.cluster.etcd_harness import EtcdCluster
-from tests.cluster.replicated_load import TOPIC, Load
+from tests.cluster.replicated_load import TOPIC, Load, check_acked
 from tests.cluster.test_replication_failover import _read_leader
-from tests.cluster.test_replication_moves import _check_load, _cli_config, _headrace
+from tests.cluster.test_replication_moves import _cli_config, _headrace
 from tests.cluster.test_replication_reshape import _gone, _wait_route_of
 from tests.cluster.test_replication_state import _cursors, _cursors_eventually, _open, _Stream
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function"), pytest.mark.timeout(240)]
-
-
-async def _one_copy(brokers: Brokers) -> TopicRoute:
-    """Create ``TOPIC`` with one copy (2 partitions, factor 1) and wait until it is
-    online; its route."""
-    await create_replicated(brokers.seeds, TOPIC, 2, factor=1, min_insync=1)
-    route = await _wait_route_of(brokers, TOPIC, "online", 20, lambda r: r.online)
-    assert list(route.replicas) in ([], [route.owner_node]), route
-    return route
 
 
 async def _subscriptions(address: str) -> None:
@@ -145,6 +143,68 @@ async def _check_subscriptions(address: str) -> None:
     assert not {(0, o) for o in range(12)} & got, sorted(got)[:20]
 
 
+@dataclass(frozen=True, slots=True)
+class _OneCopy:
+    """``TOPIC``, of one copy, on two brokers: its first owner ``old`` (O), the other
+    broker ``new`` (N), and the CLI's ``--config`` file; the steps the tests here share."""
+
+    brokers: Brokers
+    old: str
+    new: str
+    config: str
+
+    @property
+    def owner(self) -> ClusterBroker:
+        return self.brokers.by_id[self.old]
+
+    async def reassign(self, *replicas: str) -> None:
+        """``headrace cluster reassign TOPIC --replicas <replicas>``; it exits 0."""
+        args = ("--replicas", ",".join(replicas), "--config", self.config)
+        done = await _headrace("cluster", "reassign", TOPIC, *args)
+        assert done.exit_code == 0, done.output
+
+    async def both_in_sync(self) -> None:
+        """Wait until the topic is online with replicas (O, N), both in sync."""
+        await _wait_route_of(
+            self.brokers,
+            TOPIC,
+            "two in sync",
+            40,
+            lambda r: r.online and list(r.replicas) == [self.old, self.new] and len(r.isr) == 2,
+        )
+
+    async def move_to_new(self) -> None:
+        """``--replicas N``; wait until the topic is online on N only, led by N, and O's
+        copy is deleted."""
+        await self.reassign(self.new)
+        await _wait_route_of(
+            self.brokers,
+            TOPIC,
+            f"on {self.new} only",
+            40,
+            lambda r: r.online and list(r.replicas) == [self.new] and r.owner_node == self.new,
+        )
+        await _gone(self.owner, TOPIC, within_s=15)
+
+    async def check_moved(self, load: Load) -> None:
+        """Every record ``load`` got acknowledged is read back once (through the leader),
+        and N holds the subscriptions (:func:`_check_subscriptions`)."""
+        check_acked(load, await _read_leader(self.brokers.seeds))
+        await _check_subscriptions(self.brokers.by_id[self.new].address)
+
+
+async def _one_copy(brokers: Brokers, config: Path) -> _OneCopy:
+    """Create ``TOPIC`` with one copy (2 partitions, factor 1), wait until it is online,
+    and make the subscriptions of :func:`_subscriptions` on its owner."""
+    await create_replicated(brokers.seeds, TOPIC, 2, factor=1, min_insync=1)
+    route = await _wait_route_of(brokers, TOPIC, "online", 20, lambda r: r.online)
+    assert list(route.replicas) in ([], [route.owner_node]), route
+    old = route.owner_node
+    [new] = [b.node_id for b in brokers.all if b.node_id != old]
+    await _subscriptions(brokers.by_id[old].address)
+    return _OneCopy(brokers, old, new, str(config))
+
+
 async def test_a_topic_of_one_copy_moves_to_another_broker(
     tmp_path: Path, etcd: EtcdCluster, prefix: str
 ) -> None:
@@ -159,41 +219,16 @@ async def test_a_topic_of_one_copy_moves_to_another_broker(
     letter, and a consumer of ``live`` on N is sent every pending record and none it
     acked; the acked letter does not come back."""
     async with cluster_brokers(tmp_path, etcd, prefix, count=2) as brokers:
-        route = await _one_copy(brokers)
-        old = route.owner_node
-        [new] = [b.node_id for b in brokers.all if b.node_id != old]
-        await _subscriptions(brokers.by_id[old].address)
-        config = str(_cli_config(tmp_path, etcd, prefix))
+        topic = await _one_copy(brokers, _cli_config(tmp_path, etcd, prefix))
         load = Load(brokers.seeds)
         async with load.running():
             await load.wait_more(100, within_s=30)
-            asked = await _headrace(
-                "cluster", "reassign", TOPIC, "--replicas", f"{old},{new}", "--config", config
-            )
-            assert asked.exit_code == 0, asked.output
-            await _wait_route_of(
-                brokers,
-                TOPIC,
-                "two in sync",
-                40,
-                lambda r: list(r.replicas) == [old, new] and len(r.isr) == 2,
-            )
+            await topic.reassign(topic.old, topic.new)
+            await topic.both_in_sync()
             await load.wait_more(len(load.acked) + 100, within_s=30)
-            moved = await _headrace(
-                "cluster", "reassign", TOPIC, "--replicas", new, "--config", config
-            )
-            assert moved.exit_code == 0, moved.output
-            await _wait_route_of(
-                brokers,
-                TOPIC,
-                f"on {new} only",
-                40,
-                lambda r: r.online and list(r.replicas) == [new] and r.owner_node == new,
-            )
-            await _gone(brokers.by_id[old], TOPIC, within_s=15)
+            await topic.move_to_new()
             await load.wait_more(len(load.acked) + 100, within_s=30)
-        _check_load(load, await _read_leader(brokers.seeds))
-        await _check_subscriptions(brokers.by_id[new].address)
+        await topic.check_moved(load)
 
 
 async def _record(store: EtcdStore, keys: Keys) -> TopicRecord:
@@ -202,119 +237,73 @@ async def _record(store: EtcdStore, keys: Keys) -> TopicRecord:
     return decode(held.key, held.value, TopicRecord)
 
 
-async def test_an_owner_killed_before_its_switch_comes_back_with_the_whole_topic(
-    tmp_path: Path, etcd: EtcdCluster, prefix: str
+async def _before_its_switch(store: EtcdStore, keys: Keys, topic: _OneCopy) -> None:
+    """O frozen (SIGSTOP) and at once the reassignment to (O, N) asked (while O's key is
+    still there); back once the controller (N, once O's session ended, if O held it) made
+    the record replicated and added N: replicas (O,) at epoch + 1, then (O, N) with isr
+    (O,). O's files are still those of a topic of one copy: O never ran its switch."""
+    before = await _record(store, keys)
+    assert before.replicas == ()
+    topic.owner.freeze()
+    await request(store, keys, TOPIC, [topic.old, topic.new])
+    deadline = time.monotonic() + TTL_S + EXPIRY_SLACK_S + 20
+    while (now := await _record(store, keys)).replicas != (topic.old, topic.new):
+        assert time.monotonic() < deadline, now
+        await asyncio.sleep(0.1)
+    assert (now.owner, now.epoch, now.isr) == (topic.old, before.epoch + 1, (topic.old,))
+
+
+async def _during_its_switch(store: EtcdStore, keys: Keys, topic: _OneCopy) -> None:
+    """The reassignment to (O, N) asked; back the moment O's switch begins: its state
+    log's directory appears (it opens it before the leader starts and before the
+    subscriptions are snapshotted; polled every millisecond)."""
+    switch = topic.owner.data_dir / "subscriptions" / TOPIC / "state-log"
+    assert not switch.exists()
+    await request(store, keys, TOPIC, [topic.old, topic.new])
+    deadline = time.monotonic() + 20
+    while not switch.exists():
+        assert time.monotonic() < deadline, "the owner never began its switch"
+        await asyncio.sleep(0.001)
+
+
+@pytest.mark.parametrize(
+    "kill_at",
+    [_before_its_switch, _during_its_switch],
+    ids=["before-its-switch", "during-its-switch"],
+)
+async def test_an_owner_killed_in_its_switch_comes_back_with_the_whole_topic(
+    tmp_path: Path,
+    etcd: EtcdCluster,
+    prefix: str,
+    kill_at: Callable[[EtcdStore, Keys, _OneCopy], Awaitable[None]],
 ) -> None:
     """Scenario: two brokers; the topic of one copy on O with the subscriptions of the
-    test above and 100 acknowledged records more. O is frozen (SIGSTOP) and at once the
-    reassignment to (O, N) is asked (``cluster.moves.request``, what the CLI calls,
-    while O's key is still there); the controller (N, once O's session ended, if O held
-    it) makes the record replicated (replicas (O,), epoch + 1) and adds N, while O's
-    files are still those of a topic of one copy: O never ran its switch. O is then
-    SIGKILLed and started again on its data directory. Expected: the record went
-    replicas (O,) at epoch + 1 then (O, N) with isr (O,) while O was frozen; back, O
-    claims the topic on the replicated path (its switch runs at that claim), N copies
-    it and both end in sync; every acknowledged record is read back once; after
-    ``--replicas N`` the topic is on N only and N holds both subscriptions at their
-    cursors and the dead letter."""
+    test above and 100 acknowledged records more; the reassignment to (O, N) is asked
+    (``cluster.moves.request``, what the CLI calls) and O is SIGKILLed at a point of its
+    switch to the replicated path, then started again on its data directory. The points:
+    ``before-its-switch``, O frozen (SIGSTOP) as the request is made and killed once the
+    record names (O, N), its files still those of a topic of one copy;
+    ``during-its-switch``, killed the moment its switch begins (its state log's directory
+    appears: before the leader starts and before the subscriptions are snapshotted).
+    Expected: before its switch, the record went replicas (O,) at epoch + 1 then (O, N)
+    with isr (O,) while O was frozen; at either point, back, O claims the topic on the
+    replicated path (its switch runs at that claim) and leads it, N copies it and both
+    end in sync; every acknowledged record is read back once; after ``--replicas N`` the
+    topic is on N only, O's copy is deleted, and N holds both subscriptions at their
+    cursors and the one dead letter left."""
     async with cluster_brokers(tmp_path, etcd, prefix, count=2) as brokers:
-        route = await _one_copy(brokers)
-        old = route.owner_node
-        [new] = [b.node_id for b in brokers.all if b.node_id != old]
-        owner = brokers.by_id[old]
-        await _subscriptions(owner.address)
+        topic = await _one_copy(brokers, _cli_config(tmp_path, etcd, prefix))
         load = Load(brokers.seeds)
         async with load.running():
             await load.wait_more(100, within_s=30)
-        _check_load(load, await _read_leader(brokers.seeds))
+        check_acked(load, await _read_leader(brokers.seeds))
         keys = Keys(prefix)
         store = await EtcdStore.connect(list(etcd.endpoints))
         async with store:
-            before = await _record(store, keys)
-            assert before.replicas == ()
-            owner.freeze()
-            await request(store, keys, TOPIC, [old, new])
-            deadline = time.monotonic() + TTL_S + EXPIRY_SLACK_S + 20
-            while (now := await _record(store, keys)).replicas != (old, new):
-                assert time.monotonic() < deadline, now
-                await asyncio.sleep(0.1)
-            assert (now.owner, now.epoch, now.isr) == (old, before.epoch + 1, (old,))
-        owner.kill()
-        await owner.start()
-        await _wait_route_of(
-            brokers,
-            TOPIC,
-            "two in sync",
-            40,
-            lambda r: r.online and list(r.replicas) == [old, new] and len(r.isr) == 2,
-        )
-        config = str(_cli_config(tmp_path, etcd, prefix))
-        moved = await _headrace("cluster", "reassign", TOPIC, "--replicas", new, "--config", config)
-        assert moved.exit_code == 0, moved.output
-        await _wait_route_of(
-            brokers,
-            TOPIC,
-            f"on {new} only",
-            40,
-            lambda r: r.online and list(r.replicas) == [new] and r.owner_node == new,
-        )
-        await _gone(owner, TOPIC, within_s=15)
-        _check_load(load, await _read_leader(brokers.seeds))
-        await _check_subscriptions(brokers.by_id[new].address)
-
-
-async def test_an_owner_killed_during_its_switch_comes_back_with_the_whole_topic(
-    tmp_path: Path, etcd: EtcdCluster, prefix: str
-) -> None:
-    """Scenario: two brokers; the topic of one copy on O with the subscriptions of the
-    first test and 100 acknowledged records more; ``cluster reassign TOPIC --replicas
-    O,N`` is asked and O is SIGKILLed the moment its switch begins (its state log's
-    directory appears: it opens it before the leader starts and before the
-    subscriptions are snapshotted; polled every millisecond), then started again on its
-    data directory. Expected: as for a kill before the switch: O leads the topic again,
-    N copies it and both end in sync; every acknowledged record is read back once; after
-    ``--replicas N``, N holds both subscriptions at their cursors and the one dead
-    letter left."""
-    async with cluster_brokers(tmp_path, etcd, prefix, count=2) as brokers:
-        route = await _one_copy(brokers)
-        old = route.owner_node
-        [new] = [b.node_id for b in brokers.all if b.node_id != old]
-        owner = brokers.by_id[old]
-        await _subscriptions(owner.address)
-        load = Load(brokers.seeds)
-        async with load.running():
-            await load.wait_more(100, within_s=30)
-        _check_load(load, await _read_leader(brokers.seeds))
-        switch = owner.data_dir / "subscriptions" / TOPIC / "state-log"
-        assert not switch.exists()
-        keys = Keys(prefix)
-        store = await EtcdStore.connect(list(etcd.endpoints))
-        async with store:
-            await request(store, keys, TOPIC, [old, new])
-        deadline = time.monotonic() + 20
-        while not switch.exists():
-            assert time.monotonic() < deadline, "the owner never began its switch"
-            await asyncio.sleep(0.001)
-        owner.kill()
-        await owner.start()
-        await _wait_route_of(
-            brokers,
-            TOPIC,
-            "two in sync",
-            40,
-            lambda r: r.online and list(r.replicas) == [old, new] and len(r.isr) == 2,
-        )
-        _check_load(load, await _read_leader(brokers.seeds))
-        config = str(_cli_config(tmp_path, etcd, prefix))
-        moved = await _headrace("cluster", "reassign", TOPIC, "--replicas", new, "--config", config)
-        assert moved.exit_code == 0, moved.output
-        await _wait_route_of(
-            brokers,
-            TOPIC,
-            f"on {new} only",
-            40,
-            lambda r: r.online and list(r.replicas) == [new] and r.owner_node == new,
-        )
-        await _gone(owner, TOPIC, within_s=15)
-        _check_load(load, await _read_leader(brokers.seeds))
-        await _check_subscriptions(brokers.by_id[new].address)
+            await kill_at(store, keys, topic)
+            topic.owner.kill()
+        await topic.owner.start()
+        await topic.both_in_sync()
+        check_acked(load, await _read_leader(brokers.seeds))
+        await topic.move_to_new()
+        await topic.check_moved(load)
