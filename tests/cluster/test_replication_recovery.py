@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.broker_processes import TTL_S, cluster_brokers
+from tests.cluster.broker_processes import TTL_S, Brokers, cluster_brokers
 from tests.cluster.etcd_harness import EtcdCluster
 from tests.cluster.replicated_load import Load, check_acked
 from tests.cluster.test_replication_failover import (
@@ -44,23 +44,7 @@ async def test_the_leader_restarted_on_an_empty_data_directory_re_replicates(
     in-sync set and ends byte-identical; no record failed, nothing acknowledged is lost
     or written twice."""
     async with cluster_brokers(tmp_path, etcd, prefix) as brokers:
-        first = await _create(brokers)
-        victim = brokers.by_id[first]
-        others = [b for b in brokers.all if b is not victim]
-        epoch = (await _route(brokers, others[0])).epoch
-        load = Load(brokers.seeds)
-        async with load.running():
-            await load.wait_more(200, within_s=30)
-            victim.kill()
-            shutil.rmtree(victim.data_dir)
-            await victim.start()  # waits out its old session, then registers
-            route = await _all_in_sync(brokers, others[0], within_s=60)
-            assert route.owner_node != first
-            assert route.epoch > epoch
-            await load.wait_more(len(load.acked) + 100, within_s=30)
-        check_acked(load, await _read_leader(brokers.seeds))
-        files = await _identical(brokers.all, within_s=15)
-        assert any(k.endswith(".log") and v for k, v in files.items())
+        await _wipe_the_leader(brokers, followers_frozen=False)
 
 
 async def test_a_wiped_leader_back_before_any_election_hands_the_topic_over(
@@ -76,27 +60,7 @@ async def test_a_wiped_leader_back_before_any_election_hands_the_topic_over(
     record failed, nothing acknowledged lost or written twice, and the replicas end
     byte-identical."""
     async with cluster_brokers(tmp_path, etcd, prefix) as brokers:
-        first = await _create(brokers)
-        victim = brokers.by_id[first]
-        others = [b for b in brokers.all if b is not victim]
-        epoch = (await _route(brokers, others[0])).epoch
-        load = Load(brokers.seeds)
-        async with load.running():
-            await load.wait_more(200, within_s=30)
-            for follower in others:
-                follower.freeze()
-            victim.kill()
-            shutil.rmtree(victim.data_dir)
-            await victim.start()  # its old session ended: it registers, the record names it
-            for follower in others:
-                follower.thaw()
-            route = await _all_in_sync(brokers, victim, within_s=60)
-            assert route.owner_node != first
-            assert route.epoch > epoch
-            await load.wait_more(len(load.acked) + 100, within_s=30)
-        check_acked(load, await _read_leader(brokers.seeds))
-        files = await _identical(brokers.all, within_s=15)
-        assert any(k.endswith(".log") and v for k, v in files.items())
+        await _wipe_the_leader(brokers, followers_frozen=True)
 
 
 async def test_etcd_losing_its_majority_stops_writes_keeps_reads_and_loses_nothing(
@@ -148,3 +112,39 @@ async def _until_stalled(load: Load, *, quiet_s: float, within_s: float) -> floa
         if len(load.acked) != count:
             count, since = len(load.acked), time.monotonic()
     return since
+
+
+async def _wipe_the_leader(brokers: Brokers, *, followers_frozen: bool) -> None:
+    """The run of the two tests above: all three in sync under an idempotent producer;
+    the leader's broker SIGKILLed, its data directory removed and the broker started
+    again on the empty directory, with both followers frozen (SIGSTOP) from before the
+    kill until it is back when ``followers_frozen``, then thawed. Checks that all three
+    end in sync (asked of a follower, or of the restarted broker after a freeze) under
+    another leader at a higher epoch, that the producer goes on (100 acks more), that no
+    record failed and nothing acknowledged is lost or written twice, and that the
+    replicas end byte-identical."""
+    first = await _create(brokers)
+    victim = brokers.by_id[first]
+    others = [b for b in brokers.all if b is not victim]
+    frozen = others if followers_frozen else []
+    epoch = (await _route(brokers, others[0])).epoch
+    load = Load(brokers.seeds)
+    async with load.running():
+        await load.wait_more(200, within_s=30)
+        for follower in frozen:
+            follower.freeze()
+        victim.kill()
+        shutil.rmtree(victim.data_dir)
+        # It waits out its old session, then registers (the record still names it
+        # leader if nobody could be elected meanwhile).
+        await victim.start()
+        for follower in frozen:
+            follower.thaw()
+        via = victim if followers_frozen else others[0]
+        route = await _all_in_sync(brokers, via, within_s=60)
+        assert route.owner_node != first
+        assert route.epoch > epoch
+        await load.wait_more(len(load.acked) + 100, within_s=30)
+    check_acked(load, await _read_leader(brokers.seeds))
+    files = await _identical(brokers.all, within_s=15)
+    assert any(k.endswith(".log") and v for k, v in files.items())
