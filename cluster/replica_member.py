@@ -18,7 +18,7 @@ whose data is missing (``MISSING``: it came back on an empty data directory befo
 follower was elected) hands the topic over too, then copies it back as a follower; with
 no alive in-sync follower the topic stays unserved.
 
-What moved out, each a piece that reads on its own:
+What moved out, each a piece that reads, and is tested, on its own:
 
 - :mod:`cluster.replica_handover` (:class:`~cluster.replica_handover.HandOver`): how a
   leader hands its topics to in-sync followers, for the controlled shutdown and for the
