@@ -9,7 +9,8 @@ have seen the request:
 
 - a unary request: the call ends with ``INVALID_ARGUMENT`` before the servicer runs;
 - a request stream: the servicer's request iterator raises the error at that message, and
-  the servicer reports it as it reports any bad request (every servicer stream does).
+  the servicer reports it as it reports any bad request (every servicer stream does; one
+  that reads its requests in a task of its own does so with :func:`request_reader`).
 
 The broker's ``[broker] max_request_bytes`` is the transport's receive limit
 (:func:`transport_receive_limit`): gRPC refuses a larger request with
@@ -26,8 +27,9 @@ the first call. Imports ``broker.errors`` and ``broker.error_status``; no servic
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Collection
+from collections.abc import AsyncIterator, Callable, Collection, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,6 +166,26 @@ def _guard_stream(behavior: Behavior) -> Behavior:
                 yield response
 
     return guarded
+
+
+@contextlib.asynccontextmanager
+async def request_reader(
+    read: Coroutine[Any, Any, None], context: Context
+) -> AsyncIterator[asyncio.Task[None]]:
+    """Run ``read`` (a stream servicer's reader of its requests) as a task for the body's
+    time. When the body ends, the reader's failure (a request that did not parse) ends
+    the call through :func:`abort_for`; however the body ends (the client gone, the call
+    cancelled), the reader is cancelled and waited for, its failure reported once."""
+    reader = asyncio.create_task(read)
+    try:
+        yield reader
+        try:
+            await reader
+        except Exception as exc:  # a request that did not parse: the rest is unread
+            await abort_for(exc, context)
+    finally:
+        reader.cancel()
+        await asyncio.wait([reader])  # a failure was reported above; don't raise it again
 
 
 async def _parsed(requests: AsyncIterator[Message | Malformed]) -> AsyncIterator[Message]:

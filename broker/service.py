@@ -72,7 +72,7 @@ from broker.limits import LimitsConfig, StreamSlots
 from broker.load_monitor import LoadMonitor
 from broker.metrics import BrokerMetrics
 from broker.retention import RetentionService
-from broker.rpc_handlers import add_service
+from broker.rpc_handlers import add_service, request_reader
 from broker.topic_guard import TopicGuard, redirect_message
 from broker.topics import Topic, TopicRegistry, check_topic_name
 from broker.turns import Turnstile
@@ -281,18 +281,10 @@ class BrokerService(_grpc.BrokerServicer):
             finally:
                 pending.put_nowait(None)
 
-        reader = asyncio.create_task(read_requests())
-        try:
+        async with request_reader(read_requests(), context):
             while (queued := await pending.get()) is not None:
                 yield await _stream_response(*queued)
                 window.release()
-            try:
-                await reader
-            except Exception as exc:  # a request that did not parse: the rest is unread
-                await abort_for(exc, context)
-        finally:
-            reader.cancel()
-            await asyncio.wait([reader])  # a failure was reported above; don't raise it again
 
     async def _open_stream(self, context: Context) -> str:
         """Count a new stream on the caller's connection; end the call with

@@ -173,16 +173,21 @@ class FollowerProgress:
     """What a leader knows of one follower, for Kafka's in-sync rule (times in ms).
 
     Attributes:
-        fetch_offset: where its last fetch asked to read from (its durable end).
-        last_fetch_ms: when that fetch arrived.
-        leader_end_at_last_fetch: the leader's end when that fetch arrived.
+        fetch_offset: its durable end as last reported (a fetch's offset, or a progress
+            report's durable offset): what the high watermark counts.
+        last_fetch_ms: when that report arrived.
+        leader_end_at_last_fetch: the leader's end when that report arrived.
         last_caught_up_ms: the last time it was known to have everything the leader had.
+        earlier: ``(leader's end, ms)`` at the reports before the last, newest first (at
+            most :data:`EARLIER_REPORTS`): a follower that fetches again before its last
+            answer is durable reports that answer's end one report later.
     """
 
     fetch_offset: int
     last_fetch_ms: int
     leader_end_at_last_fetch: int
     last_caught_up_ms: int
+    earlier: tuple[tuple[int, int], ...] = ()
 
     @classmethod
     def tracked(cls, now_ms: int, in_isr: bool) -> FollowerProgress:
@@ -191,19 +196,38 @@ class FollowerProgress:
         return cls(0, now_ms, 0, now_ms if in_isr else -(2**62))
 
 
+#: How many reports before the last a follower's progress remembers the leader's end at.
+EARLIER_REPORTS = 4
+
+
 def follower_fetched(
     progress: FollowerProgress, fetch_offset: int, leader_end: int, now_ms: int
 ) -> FollowerProgress:
-    """``progress`` after a fetch from ``fetch_offset`` arrived at ``now_ms`` while the
-    leader's end was ``leader_end`` (Kafka's ``Replica.updateFetchState``): caught up now
-    when it asked from the leader's end; caught up at its previous fetch when it asked
-    from where the leader's end was then."""
+    """``progress`` after a report of durable end ``fetch_offset`` arrived at ``now_ms``
+    while the leader's end was ``leader_end`` (Kafka's ``Replica.updateFetchState``,
+    over the last few reports): caught up now when it has the leader's end; else caught
+    up at the newest earlier report whose leader's end it has now.
+
+    Kafka looks one fetch back, as a follower that syncs before it fetches again
+    reports at its next fetch what it was sent after the last. A follower that fetches
+    again as soon as it wrote the answer (``ReplicaStream``) reports the answer durable
+    one message later still, so a few reports are kept: under a steady load its durable
+    end never reaches the leader's current end, but always one it had a report or two
+    ago, which keeps it in sync.
+
+    Example: reports at 100 ms (leader's end 50) and 101 ms (end 60); at 102 ms a report
+    of 55 (end now 70): caught up at 100 ms, when the leader had 50.
+    """
     caught_up = progress.last_caught_up_ms
+    samples = ((progress.leader_end_at_last_fetch, progress.last_fetch_ms), *progress.earlier)
     if fetch_offset >= leader_end:
         caught_up = max(caught_up, now_ms)
-    elif fetch_offset >= progress.leader_end_at_last_fetch:
-        caught_up = max(caught_up, progress.last_fetch_ms)
-    return FollowerProgress(fetch_offset, now_ms, leader_end, caught_up)
+    else:
+        for end, at in samples:
+            if fetch_offset >= end:
+                caught_up = max(caught_up, at)
+                break
+    return FollowerProgress(fetch_offset, now_ms, leader_end, caught_up, samples[:EARLIER_REPORTS])
 
 
 def is_in_sync(progress: FollowerProgress, leader_end: int, now_ms: int, lag_max_ms: int) -> bool:

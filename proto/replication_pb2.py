@@ -24,31 +24,31 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x11replication.proto\x12\x0bheadrace.v1\"\xaf\x01\n\x13ReplicaFetchRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08topic_id\x18\x02 \x01(\t\x12\x14\n\x0creplica_node\x18\x03 \x01(\t\x12\x14\n\x0cleader_epoch\x18\x04 \x01(\x03\x12#\n\x04logs\x18\x05 \x03(\x0b\x32\x15.headrace.v1.LogFetch\x12\x11\n\tmax_bytes\x18\x06 \x01(\x05\x12\x13\n\x0bmax_wait_ms\x18\x07 \x01(\x05\"I\n\x08LogFetch\x12\x0b\n\x03log\x18\x01 \x01(\t\x12\x14\n\x0c\x66\x65tch_offset\x18\x02 \x01(\x03\x12\x1a\n\x12last_fetched_epoch\x18\x03 \x01(\x03\"\x9c\x01\n\x14ReplicaFetchResponse\x12(\n\x05\x65rror\x18\x01 \x01(\x0e\x32\x19.headrace.v1.ReplicaError\x12\x14\n\x0cleader_epoch\x18\x02 \x01(\x03\x12\"\n\x04logs\x18\x03 \x03(\x0b\x32\x14.headrace.v1.LogData\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x0f\n\x07log_ids\x18\x05 \x03(\t\"\xe2\x01\n\x07LogData\x12\x0b\n\x03log\x18\x01 \x01(\t\x12(\n\x05\x65rror\x18\x02 \x01(\x0e\x32\x19.headrace.v1.ReplicaError\x12\x16\n\x0ehigh_watermark\x18\x03 \x01(\x03\x12\x11\n\tlog_start\x18\x04 \x01(\x03\x12\x0f\n\x07log_end\x18\x05 \x01(\x03\x12\x0f\n\x07\x62\x61tches\x18\x06 \x01(\x0c\x12*\n\tdiverging\x18\x07 \x01(\x0b\x32\x17.headrace.v1.Divergence\x12\'\n\x06\x65pochs\x18\x08 \x03(\x0b\x32\x17.headrace.v1.EpochStart\"/\n\nDivergence\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x12\n\nend_offset\x18\x02 \x01(\x03\"1\n\nEpochStart\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x14\n\x0cstart_offset\x18\x02 \x01(\x03\"p\n\x1bOffsetForLeaderEpochRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08topic_id\x18\x02 \x01(\t\x12\x0b\n\x03log\x18\x03 \x01(\t\x12\r\n\x05\x65poch\x18\x04 \x01(\x03\x12\x14\n\x0creplica_node\x18\x05 \x01(\t\"|\n\x1cOffsetForLeaderEpochResponse\x12(\n\x05\x65rror\x18\x01 \x01(\x0e\x32\x19.headrace.v1.ReplicaError\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12\x12\n\nend_offset\x18\x03 \x01(\x03\x12\x0f\n\x07message\x18\x04 \x01(\t*\xb7\x01\n\x0cReplicaError\x12\x16\n\x12REPLICA_ERROR_NONE\x10\x00\x12\x0e\n\nNOT_LEADER\x10\x01\x12\x17\n\x13\x46\x45NCED_LEADER_EPOCH\x10\x02\x12\x18\n\x14UNKNOWN_LEADER_EPOCH\x10\x03\x12\x11\n\rUNKNOWN_TOPIC\x10\x04\x12\x0f\n\x0bNOT_REPLICA\x10\x05\x12\x17\n\x13OFFSET_OUT_OF_RANGE\x10\x06\x12\x0f\n\x0bUNKNOWN_LOG\x10\x07\x32\xcf\x01\n\x0bReplication\x12S\n\x0cReplicaFetch\x12 .headrace.v1.ReplicaFetchRequest\x1a!.headrace.v1.ReplicaFetchResponse\x12k\n\x14OffsetForLeaderEpoch\x12(.headrace.v1.OffsetForLeaderEpochRequest\x1a).headrace.v1.OffsetForLeaderEpochResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x11replication.proto\x12\x0bheadrace.v1\"\xc6\x01\n\x13ReplicaFetchRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08topic_id\x18\x02 \x01(\t\x12\x14\n\x0creplica_node\x18\x03 \x01(\t\x12\x14\n\x0cleader_epoch\x18\x04 \x01(\x03\x12#\n\x04logs\x18\x05 \x03(\x0b\x32\x15.headrace.v1.LogFetch\x12\x11\n\tmax_bytes\x18\x06 \x01(\x05\x12\x13\n\x0bmax_wait_ms\x18\x07 \x01(\x05\x12\x15\n\rprogress_only\x18\x08 \x01(\x08\"y\n\x08LogFetch\x12\x0b\n\x03log\x18\x01 \x01(\t\x12\x14\n\x0c\x66\x65tch_offset\x18\x02 \x01(\x03\x12\x1a\n\x12last_fetched_epoch\x18\x03 \x01(\x03\x12\x1b\n\x0e\x64urable_offset\x18\x04 \x01(\x03H\x00\x88\x01\x01\x42\x11\n\x0f_durable_offset\"\x9c\x01\n\x14ReplicaFetchResponse\x12(\n\x05\x65rror\x18\x01 \x01(\x0e\x32\x19.headrace.v1.ReplicaError\x12\x14\n\x0cleader_epoch\x18\x02 \x01(\x03\x12\"\n\x04logs\x18\x03 \x03(\x0b\x32\x14.headrace.v1.LogData\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x0f\n\x07log_ids\x18\x05 \x03(\t\"\xe2\x01\n\x07LogData\x12\x0b\n\x03log\x18\x01 \x01(\t\x12(\n\x05\x65rror\x18\x02 \x01(\x0e\x32\x19.headrace.v1.ReplicaError\x12\x16\n\x0ehigh_watermark\x18\x03 \x01(\x03\x12\x11\n\tlog_start\x18\x04 \x01(\x03\x12\x0f\n\x07log_end\x18\x05 \x01(\x03\x12\x0f\n\x07\x62\x61tches\x18\x06 \x01(\x0c\x12*\n\tdiverging\x18\x07 \x01(\x0b\x32\x17.headrace.v1.Divergence\x12\'\n\x06\x65pochs\x18\x08 \x03(\x0b\x32\x17.headrace.v1.EpochStart\"/\n\nDivergence\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x12\n\nend_offset\x18\x02 \x01(\x03\"1\n\nEpochStart\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x14\n\x0cstart_offset\x18\x02 \x01(\x03\"p\n\x1bOffsetForLeaderEpochRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08topic_id\x18\x02 \x01(\t\x12\x0b\n\x03log\x18\x03 \x01(\t\x12\r\n\x05\x65poch\x18\x04 \x01(\x03\x12\x14\n\x0creplica_node\x18\x05 \x01(\t\"|\n\x1cOffsetForLeaderEpochResponse\x12(\n\x05\x65rror\x18\x01 \x01(\x0e\x32\x19.headrace.v1.ReplicaError\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12\x12\n\nend_offset\x18\x03 \x01(\x03\x12\x0f\n\x07message\x18\x04 \x01(\t*\xb7\x01\n\x0cReplicaError\x12\x16\n\x12REPLICA_ERROR_NONE\x10\x00\x12\x0e\n\nNOT_LEADER\x10\x01\x12\x17\n\x13\x46\x45NCED_LEADER_EPOCH\x10\x02\x12\x18\n\x14UNKNOWN_LEADER_EPOCH\x10\x03\x12\x11\n\rUNKNOWN_TOPIC\x10\x04\x12\x0f\n\x0bNOT_REPLICA\x10\x05\x12\x17\n\x13OFFSET_OUT_OF_RANGE\x10\x06\x12\x0f\n\x0bUNKNOWN_LOG\x10\x07\x32\xa9\x02\n\x0bReplication\x12S\n\x0cReplicaFetch\x12 .headrace.v1.ReplicaFetchRequest\x1a!.headrace.v1.ReplicaFetchResponse\x12X\n\rReplicaStream\x12 .headrace.v1.ReplicaFetchRequest\x1a!.headrace.v1.ReplicaFetchResponse(\x01\x30\x01\x12k\n\x14OffsetForLeaderEpoch\x12(.headrace.v1.OffsetForLeaderEpochRequest\x1a).headrace.v1.OffsetForLeaderEpochResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'replication_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_REPLICAERROR']._serialized_start=1016
-  _globals['_REPLICAERROR']._serialized_end=1199
+  _globals['_REPLICAERROR']._serialized_start=1087
+  _globals['_REPLICAERROR']._serialized_end=1270
   _globals['_REPLICAFETCHREQUEST']._serialized_start=35
-  _globals['_REPLICAFETCHREQUEST']._serialized_end=210
-  _globals['_LOGFETCH']._serialized_start=212
-  _globals['_LOGFETCH']._serialized_end=285
-  _globals['_REPLICAFETCHRESPONSE']._serialized_start=288
-  _globals['_REPLICAFETCHRESPONSE']._serialized_end=444
-  _globals['_LOGDATA']._serialized_start=447
-  _globals['_LOGDATA']._serialized_end=673
-  _globals['_DIVERGENCE']._serialized_start=675
-  _globals['_DIVERGENCE']._serialized_end=722
-  _globals['_EPOCHSTART']._serialized_start=724
-  _globals['_EPOCHSTART']._serialized_end=773
-  _globals['_OFFSETFORLEADEREPOCHREQUEST']._serialized_start=775
-  _globals['_OFFSETFORLEADEREPOCHREQUEST']._serialized_end=887
-  _globals['_OFFSETFORLEADEREPOCHRESPONSE']._serialized_start=889
-  _globals['_OFFSETFORLEADEREPOCHRESPONSE']._serialized_end=1013
-  _globals['_REPLICATION']._serialized_start=1202
-  _globals['_REPLICATION']._serialized_end=1409
+  _globals['_REPLICAFETCHREQUEST']._serialized_end=233
+  _globals['_LOGFETCH']._serialized_start=235
+  _globals['_LOGFETCH']._serialized_end=356
+  _globals['_REPLICAFETCHRESPONSE']._serialized_start=359
+  _globals['_REPLICAFETCHRESPONSE']._serialized_end=515
+  _globals['_LOGDATA']._serialized_start=518
+  _globals['_LOGDATA']._serialized_end=744
+  _globals['_DIVERGENCE']._serialized_start=746
+  _globals['_DIVERGENCE']._serialized_end=793
+  _globals['_EPOCHSTART']._serialized_start=795
+  _globals['_EPOCHSTART']._serialized_end=844
+  _globals['_OFFSETFORLEADEREPOCHREQUEST']._serialized_start=846
+  _globals['_OFFSETFORLEADEREPOCHREQUEST']._serialized_end=958
+  _globals['_OFFSETFORLEADEREPOCHRESPONSE']._serialized_start=960
+  _globals['_OFFSETFORLEADEREPOCHRESPONSE']._serialized_end=1084
+  _globals['_REPLICATION']._serialized_start=1273
+  _globals['_REPLICATION']._serialized_end=1570
 # @@protoc_insertion_point(module_scope)

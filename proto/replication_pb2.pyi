@@ -27,7 +27,7 @@ OFFSET_OUT_OF_RANGE: ReplicaError
 UNKNOWN_LOG: ReplicaError
 
 class ReplicaFetchRequest(_message.Message):
-    __slots__ = ("topic", "topic_id", "replica_node", "leader_epoch", "logs", "max_bytes", "max_wait_ms")
+    __slots__ = ("topic", "topic_id", "replica_node", "leader_epoch", "logs", "max_bytes", "max_wait_ms", "progress_only")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
     REPLICA_NODE_FIELD_NUMBER: _ClassVar[int]
@@ -35,6 +35,7 @@ class ReplicaFetchRequest(_message.Message):
     LOGS_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_ONLY_FIELD_NUMBER: _ClassVar[int]
     topic: str
     topic_id: str
     replica_node: str
@@ -42,17 +43,20 @@ class ReplicaFetchRequest(_message.Message):
     logs: _containers.RepeatedCompositeFieldContainer[LogFetch]
     max_bytes: int
     max_wait_ms: int
-    def __init__(self, topic: _Optional[str] = ..., topic_id: _Optional[str] = ..., replica_node: _Optional[str] = ..., leader_epoch: _Optional[int] = ..., logs: _Optional[_Iterable[_Union[LogFetch, _Mapping]]] = ..., max_bytes: _Optional[int] = ..., max_wait_ms: _Optional[int] = ...) -> None: ...
+    progress_only: bool
+    def __init__(self, topic: _Optional[str] = ..., topic_id: _Optional[str] = ..., replica_node: _Optional[str] = ..., leader_epoch: _Optional[int] = ..., logs: _Optional[_Iterable[_Union[LogFetch, _Mapping]]] = ..., max_bytes: _Optional[int] = ..., max_wait_ms: _Optional[int] = ..., progress_only: _Optional[bool] = ...) -> None: ...
 
 class LogFetch(_message.Message):
-    __slots__ = ("log", "fetch_offset", "last_fetched_epoch")
+    __slots__ = ("log", "fetch_offset", "last_fetched_epoch", "durable_offset")
     LOG_FIELD_NUMBER: _ClassVar[int]
     FETCH_OFFSET_FIELD_NUMBER: _ClassVar[int]
     LAST_FETCHED_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    DURABLE_OFFSET_FIELD_NUMBER: _ClassVar[int]
     log: str
     fetch_offset: int
     last_fetched_epoch: int
-    def __init__(self, log: _Optional[str] = ..., fetch_offset: _Optional[int] = ..., last_fetched_epoch: _Optional[int] = ...) -> None: ...
+    durable_offset: int
+    def __init__(self, log: _Optional[str] = ..., fetch_offset: _Optional[int] = ..., last_fetched_epoch: _Optional[int] = ..., durable_offset: _Optional[int] = ...) -> None: ...
 
 class ReplicaFetchResponse(_message.Message):
     __slots__ = ("error", "leader_epoch", "logs", "message", "log_ids")

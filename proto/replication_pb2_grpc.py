@@ -39,6 +39,11 @@ class ReplicationStub:
                 request_serializer=replication__pb2.ReplicaFetchRequest.SerializeToString,
                 response_deserializer=replication__pb2.ReplicaFetchResponse.FromString,
                 _registered_method=True)
+        self.ReplicaStream = channel.stream_stream(
+                '/headrace.v1.Replication/ReplicaStream',
+                request_serializer=replication__pb2.ReplicaFetchRequest.SerializeToString,
+                response_deserializer=replication__pb2.ReplicaFetchResponse.FromString,
+                _registered_method=True)
         self.OffsetForLeaderEpoch = channel.unary_unary(
                 '/headrace.v1.Replication/OffsetForLeaderEpoch',
                 request_serializer=replication__pb2.OffsetForLeaderEpochRequest.SerializeToString,
@@ -58,6 +63,18 @@ class ReplicationServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReplicaStream(self, request_iterator, context):
+        """The same fetches over one long-lived call per topic and follower: each request that is
+        not progress_only is one fetch, answered by exactly one response, in order, with the
+        rules of ReplicaFetch; a follower sends its next fetch only after the answer to the
+        last. A progress_only request reports the follower's durable ends and is not answered.
+        Brokers of this version fetch this way (no new call per fetch, and the next fetch is
+        parked on the leader while the follower syncs the last answer).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def OffsetForLeaderEpoch(self, request, context):
         """Where the leader's log of `epoch` ends (Kafka's OffsetsForLeaderEpoch), for a replica
         that returns and must find where its logs diverged from the leader's.
@@ -71,6 +88,11 @@ def add_ReplicationServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'ReplicaFetch': grpc.unary_unary_rpc_method_handler(
                     servicer.ReplicaFetch,
+                    request_deserializer=replication__pb2.ReplicaFetchRequest.FromString,
+                    response_serializer=replication__pb2.ReplicaFetchResponse.SerializeToString,
+            ),
+            'ReplicaStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.ReplicaStream,
                     request_deserializer=replication__pb2.ReplicaFetchRequest.FromString,
                     response_serializer=replication__pb2.ReplicaFetchResponse.SerializeToString,
             ),
@@ -105,6 +127,33 @@ class Replication:
             request,
             target,
             '/headrace.v1.Replication/ReplicaFetch',
+            replication__pb2.ReplicaFetchRequest.SerializeToString,
+            replication__pb2.ReplicaFetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReplicaStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/headrace.v1.Replication/ReplicaStream',
             replication__pb2.ReplicaFetchRequest.SerializeToString,
             replication__pb2.ReplicaFetchResponse.FromString,
             options,

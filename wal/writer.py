@@ -212,8 +212,11 @@ class LogWriter:
                 fail_commands=self._fail_commands,
                 fail_broken=self._fail_broken,
                 high_water_mark=lambda: self._durable,
+                written=self._written_ahead,
             ),
         )
+        #: Told each group's written end before its sync (see set_written_listener).
+        self._ahead: Listener | None = None
         #: Told how long each group commit's write and fsync took (metrics).
         self.on_commit: CommitObserver = _ignore_commit
         #: What synced group commits cost the disk and the listeners (policy ``ALWAYS``
@@ -406,6 +409,27 @@ class LogWriter:
         before the mark's listeners (a leader recomputes its high watermark, a follower's
         long poll wakes). Held commits or not."""
         self._durable_listeners.append(listener)
+
+    def set_written_listener(self, listener: Listener | None) -> None:
+        """Tell ``listener`` the written end of each group commit of :meth:`append`
+        under the ``always`` policy, after its write and before its ``fdatasync`` (on
+        the loop; one more wake-up per group); ``None``: no more. One at a time.
+
+        For a leader serving its followers bytes it has written while it syncs them:
+        bytes below a written end never change (only a follower truncates), so a
+        :meth:`read_raw` up to it is safe; they are not durable, which the leader's
+        high watermark (at most :attr:`durable_end`) still waits for.
+        """
+        self._ahead = listener
+        self._worker.post_written = listener is not None
+
+    def _written_ahead(self, head: int) -> None:
+        listener = self._ahead
+        if listener is not None:
+            try:
+                listener(head)
+            except Exception:
+                logger.exception("log %s: written-end listener failed", self._log.path)
 
     def remove_durable_listener(self, listener: Listener) -> None:
         """Stop calling ``listener``."""
@@ -682,7 +706,12 @@ class LogWriter:
             raise
 
     async def read_raw(
-        self, offset: int, max_bytes: int = 1 << 20, *, durable: bool = False
+        self,
+        offset: int,
+        max_bytes: int = 1 << 20,
+        *,
+        durable: bool = False,
+        upper: int | None = None,
     ) -> bytes:
         """The bytes of whole batches from the one holding ``offset``, as they are in the
         log (base offsets and CRCs included), up to ``max_bytes``: what a leader sends a
@@ -690,8 +719,10 @@ class LogWriter:
 
         Bounded as :meth:`aread` is: at least one whole batch even past ``max_bytes``,
         none at or past the :attr:`high_water_mark` (``b""`` when ``offset`` is the
-        mark); with ``durable``, none at or past the :attr:`durable_end` instead: a leader
-        serves its followers what it has durably, the mark waits for them. The first batch
+        mark); with ``durable``, none at or past the :attr:`durable_end` instead; with
+        ``upper``, none at or past it: a written end told by the written listener
+        (:meth:`set_written_listener`), so a leader serves its followers what it has
+        written, the mark waits for them (and for its own sync). The first batch
         starts before ``offset`` when ``offset`` falls inside it; a follower fetches from
         its head, always a batch boundary.
 
@@ -707,7 +738,8 @@ class LogWriter:
             CorruptSegmentError, WalIOError: as :meth:`aread`.
             WalClosedError: the writer is closing.
         """
-        upper = self._durable if durable else self._hwm
+        if upper is None:
+            upper = self._durable if durable else self._hwm
         if offset >= self._log.first_offset:
             cached = self._tail.read(offset, max_bytes, upper)
             if cached is not None:

@@ -6,7 +6,9 @@ groups (up to ``max_group_bytes``; one ``pwritev``, then one ``fdatasync`` under
 same way), and the control commands (flush, roll, retention, close) one at a time, each
 between two groups. It changes nothing the event loop reads: each outcome goes back
 to the loop as one callback (:class:`Completions`, through ``call_soon_threadsafe``),
-where the writer advances its high-water mark and answers the appenders. The group
+where the writer advances its high-water mark and answers the appenders. A leader's log
+also gets a group's written head between its write and its ``fdatasync``
+(:attr:`WriterThread.post_written`), to serve its followers while it syncs. The group
 commit protocol, its invariants and why commands reach this thread once per loop turn
 are in :mod:`wal.writer`'s docstring.
 
@@ -72,6 +74,9 @@ class Completions:
     fail_broken: Callable[[list[Command], Exception], None]
     #: The loop's high-water mark.
     high_water_mark: Callable[[], int]
+    #: A group's bytes are written (not yet synced): the log's head after them. Posted
+    #: only while :attr:`WriterThread.post_written` is set.
+    written: Callable[[int], None]
 
 
 class WriterThread:
@@ -97,6 +102,10 @@ class WriterThread:
         self._loop: asyncio.AbstractEventLoop | None = None
         #: The thread died of a bug: the writer refuses what comes next.
         self.broken = False
+        #: Post each group's written head before its ``fdatasync`` (``Completions.
+        #: written``): one more loop wake-up per group, for a leader that serves its
+        #: followers what it wrote while it syncs. Set on the loop, read here.
+        self.post_written = False
 
     def start(self, loop: asyncio.AbstractEventLoop) -> threading.Thread:
         """Start the thread (``wal-writer:<path>``); its completions run on ``loop``."""
@@ -195,6 +204,8 @@ class WriterThread:
         head = self._log.head
         if not self._sync_groups:
             return Written(results, head, written - started, None, full)
+        if self.post_written and append is None:
+            self._post(self._done.written, head)
         self._log.flush()
         return Written(results, head, written - started, time.perf_counter() - written, full)
 

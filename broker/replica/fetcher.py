@@ -3,15 +3,21 @@ leader and appending the leader's bytes.
 
 Role: one :class:`FollowerTopic` per topic this broker follows, made by the replica
 manager when the broker becomes a follower at ``record.epoch`` and closed when it stops
-following. Its task loops: one ``ReplicaFetch`` (a long poll) to the leader with every
-log's head and the epoch of its last record, then for each log the action of
-:func:`broker.replica.fetch_rules.plan`, carried out in order:
+following. Its task keeps one ``ReplicaStream`` call open to the leader and loops: one
+fetch on it (a long poll) with every log's head, durable end and the epoch of its last
+record, then for each log the action of :func:`broker.replica.fetch_rules.plan`:
 
 - append: the leader's epoch entries that date the batches are copied into the log's
   ``leader-epochs`` (on a worker thread, durable), the batches' producers noted in the
   partition's producer table (so a promotion needs no scan), then
   ``LogWriter.append_replicated`` (durable under the fsync policy before it returns);
-  then the follower's mark is committed to ``min(leader's high watermark, its end)``;
+  then the follower's mark is committed to ``min(leader's high watermark, its end)``.
+  An append with no epoch entry to copy (the steady state) is *pipelined*: it is queued
+  on the writer, the next fetch goes out at once from the head it will leave (so it is
+  parked on the leader while this one syncs, ready for the next record), and once it
+  is durable a ``progress_only`` message reports the new durable end, which is what the
+  leader's high watermark counts. The next answer waits for it to end before anything
+  of that answer is planned or written (one append in flight at a time);
 - cut back (``truncate_to``, to the divergence point: never to the high watermark alone)
   or empty the log to a new start (``restart_at``), then the producer table is rebuilt
   from the log;
@@ -27,12 +33,14 @@ log's head and the epoch of its last record, then for each log the action of
 
 Invariants:
 
-- The offset a log is fetched from is its head, always a batch boundary: every write is
-  whole batches (``append_replicated`` runs to its end even when its caller is cancelled,
-  and a crash leaves a prefix of whole batches, which opening keeps).
-- Under the ``always`` fsync policy the head is the log's durable end, what the leader
-  counts toward its high watermark; under ``interval`` and ``never`` it is the written
-  end, as ``append_replicated`` says.
+- The offset a log is fetched from is its head, or the head the append in flight will
+  leave: always a batch boundary (every write is whole batches: ``append_replicated``
+  runs to its end even when its caller is cancelled, and a crash leaves a prefix of
+  whole batches, which opening keeps).
+- The durable offset reported is the writer's head: under the ``always`` fsync policy the
+  log's durable end (the head moves only when a write's sync is done); under
+  ``interval`` and ``never`` the written end, as ``append_replicated`` says. The leader
+  counts only it toward its high watermark, never the fetch offset.
 - An epoch entry is durable before the first record it dates is written.
 - The follower's writer holds its commits (``LogWriter.hold_commits``): its mark is what
   its leader committed and it has, never more. A restarted replica's log opens with its
@@ -40,7 +48,9 @@ Invariants:
   at its head (:meth:`wal.writer.LogWriter.open`).
 
 Stopping (:meth:`FollowerTopic.aclose`): the long poll is cancelled at once; an append,
-a cut or an epoch write in flight runs to its end first; nothing else is started.
+a cut or an epoch write in flight runs to its end first; nothing else is started. Any
+failure, a wake-up (:meth:`update`) or a stop ends the stream call; a new one starts only
+once the append in flight ended.
 
 Task-safety: one event loop; the task alone writes the topic's logs; :meth:`update`
 and :meth:`aclose` only set state and wake it.
@@ -49,6 +59,7 @@ and :meth:`aclose` only set state and wake it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -93,6 +104,10 @@ STARTING_RETRY_S = 0.01
 STARTING_RETRIES = 20
 #: The whole-fetch errors of a leader that has not begun the epoch the follower asks at.
 _NOT_STARTED = frozenset({_pb.NOT_LEADER, _pb.UNKNOWN_LEADER_EPOCH})
+
+_Call = grpc.aio.StreamStreamCall[_pb.ReplicaFetchRequest, _pb.ReplicaFetchResponse]
+#: One pipelined append: the partition, the leader's answer for its log, the append.
+_Pending = tuple[Partition, _pb.LogData, Append]
 
 
 class FollowerTopic:
@@ -154,6 +169,11 @@ class FollowerTopic:
         self._opened: set[str] = set()  # the logs open_log gave (dropped with the leader's)
         self._channel: grpc.aio.Channel | None = None
         self._channel_address = ""
+        self._call: _Call | None = None  # the stream to the leader, while open
+        self._sending = asyncio.Lock()  # one write at a time on the call
+        self._applying: asyncio.Task[None] | None = None  # the pipelined appends in flight
+        self._heads: dict[str, int] = {}  # log id -> the head once they are written
+        self._apply_failure: str | None = None  # why one of them failed
         self._task: asyncio.Task[None] | None = None
         self._woken = asyncio.Event()  # update() or aclose(): stop waiting, look again
         self._closing = False
@@ -239,6 +259,8 @@ class FollowerTopic:
             except Exception:  # a bug: logged with its trace, then backed off as any
                 logger.exception("%s: fetch round failed", self._topic.name)
                 ok = self._failed("internal error (see the broker's log)")
+            if not ok or self._woken.is_set():
+                self._drop_call()  # the next fetch starts a new stream, settled
             if self._closing:
                 break
             if ok:
@@ -253,43 +275,121 @@ class FollowerTopic:
             base_s, max_s = self._backoff
             pause = backoff_s(failures, self._rng, base_s=base_s, max_s=max_s)
             await self._until_woken(asyncio.sleep(pause))
+        self._drop_call()
+        await self._settle()  # an append in flight runs to its end before aclose returns
 
     async def _round(self) -> bool:
         """One fetch and what its answer says; whether it went well (no pause)."""
         if self._woken.is_set():  # updated while the last answer was carried out
             return True
-        stub = await self._stub()
-        request = self._request()
-        response = await self._until_woken(
-            stub.ReplicaFetch(
-                request,
-                timeout=self._max_wait_ms / 1000 + RPC_MARGIN_S,
-                metadata=self._metadata,
+        call = await self._stream()
+        await self._send(call, self._request())
+        try:
+            response = await self._until_woken(
+                asyncio.wait_for(call.read(), self._max_wait_ms / 1000 + RPC_MARGIN_S)
             )
-        )
+        except Exception:  # the stream failed: the append in flight settles first
+            if (failure := await self._settle()) is not None:
+                self._failed(failure)
+            raise
+        failure = await self._settle()  # the last answer's appends: written and reported
+        if failure is not None:
+            return self._failed(failure)
         if response is None:  # woken: a new leader or epoch, or closing
             return True
+        if not isinstance(response, _pb.ReplicaFetchResponse):  # EOF: the leader ended it
+            return self._failed("the leader ended the replication stream")
         if response.error != _pb.REPLICA_ERROR_NONE:
             self._not_started = response.error in _NOT_STARTED
             name = _pb.ReplicaError.Name(response.error)
             return self._failed(f"{name}: {response.message}")
         await self._open_new_logs(response.log_ids)
         ok = True
+        pipelined: list[_Pending] = []
         for data in response.logs:
             partition = self._logs.get(data.log)
             if partition is None:
                 continue  # a log of a later wave (dead letters, state): not followed yet
             self._leader_ends[data.log] = data.log_end
             action = plan(_position(partition), reply_from_pb(data))
+            if isinstance(action, Append) and not action.assign and action.drop_epochs_from is None:
+                pipelined.append((partition, data, action))
+                continue
             try:
                 ok = await self._carry_out(partition, data.log, action) and ok
                 if data.log in self._trimmed_by_leader:
                     await _follow_log_start(partition, data)
             except (WalError, OSError) as exc:  # this log's disk: the others go on
                 ok = self._failed(f"{data.log}: {type(exc).__name__}: {exc}")
+        if pipelined:
+            for _partition, data, action in pipelined:
+                self._heads[data.log] = action.headers[-1].last_offset + 1
+            self._applying = asyncio.create_task(self._apply(pipelined))
         if ok:
             self.last_error = None
         return ok
+
+    async def _apply(self, pipelined: list[_Pending]) -> None:
+        """The pipelined appends of one answer, log by log, as :meth:`_carry_out` does
+        them; then the new durable ends reported to the leader. A failure is kept for the
+        next round (:meth:`_settle`); the logs after it are still written."""
+        try:
+            for partition, data, action in pipelined:
+                try:
+                    await self._append(partition, action)
+                    if data.log in self._trimmed_by_leader:
+                        await _follow_log_start(partition, data)
+                except (WalError, OSError) as exc:
+                    self._apply_failure = f"{data.log}: {type(exc).__name__}: {exc}"
+        finally:
+            self._heads.clear()
+        await self._report()
+
+    async def _settle(self) -> str | None:
+        """Wait for the pipelined appends in flight, if any; why one failed, or None."""
+        task, self._applying = self._applying, None
+        if task is not None:
+            await asyncio.wait([task])  # shielded: a cancelled caller leaves it be
+            if not task.cancelled() and task.exception() is not None:
+                exc = task.exception()
+                logger.error("%s: pipelined append failed", self._topic.name, exc_info=exc)
+                self._apply_failure = self._apply_failure or "internal error (see the log)"
+        failure, self._apply_failure = self._apply_failure, None
+        return failure
+
+    async def _report(self) -> None:
+        """Tell the leader this follower's durable ends (a ``progress_only`` message on
+        the open stream); nothing when the stream ended meanwhile (the next fetch tells)."""
+        call = self._call
+        if call is None or call.done() or self._closing:
+            return
+        request = self._request(progress_only=True)
+        with contextlib.suppress(grpc.RpcError, asyncio.InvalidStateError):
+            await self._send(call, request)
+
+    async def _send(self, call: _Call, request: _pb.ReplicaFetchRequest) -> None:
+        """Write ``request`` on ``call``, one write at a time (no-op once it ended)."""
+        async with self._sending:
+            if self._call is call and not call.done():
+                await call.write(request)
+
+    async def _stream(self) -> _Call:
+        """The open stream to the current leader, or a new one (the last append settled
+        first, so a new stream starts from heads on disk)."""
+        if self._call is not None:
+            return self._call
+        failure = await self._settle()
+        if failure is not None:
+            logger.warning("%s: %s", self._topic.name, failure)
+        stub = await self._stub()
+        self._call = stub.ReplicaStream(metadata=self._metadata)
+        return self._call
+
+    def _drop_call(self) -> None:
+        """End the stream (the leader drops its held fetch); the next round opens another."""
+        call, self._call = self._call, None
+        if call is not None:
+            call.cancel()
 
     async def _open_new_logs(self, log_ids: Sequence[str]) -> None:
         """Open the logs the leader named that this follower lacks (a dead-letter queue
@@ -322,20 +422,25 @@ class FollowerTopic:
                 "%s: following log %s from offset %d", self._topic.name, log, partition.writer.head
             )
 
-    def _request(self) -> _pb.ReplicaFetchRequest:
-        """The next fetch. The logs are asked in an order that rotates by one each time:
-        the leader fills ``max_bytes`` in the order asked, so a log far behind (or one
-        whose appends fail) would otherwise take every fetch's bytes from the others."""
+    def _request(self, *, progress_only: bool = False) -> _pb.ReplicaFetchRequest:
+        """The next fetch, or a progress report. Each log is asked from its head (or the
+        head its append in flight will leave), with its durable end beside it. The logs
+        are asked in an order that rotates by one at each fetch: the leader fills
+        ``max_bytes`` in the order asked, so a log far behind (or one whose appends fail)
+        would otherwise take every fetch's bytes from the others."""
         logs = []
         order = list(self._logs.items())
-        self._rotation = (self._rotation + 1) % len(order) if order else 0
+        if not progress_only:
+            self._rotation = (self._rotation + 1) % len(order) if order else 0
         for log, partition in order[self._rotation :] + order[: self._rotation]:
             position = _position(partition)
+            head = self._heads.get(log, position.head)
             logs.append(
                 _pb.LogFetch(
                     log=log,
-                    fetch_offset=position.head,
-                    last_fetched_epoch=last_fetched_epoch(position.epochs, position.head),
+                    fetch_offset=head,
+                    last_fetched_epoch=last_fetched_epoch(position.epochs, head),
+                    durable_offset=position.head,
                 )
             )
         return _pb.ReplicaFetchRequest(
@@ -346,6 +451,7 @@ class FollowerTopic:
             logs=logs,
             max_bytes=self._max_bytes,
             max_wait_ms=self._max_wait_ms,
+            progress_only=progress_only,
         )
 
     async def _stub(self) -> _grpc.ReplicationStub:

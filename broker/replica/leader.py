@@ -5,8 +5,14 @@ Role: one :class:`LeaderTopic` per topic this broker leads, made by the replica 
 when the broker becomes leader at ``record.epoch`` and closed when it stops leading. It
 owns, per log of the topic (``p/<partition>``):
 
-- each follower's :class:`~cluster.replicas.FollowerProgress` (its fetch offset is its
-  durable end; when it was last caught up with the leader's durable end);
+- each follower's :class:`~cluster.replicas.FollowerProgress` (its durable end, as its
+  fetches and progress reports say; when it was last caught up with the leader's
+  durable end);
+- what the followers are served: the log's *written* end (``_LedLog.served_end``), told
+  by the writer between a group's write and its ``fdatasync``
+  (``LogWriter.set_written_listener``), so that the followers' copies and syncs overlap
+  the leader's own sync instead of following it (Kafka serves its followers its log end
+  too);
 - the high watermark, ``cluster.replicas.high_watermark`` over the in-sync set, pushed
   into the log's commit gate (``LogWriter.commit_to``): readers of the topic (Fetch,
   Subscribe, lag, metrics) see only committed records, with no change of their own;
@@ -20,6 +26,11 @@ Invariants:
   (a shrink counts once its transaction succeeded; a joining follower counts at once,
   Kafka's "maximal isr", which can only hold the watermark back).
 - The watermark never moves back while this broker leads (``commit_to`` never lowers it).
+- Serving bytes not yet synced here commits nothing early: the watermark is at most the
+  leader's own durable end. Should the leader crash before its sync, its followers may
+  hold a tail its disk lost: a new leader (one of them) commits that tail in its own
+  epoch, and the old leader, back as a follower, finds its log a prefix of the new
+  leader's (same bytes: the followers copied its writes) and fetches the rest.
 - A new leader's watermark starts where the log's was: at its checkpoint when the log
   was opened since (:mod:`wal.hw_checkpoint`: a replica's log opens held there), where
   it was as a follower otherwise; and it moves only as the in-sync followers' fetches
@@ -176,21 +187,24 @@ class _LedLog:
         self.epoch_start = 0
         #: The writer's durable listener while the topic is led (removed by aclose).
         self.on_durable: Callable[[int], None] | None = None
-        #: The last raw read answered, ``((fetch offset, budget, durable end), bytes)``,
+        #: The end the followers are served up to: the log's written end as its writer
+        #: last told it (before the sync), or its durable end when that is further.
+        self.served_end = self.writer.durable_end
+        #: The last raw read answered, ``((fetch offset, budget, served end), bytes)``,
         #: for the other followers (``shares_left`` more): see :meth:`read`.
         self.last_read: tuple[tuple[int, int, int], bytes] | None = None
         self.shares_left = 0
 
     async def read(self, offset: int, budget: int, end: int, sharers: int) -> bytes:
-        """The durable batches from ``offset`` within ``budget`` while the durable end is
-        ``end`` (the caller's reading of it this turn), read once for up to ``sharers``
-        more followers asking the same: they get the same bytes object.
+        """The batches from ``offset`` within ``budget`` below ``end`` (the served end,
+        the caller's reading of it this turn), read once for up to ``sharers`` more
+        followers asking the same: they get the same bytes object.
 
-        The bytes below a durable end never change while this broker leads (only a
+        The bytes below a written end never change while this broker leads (only a
         follower truncates), and the key names the end, so a shared answer is the one a
         read of its own would give. A read is kept only while the end is still ``end``,
-        and dropped once ``sharers`` took it or the durable end moves
-        (:meth:`LeaderTopic._on_durable`): at most one answer per log is held, and only
+        and dropped once ``sharers`` took it or the served end moves
+        (:meth:`LeaderTopic._on_written`): at most one answer per log is held, and only
         until the next append to it.
 
         Raises:
@@ -203,8 +217,8 @@ class _LedLog:
             if self.shares_left <= 0:
                 self.last_read = None
             return last[1]
-        data = await self.writer.read_raw(offset, budget, durable=True)
-        if sharers > 0 and self.writer.durable_end == end:
+        data = await self.writer.read_raw(offset, budget, upper=end)
+        if sharers > 0 and self.served_end == end:
             self.last_read, self.shares_left = (key, data), sharers
         return data
 
@@ -264,7 +278,7 @@ class LeaderTopic:
         self._by_partition = {led.partition.index: led for led in self._logs.values()}
         self._joining: set[str] = set()  # counted in the watermark before etcd has them
         self._order = itertools.count()
-        self._data = asyncio.Event()  # set (and replaced) when a durable end advances
+        self._data = asyncio.Event()  # set (and replaced) when a served end advances
         self._isr_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
         self._ticker: asyncio.Task[None] | None = None
@@ -372,10 +386,7 @@ class LeaderTopic:
         for led in self._logs.values():
             for node in self._followers():
                 led.progress[node] = FollowerProgress.tracked(now, node in isr)
-            led.on_durable = functools.partial(self._on_durable, led)
-            led.writer.add_durable_listener(led.on_durable)
-            led.writer.add_listener(led.committed_to)
-            led.partition.gate = self
+            self._listen(led)
         self._recompute()
         self._ticker = asyncio.create_task(
             self._tick(), name=f"isr-check:{self._topic.name}@{epoch}"
@@ -397,12 +408,27 @@ class LeaderTopic:
         for task in list(self._tasks):
             task.cancel()
         for led in self._logs.values():
-            if led.on_durable is not None:
-                led.writer.remove_durable_listener(led.on_durable)
-                led.writer.remove_listener(led.committed_to)
-                led.on_durable = None
-            if led.partition.gate is self:
-                led.partition.gate = None
+            self._unlisten(led)
+
+    def _listen(self, led: _LedLog) -> None:
+        """Follow ``led``'s writer (its written and durable ends, its mark) and gate its
+        publishes through this leader."""
+        led.served_end = led.writer.durable_end
+        led.on_durable = functools.partial(self._on_durable, led)
+        led.writer.add_durable_listener(led.on_durable)
+        led.writer.set_written_listener(functools.partial(self._on_written, led))
+        led.writer.add_listener(led.committed_to)
+        led.partition.gate = self
+
+    def _unlisten(self, led: _LedLog) -> None:
+        """Undo :meth:`_listen` (idempotent)."""
+        if led.on_durable is not None:
+            led.writer.remove_durable_listener(led.on_durable)
+            led.writer.set_written_listener(None)
+            led.writer.remove_listener(led.committed_to)
+            led.on_durable = None
+        if led.partition.gate is self:
+            led.partition.gate = None
 
     async def add_log(self, name: str, log: Partition) -> None:
         """Lead one more log of the topic from now on (a dead-letter queue made while
@@ -429,10 +455,7 @@ class LeaderTopic:
         now, isr = self._now_ms(), self._record.effective_isr()
         for node in self._followers():
             led.progress[node] = FollowerProgress.tracked(now, node in isr)
-        led.on_durable = functools.partial(self._on_durable, led)
-        led.writer.add_durable_listener(led.on_durable)
-        led.writer.add_listener(led.committed_to)
-        log.gate = self
+        self._listen(led)
         self._logs[name] = led
         self._by_partition[log.index] = led
         self._recompute()
@@ -447,12 +470,7 @@ class LeaderTopic:
         if led is None:
             return
         self._by_partition.pop(led.partition.index, None)
-        if led.on_durable is not None:
-            led.writer.remove_durable_listener(led.on_durable)
-            led.writer.remove_listener(led.committed_to)
-            led.on_durable = None
-        if led.partition.gate is self:
-            led.partition.gate = None
+        self._unlisten(led)
         waiters, led.waiters = led.waiters, []
         for offset, _, future in waiters:
             if not future.done():
@@ -573,13 +591,22 @@ class LeaderTopic:
         for led in self._logs.values():
             led.writer.commit_to(self._hw(led))
 
-    def _on_durable(self, led: _LedLog, _end: int) -> None:
+    def _on_written(self, led: _LedLog, end: int) -> None:
+        """``led``'s writer wrote a group up to ``end`` and is syncing it: serve it to
+        the followers now (long polls wake), so that their copies and syncs overlap the
+        leader's own. The watermark still waits for this sync (:meth:`_on_durable`)."""
+        if end > led.served_end:
+            led.served_end = end
+            led.last_read = None  # keyed by the old end: no fetch can share it now
+            self._wake()
+
+    def _on_durable(self, led: _LedLog, end: int) -> None:
         """``led``'s durable end advanced: its watermark may move (the leader counts
-        itself), and long polls wake."""
-        led.last_read = None  # keyed by the old end: no fetch can share it now
+        itself); long polls wake when it passes what they were served (a write the
+        writer did not tell ahead: not a synced group commit)."""
         if self._stopped is None:
             led.writer.commit_to(self._hw(led))
-        self._wake()
+        self._on_written(led, end)
 
     def _wake(self) -> None:
         self._data.set()
@@ -701,14 +728,15 @@ class LeaderTopic:
 
     async def fetch_raw(self, request: _pb.ReplicaFetchRequest) -> bytes:
         """Answer a follower's fetch, serialized: per log, a divergence, an out-of-range
-        error, or the durable batches from its fetch offset; held up to ``max_wait_ms``
-        (at most :data:`MAX_WAIT_MS`) while no log has any, until a durable append.
+        error, or the batches from its fetch offset up to the served end (written, maybe
+        not yet synced here); held up to ``max_wait_ms`` (at most :data:`MAX_WAIT_MS`)
+        while no log has any, until an append is written.
 
         The batches are never copied into a protobuf message: each log's answer is
         serialized without them and they are spliced in as its ``batches`` field
         (:func:`_encode`), so a MiB answer costs one copy here, not a copy into the
         message and another out of it. Followers asking the same log at the same offset
-        while the durable end stands share one read (:meth:`_LedLog.read`)."""
+        while the served end stands share one read (:meth:`_LedLog.read`)."""
         problem = self.check_request(
             request.topic, request.topic_id, request.replica_node, request.leader_epoch
         )
@@ -732,20 +760,31 @@ class LeaderTopic:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(woken.wait(), remaining)
 
+    def note_progress(self, request: _pb.ReplicaFetchRequest) -> None:
+        """A follower's progress report (``progress_only``, on ``ReplicaStream``): its
+        durable ends counted as a fetch's are, nothing answered. A report that
+        :meth:`check_request` refuses counts nothing (its next fetch hears why)."""
+        problem = self.check_request(
+            request.topic, request.topic_id, request.replica_node, request.leader_epoch
+        )
+        if problem is None:
+            self._record_progress(request)
+
     def _record_progress(self, request: _pb.ReplicaFetchRequest) -> None:
-        """Note where the follower is in each log it asked (where the ask is valid), move
-        the watermarks, and look for a follower that may join the isr."""
+        """Note where the follower is in each log it asked (where the ask is valid: its
+        durable end, at most its fetch offset, within the leader's log), move the
+        watermarks, and look for a follower that may join the isr."""
         now = self._now_ms()
         node = request.replica_node
         for ask in self._asks(request):
             led = self._logs.get(ask.log)
             if led is None or _diverging(led, ask) is not None:
                 continue
-            end = led.writer.durable_end
-            if not led.writer.first_offset <= ask.fetch_offset <= end:
+            durable = ask.durable_offset if ask.HasField("durable_offset") else ask.fetch_offset
+            if not led.writer.first_offset <= durable <= ask.fetch_offset <= led.served_end:
                 continue
             seen = led.progress.get(node) or FollowerProgress.tracked(now, False)
-            led.progress[node] = follower_fetched(seen, ask.fetch_offset, end, now)
+            led.progress[node] = follower_fetched(seen, durable, led.writer.durable_end, now)
         self._recompute()
         self._expand_soon()
 
@@ -807,7 +846,7 @@ class LeaderTopic:
         if led is None:
             return _pb.LogData(log=ask.log, error=_pb.UNKNOWN_LOG), b""
         writer = led.writer
-        end, start = writer.durable_end, writer.first_offset
+        end, start = led.served_end, writer.first_offset
         data = _pb.LogData(
             log=ask.log, high_watermark=writer.high_water_mark, log_start=start, log_end=end
         )

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from cluster.errors import NotEnoughBrokersError, NotEnoughReplicasError, ReplicationSettingsError
 from cluster.records import TopicRecord, TopicState
 from cluster.replicas import (
+    EARLIER_REPORTS,
     FollowerProgress,
     LeaderChoice,
     StepKind,
@@ -184,6 +185,28 @@ def test_a_follower_fetching_the_leaders_end_is_caught_up_now() -> None:
     assert progress.last_caught_up_ms == 1500  # it had what the leader had at 1500
     progress = follower_fetched(progress, fetch_offset=16, leader_end=25, now_ms=2000)
     assert progress.last_caught_up_ms == 1500  # behind the end of the previous fetch
+
+
+def test_a_pipelined_follower_reporting_an_answer_late_stays_caught_up() -> None:
+    """A follower that fetches again before its last answer is durable (ReplicaStream)
+    reports each answer's end one report later, while the leader's end keeps moving
+    (a steady load): reports at 100 ms (leader's end 50) and 101 ms (end 60), then a
+    report of 55 at 102 ms (end 70). Expected: caught up at 100 ms, when the leader had
+    50; and over 40 s of such reports, each durable end the leader's end of two reports
+    before, it stays in sync (lag max 10 s) though it never has the current end."""
+    progress = FollowerProgress.tracked(0, True)
+    progress = follower_fetched(progress, fetch_offset=40, leader_end=50, now_ms=100)
+    progress = follower_fetched(progress, fetch_offset=45, leader_end=60, now_ms=101)
+    progress = follower_fetched(progress, fetch_offset=55, leader_end=70, now_ms=102)
+    assert progress.last_caught_up_ms == 100
+    ends = [10 * i for i in range(4000)]
+    for i in range(2, len(ends)):
+        now = 1000 + 10 * i
+        progress = follower_fetched(progress, ends[i - 2], ends[i], now)
+        assert progress.fetch_offset < ends[i]
+        assert is_in_sync(progress, ends[i], now, 10_000)
+    assert now - progress.last_caught_up_ms == 20
+    assert len(progress.earlier) <= EARLIER_REPORTS
 
 
 @pytest.mark.parametrize(

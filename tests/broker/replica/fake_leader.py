@@ -9,7 +9,8 @@ first, then out of range, then the durable batches from the fetch offset (up to
 after the asked epoch, its high watermark (its durable end: no followers counted), log
 start and end; a fetch with nothing to send waits for a durable append up to
 ``max_wait_ms``. ``refuse`` makes every fetch answer that error instead; ``requests``
-keeps every fetch received.
+keeps every fetch received, ``reports`` every progress report (``ReplicaStream``'s
+``progress_only`` messages, which are not answered).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 import grpc
 
 from broker.partition import Partition
+from broker.replica.service import fetch_stream
 from broker.topics import Topic
 from cluster.records import TopicRecord, TopicState
 from proto import replication_pb2 as pb
@@ -102,6 +104,7 @@ class FakeLeader:
         self.epoch = epoch
         self.refuse: pb.ReplicaError | None = None
         self.requests: list[pb.ReplicaFetchRequest] = []
+        self.reports: list[pb.ReplicaFetchRequest] = []
         #: The ``authorization`` metadata of each fetch (None: absent).
         self.authorizations: list[str | None] = []
         self._data = asyncio.Event()
@@ -138,6 +141,15 @@ class FakeLeader:
                 return pb.ReplicaFetchResponse(leader_epoch=self.epoch, logs=logs)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._data.wait(), deadline - loop.time())
+
+    async def ReplicaStream(  # noqa: N802 - the RPC's name
+        self, requests: AsyncIterator[pb.ReplicaFetchRequest], context: Context
+    ) -> AsyncIterator[pb.ReplicaFetchResponse]:
+        async def fetch(request: pb.ReplicaFetchRequest) -> pb.ReplicaFetchResponse:
+            return await self.ReplicaFetch(request, context)
+
+        async for answer in fetch_stream(requests, context, fetch, self.reports.append):
+            yield answer
 
     async def _answer(self, request: pb.ReplicaFetchRequest) -> list[pb.LogData]:
         budget, out = request.max_bytes, []

@@ -20,6 +20,7 @@ import pytest
 
 from broker.replica.fetcher import FollowerTopic
 from broker.replica.leader import LeaderTopic
+from broker.replica.service import fetch_stream
 from broker.topics import Topic
 from cluster.records import TopicRecord
 from proto import replication_pb2 as pb
@@ -41,6 +42,13 @@ class Servicer:
         self, request: pb.ReplicaFetchRequest, context: Context
     ) -> pb.ReplicaFetchResponse:
         return await self.leader.fetch(request)
+
+    async def ReplicaStream(  # noqa: N802 - the RPC's name
+        self, requests: AsyncIterator[pb.ReplicaFetchRequest], context: Context
+    ) -> AsyncIterator[pb.ReplicaFetchResponse]:
+        stream = fetch_stream(requests, context, self.leader.fetch, self.leader.note_progress)
+        async for answer in stream:
+            yield answer
 
     async def OffsetForLeaderEpoch(  # noqa: N802 - the RPC's name
         self, request: pb.OffsetForLeaderEpochRequest, context: Context
