@@ -209,6 +209,7 @@ RULES: dict[str, Rule] = {
     _C + "Lookup": Rule(None, _none, _visible_routes),
     _C + "ClusterStatus": Rule(None, _none, _visible_offline),
     _R + "ReplicaFetch": Rule(None, _none, internal=True),
+    _R + "ReplicaStream": Rule(None, _none, internal=True),
     _R + "OffsetForLeaderEpoch": Rule(None, _none, internal=True),
 }
 

@@ -196,4 +196,4 @@ def test_internal_rows_are_exactly_the_replication_service() -> None:
     them). Expected: exactly the Replication service's RPCs, and no other row is."""
     internal = {m for m, rule in RULES.items() if rule.internal}
     assert internal == {m for m in every_rpc() if service_of(m) == "headrace.v1.Replication"}
-    assert len(internal) == 2
+    assert len(internal) == 3  # ReplicaFetch, ReplicaStream, OffsetForLeaderEpoch

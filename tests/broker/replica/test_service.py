@@ -30,12 +30,17 @@ Served = tuple[Broker, LeaderTopic, grpc.aio.Channel, dict[str, str]]
 
 
 class ReplicationStub:
-    """The Replication service's two RPCs on ``channel`` (typed; the generated stub is
-    not)."""
+    """The Replication service's three RPCs on ``channel`` (typed; the generated stub
+    is not)."""
 
     def __init__(self, channel: grpc.aio.Channel) -> None:
         self.ReplicaFetch = channel.unary_unary(
             "/headrace.v1.Replication/ReplicaFetch",
+            request_serializer=pb.ReplicaFetchRequest.SerializeToString,
+            response_deserializer=pb.ReplicaFetchResponse.FromString,
+        )
+        self.ReplicaStream = channel.stream_stream(
+            "/headrace.v1.Replication/ReplicaStream",
             request_serializer=pb.ReplicaFetchRequest.SerializeToString,
             response_deserializer=pb.ReplicaFetchResponse.FromString,
         )
@@ -104,9 +109,9 @@ async def test_replica_fetch_and_offset_for_leader_epoch_over_grpc(tmp_path: Pat
 @pytest.mark.asyncio
 async def test_only_the_internal_credential_calls_replication(tmp_path: Path) -> None:
     """Scenario: tokens on; ReplicaFetch with an admin:* user token, with no token, with a
-    wrong hri_ secret, and with the internal credential.
+    wrong hri_ secret, and with the internal credential; then ReplicaStream likewise.
     Expected: PERMISSION_DENIED naming the broker-to-broker rule; UNAUTHENTICATED;
-    UNAUTHENTICATED; served (its batches)."""
+    UNAUTHENTICATED; served (its batches); the stream the same."""
     async with serving(tmp_path, tokens=True) as (_, _, channel, printed):
         stub = ReplicationStub(channel)
         request = fetch_request("b2", {"p/0": 0})
@@ -121,6 +126,18 @@ async def test_only_the_internal_credential_calls_replication(tmp_path: Path) ->
         resp = await stub.ReplicaFetch(request, metadata=bearer(SECRET))
         assert resp.error == pb.REPLICA_ERROR_NONE
         assert len(resp.logs[0].batches) > 0
+        # ReplicaStream, the followers' way: the same rule.
+        with pytest.raises(grpc.aio.AioRpcError) as user:
+            async for _ in stub.ReplicaStream(iter([request]), metadata=bearer(printed["admin"])):
+                pass
+        assert user.value.code() is PERMISSION_DENIED
+        with pytest.raises(grpc.aio.AioRpcError) as anonymous:
+            async for _ in stub.ReplicaStream(iter([request])):
+                pass
+        assert anonymous.value.code() is grpc.StatusCode.UNAUTHENTICATED
+        answers = [a async for a in stub.ReplicaStream(iter([request]), metadata=bearer(SECRET))]
+        assert [a.error for a in answers] == [pb.REPLICA_ERROR_NONE]
+        assert len(answers[0].logs[0].batches) > 0
 
 
 def _shape(method: str) -> tuple[bool, bool]:
