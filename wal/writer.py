@@ -413,7 +413,8 @@ class LogWriter:
     def set_written_listener(self, listener: Listener | None) -> None:
         """Tell ``listener`` the written end of each group commit of :meth:`append`
         under the ``always`` policy, after its write and before its ``fdatasync`` (on
-        the loop; one more wake-up per group); ``None``: no more. One at a time.
+        the loop; one more wake-up per group); ``None``: no more. One at a time: it
+        replaces the one set before (see :meth:`remove_written_listener`).
 
         For a leader serving its followers bytes it has written while it syncs them:
         bytes below a written end never change (only a follower truncates), so a
@@ -422,6 +423,11 @@ class LogWriter:
         """
         self._ahead = listener
         self._worker.post_written = listener is not None
+
+    def remove_written_listener(self, listener: Listener) -> None:
+        """Stop telling ``listener`` (nothing when another one was set since)."""
+        if self._ahead is listener:
+            self.set_written_listener(None)
 
     def _written_ahead(self, head: int) -> None:
         listener = self._ahead

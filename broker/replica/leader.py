@@ -185,8 +185,10 @@ class _LedLog:
         #: (last offset, order, future) of each waiting acknowledgement: a heap.
         self.waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self.epoch_start = 0
-        #: The writer's durable listener while the topic is led (removed by aclose).
+        #: The writer's durable and written listeners while the topic is led (removed by
+        #: aclose: a later leader's, set meanwhile, stays).
         self.on_durable: Callable[[int], None] | None = None
+        self.on_written: Callable[[int], None] = _ignore
         #: The end the followers are served up to: the log's written end as its writer
         #: last told it (before the sync), or its durable end when that is further.
         self.served_end = self.writer.durable_end
@@ -415,8 +417,9 @@ class LeaderTopic:
         publishes through this leader."""
         led.served_end = led.writer.durable_end
         led.on_durable = functools.partial(self._on_durable, led)
+        led.on_written = functools.partial(self._on_written, led)
         led.writer.add_durable_listener(led.on_durable)
-        led.writer.set_written_listener(functools.partial(self._on_written, led))
+        led.writer.set_written_listener(led.on_written)
         led.writer.add_listener(led.committed_to)
         led.partition.gate = self
 
@@ -424,7 +427,7 @@ class LeaderTopic:
         """Undo :meth:`_listen` (idempotent)."""
         if led.on_durable is not None:
             led.writer.remove_durable_listener(led.on_durable)
-            led.writer.set_written_listener(None)
+            led.writer.remove_written_listener(led.on_written)
             led.writer.remove_listener(led.committed_to)
             led.on_durable = None
         if led.partition.gate is self:
@@ -883,6 +886,10 @@ class LeaderTopic:
         if led is None:
             raise ReplicaLogUnknownError(self._topic.name, log)
         return led.writer.log.leader_epochs.end_offset_for(epoch)
+
+
+def _ignore(_end: int) -> None:
+    """No listener yet."""
 
 
 async def _begin_epoch(led: _LedLog, epoch: int) -> None:

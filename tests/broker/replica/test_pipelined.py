@@ -14,8 +14,10 @@ test holds (a slow disk, deterministically).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import random
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -28,10 +30,14 @@ from broker.replica.fetcher import FollowerTopic
 from broker.replica.leader import LeaderTopic
 from broker.replica.service import ReplicationService, add_to_server
 from broker.topics import Topic
+from cluster.records import TopicRecord
 from proto import replication_pb2 as pb
 from proto import replication_pb2_grpc as pb_grpc
+from tests._helpers import eventually
 from tests.broker.replica.fake_leader import close_topic, open_topic
 from tests.broker.replica.test_leader import TOPIC_ID, Isr, batch, record
+from tests.wal._helpers import CrashableFs
+from tests.wal._replica import log_files
 from wal import FileSystem, LogConfig
 
 
@@ -349,3 +355,123 @@ async def _durable(partition: Partition, end: int) -> None:
 
 def _first_offset(batches: bytes) -> int:
     return batch_headers(batches)[0].first_offset
+
+
+class HeldCrashableFs(CrashableFs):
+    """A file system whose process can "die" and lose power (:class:`CrashableFs`), and
+    whose ``fdatasync`` waits while :attr:`released` is clear (a slow disk)."""
+
+    def __init__(self) -> None:
+        super().__init__(page_size=64)
+        self.released = threading.Event()
+        self.released.set()
+        self.syncing = threading.Event()
+
+    def fdatasync(self, fd: int) -> None:
+        if not self.released.is_set():
+            self.syncing.set()
+            self.released.wait(10)
+        super().fdatasync(fd)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("seed", range(3))
+async def test_a_leader_that_dies_before_its_sync_rejoins_as_a_prefix_and_catches_up(
+    tmp_path: Path, seed: int
+) -> None:
+    """Scenario: b1 leads (replicas and isr b1, b2) and b2 follows over ReplicaStream;
+    5 records are acknowledged. b1's disk then holds its sync while 3 more are published:
+    b2 gets them (served before b1's sync) and syncs them. b1's process dies and its
+    power is cut (unsynced pages lost or kept at random). b2 leads at epoch 2 and
+    publishes one record; b1, reopened, follows it.
+    Expected: none of the 3 was acknowledged by b1; b1 reopens with a prefix of whole
+    batches (at least the 5 acknowledged); it needs no cut (its log is a prefix of b2's),
+    copies the rest and ends byte-identical to b2, epochs [(1, 0), (2, 8)]; b2's epoch-2
+    record is acknowledged once b1 has it."""
+    two = record().replace(replicas=("b1", "b2"), isr=("b1", "b2"))
+    fs = HeldCrashableFs()
+    old = await open_topic(tmp_path / "b1", fs=fs)
+    new = await open_topic(tmp_path / "b2")
+    leader = LeaderTopic(old, two, "b1", lag_time_max_ms=60_000, change_isr=Isr(), isr_check_s=3600)
+    await leader.start()
+    p0 = old.partitions[0]
+    async with served(leader) as (_channel, port):
+        async with _follow(new, two, "b2", port) as follower:
+            for i in range(5):
+                await asyncio.wait_for(p0.append(batch(i)), 5)
+            fs.released.clear()
+            unsynced = [asyncio.create_task(p0.append(batch(i))) for i in range(5, 8)]
+            await _until(lambda: leader.progress("p/0")["b2"].fetch_offset == 8)
+            assert new.partitions[0].writer.head == 8
+            assert p0.writer.durable_end < 8
+            assert not any(t.done() for t in unsynced)
+        fs.die()  # b1's process is gone: its descriptors closed unsynced
+        fs.power_cut(random.Random(seed))
+        fs.released.set()
+        await asyncio.gather(*unsynced, return_exceptions=True)
+        assert not any(t.exception() is None for t in unsynced)  # none acknowledged
+        with contextlib.suppress(Exception):
+            await leader.aclose()
+        for p in old.partitions:
+            with contextlib.suppress(Exception):
+                await p.aclose()
+    reopened = await open_topic(tmp_path / "b1")
+    kept = reopened.partitions[0].writer.head
+    assert 5 <= kept <= 8
+    promoted = two.replace(owner="b2", epoch=2)
+    for p in new.partitions:
+        p.writer.release_commits()
+        p.writer.hold_commits()
+    new_leader = LeaderTopic(
+        new, promoted, "b2", lag_time_max_ms=60_000, change_isr=Isr(), isr_check_s=3600
+    )
+    await new_leader.start()
+    try:
+        async with (
+            served(new_leader) as (_channel, port),
+            _follow(reopened, promoted, "b1", port) as follower,
+        ):
+            ack = asyncio.create_task(new.partitions[0].append(batch(8)))
+            offsets, _ = await asyncio.wait_for(ack, 10)
+            assert offsets.first_offset == 8
+            await _until(lambda: reopened.partitions[0].writer.head == 9)
+            assert follower.truncations == 0
+    finally:
+        await new_leader.aclose()
+    for mine, theirs in zip(reopened.partitions, new.partitions, strict=True):
+        assert log_files(mine.log.path) == log_files(theirs.log.path)  # byte for byte
+    # (p/1 holds no record: its entries date nothing and may differ.)
+    for topic in (reopened, new):
+        assert [tuple(e) for e in topic.partitions[0].log.leader_epochs.entries()] == [
+            (1, 0),
+            (2, 8),
+        ]
+    await close_topic(reopened)
+    await close_topic(new)
+
+
+@asynccontextmanager
+async def _follow(
+    topic: Topic, rec: TopicRecord, node: str, port: int
+) -> AsyncIterator[FollowerTopic]:
+    follower = FollowerTopic(
+        topic,
+        rec,
+        node,
+        f"127.0.0.1:{port}",
+        channel=grpc.aio.insecure_channel,
+        credential=None,
+        max_wait_ms=200,
+        backoff_base_s=0.01,
+        backoff_max_s=0.1,
+    )
+    await follower.start()
+    try:
+        yield follower
+    finally:
+        await follower.aclose()
+
+
+async def _until(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    """Return once ``check()`` holds (polled: what it reads has no event to wait on)."""
+    await eventually(check, timeout_s)
