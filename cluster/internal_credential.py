@@ -4,9 +4,10 @@ Replication service (issue 37) when tokens are on.
 Role: one random secret per cluster, kept in etcd at ``P internal-credential`` (no
 lease), made by the first broker that asks for it (a put-if-absent transaction, so every
 broker ends up with the same one whoever raced) and read by every broker at start.
-A broker sends it as ``authorization: Bearer hri_<64 hex>`` on ReplicaFetch and
-OffsetForLeaderEpoch; its auth interceptor lets that secret call the Replication service
-and nothing else, and lets no user token call Replication (``broker.auth.rules``).
+A broker sends it as ``authorization: Bearer hri_<64 hex>`` on ReplicaStream,
+ReplicaFetch and OffsetForLeaderEpoch; its auth interceptor lets that secret call the
+Replication service and nothing else, and lets no user token call Replication
+(``broker.auth.rules``).
 
 Why etcd: whoever can read the cluster's keys already controls the cluster (topic
 records, tokens' hashes, leadership), so the secret adds no new trust; it is kept in
@@ -27,6 +28,8 @@ import secrets
 from typing import TYPE_CHECKING
 
 import msgspec
+
+from cluster.errors import EtcdRequestError
 
 if TYPE_CHECKING:  # the broker's auth imports this module; etcd only where ensure runs
     from cluster.etcd import EtcdStore
@@ -60,11 +63,21 @@ def matches(presented: str, secret: str | None) -> bool:
     return hmac.compare_digest(presented.encode(), secret.encode())
 
 
+#: Put-if-absent and read again at most this many times while the key keeps vanishing.
+ENSURE_ATTEMPTS = 10
+
+
 async def ensure(store: EtcdStore, keys: Keys, now_ms: int) -> str:
     """The cluster's internal credential, made now if the cluster has none.
 
+    Put-if-absent, then read: what is read is every broker's credential. Deleted between
+    the two (a rotation), it is put-if-absent again, never put outright: another broker
+    may have made the next one meanwhile, and an outright put would leave the two with
+    different secrets.
+
     Raises:
         EtcdUnavailableError: etcd did not answer.
+        EtcdRequestError: the key vanished :data:`ENSURE_ATTEMPTS` times in a row.
         RecordError: the key holds something that is not a credential record.
     """
     from cluster.etcd import Compare, Op  # noqa: PLC0415 - see the TYPE_CHECKING import
@@ -72,9 +85,13 @@ async def ensure(store: EtcdStore, keys: Keys, now_ms: int) -> str:
 
     record = InternalCredentialRecord(new_secret(), now_ms)
     at = key(keys)
-    await store.txn([Compare.absent(at)], [Op.put(at, encode(record))])
-    kv = await store.get(at)
-    if kv is None:  # deleted between the two calls (a rotation): take ours again
-        await store.put(at, encode(record))
-        return record.secret
-    return decode(at, kv.value, InternalCredentialRecord).secret
+    for _ in range(ENSURE_ATTEMPTS):
+        await store.txn([Compare.absent(at)], [Op.put(at, encode(record))])
+        kv = await store.get(at)
+        if kv is not None:
+            return decode(at, kv.value, InternalCredentialRecord).secret
+    raise EtcdRequestError(
+        f"get {at}",
+        f"the internal credential was deleted {ENSURE_ATTEMPTS} times as it was made; "
+        "stop what deletes it (a rotation deletes it once), then restart this broker",
+    )
