@@ -7,7 +7,9 @@ laid end to end, for any offset, budget and upper bound, across segments; a bit 
 inside a batch passes the leader and is refused by the follower's append (the CRC is
 checked there, before anything is written); a damaged header where the read starts is
 damage, one after it ends the answer; a segment rolled while a thread reads changes
-nothing; a segment retention deletes while a thread reads makes the read out of range.
+nothing; a segment retention deletes while a thread reads makes the read out of range;
+the raw and the decoded read end alike (the same error, or the same bytes before damage
+in a later segment) on a closed log, out of range, on an I/O error and on damage.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import random
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,11 +26,14 @@ from tests.wal._replica import log_bytes, log_files, random_batches
 from wal import (
     CorruptBatchError,
     CorruptSegmentError,
+    Fault,
     FaultyFs,
     Log,
     LogConfig,
     LogWriter,
     OffsetOutOfRangeError,
+    WalClosedError,
+    WalIOError,
     iter_batches,
 )
 from wal.fs import reading_nonblocking
@@ -52,6 +58,108 @@ class GatedFs(FaultyFs):
             self.entered.set()
             self.release.wait(10)
         return super().pread(fd, size, offset)
+
+
+def _outcome(read: Callable[[], bytes]) -> bytes | type[BaseException]:
+    """What ``read`` answers, or the type of what it raises."""
+    try:
+        return read()
+    except Exception as exc:  # the outcome compared is the error's type
+        return type(exc)
+
+
+#: A case's change to the log: returns the log to read (reopened, when the change is on
+#: disk) and the offset to read from.
+Change = Callable[[Log, Path], tuple[Log, int]]
+
+
+def _close(log: Log, path: Path) -> tuple[Log, int]:
+    log.close()
+    return log, 0
+
+
+def _delete_oldest(log: Log, path: Path) -> tuple[Log, int]:
+    log.delete_before(log.segment_infos()[1].base_offset)
+    return log, 0  # below the first offset now
+
+
+def _past_head(log: Log, path: Path) -> tuple[Log, int]:
+    return log, log.head + 1
+
+
+def _open_fails(nth: int) -> Change:
+    def reopen(log: Log, path: Path) -> tuple[Log, int]:
+        name = sorted(log_files(path))[nth]
+        log.close()
+        fs = FaultyFs(faults=[Fault("open", path_contains=name, times=None)])
+        return Log.open(str(path), CONFIG, fs=fs), 0
+
+    return reopen
+
+
+def _damaged_header(nth: int) -> Change:
+    def damage(log: Log, path: Path) -> tuple[Log, int]:
+        name = sorted(log_files(path))[nth]
+        log.close()
+        data = bytearray((path / name).read_bytes())
+        data[16] ^= 0xFF  # the first batch's magic: after base (8), length (4) and crc (4)
+        (path / name).write_bytes(bytes(data))
+        return Log.open(str(path), CONFIG), 0
+
+    return damage
+
+
+def _first_segment(path: Path) -> bytes:
+    return log_files(path)[min(log_files(path))]
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (_close, WalClosedError),
+        (_delete_oldest, OffsetOutOfRangeError),
+        (_past_head, OffsetOutOfRangeError),
+        (_open_fails(0), WalIOError),
+        (_open_fails(1), WalIOError),
+        (_damaged_header(0), CorruptSegmentError),
+        (_damaged_header(1), _first_segment),
+    ],
+    ids=[
+        "closed",
+        "below-first-offset",
+        "past-head",
+        "io-error-where-the-read-starts",
+        "io-error-in-a-later-segment",
+        "damage-where-the-read-starts",
+        "damage-at-a-later-segments-start",
+    ],
+)
+def test_the_raw_and_the_decoded_read_end_alike(
+    tmp_path: Path,
+    change: Change,
+    expected: type[BaseException] | Callable[[Path], bytes],
+) -> None:
+    """Scenario: a log of 60 batches over several 4 KiB segments, changed as the case
+    says, then read raw and decoded from the offset the case gives, with a budget past
+    the whole log. Expected: both reads end the same way, the case's: its error
+    (WalClosedError on a closed log; OffsetOutOfRangeError below the first offset left
+    by retention and past the head; WalIOError when a segment's file cannot be opened,
+    where the read starts or in a later segment; CorruptSegmentError for a damaged
+    header where the read starts), or, for damage at a later segment's first batch, the
+    bytes of every batch before it and nothing more."""
+    path = tmp_path / "log"
+    log = Log.open(str(path), CONFIG)
+    for batch in random_batches(random.Random(3), 60):
+        log.append(batch)
+    log.flush()
+    assert log.segment_count > 3
+    log, offset = change(log, path)
+    raw = _outcome(lambda: log.read_raw(offset, 1 << 30))
+    decoded = _outcome(lambda: b"".join(bytes(b.buffer) for b in log.read(offset, 1 << 30)))
+    log.close()
+    want = expected if isinstance(expected, type) else expected(path)
+    assert raw == want
+    assert decoded == want
 
 
 async def _leader(path: Path, n: int, fs: FaultyFs | None = None, seed: int = 1) -> LogWriter:
