@@ -5,10 +5,13 @@ a follower fetches every log of the topic from the leader and appends the leader
 
 Modules:
     leader    LeaderTopic: a led topic's followers, its high watermark (the commit gate),
-              in-sync set changes, the answers to ReplicaFetch and OffsetForLeaderEpoch
-    service   the Replication gRPC servicer (broker to broker; the internal credential)
-    fetcher   FollowerTopic: a followed topic's fetch loop; fetch_rules: what it does
-              with the leader's answer for each log (pure)
+              in-sync set changes, the answers to fetches and progress reports;
+              answers: their wire form and the divergence check (pure)
+    service   the Replication gRPC servicer (broker to broker; the internal credential):
+              ReplicaStream, ReplicaFetch, OffsetForLeaderEpoch
+    fetcher   FollowerTopic: a followed topic's fetch loop on one ReplicaStream, its
+              appends pipelined; fetch_rules: what it does with the leader's answer for
+              each log (pure)
     manager   ReplicaManager: which topics this broker leads and follows
     state_log the topics' subscription-state logs (log id ``state``): opened per role,
               the leader's sink for the cursor store, the replay on promotion

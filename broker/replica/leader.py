@@ -57,15 +57,16 @@ before anything is appended.
 Task-safety: one event loop; the fetches, the acknowledgements and the isr checks share
 its state on the loop, and :meth:`check_isr` runs one change at a time (a lock).
 
-One piece, though past 600 lines (about 820; :class:`LeaderTopic` about 570): the three
-jobs above are one state. A follower's fetch is what moves its progress, its progress
-is what moves the watermark, the watermark is what releases the waiting acks, and the
-same progress decides the in-sync set that the watermark is taken over; split, each
-part would call back into the others on every fetch. The rules are already pure and
-apart (:mod:`cluster.replicas`: high watermark, in-sync rule, leader choice); what is
-left beside the class is the fetch answer's wire encoding (``_encode``, ``_varint``,
-``_diverging``, about 70 lines), the seam to move to a pure module of its own if this
-one grows again.
+One piece, though past 600 lines (about 900; :class:`LeaderTopic` about 640): the three
+jobs above are one state. A follower's fetch or report is what moves its progress, its
+progress is what moves the watermark, the watermark is what releases the waiting acks,
+and the same progress decides the in-sync set that the watermark is taken over; split,
+each part would call back into the others on every fetch. The rules are already pure
+and apart (:mod:`cluster.replicas`: high watermark, in-sync rule, leader choice;
+:mod:`broker.replica.answers`: the answers' wire form and the divergence check). The
+seam left, should it grow again: the in-sync set's upkeep (``check_isr``, ``_ask``,
+``_tick``, ``_expand_soon``: about 90 lines), which reads the progress and writes only
+through ``change_isr``.
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ from dataclasses import dataclass
 
 from broker.errors import ReplicaLogUnknownError, ReplicationOutcomeUnknownError
 from broker.partition import Partition
+from broker.replica.answers import diverging, encode, error_answer
 from broker.topics import Topic
 from cluster.errors import NotEnoughReplicasError
 from cluster.ownership import Refusal
@@ -737,14 +739,15 @@ class LeaderTopic:
 
         The batches are never copied into a protobuf message: each log's answer is
         serialized without them and they are spliced in as its ``batches`` field
-        (:func:`_encode`), so a MiB answer costs one copy here, not a copy into the
-        message and another out of it. Followers asking the same log at the same offset
-        while the served end stands share one read (:meth:`_LedLog.read`)."""
+        (:func:`broker.replica.answers.encode`), so a MiB answer costs one copy here,
+        not a copy into the message and another out of it. Followers asking the same
+        log at the same offset while the served end stands share one read
+        (:meth:`_LedLog.read`)."""
         problem = self.check_request(
             request.topic, request.topic_id, request.replica_node, request.leader_epoch
         )
         if problem is not None:
-            return _error_answer(problem, self.epoch)
+            return error_answer(problem, self.epoch)
         self._record_progress(request)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + min(max(request.max_wait_ms, 0), MAX_WAIT_MS) / 1000
@@ -755,11 +758,11 @@ class LeaderTopic:
             if self._stopped is not None:
                 problem = self.check_request(request.topic, request.topic_id, "", None)
                 assert problem is not None
-                return _error_answer(problem, self.epoch)
+                return error_answer(problem, self.epoch)
             if remaining <= 0 or worth:
                 await self._pace(request.replica_node, sum(len(c) for c in chunks))
                 head = _pb.ReplicaFetchResponse(leader_epoch=self.epoch, log_ids=list(self._logs))
-                return _encode(head, logs, chunks)
+                return encode(head, logs, chunks)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(woken.wait(), remaining)
 
@@ -781,7 +784,7 @@ class LeaderTopic:
         node = request.replica_node
         for ask in self._asks(request):
             led = self._logs.get(ask.log)
-            if led is None or _diverging(led, ask) is not None:
+            if led is None or diverging(led.writer.log.leader_epochs, ask) is not None:
                 continue
             durable = ask.durable_offset if ask.HasField("durable_offset") else ask.fetch_offset
             if not led.writer.first_offset <= durable <= ask.fetch_offset <= led.served_end:
@@ -859,9 +862,9 @@ class LeaderTopic:
             for e in entries
             if e.epoch >= ask.last_fetched_epoch
         )
-        diverging = _diverging(led, ask)
-        if diverging is not None:
-            data.diverging.CopyFrom(_pb.Divergence(epoch=diverging[0], end_offset=diverging[1]))
+        diverged = diverging(led.writer.log.leader_epochs, ask)
+        if diverged is not None:
+            data.diverging.CopyFrom(_pb.Divergence(epoch=diverged[0], end_offset=diverged[1]))
             return data, b""
         if not start <= ask.fetch_offset <= end:
             data.error = _pb.OFFSET_OUT_OF_RANGE
@@ -904,70 +907,3 @@ async def _begin_epoch(led: _LedLog, epoch: int) -> None:
     # there, not at the head; records above it may never have been committed and show
     # only once the isr's fetches in this epoch confirm them.
     led.writer.hold_commits()
-
-
-def _diverging(led: _LedLog, ask: _pb.LogFetch) -> tuple[int, int] | None:
-    """The divergence of a follower's log from the leader's, or ``None``.
-
-    The rule (KIP-320): the follower's last batch is of epoch ``E`` and it fetches from
-    ``F``. The leader's largest epoch ``<= E`` is ``E'``, ending at ``X`` (the start of
-    the next epoch here, or the log's end). When ``E' < E`` or ``X < F`` the logs
-    diverge: answer ``(E', min(X, F))``; the follower truncates to the smaller of that
-    offset and where its own epoch ``E'`` ends, then fetches again (and is checked
-    again). With no epoch ``<= E`` here at all, ``E'`` is -1 and ``X`` the start of the
-    leader's oldest epoch. A follower with no batch yet (``E`` = -1) never diverges.
-    """
-    if ask.last_fetched_epoch < 0:
-        return None
-    epochs = led.writer.log.leader_epochs
-    found, end = epochs.end_offset_for(ask.last_fetched_epoch)
-    if found < 0:
-        oldest = epochs.entries()
-        end = oldest[0].start_offset if oldest else 0
-    if found < ask.last_fetched_epoch or end < ask.fetch_offset:
-        return found, min(end, ask.fetch_offset)
-    return None
-
-
-def _error_answer(problem: tuple[_pb.ReplicaError, str], epoch: int) -> bytes:
-    return _pb.ReplicaFetchResponse(
-        error=problem[0], leader_epoch=epoch, message=problem[1]
-    ).SerializeToString()
-
-
-#: Wire tags: ``ReplicaFetchResponse.logs`` (field 3) and ``LogData.batches`` (field 6),
-#: both length-delimited (wire type 2).
-_LOGS_TAG = bytes([3 << 3 | 2])
-_BATCHES_TAG = bytes([6 << 3 | 2])
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _encode(head: _pb.ReplicaFetchResponse, logs: list[_pb.LogData], chunks: list[bytes]) -> bytes:
-    """``head`` (no ``logs``) serialized, then each of ``logs`` as a ``logs`` entry with
-    ``chunks[i]`` as its ``batches``: the bytes ``head`` with those logs would serialize
-    to, but for field order (a parser takes fields in any order; ``logs`` stay in order,
-    and ``batches`` comes last in each entry), with each chunk copied once."""
-    parts = [head.SerializeToString()]
-    for data, chunk in zip(logs, chunks, strict=True):
-        inner = data.SerializeToString()
-        if chunk:
-            size = _varint(len(chunk))
-            parts += (
-                _LOGS_TAG,
-                _varint(len(inner) + 1 + len(size) + len(chunk)),
-                inner,
-                _BATCHES_TAG,
-                size,
-                chunk,
-            )
-        else:
-            parts += (_LOGS_TAG, _varint(len(inner)), inner)
-    return b"".join(parts)

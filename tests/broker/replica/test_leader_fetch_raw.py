@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from broker.partition import Partition
+from broker.replica.answers import encode as _encode
 from broker.replica.fetch_rules import LogPosition, RestartAt, plan, reply_from_pb
-from broker.replica.leader import LeaderTopic, _encode
+from broker.replica.leader import LeaderTopic
 from broker.topics import Topic
 from proto import replication_pb2 as pb
 from tests.broker.replica.test_leader import (
