@@ -7,9 +7,10 @@ history (:mod:`wal.leader_epochs`), kept in step with truncation, retention and 
 Synchronous: the async :class:`wal.writer.LogWriter` drives it; tools and tests may use
 it directly.
 
-One piece, though past 600 lines: every operation here changes the one list of segments
-and its invariants (dense offsets, one active segment, the failure latch), and the
-per-segment work already lives in :mod:`wal.segment`; what is left reads as Kafka's
+One piece, though past 600 lines: every operation here changes or walks the one list of
+segments and its invariants (dense offsets, one active segment, the failure latch), and the
+per-segment work already lives in :mod:`wal.segment` (the decoded and the raw read share
+one walk over the list, each with its own per-segment step); what is left reads as Kafka's
 ``LocalLog`` does.
 
 Invariants:
@@ -38,7 +39,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from proto.batch import RecordBatch
 from wal.config import LogConfig
@@ -64,6 +65,7 @@ from wal.validate import validate_batch
 logger = logging.getLogger(__name__)
 
 Clock = Callable[[], int]
+T = TypeVar("T")
 
 
 def wall_clock_ms() -> int:
@@ -99,6 +101,29 @@ class RecoveryReport:
     def truncated_bytes(self) -> int:
         """Bytes cut from a torn tail (0 when clean)."""
         return self.tail.truncated_bytes
+
+
+#: What :meth:`Log._walk` asks of each segment: ``(segment, offset, budget, upper,
+#: min_one)`` -> what it took, its size in bytes (0: nothing), and the offset just past it.
+_Step = Callable[[Segment, int, int, int, bool], tuple[T, int, int]]
+
+
+def _decoded(
+    seg: Segment, offset: int, budget: int, upper: int, min_one: bool
+) -> tuple[list[RecordBatch], int, int]:
+    """:meth:`Log.read`'s step: the segment's batches, decoded and CRC-checked."""
+    got = seg.read(offset, budget, upper, min_one=min_one)
+    if not got:
+        return got, 0, offset
+    return got, sum(b.size for b in got), got[-1].next_offset
+
+
+def _raw(
+    seg: Segment, offset: int, budget: int, upper: int, min_one: bool
+) -> tuple[bytes, int, int]:
+    """:meth:`Log.read_raw`'s step: the segment's batches as bytes, one ``pread``."""
+    got, nxt = seg.read_raw(offset, budget, upper, min_one=min_one)
+    return got, len(got), nxt
 
 
 class Log:
@@ -707,38 +732,12 @@ class Log:
             OffsetOutOfRangeError: ``offset`` is below the first retained offset or past
                 the head.
             CorruptSegmentError: damaged data where the read starts.
+            WalIOError: a file could not be read (as when retention deleted a segment
+                after the read began).
+            WalClosedError: the log is closed.
         """
-        if self._closed:
-            raise WalClosedError(self.path)
-        segments = self._segments  # a snapshot: retention swaps in a new list
-        head = segments[-1].next_offset
-        upper = head if upper is None else min(upper, head)
-        if offset < segments[0].base_offset or offset > head:
-            raise OffsetOutOfRangeError(offset, segments[0].base_offset, head)
-        i = bisect_right([s.base_offset for s in segments], offset) - 1
-        out: list[RecordBatch] = []
-        budget = max_bytes
-        try:
-            for seg in segments[i:]:
-                if offset >= upper or (out and budget <= 0):
-                    break
-                try:
-                    got = seg.read(offset, budget, upper, min_one=not out)
-                except CorruptSegmentError:
-                    if not out:
-                        raise  # damaged where the read starts
-                    break  # the intact batches before it are answered; the next read,
-                    # which starts at the damage, raises
-                if not got:
-                    break  # the budget is spent (or upper reached): never skip ahead
-                out += got
-                budget -= sum(b.size for b in got)
-                offset = got[-1].next_offset
-                if seg.next_offset > offset:
-                    break  # this segment has more; the budget ran out
-        except OSError as exc:
-            raise io_error("read", self.path, exc) from exc
-        return out
+        parts = self._walk(offset, max_bytes, upper, _decoded)
+        return parts[0] if len(parts) == 1 else [b for part in parts for b in part]
 
     def read_raw(self, offset: int, max_bytes: int = 1 << 20, *, upper: int | None = None) -> bytes:
         """:meth:`read`'s batches as bytes laid end to end, as they are in the segments:
@@ -750,6 +749,22 @@ class Log:
         Raises:
             As :meth:`read`.
         """
+        parts = self._walk(offset, max_bytes, upper, _raw)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def _walk(self, offset: int, max_bytes: int, upper: int | None, step: _Step[T]) -> list[T]:
+        """The one walk of :meth:`read` and :meth:`read_raw`: what ``step`` takes from
+        each segment, oldest first, from the one holding ``offset``.
+
+        The bounds are checked against a snapshot of the segment list (retention swaps in
+        a new one; a segment it deletes under the walk may fail its read: an I/O error).
+        Then, segment by segment: the first step may exceed the budget by one whole batch
+        (``min_one``), later ones may not; the walk stops at ``upper``, when the budget is
+        spent, at a step that takes nothing (never skipping ahead), or in a segment that
+        holds more than its step took. Damage where the walk starts raises; damage in a
+        later segment ends the answer before it (the intact batches are answered; the
+        next read, which starts at the damage, raises).
+        """
         if self._closed:
             raise WalClosedError(self.path)
         segments = self._segments  # a snapshot: retention swaps in a new list
@@ -758,27 +773,27 @@ class Log:
         if offset < segments[0].base_offset or offset > head:
             raise OffsetOutOfRangeError(offset, segments[0].base_offset, head)
         i = bisect_right([s.base_offset for s in segments], offset) - 1
-        out: list[bytes] = []
+        parts: list[T] = []
         budget = max_bytes
         try:
             for seg in segments[i:]:
-                if offset >= upper or (out and budget <= 0):
+                if offset >= upper or (parts and budget <= 0):
                     break
                 try:
-                    got, offset = seg.read_raw(offset, budget, upper, min_one=not out)
+                    got, size, offset = step(seg, offset, budget, upper, not parts)
                 except CorruptSegmentError:
-                    if not out:
+                    if not parts:
                         raise  # damaged where the read starts
-                    break  # the batches before it are answered; the next read raises
-                if not got:
+                    break  # the intact batches before it are answered
+                if not size:
                     break  # the budget is spent (or upper reached): never skip ahead
-                out.append(got)
-                budget -= len(got)
+                parts.append(got)
+                budget -= size
                 if seg.next_offset > offset:
                     break  # this segment has more; the budget ran out
         except OSError as exc:
             raise io_error("read", self.path, exc) from exc
-        return out[0] if len(out) == 1 else b"".join(out)
+        return parts
 
     # -- closing ----------------------------------------------------------------------
 
