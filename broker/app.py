@@ -238,7 +238,10 @@ class Broker:
                 topic = self.topics.get(name)
             except TopicNotFoundError:
                 continue
-            logs.extend(PartitionLog(name, p.index, p.writer) for p in topic.partitions)
+            logs.extend(
+                PartitionLog(name, p.index, p.writer, functools.partial(_hint_of, p))
+                for p in topic.partitions
+            )
         return logs
 
     def _expired_counter(self) -> Callable[[str], None]:
@@ -618,6 +621,11 @@ def check_exposure(config: BrokerConfig) -> None:
             "names, lag, rates) is readable, without TLS or tokens, by anyone who reaches it",
             config.metrics_listen,
         )
+
+
+def _hint_of(partition: Partition) -> int:
+    """``partition``'s in-flight hint, for the metrics (read at each scrape)."""
+    return partition.in_flight_hint
 
 
 def _describe_tls(tls: ServerTls | None) -> str:

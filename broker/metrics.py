@@ -350,11 +350,14 @@ class BrokerMetrics:
 
 @dataclass(frozen=True, slots=True)
 class PartitionLog:
-    """One partition's log, as the partition collector sees it."""
+    """One partition's log, as the partition collector sees it; ``hint``: the
+    partition's own in-flight hint (``broker.partition.Partition.in_flight_hint``: 1 while
+    replicated), ``None``: the log's commit-cost hint."""
 
     topic: str
     partition: int
     writer: LogWriter
+    hint: Callable[[], int] | None = None
 
 
 class _BuildInfoCollector(Collector):
@@ -455,7 +458,8 @@ class _PartitionCollector(Collector):
             size.add_metric(labels, log.size_bytes)
             segments.add_metric(labels, log.segment_count)
             failed.add_metric(labels, 0.0 if log.failure is None else 1.0)
-            hint.add_metric(labels, self._busy.in_flight_hint(p.writer.commit_cost.in_flight_hint))
+            own = p.hint() if p.hint is not None else p.writer.commit_cost.in_flight_hint
+            hint.add_metric(labels, self._busy.in_flight_hint(own))
             cold.add_metric(labels, p.writer.cold_reads)
         yield from families
         yield cold

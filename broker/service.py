@@ -184,7 +184,7 @@ class BrokerService(_grpc.BrokerServicer):
             partition.index,
             result,
             duplicate=duplicate,
-            in_flight_hint=self._load.hint(partition.writer.commit_cost.in_flight_hint),
+            in_flight_hint=self._load.hint(partition.in_flight_hint),
         )
 
     @contextlib.contextmanager

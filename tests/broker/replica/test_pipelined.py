@@ -475,3 +475,18 @@ async def _follow(
 async def _until(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
     """Return once ``check()`` holds (polled: what it reads has no event to wait on)."""
     await eventually(check, timeout_s)
+
+
+@pytest.mark.asyncio
+async def test_a_replicated_partition_hints_one_batch_in_flight(tmp_path: Path) -> None:
+    """Scenario: a partition whose commit cost would have producers keep 2 batches in
+    flight; it is led as a replicated topic, then the leader stops.
+    Expected: the hint is 1 while it is led (its answers wait for the followers' syncs;
+    records share batches), the commit cost's 2 once no leader gates it."""
+    async with leading(tmp_path) as (leader, topic):
+        p0 = topic.partitions[0]
+        p0.writer.commit_cost.pipelined = True
+        assert p0.writer.commit_cost.in_flight_hint == 2
+        assert p0.in_flight_hint == 1
+        await leader.aclose()
+        assert p0.in_flight_hint == 2
