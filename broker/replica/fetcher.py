@@ -48,9 +48,11 @@ Invariants:
   at its head (:meth:`wal.writer.LogWriter.open`).
 
 Stopping (:meth:`FollowerTopic.aclose`): the long poll is cancelled at once; an append,
-a cut or an epoch write in flight runs to its end first; nothing else is started. Any
-failure, a wake-up (:meth:`update`) or a stop ends the stream call; a new one starts only
-once the append in flight ended.
+a cut or an epoch write in flight runs to its end first; nothing else is started. A
+failed call (an error of gRPC, a timeout), a wake-up (:meth:`update`) or a stop ends the
+stream call, and a new one starts only once the append in flight ended; an error the
+leader *answers* (``NOT_LEADER`` while it starts its epoch, a log's back-off) keeps the
+call, so a quick retry costs one message, not a new call.
 
 Task-safety: one event loop; the task alone writes the topic's logs; :meth:`update`
 and :meth:`aclose` only set state and wake it.
@@ -255,12 +257,14 @@ class FollowerTopic:
             try:
                 ok = await self._round()
             except (grpc.RpcError, WalError, OSError) as exc:
+                self._drop_call()  # the stream failed: the next fetch starts a new one
                 ok = self._failed(f"{type(exc).__name__}: {_describe(exc)}")
             except Exception:  # a bug: logged with its trace, then backed off as any
                 logger.exception("%s: fetch round failed", self._topic.name)
+                self._drop_call()
                 ok = self._failed("internal error (see the broker's log)")
-            if not ok or self._woken.is_set():
-                self._drop_call()  # the next fetch starts a new stream, settled
+            if self._woken.is_set():
+                self._drop_call()  # a new leader or epoch: a new stream, settled
             if self._closing:
                 break
             if ok:
