@@ -302,6 +302,7 @@ class FollowerTopic:
         if response is None:  # woken: a new leader or epoch, or closing
             return True
         if not isinstance(response, _pb.ReplicaFetchResponse):  # EOF: the leader ended it
+            self._drop_call()
             return self._failed("the leader ended the replication stream")
         if response.error != _pb.REPLICA_ERROR_NONE:
             self._not_started = response.error in _NOT_STARTED
@@ -380,8 +381,9 @@ class FollowerTopic:
     async def _stream(self) -> _Call:
         """The open stream to the current leader, or a new one (the last append settled
         first, so a new stream starts from heads on disk)."""
-        if self._call is not None:
+        if self._call is not None and not self._call.done():
             return self._call
+        self._drop_call()  # ended by the leader's side: a new one
         failure = await self._settle()
         if failure is not None:
             logger.warning("%s: %s", self._topic.name, failure)

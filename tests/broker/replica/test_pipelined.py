@@ -20,6 +20,7 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -34,7 +35,14 @@ from cluster.records import TopicRecord
 from proto import replication_pb2 as pb
 from proto import replication_pb2_grpc as pb_grpc
 from tests._helpers import eventually
-from tests.broker.replica.fake_leader import close_topic, open_topic
+from tests.broker.replica.fake_leader import (
+    FakeLeader,
+    Publisher,
+    close_topic,
+    open_topic,
+    serving,
+)
+from tests.broker.replica.fake_leader import record as fake_record
 from tests.broker.replica.test_leader import TOPIC_ID, Isr, batch, record
 from tests.wal._helpers import CrashableFs
 from tests.wal._replica import log_files
@@ -490,3 +498,57 @@ async def test_a_replicated_partition_hints_one_batch_in_flight(tmp_path: Path) 
         assert p0.in_flight_hint == 1
         await leader.aclose()
         assert p0.in_flight_hint == 2
+
+
+class _OneAnswerPerCall(FakeLeader):
+    """A :class:`FakeLeader` whose ReplicaStream answers one fetch, then ends the call
+    (status OK): a leader that closes streams (a restart of its service, a proxy)."""
+
+    def __init__(self, topic: Topic, epoch: int) -> None:
+        super().__init__(topic, epoch)
+        self.calls = 0
+
+    async def ReplicaStream(  # noqa: N802 - the RPC's name
+        self, requests: AsyncIterator[pb.ReplicaFetchRequest], context: Any
+    ) -> AsyncIterator[pb.ReplicaFetchResponse]:
+        self.calls += 1
+        async for request in requests:
+            if not request.progress_only:
+                yield await self.ReplicaFetch(request, context)
+                return
+
+
+@pytest.mark.asyncio
+async def test_a_stream_the_leader_ends_is_opened_again(tmp_path: Path) -> None:
+    """Scenario: a leader holding 40 batches per partition ends each ReplicaStream call
+    after one answer; the follower fetches 1 KiB at a time.
+    Expected: the follower opens a new call after each end (many calls, not one call
+    read again and again) and catches up, byte-identical."""
+    leader = await open_topic(tmp_path / "leader")
+    mine = await open_topic(tmp_path / "follower")
+    await Publisher().publish(leader, 1, 40)
+    fake = _OneAnswerPerCall(leader, 1)
+    async with serving(fake) as port:
+        follower = FollowerTopic(
+            mine,
+            fake_record(1),
+            "b2",
+            f"127.0.0.1:{port}",
+            channel=grpc.aio.insecure_channel,
+            credential=None,
+            max_bytes=1024,
+            max_wait_ms=100,
+            backoff_base_s=0.001,
+            backoff_max_s=0.005,
+        )
+        await follower.start()
+        try:
+            ends = {f"p/{p.index}": p.writer.durable_end for p in leader.partitions}
+            await eventually(lambda: follower.fetch_offsets == ends, 15)
+        finally:
+            await follower.aclose()
+    assert fake.calls > 10
+    for mine_p, theirs in zip(mine.partitions, leader.partitions, strict=True):
+        assert log_files(mine_p.log.path) == log_files(theirs.log.path)
+    await close_topic(leader)
+    await close_topic(mine)
