@@ -122,8 +122,8 @@ class FollowerLag:
     Attributes:
         partition: the partition's index.
         node: the follower's node id.
-        fetch_offset: where its last fetch in this epoch asked to read from (its durable
-            end); 0 before its first fetch here.
+        fetch_offset: its durable end as its last fetch or progress report in this epoch
+            said (what the watermark counts); 0 before its first fetch here.
         lag_records: the leader's durable end minus ``fetch_offset`` (0 when caught up).
         lag_s: seconds since it was last caught up with the leader's end (0 while it
             is; counted from the start of this leadership when it never was here).
