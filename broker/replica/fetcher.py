@@ -37,6 +37,10 @@ Invariants:
   leave: always a batch boundary (every write is whole batches: ``append_replicated``
   runs to its end even when its caller is cancelled, and a crash leaves a prefix of
   whole batches, which opening keeps).
+- Against an older leader, which serves no ``ReplicaStream`` (``UNIMPLEMENTED``: a
+  rolling upgrade), the follower fetches with unary ``ReplicaFetch`` and nothing is
+  pipelined: that leader counts the fetch offset as durable, so every append is synced
+  before the next fetch, as before the stream existed.
 - The durable offset reported is the writer's head: under the ``always`` fsync policy the
   log's durable end (the head moves only when a write's sync is done); under
   ``interval`` and ``never`` the written end, as ``append_replicated`` says. The leader
@@ -176,6 +180,8 @@ class FollowerTopic:
         self._applying: asyncio.Task[None] | None = None  # the pipelined appends in flight
         self._heads: dict[str, int] = {}  # log id -> the head once they are written
         self._apply_failure: str | None = None  # why one of them failed
+        #: The leader serves no ReplicaStream (an older broker): unary fetches, unpipelined.
+        self._unary = False
         self._task: asyncio.Task[None] | None = None
         self._woken = asyncio.Event()  # update() or aclose(): stop waiting, look again
         self._closing = False
@@ -228,6 +234,8 @@ class FollowerTopic:
         """A new epoch or leader: the next fetch uses them, at once (a fetch held by the
         old leader is given up; a pause after a failure ends)."""
         changed = (record.epoch, leader_address) != (self._record.epoch, self._address)
+        if leader_address != self._address:
+            self._unary = False  # another broker: it may serve the stream
         self._record, self._address = record, leader_address
         if changed:
             logger.info(
@@ -286,15 +294,21 @@ class FollowerTopic:
         """One fetch and what its answer says; whether it went well (no pause)."""
         if self._woken.is_set():  # updated while the last answer was carried out
             return True
-        call = await self._stream()
-        await self._send(call, self._request())
         try:
-            response = await self._until_woken(
-                asyncio.wait_for(call.read(), self._max_wait_ms / 1000 + RPC_MARGIN_S)
-            )
-        except Exception:  # the stream failed: the append in flight settles first
+            response = await self._fetch()
+        except Exception as exc:  # the stream failed: the append in flight settles first
             if (failure := await self._settle()) is not None:
                 self._failed(failure)
+            if not self._unary and await self._no_stream_served(exc):
+                logger.info(
+                    "%s: %s serves no ReplicaStream (an older broker): fetching with "
+                    "ReplicaFetch, one fetch at a time",
+                    self._topic.name,
+                    self._address,
+                )
+                self._unary = True
+                self._drop_call()
+                return True  # no pause: ask again at once, the other way
             raise
         failure = await self._settle()  # the last answer's appends: written and reported
         if failure is not None:
@@ -330,9 +344,37 @@ class FollowerTopic:
             for _partition, data, action in pipelined:
                 self._heads[data.log] = action.headers[-1].last_offset + 1
             self._applying = asyncio.create_task(self._apply(pipelined))
+            # An older leader counts the fetch offset as durable: settle first.
+            if self._unary and (failure := await self._settle()) is not None:
+                ok = self._failed(failure)
         if ok:
             self.last_error = None
         return ok
+
+    async def _no_stream_served(self, exc: BaseException) -> bool:
+        """Whether the stream failed because the leader has no ReplicaStream (an older
+        broker answers ``UNIMPLEMENTED``; a write racing that answer may fail otherwise,
+        so the call's own status is asked too)."""
+        if _unimplemented(exc):
+            return True
+        call = self._call
+        if call is None or not call.done() or call.cancelled():
+            return False
+        return await call.code() == grpc.StatusCode.UNIMPLEMENTED
+
+    async def _fetch(self) -> _pb.ReplicaFetchResponse | object | None:
+        """The next fetch's answer: on the stream (``grpc.aio.EOF`` when the leader ended
+        it), or a unary ReplicaFetch from an older leader; ``None`` once woken."""
+        timeout = self._max_wait_ms / 1000 + RPC_MARGIN_S
+        if self._unary:
+            stub = await self._stub()
+            request = self._request()
+            return await self._until_woken(
+                stub.ReplicaFetch(request, timeout=timeout, metadata=self._metadata)
+            )
+        call = await self._stream()
+        await self._send(call, self._request())
+        return await self._until_woken(asyncio.wait_for(call.read(), timeout))
 
     async def _apply(self, pipelined: list[_Pending]) -> None:
         """The pipelined appends of one answer, log by log, as :meth:`_carry_out` does
@@ -364,9 +406,10 @@ class FollowerTopic:
 
     async def _report(self) -> None:
         """Tell the leader this follower's durable ends (a ``progress_only`` message on
-        the open stream); nothing when the stream ended meanwhile (the next fetch tells)."""
+        the open stream); nothing when the stream ended meanwhile (the next fetch tells)
+        or there is none (an older leader: the next fetch tells)."""
         call = self._call
-        if call is None or call.done() or self._closing:
+        if call is None or call.done() or self._closing or self._unary:
             return
         request = self._request(progress_only=True)
         with contextlib.suppress(grpc.RpcError, asyncio.InvalidStateError):
@@ -583,6 +626,11 @@ async def _truncate(partition: Partition, offset: int) -> None:
         batches = await asyncio.to_thread(writer.log.read, offset, 1)
         await writer.truncate_to(batches[0].base_offset)
     await partition.reload_producers()
+
+
+def _unimplemented(exc: BaseException) -> bool:
+    """Whether ``exc`` says the leader has no such RPC (an older broker)."""
+    return isinstance(exc, grpc.aio.AioRpcError) and exc.code() == grpc.StatusCode.UNIMPLEMENTED
 
 
 def _describe(exc: BaseException) -> str:

@@ -552,3 +552,75 @@ async def test_a_stream_the_leader_ends_is_opened_again(tmp_path: Path) -> None:
         assert log_files(mine_p.log.path) == log_files(theirs.log.path)
     await close_topic(leader)
     await close_topic(mine)
+
+
+@asynccontextmanager
+async def serving_unary_only(leader: FakeLeader) -> AsyncIterator[int]:
+    """``leader`` as a broker before ReplicaStream serves it: ReplicaFetch and
+    OffsetForLeaderEpoch only (a ReplicaStream call ends UNIMPLEMENTED)."""
+    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
+        "ReplicaFetch": grpc.unary_unary_rpc_method_handler(
+            leader.ReplicaFetch,
+            request_deserializer=pb.ReplicaFetchRequest.FromString,
+            response_serializer=pb.ReplicaFetchResponse.SerializeToString,
+        ),
+        "OffsetForLeaderEpoch": grpc.unary_unary_rpc_method_handler(
+            leader.OffsetForLeaderEpoch,
+            request_deserializer=pb.OffsetForLeaderEpochRequest.FromString,
+            response_serializer=pb.OffsetForLeaderEpochResponse.SerializeToString,
+        ),
+    }
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("headrace.v1.Replication", handlers),)
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        yield port
+    finally:
+        await server.stop(0)
+
+
+@pytest.mark.asyncio
+async def test_an_older_leader_without_the_stream_is_fetched_from_one_fetch_at_a_time(
+    tmp_path: Path,
+) -> None:
+    """Scenario: the leader is a broker from before ReplicaStream (its calls end
+    UNIMPLEMENTED; a rolling upgrade); it holds 30 batches per partition and publishes
+    20 more while the follower (1 KiB fetches) catches up.
+    Expected: the follower switches to unary ReplicaFetch by itself and catches up,
+    byte-identical; every fetch the old leader got asked from the follower's durable end
+    (fetch_offset == durable_offset: that leader counts the fetch offset as durable, so
+    nothing may be pipelined)."""
+    leader = await open_topic(tmp_path / "leader")
+    mine = await open_topic(tmp_path / "follower")
+    producer = Publisher()
+    await producer.publish(leader, 1, 30)
+    fake = FakeLeader(leader, 1)
+    async with serving_unary_only(fake) as port:
+        follower = FollowerTopic(
+            mine,
+            fake_record(1),
+            "b2",
+            f"127.0.0.1:{port}",
+            channel=grpc.aio.insecure_channel,
+            credential=None,
+            max_bytes=1024,
+            max_wait_ms=100,
+        )
+        await follower.start()
+        try:
+            await eventually(lambda: follower.fetch_offsets["p/0"] > 0, 10)
+            await producer.publish(leader, 1, 20)
+            ends = {f"p/{p.index}": p.writer.durable_end for p in leader.partitions}
+            await eventually(lambda: follower.fetch_offsets == ends, 15)
+        finally:
+            await follower.aclose()
+    assert len(fake.requests) >= 10
+    asks = [ask for request in fake.requests for ask in request.logs]
+    assert all(ask.durable_offset == ask.fetch_offset for ask in asks)
+    for mine_p, theirs in zip(mine.partitions, leader.partitions, strict=True):
+        assert log_files(mine_p.log.path) == log_files(theirs.log.path)
+    await close_topic(leader)
+    await close_topic(mine)
