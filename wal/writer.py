@@ -413,8 +413,10 @@ class LogWriter:
     def set_written_listener(self, listener: Listener | None) -> None:
         """Tell ``listener`` the written end of each group commit of :meth:`append`
         under the ``always`` policy, after its write and before its ``fdatasync`` (on
-        the loop; one more wake-up per group); ``None``: no more. One at a time: it
-        replaces the one set before (see :meth:`remove_written_listener`).
+        the loop; one more wake-up per group); under ``interval``, once written, before
+        the periodic sync (``never``: the durable listeners are told at once, the
+        written end is durable as far as that policy goes); ``None``: no more. One at a
+        time: it replaces the one set before (see :meth:`remove_written_listener`).
 
         For a leader serving its followers bytes it has written while it syncs them:
         bytes below a written end never change (only a follower truncates), so a
@@ -935,7 +937,8 @@ class LogWriter:
 
     def _advance_written(self, written: Written) -> None:
         """Advance the mark over what a group commit wrote, as far as the policy says it
-        is durable (``interval``: not yet; the periodic sync will)."""
+        is durable (``interval``: not yet; the periodic sync will, and the written
+        listener is told the written end now, as ``always``'s is before its sync)."""
         if written.sync_s is not None:  # ALWAYS: what this commit cost each side
             started = time.perf_counter()
             self._advance(written.head)
@@ -944,6 +947,8 @@ class LogWriter:
             )
         elif self._policy is not FsyncPolicy.INTERVAL:
             self._advance(written.head)
+        else:
+            self._written_ahead(written.head)
 
     def _replicated_done(self, cmd: AppendReplicated, written: Written | BaseException) -> None:
         """A replicated append was written (and synced), or refused or failed: as

@@ -46,7 +46,7 @@ from tests.broker.replica.fake_leader import record as fake_record
 from tests.broker.replica.test_leader import TOPIC_ID, Isr, batch, record
 from tests.wal._helpers import CrashableFs
 from tests.wal._replica import log_files
-from wal import FileSystem, LogConfig
+from wal import FileSystem, FsyncPolicy, LogConfig
 
 
 class HeldSyncs(FileSystem):
@@ -624,3 +624,34 @@ async def test_an_older_leader_without_the_stream_is_fetched_from_one_fetch_at_a
         assert log_files(mine_p.log.path) == log_files(theirs.log.path)
     await close_topic(leader)
     await close_topic(mine)
+
+
+@pytest.mark.asyncio
+async def test_under_the_interval_policy_followers_get_records_before_the_periodic_sync(
+    tmp_path: Path,
+) -> None:
+    """Scenario: a leader's log under fsync ``interval`` with a 60 s interval; one
+    record published; b2 fetches p/0 from 0.
+    Expected: the answer holds the record at once (served as written), though the
+    leader's durable end is still 0 (the periodic sync has not run): the mark and the
+    acknowledgement wait for it, as they always did."""
+    config = LogConfig(fsync=FsyncPolicy.INTERVAL, fsync_interval_ms=60_000)
+    parts = [await Partition.open(i, str(tmp_path / "b1"), config, FileSystem()) for i in range(2)]
+    topic = Topic("orders", parts, TOPIC_ID)
+    leader = LeaderTopic(
+        topic, record(), "b1", lag_time_max_ms=60_000, change_isr=Isr(), isr_check_s=3600
+    )
+    await leader.start()
+    try:
+        publish = asyncio.create_task(parts[0].append(batch(1)))
+        answer = await asyncio.wait_for(leader.fetch(ask("b2", 0, max_wait_ms=5000)), 2)
+        assert _first_offset(answer.logs[0].batches) == 0
+        assert parts[0].writer.durable_end == 0
+        assert parts[0].writer.high_water_mark == 0
+        assert not publish.done()
+        publish.cancel()
+        await asyncio.gather(publish, return_exceptions=True)
+    finally:
+        await leader.aclose()
+        for p in parts:
+            await p.aclose()
