@@ -58,8 +58,17 @@ stream call, and a new one starts only once the append in flight ended; an error
 leader *answers* (``NOT_LEADER`` while it starts its epoch, a log's back-off) keeps the
 call, so a quick retry costs one message, not a new call.
 
-Task-safety: one event loop; the task alone writes the topic's logs; :meth:`update`
-and :meth:`aclose` only set state and wake it.
+Task-safety: one event loop; the task alone writes the topic's logs (itself, or through
+the one pipelined append it started, which it awaits before it writes again);
+:meth:`update` and :meth:`aclose` only set state and wake it.
+
+One piece, though past 600 lines (about 650; :class:`FollowerTopic` about 480): the
+loop, the stream it keeps, the pipelined append and the progress report share one
+state (the call, the append in flight and the heads it will leave) that every round
+reads and changes; the rules are already pure and apart
+(:mod:`broker.replica.fetch_rules`). The seam, should it grow: the actions carried out
+on a log (``_carry_out``, ``_append``, ``_truncate``, ``_follow_log_start``,
+``_copy_epochs``: about 120 lines), which touch one partition and none of that state.
 """
 
 from __future__ import annotations
