@@ -68,6 +68,7 @@ ALLOWED: dict[str, set[S]] = {
     # Broker to broker: a single broker leads nothing, so every fetch is answered OK with
     # the error NOT_LEADER in the body (malformed ones INVALID_ARGUMENT).
     "/headrace.v1.Replication/ReplicaFetch": set(),
+    "/headrace.v1.Replication/ReplicaStream": set(),  # each fetch answered NOT_LEADER
     "/headrace.v1.Replication/OffsetForLeaderEpoch": set(),
 }
 
