@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import random
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -317,28 +317,18 @@ async def test_a_follower_on_the_stream_acks_a_publish_without_waiting_for_a_new
         isr_check_s=3600,
     )
     await leader.start()
-    async with served(leader) as (_channel, port):
-        follower = FollowerTopic(
-            mine,
-            two,
-            "b2",
-            f"127.0.0.1:{port}",
-            channel=grpc.aio.insecure_channel,
-            credential=None,
-            max_wait_ms=30_000,
-        )
-        await follower.start()
-        try:
-            # The first record of the epoch comes with its epoch entry, written before
-            # it (not pipelined); the second is the steady state.
-            first, _ = await asyncio.wait_for(parts[0].append(batch(1)), 2)
-            await asyncio.sleep(0.2)  # its next fetch is held: nothing to send
-            second, _ = await asyncio.wait_for(parts[0].append(batch(2)), 2)
-            assert (first.first_offset, second.first_offset) == (0, 1)
-            assert mine.partitions[0].writer.head == 2
-            assert leader.progress("p/0")["b2"].fetch_offset == 2
-        finally:
-            await follower.aclose()
+    async with (
+        served(leader) as (_channel, port),
+        _follow(mine, two, "b2", port, max_wait_ms=30_000),
+    ):
+        # The first record of the epoch comes with its epoch entry, written before
+        # it (not pipelined); the second is the steady state.
+        first, _ = await asyncio.wait_for(parts[0].append(batch(1)), 2)
+        await asyncio.sleep(0.2)  # its next fetch is held: nothing to send
+        second, _ = await asyncio.wait_for(parts[0].append(batch(2)), 2)
+        assert (first.first_offset, second.first_offset) == (0, 1)
+        assert mine.partitions[0].writer.head == 2
+        assert leader.progress("p/0")["b2"].fetch_offset == 2
     await leader.aclose()
     for p in parts:
         await p.aclose()
@@ -409,7 +399,7 @@ async def test_a_leader_that_dies_before_its_sync_rejoins_as_a_prefix_and_catche
                 await asyncio.wait_for(p0.append(batch(i)), 5)
             fs.released.clear()
             unsynced = [asyncio.create_task(p0.append(batch(i))) for i in range(5, 8)]
-            await _until(lambda: leader.progress("p/0")["b2"].fetch_offset == 8)
+            await eventually(lambda: leader.progress("p/0")["b2"].fetch_offset == 8)
             assert new.partitions[0].writer.head == 8
             assert p0.writer.durable_end < 8
             assert not any(t.done() for t in unsynced)
@@ -442,7 +432,7 @@ async def test_a_leader_that_dies_before_its_sync_rejoins_as_a_prefix_and_catche
             ack = asyncio.create_task(new.partitions[0].append(batch(8)))
             offsets, _ = await asyncio.wait_for(ack, 10)
             assert offsets.first_offset == 8
-            await _until(lambda: reopened.partitions[0].writer.head == 9)
+            await eventually(lambda: reopened.partitions[0].writer.head == 9)
             assert follower.truncations == 0
     finally:
         await new_leader.aclose()
@@ -460,8 +450,16 @@ async def test_a_leader_that_dies_before_its_sync_rejoins_as_a_prefix_and_catche
 
 @asynccontextmanager
 async def _follow(
-    topic: Topic, rec: TopicRecord, node: str, port: int
+    topic: Topic, rec: TopicRecord, node: str, port: int, **options: Any
 ) -> AsyncIterator[FollowerTopic]:
+    """A started follower ``node`` of ``topic`` whose leader is on ``port``; ``options``
+    override the short test defaults (200 ms long polls, 10-100 ms backoff)."""
+    settings: dict[str, Any] = {
+        "max_wait_ms": 200,
+        "backoff_base_s": 0.01,
+        "backoff_max_s": 0.1,
+        **options,
+    }
     follower = FollowerTopic(
         topic,
         rec,
@@ -469,20 +467,13 @@ async def _follow(
         f"127.0.0.1:{port}",
         channel=grpc.aio.insecure_channel,
         credential=None,
-        max_wait_ms=200,
-        backoff_base_s=0.01,
-        backoff_max_s=0.1,
+        **settings,
     )
     await follower.start()
     try:
         yield follower
     finally:
         await follower.aclose()
-
-
-async def _until(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    """Return once ``check()`` holds (polled: what it reads has no event to wait on)."""
-    await eventually(check, timeout_s)
 
 
 @pytest.mark.asyncio
@@ -529,24 +520,10 @@ async def test_a_stream_the_leader_ends_is_opened_again(tmp_path: Path) -> None:
     await Publisher().publish(leader, 1, 40)
     fake = _OneAnswerPerCall(leader, 1)
     async with serving(fake) as port:
-        follower = FollowerTopic(
-            mine,
-            fake_record(1),
-            "b2",
-            f"127.0.0.1:{port}",
-            channel=grpc.aio.insecure_channel,
-            credential=None,
-            max_bytes=1024,
-            max_wait_ms=100,
-            backoff_base_s=0.001,
-            backoff_max_s=0.005,
-        )
-        await follower.start()
-        try:
+        options = {"max_bytes": 1024, "backoff_base_s": 0.001, "backoff_max_s": 0.005}
+        async with _follow(mine, fake_record(1), "b2", port, **options) as follower:
             ends = {f"p/{p.index}": p.writer.durable_end for p in leader.partitions}
             await eventually(lambda: follower.fetch_offsets == ends, 15)
-        finally:
-            await follower.aclose()
     assert fake.calls > 10
     for mine_p, theirs in zip(mine.partitions, leader.partitions, strict=True):
         assert log_files(mine_p.log.path) == log_files(theirs.log.path)
@@ -598,25 +575,14 @@ async def test_an_older_leader_without_the_stream_is_fetched_from_one_fetch_at_a
     producer = Publisher()
     await producer.publish(leader, 1, 30)
     fake = FakeLeader(leader, 1)
-    async with serving_unary_only(fake) as port:
-        follower = FollowerTopic(
-            mine,
-            fake_record(1),
-            "b2",
-            f"127.0.0.1:{port}",
-            channel=grpc.aio.insecure_channel,
-            credential=None,
-            max_bytes=1024,
-            max_wait_ms=100,
-        )
-        await follower.start()
-        try:
-            await eventually(lambda: follower.fetch_offsets["p/0"] > 0, 10)
-            await producer.publish(leader, 1, 20)
-            ends = {f"p/{p.index}": p.writer.durable_end for p in leader.partitions}
-            await eventually(lambda: follower.fetch_offsets == ends, 15)
-        finally:
-            await follower.aclose()
+    async with (
+        serving_unary_only(fake) as port,
+        _follow(mine, fake_record(1), "b2", port, max_bytes=1024) as follower,
+    ):
+        await eventually(lambda: follower.fetch_offsets["p/0"] > 0, 10)
+        await producer.publish(leader, 1, 20)
+        ends = {f"p/{p.index}": p.writer.durable_end for p in leader.partitions}
+        await eventually(lambda: follower.fetch_offsets == ends, 15)
     assert len(fake.requests) >= 10
     asks = [ask for request in fake.requests for ask in request.logs]
     assert all(ask.durable_offset == ask.fetch_offset for ask in asks)
