@@ -55,7 +55,7 @@ descriptor are safe together, and the mark only claims what was written before t
 Where the parts live: the thread's side of the protocol (taking groups, writing, syncing,
 posting completions) is :mod:`wal.writer_thread`; the commands and how an append is
 settled, :mod:`wal.writer_commands`; the cold-read threads, :mod:`wal.cold_reads`. This
-module keeps the loop's side, which is one piece (about 1,060 lines, the class 900): the
+module keeps the loop's side, which is one piece (about 1,110 lines, the class 950): the
 queue's accounting and its first-come backpressure, the completions and the high-water
 mark are one state (``_queued``, ``_room``, ``_hwm``, ``_written``) that every append,
 completion and read touches on the loop, and a split would put the append path behind
@@ -63,9 +63,11 @@ another object's calls for no separation a reader could use. Replication added t
 same state, not beside it: the commit gate caps ``_hwm`` below ``_written``
 (``hold_commits``/``commit_to``/``release_commits``), the high-watermark checkpoint
 saves ``_hwm``, a replicated append and ``truncate_to``/``restart_at`` go through the one
-queue, so they stay here. The seam, should the module grow again: the reads
-(``read``/``read_nowait``/``aread``/``read_cold``/``read_raw``, about 150 lines), which
-only read ``_hwm`` and the log and could become a reader object the writer hands out.
+queue, and a leader's written listener is told each group's end between its write and
+its sync (``set_written_listener``), so they stay here. The seam, should the module
+grow again: the reads (``read``/``read_nowait``/``aread``/``read_cold``/``read_raw``,
+about 150 lines), which only read ``_hwm`` and the log and could become a reader object
+the writer hands out.
 """
 
 from __future__ import annotations
