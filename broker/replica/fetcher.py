@@ -352,11 +352,11 @@ class FollowerTopic:
         if pipelined:
             for _partition, data, action in pipelined:
                 self._heads[data.log] = action.headers[-1].last_offset + 1
-            self._applying = asyncio.create_task(self._apply(pipelined))
+            self._applying = asyncio.create_task(self._apply(pipelined, clear=ok))
             # An older leader counts the fetch offset as durable: settle first.
             if self._unary and (failure := await self._settle()) is not None:
                 ok = self._failed(failure)
-        if ok:
+        if ok and not pipelined:  # else once the appends are done (_apply)
             self.last_error = None
         return ok
 
@@ -385,10 +385,12 @@ class FollowerTopic:
         await self._send(call, self._request())
         return await self._until_woken(asyncio.wait_for(call.read(), timeout))
 
-    async def _apply(self, pipelined: list[_Pending]) -> None:
+    async def _apply(self, pipelined: list[_Pending], *, clear: bool) -> None:
         """The pipelined appends of one answer, log by log, as :meth:`_carry_out` does
         them; then the new durable ends reported to the leader. A failure is kept for the
-        next round (:meth:`_settle`); the logs after it are still written."""
+        next round (:meth:`_settle`); the logs after it are still written. ``clear``: the
+        rest of the answer went well, so once these do too the last error is cleared
+        (not before: a failing append must not read as a good round meanwhile)."""
         try:
             for partition, data, action in pipelined:
                 try:
@@ -399,6 +401,8 @@ class FollowerTopic:
                     self._apply_failure = f"{data.log}: {type(exc).__name__}: {exc}"
         finally:
             self._heads.clear()
+        if clear and self._apply_failure is None:
+            self.last_error = None
         await self._report()
 
     async def _settle(self) -> str | None:
